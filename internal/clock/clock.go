@@ -1,0 +1,114 @@
+// Package clock is the only source of "now" for rebill's domain code.
+//
+// Production uses the wall clock. Dev mode uses a manual clock whose time is
+// stored in PostgreSQL, so every node and every restart sees the same time
+// and a month of billing can be exercised in seconds by advancing it.
+package clock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Clock tells the time that scheduling and domain timestamps use.
+type Clock interface {
+	Now() time.Time
+}
+
+// Wall is the real clock.
+type Wall struct{}
+
+// Now returns the current UTC time with microsecond precision, the
+// precision PostgreSQL stores, so values read back compare equal.
+func (Wall) Now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// ErrBackwards is returned when asked to move the manual clock into the past.
+var ErrBackwards = errors.New("the clock only moves forward")
+
+// Manual is the dev-mode clock. It stands still until advanced, and its
+// time lives in the dev_clock table so that all nodes agree on it.
+type Manual struct {
+	pool *pgxpool.Pool
+
+	mu       sync.Mutex
+	lastSeen time.Time
+}
+
+// NewManual returns the shared manual clock, initialising it to start when
+// the database holds no time yet (the first start in dev mode).
+func NewManual(ctx context.Context, pool *pgxpool.Pool, start time.Time) (*Manual, error) {
+	_, err := pool.Exec(ctx, `INSERT INTO dev_clock (singleton, now) VALUES (true, $1) ON CONFLICT DO NOTHING`, start.UTC().Truncate(time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("initialise dev clock: %w", err)
+	}
+	m := &Manual{pool: pool}
+	if _, err := m.read(ctx); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Now reads the shared time. If the database cannot be read it returns the
+// last time it saw: the manual clock never moves backwards.
+func (m *Manual) Now() time.Time {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	t, err := m.read(ctx)
+	if err != nil {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.lastSeen
+	}
+	return t
+}
+
+func (m *Manual) read(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	if err := m.pool.QueryRow(ctx, `SELECT now FROM dev_clock`).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("read dev clock: %w", err)
+	}
+	return m.remember(t), nil
+}
+
+func (m *Manual) remember(t time.Time) time.Time {
+	t = t.UTC()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t.After(m.lastSeen) {
+		m.lastSeen = t
+	}
+	return m.lastSeen
+}
+
+// Set moves the clock to t. Returns ErrBackwards if t is before the current
+// time; setting the current time again is allowed and changes nothing.
+func (m *Manual) Set(ctx context.Context, t time.Time) (time.Time, error) {
+	var now time.Time
+	err := m.pool.QueryRow(ctx, `UPDATE dev_clock SET now = $1 WHERE now <= $1 RETURNING now`, t.UTC()).Scan(&now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, ErrBackwards
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("set dev clock: %w", err)
+	}
+	return m.remember(now), nil
+}
+
+// Advance moves the clock forward by d (which must not be negative).
+func (m *Manual) Advance(ctx context.Context, d time.Duration) (time.Time, error) {
+	if d < 0 {
+		return time.Time{}, ErrBackwards
+	}
+	var now time.Time
+	err := m.pool.QueryRow(ctx, `UPDATE dev_clock SET now = now + $1 RETURNING now`, d).Scan(&now)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("advance dev clock: %w", err)
+	}
+	return m.remember(now), nil
+}
