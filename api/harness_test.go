@@ -1,0 +1,141 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/api"
+	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/subscriptions"
+
+	"github.com/rebill/rebill/internal/dbtest"
+)
+
+const adminKey = "test-admin-key"
+
+type fixedClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fixedClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+// syncBuffer collects log lines written from many goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.buf.String() }
+
+type testBundle struct {
+	pool   *pgxpool.Pool
+	server *httptest.Server
+	clock  *fixedClock
+	logs   *syncBuffer
+}
+
+type setupOpts struct {
+	lease time.Duration
+	pool  *pgxpool.Pool
+}
+
+func setup(t *testing.T, opts ...setupOpts) testBundle {
+	t.Helper()
+	o := setupOpts{lease: time.Minute}
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	pool := o.pool
+	if pool == nil {
+		pool = dbtest.Pool(t)
+	}
+	clk := &fixedClock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	logs := &syncBuffer{}
+	srv := api.NewServer(api.Deps{
+		Pool: pool, Keys: api.NewKeys(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
+		Subscriptions: subscriptions.NewStore(clk), Clock: clk,
+		KnownGateway: func(name string) bool { return name == "sim1" || name == "sim2" },
+		Logger:       zerolog.New(logs),
+	})
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return testBundle{pool: pool, server: ts, clock: clk, logs: logs}
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(r.body, &m), string(r.body))
+	return m
+}
+
+// do sends a request; idemKey "" sends no Idempotency-Key header.
+func (b testBundle) do(t *testing.T, method, path, key, idemKey string, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, b.server.URL+path, bytes.NewBufferString(body))
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	data, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return response{status: res.StatusCode, header: res.Header, body: data}
+}
+
+func (b testBundle) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n))
+	return n
+}
+
+// newKey creates an API key through the API and returns it.
+func (b testBundle) newKey(t *testing.T, role, customer string) string {
+	t.Helper()
+	body := `{"role":"` + role + `"}`
+	if customer != "" {
+		body = `{"role":"` + role + `","customer_id":"` + customer + `"}`
+	}
+	res := b.do(t, http.MethodPost, "/v1/api-keys", adminKey, "key-"+role+customer, body)
+	require.Equal(t, http.StatusCreated, res.status, string(res.body))
+	return res.json(t)["key"].(string)
+}
+
+const createBody = `{"customer_id":"cust-42","amount":49900,"currency":"RUB","interval":"month",
+	"timezone":"Europe/Moscow","payment_method":{"gateway":"sim1","token":"tok_ok_visa","brand":"visa","last4":"4242",
+	"exp_month":12,"exp_year":2030},"description":"Gym, monthly","metadata":{"k":"v"}}`
+
+func createBodyFor(customer string) string {
+	return `{"customer_id":"` + customer + `","amount":1000,"currency":"USD","interval":"week",
+		"payment_method":{"gateway":"sim1","token":"tok_ok","exp_month":1,"exp_year":2031}}`
+}

@@ -1,0 +1,201 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/internal/validate"
+)
+
+// ReplayedHeader marks a response that was served from the store.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// storedHeaders are the response headers kept with a record.
+var storedHeaders = []string{"Content-Type", "Location"}
+
+type txKey struct{}
+
+// Tx returns the transaction the current request executes in: its writes
+// commit together with the stored response. ok is false outside the
+// middleware (GET requests).
+func Tx(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+// Problems are the responses the middleware writes itself, supplied by the
+// HTTP layer so that every error has its one problem+json shape.
+type Problems struct {
+	Write          func(w http.ResponseWriter, status int, slug, title, detail string)
+	BodyTooLarge   func(w http.ResponseWriter)
+	Unavailable    func(w http.ResponseWriter)
+	InternalFailed func(w http.ResponseWriter)
+}
+
+// Middleware wraps every POST in the idempotency protocol. scope names the
+// authenticated client; keys of different clients never meet.
+func Middleware(store *Store, scope func(*http.Request) string, problems Problems, log zerolog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodPost {
+				next.ServeHTTP(w, r)
+				return
+			}
+			key, err := validate.IdempotencyKey(r.Header.Values("Idempotency-Key"))
+			if errors.Is(err, validate.ErrIdempotencyKeyMissing) {
+				problems.Write(w, http.StatusBadRequest, "idempotency-key-missing", "Idempotency-Key required",
+					"Every POST needs an Idempotency-Key header.")
+				return
+			}
+			if err != nil {
+				problems.Write(w, http.StatusBadRequest, "idempotency-key-invalid", "Invalid Idempotency-Key", err.Error())
+				return
+			}
+			body, err := validate.ReadBody(r.Body)
+			if errors.Is(err, validate.ErrBodyTooLarge) {
+				problems.BodyTooLarge(w)
+				return
+			}
+			if err != nil {
+				problems.Write(w, http.StatusBadRequest, "validation-error", "Unreadable body", "The request body could not be read.")
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			client := scope(r)
+			ctx := r.Context()
+
+			outcome, rec, err := store.Reserve(ctx, client, key, Fingerprint(r.Method, r.URL.Path, body))
+			if err != nil {
+				log.Error().Err(err).Msg("idempotency reservation failed")
+				problems.Unavailable(w)
+				return
+			}
+			if outcome == Execute {
+				tx, ok, err := store.Begin(ctx, client, key)
+				if err != nil {
+					log.Error().Err(err).Msg("idempotency transaction failed to start")
+					problems.Unavailable(w)
+					return
+				}
+				if ok {
+					execute(w, r.WithContext(context.WithValue(ctx, txKey{}, tx)), next, store, tx, client, key, problems, log)
+					return
+				}
+				// The request whose lease we took over finished after all.
+				outcome, rec, err = store.Reserve(ctx, client, key, Fingerprint(r.Method, r.URL.Path, body))
+				if err != nil {
+					problems.Unavailable(w)
+					return
+				}
+			}
+			switch outcome {
+			case Replay:
+				metrics.IdempotencyReplays.Inc()
+				for name, value := range rec.Headers {
+					w.Header().Set(name, value)
+				}
+				w.Header().Set(ReplayedHeader, "true")
+				w.WriteHeader(rec.Status)
+				_, _ = w.Write(rec.Body)
+			case Mismatch:
+				metrics.IdempotencyMismatches.Inc()
+				problems.Write(w, http.StatusUnprocessableEntity, "idempotency-key-mismatch", "Idempotency-Key reused",
+					"This Idempotency-Key was used for a different request (method, path or body).")
+			default:
+				metrics.IdempotencyConflicts.Inc()
+				w.Header().Set("Retry-After", "1")
+				problems.Write(w, http.StatusConflict, "idempotency-key-in-use", "Request in progress",
+					"A request with this Idempotency-Key is still being processed; retry shortly.")
+			}
+		})
+	}
+}
+
+// execute runs the handler in tx and either commits its response with its
+// effects or rolls both back and releases the key.
+func execute(w http.ResponseWriter, r *http.Request, next http.Handler, store *Store, tx pgx.Tx, client, key string,
+	problems Problems, log zerolog.Logger) {
+	ctx := r.Context()
+	rec := &recorder{header: http.Header{}, status: http.StatusOK}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	next.ServeHTTP(rec, r)
+
+	if !stored(rec.status) {
+		_ = tx.Rollback(ctx)
+		committed = true // nothing left to roll back
+		if err := store.Release(context.WithoutCancel(ctx), client, key); err != nil {
+			log.Warn().Err(err).Msg("idempotency key not released; its lease will expire")
+		}
+		rec.flush(w)
+		return
+	}
+	record := Record{Status: rec.status, Headers: map[string]string{}, Body: rec.body.Bytes()}
+	for _, name := range storedHeaders {
+		if v := rec.header.Get(name); v != "" {
+			record.Headers[name] = v
+		}
+	}
+	if err := store.Complete(ctx, tx, client, key, record); err != nil {
+		log.Error().Err(err).Msg("storing idempotent response failed")
+		problems.InternalFailed(w)
+		return
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// Whether the commit landed is unknown: keep the reservation, so a
+		// retry after the lease either replays or executes afresh.
+		committed = true
+		log.Error().Err(err).Msg("commit of idempotent request failed")
+		problems.InternalFailed(w)
+		return
+	}
+	committed = true
+	rec.flush(w)
+}
+
+// stored reports whether a response is a result of execution (kept and
+// replayed) rather than a refusal before execution or a failure.
+func stored(status int) bool {
+	return status < 300 || status == http.StatusPaymentRequired || status == http.StatusConflict
+}
+
+// recorder buffers the handler's response until its fate is decided.
+type recorder struct {
+	header      http.Header
+	status      int
+	body        bytes.Buffer
+	wroteHeader bool
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if !r.wroteHeader {
+		r.status = status
+		r.wroteHeader = true
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(b)
+}
+
+func (r *recorder) flush(w http.ResponseWriter) {
+	for name, values := range r.header {
+		w.Header()[name] = values
+	}
+	w.WriteHeader(r.status)
+	_, _ = w.Write(r.body.Bytes())
+}

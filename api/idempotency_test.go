@@ -1,0 +1,266 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/api/idempotency"
+)
+
+func TestIdempotencyHeaderIsRequiredAndValidated(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cases := map[string]func(req *http.Request){
+		"missing":       func(req *http.Request) {},
+		"empty":         func(req *http.Request) { req.Header.Set("Idempotency-Key", "") },
+		"too long":      func(req *http.Request) { req.Header.Set("Idempotency-Key", strings.Repeat("k", 256)) },
+		"non-printable": func(req *http.Request) { req.Header.Set("Idempotency-Key", "cl\xc3\xa9") },
+		"sent twice": func(req *http.Request) {
+			req.Header.Add("Idempotency-Key", "a")
+			req.Header.Add("Idempotency-Key", "b")
+		},
+		"empty quoted": func(req *http.Request) { req.Header.Set("Idempotency-Key", `""`) },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, b.server.URL+"/v1/subscriptions", strings.NewReader(createBody))
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+adminKey)
+			mutate(req)
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			res.Body.Close()
+			require.Equal(t, http.StatusBadRequest, res.StatusCode)
+			require.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
+		})
+	}
+	require.Zero(t, b.count(t, "subscriptions"))
+	require.Zero(t, b.count(t, "idempotency_keys"))
+}
+
+func TestReplayIsByteForByte(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "create-1", createBody)
+	require.Equal(t, http.StatusCreated, first.status, string(first.body))
+	require.Empty(t, first.header.Get("Idempotent-Replayed"))
+	require.NotEmpty(t, first.header.Get("Location"))
+
+	// Key order and whitespace do not change the fingerprint; the quoted
+	// structured-field form is the same key.
+	reordered := `{"payment_method":{"exp_year":2030,"exp_month":12,"last4":"4242","brand":"visa","token":"tok_ok_visa","gateway":"sim1"},
+		"metadata":{"k":"v"},"description":"Gym, monthly","timezone":"Europe/Moscow","interval":"month","currency":"RUB",
+		"amount":49900,   "customer_id":"cust-42"}`
+	for _, key := range []string{"create-1", `"create-1"`} {
+		again := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, key, reordered)
+		require.Equal(t, first.status, again.status)
+		require.Equal(t, first.body, again.body)
+		require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+		require.Equal(t, first.header.Get("Location"), again.header.Get("Location"))
+		require.Equal(t, first.header.Get("Content-Type"), again.header.Get("Content-Type"))
+	}
+	require.Equal(t, 1, b.count(t, "subscriptions"))
+}
+
+func TestConcurrentIdenticalRequestsCreateOneSubscription(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 50
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "same-key", createBody)
+			statuses[i] = res.status
+			if res.status == http.StatusConflict {
+				require.Equal(t, "1", res.header.Get("Retry-After"))
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	created := 0
+	for _, s := range statuses {
+		require.Contains(t, []int{http.StatusCreated, http.StatusConflict}, s)
+		if s == http.StatusCreated {
+			created++
+		}
+	}
+	require.GreaterOrEqual(t, created, 1)
+	require.Equal(t, 1, b.count(t, "subscriptions"))
+	require.Equal(t, 1, b.count(t, "subscription_events"))
+}
+
+func TestDifferentRequestSameKeyIs422AndLeavesRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "k", createBody)
+	require.Equal(t, http.StatusCreated, first.status)
+	var before []byte
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT response_body FROM idempotency_keys`).Scan(&before))
+
+	other := strings.Replace(createBody, "49900", "50000", 1)
+	res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "k", other)
+	require.Equal(t, http.StatusUnprocessableEntity, res.status)
+	require.Contains(t, res.json(t)["type"], "idempotency-key-mismatch")
+
+	id := first.json(t)["id"].(string)
+	res = b.do(t, http.MethodPost, "/v1/subscriptions/"+id+"/pause", adminKey, "k", `{}`)
+	require.Equal(t, http.StatusUnprocessableEntity, res.status, "another path with the same key")
+
+	var after []byte
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT response_body FROM idempotency_keys`).Scan(&after))
+	require.Equal(t, before, after)
+	require.Equal(t, 1, b.count(t, "subscriptions"))
+	replay := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "k", createBody)
+	require.Equal(t, first.body, replay.body)
+}
+
+func TestSameKeyDifferentClientsAreIndependent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	support := b.newKey(t, "support", "")
+	a := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "shared", createBody)
+	s := b.do(t, http.MethodPost, "/v1/subscriptions", support, "shared", createBody)
+	require.Equal(t, http.StatusCreated, a.status)
+	require.Equal(t, http.StatusCreated, s.status)
+	require.Empty(t, s.header.Get("Idempotent-Replayed"))
+	require.NotEqual(t, a.json(t)["id"], s.json(t)["id"])
+	require.Equal(t, 2, b.count(t, "subscriptions"))
+}
+
+func TestRefusedRequestsAreNotStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bad := strings.Replace(createBody, `"RUB"`, `"XYZ"`, 1)
+	res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "fix-me", bad)
+	require.Equal(t, http.StatusBadRequest, res.status)
+	res = b.do(t, http.MethodPost, "/v1/subscriptions", "wrong-key", "fix-me", createBody)
+	require.Equal(t, http.StatusUnauthorized, res.status)
+	require.Zero(t, b.count(t, "idempotency_keys"))
+
+	res = b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "fix-me", createBody)
+	require.Equal(t, http.StatusCreated, res.status, "the corrected request executes")
+	require.Empty(t, res.header.Get("Idempotent-Replayed"))
+}
+
+func TestBusinessOutcomeIsStoredAndReplayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "c", createBody).json(t)["id"].(string)
+	require.Equal(t, http.StatusOK, b.do(t, http.MethodPost, "/v1/subscriptions/"+id+"/cancel", adminKey, "x", `{}`).status)
+
+	first := b.do(t, http.MethodPost, "/v1/subscriptions/"+id+"/resume", adminKey, "resume-1", `{}`)
+	require.Equal(t, http.StatusConflict, first.status)
+	require.True(t, strings.HasSuffix(first.json(t)["type"].(string), "invalid-transition"))
+	again := b.do(t, http.MethodPost, "/v1/subscriptions/"+id+"/resume", adminKey, "resume-1", `{}`)
+	require.Equal(t, http.StatusConflict, again.status)
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.body, again.body)
+}
+
+// A request that reserved its key and then died (the process was killed)
+// holds the key until the lease expires; a retry then executes exactly once.
+func TestCrashedRequestIsRetriedAfterLease(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	b := setup(t, setupOpts{lease: lease})
+	store := idempotency.NewStore(b.pool, lease)
+	fingerprint := idempotency.Fingerprint(http.MethodPost, "/v1/subscriptions", []byte(createBody))
+
+	// The crashed request: reserved, began its transaction, wrote, died.
+	outcome, _, err := store.Reserve(context.Background(), "key:bootstrap-admin", "crash", fingerprint)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Execute, outcome)
+	tx, ok, err := store.Begin(context.Background(), "key:bootstrap-admin", "crash")
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, err = tx.Exec(context.Background(), `SELECT 1`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(context.Background())) // the connection died with the process
+
+	res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "crash", createBody)
+	require.Equal(t, http.StatusConflict, res.status, "within the lease the key is still held")
+
+	time.Sleep(lease + 100*time.Millisecond)
+	res = b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "crash", createBody)
+	require.Equal(t, http.StatusCreated, res.status, string(res.body))
+	res2 := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "crash", createBody)
+	require.Equal(t, "true", res2.header.Get("Idempotent-Replayed"))
+	require.Equal(t, 1, b.count(t, "subscriptions"))
+}
+
+// A request whose lease expired while it was in fact still running must not
+// run twice: the retry waits for its row lock and then replays.
+func TestExpiredLeaseOfLiveRequestDoesNotRunTwice(t *testing.T) {
+	t.Parallel()
+	const lease = 200 * time.Millisecond
+	b := setup(t, setupOpts{lease: lease})
+	store := idempotency.NewStore(b.pool, lease)
+	scope, key := "key:bootstrap-admin", "slow"
+	fingerprint := idempotency.Fingerprint(http.MethodPost, "/v1/subscriptions", []byte(createBody))
+	outcome, _, err := store.Reserve(context.Background(), scope, key, fingerprint)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Execute, outcome)
+	tx, ok, err := store.Begin(context.Background(), scope, key)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	time.Sleep(lease + 50*time.Millisecond)
+	done := make(chan response, 1)
+	go func() { done <- b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, key, createBody) }()
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, store.Complete(context.Background(), tx, scope, key, idempotency.Record{
+		Status: http.StatusCreated, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"slow":true}`)}))
+	require.NoError(t, tx.Commit(context.Background()))
+
+	res := <-done
+	require.Equal(t, http.StatusCreated, res.status)
+	require.Equal(t, `{"slow":true}`, string(res.body))
+	require.Equal(t, "true", res.header.Get("Idempotent-Replayed"))
+	require.Zero(t, b.count(t, "subscriptions"))
+}
+
+func TestStoreUnreachableIs503(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?connect_timeout=1")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	b := setup(t, setupOpts{lease: time.Minute, pool: pool})
+	res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "k", createBody)
+	require.Equal(t, http.StatusServiceUnavailable, res.status)
+	require.NotEmpty(t, res.header.Get("Retry-After"))
+	require.Equal(t, "application/problem+json", res.header.Get("Content-Type"))
+}
+
+func TestGetIgnoresIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res := b.do(t, http.MethodGet, "/v1/subscriptions", adminKey, "whatever", "")
+	require.Equal(t, http.StatusOK, res.status)
+	require.Zero(t, b.count(t, "idempotency_keys"))
+}
+
+func TestExpiredRecordsAreDeleted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.Equal(t, http.StatusCreated, b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "old", createBody).status)
+	require.Equal(t, http.StatusCreated, b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "new", createBodyFor("cust-42")).status)
+	_, err := b.pool.Exec(context.Background(), `UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = 'old'`)
+	require.NoError(t, err)
+	n, err := idempotency.NewStore(b.pool, time.Minute).DeleteExpired(context.Background(), 24*time.Hour)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, 1, b.count(t, "idempotency_keys"))
+}

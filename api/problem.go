@@ -1,0 +1,61 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/rebill/rebill/internal/validate"
+)
+
+// problemBase prefixes every problem type URI.
+const problemBase = "https://rebill.dev/problems/"
+
+// Problem is an RFC 9457 problem detail, the body of every error response.
+type Problem struct {
+	Type   string                `json:"type"`
+	Title  string                `json:"title"`
+	Status int                   `json:"status"`
+	Detail string                `json:"detail"`
+	Errors []validate.FieldError `json:"errors,omitempty"`
+}
+
+func newProblem(status int, slug, title, detail string) Problem {
+	return Problem{Type: problemBase + slug, Title: title, Status: status, Detail: detail}
+}
+
+func writeProblem(w http.ResponseWriter, p Problem) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+func validationProblem(errs ...validate.FieldError) Problem {
+	p := newProblem(http.StatusBadRequest, "validation-error", "Invalid request", "The request has invalid fields.")
+	p.Errors = errs
+	return p
+}
+
+func fieldProblem(field, message string) Problem {
+	return validationProblem(validate.FieldError{Field: field, Message: message})
+}
+
+var (
+	problemUnauthorized = newProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized",
+		"Send a valid API key as `Authorization: Bearer <key>`.")
+	problemForbidden = newProblem(http.StatusForbidden, "forbidden", "Forbidden",
+		"This API key's role does not allow this request.")
+	problemNotFound = newProblem(http.StatusNotFound, "not-found", "Not found",
+		"No such resource.")
+	problemInternal = newProblem(http.StatusInternalServerError, "internal-error", "Internal error",
+		"The request failed; it was not applied. Retry with the same Idempotency-Key.")
+	problemUnavailable = newProblem(http.StatusServiceUnavailable, "service-unavailable", "Service unavailable",
+		"The database is unreachable; nothing was executed. Retry later with the same Idempotency-Key.")
+	problemBodyTooLarge = newProblem(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large",
+		"Request bodies are limited to 64 KiB.")
+)
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,196 @@
+// Package api is rebill's HTTP edge: the chi router, authentication, the
+// Idempotency-Key middleware, problem+json errors and the OpenAPI
+// document. It translates HTTP to calls on the domain packages and their
+// errors back to statuses, in one place.
+package api
+
+import (
+	"context"
+	_ "embed"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+//go:embed openapi.json
+var openAPIDocument []byte
+
+// Dev is what dev mode adds: the manual clock and the simulated gateways.
+type Dev struct {
+	Clock *clock.Manual
+	// ClockMoved is called after the clock moved, to scan due work at once.
+	ClockMoved func(ctx context.Context)
+	Gateways   DevGateways
+}
+
+// Deps lists everything the HTTP layer depends on.
+type Deps struct {
+	Pool          *pgxpool.Pool
+	Keys          *Keys
+	Idempotency   *idempotency.Store
+	Subscriptions *subscriptions.Store
+	Clock         clock.Clock
+	// KnownGateway reports whether a payment method may name gateway.
+	KnownGateway func(name string) bool
+	Dev          *Dev // nil outside dev mode: /v1/dev/* answers 404
+	Logger       zerolog.Logger
+}
+
+// Server is the HTTP handler of rebill.
+type Server struct {
+	Deps
+	keys *Keys
+	log  zerolog.Logger
+	mux  *chi.Mux
+}
+
+// NewServer builds the router over deps.
+func NewServer(deps Deps) *Server {
+	s := &Server{Deps: deps, keys: deps.Keys, log: deps.Logger}
+	s.mux = s.routes()
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) routes() *chi.Mux {
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics)
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) { writeProblem(w, problemNotFound) })
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		writeProblem(w, newProblem(http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", "This path does not support this method."))
+	})
+
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", s.readyz)
+	r.Method(http.MethodGet, "/metrics", promhttp.Handler())
+	r.Get("/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openAPIDocument)
+	})
+
+	idem := idempotency.Middleware(s.Idempotency,
+		func(r *http.Request) string { return principalFrom(r.Context()).IdempotencyScope() },
+		idempotency.Problems{
+			Write: func(w http.ResponseWriter, status int, slug, title, detail string) {
+				writeProblem(w, newProblem(status, slug, title, detail))
+			},
+			BodyTooLarge: func(w http.ResponseWriter) { writeProblem(w, problemBodyTooLarge) },
+			Unavailable: func(w http.ResponseWriter) {
+				w.Header().Set("Retry-After", "1")
+				writeProblem(w, problemUnavailable)
+			},
+			InternalFailed: func(w http.ResponseWriter) { writeProblem(w, problemInternal) },
+		}, s.log)
+
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate, idem)
+
+		r.With(requireRole(RoleAdmin)).Post("/v1/api-keys", s.createAPIKey)
+
+		r.Post("/v1/subscriptions", s.createSubscription)
+		r.Get("/v1/subscriptions", s.listSubscriptions)
+		r.Get("/v1/subscriptions/{id}", s.getSubscription)
+		r.Post("/v1/subscriptions/{id}/pause", s.pauseSubscription)
+		r.Post("/v1/subscriptions/{id}/resume", s.resumeSubscription)
+		r.Post("/v1/subscriptions/{id}/cancel", s.cancelSubscription)
+		r.Post("/v1/subscriptions/{id}/payment-method", s.changePaymentMethod)
+		r.Get("/v1/subscriptions/{id}/events", s.listEvents)
+		r.Get("/v1/subscriptions/{id}/charges", s.listSubscriptionCharges)
+
+		if s.Dev != nil {
+			r.Get("/v1/dev/clock", s.getDevClock)
+			r.Post("/v1/dev/clock", s.setDevClock)
+			r.Get("/v1/dev/gateways/{name}/ledger", s.gatewayLedger)
+			r.Post("/v1/dev/gateways/{name}/faults", s.gatewayFaults)
+		}
+	})
+	return r
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.Pool.Ping(ctx); err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, problemUnavailable)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+type logKeyIDKey struct{}
+
+// setLogKeyID tells the request logger which API key made the request.
+func setLogKeyID(ctx context.Context, id string) {
+	if holder, ok := ctx.Value(logKeyIDKey{}).(*atomic.Value); ok {
+		holder.Store(id)
+	}
+}
+
+// logRequests writes one line per request and records its metrics: ids,
+// route pattern, status and latency; never bodies, keys or card data.
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		keyID := &atomic.Value{}
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r.WithContext(context.WithValue(r.Context(), logKeyIDKey{}, keyID)))
+
+		elapsed := time.Since(start)
+		route := "unmatched"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		status := ww.Status()
+		if status == 0 {
+			status = http.StatusOK
+		}
+		statusText := strconv.Itoa(status)
+		metrics.HTTPRequests.WithLabelValues(route, r.Method, statusText).Inc()
+		metrics.HTTPDuration.WithLabelValues(route, r.Method, statusText).Observe(elapsed.Seconds())
+
+		event := s.log.Info()
+		if status >= 500 {
+			event = s.log.Error()
+		}
+		id, _ := keyID.Load().(string)
+		event.Str("request_id", middleware.GetReqID(r.Context())).
+			Str("method", r.Method).
+			Str("route", route).
+			Int("status", status).
+			Dur("latency", elapsed).
+			Str("api_key_id", id).
+			Bool("replayed", ww.Header().Get(idempotency.ReplayedHeader) == "true").
+			Msg("request")
+	})
+}
+
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error().Str("request_id", middleware.GetReqID(r.Context())).Interface("panic", v).Msg("handler panicked")
+				writeProblem(w, problemInternal)
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

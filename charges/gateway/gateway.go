@@ -1,0 +1,94 @@
+// Package gateway is the seam between rebill's charge pipeline and payment
+// providers. A Gateway is one provider account; every call carries an
+// idempotency key so that a retried call never creates a second operation.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Op names a gateway operation.
+type Op string
+
+// The operations of a charge: a hold, its capture, or its release.
+const (
+	OpAuthorize Op = "authorize"
+	OpCapture   Op = "capture"
+	OpVoid      Op = "void"
+)
+
+// Status is the provider's verdict on an operation that it processed.
+type Status string
+
+const (
+	// StatusSucceeded: the operation took effect.
+	StatusSucceeded Status = "succeeded"
+	// StatusDeclined: the issuer refused; see Result.Hard for whether a
+	// later attempt may succeed.
+	StatusDeclined Status = "declined"
+	// StatusFailed: the provider refused the request itself (bad token,
+	// capture of an unknown hold); retrying the same request cannot help.
+	StatusFailed Status = "failed"
+)
+
+// Sentinel errors. Declines are not errors: they come back as a Result.
+var (
+	// ErrUnavailable: the provider answered that it did nothing (503,
+	// connection refused before the request was sent). Retry with the same
+	// idempotency key.
+	ErrUnavailable = errors.New("gateway unavailable")
+	// ErrUnknownOutcome: the request may have been processed but no answer
+	// arrived (timeout, connection reset). Look the operation up by its
+	// idempotency key before doing anything else.
+	ErrUnknownOutcome = errors.New("gateway outcome unknown")
+	// ErrNotFound: Lookup found no operation with that idempotency key.
+	ErrNotFound = errors.New("gateway operation not found")
+)
+
+// Request is one operation to perform. Capture and Void name the hold
+// through AuthorizationID, the Reference that Authorize returned.
+type Request struct {
+	IdempotencyKey  string
+	Token           string // recurring payment token; never logged
+	Amount          int64  // minor units
+	Currency        string // ISO 4217
+	ChargeKey       string // rebill's business key, for the provider's records
+	AuthorizationID string
+}
+
+// Result is the provider's answer for an operation it processed.
+type Result struct {
+	Op             Op
+	IdempotencyKey string
+	Reference      string // the provider's id of this operation
+	Status         Status
+	DeclineCode    string // e.g. "insufficient_funds"; empty unless declined
+	Hard           bool   // a hard decline: no retry of this card can succeed
+	Amount         int64
+	Currency       string
+	At             time.Time
+}
+
+// Gateway is a payment provider account. Every method is safe to call again
+// with the same idempotency key: the provider returns the first result and
+// performs nothing new.
+type Gateway interface {
+	// Name is the configured gateway name that payment methods refer to.
+	Name() string
+	// Authorize places a hold. Returns ErrUnavailable or ErrUnknownOutcome
+	// on technical failure.
+	Authorize(ctx context.Context, req Request) (Result, error)
+	// Capture collects a hold made by Authorize.
+	Capture(ctx context.Context, req Request) (Result, error)
+	// Void releases a hold that was not captured.
+	Void(ctx context.Context, req Request) (Result, error)
+	// Lookup reports what happened to the operation sent with this
+	// idempotency key. Returns ErrNotFound when the provider never
+	// processed it.
+	Lookup(ctx context.Context, idempotencyKey string) (Result, error)
+	// Operations lists every operation the provider processed on the UTC
+	// day that contains day, oldest first, for reconciliation.
+	Operations(ctx context.Context, day time.Time) ([]Result, error)
+}

@@ -1,0 +1,56 @@
+// Package sim is the simulated payment gateway: a real HTTP server that
+// plays one or more provider accounts, and [Client], the [gateway.Gateway]
+// that talks to it over HTTP. Faults therefore cross a real connection:
+// a timeout is a real timeout and a lost answer is a closed socket, so
+// rebill's retry and look-up paths run exactly as they would against a
+// provider.
+//
+// The sim stands for another company. Its ledger lives in PostgreSQL in its
+// own schema, gatewaysim (see [Migrate]), so it outlives rebill's restarts,
+// and its operation times are real time, not rebill's dev clock.
+//
+// # Routes
+//
+// One server hosts several named gateways, each under its own path prefix:
+//
+//	POST /{gateway}/authorize            header Idempotency-Key, body {token, amount, currency, charge_key}
+//	POST /{gateway}/capture              body {authorization_id, amount, currency, token?}
+//	POST /{gateway}/void                 body {authorization_id, token?}
+//	GET  /{gateway}/operations/{key}     look-up by idempotency key; 404 operation_not_found
+//	GET  /{gateway}/operations?day=YYYY-MM-DD
+//	GET  /{gateway}/ledger               every operation, oldest first (dev endpoint)
+//	GET  /{gateway}/faults
+//	POST /{gateway}/faults               {down?, latency_ms?, error_rate?}
+//
+// A replayed idempotency key returns the stored result and records nothing,
+// also when concurrent calls race with one key. Reusing a key for a
+// different operation or amount is refused with 409.
+//
+// # Test tokens
+//
+// Behaviour follows the token's prefix:
+//
+//   - tok_ok: authorize succeeds; capture and void follow the state of the
+//     authorization they name.
+//   - tok_decline_funds: authorize is declined, insufficient_funds, soft.
+//   - tok_decline_hard: authorize is declined, stolen_card, hard.
+//   - tok_lost_response: authorize and capture are processed and recorded as
+//     succeeded, but no answer is ever written; the connection is dropped
+//     once the caller gives up (or after a minute). Replays are lost the
+//     same way; look-ups answer normally.
+//   - tok_flaky: the first two calls with each idempotency key answer 503
+//     and do nothing; later calls behave like tok_ok.
+//   - anything else: authorize fails with invalid_token.
+//
+// A capture or void sent without a token behaves like the card of the
+// authorization it names. Only a token's last four characters are stored,
+// and no token is ever logged or put into an error.
+//
+// # Faults
+//
+// Per gateway, set through POST /{gateway}/faults or [Store.SetFaults]:
+// down makes every operation and look-up answer 503; latency_ms delays them;
+// error_rate is the fraction of operations that answer 503 having done
+// nothing. The ledger and faults endpoints keep working regardless, since
+// they are the test harness, not the provider's API.
+package sim

@@ -1,0 +1,80 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+)
+
+// shutdownTimeout bounds the graceful shutdown of ListenAndServe.
+const shutdownTimeout = 10 * time.Second
+
+// ListenAndServe runs the sim as its own process (`rebill gatewaysim`): it
+// migrates the gatewaysim schema, serves the gateways in names on addr until
+// ctx is done, then shuts down gracefully.
+func ListenAndServe(ctx context.Context, addr string, pool *pgxpool.Pool, names []string, logger zerolog.Logger) error {
+	srv, ln, errc, err := start(ctx, addr, pool, names, logger)
+	if err != nil {
+		return err
+	}
+	logger.Info().Str("addr", ln.Addr().String()).Strs("gateways", names).Msg("gatewaysim listening")
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gatewaysim serve on %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	return shutdown(sctx, srv, errc)
+}
+
+// Start runs the sim inside rebill for dev mode on a free loopback port and
+// returns the server's root URL (a gateway's base URL is root + "/" + name)
+// and a function that shuts it down; call stop once. ctx bounds only the
+// start, not the server's life.
+func Start(ctx context.Context, pool *pgxpool.Pool, names []string, logger zerolog.Logger) (baseURL string, stop func(context.Context) error, err error) {
+	srv, ln, errc, err := start(ctx, "127.0.0.1:0", pool, names, logger)
+	if err != nil {
+		return "", nil, err
+	}
+	stop = func(ctx context.Context) error { return shutdown(ctx, srv, errc) }
+	return "http://" + ln.Addr().String(), stop, nil
+}
+
+// start migrates, listens on addr and serves in the background; Serve's
+// error arrives on the returned channel.
+func start(ctx context.Context, addr string, pool *pgxpool.Pool, names []string, logger zerolog.Logger) (*http.Server, net.Listener, <-chan error, error) {
+	if err := Migrate(ctx, pool); err != nil {
+		return nil, nil, nil, err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("gatewaysim listen on %s: %w", addr, err)
+	}
+	h := newServer(pool, names, logger)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// Shutdown waits for active requests; a lost answer would hold it
+	// for a minute.
+	srv.RegisterOnShutdown(h.abandonLostResponses)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	return srv, ln, errc, nil
+}
+
+// shutdown stops srv gracefully and collects Serve's result.
+func shutdown(ctx context.Context, srv *http.Server, errc <-chan error) error {
+	if err := srv.Shutdown(ctx); err != nil {
+		return fmt.Errorf("gatewaysim shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("gatewaysim serve: %w", err)
+	}
+	return nil
+}

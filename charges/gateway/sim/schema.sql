@@ -1,0 +1,56 @@
+-- The simulated provider's own books. They live in their own schema, apart
+-- from rebill's tables, because the sim stands for another company: rebill
+-- migrations never touch them and they survive rebill's restarts.
+-- Every statement is idempotent; Migrate runs the whole file under an
+-- advisory lock on every start.
+
+CREATE SCHEMA IF NOT EXISTS gatewaysim;
+
+-- One row per operation a gateway processed. A replayed idempotency key finds
+-- its row through the unique constraint and adds nothing.
+CREATE TABLE IF NOT EXISTS gatewaysim.operations (
+    id               bigserial   PRIMARY KEY,
+    gateway          text        NOT NULL,
+    op               text        NOT NULL CHECK (op IN ('authorize', 'capture', 'void')),
+    idempotency_key  text        NOT NULL,
+    reference        text        NOT NULL UNIQUE,
+    -- The authorize reference a capture or void acts on; NULL for authorize.
+    authorization_id text,
+    -- Only the last four characters of the token; the token is never stored.
+    token_last4      text        NOT NULL,
+    -- The test-token class (ok, decline_funds, ...), so a capture or void
+    -- sent without a token behaves like the card it was authorized with.
+    token_kind       text        NOT NULL,
+    charge_key       text        NOT NULL,
+    amount           bigint      NOT NULL,
+    currency         text        NOT NULL,
+    status           text        NOT NULL CHECK (status IN ('succeeded', 'declined', 'failed')),
+    decline_code     text        NOT NULL DEFAULT '',
+    hard             boolean     NOT NULL DEFAULT false,
+    -- Stamped by the database on real time: the provider does not follow
+    -- rebill's dev clock.
+    at               timestamptz NOT NULL DEFAULT clock_timestamp(),
+    UNIQUE (gateway, idempotency_key)
+);
+
+CREATE INDEX IF NOT EXISTS operations_gateway_at_idx
+    ON gatewaysim.operations (gateway, at);
+CREATE INDEX IF NOT EXISTS operations_authorization_idx
+    ON gatewaysim.operations (gateway, authorization_id)
+    WHERE authorization_id IS NOT NULL;
+
+-- Calls received per idempotency key, so tok_flaky can fail the first two.
+CREATE TABLE IF NOT EXISTS gatewaysim.call_counters (
+    gateway         text    NOT NULL,
+    idempotency_key text    NOT NULL,
+    calls           integer NOT NULL,
+    PRIMARY KEY (gateway, idempotency_key)
+);
+
+-- Fault switches per gateway; a missing row means no faults.
+CREATE TABLE IF NOT EXISTS gatewaysim.faults (
+    gateway    text             PRIMARY KEY,
+    down       boolean          NOT NULL DEFAULT false,
+    latency_ms integer          NOT NULL DEFAULT 0 CHECK (latency_ms >= 0),
+    error_rate double precision NOT NULL DEFAULT 0 CHECK (error_rate >= 0 AND error_rate <= 1)
+);

@@ -1,0 +1,445 @@
+package sim
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rebill/rebill/charges/gateway"
+)
+
+//go:embed schema.sql
+var schema string
+
+// migrateLock is the advisory lock key that nodes migrating gatewaysim wait
+// on ("gwsim_mg" folded into an int64): CREATE ... IF NOT EXISTS is not safe
+// against a concurrent CREATE of the same object.
+const migrateLock int64 = 0x6777_7369_6d5f_6d67
+
+// Migrate creates the gatewaysim schema and its tables if they are missing.
+// It is idempotent and safe to run from several nodes at once.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLock); err != nil {
+			return fmt.Errorf("take lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, schema); err != nil {
+			return fmt.Errorf("apply schema: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("migrate gatewaysim: %w", err)
+	}
+	return nil
+}
+
+// ErrInvalidFaults is returned by [Store.SetFaults] for a negative latency
+// or an error rate outside [0, 1].
+var ErrInvalidFaults = errors.New("invalid gateway faults")
+
+// errKeyReused: an idempotency key already names a different operation.
+// A real provider refuses such a call rather than replaying a result that
+// does not answer the request.
+var errKeyReused = errors.New("idempotency key already used for a different request")
+
+// Store is the sim's ledger and fault switches in PostgreSQL. The HTTP
+// server uses it, and so can rebill's dev endpoints, without a round trip.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// NewStore returns a Store on pool. [Migrate] must have run.
+func NewStore(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool}
+}
+
+// LedgerEntry is one operation as the dev ledger shows it.
+type LedgerEntry struct {
+	Op             gateway.Op     `json:"op"`
+	IdempotencyKey string         `json:"idempotency_key"`
+	Reference      string         `json:"reference"`
+	TokenLast4     string         `json:"token_last4"`
+	Amount         int64          `json:"amount"`
+	Currency       string         `json:"currency"`
+	Status         gateway.Status `json:"status"`
+	DeclineCode    string         `json:"decline_code,omitempty"`
+	At             time.Time      `json:"at"`
+}
+
+// Faults are a gateway's fault switches.
+type Faults struct {
+	Down      bool    `json:"down"`
+	LatencyMS int     `json:"latency_ms"`
+	ErrorRate float64 `json:"error_rate"`
+}
+
+// FaultsPatch changes only the switches that are set.
+type FaultsPatch struct {
+	Down      *bool    `json:"down,omitempty"`
+	LatencyMS *int     `json:"latency_ms,omitempty"`
+	ErrorRate *float64 `json:"error_rate,omitempty"`
+}
+
+// tokenKind is the test-token class that decides how the sim behaves.
+type tokenKind string
+
+const (
+	kindOK           tokenKind = "ok"
+	kindDeclineFunds tokenKind = "decline_funds"
+	kindDeclineHard  tokenKind = "decline_hard"
+	kindLostResponse tokenKind = "lost_response"
+	kindFlaky        tokenKind = "flaky"
+	kindInvalid      tokenKind = "invalid"
+)
+
+// tokenPrefixes maps test-token prefixes to their class.
+var tokenPrefixes = []struct {
+	prefix string
+	kind   tokenKind
+}{
+	{"tok_ok", kindOK},
+	{"tok_decline_funds", kindDeclineFunds},
+	{"tok_decline_hard", kindDeclineHard},
+	{"tok_lost_response", kindLostResponse},
+	{"tok_flaky", kindFlaky},
+}
+
+func classify(token string) tokenKind {
+	for _, p := range tokenPrefixes {
+		if strings.HasPrefix(token, p.prefix) {
+			return p.kind
+		}
+	}
+	return kindInvalid
+}
+
+// last4 keeps what the ledger may show of a token. Runes, not bytes, so the
+// stored text stays valid UTF-8 whatever the caller sent.
+func last4(token string) string {
+	r := []rune(token)
+	if len(r) > 4 {
+		r = r[len(r)-4:]
+	}
+	return string(r)
+}
+
+// opRequest is one operation call as the server received it.
+type opRequest struct {
+	Op              gateway.Op
+	IdempotencyKey  string
+	Token           string
+	Amount          int64
+	Currency        string
+	ChargeKey       string
+	AuthorizationID string
+}
+
+// operation is one ledger row.
+type operation struct {
+	Op              gateway.Op
+	IdempotencyKey  string
+	Reference       string
+	AuthorizationID string
+	TokenLast4      string
+	Kind            tokenKind
+	ChargeKey       string
+	Amount          int64
+	Currency        string
+	Status          gateway.Status
+	DeclineCode     string
+	Hard            bool
+	At              time.Time
+}
+
+// answers reports whether the stored operation is the one req asks for, so
+// that a replay may return it.
+func (o operation) answers(req opRequest) bool {
+	if o.Op != req.Op || o.AuthorizationID != req.AuthorizationID {
+		return false
+	}
+	// A void records the authorization's amount, whatever the call said.
+	return o.Op == gateway.OpVoid || (o.Amount == req.Amount && o.Currency == req.Currency)
+}
+
+// answerIsLost reports whether the sim swallows the answer to this
+// operation: tok_lost_response loses authorizations and captures.
+func (o operation) answerIsLost() bool {
+	return o.Kind == kindLostResponse && o.Op != gateway.OpVoid
+}
+
+func (o operation) ledgerEntry() LedgerEntry {
+	return LedgerEntry{
+		Op:             o.Op,
+		IdempotencyKey: o.IdempotencyKey,
+		Reference:      o.Reference,
+		TokenLast4:     o.TokenLast4,
+		Amount:         o.Amount,
+		Currency:       o.Currency,
+		Status:         o.Status,
+		DeclineCode:    o.DeclineCode,
+		At:             o.At,
+	}
+}
+
+const operationColumns = `op, idempotency_key, reference, coalesce(authorization_id, ''),
+	token_last4, token_kind, charge_key, amount, currency, status, decline_code, hard, at`
+
+func scanOperation(row pgx.Row) (operation, error) {
+	var o operation
+	err := row.Scan(&o.Op, &o.IdempotencyKey, &o.Reference, &o.AuthorizationID,
+		&o.TokenLast4, &o.Kind, &o.ChargeKey, &o.Amount, &o.Currency,
+		&o.Status, &o.DeclineCode, &o.Hard, &o.At)
+	o.At = o.At.UTC()
+	return o, err
+}
+
+func collectOperations(rows pgx.Rows) ([]operation, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (operation, error) {
+		return scanOperation(row)
+	})
+}
+
+// Ledger returns every operation gw processed, oldest first.
+func (s *Store) Ledger(ctx context.Context, gw string) ([]LedgerEntry, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+operationColumns+`
+		FROM gatewaysim.operations WHERE gateway = $1 ORDER BY at, id`, gw)
+	if err != nil {
+		return nil, fmt.Errorf("read ledger of %s: %w", gw, err)
+	}
+	ops, err := collectOperations(rows)
+	if err != nil {
+		return nil, fmt.Errorf("read ledger of %s: %w", gw, err)
+	}
+	entries := make([]LedgerEntry, len(ops))
+	for i, o := range ops {
+		entries[i] = o.ledgerEntry()
+	}
+	return entries, nil
+}
+
+// operationsOn returns gw's operations on the UTC day that contains day,
+// oldest first.
+func (s *Store) operationsOn(ctx context.Context, gw string, day time.Time) ([]operation, error) {
+	from := day.UTC().Truncate(24 * time.Hour)
+	rows, err := s.pool.Query(ctx, `SELECT `+operationColumns+`
+		FROM gatewaysim.operations
+		WHERE gateway = $1 AND at >= $2 AND at < $3 ORDER BY at, id`,
+		gw, from, from.Add(24*time.Hour))
+	if err != nil {
+		return nil, fmt.Errorf("list operations of %s on %s: %w", gw, from.Format(time.DateOnly), err)
+	}
+	ops, err := collectOperations(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list operations of %s on %s: %w", gw, from.Format(time.DateOnly), err)
+	}
+	return ops, nil
+}
+
+// lookup returns the operation gw recorded for key, or gateway.ErrNotFound.
+func (s *Store) lookup(ctx context.Context, gw, key string) (operation, error) {
+	o, err := scanOperation(s.pool.QueryRow(ctx, `SELECT `+operationColumns+`
+		FROM gatewaysim.operations WHERE gateway = $1 AND idempotency_key = $2`, gw, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return operation{}, gateway.ErrNotFound
+	}
+	if err != nil {
+		return operation{}, fmt.Errorf("look up %s operation %q: %w", gw, key, err)
+	}
+	return o, nil
+}
+
+// Faults returns gw's fault switches; a gateway never configured has none.
+func (s *Store) Faults(ctx context.Context, gw string) (Faults, error) {
+	var f Faults
+	err := s.pool.QueryRow(ctx, `SELECT down, latency_ms, error_rate
+		FROM gatewaysim.faults WHERE gateway = $1`, gw).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Faults{}, nil
+	}
+	if err != nil {
+		return Faults{}, fmt.Errorf("read faults of %s: %w", gw, err)
+	}
+	return f, nil
+}
+
+// SetFaults changes the switches set in p and returns all of gw's switches.
+// Returns ErrInvalidFaults for a negative latency or an error rate outside
+// [0, 1].
+func (s *Store) SetFaults(ctx context.Context, gw string, p FaultsPatch) (Faults, error) {
+	if p.LatencyMS != nil && *p.LatencyMS < 0 {
+		return Faults{}, fmt.Errorf("%w: latency_ms %d is negative", ErrInvalidFaults, *p.LatencyMS)
+	}
+	if p.ErrorRate != nil && (*p.ErrorRate < 0 || *p.ErrorRate > 1) {
+		return Faults{}, fmt.Errorf("%w: error_rate %v is outside [0, 1]", ErrInvalidFaults, *p.ErrorRate)
+	}
+	var f Faults
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO gatewaysim.faults AS f (gateway, down, latency_ms, error_rate)
+		VALUES ($1, coalesce($2, false), coalesce($3, 0), coalesce($4, 0))
+		ON CONFLICT (gateway) DO UPDATE SET
+			down       = coalesce($2, f.down),
+			latency_ms = coalesce($3, f.latency_ms),
+			error_rate = coalesce($4, f.error_rate)
+		RETURNING down, latency_ms, error_rate`,
+		gw, p.Down, p.LatencyMS, p.ErrorRate).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate)
+	if err != nil {
+		return Faults{}, fmt.Errorf("set faults of %s: %w", gw, err)
+	}
+	return f, nil
+}
+
+// countCall counts one more call with key and returns the count so far.
+func (s *Store) countCall(ctx context.Context, gw, key string) (int, error) {
+	var calls int
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO gatewaysim.call_counters AS c (gateway, idempotency_key, calls)
+		VALUES ($1, $2, 1)
+		ON CONFLICT (gateway, idempotency_key) DO UPDATE SET calls = c.calls + 1
+		RETURNING calls`, gw, key).Scan(&calls)
+	if err != nil {
+		return 0, fmt.Errorf("count %s call %q: %w", gw, key, err)
+	}
+	return calls, nil
+}
+
+// kindOf tells which test token governs req: its own, or for a capture or
+// void sent without one, the token of the authorization it names.
+func (s *Store) kindOf(ctx context.Context, gw string, req opRequest) (tokenKind, error) {
+	if req.Token != "" || req.Op == gateway.OpAuthorize {
+		return classify(req.Token), nil
+	}
+	var kind tokenKind
+	err := s.pool.QueryRow(ctx, `SELECT token_kind FROM gatewaysim.operations
+		WHERE gateway = $1 AND reference = $2 AND op = 'authorize'`,
+		gw, req.AuthorizationID).Scan(&kind)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return kindInvalid, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read %s authorization %q: %w", gw, req.AuthorizationID, err)
+	}
+	return kind, nil
+}
+
+// perform records req unless its idempotency key already has an operation,
+// and returns the operation that key stands for. Concurrent calls with one
+// key all return the row of whichever inserted first. Returns errKeyReused
+// when that row is not the operation req asks for.
+func (s *Store) perform(ctx context.Context, gw string, req opRequest, kind tokenKind) (operation, error) {
+	var o operation
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		o, err = performTx(ctx, tx, gw, req, kind)
+		return err
+	})
+	if err != nil {
+		return operation{}, fmt.Errorf("%s %s %q: %w", gw, req.Op, req.IdempotencyKey, err)
+	}
+	if !o.answers(req) {
+		return operation{}, fmt.Errorf("%s %s %q: %w", gw, req.Op, req.IdempotencyKey, errKeyReused)
+	}
+	return o, nil
+}
+
+func performTx(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind tokenKind) (operation, error) {
+	const byKey = `SELECT ` + operationColumns + ` FROM gatewaysim.operations
+		WHERE gateway = $1 AND idempotency_key = $2`
+	o, err := scanOperation(tx.QueryRow(ctx, byKey, gw, req.IdempotencyKey))
+	if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+		return o, err
+	}
+	o, err = decide(ctx, tx, gw, req, kind)
+	if err != nil {
+		return operation{}, err
+	}
+	// A concurrent call with the same key blocks here on the unique index
+	// until the first commits, then inserts nothing; the winner's row is
+	// visible to the next statement.
+	inserted, err := scanOperation(tx.QueryRow(ctx, `
+		INSERT INTO gatewaysim.operations (gateway, op, idempotency_key, reference,
+			authorization_id, token_last4, token_kind, charge_key, amount, currency,
+			status, decline_code, hard)
+		VALUES ($1, $2, $3, $1 || '_op_' || gen_random_uuid(), nullif($4, ''),
+			$5, $6, $7, $8, $9, $10, $11, $12)
+		ON CONFLICT (gateway, idempotency_key) DO NOTHING
+		RETURNING `+operationColumns,
+		gw, o.Op, o.IdempotencyKey, o.AuthorizationID, o.TokenLast4, o.Kind,
+		o.ChargeKey, o.Amount, o.Currency, o.Status, o.DeclineCode, o.Hard))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return scanOperation(tx.QueryRow(ctx, byKey, gw, req.IdempotencyKey))
+	}
+	return inserted, err
+}
+
+// decide is the provider's verdict on a new operation. A capture or void
+// locks its authorization so that two of them cannot both settle it.
+func decide(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind tokenKind) (operation, error) {
+	o := operation{
+		Op:              req.Op,
+		IdempotencyKey:  req.IdempotencyKey,
+		AuthorizationID: req.AuthorizationID,
+		TokenLast4:      last4(req.Token),
+		Kind:            kind,
+		ChargeKey:       req.ChargeKey,
+		Amount:          req.Amount,
+		Currency:        req.Currency,
+		Status:          gateway.StatusSucceeded,
+	}
+	fail := func(code string) (operation, error) {
+		o.Status, o.DeclineCode = gateway.StatusFailed, code
+		return o, nil
+	}
+	if req.Op == gateway.OpAuthorize {
+		switch kind {
+		case kindDeclineFunds:
+			o.Status, o.DeclineCode = gateway.StatusDeclined, "insufficient_funds"
+		case kindDeclineHard:
+			o.Status, o.DeclineCode, o.Hard = gateway.StatusDeclined, "stolen_card", true
+		case kindInvalid:
+			return fail("invalid_token")
+		}
+		return o, nil
+	}
+
+	auth, err := scanOperation(tx.QueryRow(ctx, `SELECT `+operationColumns+`
+		FROM gatewaysim.operations
+		WHERE gateway = $1 AND reference = $2 AND op = 'authorize'
+		FOR UPDATE`, gw, req.AuthorizationID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fail("invalid_authorization")
+	}
+	if err != nil {
+		return operation{}, fmt.Errorf("lock authorization %q: %w", req.AuthorizationID, err)
+	}
+	if o.TokenLast4 == "" {
+		o.TokenLast4 = auth.TokenLast4
+	}
+	if req.Op == gateway.OpVoid {
+		o.Amount, o.Currency = auth.Amount, auth.Currency
+	}
+	if auth.Status != gateway.StatusSucceeded ||
+		(req.Op == gateway.OpCapture && (req.Amount != auth.Amount || req.Currency != auth.Currency)) {
+		return fail("invalid_authorization")
+	}
+	var settledBy gateway.Op
+	err = tx.QueryRow(ctx, `SELECT op FROM gatewaysim.operations
+		WHERE gateway = $1 AND authorization_id = $2 AND status = 'succeeded'
+		LIMIT 1`, gw, req.AuthorizationID).Scan(&settledBy)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return o, nil
+	case err != nil:
+		return operation{}, fmt.Errorf("read settlement of %q: %w", req.AuthorizationID, err)
+	case settledBy == gateway.OpCapture:
+		return fail("already_captured")
+	default:
+		return fail("already_voided")
+	}
+}

@@ -1,0 +1,374 @@
+// Package app wires rebill together: it reads the configuration, opens the
+// database (or starts the private cluster), and runs the command asked for.
+// cmd/rebill only calls Run, and tests call Run too.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/api"
+	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/internal/pgembed"
+	"github.com/rebill/rebill/migrations"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+const usage = `rebill: recurring payments, exactly one charge per period.
+
+Usage:
+  rebill serve                  migrate, then serve HTTP and run the workers
+  rebill migrate                apply migrations and print their status
+  rebill apikey create --role admin|support|customer [--customer ID]
+  rebill gatewaysim [--addr ADDR]  run the simulated gateways sim1..sim5 standalone
+
+Run 'rebill serve --help' for the environment variables.
+`
+
+// Run executes one rebill command. It returns when the command is done or
+// ctx is cancelled (serve shuts down gracefully then).
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) < 2 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	cfg, err := config.Load(getenv)
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	switch args[1] {
+	case "serve":
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.Usage = func() {
+			fmt.Fprintln(stderr, "Usage: rebill serve\n\nConfiguration comes from environment variables:")
+			config.PrintHelp(stderr)
+		}
+		if err := fs.Parse(args[2:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return err
+		}
+		return serve(ctx, cfg, log, stdout)
+	case "migrate":
+		return migrate(ctx, cfg, log, stdout)
+	case "apikey":
+		return apikey(ctx, cfg, log, args[2:], stdout, stderr)
+	case "gatewaysim":
+		return gatewaysim(ctx, cfg, log, args[2:], stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[1])
+}
+
+func newLogger(w io.Writer, level string) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || lvl == zerolog.NoLevel {
+		lvl = zerolog.InfoLevel
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Str("service", "rebill").Logger()
+}
+
+// openPool connects to DATABASE_URL, or starts (or attaches to) the private
+// cluster when it is empty. stop releases what was opened.
+func openPool(ctx context.Context, cfg config.Config, log zerolog.Logger) (pool *pgxpool.Pool, stop func(), err error) {
+	url := cfg.DatabaseURL
+	stopCluster := func() {}
+	if url == "" {
+		dataDir, err := filepath.Abs(filepath.Join(cfg.DataDir, "pg"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("data folder: %w", err)
+		}
+		cluster, err := pgembed.Start(ctx, pgembed.Options{DataDir: dataDir})
+		if err != nil {
+			return nil, nil, fmt.Errorf("start the private PostgreSQL cluster (or set DATABASE_URL): %w", err)
+		}
+		log.Info().Str("data_dir", dataDir).Msg("private PostgreSQL cluster running")
+		stopCluster = func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := cluster.Stop(stopCtx); err != nil {
+				log.Error().Err(err).Msg("stopping the private PostgreSQL cluster")
+			}
+		}
+		if err := ensureDatabase(ctx, cluster.URL("postgres"), "rebill"); err != nil {
+			stopCluster()
+			return nil, nil, err
+		}
+		url = cluster.URL("rebill")
+	}
+	poolCfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		stopCluster()
+		return nil, nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		poolCfg.MaxConns = 60
+	}
+	pool, err = pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		stopCluster()
+		return nil, nil, fmt.Errorf("open database: %w", err)
+	}
+	if err := pingUntil(ctx, pool, 30*time.Second); err != nil {
+		pool.Close()
+		stopCluster()
+		return nil, nil, err
+	}
+	return pool, func() { pool.Close(); stopCluster() }, nil
+}
+
+func pingUntil(ctx context.Context, pool *pgxpool.Pool, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("database not reachable: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func ensureDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("connect to the private cluster: %w", err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("look up database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		var again bool
+		if qerr := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&again); qerr == nil && again {
+			return nil // another process created it meanwhile
+		}
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+func migrate(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io.Writer) error {
+	pool, stop, err := openPool(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if err := migrations.Up(ctx, pool); err != nil {
+		return err
+	}
+	statuses, err := migrations.List(ctx, pool)
+	if err != nil {
+		return err
+	}
+	for _, s := range statuses {
+		state := "pending"
+		if s.Applied {
+			state = "applied"
+		}
+		fmt.Fprintf(stdout, "%-7s %5d  %-8s %s\n", s.Source, s.Version, state, s.Name)
+	}
+	return nil
+}
+
+func apikey(ctx context.Context, cfg config.Config, log zerolog.Logger, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "create" {
+		return errors.New("usage: rebill apikey create --role admin|support|customer [--customer ID]")
+	}
+	fs := flag.NewFlagSet("apikey create", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	roleName := fs.String("role", "", "admin, support or customer")
+	customer := fs.String("customer", "", "customer_id the key is bound to (customer role only)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	role, err := api.ParseRole(*roleName)
+	if err != nil {
+		return err
+	}
+	pool, stop, err := openPool(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if err := migrations.Up(ctx, pool); err != nil {
+		return err
+	}
+	key, err := api.CreateKey(ctx, pool, role, *customer)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "id:   %s\nrole: %s\nkey:  %s\n(the key is shown once; only its hash is stored)\n", key.ID, key.Role, key.Key)
+	return nil
+}
+
+func gatewaysim(ctx context.Context, cfg config.Config, log zerolog.Logger, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gatewaysim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:8090", "listen address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	pool, stop, err := openPool(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	log.Info().Str("addr", *addr).Strs("gateways", simNames).Msg("simulated gateways listening")
+	return sim.ListenAndServe(ctx, *addr, pool, simNames, log)
+}
+
+// simNames are dev mode's simulated gateways, cheapest first.
+var simNames = []string{"sim1", "sim2", "sim3", "sim4", "sim5"}
+
+// riverLogger routes River's own logs through zerolog at warn and above.
+func riverLogger(log zerolog.Logger) *slog.Logger {
+	return slog.New(zerolog.NewSlogHandler(log.Level(zerolog.WarnLevel).With().Str("component", "river").Logger()))
+}
+
+func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io.Writer) error {
+	pool, stop, err := openPool(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if err := migrations.Up(ctx, pool); err != nil {
+		return err
+	}
+	if cfg.AdminKey == "" {
+		key, created, err := api.EnsureFirstAdminKey(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if created {
+			fmt.Fprintf(stdout, "\nFirst start: created an admin API key. It is shown once; only its hash is stored.\n\n    %s\n\nexport REBILL_KEY=%s\n\n", key.Key, key.Key)
+		}
+	}
+
+	var clk clock.Clock = clock.Wall{}
+	var dev *api.Dev
+	gateways := map[string]string{}
+	for name, url := range cfg.Gateways {
+		gateways[name] = url
+	}
+	if cfg.Dev {
+		manual, err := clock.NewManual(ctx, pool, time.Now())
+		if err != nil {
+			return err
+		}
+		clk = manual
+		if err := sim.Migrate(ctx, pool); err != nil {
+			return err
+		}
+		baseURL, stopSim, err := sim.Start(ctx, pool, simNames, log.With().Str("component", "gatewaysim").Logger())
+		if err != nil {
+			return err
+		}
+		defer func() { _ = stopSim(context.Background()) }()
+		for _, name := range simNames {
+			gateways[name] = baseURL + "/" + name
+		}
+		dev = &api.Dev{Clock: manual, Gateways: sim.NewStore(pool)}
+		log.Warn().Msg("dev mode: manual clock, /v1/dev/* endpoints and simulated gateways sim1..sim5")
+	}
+
+	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		Workers: workers,
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(10*time.Minute),
+				func() (river.JobArgs, *river.InsertOpts) { return idempotency.CleanupArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "idempotency_cleanup", RunOnStart: true}),
+		},
+		Logger: riverLogger(log),
+	})
+	if err != nil {
+		return fmt.Errorf("create River client: %w", err)
+	}
+
+	handler := api.NewServer(api.Deps{
+		Pool: pool, Keys: api.NewKeys(pool, cfg.AdminKey), Idempotency: idem,
+		Subscriptions: subscriptions.NewStore(clk), Clock: clk,
+		KnownGateway: func(name string) bool { _, ok := gateways[name]; return ok },
+		Dev:          dev, Logger: log,
+	})
+
+	listener, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	httpServer := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
+
+	if err := riverClient.Start(ctx); err != nil {
+		return fmt.Errorf("start River: %w", err)
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpServer.Serve(listener) }()
+	log.Info().Str("addr", "http://"+listener.Addr().String()).Bool("dev", cfg.Dev).Msg("rebill listening")
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("HTTP server failed")
+		}
+	}
+	log.Info().Msg("shutting down: draining requests and jobs")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := httpServer.Shutdown(shutdownCtx); err != nil {
+		log.Error().Err(err).Msg("HTTP shutdown")
+	}
+	if err := riverClient.Stop(shutdownCtx); err != nil {
+		log.Error().Err(err).Msg("River shutdown")
+	}
+	log.Info().Msg("stopped")
+	return nil
+}
+
+// Main is cmd/rebill's whole body: signals cancel the context, and the exit
+// code reports failure.
+func Main() {
+	ctx, cancel := signalContext()
+	defer cancel()
+	if err := Run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "rebill:", err)
+		cancel()
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,187 @@
+// Package config reads rebill's settings from environment variables, the
+// one place that lists them all (and so the one place `--help` reads).
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Config is every setting of `rebill serve`.
+type Config struct {
+	Addr              string
+	DatabaseURL       string
+	DataDir           string
+	AdminKey          string
+	Dev               bool
+	IdempotencyTTL    time.Duration
+	IdempotencyLease  time.Duration
+	LogLevel          string
+	ScanInterval      time.Duration
+	ScanBatch         int
+	CatchUpLimit      int
+	DunningSchedule   []time.Duration
+	GatewayTimeout    time.Duration
+	ChargeMaxAttempts int
+	RetryBase         time.Duration
+	RetryMax          time.Duration
+	Workers           int
+	Gateways          map[string]string // name -> simulator base URL
+	ShutdownTimeout   time.Duration
+}
+
+// variable documents one environment variable.
+type variable struct {
+	name, def, help string
+	set             func(*Config, string) error
+}
+
+var variables = []variable{
+	{"REBILL_ADDR", "127.0.0.1:8080", "HTTP listen address",
+		func(c *Config, v string) error { c.Addr = v; return nil }},
+	{"DATABASE_URL", "", "PostgreSQL URL; empty starts a private cluster in REBILL_DATA_DIR/pg",
+		func(c *Config, v string) error { c.DatabaseURL = v; return nil }},
+	{"REBILL_DATA_DIR", ".rebill", "folder for the private PostgreSQL cluster",
+		func(c *Config, v string) error { c.DataDir = v; return nil }},
+	{"REBILL_ADMIN_KEY", "", "bootstrap admin API key (no database row); empty: the first start creates one and prints it",
+		func(c *Config, v string) error { c.AdminKey = v; return nil }},
+	{"REBILL_DEV", "", "1: dev mode (manual clock, /v1/dev/*, simulated gateways sim1..sim5)",
+		func(c *Config, v string) (err error) { c.Dev, err = parseBool(v); return }},
+	{"REBILL_IDEMPOTENCY_TTL", "24h", "how long idempotency records are kept",
+		durationInto(func(c *Config) *time.Duration { return &c.IdempotencyTTL })},
+	{"REBILL_IDEMPOTENCY_LEASE", "60s", "how long a crashed request holds its key before a retry may run it",
+		durationInto(func(c *Config) *time.Duration { return &c.IdempotencyLease })},
+	{"REBILL_LOG_LEVEL", "info", "debug, info, warn or error",
+		func(c *Config, v string) error { c.LogLevel = v; return nil }},
+	{"REBILL_SCAN_INTERVAL", "1m (1s in dev mode)", "how often the leader scans for due periods",
+		durationInto(func(c *Config) *time.Duration { return &c.ScanInterval })},
+	{"REBILL_SCAN_BATCH", "500", "subscriptions per scan transaction",
+		intInto(func(c *Config) *int { return &c.ScanBatch })},
+	{"REBILL_CATCH_UP_LIMIT", "36", "most missed periods charged per subscription after downtime; older ones are skipped and logged",
+		intInto(func(c *Config) *int { return &c.CatchUpLimit })},
+	{"REBILL_DUNNING_SCHEDULE", "24h,72h,120h,168h", "delays after the first decline of the dunning attempts (by the service clock)",
+		func(c *Config, v string) error {
+			c.DunningSchedule = nil
+			for _, part := range strings.Split(v, ",") {
+				d, err := time.ParseDuration(strings.TrimSpace(part))
+				if err != nil || d <= 0 {
+					return fmt.Errorf("want positive durations separated by commas")
+				}
+				c.DunningSchedule = append(c.DunningSchedule, d)
+			}
+			return nil
+		}},
+	{"REBILL_GATEWAY_TIMEOUT", "10s (2s in dev mode)", "timeout of every gateway call",
+		durationInto(func(c *Config) *time.Duration { return &c.GatewayTimeout })},
+	{"REBILL_CHARGE_MAX_ATTEMPTS", "8", "technical attempts of a charge job before it goes to review",
+		intInto(func(c *Config) *int { return &c.ChargeMaxAttempts })},
+	{"REBILL_RETRY_BASE", "5s (1s in dev mode)", "base of the capped exponential backoff with full jitter",
+		durationInto(func(c *Config) *time.Duration { return &c.RetryBase })},
+	{"REBILL_RETRY_MAX", "10m (5s in dev mode)", "cap of a single technical retry delay",
+		durationInto(func(c *Config) *time.Duration { return &c.RetryMax })},
+	{"REBILL_WORKERS", "200", "concurrent charge jobs per node (gateway calls hold no database connection)",
+		intInto(func(c *Config) *int { return &c.Workers })},
+	{"REBILL_GATEWAYS", "", "gateways outside dev mode: name=simulator-base-URL, comma separated",
+		func(c *Config, v string) error {
+			c.Gateways = map[string]string{}
+			for _, part := range strings.Split(v, ",") {
+				if part = strings.TrimSpace(part); part == "" {
+					continue
+				}
+				name, url, ok := strings.Cut(part, "=")
+				if !ok || name == "" || url == "" {
+					return fmt.Errorf("want name=URL pairs")
+				}
+				c.Gateways[name] = url
+			}
+			return nil
+		}},
+	{"REBILL_SHUTDOWN_TIMEOUT", "30s", "how long shutdown waits for in-flight requests and jobs",
+		durationInto(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
+}
+
+func durationInto(field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return errors.New("want a positive duration such as 30s or 24h")
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+func intInto(field func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return errors.New("want a positive integer")
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
+func parseBool(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "", "0", "false", "no":
+		return false, nil
+	case "1", "true", "yes":
+		return true, nil
+	}
+	return false, errors.New("want 1 or 0")
+}
+
+// Load reads the environment through getenv. Defaults that differ in dev
+// mode are applied after REBILL_DEV is known.
+func Load(getenv func(string) string) (Config, error) {
+	c := Config{
+		Addr: "127.0.0.1:8080", DataDir: ".rebill", IdempotencyTTL: 24 * time.Hour, IdempotencyLease: 60 * time.Second,
+		LogLevel: "info", ScanBatch: 500, CatchUpLimit: 36, ChargeMaxAttempts: 8, Workers: 200,
+		DunningSchedule: []time.Duration{24 * time.Hour, 72 * time.Hour, 120 * time.Hour, 168 * time.Hour},
+		ShutdownTimeout: 30 * time.Second,
+	}
+	for _, v := range variables {
+		value := getenv(v.name)
+		if value == "" {
+			continue
+		}
+		if err := v.set(&c, value); err != nil {
+			return Config{}, fmt.Errorf("%s=%q: %w", v.name, value, err)
+		}
+	}
+	defaults := map[*time.Duration][2]time.Duration{ // [production, dev]
+		&c.ScanInterval:   {time.Minute, time.Second},
+		&c.GatewayTimeout: {10 * time.Second, 2 * time.Second},
+		&c.RetryBase:      {5 * time.Second, time.Second},
+		&c.RetryMax:       {10 * time.Minute, 5 * time.Second},
+	}
+	for field, def := range defaults {
+		if *field == 0 {
+			*field = def[0]
+			if c.Dev {
+				*field = def[1]
+			}
+		}
+	}
+	return c, nil
+}
+
+// PrintHelp lists every variable with its default.
+func PrintHelp(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VARIABLE\tDEFAULT\tMEANING")
+	for _, v := range variables {
+		def := v.def
+		if def == "" {
+			def = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.name, def, v.help)
+	}
+	_ = tw.Flush()
+}

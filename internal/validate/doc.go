@@ -1,0 +1,25 @@
+// Package validate holds the pure checks that the HTTP layer runs on request
+// input before anything reaches the domain: strict JSON decoding, card
+// number detection, currency codes, time zones and the Idempotency-Key
+// header.
+//
+// Nothing here touches the network, the database or the clock, so the HTTP
+// layer can call these functions freely and table tests can cover them
+// exhaustively. Every error is safe to show to the client: no message echoes
+// a submitted value, because a submitted value may be card data.
+//
+// # Errors
+//
+// [Decode] returns a [*DecodeError] (400) listing [FieldError] values that
+// map one to one onto the `errors` list of an RFC 9457 problem. [ReadBody]
+// returns [ErrBodyTooLarge] (413). [IdempotencyKey] returns errors matching
+// [ErrIdempotencyKeyMissing] or [ErrIdempotencyKeyInvalid] under errors.Is;
+// both are 400.
+//
+// # Order of checks
+//
+// The HTTP layer should call [ReadBody], then [FindCardNumber], then
+// [Decode]: a field path in a [DecodeError] can repeat a key the client
+// sent, and a key that is a card number must be refused before it can be
+// echoed back or logged.
+package validate

@@ -1,0 +1,200 @@
+package subscriptions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/scheduler/period"
+)
+
+// DBTX is what the store needs of a pool, a connection or a transaction.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store reads and writes subscriptions. Mutations take a pgx.Tx so that the
+// row, its event and any job they cause commit together.
+type Store struct {
+	clock clock.Clock
+}
+
+// NewStore returns a store that stamps changes with clk's time.
+func NewStore(clk clock.Clock) *Store { return &Store{clock: clk} }
+
+// New is a validated request to create a subscription.
+type New struct {
+	CustomerID    string
+	Amount        int64
+	Currency      string
+	Interval      period.Interval
+	IntervalCount int
+	TimeZone      string
+	BillingAnchor *time.Time // nil: now
+	PaymentMethod PaymentMethod
+	Description   string
+	Metadata      map[string]string
+}
+
+const columns = `id, customer_id, status, amount, currency, interval, interval_count, timezone,
+	billing_anchor, next_period_index, next_charge_at, cancel_at_period_end, paused_at, resume_at,
+	pm_gateway, pm_token, coalesce(pm_brand, ''), coalesce(pm_last4, ''), pm_exp_month, pm_exp_year,
+	coalesce(description, ''), metadata, created_at, updated_at, cancelled_at`
+
+func scan(row pgx.Row) (Subscription, error) {
+	var s Subscription
+	var meta []byte
+	err := row.Scan(&s.ID, &s.CustomerID, &s.Status, &s.Amount, &s.Currency, &s.Interval, &s.IntervalCount, &s.TimeZone,
+		&s.BillingAnchor, &s.NextPeriodIndex, &s.NextChargeAt, &s.CancelAtPeriodEnd, &s.PausedAt, &s.ResumeAt,
+		&s.PaymentMethod.Gateway, &s.PaymentMethod.Token, &s.PaymentMethod.Brand, &s.PaymentMethod.Last4,
+		&s.PaymentMethod.ExpMonth, &s.PaymentMethod.ExpYear,
+		&s.Description, &meta, &s.CreatedAt, &s.UpdatedAt, &s.CancelledAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Subscription{}, ErrNotFound
+	}
+	if err != nil {
+		return Subscription{}, fmt.Errorf("scan subscription: %w", err)
+	}
+	if err := json.Unmarshal(meta, &s.Metadata); err != nil {
+		return Subscription{}, fmt.Errorf("decode subscription metadata: %w", err)
+	}
+	s.BillingAnchor = s.BillingAnchor.UTC()
+	s.NextChargeAt = s.NextChargeAt.UTC()
+	s.CreatedAt = s.CreatedAt.UTC()
+	s.UpdatedAt = s.UpdatedAt.UTC()
+	return s, nil
+}
+
+// Create inserts an active subscription whose first period starts at the
+// billing anchor, and logs its creation.
+func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor) (Subscription, error) {
+	now := st.clock.Now()
+	anchor := now
+	if n.BillingAnchor != nil {
+		anchor = n.BillingAnchor.UTC()
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Subscription{}, fmt.Errorf("new subscription id: %w", err)
+	}
+	meta := n.Metadata
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	metaJSON, err := json.Marshal(meta)
+	if err != nil {
+		return Subscription{}, fmt.Errorf("encode metadata: %w", err)
+	}
+	row := tx.QueryRow(ctx, `INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval, interval_count,
+			timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token, pm_brand, pm_last4,
+			pm_exp_month, pm_exp_year, description, metadata, created_at, updated_at)
+		VALUES ($1, $2, 'active', $3, $4, $5, $6, $7, $8, 0, $8, $9, $10, nullif($11, ''), nullif($12, ''), $13, $14,
+			nullif($15, ''), $16, $17, $17)
+		RETURNING `+columns,
+		id, n.CustomerID, n.Amount, n.Currency, n.Interval, n.IntervalCount, n.TimeZone, anchor,
+		n.PaymentMethod.Gateway, n.PaymentMethod.Token, n.PaymentMethod.Brand, n.PaymentMethod.Last4,
+		n.PaymentMethod.ExpMonth, n.PaymentMethod.ExpYear, n.Description, metaJSON, now)
+	sub, err := scan(row)
+	if err != nil {
+		return Subscription{}, fmt.Errorf("insert subscription: %w", err)
+	}
+	if err := st.appendEvent(ctx, tx, sub.ID, EventCreated, Active, Active, actor, now); err != nil {
+		return Subscription{}, err
+	}
+	return sub, nil
+}
+
+// Get returns one subscription. Returns ErrNotFound if it does not exist.
+func (st *Store) Get(ctx context.Context, db DBTX, id uuid.UUID) (Subscription, error) {
+	return scan(db.QueryRow(ctx, `SELECT `+columns+` FROM subscriptions WHERE id = $1`, id))
+}
+
+// GetForUpdate returns one subscription and locks its row until tx ends, so
+// that concurrent changes to it serialise. Returns ErrNotFound.
+func (st *Store) GetForUpdate(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Subscription, error) {
+	return scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM subscriptions WHERE id = $1 FOR UPDATE`, id))
+}
+
+// ListParams filters and pages a list. Empty filters match everything;
+// Before is the keyset cursor (the last id of the previous page).
+type ListParams struct {
+	CustomerID string
+	Status     Status
+	Before     uuid.UUID
+	Limit      int
+}
+
+// List returns subscriptions newest first. Ids are UUIDv7, so id order is
+// creation order and makes a stable keyset cursor.
+func (st *Store) List(ctx context.Context, db DBTX, p ListParams) ([]Subscription, error) {
+	rows, err := db.Query(ctx, `SELECT `+columns+` FROM subscriptions
+		WHERE ($1 = '' OR customer_id = $1) AND ($2 = '' OR status = $2)
+		  AND ($3::uuid IS NULL OR id < $3)
+		ORDER BY id DESC LIMIT $4`,
+		p.CustomerID, string(p.Status), nullUUID(p.Before), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list subscriptions: %w", err)
+	}
+	defer rows.Close()
+	var out []Subscription
+	for rows.Next() {
+		s, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list subscriptions: %w", err)
+	}
+	return out, nil
+}
+
+func nullUUID(id uuid.UUID) *uuid.UUID {
+	if id == uuid.Nil {
+		return nil
+	}
+	return &id
+}
+
+// Events returns a subscription's log oldest first, after the event id
+// after (0 for the start).
+func (st *Store) Events(ctx context.Context, db DBTX, id uuid.UUID, after int64, limit int) ([]Event, error) {
+	rows, err := db.Query(ctx, `SELECT id, subscription_id, type, from_status, to_status, actor_id, actor_role, at
+		FROM subscription_events WHERE subscription_id = $1 AND id > $2 ORDER BY id LIMIT $3`, id, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		if err := rows.Scan(&e.ID, &e.SubscriptionID, &e.Type, &e.From, &e.To, &e.Actor.ID, &e.Actor.Role, &e.At); err != nil {
+			return nil, fmt.Errorf("scan event: %w", err)
+		}
+		e.At = e.At.UTC()
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return out, nil
+}
+
+func (st *Store) appendEvent(ctx context.Context, tx pgx.Tx, id uuid.UUID, typ string, from, to Status, actor Actor, at time.Time) error {
+	_, err := tx.Exec(ctx, `INSERT INTO subscription_events (subscription_id, type, from_status, to_status, actor_id, actor_role, at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, id, typ, from, to, actor.ID, actor.Role, at)
+	if err != nil {
+		return fmt.Errorf("append %s event: %w", typ, err)
+	}
+	return nil
+}

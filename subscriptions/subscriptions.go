@@ -1,0 +1,186 @@
+// Package subscriptions holds the subscription aggregate: its state
+// machine, its events log, and its store.
+//
+// # Transitions
+//
+// Every status change goes through [CanTransition] and a guarded UPDATE in
+// the caller's transaction, and appends one [Event] in that transaction. A
+// transition whose target is already reached is a no-op that writes
+// nothing, so repeated pause, resume and cancel requests converge.
+package subscriptions
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/rebill/rebill/scheduler/period"
+)
+
+// Status is where a subscription stands in its life cycle.
+type Status string
+
+const (
+	// Active: periods are charged as they fall due.
+	Active Status = "active"
+	// Paused: no period is charged; periods that fall due are skipped, not
+	// owed. Resume (by a person, or automatically at resume_at) starts a
+	// new period at once.
+	Paused Status = "paused"
+	// PastDue: a period is unpaid and dunning is retrying it; new periods
+	// are still charged. A successful charge returns it to Active.
+	PastDue Status = "past_due"
+	// Unpaid: dunning gave up. No new period is charged until the payment
+	// method changes.
+	Unpaid Status = "unpaid"
+	// Cancelled: final. Nothing moves a subscription out of it.
+	Cancelled Status = "cancelled"
+)
+
+// Event types written to the events log.
+const (
+	EventCreated              = "created"
+	EventPaused               = "paused"
+	EventResumed              = "resumed"
+	EventCancelled            = "cancelled"
+	EventCancelScheduled      = "cancel_scheduled"
+	EventPaymentMethodUpdated = "payment_method_updated"
+	EventPastDue              = "past_due"
+	EventUnpaid               = "unpaid"
+	EventReactivated          = "reactivated"
+)
+
+// transitions lists, for every status, the statuses it may move to.
+var transitions = map[Status][]Status{
+	Active:    {Paused, PastDue, Cancelled},
+	Paused:    {Active, Cancelled},
+	PastDue:   {Active, Unpaid, Cancelled},
+	Unpaid:    {Active, PastDue, Cancelled},
+	Cancelled: nil,
+}
+
+// CanTransition reports whether a subscription in status from may move to
+// status to. Staying in the same status is not a transition.
+func CanTransition(from, to Status) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// allowedFrom returns the statuses from which to can be reached.
+func allowedFrom(to Status) []string {
+	var out []string
+	for from, tos := range transitions {
+		for _, s := range tos {
+			if s == to {
+				out = append(out, string(from))
+			}
+		}
+	}
+	return out
+}
+
+var (
+	// ErrNotFound: no subscription with that id.
+	ErrNotFound = errors.New("subscription not found")
+)
+
+// TransitionError is a status change that the state machine forbids.
+type TransitionError struct {
+	From   Status
+	To     Status
+	Reason string
+}
+
+func (e *TransitionError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("subscription cannot move from %s to %s: %s", e.From, e.To, e.Reason)
+	}
+	return fmt.Sprintf("subscription cannot move from %s to %s", e.From, e.To)
+}
+
+// PaymentMethod is a recurring payment token and what may be shown of it.
+// The token is write-only: it is never returned by the API or logged.
+type PaymentMethod struct {
+	Gateway  string
+	Token    string
+	Brand    string
+	Last4    string
+	ExpMonth int
+	ExpYear  int
+}
+
+// Expired reports whether the card's expiry month lies before now's month.
+func (pm PaymentMethod) Expired(now time.Time) bool {
+	y, m, _ := now.Date()
+	return pm.ExpYear < y || (pm.ExpYear == y && pm.ExpMonth < int(m))
+}
+
+// Subscription is a fixed amount charged every period.
+type Subscription struct {
+	ID                uuid.UUID
+	CustomerID        string
+	Status            Status
+	Amount            int64
+	Currency          string
+	Interval          period.Interval
+	IntervalCount     int
+	TimeZone          string
+	BillingAnchor     time.Time
+	NextPeriodIndex   int // the period the next charge is for
+	NextChargeAt      time.Time
+	CancelAtPeriodEnd bool
+	PausedAt          *time.Time
+	ResumeAt          *time.Time
+	PaymentMethod     PaymentMethod
+	Description       string
+	Metadata          map[string]string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	CancelledAt       *time.Time
+}
+
+// Schedule is the subscription's period arithmetic. The zone was validated
+// when the subscription was created; an unloadable one falls back to UTC.
+func (s Subscription) Schedule() period.Schedule {
+	loc, err := time.LoadLocation(s.TimeZone)
+	if err != nil {
+		loc = time.UTC
+	}
+	return period.Schedule{Anchor: s.BillingAnchor, Location: loc, Interval: s.Interval, Count: s.IntervalCount}
+}
+
+// CurrentPeriod is the last period that was started, or the first one when
+// none has started yet.
+func (s Subscription) CurrentPeriod() period.Period {
+	if s.NextPeriodIndex == 0 {
+		return s.Schedule().Period(0)
+	}
+	return s.Schedule().Period(s.NextPeriodIndex - 1)
+}
+
+// Actor is who caused a change: an API key and its role, or the system.
+type Actor struct {
+	ID   string
+	Role string
+}
+
+// System is the actor for changes that rebill makes on its own (dunning,
+// scheduled resume, cancel at period end).
+var System = Actor{ID: "system", Role: "system"}
+
+// Event is one entry of a subscription's events log.
+type Event struct {
+	ID             int64
+	SubscriptionID uuid.UUID
+	Type           string
+	From           Status
+	To             Status
+	Actor          Actor
+	At             time.Time
+}

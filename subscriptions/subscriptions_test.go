@@ -1,0 +1,208 @@
+package subscriptions_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/scheduler/period"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+func TestCanTransition(t *testing.T) {
+	t.Parallel()
+	all := []subscriptions.Status{subscriptions.Active, subscriptions.Paused, subscriptions.PastDue, subscriptions.Unpaid, subscriptions.Cancelled}
+	allowed := map[[2]subscriptions.Status]bool{
+		{subscriptions.Active, subscriptions.Paused}:     true,
+		{subscriptions.Active, subscriptions.PastDue}:    true,
+		{subscriptions.Active, subscriptions.Cancelled}:  true,
+		{subscriptions.Paused, subscriptions.Active}:     true,
+		{subscriptions.Paused, subscriptions.Cancelled}:  true,
+		{subscriptions.PastDue, subscriptions.Active}:    true,
+		{subscriptions.PastDue, subscriptions.Unpaid}:    true,
+		{subscriptions.PastDue, subscriptions.Cancelled}: true,
+		{subscriptions.Unpaid, subscriptions.Active}:     true,
+		{subscriptions.Unpaid, subscriptions.PastDue}:    true,
+		{subscriptions.Unpaid, subscriptions.Cancelled}:  true,
+	}
+	for _, from := range all {
+		for _, to := range all {
+			t.Run(string(from)+"->"+string(to), func(t *testing.T) {
+				require.Equal(t, allowed[[2]subscriptions.Status{from, to}], subscriptions.CanTransition(from, to))
+			})
+		}
+	}
+}
+
+type fixedClock struct{ now time.Time }
+
+func (c *fixedClock) Now() time.Time { return c.now }
+
+type testBundle struct {
+	pool  *pgxpool.Pool
+	store *subscriptions.Store
+	clock *fixedClock
+}
+
+func setup(t *testing.T) testBundle {
+	t.Helper()
+	clk := &fixedClock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	return testBundle{pool: dbtest.Pool(t), store: subscriptions.NewStore(clk), clock: clk}
+}
+
+var actor = subscriptions.Actor{ID: "key-1", Role: "support"}
+
+func (b testBundle) inTx(t *testing.T, fn func(tx pgx.Tx) error) {
+	t.Helper()
+	require.NoError(t, pgx.BeginFunc(context.Background(), b.pool, fn))
+}
+
+func (b testBundle) create(t *testing.T) subscriptions.Subscription {
+	t.Helper()
+	var sub subscriptions.Subscription
+	b.inTx(t, func(tx pgx.Tx) (err error) {
+		sub, err = b.store.Create(context.Background(), tx, subscriptions.New{
+			CustomerID: "cust-1", Amount: 49900, Currency: "RUB", Interval: period.Month, IntervalCount: 1,
+			TimeZone: "Europe/Moscow",
+			PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok_1", Last4: "4242", ExpMonth: 12, ExpYear: 2030},
+		}, actor)
+		return err
+	})
+	return sub
+}
+
+func (b testBundle) events(t *testing.T, sub subscriptions.Subscription) []string {
+	t.Helper()
+	events, err := b.store.Events(context.Background(), b.pool, sub.ID, 0, 100)
+	require.NoError(t, err)
+	var types []string
+	for _, e := range events {
+		types = append(types, e.Type)
+	}
+	return types
+}
+
+func TestRepeatedTransitionsWriteOneEventEach(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	sub := b.create(t)
+
+	for i := 0; i < 3; i++ {
+		b.inTx(t, func(tx pgx.Tx) error {
+			got, changed, err := b.store.Pause(ctx, tx, sub.ID, nil, actor)
+			require.Equal(t, i == 0, changed)
+			require.Equal(t, subscriptions.Paused, got.Status)
+			return err
+		})
+	}
+	for i := 0; i < 3; i++ {
+		b.inTx(t, func(tx pgx.Tx) error {
+			got, changed, err := b.store.Resume(ctx, tx, sub.ID, actor)
+			require.Equal(t, i == 0, changed)
+			require.Equal(t, subscriptions.Active, got.Status)
+			return err
+		})
+	}
+	for i := 0; i < 3; i++ {
+		b.inTx(t, func(tx pgx.Tx) error {
+			got, changed, err := b.store.Cancel(ctx, tx, sub.ID, false, actor)
+			require.Equal(t, i == 0, changed)
+			require.Equal(t, subscriptions.Cancelled, got.Status)
+			require.NotNil(t, got.CancelledAt)
+			return err
+		})
+	}
+	require.Equal(t, []string{"created", "paused", "resumed", "cancelled"}, b.events(t, sub))
+}
+
+func TestForbiddenTransitionChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	sub := b.create(t)
+	b.inTx(t, func(tx pgx.Tx) error {
+		_, _, err := b.store.Cancel(ctx, tx, sub.ID, false, actor)
+		return err
+	})
+	before, err := b.store.Get(ctx, b.pool, sub.ID)
+	require.NoError(t, err)
+
+	for name, change := range map[string]func(tx pgx.Tx) error{
+		"resume": func(tx pgx.Tx) error { _, _, err := b.store.Resume(ctx, tx, sub.ID, actor); return err },
+		"pause":  func(tx pgx.Tx) error { _, _, err := b.store.Pause(ctx, tx, sub.ID, nil, actor); return err },
+		"payment method": func(tx pgx.Tx) error {
+			_, _, err := b.store.ChangePaymentMethod(ctx, tx, sub.ID, subscriptions.PaymentMethod{Gateway: "sim2", Token: "tok_ok_2", ExpMonth: 1, ExpYear: 2031}, actor)
+			return err
+		},
+	} {
+		err := pgx.BeginFunc(ctx, b.pool, change)
+		var te *subscriptions.TransitionError
+		require.True(t, errors.As(err, &te), "%s: %v", name, err)
+	}
+	after, err := b.store.Get(ctx, b.pool, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+	require.Equal(t, []string{"created", "cancelled"}, b.events(t, sub))
+}
+
+func TestResumeStartsNewPeriodNow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	sub := b.create(t)
+	b.inTx(t, func(tx pgx.Tx) error { _, _, err := b.store.Pause(ctx, tx, sub.ID, nil, actor); return err })
+	b.clock.now = b.clock.now.Add(45 * 24 * time.Hour)
+	var resumed subscriptions.Subscription
+	b.inTx(t, func(tx pgx.Tx) (err error) { resumed, _, err = b.store.Resume(ctx, tx, sub.ID, actor); return err })
+	require.Equal(t, b.clock.now, resumed.BillingAnchor)
+	require.Equal(t, b.clock.now, resumed.NextChargeAt)
+	require.Nil(t, resumed.PausedAt)
+}
+
+func TestCancelAtPeriodEndIsScheduledOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	sub := b.create(t)
+	for i := 0; i < 2; i++ {
+		b.inTx(t, func(tx pgx.Tx) error {
+			got, changed, err := b.store.Cancel(ctx, tx, sub.ID, true, actor)
+			require.Equal(t, i == 0, changed)
+			require.True(t, got.CancelAtPeriodEnd)
+			require.Equal(t, subscriptions.Active, got.Status)
+			return err
+		})
+	}
+	require.Equal(t, []string{"created", "cancel_scheduled"}, b.events(t, sub))
+}
+
+func TestPaymentMethodChange(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	sub := b.create(t)
+	b.inTx(t, func(tx pgx.Tx) error {
+		_, _, err := b.store.SetStatus(ctx, tx, sub.ID, subscriptions.PastDue, subscriptions.EventPastDue, subscriptions.System)
+		require.NoError(t, err)
+		_, _, err = b.store.SetStatus(ctx, tx, sub.ID, subscriptions.Unpaid, subscriptions.EventUnpaid, subscriptions.System)
+		return err
+	})
+	pm := subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok_new", Last4: "1881", ExpMonth: 3, ExpYear: 2031}
+	for i := 0; i < 2; i++ {
+		b.inTx(t, func(tx pgx.Tx) error {
+			got, changed, err := b.store.ChangePaymentMethod(ctx, tx, sub.ID, pm, actor)
+			require.Equal(t, i == 0, changed)
+			require.Equal(t, subscriptions.PastDue, got.Status, "an unpaid subscription retries with the new card")
+			require.Equal(t, pm, got.PaymentMethod)
+			return err
+		})
+	}
+	require.Equal(t, []string{"created", "past_due", "unpaid", "payment_method_updated"}, b.events(t, sub))
+}
