@@ -12,11 +12,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 
 	"github.com/rebill/rebill/internal/dbtest"
@@ -68,9 +71,13 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	}
 	clk := &fixedClock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
 	logs := &syncBuffer{}
+	subs := subscriptions.NewStore(clk)
+	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Client: insertOnly, CatchUpLimit: 12, BatchSize: 100}
 	srv := api.NewServer(api.Deps{
 		Pool: pool, Keys: api.NewKeys(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
-		Subscriptions: subscriptions.NewStore(clk), Clock: clk,
+		Subscriptions: subs, Billing: biller, Clock: clk,
 		KnownGateway: func(name string) bool { return name == "sim1" || name == "sim2" },
 		Logger:       zerolog.New(logs),
 	})

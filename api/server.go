@@ -14,11 +14,14 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/subscriptions"
@@ -35,12 +38,27 @@ type Dev struct {
 	Gateways   DevGateways
 }
 
+// Billing is what the HTTP layer asks of the billing engine, always inside
+// the request's transaction so that a charge enqueued by a request commits
+// with it.
+type Billing interface {
+	// Due charges the periods of sub that are due now.
+	Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) (subscriptions.Subscription, error)
+	// PaymentMethodChanged retries open charges with the new method.
+	PaymentMethodChanged(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) error
+	// Cancelled voids what the cancelled subscription has not captured.
+	Cancelled(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID) error
+	// Resolve records a support decision on a charge in review.
+	Resolve(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, r charges.Resolution) (charges.Charge, error)
+}
+
 // Deps lists everything the HTTP layer depends on.
 type Deps struct {
 	Pool          *pgxpool.Pool
 	Keys          *Keys
 	Idempotency   *idempotency.Store
 	Subscriptions *subscriptions.Store
+	Billing       Billing
 	Clock         clock.Clock
 	// KnownGateway reports whether a payment method may name gateway.
 	KnownGateway func(name string) bool
@@ -111,6 +129,10 @@ func (s *Server) routes() *chi.Mux {
 		r.Post("/v1/subscriptions/{id}/payment-method", s.changePaymentMethod)
 		r.Get("/v1/subscriptions/{id}/events", s.listEvents)
 		r.Get("/v1/subscriptions/{id}/charges", s.listSubscriptionCharges)
+
+		r.Get("/v1/charges/{id}", s.getCharge)
+		r.With(requireRole(RoleAdmin, RoleSupport)).Get("/v1/review-queue", s.reviewQueue)
+		r.With(requireRole(RoleAdmin, RoleSupport)).Post("/v1/charges/{id}/resolve", s.resolveCharge)
 
 		if s.Dev != nil {
 			r.Get("/v1/dev/clock", s.getDevClock)

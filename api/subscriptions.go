@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/scheduler/period"
 	"github.com/rebill/rebill/subscriptions"
@@ -311,6 +312,9 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 		IntervalCount: count, TimeZone: zone, BillingAnchor: req.BillingAnchor, PaymentMethod: pm,
 		Description: req.Description, Metadata: req.Metadata,
 	}, p.Actor())
+	if err == nil {
+		sub, err = s.Billing.Due(r.Context(), tx, sub)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -470,7 +474,12 @@ func (s *Server) resumeSubscription(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.transition(w, r, func(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription, actor subscriptions.Actor) (subscriptions.Subscription, bool, error) {
-		return s.Subscriptions.Resume(ctx, tx, sub.ID, actor)
+		resumed, changed, err := s.Subscriptions.Resume(ctx, tx, sub.ID, actor)
+		if err != nil || !changed {
+			return resumed, changed, err
+		}
+		resumed, err = s.Billing.Due(ctx, tx, resumed)
+		return resumed, changed, err
 	})
 }
 
@@ -480,7 +489,11 @@ func (s *Server) cancelSubscription(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.transition(w, r, func(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription, actor subscriptions.Actor) (subscriptions.Subscription, bool, error) {
-		return s.Subscriptions.Cancel(ctx, tx, sub.ID, req.AtPeriodEnd, actor)
+		cancelled, changed, err := s.Subscriptions.Cancel(ctx, tx, sub.ID, req.AtPeriodEnd, actor)
+		if err == nil && changed && cancelled.Status == subscriptions.Cancelled {
+			err = s.Billing.Cancelled(ctx, tx, sub.ID)
+		}
+		return cancelled, changed, err
 	})
 }
 
@@ -496,7 +509,11 @@ func (s *Server) changePaymentMethod(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.transition(w, r, func(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription, actor subscriptions.Actor) (subscriptions.Subscription, bool, error) {
-		return s.Subscriptions.ChangePaymentMethod(ctx, tx, sub.ID, pm, actor)
+		updated, changed, err := s.Subscriptions.ChangePaymentMethod(ctx, tx, sub.ID, pm, actor)
+		if err == nil && changed {
+			err = s.Billing.PaymentMethodChanged(ctx, tx, updated)
+		}
+		return updated, changed, err
 	})
 }
 
@@ -553,21 +570,18 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 // whose details go to the log only.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var transition *subscriptions.TransitionError
+	var chargeTransition *charges.TransitionError
 	switch {
 	case errors.As(err, &transition):
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", transition.Error()))
-	case errors.Is(err, subscriptions.ErrNotFound):
+	case errors.Is(err, subscriptions.ErrNotFound), errors.Is(err, charges.ErrNotFound):
 		writeProblem(w, problemNotFound)
+	case errors.As(err, &chargeTransition):
+		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", chargeTransition.Error()))
 	case errors.Is(err, subscriptions.ErrResumeAtNotFuture):
 		writeProblem(w, fieldProblem("resume_at", err.Error()))
 	default:
 		s.log.Error().Err(err).Str("request_id", requestID(r)).Msg("request failed")
 		writeProblem(w, problemInternal)
-	}
-}
-
-func (s *Server) listSubscriptionCharges(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.loadVisible(w, r, s.Pool); ok {
-		writeJSON(w, http.StatusOK, listJSON[struct{}]{Data: []struct{}{}})
 	}
 }

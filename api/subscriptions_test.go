@@ -57,7 +57,9 @@ func TestSubscriptionLifecycleOverHTTP(t *testing.T) {
 	id := sub["id"].(string)
 	require.Equal(t, "/v1/subscriptions/"+id, res.header.Get("Location"))
 	require.Equal(t, "2026-12-01", sub["current_period"].(map[string]any)["key"], "Moscow date of 09:00 UTC")
-	require.Equal(t, "2026-12-01T09:00:00Z", sub["next_charge_at"])
+	require.Equal(t, "2027-01-01T09:00:00Z", sub["next_charge_at"], "the first period was charged at once")
+	require.Equal(t, 1, b.count(t, "charges"), "its charge was enqueued in the create transaction")
+	require.Equal(t, 1, b.count(t, "river_job WHERE kind = 'charge_authorize'"))
 	require.NotContains(t, string(res.body), "tok_ok_visa", "the token is write-only")
 	require.Nil(t, sub["pause"])
 

@@ -198,3 +198,29 @@ func (st *Store) appendEvent(ctx context.Context, tx pgx.Tx, id uuid.UUID, typ s
 	}
 	return nil
 }
+
+// LockDue claims up to limit subscriptions whose next charge is due at now,
+// in keyset order after (afterAt, afterID), skipping rows that another
+// scan or request holds: each is billed by whoever holds it.
+func (st *Store) LockDue(ctx context.Context, tx pgx.Tx, now, afterAt time.Time, afterID uuid.UUID, limit int) ([]Subscription, error) {
+	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM subscriptions
+		WHERE status IN ('active', 'past_due') AND next_charge_at <= $1
+		  AND (next_charge_at, id) > ($2, $3)
+		ORDER BY next_charge_at, id LIMIT $4 FOR UPDATE SKIP LOCKED`, now, afterAt, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("lock due subscriptions: %w", err)
+	}
+	defer rows.Close()
+	var out []Subscription
+	for rows.Next() {
+		s, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lock due subscriptions: %w", err)
+	}
+	return out, nil
+}

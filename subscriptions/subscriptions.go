@@ -12,7 +12,10 @@ package subscriptions
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	_ "time/tzdata" // zones work on machines without tzdata
 
 	"github.com/google/uuid"
 
@@ -54,7 +57,7 @@ const (
 
 // transitions lists, for every status, the statuses it may move to.
 var transitions = map[Status][]Status{
-	Active:    {Paused, PastDue, Cancelled},
+	Active:    {Paused, PastDue, Unpaid, Cancelled},
 	Paused:    {Active, Cancelled},
 	PastDue:   {Active, Unpaid, Cancelled},
 	Unpaid:    {Active, PastDue, Cancelled},
@@ -148,11 +151,23 @@ type Subscription struct {
 // Schedule is the subscription's period arithmetic. The zone was validated
 // when the subscription was created; an unloadable one falls back to UTC.
 func (s Subscription) Schedule() period.Schedule {
-	loc, err := time.LoadLocation(s.TimeZone)
+	return period.Schedule{Anchor: s.BillingAnchor, Location: location(s.TimeZone), Interval: s.Interval, Count: s.IntervalCount}
+}
+
+// locations caches loaded zones: time.LoadLocation reads a file each call,
+// and a scan computes schedules for thousands of subscriptions.
+var locations sync.Map
+
+func location(name string) *time.Location {
+	if loc, ok := locations.Load(name); ok {
+		return loc.(*time.Location)
+	}
+	loc, err := time.LoadLocation(name)
 	if err != nil {
 		loc = time.UTC
 	}
-	return period.Schedule{Anchor: s.BillingAnchor, Location: loc, Interval: s.Interval, Count: s.IntervalCount}
+	locations.Store(name, loc)
+	return loc
 }
 
 // CurrentPeriod is the last period that was started, or the first one when

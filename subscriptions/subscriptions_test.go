@@ -21,6 +21,7 @@ func TestCanTransition(t *testing.T) {
 	allowed := map[[2]subscriptions.Status]bool{
 		{subscriptions.Active, subscriptions.Paused}:     true,
 		{subscriptions.Active, subscriptions.PastDue}:    true,
+		{subscriptions.Active, subscriptions.Unpaid}:     true,
 		{subscriptions.Active, subscriptions.Cancelled}:  true,
 		{subscriptions.Paused, subscriptions.Active}:     true,
 		{subscriptions.Paused, subscriptions.Cancelled}:  true,
@@ -69,7 +70,7 @@ func (b testBundle) create(t *testing.T) subscriptions.Subscription {
 	b.inTx(t, func(tx pgx.Tx) (err error) {
 		sub, err = b.store.Create(context.Background(), tx, subscriptions.New{
 			CustomerID: "cust-1", Amount: 49900, Currency: "RUB", Interval: period.Month, IntervalCount: 1,
-			TimeZone: "Europe/Moscow",
+			TimeZone:      "Europe/Moscow",
 			PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok_1", Last4: "4242", ExpMonth: 12, ExpYear: 2030},
 		}, actor)
 		return err

@@ -19,18 +19,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/api"
-	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/charges/gateway/sim"
-	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pgembed"
 	"github.com/rebill/rebill/migrations"
-	"github.com/rebill/rebill/subscriptions"
 )
 
 const usage = `rebill: recurring payments, exactly one charge per period.
@@ -275,66 +270,19 @@ func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io
 			fmt.Fprintf(stdout, "\nFirst start: created an admin API key. It is shown once; only its hash is stored.\n\n    %s\n\nexport REBILL_KEY=%s\n\n", key.Key, key.Key)
 		}
 	}
-
-	var clk clock.Clock = clock.Wall{}
-	var dev *api.Dev
-	gateways := map[string]string{}
-	for name, url := range cfg.Gateways {
-		gateways[name] = url
-	}
-	if cfg.Dev {
-		manual, err := clock.NewManual(ctx, pool, time.Now())
-		if err != nil {
-			return err
-		}
-		clk = manual
-		if err := sim.Migrate(ctx, pool); err != nil {
-			return err
-		}
-		baseURL, stopSim, err := sim.Start(ctx, pool, simNames, log.With().Str("component", "gatewaysim").Logger())
-		if err != nil {
-			return err
-		}
-		defer func() { _ = stopSim(context.Background()) }()
-		for _, name := range simNames {
-			gateways[name] = baseURL + "/" + name
-		}
-		dev = &api.Dev{Clock: manual, Gateways: sim.NewStore(pool)}
-		log.Warn().Msg("dev mode: manual clock, /v1/dev/* endpoints and simulated gateways sim1..sim5")
-	}
-
-	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
-		Workers: workers,
-		PeriodicJobs: []*river.PeriodicJob{
-			river.NewPeriodicJob(river.PeriodicInterval(10*time.Minute),
-				func() (river.JobArgs, *river.InsertOpts) { return idempotency.CleanupArgs{}, nil },
-				&river.PeriodicJobOpts{ID: "idempotency_cleanup", RunOnStart: true}),
-		},
-		Logger: riverLogger(log),
-	})
+	svc, err := Build(ctx, cfg, pool, log)
 	if err != nil {
-		return fmt.Errorf("create River client: %w", err)
+		return err
 	}
-
-	handler := api.NewServer(api.Deps{
-		Pool: pool, Keys: api.NewKeys(pool, cfg.AdminKey), Idempotency: idem,
-		Subscriptions: subscriptions.NewStore(clk), Clock: clk,
-		KnownGateway: func(name string) bool { _, ok := gateways[name]; return ok },
-		Dev:          dev, Logger: log,
-	})
+	defer svc.Close()
 
 	listener, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
-	httpServer := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+	httpServer := &http.Server{Handler: svc.Handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
-
-	if err := riverClient.Start(ctx); err != nil {
+	if err := svc.River.Start(ctx); err != nil {
 		return fmt.Errorf("start River: %w", err)
 	}
 	serveErr := make(chan error, 1)
@@ -354,7 +302,7 @@ func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io
 	if err := httpServer.Shutdown(shutdownCtx); err != nil {
 		log.Error().Err(err).Msg("HTTP shutdown")
 	}
-	if err := riverClient.Stop(shutdownCtx); err != nil {
+	if err := svc.River.Stop(shutdownCtx); err != nil {
 		log.Error().Err(err).Msg("River shutdown")
 	}
 	log.Info().Msg("stopped")

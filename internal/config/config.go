@@ -33,6 +33,9 @@ type Config struct {
 	Workers           int
 	Gateways          map[string]string // name -> simulator base URL
 	ShutdownTimeout   time.Duration
+	RescueAfter       time.Duration
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
 }
 
 // variable documents one environment variable.
@@ -101,6 +104,12 @@ var variables = []variable{
 			}
 			return nil
 		}},
+	{"REBILL_RESCUE_AFTER", "5m (30s in dev mode)", "a job running this long belonged to a crashed node: River runs it again (same gateway key)",
+		durationInto(func(c *Config) *time.Duration { return &c.RescueAfter })},
+	{"REBILL_FETCH_COOLDOWN", "20ms", "least time between two fetches of jobs by one node",
+		durationInto(func(c *Config) *time.Duration { return &c.FetchCooldown })},
+	{"REBILL_FETCH_POLL_INTERVAL", "1s", "how often a node polls for jobs besides LISTEN notifications",
+		durationInto(func(c *Config) *time.Duration { return &c.FetchPollInterval })},
 	{"REBILL_SHUTDOWN_TIMEOUT", "30s", "how long shutdown waits for in-flight requests and jobs",
 		durationInto(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 }
@@ -144,7 +153,7 @@ func Load(getenv func(string) string) (Config, error) {
 		Addr: "127.0.0.1:8080", DataDir: ".rebill", IdempotencyTTL: 24 * time.Hour, IdempotencyLease: 60 * time.Second,
 		LogLevel: "info", ScanBatch: 500, CatchUpLimit: 36, ChargeMaxAttempts: 8, Workers: 200,
 		DunningSchedule: []time.Duration{24 * time.Hour, 72 * time.Hour, 120 * time.Hour, 168 * time.Hour},
-		ShutdownTimeout: 30 * time.Second,
+		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
 	}
 	for _, v := range variables {
 		value := getenv(v.name)
@@ -160,6 +169,7 @@ func Load(getenv func(string) string) (Config, error) {
 		&c.GatewayTimeout: {10 * time.Second, 2 * time.Second},
 		&c.RetryBase:      {5 * time.Second, time.Second},
 		&c.RetryMax:       {10 * time.Minute, 5 * time.Second},
+		&c.RescueAfter:    {5 * time.Minute, 30 * time.Second},
 	}
 	for field, def := range defaults {
 		if *field == 0 {

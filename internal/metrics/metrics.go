@@ -45,3 +45,36 @@ var (
 		Help: "Idempotency records deleted after their time to live.",
 	})
 )
+
+// The charge pipeline, by stage: scan, authorize, capture, void, reconcile.
+var (
+	StageRuns = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rebill_charge_stage_runs_total",
+		Help: "Charge pipeline stage executions, by stage and outcome.",
+	}, []string{"stage", "outcome"})
+	StageDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "rebill_charge_stage_duration_seconds",
+		Help:    "Charge pipeline stage duration, gateway call included, by stage.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"stage"})
+	Retries = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rebill_charge_retries_total",
+		Help: "Technical retries and snoozes of charge jobs, by stage and reason (unavailable, circuit_open, unknown_outcome, error).",
+	}, []string{"stage", "reason"})
+	ChargeTransitions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rebill_charges_total",
+		Help: "Charges entering each status (a charge counts once per status it reaches).",
+	}, []string{"status"})
+	PeriodsEnqueued = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rebill_periods_enqueued_total",
+		Help: "Subscription periods for which the scan created a charge and enqueued its authorize job.",
+	})
+	PeriodsSkipped = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rebill_periods_skipped_total",
+		Help: "Missed periods older than the catch-up limit, skipped instead of charged.",
+	})
+	ReviewQueueSize = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "rebill_review_queue_size",
+		Help: "Charges in unknown or requires_review, as of the last scan.",
+	})
+)

@@ -196,7 +196,7 @@ func syntaxMessage(body []byte) string {
 	if err := json.Unmarshal(body, new(json.RawMessage)); !errors.As(err, &se) {
 		return "invalid JSON"
 	}
-	if se.Offset >= int64(len(body)) {
+	if se.Error() == "unexpected end of JSON input" {
 		return "invalid JSON: unexpected end of body"
 	}
 	return fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, se.Error())
@@ -273,6 +273,8 @@ func (w *walker) custom(t reflect.Type, path string) error {
 		// time's own message quotes the input back.
 		return w.add(path, "must be an RFC 3339 timestamp")
 	}
+	// The domain's own types word their own messages, and must not quote
+	// the input either.
 	return w.add(path, err.Error())
 }
 
@@ -407,11 +409,10 @@ func (w *walker) quoted(t reflect.Type, path string) error {
 			msg = "must be a string holding a JSON string"
 		}
 	default: // numbers
-		var n json.Number
-		if len(s) == 0 || (s[0] != '-' && !isDigit(s[0])) || json.Unmarshal([]byte(s), &n) != nil {
+		if !isNumberToken(s) {
 			msg = "must be a string holding " + describe(t)
 		} else {
-			return w.scalar(t, n, path)
+			return w.scalar(t, json.Number(s), path)
 		}
 	}
 	if msg == "" {
@@ -489,6 +490,13 @@ func (w *walker) scalar(t reflect.Type, tok json.Token, path string) error {
 	msg := ""
 	switch t.Kind() {
 	case reflect.String:
+		if t == numberType {
+			// json.Number takes a number, or a string holding one.
+			if !isNumberToken(tok) {
+				msg = "must be a number"
+			}
+			break
+		}
 		if _, ok := tok.(string); !ok {
 			msg = "must be a string"
 		}
@@ -535,6 +543,19 @@ func (w *walker) scalar(t reflect.Type, tok json.Token, path string) error {
 		return nil
 	}
 	return w.add(path, msg)
+}
+
+var numberType = reflect.TypeFor[json.Number]()
+
+func isNumberToken(tok json.Token) bool {
+	switch tok := tok.(type) {
+	case json.Number:
+		return true
+	case string:
+		var n json.Number
+		return tok != "" && (tok[0] == '-' || isDigit(tok[0])) && json.Unmarshal([]byte(tok), &n) == nil
+	}
+	return false
 }
 
 func checkInt(tok json.Token, t reflect.Type, signed bool) string {

@@ -276,6 +276,7 @@ type testShapes struct {
 	Raw        json.RawMessage  `json:"raw"`
 	Nested     map[string][]int `json:"nested"`
 	Times      []time.Time      `json:"times"`
+	Number     json.Number      `json:"number"`
 	unexported string           //nolint:unused // must not be settable from JSON
 }
 
@@ -314,6 +315,17 @@ func TestDecodeShapes(t *testing.T) {
 				require.Len(t, got.Times, 1)
 			},
 		},
+		{
+			name:  "json.Number from a number",
+			body:  `{"number": 1.5e3}`,
+			check: func(t *testing.T, got testShapes) { require.Equal(t, json.Number("1.5e3"), got.Number) },
+		},
+		{
+			name:  "json.Number from a string",
+			body:  `{"number": "-12"}`,
+			check: func(t *testing.T, got testShapes) { require.Equal(t, json.Number("-12"), got.Number) },
+		},
+		{name: "json.Number from a word", body: `{"number": "twelve"}`, errs: []FieldError{{"number", "must be a number"}}},
 		{name: "ignored field", body: `{"Ignored": "x"}`, errs: []FieldError{{"Ignored", "unknown field"}}},
 		{name: "unexported field", body: `{"unexported": "x"}`, errs: []FieldError{{"unexported", "unknown field"}}},
 		{name: "embedded struct name is not a key", body: `{"testEmbedded": {}}`, errs: []FieldError{{"testEmbedded", "unknown field"}}},

@@ -5,8 +5,8 @@
 //
 // Nothing here touches the network, the database or the clock, so the HTTP
 // layer can call these functions freely and table tests can cover them
-// exhaustively. Every error is safe to show to the client: no message echoes
-// a submitted value, because a submitted value may be card data.
+// exhaustively. Every error is meant to be shown to the client, so no
+// message written here echoes a submitted value: it may be card data.
 //
 // # Errors
 //

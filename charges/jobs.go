@@ -1,0 +1,73 @@
+package charges
+
+import (
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// uniqueForever makes a job unique by its tagged args in every state,
+// discarded and cancelled included, so that no path can enqueue the same
+// step of the same attempt twice (RIVER.md: the defaults omit both).
+var uniqueForever = river.UniqueOpts{
+	ByArgs: true,
+	ByState: []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStateCancelled, rivertype.JobStateCompleted,
+		rivertype.JobStateDiscarded, rivertype.JobStatePending, rivertype.JobStateRetryable,
+		rivertype.JobStateRunning, rivertype.JobStateScheduled,
+	},
+}
+
+// AuthorizeArgs places the hold of one attempt of a charge.
+type AuthorizeArgs struct {
+	ChargeID uuid.UUID `json:"charge_id" river:"unique"`
+	Attempt  int       `json:"attempt" river:"unique"`
+}
+
+// Kind names the job in River.
+func (AuthorizeArgs) Kind() string { return "charge_authorize" }
+
+// InsertOpts makes the job unique per charge attempt.
+func (AuthorizeArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: uniqueForever}
+}
+
+// CaptureArgs collects the hold of one attempt of a charge.
+type CaptureArgs struct {
+	ChargeID uuid.UUID `json:"charge_id" river:"unique"`
+	Attempt  int       `json:"attempt" river:"unique"`
+}
+
+// Kind names the job in River.
+func (CaptureArgs) Kind() string { return "charge_capture" }
+
+// InsertOpts makes the job unique per charge attempt.
+func (CaptureArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{UniqueOpts: uniqueForever} }
+
+// VoidArgs releases the hold of a charge whose subscription was cancelled.
+type VoidArgs struct {
+	ChargeID uuid.UUID `json:"charge_id" river:"unique"`
+	Attempt  int       `json:"attempt" river:"unique"`
+}
+
+// Kind names the job in River.
+func (VoidArgs) Kind() string { return "charge_void" }
+
+// InsertOpts makes the job unique per charge attempt.
+func (VoidArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{UniqueOpts: uniqueForever} }
+
+// ReconcileArgs asks the gateway what became of a call whose answer was
+// lost, and continues from there.
+type ReconcileArgs struct {
+	ChargeID uuid.UUID `json:"charge_id" river:"unique"`
+	Attempt  int       `json:"attempt" river:"unique"`
+	Phase    Phase     `json:"phase" river:"unique"`
+}
+
+// Kind names the job in River.
+func (ReconcileArgs) Kind() string { return "charge_reconcile" }
+
+// InsertOpts makes the job unique per charge attempt and phase.
+func (ReconcileArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: uniqueForever}
+}

@@ -1,0 +1,88 @@
+package charges
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/rebill/rebill/charges/gateway"
+)
+
+// ErrCircuitOpen: the gateway failed repeatedly and calls to it are paused.
+// Jobs wait (snooze) instead of spending attempts; they are never re-routed
+// to another gateway, which could not use the token.
+var ErrCircuitOpen = errors.New("gateway circuit open")
+
+// ErrUnknownGateway: a charge names a gateway that is not configured.
+var ErrUnknownGateway = errors.New("unknown gateway")
+
+// Router finds the gateway of a charge. Recurring charges are sticky: a
+// charge always goes to the gateway that issued its token.
+type Router struct {
+	gateways map[string]*breakerGateway
+	openFor  time.Duration
+}
+
+// NewRouter wraps each gateway in a circuit breaker (sony/gobreaker) that
+// opens after consecutiveFailures unavailable answers in a row and probes
+// again after openFor.
+func NewRouter(gateways []gateway.Gateway, consecutiveFailures uint32, openFor time.Duration) *Router {
+	r := &Router{gateways: map[string]*breakerGateway{}, openFor: openFor}
+	for _, g := range gateways {
+		r.gateways[g.Name()] = &breakerGateway{
+			Gateway: g,
+			breaker: gobreaker.NewCircuitBreaker[gateway.Result](gobreaker.Settings{
+				Name:        g.Name(),
+				Timeout:     openFor,
+				ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= consecutiveFailures },
+				// Declines and unknown outcomes are answers, not outages.
+				IsSuccessful: func(err error) bool { return err == nil || !errors.Is(err, gateway.ErrUnavailable) },
+			}),
+		}
+	}
+	return r
+}
+
+// Known reports whether name is a configured gateway.
+func (r *Router) Known(name string) bool { _, ok := r.gateways[name]; return ok }
+
+// Gateway returns the named gateway behind its breaker.
+func (r *Router) Gateway(name string) (gateway.Gateway, error) {
+	g, ok := r.gateways[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownGateway, name)
+	}
+	return g, nil
+}
+
+type breakerGateway struct {
+	gateway.Gateway
+	breaker *gobreaker.CircuitBreaker[gateway.Result]
+}
+
+func (b *breakerGateway) guard(fn func() (gateway.Result, error)) (gateway.Result, error) {
+	res, err := b.breaker.Execute(fn)
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return gateway.Result{}, fmt.Errorf("%s: %w", b.Name(), ErrCircuitOpen)
+	}
+	return res, err
+}
+
+func (b *breakerGateway) Authorize(ctx context.Context, req gateway.Request) (gateway.Result, error) {
+	return b.guard(func() (gateway.Result, error) { return b.Gateway.Authorize(ctx, req) })
+}
+
+func (b *breakerGateway) Capture(ctx context.Context, req gateway.Request) (gateway.Result, error) {
+	return b.guard(func() (gateway.Result, error) { return b.Gateway.Capture(ctx, req) })
+}
+
+func (b *breakerGateway) Void(ctx context.Context, req gateway.Request) (gateway.Result, error) {
+	return b.guard(func() (gateway.Result, error) { return b.Gateway.Void(ctx, req) })
+}
+
+func (b *breakerGateway) Lookup(ctx context.Context, key string) (gateway.Result, error) {
+	return b.guard(func() (gateway.Result, error) { return b.Gateway.Lookup(ctx, key) })
+}

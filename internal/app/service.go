@@ -1,0 +1,132 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/api"
+	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/scheduler"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// Service is one rebill node over a migrated database: the HTTP handler
+// and the River client (not yet started) whose workers bill.
+type Service struct {
+	Handler http.Handler
+	River   *river.Client[pgx.Tx]
+	Biller  *scheduler.Biller
+	Clock   clock.Clock
+	closers []func()
+}
+
+// Close releases what Build started besides River (the in-process
+// simulated gateways in dev mode).
+func (s *Service) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// Build wires a node. In dev mode it uses the shared manual clock and
+// starts the simulated gateways on loopback.
+func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerolog.Logger) (*Service, error) {
+	svc := &Service{Clock: clock.Wall{}}
+	gatewayURLs := map[string]string{}
+	for name, url := range cfg.Gateways {
+		gatewayURLs[name] = url
+	}
+	var dev *api.Dev
+	if cfg.Dev {
+		manual, err := clock.NewManual(ctx, pool, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		svc.Clock = manual
+		if err := sim.Migrate(ctx, pool); err != nil {
+			return nil, err
+		}
+		baseURL, stopSim, err := sim.Start(ctx, pool, simNames, log.With().Str("component", "gatewaysim").Logger())
+		if err != nil {
+			return nil, err
+		}
+		svc.closers = append(svc.closers, func() { _ = stopSim(context.Background()) })
+		for _, name := range simNames {
+			gatewayURLs[name] = baseURL + "/" + name
+		}
+		dev = &api.Dev{Clock: manual, Gateways: sim.NewStore(pool)}
+		log.Warn().Msg("dev mode: manual clock, /v1/dev/* endpoints and simulated gateways sim1..sim5")
+	}
+	var gateways []gateway.Gateway
+	for name, url := range gatewayURLs {
+		gateways = append(gateways, sim.NewClient(name, url, sim.ClientOptions{Timeout: cfg.GatewayTimeout}))
+	}
+	router := charges.NewRouter(gateways, 5, cfg.RetryMax)
+
+	subs := subscriptions.NewStore(svc.Clock)
+	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpLimit: cfg.CatchUpLimit,
+		BatchSize: cfg.ScanBatch, ScanTimeout: cfg.RescueAfter - 5*time.Second, Logger: log.With().Str("component", "scheduler").Logger()}
+	pipeline := &charges.Pipeline{Pool: pool, Router: router, Subscriptions: scheduler.Outcomes{Subscriptions: subs},
+		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, SnoozeWhileOpen: cfg.RetryMax,
+		Logger: log.With().Str("component", "charges").Logger()}
+	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
+
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
+	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
+	charges.Register(workers, pipeline)
+
+	jobTimeout := 2*cfg.GatewayTimeout + 10*time.Second
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		Workers:                     workers,
+		MaxAttempts:                 cfg.ChargeMaxAttempts,
+		RetryPolicy:                 charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
+		JobTimeout:                  jobTimeout,
+		RescueStuckJobsAfter:        cfg.RescueAfter,
+		CompletedJobRetentionPeriod: time.Hour,
+		FetchCooldown:               cfg.FetchCooldown,
+		FetchPollInterval:           cfg.FetchPollInterval,
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(10*time.Minute),
+				func() (river.JobArgs, *river.InsertOpts) { return idempotency.CleanupArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "idempotency_cleanup", RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.ScanInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return scheduler.ScanArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "billing_scan", RunOnStart: true}),
+		},
+		Logger: riverLogger(log),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create River client: %w", err)
+	}
+	biller.Client = client
+	svc.River = client
+	svc.Biller = biller
+	if dev != nil {
+		dev.ClockMoved = func(ctx context.Context) {
+			if _, err := client.Insert(ctx, scheduler.ScanArgs{}, nil); err != nil {
+				log.Error().Err(err).Msg("enqueue scan after clock move")
+			}
+		}
+	}
+	svc.Handler = api.NewServer(api.Deps{
+		Pool: pool, Keys: api.NewKeys(pool, cfg.AdminKey), Idempotency: idem,
+		Subscriptions: subs, Billing: biller, Clock: svc.Clock,
+		KnownGateway: router.Known, Dev: dev, Logger: log,
+	})
+	return svc, nil
+}
