@@ -200,7 +200,10 @@ func (p *Pipeline) fail(ctx context.Context, tx pgx.Tx, c Charge, from []Status,
 // River would give up, the charge goes to review.
 func (p *Pipeline) technicalFailure(ctx context.Context, s step, c Charge, phase Phase, callErr error) error {
 	switch {
-	case errors.Is(callErr, ErrCircuitOpen):
+	case errors.Is(callErr, ErrCircuitOpen),
+		errors.Is(callErr, gateway.ErrUnavailable) && p.Router.CircuitOpen(c.Gateway):
+		// The gateway is down, not this charge: wait without spending an
+		// attempt, so charges resume when it comes back.
 		metrics.Retries.WithLabelValues(s.stage, "circuit_open").Inc()
 		return river.JobSnooze(p.SnoozeWhileOpen)
 	case s.final:

@@ -49,6 +49,12 @@ func NewRouter(gateways []gateway.Gateway, consecutiveFailures uint32, openFor t
 // Known reports whether name is a configured gateway.
 func (r *Router) Known(name string) bool { _, ok := r.gateways[name]; return ok }
 
+// CircuitOpen reports whether calls to the named gateway are paused.
+func (r *Router) CircuitOpen(name string) bool {
+	g, ok := r.gateways[name]
+	return ok && g.breaker.State() == gobreaker.StateOpen
+}
+
 // Gateway returns the named gateway behind its breaker.
 func (r *Router) Gateway(name string) (gateway.Gateway, error) {
 	g, ok := r.gateways[name]

@@ -7,9 +7,12 @@ import (
 	"github.com/riverqueue/river"
 )
 
-// jobTimeout bounds a whole charge job: a gateway call plus two short
-// transactions. River cancels the job's context past it.
-func (p *Pipeline) jobTimeout() time.Duration { return 2*p.CallTimeout + 10*time.Second }
+// JobTimeout bounds a whole charge job: at most two gateway calls (a
+// reconcile's lookup and resend) plus short transactions. River cancels the
+// job's context past it, and River's rescue threshold must exceed it.
+func JobTimeout(callTimeout time.Duration) time.Duration { return 2*callTimeout + 5*time.Second }
+
+func (p *Pipeline) jobTimeout() time.Duration { return JobTimeout(p.CallTimeout) }
 
 // AuthorizeWorker runs AuthorizeArgs jobs.
 type AuthorizeWorker struct {

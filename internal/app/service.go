@@ -89,7 +89,10 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
 	charges.Register(workers, pipeline)
 
-	jobTimeout := 2*cfg.GatewayTimeout + 10*time.Second
+	jobTimeout := charges.JobTimeout(cfg.GatewayTimeout)
+	if cfg.RescueAfter <= jobTimeout+5*time.Second {
+		return nil, fmt.Errorf("REBILL_RESCUE_AFTER (%s) must exceed a charge job's timeout (%s) by more than 5s", cfg.RescueAfter, jobTimeout)
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
 		Workers:                     workers,
