@@ -3,6 +3,7 @@ package app_test
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -47,4 +48,181 @@ func TestHardDeclineSkipsDunning(t *testing.T) {
 	b.waitCharges(t, sub, 1, "failed")
 	ops := opsFor(b.ledger(t, "sim1"), cs[0]["key"].(string))
 	require.Equal(t, map[string]int{"authorize:declined": 1}, ops, "no retry, no capture")
+}
+
+func TestSoftDeclineDunsThenNewCardPays(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	sub := b.createSubscription(t, "tok_decline_funds", "month")
+	cs := b.waitCharges(t, sub, 1, "declined")
+	require.NotNil(t, cs[0]["next_attempt_at"])
+	require.Equal(t, "insufficient_funds", cs[0]["failure_code"])
+	require.Equal(t, "past_due", b.call(t, http.MethodGet, "/v1/subscriptions/"+sub, nil)["status"])
+
+	b.advance(t, "25h") // the +1d retry: a new attempt, a new key, declined again
+	require.Eventually(t, func() bool {
+		c := b.charges(t, sub)[0]
+		return c["attempt_count"] == float64(2) && c["status"] == "declined"
+	}, 20*time.Second, 50*time.Millisecond)
+
+	b.call(t, http.MethodPost, "/v1/subscriptions/"+sub+"/payment-method",
+		map[string]any{"gateway": "sim1", "token": "tok_ok_new", "exp_month": 1, "exp_year": 2036})
+	cs = b.waitCharges(t, sub, 1, "succeeded")
+	require.EqualValues(t, 3, cs[0]["attempt_count"])
+	require.Equal(t, "active", b.call(t, http.MethodGet, "/v1/subscriptions/"+sub, nil)["status"])
+
+	key := cs[0]["key"].(string)
+	ledger := b.ledger(t, "sim1")
+	require.Equal(t, map[string]int{"authorize:declined": 2, "authorize:succeeded": 1, "capture:succeeded": 1}, opsFor(ledger, key))
+	require.Equal(t, map[string]int{"authorize:succeeded": 1, "capture:succeeded": 1}, opsFor(ledger, key+":a3"))
+}
+
+func TestDunningExhaustionMakesSubscriptionUnpaid(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	sub := b.createSubscription(t, "tok_decline_funds", "year")
+	b.waitCharges(t, sub, 1, "declined")
+	for attempt, advance := range []string{"24h", "48h", "48h", "48h"} {
+		b.advance(t, advance)
+		want := float64(attempt + 2)
+		require.Eventually(t, func() bool {
+			c := b.charges(t, sub)[0]
+			return c["attempt_count"] == want && (c["status"] == "declined" || c["status"] == "failed")
+		}, 20*time.Second, 50*time.Millisecond, "attempt %v", want)
+	}
+	cs := b.waitCharges(t, sub, 1, "failed")
+	require.EqualValues(t, 5, cs[0]["attempt_count"])
+	require.Equal(t, "unpaid", b.call(t, http.MethodGet, "/v1/subscriptions/"+sub, nil)["status"])
+	require.Len(t, opsFor(b.ledger(t, "sim1"), cs[0]["key"].(string)), 1, "five declined authorizations, nothing else")
+	require.Equal(t, 5, opsFor(b.ledger(t, "sim1"), cs[0]["key"].(string))["authorize:declined"])
+}
+
+func TestGatewayDownChargesWaitAndResume(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": true})
+	subs := make([]string, 6)
+	for i := range subs {
+		subs[i] = b.createSubscription(t, "tok_ok_down", "month")
+	}
+	time.Sleep(2 * time.Second)
+	for _, sub := range subs {
+		c := b.charges(t, sub)[0]
+		require.Contains(t, []any{"scheduled", "authorizing"}, c["status"], "waiting, not failed or re-routed")
+	}
+	for _, gw := range []string{"sim2", "sim3", "sim4", "sim5"} {
+		require.Empty(t, b.ledger(t, gw), "never re-routed to %s", gw)
+	}
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": false})
+	ledger := func() []ledgerEntry { return b.ledger(t, "sim1") }
+	for _, sub := range subs {
+		cs := b.waitCharges(t, sub, 1, "succeeded")
+		require.Equal(t, map[string]int{"authorize:succeeded": 1, "capture:succeeded": 1}, opsFor(ledger(), cs[0]["key"].(string)))
+	}
+}
+
+func TestExhaustedRetriesLandInReviewAndAreResolved(t *testing.T) {
+	t.Parallel()
+	// tok_flaky answers 503 twice per key: with two attempts River would
+	// give up, so the charge goes to the review queue.
+	b := setup(t, 1, map[string]string{"REBILL_CHARGE_MAX_ATTEMPTS": "2"})
+	sub := b.createSubscription(t, "tok_flaky_review", "month")
+	cs := b.waitCharges(t, sub, 1, "requires_review")
+	id := cs[0]["id"].(string)
+
+	queue := b.call(t, http.MethodGet, "/v1/review-queue", nil)["data"].([]any)
+	require.Len(t, queue, 1)
+	require.Equal(t, id, queue[0].(map[string]any)["id"])
+
+	status, problem := b.callStatus(t, http.MethodPost, "/v1/charges/"+id+"/resolve", map[string]any{"outcome": "succeeded"})
+	require.Equal(t, http.StatusBadRequest, status, "evidence is required: %v", problem)
+
+	resolved := b.call(t, http.MethodPost, "/v1/charges/"+id+"/resolve",
+		map[string]any{"outcome": "failed", "evidence": "sim1 ledger shows no operation for this key"})
+	require.Equal(t, "failed", resolved["status"])
+	require.Empty(t, b.call(t, http.MethodGet, "/v1/review-queue", nil)["data"])
+
+	status, problem = b.callStatus(t, http.MethodPost, "/v1/charges/"+id+"/resolve",
+		map[string]any{"outcome": "succeeded", "evidence": "again"})
+	require.Equal(t, http.StatusConflict, status)
+	require.Contains(t, problem["type"], "invalid-transition")
+	require.Empty(t, opsFor(b.ledger(t, "sim1"), cs[0]["key"].(string)), "the gateway never acted")
+}
+
+func TestClockJumpChargesEachMissedPeriodOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	sub := b.createSubscription(t, "tok_ok_catchup", "month")
+	b.waitCharges(t, sub, 1, "succeeded")
+	b.advance(t, "2232h") // 93 days: three more periods have started
+	cs := b.waitCharges(t, sub, 4, "succeeded")
+	keys := map[string]bool{}
+	ledger := b.ledger(t, "sim1")
+	for _, c := range cs {
+		keys[c["period_key"].(string)] = true
+		require.Equal(t, map[string]int{"authorize:succeeded": 1, "capture:succeeded": 1}, opsFor(ledger, c["key"].(string)))
+	}
+	require.Len(t, keys, 4)
+	b.advance(t, "1h")
+	time.Sleep(500 * time.Millisecond)
+	require.Len(t, b.charges(t, sub), 4, "nothing new is due")
+}
+
+func TestPausedPeriodsAreSkippedNotOwed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	sub := b.createSubscription(t, "tok_ok_pause", "week")
+	b.waitCharges(t, sub, 1, "succeeded")
+	b.call(t, http.MethodPost, "/v1/subscriptions/"+sub+"/pause", map[string]any{})
+	b.advance(t, "720h") // four weeks paused
+	time.Sleep(700 * time.Millisecond)
+	require.Len(t, b.charges(t, sub), 1, "no charge while paused")
+
+	resumed := b.call(t, http.MethodPost, "/v1/subscriptions/"+sub+"/resume", map[string]any{})
+	require.Equal(t, "active", resumed["status"])
+	cs := b.waitCharges(t, sub, 2, "succeeded")
+	require.Equal(t, resumed["current_period"].(map[string]any)["key"], cs[0]["period_key"], "the new period starts at the resume")
+}
+
+func TestScheduledResumeChargesAtResumeAt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	sub := b.createSubscription(t, "tok_ok_resume_at", "month")
+	b.waitCharges(t, sub, 1, "succeeded")
+	now := b.clockNow(t)
+	b.call(t, http.MethodPost, "/v1/subscriptions/"+sub+"/pause",
+		map[string]any{"resume_at": now.Add(10 * 24 * time.Hour).Format(time.RFC3339)})
+	b.advance(t, "240h")
+	b.waitCharges(t, sub, 2, "succeeded")
+	require.Equal(t, "active", b.call(t, http.MethodGet, "/v1/subscriptions/"+sub, nil)["status"])
+}
+
+func TestMonthAnchoredOn31stBillsOnLastDay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	b.call(t, http.MethodPost, "/v1/dev/clock", map[string]any{"now": "2027-01-30T00:00:00Z"})
+	body := subscriptionBody("tok_ok_31", "month")
+	body["billing_anchor"] = "2027-01-31T10:00:00Z"
+	body["timezone"] = "Europe/Berlin"
+	sub := b.call(t, http.MethodPost, "/v1/subscriptions", body)["id"].(string)
+	b.call(t, http.MethodPost, "/v1/dev/clock", map[string]any{"now": "2028-03-01T00:00:00Z"})
+	cs := b.waitCharges(t, sub, 14, "succeeded")
+	keys := map[string]bool{}
+	for _, c := range cs {
+		keys[c["period_key"].(string)] = true
+	}
+	for _, want := range []string{"2027-01-31", "2027-02-28", "2027-04-30", "2028-01-31", "2028-02-29"} {
+		require.True(t, keys[want], "period %s charged: %v", want, keys)
+	}
+}
+
+func TestCancelVoidsAndStopsCharging(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	sub := b.createSubscription(t, "tok_ok_cancel", "day")
+	b.waitCharges(t, sub, 1, "succeeded")
+	b.call(t, http.MethodPost, "/v1/subscriptions/"+sub+"/cancel", map[string]any{})
+	b.advance(t, "72h")
+	time.Sleep(500 * time.Millisecond)
+	require.Len(t, b.charges(t, sub), 1)
 }

@@ -200,3 +200,10 @@ func (b testBundle) advance(t *testing.T, d string) {
 	t.Helper()
 	b.call(t, http.MethodPost, "/v1/dev/clock", map[string]any{"advance": d})
 }
+
+func (b testBundle) clockNow(t *testing.T) time.Time {
+	t.Helper()
+	now, err := time.Parse(time.RFC3339Nano, b.call(t, http.MethodGet, "/v1/dev/clock", nil)["now"].(string))
+	require.NoError(t, err)
+	return now
+}

@@ -1,0 +1,390 @@
+package api_test
+
+// Benchmarks of the HTTP edge against a real PostgreSQL and real HTTP over
+// loopback, with BENCHMARKS.md ("API: POST /v1/subscriptions") as their
+// report:
+//
+//	go test -run '^$' -bench 'Benchmark(CreateSubscription|ReplaySubscription|InsertBaseline)' \
+//	    -benchtime 5s -count 3 ./api/
+//
+// Each benchmark runs benchClients concurrent clients that share b.N through
+// an atomic counter, times every request, and reports req/s (ops/s for the
+// baseline), p50_ms and p99_ms. Any unexpected answer fails the benchmark:
+// a benchmark that measures errors measures nothing.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/api"
+	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/scheduler"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+const (
+	// benchClients is the number of concurrent clients of every benchmark.
+	benchClients = 32
+	// benchPoolConns is the pool size: room for every client plus slack.
+	benchPoolConns = 64
+	// benchReplayKeys is how many distinct keys the replay benchmark cycles.
+	benchReplayKeys = 1000
+	// benchCustomers spreads the created subscriptions over customers.
+	benchCustomers = 1000
+)
+
+type benchBundle struct {
+	pool   *pgxpool.Pool
+	server *httptest.Server
+	client *http.Client
+}
+
+// benchPool opens a pool of benchPoolConns connections on a fresh migrated
+// database (dropped when the run ends) and opens them all before timing.
+func benchPool(b *testing.B) *pgxpool.Pool {
+	b.Helper()
+	ctx := context.Background()
+	// dbtest.URL is postgres://postgres@127.0.0.1:5432/rebill_t_<hex>?sslmode=disable
+	// on the local server, but TEST_DATABASE_URL may carry another query
+	// string or none: set the size on the parsed config, not on the string.
+	cfg, err := pgxpool.ParseConfig(dbtest.URL(b))
+	if err != nil {
+		b.Fatalf("parse database URL: %v", err)
+	}
+	cfg.MaxConns = benchPoolConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatalf("open pool: %v", err)
+	}
+	b.Cleanup(pool.Close)
+
+	conns := make([]*pgxpool.Conn, 0, benchClients+8)
+	for range cap(conns) {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			b.Fatalf("warm pool: %v", err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	return pool
+}
+
+// benchSetup mirrors setup in harness_test.go for a benchmark: the same
+// server, idempotency store, River insert-only client and Biller, over a
+// larger pool, and an HTTP client that keeps a connection per client.
+func benchSetup(b *testing.B) benchBundle {
+	b.Helper()
+	pool := benchPool(b)
+	clk := &fixedClock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	subs := subscriptions.NewStore(clk)
+	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		b.Fatalf("river client: %v", err)
+	}
+	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Client: insertOnly, CatchUpLimit: 12, BatchSize: 100}
+	srv := api.NewServer(api.Deps{
+		Pool: pool, Keys: api.NewKeys(pool, adminKey), Idempotency: idempotency.NewStore(pool, time.Minute),
+		Subscriptions: subs, Billing: biller, Clock: clk,
+		KnownGateway: func(name string) bool { return name == "sim1" || name == "sim2" },
+		// A real logger that formats every request line, written nowhere.
+		Logger: zerolog.New(io.Discard),
+	})
+	ts := httptest.NewServer(srv)
+	b.Cleanup(ts.Close)
+	transport := &http.Transport{MaxIdleConns: 2 * benchPoolConns, MaxIdleConnsPerHost: benchPoolConns}
+	b.Cleanup(transport.CloseIdleConnections)
+	return benchBundle{pool: pool, server: ts, client: &http.Client{Transport: transport, Timeout: 30 * time.Second}}
+}
+
+// benchBody is a create request like createBody in harness_test.go, for
+// one of benchCustomers customers. The anchor is left out: the first
+// period is due now, so each create also inserts its charge and River job.
+func benchBody(i int) []byte {
+	return []byte(`{"customer_id":"cust-` + strconv.Itoa(i%benchCustomers) + `","amount":49900,"currency":"RUB",` +
+		`"interval":"month","timezone":"Europe/Moscow","payment_method":{"gateway":"sim1","token":"tok_ok_visa",` +
+		`"brand":"visa","last4":"4242","exp_month":12,"exp_year":2030},"description":"Gym, monthly","metadata":{"k":"v"}}`)
+}
+
+// post sends one POST /v1/subscriptions and returns its status, headers
+// and body.
+func (bb benchBundle) post(ctx context.Context, idemKey string, body []byte) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, bb.server.URL+"/v1/subscriptions", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	req.Header.Set("Idempotency-Key", idemKey)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := bb.client.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, data, err
+}
+
+// runClients runs op for i in [0, n) on benchClients goroutines that share
+// the range through an atomic counter, times each call, and reports
+// throughput and latency percentiles. The benchmark timer covers exactly
+// this phase. The first error stops every client and fails the benchmark.
+func runClients(b *testing.B, n int, rateUnit string, op func(ctx context.Context, i int) error) {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		next      atomic.Int64
+		latencies = make([]time.Duration, n)
+		firstErr  error
+		errOnce   sync.Once
+		wg        sync.WaitGroup
+	)
+	b.ResetTimer()
+	start := time.Now()
+	for range benchClients {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				err := op(ctx, i)
+				latencies[i] = time.Since(t0)
+				if err != nil {
+					errOnce.Do(func() { firstErr = fmt.Errorf("op %d: %w", i, err); cancel() })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	slices.Sort(latencies)
+	b.ReportMetric(float64(n)/elapsed.Seconds(), rateUnit)
+	b.ReportMetric(ms(percentile(latencies, 50)), "p50_ms")
+	b.ReportMetric(ms(percentile(latencies, 99)), "p99_ms")
+}
+
+// percentile is the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := (len(sorted)*p + 99) / 100 // ceil(n*p/100), 1-based
+	return sorted[max(rank, 1)-1]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func benchCount(b *testing.B, pool *pgxpool.Pool, query string) int {
+	b.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), query).Scan(&n); err != nil {
+		b.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// warmUp sends a few creates from every client so that HTTP connections are
+// open and pgx has prepared the statements on the pool's connections before
+// the timer starts. Returns how many subscriptions it created.
+func warmUp(b *testing.B, bb benchBundle) int {
+	b.Helper()
+	const perClient = 4
+	var wg sync.WaitGroup
+	errs := make(chan error, benchClients)
+	for c := range benchClients {
+		wg.Go(func() {
+			for j := range perClient {
+				status, _, body, err := bb.post(context.Background(), fmt.Sprintf("warm-%d-%d", c, j), benchBody(c))
+				if err == nil && status != http.StatusCreated {
+					err = fmt.Errorf("warm-up create: status %d: %s", status, body)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	return benchClients * perClient
+}
+
+// BenchmarkCreateSubscription: POST /v1/subscriptions, a fresh
+// Idempotency-Key per request, due now, so each request reserves the key,
+// inserts the subscription, its created event, its first charge and that
+// charge's River job, and stores the response, in one transaction.
+func BenchmarkCreateSubscription(b *testing.B) {
+	bb := benchSetup(b)
+	warm := warmUp(b, bb)
+	bodies := make([][]byte, benchCustomers)
+	for i := range bodies {
+		bodies[i] = benchBody(i)
+	}
+	runID := uuid.NewString()[:8] // keys unique even if a database were reused
+
+	runClients(b, b.N, "req/s", func(ctx context.Context, i int) error {
+		status, header, body, err := bb.post(ctx, "bench-"+runID+"-"+strconv.Itoa(i), bodies[i%benchCustomers])
+		if err != nil {
+			return err
+		}
+		if status != http.StatusCreated {
+			return fmt.Errorf("status %d, want 201: %s", status, body)
+		}
+		if header.Get(idempotency.ReplayedHeader) != "" {
+			return fmt.Errorf("a first request was answered as a replay")
+		}
+		return nil
+	})
+
+	// Every request did the whole create path, not just part of it.
+	want := b.N + warm
+	for _, table := range []string{"subscriptions", "subscription_events", "charges",
+		"river_job WHERE kind = 'charge_authorize'", "idempotency_keys WHERE status = 'completed'"} {
+		if got := benchCount(b, bb.pool, "SELECT count(*) FROM "+table); got != want {
+			b.Fatalf("%s: %d rows, want %d", table, got, want)
+		}
+	}
+}
+
+// BenchmarkReplaySubscription: benchReplayKeys creates are made once
+// (untimed), then replayed with the same key and body; every answer must
+// be the stored 201 byte for byte, with Idempotent-Replayed: true, and no
+// new subscription may appear.
+func BenchmarkReplaySubscription(b *testing.B) {
+	bb := benchSetup(b)
+	warm := warmUp(b, bb)
+	type seeded struct {
+		key      string
+		body     []byte
+		response []byte
+	}
+	seeds := make([]seeded, benchReplayKeys)
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		errs = make(chan error, benchClients)
+	)
+	for range benchClients {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(seeds) {
+					return
+				}
+				s := seeded{key: "replay-" + strconv.Itoa(i), body: benchBody(i)}
+				status, _, body, err := bb.post(context.Background(), s.key, s.body)
+				if err == nil && status != http.StatusCreated {
+					err = fmt.Errorf("seed create: status %d: %s", status, body)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				s.response = body
+				seeds[i] = s
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+
+	runClients(b, b.N, "req/s", func(ctx context.Context, i int) error {
+		s := seeds[i%len(seeds)]
+		status, header, body, err := bb.post(ctx, s.key, s.body)
+		if err != nil {
+			return err
+		}
+		if status != http.StatusOK && status != http.StatusCreated {
+			return fmt.Errorf("replay of %s: status %d, want the stored 201: %s", s.key, status, body)
+		}
+		if header.Get(idempotency.ReplayedHeader) != "true" {
+			return fmt.Errorf("replay of %s: no %s: true header (status %d)", s.key, idempotency.ReplayedHeader, status)
+		}
+		if !bytes.Equal(body, s.response) {
+			return fmt.Errorf("replay of %s: body differs from the first response", s.key)
+		}
+		return nil
+	})
+
+	if got, want := benchCount(b, bb.pool, "SELECT count(*) FROM subscriptions"), warm+len(seeds); got != want {
+		b.Fatalf("replays created subscriptions: %d rows, want %d", got, want)
+	}
+}
+
+// BenchmarkInsertBaseline: what the database alone does for the simplest
+// durable write: one autocommitted single-row INSERT of a uuid and the
+// create body as jsonb, through the same kind of pool, from as many
+// clients, with no HTTP in between.
+func BenchmarkInsertBaseline(b *testing.B) {
+	pool := benchPool(b)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE bench_baseline (id uuid PRIMARY KEY, body jsonb NOT NULL)`); err != nil {
+		b.Fatalf("create bench_baseline: %v", err)
+	}
+	bodies := make([]string, benchCustomers)
+	for i := range bodies {
+		bodies[i] = string(benchBody(i))
+	}
+	// Warm up: prepare the statement on the connections the clients use.
+	for range 4 * benchClients {
+		if _, err := pool.Exec(ctx, `INSERT INTO bench_baseline (id, body) VALUES ($1, $2)`, uuid.New(), bodies[0]); err != nil {
+			b.Fatalf("warm-up insert: %v", err)
+		}
+	}
+	var wg sync.WaitGroup
+	for range benchClients {
+		wg.Go(func() {
+			_, _ = pool.Exec(ctx, `INSERT INTO bench_baseline (id, body) VALUES ($1, $2)`, uuid.New(), bodies[0])
+		})
+	}
+	wg.Wait()
+
+	runClients(b, b.N, "ops/s", func(ctx context.Context, i int) error {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return err
+		}
+		tag, err := pool.Exec(ctx, `INSERT INTO bench_baseline (id, body) VALUES ($1, $2)`, id, bodies[i%benchCustomers])
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("inserted %d rows", tag.RowsAffected())
+		}
+		return nil
+	})
+}
