@@ -35,6 +35,9 @@ Usage:
   rebill migrate                apply migrations and print their status
   rebill apikey create --role admin|support|customer [--customer ID]
   rebill gatewaysim [--addr ADDR]  run the simulated gateways sim1..sim5 standalone
+  rebill bench [-n 20000] [-noop 100000] [-workers 400]
+                                measure River's bare throughput and billing end to end
+                                (creates and drops database rebill_bench)
 
 Run 'rebill serve --help' for the environment variables.
 `
@@ -72,6 +75,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return apikey(ctx, cfg, log, args[2:], stdout, stderr)
 	case "gatewaysim":
 		return gatewaysim(ctx, cfg, log, args[2:], stderr)
+	case "bench":
+		return benchCommand(ctx, cfg, log, args[2:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

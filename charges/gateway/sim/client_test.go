@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -37,6 +38,7 @@ func TestClientErrors(t *testing.T) {
 			_, _ = w.Write([]byte(`{"op":"authorize","sta`))
 		}, gateway.ErrUnknownOutcome},
 		{"no answer in time", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body) // lets net/http see the caller leave
 			<-r.Context().Done()
 		}, gateway.ErrUnknownOutcome},
 	}

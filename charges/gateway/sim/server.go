@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -121,12 +122,12 @@ func (s *server) admit(w http.ResponseWriter, r *http.Request, gw string, isOper
 
 func (s *server) handleOperation(op gateway.Op) func(http.ResponseWriter, *http.Request, string) {
 	return func(w http.ResponseWriter, r *http.Request, gw string) {
-		if !s.admit(w, r, gw, true) {
-			return
-		}
 		req, problem := decodeOpRequest(w, r, op)
 		if problem != "" {
 			writeError(w, http.StatusBadRequest, "invalid_request", problem)
+			return
+		}
+		if !s.admit(w, r, gw, true) {
 			return
 		}
 		// Once accepted, an operation is carried through even if the caller
@@ -192,8 +193,15 @@ func decodeOpRequest(w http.ResponseWriter, r *http.Request, op gateway.Op) (opR
 	if key == "" || len(key) > maxKeyLength {
 		return opRequest{}, fmt.Sprintf("header %s must hold 1 to %d bytes", idempotencyHeader, maxKeyLength)
 	}
+	// Reading the body to its end also makes net/http watch the connection
+	// and cancel r.Context() when the caller hangs up, which the latency
+	// fault and lost answers wait on.
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		return opRequest{}, "body is unreadable or too large"
+	}
 	var b opBody
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes)).Decode(&b); err != nil {
+	if err := json.Unmarshal(raw, &b); err != nil {
 		return opRequest{}, "body is not a JSON operation"
 	}
 	req := opRequest{

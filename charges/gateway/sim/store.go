@@ -282,11 +282,11 @@ func (s *Store) SetFaults(ctx context.Context, gw string, p FaultsPatch) (Faults
 	var f Faults
 	err := s.pool.QueryRow(ctx, `
 		INSERT INTO gatewaysim.faults AS f (gateway, down, latency_ms, error_rate)
-		VALUES ($1, coalesce($2, false), coalesce($3, 0), coalesce($4, 0))
+		VALUES ($1, coalesce($2::boolean, false), coalesce($3::integer, 0), coalesce($4::double precision, 0))
 		ON CONFLICT (gateway) DO UPDATE SET
-			down       = coalesce($2, f.down),
-			latency_ms = coalesce($3, f.latency_ms),
-			error_rate = coalesce($4, f.error_rate)
+			down       = coalesce($2::boolean, f.down),
+			latency_ms = coalesce($3::integer, f.latency_ms),
+			error_rate = coalesce($4::double precision, f.error_rate)
 		RETURNING down, latency_ms, error_rate`,
 		gw, p.Down, p.LatencyMS, p.ErrorRate).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate)
 	if err != nil {

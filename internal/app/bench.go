@@ -1,0 +1,99 @@
+package app
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/internal/bench"
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/config"
+)
+
+// benchCommand runs `rebill bench`: see package bench. Without DATABASE_URL
+// it uses the server on 127.0.0.1:5432.
+func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	n := fs.Int("n", 20_000, "subscriptions due at the same moment")
+	noop := fs.Int("noop", 100_000, "no-op jobs for River's bare throughput")
+	workers := fs.Int("workers", 400, "River workers")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	server := cfg.DatabaseURL
+	if server == "" {
+		server = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	return bench.Run(ctx, bench.Options{
+		ServerURL: server, Subscriptions: *n, NoopJobs: *noop, Workers: *workers, Out: stdout, Log: log,
+		Billing: func(ctx context.Context, pool *pgxpool.Pool, n int) (bench.BillingResult, error) {
+			return benchBilling(ctx, cfg, pool, n, *workers, log)
+		},
+	})
+}
+
+// benchBilling bills n subscriptions due at one instant through a dev-mode
+// node (manual clock, simulated gateway over loopback HTTP).
+func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n, workers int, log zerolog.Logger) (bench.BillingResult, error) {
+	cfg.Dev = true
+	cfg.Workers = workers
+	cfg.ScanInterval = time.Hour
+	cfg.GatewayTimeout = 10 * time.Second
+	cfg.RescueAfter = time.Minute
+	cfg.RetryBase, cfg.RetryMax = 100*time.Millisecond, time.Second
+	cfg.ScanBatch = 1000
+	cfg.FetchCooldown, cfg.FetchPollInterval = 2*time.Millisecond, 50*time.Millisecond
+	svc, err := Build(ctx, cfg, pool, log.Level(zerolog.ErrorLevel))
+	if err != nil {
+		return bench.BillingResult{}, err
+	}
+	defer svc.Close()
+	manual := svc.Clock.(*clock.Manual)
+	due := manual.Now().Add(time.Minute)
+	if err := bench.InsertSubscriptions(ctx, pool, n, due); err != nil {
+		return bench.BillingResult{}, err
+	}
+	if err := svc.River.Start(ctx); err != nil {
+		return bench.BillingResult{}, err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = svc.River.Stop(stopCtx)
+	}()
+	time.Sleep(time.Second) // let the start-up scan (nothing due yet) finish
+	if _, err := manual.Set(ctx, due); err != nil {
+		return bench.BillingResult{}, err
+	}
+
+	start := time.Now()
+	scan, err := svc.Biller.Scan(ctx, due)
+	if err != nil {
+		return bench.BillingResult{}, err
+	}
+	scanned := time.Since(start)
+	if scan.Enqueued != n {
+		return bench.BillingResult{}, fmt.Errorf("scan enqueued %d charges, want %d", scan.Enqueued, n)
+	}
+	for {
+		var succeeded, open int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'succeeded'),
+				count(*) FILTER (WHERE status <> 'succeeded') FROM charges`).Scan(&succeeded, &open); err != nil {
+			return bench.BillingResult{}, err
+		}
+		if succeeded == n {
+			break
+		}
+		if ctx.Err() != nil {
+			return bench.BillingResult{}, ctx.Err()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return bench.BillingResult{ScanDuration: scanned, EndToEnd: time.Since(start), Charges: n}, nil
+}

@@ -1,0 +1,578 @@
+package app_test
+
+// Tests that run the real `rebill` binary as a separate process: a smoke
+// test of `rebill serve` on its private PostgreSQL cluster, and the
+// crash-safety proof (SIGKILL a node in the middle of charging, start
+// another, and check on the simulated provider's books that every period
+// was charged exactly once).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/internal/dbtest"
+)
+
+// TestMain only removes the binary the process tests built (lazily, once).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if procBin.dir != "" {
+		_ = os.RemoveAll(procBin.dir)
+	}
+	os.Exit(code)
+}
+
+var procBin struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// procBinary builds cmd/rebill once per test run and returns its path.
+func procBinary(t *testing.T) string {
+	t.Helper()
+	procBin.once.Do(func() {
+		procBin.dir, procBin.err = os.MkdirTemp("", "rebill-proctest-")
+		if procBin.err != nil {
+			return
+		}
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = "/usr/local/go/bin/go"
+		}
+		path := filepath.Join(procBin.dir, "rebill")
+		out, err := exec.Command(goTool, "build", "-o", path, "github.com/rebill/rebill/cmd/rebill").CombinedOutput()
+		if err != nil {
+			procBin.err = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		procBin.path = path
+	})
+	require.NoError(t, procBin.err)
+	return procBin.path
+}
+
+// procBuffer collects a process' output; safe for concurrent use.
+type procBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *procBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *procBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// procServer is one running `rebill serve`.
+type procServer struct {
+	name   string
+	cmd    *exec.Cmd
+	url    string
+	stdout procBuffer
+	stderr procBuffer
+	done   chan struct{} // closed when the process has exited and been waited for
+}
+
+// procFreePort asks the kernel for a free TCP port on loopback.
+func procFreePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return port
+}
+
+// procStart starts `rebill serve` with env on top of this process'
+// environment (minus every REBILL_* and DATABASE_URL). The process is
+// killed when the test ends, and its output is logged if the test failed.
+func procStart(t *testing.T, name string, env map[string]string) *procServer {
+	t.Helper()
+	bin := procBinary(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", procFreePort(t))
+	cmd := exec.Command(bin, "serve")
+	cmd.Dir = t.TempDir() // the default REBILL_DATA_DIR is relative
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "REBILL_") && !strings.HasPrefix(kv, "DATABASE_URL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "REBILL_ADDR="+addr)
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	p := &procServer{name: name, cmd: cmd, url: "http://" + addr, done: make(chan struct{})}
+	cmd.Stdout = &p.stdout
+	cmd.Stderr = &p.stderr
+	cmd.WaitDelay = 5 * time.Second
+	require.NoError(t, cmd.Start())
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if !p.exited() {
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("%s stdout:\n%s", name, p.stdout.String())
+			t.Logf("%s stderr (%s):\n%s", name, cmd.ProcessState, procTail(p.stderr.String(), 512<<10))
+		}
+	})
+	return p
+}
+
+func procTail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "...\n" + s[len(s)-n:]
+}
+
+func (p *procServer) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitReady waits until GET /readyz answers 200.
+func (p *procServer) waitReady(t *testing.T, limit time.Duration) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(limit)
+	for {
+		if p.exited() {
+			t.Fatalf("%s exited before it was ready: %s", p.name, p.cmd.ProcessState)
+		}
+		res, err := client.Get(p.url + "/readyz")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready within %s (last: %v)", p.name, limit, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// terminate sends SIGTERM and asserts a clean exit (code 0) within limit.
+func (p *procServer) terminate(t *testing.T, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.done:
+	case <-time.After(limit):
+		t.Fatalf("%s still running %s after SIGTERM", p.name, limit)
+	}
+	require.Equal(t, 0, p.cmd.ProcessState.ExitCode(), "%s exit: %s", p.name, p.cmd.ProcessState)
+	return time.Since(start)
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *procServer) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Kill())
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s still running 10s after SIGKILL", p.name)
+	}
+}
+
+var (
+	procHTTP = &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	procSeq  atomic.Int64
+)
+
+// request sends an authenticated request (POSTs get a fresh
+// Idempotency-Key) and returns the status and body. It does not touch t,
+// so it may run on any goroutine.
+func (p *procServer) request(method, path, key string, body any) (int, []byte, error) {
+	var reader io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		reader = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, p.url+path, reader)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if method == http.MethodPost {
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("proc-%d-%d", procSeq.Add(1), time.Now().UnixNano()))
+	}
+	res, err := procHTTP.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(res.Body)
+	return res.StatusCode, data, err
+}
+
+// call sends a request, requires the status want, and decodes the body.
+func (p *procServer) call(t *testing.T, method, path, key string, body any, want int) map[string]any {
+	t.Helper()
+	status, data, err := p.request(method, path, key, body)
+	require.NoError(t, err, "%s %s", method, path)
+	require.Equal(t, want, status, "%s %s: %s", method, path, data)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(data, &out), "%s %s: %s", method, path, data)
+	return out
+}
+
+func procSubscriptionBody(customerID string, anchor *time.Time) map[string]any {
+	body := map[string]any{
+		"customer_id": customerID, "amount": 1500, "currency": "USD", "interval": "month", "timezone": "UTC",
+		"payment_method": map[string]any{"gateway": "sim1", "token": "tok_ok", "exp_month": 12, "exp_year": 2035},
+	}
+	if anchor != nil {
+		body["billing_anchor"] = anchor.UTC().Format(time.RFC3339Nano)
+	}
+	return body
+}
+
+// procPostmasterPID reads the server pid from a cluster's postmaster.pid;
+// 0 when the file is absent.
+func procPostmasterPID(t *testing.T, dataDir string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(data), "\n", 2)[0]))
+	require.NoError(t, err, "postmaster.pid: %q", data)
+	return pid
+}
+
+// procAlive tells whether pid is a live process (a zombie nobody reaped
+// yet counts as gone).
+func procAlive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces, so look after the last ')'.
+	s := string(stat)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z' && s[i+2] != 'X'
+	}
+	return true
+}
+
+func TestServeSmokeEmbeddedDatabase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the rebill binary with its own PostgreSQL cluster")
+	}
+	dataDir := t.TempDir()
+	// Running as root, pgembed hands the cluster to the postgres user and
+	// moves it elsewhere if a parent folder is closed to that user;
+	// t.TempDir's parent is mode 700, so open both.
+	require.NoError(t, os.Chmod(filepath.Dir(dataDir), 0o755))
+	require.NoError(t, os.Chmod(dataDir, 0o755))
+	pgDir := filepath.Join(dataDir, "pg")
+
+	// Whatever happens, leave no PostgreSQL server running from this folder.
+	t.Cleanup(func() {
+		if pid := procPostmasterPID(t, pgDir); pid != 0 && procAlive(pid) {
+			t.Logf("stopping leftover PostgreSQL server %d", pid)
+			_ = syscall.Kill(pid, syscall.SIGQUIT) // immediate shutdown
+			for i := 0; i < 100 && procAlive(pid); i++ {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	})
+
+	start := time.Now()
+	srv := procStart(t, "serve", map[string]string{
+		"REBILL_DATA_DIR":  dataDir,
+		"REBILL_DEV":       "1", // the simulated gateways, so the subscription can be charged
+		"REBILL_LOG_LEVEL": "info",
+	})
+	srv.waitReady(t, 60*time.Second)
+	ready := time.Since(start)
+
+	_, err := os.Stat(filepath.Join(pgDir, "PG_VERSION"))
+	require.NoError(t, err, "the private cluster lives in REBILL_DATA_DIR/pg")
+	postmaster := procPostmasterPID(t, pgDir)
+	require.NotZero(t, postmaster, "postmaster.pid in %s while serving", pgDir)
+	require.True(t, procAlive(postmaster))
+
+	key := regexp.MustCompile(`rbk_[A-Za-z0-9_-]{20,}`).FindString(srv.stdout.String())
+	require.NotEmpty(t, key, "first start prints an admin key on stdout; got %q", srv.stdout.String())
+
+	status, _, err := srv.request(http.MethodGet, "/v1/subscriptions", "rbk_wrong", nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusUnauthorized, status)
+
+	sub := srv.call(t, http.MethodPost, "/v1/subscriptions", key, procSubscriptionBody("cust-smoke", nil), http.StatusCreated)
+	id, _ := sub["id"].(string)
+	require.NotEmpty(t, id, "%v", sub)
+	var charge map[string]any
+	require.Eventually(t, func() bool {
+		list := srv.call(t, http.MethodGet, "/v1/subscriptions/"+id+"/charges", key, nil, http.StatusOK)
+		data, _ := list["data"].([]any)
+		if len(data) != 1 {
+			return false
+		}
+		charge, _ = data[0].(map[string]any)
+		return charge["status"] == "succeeded"
+	}, 30*time.Second, 100*time.Millisecond, "the first period's charge succeeds: %v", func() any { return charge })
+
+	stopTook := srv.terminate(t, 30*time.Second)
+	require.Zero(t, procPostmasterPID(t, pgDir), "postmaster.pid left in %s: the private cluster was not stopped", pgDir)
+	require.Eventually(t, func() bool { return !procAlive(postmaster) }, 5*time.Second, 50*time.Millisecond,
+		"postgres %d still running after rebill exited", postmaster)
+	require.Contains(t, srv.stderr.String(), `"message":"stopped"`)
+	t.Logf("ready after %s (initdb included); SIGTERM to exit 0 in %s", ready.Round(time.Millisecond), stopTook.Round(time.Millisecond))
+}
+
+func TestCrashMidChargingChargesEachPeriodOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the rebill binary twice and kills one")
+	}
+	const (
+		subscriptions = 300
+		creators      = 16
+		key           = "proc-crash-admin-key"
+	)
+	dbURL := dbtest.URL(t)
+	db, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	env := map[string]string{
+		"DATABASE_URL":           dbURL,
+		"REBILL_DEV":             "1",
+		"REBILL_ADMIN_KEY":       key,
+		"REBILL_GATEWAY_TIMEOUT": "500ms",
+		"REBILL_RETRY_BASE":      "100ms",
+		"REBILL_RETRY_MAX":       "1s",
+		"REBILL_SCAN_INTERVAL":   "500ms",
+		"REBILL_RESCUE_AFTER":    "12s",
+		"REBILL_LOG_LEVEL":       "info",
+	}
+	ctx := context.Background()
+	count := func(query string, args ...any) int {
+		t.Helper()
+		var n int
+		require.NoError(t, db.QueryRow(ctx, query, args...).Scan(&n), query)
+		return n
+	}
+	const capturesSQL = `SELECT count(*) FROM gatewaysim.operations WHERE gateway = 'sim1' AND op = 'capture' AND status = 'succeeded'`
+	groups := func(query string) string {
+		t.Helper()
+		rows, err := db.Query(ctx, query)
+		require.NoError(t, err)
+		defer rows.Close()
+		var parts []string
+		for rows.Next() {
+			vals, err := rows.Values()
+			require.NoError(t, err)
+			parts = append(parts, strings.TrimSuffix(strings.TrimPrefix(fmt.Sprint(vals), "["), "]"))
+		}
+		require.NoError(t, rows.Err())
+		return strings.Join(parts, "; ")
+	}
+	chargeStates := func() string { return groups(`SELECT status, count(*) FROM charges GROUP BY 1 ORDER BY 1`) }
+	jobStates := func() string {
+		return groups(`SELECT kind, state, count(*) FROM river_job WHERE kind LIKE 'charge_%' GROUP BY 1, 2 ORDER BY 1, 2`)
+	}
+
+	// Node A: create the subscriptions, due in an hour of the dev clock.
+	a := procStart(t, "node A", env)
+	a.waitReady(t, 60*time.Second)
+	now, err := time.Parse(time.RFC3339Nano, a.call(t, http.MethodGet, "/v1/dev/clock", key, nil, http.StatusOK)["now"].(string))
+	require.NoError(t, err)
+	anchor := now.Add(time.Hour)
+
+	createStart := time.Now()
+	ids := make([]string, subscriptions)
+	errs := make(chan error, subscriptions)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < creators; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				status, data, err := a.request(http.MethodPost, "/v1/subscriptions", key,
+					procSubscriptionBody(fmt.Sprintf("cust-crash-%03d", i), &anchor))
+				if err == nil && status != http.StatusCreated {
+					err = fmt.Errorf("status %d: %s", status, data)
+				}
+				var sub struct {
+					ID string `json:"id"`
+				}
+				if err == nil {
+					err = json.Unmarshal(data, &sub)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("create subscription %d: %w", i, err)
+					continue
+				}
+				ids[i] = sub.ID
+			}
+		}()
+	}
+	for i := range ids {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	createTook := time.Since(createStart)
+	require.Equal(t, subscriptions, count(`SELECT count(*) FROM subscriptions`))
+	require.Zero(t, count(`SELECT count(*) FROM charges`), "nothing is due before the anchor")
+
+	// Slow the gateway down, move the clock past the anchor, and kill A
+	// while it is charging.
+	a.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", key, map[string]any{"latency_ms": 20}, http.StatusOK)
+	advanced := time.Now()
+	a.call(t, http.MethodPost, "/v1/dev/clock", key, map[string]any{"advance": "1h"}, http.StatusOK)
+	var seen int
+	require.Eventually(t, func() bool {
+		seen = count(capturesSQL)
+		return seen >= subscriptions/5
+	}, 60*time.Second, 2*time.Millisecond, "captures before the kill: %d", func() any { return seen })
+	a.kill(t)
+	killedAfter := time.Since(advanced)
+	capturedByA := count(capturesSQL)
+	authorizedByA := count(`SELECT count(*) FROM gatewaysim.operations WHERE gateway = 'sim1' AND op = 'authorize' AND status = 'succeeded'`)
+	chargesAtKill, jobsAtKill := chargeStates(), jobStates()
+	t.Logf("created %d subscriptions in %s; killed A %s after the clock moved, with %d captures and %d authorizations in the ledger (%d seen when deciding)",
+		subscriptions, createTook.Round(time.Millisecond), killedAfter.Round(time.Millisecond), capturedByA, authorizedByA, seen)
+	t.Logf("charges at kill: %s", chargesAtKill)
+	t.Logf("charge jobs at kill: %s", jobsAtKill)
+	require.GreaterOrEqual(t, capturedByA, 1, "A captured nothing before the kill")
+	require.Less(t, capturedByA, subscriptions, "A finished before the kill: no crash mid-way (make charging slower)")
+
+	// Node B on the same database finishes the work, rescuing A's jobs.
+	bStart := time.Now()
+	b := procStart(t, "node B", env)
+	b.waitReady(t, 60*time.Second)
+	bReady := time.Since(bStart)
+	var states string
+	if !procEventually(t, 90*time.Second, func() bool {
+		return count(`SELECT count(*) FROM charges WHERE status = 'succeeded'`) == subscriptions
+	}) {
+		t.Fatalf("not every charge succeeded within 90s of starting B.\ncharges: %s\ncharge jobs: %s\nunfinished charges:\n%s\nunfinished jobs:\n%s",
+			chargeStates(), jobStates(),
+			groups(`SELECT id, status, attempt_count, unknown_phase, authorization_ref IS NOT NULL, updated_at FROM charges WHERE status <> 'succeeded' ORDER BY updated_at LIMIT 20`),
+			groups(`SELECT id, kind, state, attempt, max_attempts, attempted_at, scheduled_at, args, errors FROM river_job WHERE kind LIKE 'charge_%' AND state NOT IN ('completed') ORDER BY id LIMIT 20`))
+	}
+	finished := time.Since(bStart)
+	states = chargeStates()
+	t.Logf("B ready %s after start; all %d charges succeeded %s after B started (%s after the clock moved); charges: %s; charge jobs: %s",
+		bReady.Round(time.Millisecond), subscriptions, finished.Round(time.Millisecond), time.Since(advanced).Round(time.Millisecond), states, jobStates())
+
+	// One charge per subscription, and on the provider's books exactly one
+	// succeeded authorization and one succeeded capture per charge.
+	require.Equal(t, subscriptions, count(`SELECT count(*) FROM charges`))
+	require.Equal(t, subscriptions, count(`SELECT count(DISTINCT subscription_id) FROM charges`))
+	chargeKeys := map[string]bool{}
+	rows, err := db.Query(ctx, `SELECT subscription_id::text || ':' || period_key FROM charges`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var k string
+		require.NoError(t, rows.Scan(&k))
+		chargeKeys[k] = true
+	}
+	require.NoError(t, rows.Err())
+	rows.Close()
+	for _, id := range ids {
+		found := false
+		for k := range chargeKeys {
+			found = found || strings.HasPrefix(k, id+":")
+		}
+		require.True(t, found, "no charge for subscription %s", id)
+	}
+
+	ledger := map[string]map[string]int{} // charge key -> "op:status:key suffix" -> count
+	rows, err = db.Query(ctx, `SELECT charge_key, op, status, idempotency_key, count(*) FROM gatewaysim.operations
+		WHERE gateway = 'sim1' GROUP BY 1, 2, 3, 4`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var chargeKey, op, status, idemKey string
+		var n int
+		require.NoError(t, rows.Scan(&chargeKey, &op, &status, &idemKey, &n))
+		if ledger[chargeKey] == nil {
+			ledger[chargeKey] = map[string]int{}
+		}
+		ledger[chargeKey][op+":"+status+":"+strings.TrimPrefix(idemKey, chargeKey)] += n
+	}
+	require.NoError(t, rows.Err())
+	rows.Close()
+	require.Len(t, ledger, subscriptions, "charge keys in the ledger")
+	want := map[string]int{"authorize:succeeded::a1:authorize": 1, "capture:succeeded::a1:capture": 1}
+	for k := range chargeKeys {
+		require.Equal(t, want, ledger[k], "ledger of charge %s", k)
+	}
+	require.Equal(t, subscriptions, count(capturesSQL), "captures in the ledger")
+	require.Equal(t, subscriptions, count(`SELECT count(DISTINCT charge_key) FROM gatewaysim.operations WHERE gateway = 'sim1' AND op = 'capture'`))
+	require.Zero(t, count(`SELECT count(*) FROM gatewaysim.operations WHERE gateway <> 'sim1'`), "no other gateway was used")
+
+	stopTook := b.terminate(t, 30*time.Second)
+	t.Logf("B stopped on SIGTERM in %s", stopTook.Round(time.Millisecond))
+}
+
+// procEventually polls cond every 200ms until it holds or limit passes.
+func procEventually(t *testing.T, limit time.Duration, cond func() bool) bool {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,215 @@
+// Package bench measures the billing engine on this machine, in one run:
+// River's bare throughput for a no-op job, then N subscriptions due at the
+// same moment billed end to end through the simulated gateway.
+//
+// It creates (and drops first) its own database, rebill_bench, on the
+// server it is given: never point it at a database whose jobs matter.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/migrations"
+)
+
+// Options sizes a run.
+type Options struct {
+	ServerURL     string // any database on the server; rebill_bench is created beside it
+	Subscriptions int
+	NoopJobs      int
+	Workers       int
+	Out           io.Writer
+	Log           zerolog.Logger
+	// Billing runs the billing part against the migrated bench database and
+	// returns its figures; the caller wires the real service into it.
+	Billing func(ctx context.Context, pool *pgxpool.Pool, n int) (BillingResult, error)
+}
+
+// BillingResult is what the billing part measured.
+type BillingResult struct {
+	ScanDuration time.Duration
+	EndToEnd     time.Duration
+	Charges      int
+}
+
+// Run performs both measurements and prints the figures.
+func Run(ctx context.Context, o Options) error {
+	pool, drop, err := freshDatabase(ctx, o.ServerURL, o.Workers)
+	if err != nil {
+		return err
+	}
+	defer drop()
+	fmt.Fprintf(o.Out, "rebill bench: %d subscriptions, %d no-op jobs, %d workers, GOMAXPROCS %d\n",
+		o.Subscriptions, o.NoopJobs, o.Workers, runtime.GOMAXPROCS(0))
+
+	noopRate, err := riverNoop(ctx, pool, o.NoopJobs, o.Workers)
+	if err != nil {
+		return fmt.Errorf("river no-op bench: %w", err)
+	}
+	fmt.Fprintf(o.Out, "river bare throughput:   %8.0f jobs/s (%d no-op jobs)\n", noopRate, o.NoopJobs)
+	if _, err := pool.Exec(ctx, `TRUNCATE river_job`); err != nil {
+		return err
+	}
+
+	res, err := o.Billing(ctx, pool, o.Subscriptions)
+	if err != nil {
+		return fmt.Errorf("billing bench: %w", err)
+	}
+	endToEnd := float64(res.Charges) / res.EndToEnd.Seconds()
+	fmt.Fprintf(o.Out, "scan rate:               %8.0f periods/s (%d periods enqueued in %s)\n",
+		float64(res.Charges)/res.ScanDuration.Seconds(), res.Charges, res.ScanDuration.Round(time.Millisecond))
+	fmt.Fprintf(o.Out, "charges end to end:      %8.0f charges/s (%d succeeded in %s; authorize + capture each)\n",
+		endToEnd, res.Charges, res.EndToEnd.Round(time.Millisecond))
+	fmt.Fprintf(o.Out, "ratio to River bare:     %8.3f (charges/s over no-op jobs/s; a charge is 2 jobs, 2 gateway calls)\n", endToEnd/noopRate)
+	fmt.Fprintf(o.Out, "peak RSS:                %8.1f MiB\n", peakRSSMiB())
+	return nil
+}
+
+// freshDatabase drops and creates rebill_bench on the server and migrates it.
+func freshDatabase(ctx context.Context, serverURL string, workers int) (*pgxpool.Pool, func(), error) {
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	for _, stmt := range []string{`DROP DATABASE IF EXISTS rebill_bench WITH (FORCE)`, `CREATE DATABASE rebill_bench`} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	u.Path = "/rebill_bench"
+	q := u.Query()
+	q.Set("pool_max_conns", fmt.Sprint(min(workers/8+10, 50)))
+	u.RawQuery = q.Encode()
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := migrations.Up(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, pool.Close, nil
+}
+
+type noopArgs struct{}
+
+func (noopArgs) Kind() string { return "bench_noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+	done *atomic.Int64
+}
+
+func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
+	w.done.Add(1)
+	return nil
+}
+
+// riverNoop inserts n no-op jobs in batches, then times a client working
+// them off (RIVER.md's bench tuning: 2ms fetch cooldown, 20ms poll).
+func riverNoop(ctx context.Context, pool *pgxpool.Pool, n, workers int) (float64, error) {
+	var done atomic.Int64
+	ws := river.NewWorkers()
+	river.AddWorker(ws, &noopWorker{done: &done})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
+		Workers:           ws,
+		FetchCooldown:     2 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		Logger:            quietLogger(),
+	})
+	if err != nil {
+		return 0, err
+	}
+	for inserted := 0; inserted < n; {
+		batch := make([]river.InsertManyParams, min(5000, n-inserted))
+		for i := range batch {
+			batch[i] = river.InsertManyParams{Args: noopArgs{}}
+		}
+		if _, err := client.InsertManyFast(ctx, batch); err != nil {
+			return 0, err
+		}
+		inserted += len(batch)
+	}
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return 0, err
+	}
+	for done.Load() < int64(n) {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		return 0, err
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// InsertSubscriptions writes n active monthly subscriptions whose first
+// period starts at anchor, in batches, straight into the table: the API is
+// measured elsewhere, and the billing figures should not wait on it.
+func InsertSubscriptions(ctx context.Context, pool *pgxpool.Pool, n int, anchor time.Time) error {
+	const batch = 10_000
+	for done := 0; done < n; done += batch {
+		size := min(batch, n-done)
+		ids := make([]uuid.UUID, size)
+		customers := make([]string, size)
+		for i := range ids {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return err
+			}
+			ids[i] = id
+			customers[i] = fmt.Sprintf("bench-%d", done+i)
+		}
+		_, err := pool.Exec(ctx, `INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval,
+				interval_count, timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token,
+				pm_exp_month, pm_exp_year, created_at, updated_at)
+			SELECT id, cust, 'active', 1990, 'USD', 'month', 1, 'UTC', $3, 0, $3, 'sim1', 'tok_ok_bench', 12, 2035, $3, $3
+			FROM unnest($1::uuid[], $2::text[]) AS t(id, cust)`, ids, customers, anchor)
+		if err != nil {
+			return fmt.Errorf("insert subscriptions: %w", err)
+		}
+	}
+	return nil
+}
+
+func peakRSSMiB() float64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(rest), "%f", &kb)
+			return kb / 1024
+		}
+	}
+	return 0
+}
