@@ -9,6 +9,8 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -304,6 +306,17 @@ func procAlive(pid int) bool {
 	return true
 }
 
+// procSocketDir is where pgembed puts the socket of the cluster in dataDir
+// (internal/pgembed socketDir).
+func procSocketDir(dataDir string) string {
+	base := os.TempDir()
+	if len(base) > 64 {
+		base = "/tmp"
+	}
+	sum := sha256.Sum256([]byte(dataDir))
+	return filepath.Join(base, "rebill-pgsock-"+hex.EncodeToString(sum[:6]))
+}
+
 func TestServeSmokeEmbeddedDatabase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the rebill binary with its own PostgreSQL cluster")
@@ -316,8 +329,10 @@ func TestServeSmokeEmbeddedDatabase(t *testing.T) {
 	require.NoError(t, os.Chmod(dataDir, 0o755))
 	pgDir := filepath.Join(dataDir, "pg")
 
-	// Whatever happens, leave no PostgreSQL server running from this folder.
+	// Whatever happens, leave no PostgreSQL server running from this folder,
+	// nor the (then empty) socket folder pgembed made for it.
 	t.Cleanup(func() {
+		defer func() { _ = os.Remove(procSocketDir(pgDir)) }() // only if empty
 		if pid := procPostmasterPID(t, pgDir); pid != 0 && procAlive(pid) {
 			t.Logf("stopping leftover PostgreSQL server %d", pid)
 			_ = syscall.Kill(pid, syscall.SIGQUIT) // immediate shutdown
