@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/api/idempotency"
 )
@@ -33,9 +34,8 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, validationProblem(errs...))
 		return
 	}
-	tx, ok := idempotency.Tx(r.Context())
+	tx, ok := requestTx(w, r)
 	if !ok {
-		writeProblem(w, problemInternal)
 		return
 	}
 	key, err := CreateKey(r.Context(), tx, role, req.CustomerID)
@@ -47,3 +47,13 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request) {
 }
 
 func requestID(r *http.Request) string { return middleware.GetReqID(r.Context()) }
+
+// requestTx is the transaction a POST executes in (see package
+// idempotency); it writes the 500 itself when the middleware is missing.
+func requestTx(w http.ResponseWriter, r *http.Request) (pgx.Tx, bool) {
+	tx, ok := idempotency.Tx(r.Context())
+	if !ok {
+		writeProblem(w, problemInternal)
+	}
+	return tx, ok
+}

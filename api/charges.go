@@ -9,7 +9,6 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
-	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/charges"
 )
 
@@ -147,9 +146,8 @@ func (s *Server) resolveCharge(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, validationProblem(errs...))
 		return
 	}
-	tx, ok := idempotency.Tx(r.Context())
+	tx, ok := requestTx(w, r)
 	if !ok {
-		writeProblem(w, problemInternal)
 		return
 	}
 	c, ok := s.loadVisibleCharge(w, r, tx)

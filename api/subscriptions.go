@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/scheduler/period"
@@ -302,9 +301,8 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusForbidden, "forbidden", "Forbidden", "A customer key can only create its own subscriptions."))
 		return
 	}
-	tx, ok := idempotency.Tx(r.Context())
+	tx, ok := requestTx(w, r)
 	if !ok {
-		writeProblem(w, problemInternal)
 		return
 	}
 	sub, err := s.Subscriptions.Create(r.Context(), tx, subscriptions.New{
@@ -441,9 +439,8 @@ type transitionFunc func(ctx context.Context, tx pgx.Tx, sub subscriptions.Subsc
 // transition runs a state change on a subscription the principal may see,
 // inside the request's idempotent transaction.
 func (s *Server) transition(w http.ResponseWriter, r *http.Request, change transitionFunc) {
-	tx, ok := idempotency.Tx(r.Context())
+	tx, ok := requestTx(w, r)
 	if !ok {
-		writeProblem(w, problemInternal)
 		return
 	}
 	sub, ok := s.loadVisible(w, r, tx)

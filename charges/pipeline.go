@@ -102,24 +102,35 @@ func (p *Pipeline) call(ctx context.Context, fn func(ctx context.Context) (gatew
 func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs]) error {
 	s := newStep("authorize", job, job.Args.ChargeID, job.Args.Attempt)
 	defer observe(s.stage, time.Now())
-	now := p.Clock.Now()
-	c, err := move(ctx, p.Pool, s.chargeID, s.attempt, []Status{Scheduled, Authorizing}, Authorizing, now, "")
+	c, g, err := p.begin(ctx, s, []Status{Scheduled, Authorizing}, Authorizing)
+	if c == nil {
+		return err
+	}
+	res, err := p.call(ctx, func(ctx context.Context) (gateway.Result, error) {
+		return g.Authorize(ctx, p.request(*c, PhaseAuthorize))
+	})
+	return p.afterAuthorize(ctx, s, *c, res, err)
+}
+
+// begin persists that the step is about to call the gateway (moving the
+// charge from one of from to to) and finds its gateway. A nil charge means
+// the step is over: stale (another run did it, or a newer attempt exists),
+// sent to review, or failed with the returned error.
+func (p *Pipeline) begin(ctx context.Context, s step, from []Status, to Status) (*Charge, gateway.Gateway, error) {
+	c, err := move(ctx, p.Pool, s.chargeID, s.attempt, from, to, p.Clock.Now(), "")
 	if errors.Is(err, ErrStale) {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
-		return nil // already past this step, or a newer attempt exists
+		return nil, nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	p.transitioned(c)
 	g, err := p.Router.Gateway(c.Gateway)
 	if err != nil {
-		return p.review(ctx, s, c, err.Error())
+		return nil, nil, p.review(ctx, s, c, err.Error())
 	}
-	res, err := p.call(ctx, func(ctx context.Context) (gateway.Result, error) {
-		return g.Authorize(ctx, p.request(c, PhaseAuthorize))
-	})
-	return p.afterAuthorize(ctx, s, c, res, err)
+	return &c, g, nil
 }
 
 func (Pipeline) request(c Charge, phase Phase) gateway.Request {
@@ -263,24 +274,14 @@ func (p *Pipeline) Capture(ctx context.Context, job *river.Job[CaptureArgs]) err
 			return err
 		})
 	}
-	c, err = move(ctx, p.Pool, s.chargeID, s.attempt, []Status{Authorized, Capturing}, Capturing, p.Clock.Now(),
-		"")
-	if errors.Is(err, ErrStale) {
-		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
-		return nil
-	}
-	if err != nil {
+	started, g, err := p.begin(ctx, s, []Status{Authorized, Capturing}, Capturing)
+	if started == nil {
 		return err
 	}
-	p.transitioned(c)
-	g, err := p.Router.Gateway(c.Gateway)
-	if err != nil {
-		return p.review(ctx, s, c, err.Error())
-	}
 	res, err := p.call(ctx, func(ctx context.Context) (gateway.Result, error) {
-		return g.Capture(ctx, p.request(c, PhaseCapture))
+		return g.Capture(ctx, p.request(*started, PhaseCapture))
 	})
-	return p.afterCapture(ctx, s, c, res, err)
+	return p.afterCapture(ctx, s, *started, res, err)
 }
 
 func (p *Pipeline) afterCapture(ctx context.Context, s step, c Charge, res gateway.Result, callErr error) error {

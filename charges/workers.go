@@ -26,7 +26,9 @@ func (w *AuthorizeWorker) Work(ctx context.Context, job *river.Job[AuthorizeArgs
 }
 
 // Timeout bounds one run.
-func (w *AuthorizeWorker) Timeout(*river.Job[AuthorizeArgs]) time.Duration { return w.Pipeline.jobTimeout() }
+func (w *AuthorizeWorker) Timeout(*river.Job[AuthorizeArgs]) time.Duration {
+	return w.Pipeline.jobTimeout()
+}
 
 // CaptureWorker runs CaptureArgs jobs.
 type CaptureWorker struct {
@@ -40,7 +42,9 @@ func (w *CaptureWorker) Work(ctx context.Context, job *river.Job[CaptureArgs]) e
 }
 
 // Timeout bounds one run.
-func (w *CaptureWorker) Timeout(*river.Job[CaptureArgs]) time.Duration { return w.Pipeline.jobTimeout() }
+func (w *CaptureWorker) Timeout(*river.Job[CaptureArgs]) time.Duration {
+	return w.Pipeline.jobTimeout()
+}
 
 // VoidWorker runs VoidArgs jobs.
 type VoidWorker struct {
@@ -68,7 +72,9 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 }
 
 // Timeout bounds one run.
-func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration { return w.Pipeline.jobTimeout() }
+func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration {
+	return w.Pipeline.jobTimeout()
+}
 
 // Register adds the pipeline's workers.
 func Register(workers *river.Workers, p *Pipeline) {

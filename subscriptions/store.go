@@ -141,8 +141,12 @@ func (st *Store) List(ctx context.Context, db DBTX, p ListParams) ([]Subscriptio
 		  AND ($3::uuid IS NULL OR id < $3)
 		ORDER BY id DESC LIMIT $4`,
 		p.CustomerID, string(p.Status), nullUUID(p.Before), p.Limit)
+	return collect(rows, err)
+}
+
+func collect(rows pgx.Rows, err error) ([]Subscription, error) {
 	if err != nil {
-		return nil, fmt.Errorf("list subscriptions: %w", err)
+		return nil, fmt.Errorf("query subscriptions: %w", err)
 	}
 	defer rows.Close()
 	var out []Subscription
@@ -154,7 +158,7 @@ func (st *Store) List(ctx context.Context, db DBTX, p ListParams) ([]Subscriptio
 		out = append(out, s)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list subscriptions: %w", err)
+		return nil, fmt.Errorf("query subscriptions: %w", err)
 	}
 	return out, nil
 }
@@ -207,20 +211,5 @@ func (st *Store) LockDue(ctx context.Context, tx pgx.Tx, now, afterAt time.Time,
 		WHERE status IN ('active', 'past_due') AND next_charge_at <= $1
 		  AND (next_charge_at, id) > ($2, $3)
 		ORDER BY next_charge_at, id LIMIT $4 FOR UPDATE SKIP LOCKED`, now, afterAt, afterID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("lock due subscriptions: %w", err)
-	}
-	defer rows.Close()
-	var out []Subscription
-	for rows.Next() {
-		s, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lock due subscriptions: %w", err)
-	}
-	return out, nil
+	return collect(rows, err)
 }

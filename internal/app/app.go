@@ -179,15 +179,25 @@ func ensureDatabase(ctx context.Context, adminURL, name string) error {
 	return nil
 }
 
-func migrate(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io.Writer) error {
+// openMigrated is openPool followed by the migrations every command needs.
+func openMigrated(ctx context.Context, cfg config.Config, log zerolog.Logger) (*pgxpool.Pool, func(), error) {
 	pool, stop, err := openPool(ctx, cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := migrations.Up(ctx, pool); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return pool, stop, nil
+}
+
+func migrate(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io.Writer) error {
+	pool, stop, err := openMigrated(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	if err := migrations.Up(ctx, pool); err != nil {
-		return err
-	}
 	statuses, err := migrations.List(ctx, pool)
 	if err != nil {
 		return err
@@ -217,14 +227,11 @@ func apikey(ctx context.Context, cfg config.Config, log zerolog.Logger, args []s
 	if err != nil {
 		return err
 	}
-	pool, stop, err := openPool(ctx, cfg, log)
+	pool, stop, err := openMigrated(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	if err := migrations.Up(ctx, pool); err != nil {
-		return err
-	}
 	key, err := api.CreateKey(ctx, pool, role, *customer)
 	if err != nil {
 		return err
@@ -258,14 +265,11 @@ func riverLogger(log zerolog.Logger) *slog.Logger {
 }
 
 func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io.Writer) error {
-	pool, stop, err := openPool(ctx, cfg, log)
+	pool, stop, err := openMigrated(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	if err := migrations.Up(ctx, pool); err != nil {
-		return err
-	}
 	if cfg.AdminKey == "" {
 		key, created, err := api.EnsureFirstAdminKey(ctx, pool)
 		if err != nil {

@@ -53,7 +53,7 @@ func newServer(pool *pgxpool.Pool, names []string, logger zerolog.Logger) *serve
 	s := &server{
 		store:   NewStore(pool),
 		names:   make(map[string]bool, len(names)),
-		log:     logger.With().Str("component", "gatewaysim").Logger(),
+		log:     logger,
 		mux:     http.NewServeMux(),
 		abandon: make(chan struct{}),
 	}
