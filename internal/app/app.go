@@ -252,7 +252,6 @@ func gatewaysim(ctx context.Context, cfg config.Config, log zerolog.Logger, args
 		return err
 	}
 	defer stop()
-	log.Info().Str("addr", *addr).Strs("gateways", simNames).Msg("simulated gateways listening")
 	return sim.ListenAndServe(ctx, *addr, pool, simNames, log)
 }
 

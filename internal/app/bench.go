@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
-	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/bench"
 	"github.com/rebill/rebill/internal/config"
 )
@@ -43,14 +42,11 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 // HTTP, started beside it as `rebill gatewaysim` would be.
 func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n, workers int, log zerolog.Logger) (bench.BillingResult, error) {
 	quiet := log.Level(zerolog.ErrorLevel)
-	if err := sim.Migrate(ctx, pool); err != nil {
-		return bench.BillingResult{}, err
-	}
-	baseURL, stopSim, err := sim.Start(ctx, pool, []string{"sim1"}, quiet)
+	baseURL, stopSim, err := startSim(ctx, pool, []string{"sim1"}, quiet)
 	if err != nil {
 		return bench.BillingResult{}, err
 	}
-	defer func() { _ = stopSim(context.Background()) }()
+	defer stopSim()
 
 	cfg.Dev = false
 	cfg.Gateways = map[string]string{"sim1": baseURL + "/sim1"}

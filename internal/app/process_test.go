@@ -436,7 +436,7 @@ func TestCrashMidChargingChargesEachPeriodOnce(t *testing.T) {
 		return n
 	}
 	const capturesSQL = `SELECT count(*) FROM gatewaysim.operations WHERE gateway = 'sim1' AND op = 'capture' AND status = 'succeeded'`
-	groups := func(query string) string {
+	rowsText := func(sep, query string) string {
 		t.Helper()
 		rows, err := db.Query(ctx, query)
 		require.NoError(t, err)
@@ -448,11 +448,11 @@ func TestCrashMidChargingChargesEachPeriodOnce(t *testing.T) {
 			parts = append(parts, strings.TrimSuffix(strings.TrimPrefix(fmt.Sprint(vals), "["), "]"))
 		}
 		require.NoError(t, rows.Err())
-		return strings.Join(parts, "; ")
+		return strings.Join(parts, sep)
 	}
-	chargeStates := func() string { return groups(`SELECT status, count(*) FROM charges GROUP BY 1 ORDER BY 1`) }
+	chargeStates := func() string { return rowsText("; ", `SELECT status, count(*) FROM charges GROUP BY 1 ORDER BY 1`) }
 	jobStates := func() string {
-		return groups(`SELECT kind, state, count(*) FROM river_job WHERE kind LIKE 'charge_%' GROUP BY 1, 2 ORDER BY 1, 2`)
+		return rowsText("; ", `SELECT kind, state, count(*) FROM river_job WHERE kind LIKE 'charge_%' GROUP BY 1, 2 ORDER BY 1, 2`)
 	}
 
 	// Node A: create the subscriptions, due in an hour of the dev clock.
@@ -531,17 +531,17 @@ func TestCrashMidChargingChargesEachPeriodOnce(t *testing.T) {
 	b := procStart(t, "node B", env)
 	b.waitReady(t, 60*time.Second)
 	bReady := time.Since(bStart)
-	var states string
-	if !procEventually(t, 90*time.Second, func() bool {
+	const recoverLimit = 90 * time.Second
+	if !procEventually(t, recoverLimit, func() bool {
 		return count(`SELECT count(*) FROM charges WHERE status = 'succeeded'`) == subscriptions
 	}) {
-		t.Fatalf("not every charge succeeded within 90s of starting B.\ncharges: %s\ncharge jobs: %s\nunfinished charges:\n%s\nunfinished jobs:\n%s",
+		t.Fatalf("not every charge succeeded within %s of starting B.\ncharges: %s\ncharge jobs: %s\nunfinished charges:\n%s\nunfinished jobs:\n%s", recoverLimit,
 			chargeStates(), jobStates(),
-			groups(`SELECT id, status, attempt_count, unknown_phase, authorization_ref IS NOT NULL, updated_at FROM charges WHERE status <> 'succeeded' ORDER BY updated_at LIMIT 20`),
-			groups(`SELECT id, kind, state, attempt, max_attempts, attempted_at, scheduled_at, args, errors FROM river_job WHERE kind LIKE 'charge_%' AND state NOT IN ('completed') ORDER BY id LIMIT 20`))
+			rowsText("\n", `SELECT id::text, status, attempt_count, unknown_phase, authorization_ref IS NOT NULL, updated_at FROM charges WHERE status <> 'succeeded' ORDER BY updated_at LIMIT 20`),
+			rowsText("\n", `SELECT id, kind, state, attempt, max_attempts, attempted_at, scheduled_at, args::text, errors::text FROM river_job WHERE kind LIKE 'charge_%' AND state NOT IN ('completed') ORDER BY id LIMIT 20`))
 	}
 	finished := time.Since(bStart)
-	states = chargeStates()
+	states := chargeStates()
 	t.Logf("B ready %s after start; all %d charges succeeded %s after B started (%s after the clock moved); charges: %s; charge jobs: %s",
 		bReady.Round(time.Millisecond), subscriptions, finished.Round(time.Millisecond), time.Since(advanced).Round(time.Millisecond), states, jobStates())
 

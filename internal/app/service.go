@@ -56,14 +56,11 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 			return nil, err
 		}
 		svc.Clock = manual
-		if err := sim.Migrate(ctx, pool); err != nil {
-			return nil, err
-		}
-		baseURL, stopSim, err := sim.Start(ctx, pool, simNames, log.With().Str("component", "gatewaysim").Logger())
+		baseURL, stopSim, err := startSim(ctx, pool, simNames, log.With().Str("component", "gatewaysim").Logger())
 		if err != nil {
 			return nil, err
 		}
-		svc.closers = append(svc.closers, func() { _ = stopSim(context.Background()) })
+		svc.closers = append(svc.closers, stopSim)
 		for _, name := range simNames {
 			gatewayURLs[name] = baseURL + "/" + name
 		}
@@ -132,4 +129,25 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		KnownGateway: router.Known, Dev: dev, Logger: log,
 	})
 	return svc, nil
+}
+
+// startSim runs the simulated gateways on loopback with a pool of their
+// own: they stand for another company, and must not queue for connections
+// behind rebill's workers (a slow answer would look like a lost one).
+func startSim(ctx context.Context, pool *pgxpool.Pool, names []string, log zerolog.Logger) (string, func(), error) {
+	cfg := pool.Config().Copy()
+	cfg.MaxConns = 20
+	simPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return "", nil, fmt.Errorf("open simulator pool: %w", err)
+	}
+	baseURL, stop, err := sim.Start(ctx, simPool, names, log)
+	if err != nil {
+		simPool.Close()
+		return "", nil, err
+	}
+	return baseURL, func() {
+		_ = stop(context.Background())
+		simPool.Close()
+	}, nil
 }
