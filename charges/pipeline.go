@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges/gateway"
@@ -29,10 +28,10 @@ type Subscriptions interface {
 	ChargeFailed(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID) error
 }
 
-// Pipeline runs the gateway steps of charges. Each step reads the charge,
-// persists that it is about to call the gateway, calls it holding no
+// Pipeline runs the gateway steps of charges. Each step persists that it is
+// about to call the gateway (a guarded move), calls it holding no
 // transaction or connection, and records the outcome together with the
-// next job and the completion of its own job in one transaction.
+// next step's job in one transaction.
 type Pipeline struct {
 	Pool          *pgxpool.Pool
 	Router        *Router
@@ -47,37 +46,27 @@ type Pipeline struct {
 	Logger          zerolog.Logger
 }
 
-// step is one run of a job: the charge it works on, and how to finish the
-// job inside the outcome's transaction.
+// step is one run of a job: the charge it works on and what River will do
+// if it fails.
 type step struct {
-	stage      string
-	chargeID   uuid.UUID
-	attempt    int
-	final      bool // River will not retry this job again
-	reconcile  bool // the step is a reconcile job
-	completeTx func(ctx context.Context, tx pgx.Tx) error
-}
-
-func completeJob[T river.JobArgs](job *river.Job[T]) func(ctx context.Context, tx pgx.Tx) error {
-	return func(ctx context.Context, tx pgx.Tx) error {
-		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		return err
-	}
+	stage     string
+	chargeID  uuid.UUID
+	attempt   int
+	final     bool // River will not retry this job again
+	reconcile bool // the step is a reconcile job
 }
 
 func newStep[T river.JobArgs](stage string, job *river.Job[T], chargeID uuid.UUID, attempt int) step {
-	return step{stage: stage, chargeID: chargeID, attempt: attempt, final: job.Attempt >= job.MaxAttempts,
-		completeTx: completeJob(job)}
+	return step{stage: stage, chargeID: chargeID, attempt: attempt, final: job.Attempt >= job.MaxAttempts}
 }
 
-// record runs fn in a transaction that also completes the job.
+// record runs fn, which records a step's outcome and enqueues the next
+// step, in one transaction. The job itself is completed by River after it
+// returns (in River's batches, not in this transaction): if the process
+// dies in between, the job runs again, finds the charge already moved on
+// (every move is guarded by the status it expects) and does nothing.
 func (p *Pipeline) record(ctx context.Context, s step, fn func(tx pgx.Tx) error) error {
-	err := pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
-		if err := fn(tx); err != nil {
-			return err
-		}
-		return s.completeTx(ctx, tx)
-	})
+	err := pgx.BeginFunc(ctx, p.Pool, fn)
 	if errors.Is(err, ErrStale) {
 		return nil // another run already recorded this step
 	}
@@ -117,7 +106,11 @@ func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs])
 // the step is over: stale (another run did it, or a newer attempt exists),
 // sent to review, or failed with the returned error.
 func (p *Pipeline) begin(ctx context.Context, s step, from []Status, to Status) (*Charge, gateway.Gateway, error) {
-	c, err := move(ctx, p.Pool, s.chargeID, s.attempt, from, to, p.Clock.Now(), "")
+	guard := ""
+	if to == Capturing {
+		guard = "void_requested = false" // never capture a cancelled subscription's hold
+	}
+	c, err := moveWhere(ctx, p.Pool, s.chargeID, s.attempt, from, to, p.Clock.Now(), guard)
 	if errors.Is(err, ErrStale) {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return nil, nil, nil
@@ -263,25 +256,31 @@ func (p *Pipeline) review(ctx context.Context, s step, c Charge, reason string) 
 func (p *Pipeline) Capture(ctx context.Context, job *river.Job[CaptureArgs]) error {
 	s := newStep("capture", job, job.Args.ChargeID, job.Args.Attempt)
 	defer observe(s.stage, time.Now())
-	c, err := Get(ctx, p.Pool, s.chargeID)
-	if err != nil {
-		return err
-	}
-	if c.VoidRequested && c.Status == Authorized {
-		// Cancelled before the capture started: release the hold instead.
-		return p.record(ctx, s, func(tx pgx.Tx) error {
-			_, err := river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, VoidArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
-			return err
-		})
-	}
 	started, g, err := p.begin(ctx, s, []Status{Authorized, Capturing}, Capturing)
 	if started == nil {
-		return err
+		if err != nil {
+			return err
+		}
+		return p.voidInstead(ctx, s)
 	}
 	res, err := p.call(ctx, func(ctx context.Context) (gateway.Result, error) {
 		return g.Capture(ctx, p.request(*started, PhaseCapture))
 	})
 	return p.afterCapture(ctx, s, *started, res, err)
+}
+
+// voidInstead enqueues the release of a hold whose subscription was
+// cancelled before its capture started (begin refuses to capture such a
+// charge).
+func (p *Pipeline) voidInstead(ctx context.Context, s step) error {
+	c, err := Get(ctx, p.Pool, s.chargeID)
+	if err != nil || c.Status != Authorized || !c.VoidRequested || c.AttemptCount != s.attempt {
+		return err
+	}
+	return p.record(ctx, s, func(tx pgx.Tx) error {
+		_, err := river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, VoidArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
+		return err
+	})
 }
 
 func (p *Pipeline) afterCapture(ctx context.Context, s step, c Charge, res gateway.Result, callErr error) error {

@@ -169,6 +169,16 @@ func CreateMany(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Ch
 // status is one of from (and, when attempt > 0, the attempt matches).
 // Returns ErrStale when the guard fails.
 func move(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time, set string, args ...any) (Charge, error) {
+	return guardedUpdate(ctx, db, id, attempt, from, to, now, "", set, args...)
+}
+
+// moveWhere is move with one more condition on the row.
+func moveWhere(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time, where string) (Charge, error) {
+	return guardedUpdate(ctx, db, id, attempt, from, to, now, where, "")
+}
+
+func guardedUpdate(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time,
+	where, set string, args ...any) (Charge, error) {
 	fromText := make([]string, len(from))
 	for i, s := range from {
 		fromText[i] = string(s)
@@ -178,9 +188,11 @@ func move(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status
 	if set != "" {
 		query += ", " + set
 	}
-	query += fmt.Sprintf(` WHERE id = $%d AND status = ANY($%d) AND ($%d = 0 OR attempt_count = $%d) RETURNING `+columns,
-		n+3, n+4, n+5, n+5)
-	c, err := scan(db.QueryRow(ctx, query, append(args, to, now, id, fromText, attempt)...))
+	query += fmt.Sprintf(` WHERE id = $%d AND status = ANY($%d) AND ($%d = 0 OR attempt_count = $%d)`, n+3, n+4, n+5, n+5)
+	if where != "" {
+		query += " AND " + where
+	}
+	c, err := scan(db.QueryRow(ctx, query+` RETURNING `+columns, append(args, to, now, id, fromText, attempt)...))
 	if errors.Is(err, ErrNotFound) {
 		return Charge{}, ErrStale
 	}

@@ -351,11 +351,15 @@ func (s *Store) perform(ctx context.Context, gw string, req opRequest, kind toke
 func performTx(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind tokenKind) (operation, error) {
 	const byKey = `SELECT ` + operationColumns + ` FROM gatewaysim.operations
 		WHERE gateway = $1 AND idempotency_key = $2`
-	o, err := scanOperation(tx.QueryRow(ctx, byKey, gw, req.IdempotencyKey))
-	if err == nil || !errors.Is(err, pgx.ErrNoRows) {
-		return o, err
+	// An authorization is decided without reading anything, so it goes
+	// straight to the insert; a capture or void first looks for its key.
+	if req.Op != gateway.OpAuthorize {
+		o, err := scanOperation(tx.QueryRow(ctx, byKey, gw, req.IdempotencyKey))
+		if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+			return o, err
+		}
 	}
-	o, err = decide(ctx, tx, gw, req, kind)
+	o, err := decide(ctx, tx, gw, req, kind)
 	if err != nil {
 		return operation{}, err
 	}
