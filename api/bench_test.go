@@ -19,6 +19,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -48,7 +49,23 @@ const (
 	benchReplayKeys = 1000
 	// benchCustomers spreads the created subscriptions over customers.
 	benchCustomers = 1000
+	// benchRunLimit bounds one run of a benchmark function, setup included:
+	// go test's -timeout does not cover benchmarks.
+	benchRunLimit = 5 * time.Minute
 )
+
+// benchWatchdog crashes the process with every goroutine's stack, as go
+// test's -timeout does for tests, if this run outlasts benchRunLimit: a
+// hung benchmark should say where it hangs rather than wait forever.
+func benchWatchdog(b *testing.B) {
+	b.Helper()
+	name := b.Name()
+	timer := time.AfterFunc(benchRunLimit, func() {
+		debug.SetTraceback("all")
+		panic(fmt.Sprintf("%s: one run took more than %v", name, benchRunLimit))
+	})
+	b.Cleanup(func() { timer.Stop() })
+}
 
 type benchBundle struct {
 	pool   *pgxpool.Pool
@@ -60,6 +77,7 @@ type benchBundle struct {
 // database (dropped when the run ends) and opens them all before timing.
 func benchPool(b *testing.B) *pgxpool.Pool {
 	b.Helper()
+	benchWatchdog(b)
 	ctx := context.Background()
 	// dbtest.URL is postgres://postgres@127.0.0.1:5432/rebill_t_<hex>?sslmode=disable
 	// on the local server, but TEST_DATABASE_URL may carry another query

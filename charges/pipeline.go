@@ -210,9 +210,6 @@ func (p *Pipeline) technicalFailure(ctx context.Context, s step, c Charge, phase
 		// attempt, so charges resume when it comes back.
 		metrics.Retries.WithLabelValues(s.stage, "circuit_open").Inc()
 		return river.JobSnooze(p.SnoozeWhileOpen)
-	case s.final:
-		metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
-		return p.review(ctx, s, c, fmt.Sprintf("%s gave no verdict after its last attempt: %v", phase, callErr))
 	case errors.Is(callErr, gateway.ErrUnknownOutcome) && !s.reconcile && phase != PhaseVoid:
 		metrics.Retries.WithLabelValues(s.stage, "unknown_outcome").Inc()
 		now := p.Clock.Now()
@@ -227,6 +224,9 @@ func (p *Pipeline) technicalFailure(ctx context.Context, s step, c Charge, phase
 				ReconcileArgs{ChargeID: c.ID, Attempt: c.AttemptCount, Phase: phase}, nil)
 			return err
 		})
+	case s.final:
+		metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
+		return p.review(ctx, s, c, fmt.Sprintf("%s gave no verdict after its last attempt: %v", phase, callErr))
 	case errors.Is(callErr, gateway.ErrUnavailable):
 		metrics.Retries.WithLabelValues(s.stage, "unavailable").Inc()
 	case errors.Is(callErr, gateway.ErrUnknownOutcome):
