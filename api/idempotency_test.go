@@ -183,9 +183,8 @@ func TestCrashedRequestIsRetriedAfterLease(t *testing.T) {
 	outcome, _, err := store.Reserve(context.Background(), "key:bootstrap-admin", "crash", fingerprint)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Execute, outcome)
-	tx, ok, err := store.Begin(context.Background(), "key:bootstrap-admin", "crash")
+	tx, err := store.Begin(context.Background())
 	require.NoError(t, err)
-	require.True(t, ok)
 	_, err = tx.Exec(context.Background(), `SELECT 1`)
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(context.Background())) // the connection died with the process
@@ -213,16 +212,17 @@ func TestExpiredLeaseOfLiveRequestDoesNotRunTwice(t *testing.T) {
 	outcome, _, err := store.Reserve(context.Background(), scope, key, fingerprint)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Execute, outcome)
-	tx, ok, err := store.Begin(context.Background(), scope, key)
+	tx, err := store.Begin(context.Background())
 	require.NoError(t, err)
-	require.True(t, ok)
+	// The slow request is about to finish: it has stored its response
+	// (and holds the record's lock) but not committed yet.
+	require.NoError(t, store.Complete(context.Background(), tx, scope, key, idempotency.Record{
+		Status: http.StatusCreated, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"slow":true}`)}))
 
 	time.Sleep(lease + 50*time.Millisecond)
 	done := make(chan response, 1)
 	go func() { done <- b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, key, createBody) }()
 	time.Sleep(200 * time.Millisecond)
-	require.NoError(t, store.Complete(context.Background(), tx, scope, key, idempotency.Record{
-		Status: http.StatusCreated, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"slow":true}`)}))
 	require.NoError(t, tx.Commit(context.Background()))
 
 	res := <-done
@@ -263,4 +263,34 @@ func TestExpiredRecordsAreDeleted(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	require.Equal(t, 1, b.count(t, "idempotency_keys"))
+}
+
+// The other order: the retry takes over the expired lease and completes
+// first; the slow original then finds the key completed and rolls back.
+func TestSlowOriginalLosesToCompletedRetry(t *testing.T) {
+	t.Parallel()
+	const lease = 200 * time.Millisecond
+	b := setup(t, setupOpts{lease: lease})
+	store := idempotency.NewStore(b.pool, lease)
+	scope, key := "key:bootstrap-admin", "slow-loses"
+	fingerprint := idempotency.Fingerprint(http.MethodPost, "/v1/subscriptions", []byte(createBody))
+	outcome, _, err := store.Reserve(context.Background(), scope, key, fingerprint)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Execute, outcome)
+	slow, err := store.Begin(context.Background())
+	require.NoError(t, err)
+	_, err = slow.Exec(context.Background(), `INSERT INTO api_keys (id, key_hash, role) VALUES (gen_random_uuid(), 'x', 'admin')`)
+	require.NoError(t, err)
+
+	time.Sleep(lease + 50*time.Millisecond)
+	res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, key, createBody)
+	require.Equal(t, http.StatusCreated, res.status)
+
+	err = store.Complete(context.Background(), slow, scope, key, idempotency.Record{Status: http.StatusCreated})
+	require.ErrorIs(t, err, idempotency.ErrCompletedElsewhere)
+	require.NoError(t, slow.Rollback(context.Background()))
+	require.Equal(t, 1, b.count(t, "subscriptions"))
+	require.Zero(t, b.count(t, "api_keys"), "the slow request's effect was rolled back")
+	replay := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, key, createBody)
+	require.Equal(t, res.body, replay.body)
 }

@@ -55,10 +55,16 @@ func (b *Biller) Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscript
 	if sub.NextChargeAt.After(now) || (sub.Status != subscriptions.Active && sub.Status != subscriptions.PastDue) {
 		return sub, nil
 	}
-	if _, err := b.bill(ctx, tx, []subscriptions.Subscription{sub}, now); err != nil {
+	_, advanced, err := b.bill(ctx, tx, []subscriptions.Subscription{sub}, now)
+	if err != nil {
 		return subscriptions.Subscription{}, err
 	}
-	return b.Subscriptions.Get(ctx, tx, sub.ID)
+	if len(advanced) != 1 {
+		return b.Subscriptions.Get(ctx, tx, sub.ID) // cancelled at period end instead
+	}
+	// What the advance wrote, without reading the row back.
+	sub.NextPeriodIndex, sub.NextChargeAt, sub.UpdatedAt = advanced[0].index, advanced[0].at, now
+	return sub, nil
 }
 
 // PaymentMethodChanged retries, at once and with the new card, the
@@ -108,7 +114,7 @@ func (b *Biller) Resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, r charges
 
 // bill creates the charges of every due period of subs (rows locked by
 // the caller) and advances each subscription past them, in tx.
-func (b *Biller) bill(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subscription, now time.Time) (int, error) {
+func (b *Biller) bill(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subscription, now time.Time) (int, []advance, error) {
 	var (
 		news     []charges.New
 		advanced []advance
@@ -123,10 +129,10 @@ func (b *Biller) bill(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subsc
 		if sub.CancelAtPeriodEnd && from > 0 {
 			// The period that was to be the last has ended.
 			if _, _, err := b.Subscriptions.Cancel(ctx, tx, sub.ID, false, subscriptions.System); err != nil {
-				return 0, fmt.Errorf("cancel at period end: %w", err)
+				return 0, nil, fmt.Errorf("cancel at period end: %w", err)
 			}
 			if err := b.Cancelled(ctx, tx, sub.ID); err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 			continue
 		}
@@ -147,17 +153,17 @@ func (b *Biller) bill(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subsc
 	}
 	created, err := charges.CreateMany(ctx, tx, news, now)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := b.enqueueAuthorize(ctx, tx, created); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := advanceAll(ctx, tx, advanced, now); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	metrics.PeriodsEnqueued.Add(float64(len(created)))
 	metrics.ChargeTransitions.WithLabelValues(string(charges.Scheduled)).Add(float64(len(created)))
-	return len(created), nil
+	return len(created), advanced, nil
 }
 
 type advance struct {

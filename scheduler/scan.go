@@ -150,7 +150,7 @@ func (b *Biller) chargeDue(ctx context.Context, now time.Time) (int, error) {
 			if err != nil {
 				return err
 			}
-			n, err := b.bill(ctx, tx, batch, now)
+			n, _, err := b.bill(ctx, tx, batch, now)
 			total += n
 			return err
 		})

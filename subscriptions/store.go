@@ -94,21 +94,26 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor) (Sub
 	if err != nil {
 		return Subscription{}, fmt.Errorf("encode metadata: %w", err)
 	}
-	row := tx.QueryRow(ctx, `INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval, interval_count,
-			timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token, pm_brand, pm_last4,
-			pm_exp_month, pm_exp_year, description, metadata, created_at, updated_at)
-		VALUES ($1, $2, 'active', $3, $4, $5, $6, $7, $8, 0, $8, $9, $10, nullif($11, ''), nullif($12, ''), $13, $14,
-			nullif($15, ''), $16, $17, $17)
-		RETURNING `+columns,
+	// The row and its "created" event in one statement: one round trip.
+	row := tx.QueryRow(ctx, `WITH s AS (
+			INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval, interval_count,
+				timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token, pm_brand, pm_last4,
+				pm_exp_month, pm_exp_year, description, metadata, created_at, updated_at)
+			VALUES ($1, $2, 'active', $3, $4, $5, $6, $7, $8, 0, $8, $9, $10, nullif($11, ''), nullif($12, ''), $13, $14,
+				nullif($15, ''), $16, $17, $17)
+			RETURNING *
+		), e AS (
+			INSERT INTO subscription_events (subscription_id, type, from_status, to_status, actor_id, actor_role, at)
+			SELECT id, $18, 'active', 'active', $19, $20, $17 FROM s
+		)
+		SELECT `+columns+` FROM s`,
 		id, n.CustomerID, n.Amount, n.Currency, n.Interval, n.IntervalCount, n.TimeZone, anchor,
 		n.PaymentMethod.Gateway, n.PaymentMethod.Token, n.PaymentMethod.Brand, n.PaymentMethod.Last4,
-		n.PaymentMethod.ExpMonth, n.PaymentMethod.ExpYear, n.Description, metaJSON, now)
+		n.PaymentMethod.ExpMonth, n.PaymentMethod.ExpYear, n.Description, metaJSON, now,
+		EventCreated, actor.ID, actor.Role)
 	sub, err := scan(row)
 	if err != nil {
 		return Subscription{}, fmt.Errorf("insert subscription: %w", err)
-	}
-	if err := st.appendEvent(ctx, tx, sub.ID, EventCreated, Active, Active, actor, now); err != nil {
-		return Subscription{}, err
 	}
 	return sub, nil
 }

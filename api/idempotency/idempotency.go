@@ -159,38 +159,37 @@ func (s *Store) read(ctx context.Context, scope, key string, fingerprint []byte)
 	return InFlight, Record{}, expired, nil
 }
 
-// Begin opens the transaction that the handler runs in, after locking the
-// record. If a request whose lease expired is in fact still running, this
-// waits for it; ok is false when that request completed meanwhile, and the
-// caller should answer with Reserve's view of the key instead of executing.
-func (s *Store) Begin(ctx context.Context, scope, key string) (tx pgx.Tx, ok bool, err error) {
-	tx, err = s.pool.Begin(ctx)
+// Begin opens the transaction that the handler runs in.
+func (s *Store) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: begin: %w", ErrStoreUnavailable, err)
+		return nil, fmt.Errorf("%w: begin: %w", ErrStoreUnavailable, err)
 	}
-	var status string
-	err = tx.QueryRow(ctx, `SELECT status FROM idempotency_keys WHERE principal = $1 AND key = $2 FOR UPDATE`, scope, key).Scan(&status)
-	if err != nil || status != "processing" {
-		_ = tx.Rollback(ctx)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, false, fmt.Errorf("%w: lock key: %w", ErrStoreUnavailable, err)
-		}
-		return nil, false, nil
-	}
-	return tx, true, nil
+	return tx, nil
 }
 
-// Complete stores the response in tx, the handler's transaction.
+// ErrCompletedElsewhere: while this request ran, the request whose expired
+// lease it took over turned out to be alive and completed first. Roll back
+// and answer with the stored response: the key's effect happened once.
+var ErrCompletedElsewhere = errors.New("idempotency key completed by another request")
+
+// Complete stores the response in tx, the handler's transaction. The
+// update locks the record; if another holder of the key (a request whose
+// lease expired while it was still running) completes first, this waits
+// for it and returns ErrCompletedElsewhere.
 func (s *Store) Complete(ctx context.Context, tx pgx.Tx, scope, key string, rec Record) error {
 	headers, err := json.Marshal(rec.Headers)
 	if err != nil {
 		return fmt.Errorf("encode headers: %w", err)
 	}
-	_, err = tx.Exec(ctx, `UPDATE idempotency_keys SET status = 'completed', response_status = $3,
+	tag, err := tx.Exec(ctx, `UPDATE idempotency_keys SET status = 'completed', response_status = $3,
 			response_headers = $4, response_body = $5
-		WHERE principal = $1 AND key = $2`, scope, key, rec.Status, headers, rec.Body)
+		WHERE principal = $1 AND key = $2 AND status = 'processing'`, scope, key, rec.Status, headers, rec.Body)
 	if err != nil {
 		return fmt.Errorf("store response: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrCompletedElsewhere
 	}
 	return nil
 }

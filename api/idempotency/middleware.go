@@ -71,25 +71,26 @@ func Middleware(store *Store, scope func(*http.Request) string, problems Problem
 			client := scope(r)
 			ctx := r.Context()
 
-			outcome, rec, err := store.Reserve(ctx, client, key, Fingerprint(r.Method, r.URL.Path, body))
+			outcome, stored, err := store.Reserve(ctx, client, key, Fingerprint(r.Method, r.URL.Path, body))
 			if err != nil {
 				log.Error().Err(err).Msg("idempotency reservation failed")
 				problems.Unavailable(w)
 				return
 			}
 			if outcome == Execute {
-				tx, ok, err := store.Begin(ctx, client, key)
+				tx, err := store.Begin(ctx)
 				if err != nil {
 					log.Error().Err(err).Msg("idempotency transaction failed to start")
 					problems.Unavailable(w)
 					return
 				}
-				if ok {
-					execute(w, r.WithContext(context.WithValue(ctx, txKey{}, tx)), next, store, tx, client, key, problems, log)
+				rec := execute(r.WithContext(context.WithValue(ctx, txKey{}, tx)), next, store, tx, client, key, problems, log)
+				if rec != nil {
+					rec.flush(w)
 					return
 				}
 				// The request whose lease we took over finished after all.
-				outcome, rec, err = store.Reserve(ctx, client, key, Fingerprint(r.Method, r.URL.Path, body))
+				outcome, stored, err = store.Reserve(ctx, client, key, Fingerprint(r.Method, r.URL.Path, body))
 				if err != nil {
 					problems.Unavailable(w)
 					return
@@ -98,12 +99,12 @@ func Middleware(store *Store, scope func(*http.Request) string, problems Problem
 			switch outcome {
 			case Replay:
 				metrics.IdempotencyReplays.Inc()
-				for name, value := range rec.Headers {
+				for name, value := range stored.Headers {
 					w.Header().Set(name, value)
 				}
 				w.Header().Set(ReplayedHeader, "true")
-				w.WriteHeader(rec.Status)
-				_, _ = w.Write(rec.Body)
+				w.WriteHeader(stored.Status)
+				_, _ = w.Write(stored.Body)
 			case Mismatch:
 				metrics.IdempotencyMismatches.Inc()
 				problems.Write(w, http.StatusUnprocessableEntity, "idempotency-key-mismatch", "Idempotency-Key reused",
@@ -119,14 +120,15 @@ func Middleware(store *Store, scope func(*http.Request) string, problems Problem
 }
 
 // execute runs the handler in tx and either commits its response with its
-// effects or rolls both back and releases the key.
-func execute(w http.ResponseWriter, r *http.Request, next http.Handler, store *Store, tx pgx.Tx, client, key string,
-	problems Problems, log zerolog.Logger) {
+// effects or rolls both back and releases the key. It returns the response
+// to send, or nil when another request completed the key meanwhile.
+func execute(r *http.Request, next http.Handler, store *Store, tx pgx.Tx, client, key string,
+	problems Problems, log zerolog.Logger) *recorder {
 	ctx := r.Context()
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
-	committed := false
+	finished := false
 	defer func() {
-		if !committed {
+		if !finished {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
@@ -134,12 +136,11 @@ func execute(w http.ResponseWriter, r *http.Request, next http.Handler, store *S
 
 	if !stored(rec.status) {
 		_ = tx.Rollback(ctx)
-		committed = true // nothing left to roll back
+		finished = true
 		if err := store.Release(context.WithoutCancel(ctx), client, key); err != nil {
 			log.Warn().Err(err).Msg("idempotency key not released; its lease will expire")
 		}
-		rec.flush(w)
-		return
+		return rec
 	}
 	record := Record{Status: rec.status, Headers: map[string]string{}, Body: rec.body.Bytes()}
 	for _, name := range storedHeaders {
@@ -147,21 +148,29 @@ func execute(w http.ResponseWriter, r *http.Request, next http.Handler, store *S
 			record.Headers[name] = v
 		}
 	}
-	if err := store.Complete(ctx, tx, client, key, record); err != nil {
-		log.Error().Err(err).Msg("storing idempotent response failed")
-		problems.InternalFailed(w)
-		return
+	err := store.Complete(ctx, tx, client, key, record)
+	if errors.Is(err, ErrCompletedElsewhere) {
+		return nil
 	}
+	if err != nil {
+		log.Error().Err(err).Msg("storing idempotent response failed")
+		return failure(problems.InternalFailed)
+	}
+	finished = true
 	if err := tx.Commit(ctx); err != nil {
 		// Whether the commit landed is unknown: keep the reservation, so a
 		// retry after the lease either replays or executes afresh.
-		committed = true
 		log.Error().Err(err).Msg("commit of idempotent request failed")
-		problems.InternalFailed(w)
-		return
+		return failure(problems.InternalFailed)
 	}
-	committed = true
-	rec.flush(w)
+	return rec
+}
+
+// failure records what write would send.
+func failure(write func(w http.ResponseWriter)) *recorder {
+	rec := &recorder{header: http.Header{}, status: http.StatusOK}
+	write(rec)
+	return rec
 }
 
 // stored reports whether a response is a result of execution (kept and
