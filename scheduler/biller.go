@@ -43,8 +43,11 @@ type Biller struct {
 	Client       *river.Client[pgx.Tx]
 	CatchUpLimit int
 	BatchSize    int
-	ScanTimeout  time.Duration
-	Logger       zerolog.Logger
+	// ScanWorkers is how many batches a scan runs at once (one per core
+	// of the database is a good start).
+	ScanWorkers int
+	ScanTimeout time.Duration
+	Logger      zerolog.Logger
 }
 
 // Due charges every period of sub that is due now, in tx: the API calls it
@@ -176,7 +179,7 @@ func advanceAll(ctx context.Context, tx pgx.Tx, advanced []advance, now time.Tim
 	if len(advanced) == 0 {
 		return nil
 	}
-	ids := make([]uuid.UUID, len(advanced))
+	ids := make([][16]byte, len(advanced)) // binary uuid[]: no text round trip
 	indexes := make([]int32, len(advanced))
 	ats := make([]time.Time, len(advanced))
 	for i, a := range advanced {

@@ -3,12 +3,14 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/metrics"
@@ -136,7 +138,24 @@ func (b *Biller) resumeDue(ctx context.Context, now time.Time) (int, error) {
 
 // chargeDue walks due subscriptions in keyset order (next_charge_at, id),
 // one batch per transaction, so memory stays flat however many are due.
+// ScanWorkers walkers run at once: each claims its rows with SKIP LOCKED,
+// so they take disjoint batches, and each one's cursor only moves forward.
 func (b *Biller) chargeDue(ctx context.Context, now time.Time) (int, error) {
+	walkers := max(b.ScanWorkers, 1)
+	var total atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	for range walkers {
+		g.Go(func() error {
+			n, err := b.walkDue(ctx, now)
+			total.Add(int64(n))
+			return err
+		})
+	}
+	err := g.Wait()
+	return int(total.Load()), err
+}
+
+func (b *Biller) walkDue(ctx context.Context, now time.Time) (int, error) {
 	var (
 		total   int
 		afterAt = time.Time{}

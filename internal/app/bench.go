@@ -25,6 +25,8 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	noop := fs.Int("noop", 100_000, "no-op jobs for River's bare throughput")
 	workers := fs.Int("workers", 400, "River workers")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	scanOnly := fs.Bool("scan-only", false, "measure the scan and stop (for very large -n)")
+	scanBatch := fs.Int("scan-batch", 1000, "subscriptions per scan transaction")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -46,7 +48,8 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	return bench.Run(ctx, bench.Options{
 		ServerURL: server, Subscriptions: *n, NoopJobs: *noop, Workers: *workers, Out: stdout, Log: log,
 		Billing: func(ctx context.Context, pool *pgxpool.Pool, n int) (bench.BillingResult, error) {
-			return benchBilling(ctx, cfg, pool, n, *workers, log)
+			cfg.ScanBatch = *scanBatch
+			return benchBilling(ctx, cfg, pool, n, *workers, *scanOnly, log)
 		},
 	})
 }
@@ -54,7 +57,7 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 // benchBilling bills n subscriptions due at one instant through a
 // production-mode node (wall clock) and a simulated gateway over loopback
 // HTTP, started beside it as `rebill gatewaysim` would be.
-func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n, workers int, log zerolog.Logger) (bench.BillingResult, error) {
+func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n, workers int, scanOnly bool, log zerolog.Logger) (bench.BillingResult, error) {
 	quiet := log.Level(zerolog.ErrorLevel)
 	baseURL, stopSim, err := startSim(ctx, pool, []string{"sim1"}, quiet)
 	if err != nil {
@@ -69,7 +72,6 @@ func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n,
 	cfg.GatewayTimeout = 10 * time.Second
 	cfg.RescueAfter = time.Minute
 	cfg.RetryBase, cfg.RetryMax = 100*time.Millisecond, time.Second
-	cfg.ScanBatch = 1000
 	cfg.FetchCooldown, cfg.FetchPollInterval = 2*time.Millisecond, 50*time.Millisecond
 	svc, err := Build(ctx, cfg, pool, quiet)
 	if err != nil {
@@ -93,6 +95,9 @@ func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n,
 	scanned := time.Since(start)
 	if scan.Enqueued != n {
 		return bench.BillingResult{}, fmt.Errorf("scan enqueued %d charges, want %d", scan.Enqueued, n)
+	}
+	if scanOnly {
+		return bench.BillingResult{ScanDuration: scanned, Charges: n}, nil
 	}
 	if err := svc.River.Start(ctx); err != nil {
 		return bench.BillingResult{}, err

@@ -75,7 +75,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 
 	subs := subscriptions.NewStore(svc.Clock)
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpLimit: cfg.CatchUpLimit,
-		BatchSize: cfg.ScanBatch, ScanTimeout: cfg.RescueAfter - 5*time.Second, Logger: log.With().Str("component", "scheduler").Logger()}
+		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second, Logger: log.With().Str("component", "scheduler").Logger()}
 	pipeline := &charges.Pipeline{Pool: pool, Router: router, Subscriptions: scheduler.Outcomes{Subscriptions: subs},
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, SnoozeWhileOpen: cfg.RetryMax,
 		Logger: log.With().Str("component", "charges").Logger()}

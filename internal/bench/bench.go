@@ -36,7 +36,8 @@ type Options struct {
 	Out           io.Writer
 	Log           zerolog.Logger
 	// Billing runs the billing part against the migrated bench database and
-	// returns its figures; the caller wires the real service into it.
+	// returns its figures (a zero EndToEnd: the scan alone was measured);
+	// the caller wires the real service into it.
 	Billing func(ctx context.Context, pool *pgxpool.Pool, n int) (BillingResult, error)
 }
 
@@ -70,9 +71,13 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("billing bench: %w", err)
 	}
-	endToEnd := float64(res.Charges) / res.EndToEnd.Seconds()
 	fmt.Fprintf(o.Out, "scan rate:               %8.0f periods/s (%d periods enqueued in %s)\n",
 		float64(res.Charges)/res.ScanDuration.Seconds(), res.Charges, res.ScanDuration.Round(time.Millisecond))
+	if res.EndToEnd == 0 {
+		fmt.Fprintf(o.Out, "peak RSS:                %8.1f MiB (scan only)\n", peakRSSMiB())
+		return nil
+	}
+	endToEnd := float64(res.Charges) / res.EndToEnd.Seconds()
 	fmt.Fprintf(o.Out, "charges end to end:      %8.0f charges/s (%d succeeded in %s; authorize + capture each)\n",
 		endToEnd, res.Charges, res.EndToEnd.Round(time.Millisecond))
 	fmt.Fprintf(o.Out, "ratio to River bare:     %8.3f (charges/s over no-op jobs/s; a charge is 2 jobs, 2 gateway calls)\n", endToEnd/noopRate)

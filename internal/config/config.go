@@ -24,6 +24,7 @@ type Config struct {
 	LogLevel          string
 	ScanInterval      time.Duration
 	ScanBatch         int
+	ScanWorkers       int
 	CatchUpLimit      int
 	DunningSchedule   []time.Duration
 	GatewayTimeout    time.Duration
@@ -65,6 +66,8 @@ var variables = []variable{
 		durationInto(func(c *Config) *time.Duration { return &c.ScanInterval })},
 	{"REBILL_SCAN_BATCH", "500", "subscriptions per scan transaction",
 		intInto(func(c *Config) *int { return &c.ScanBatch })},
+	{"REBILL_SCAN_WORKERS", "2", "scan batches run at once (about one per database core)",
+		intInto(func(c *Config) *int { return &c.ScanWorkers })},
 	{"REBILL_CATCH_UP_LIMIT", "36", "most missed periods charged per subscription after downtime; older ones are skipped and logged",
 		intInto(func(c *Config) *int { return &c.CatchUpLimit })},
 	{"REBILL_DUNNING_SCHEDULE", "24h,72h,120h,168h", "delays after the first decline of the dunning attempts (by the service clock)",
@@ -151,7 +154,7 @@ func parseBool(v string) (bool, error) {
 func Load(getenv func(string) string) (Config, error) {
 	c := Config{
 		Addr: "127.0.0.1:8080", DataDir: ".rebill", IdempotencyTTL: 24 * time.Hour, IdempotencyLease: 60 * time.Second,
-		LogLevel: "info", ScanBatch: 500, CatchUpLimit: 36, ChargeMaxAttempts: 8, Workers: 200,
+		LogLevel: "info", ScanBatch: 500, ScanWorkers: 2, CatchUpLimit: 36, ChargeMaxAttempts: 8, Workers: 200,
 		DunningSchedule: []time.Duration{24 * time.Hour, 72 * time.Hour, 120 * time.Hour, 168 * time.Hour},
 		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
 	}
