@@ -9,6 +9,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/metrics"
 )
 
 // ErrCircuitOpen: the gateway failed repeatedly and calls to it are paused.
@@ -32,6 +33,7 @@ type Router struct {
 func NewRouter(gateways []gateway.Gateway, consecutiveFailures uint32, openFor time.Duration) *Router {
 	r := &Router{gateways: map[string]*breakerGateway{}, openFor: openFor}
 	for _, g := range gateways {
+		metrics.GatewayCircuitOpen.WithLabelValues(g.Name()).Set(0)
 		r.gateways[g.Name()] = &breakerGateway{
 			Gateway: g,
 			breaker: gobreaker.NewCircuitBreaker[gateway.Result](gobreaker.Settings{
@@ -40,6 +42,13 @@ func NewRouter(gateways []gateway.Gateway, consecutiveFailures uint32, openFor t
 				ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= consecutiveFailures },
 				// Declines and unknown outcomes are answers, not outages.
 				IsSuccessful: func(err error) bool { return err == nil || !errors.Is(err, gateway.ErrUnavailable) },
+				OnStateChange: func(name string, _, to gobreaker.State) {
+					open := 0.0
+					if to == gobreaker.StateOpen {
+						open = 1
+					}
+					metrics.GatewayCircuitOpen.WithLabelValues(name).Set(open)
+				},
 			}),
 		}
 	}

@@ -78,3 +78,10 @@ var (
 		Help: "Charges in unknown or requires_review, as of the last scan.",
 	})
 )
+
+// GatewayCircuitOpen is 1 while a gateway's circuit breaker is open (calls
+// to it paused, its charges waiting), else 0.
+var GatewayCircuitOpen = promauto.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "rebill_gateway_circuit_open",
+	Help: "1 while the gateway's circuit breaker is open and its charges wait, else 0.",
+}, []string{"gateway"})
