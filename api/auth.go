@@ -210,13 +210,13 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			writeProblem(w, problemUnauthorized)
 			return
 		}
-		p, err := s.keys.Authenticate(r.Context(), strings.TrimSpace(token))
+		p, err := s.Keys.Authenticate(r.Context(), strings.TrimSpace(token))
 		if errors.Is(err, ErrUnauthenticated) {
 			writeProblem(w, problemUnauthorized)
 			return
 		}
 		if err != nil {
-			s.log.Error().Err(err).Msg("authentication failed")
+			s.Logger.Error().Err(err).Msg("authentication failed")
 			w.Header().Set("Retry-After", "1")
 			writeProblem(w, problemUnavailable)
 			return

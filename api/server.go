@@ -69,14 +69,12 @@ type Deps struct {
 // Server is the HTTP handler of rebill.
 type Server struct {
 	Deps
-	keys *Keys
-	log  zerolog.Logger
-	mux  *chi.Mux
+	mux *chi.Mux
 }
 
 // NewServer builds the router over deps.
 func NewServer(deps Deps) *Server {
-	s := &Server{Deps: deps, keys: deps.Keys, log: deps.Logger}
+	s := &Server{Deps: deps}
 	s.mux = s.routes()
 	return s
 }
@@ -113,7 +111,7 @@ func (s *Server) routes() *chi.Mux {
 				writeProblem(w, problemUnavailable)
 			},
 			InternalFailed: func(w http.ResponseWriter) { writeProblem(w, problemInternal) },
-		}, s.log)
+		}, s.Logger)
 
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate, idem)
@@ -186,9 +184,9 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		metrics.HTTPRequests.WithLabelValues(route, r.Method, statusText).Inc()
 		metrics.HTTPDuration.WithLabelValues(route, r.Method, statusText).Observe(elapsed.Seconds())
 
-		event := s.log.Info()
+		event := s.Logger.Info()
 		if status >= 500 {
-			event = s.log.Error()
+			event = s.Logger.Error()
 		}
 		id, _ := keyID.Load().(string)
 		event.Str("request_id", middleware.GetReqID(r.Context())).
@@ -209,7 +207,7 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.log.Error().Str("request_id", middleware.GetReqID(r.Context())).Interface("panic", v).Msg("handler panicked")
+				s.Logger.Error().Str("request_id", middleware.GetReqID(r.Context())).Interface("panic", v).Msg("handler panicked")
 				writeProblem(w, problemInternal)
 			}
 		}()

@@ -578,7 +578,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, subscriptions.ErrResumeAtNotFuture):
 		writeProblem(w, fieldProblem("resume_at", err.Error()))
 	default:
-		s.log.Error().Err(err).Str("request_id", requestID(r)).Msg("request failed")
+		s.Logger.Error().Err(err).Str("request_id", requestID(r)).Msg("request failed")
 		writeProblem(w, problemInternal)
 	}
 }
