@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
@@ -25,6 +26,18 @@ func TestRetryDelayIsCappedFullJitter(t *testing.T) {
 			maxSeen = max(maxSeen, d)
 		}
 		require.Greater(t, maxSeen, tc.ceiling/2, "retry %d: the jitter spans the whole range", tc.retry)
+	}
+}
+
+func TestNextRetryCountsFromPolicyClock(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	p := charges.RetryPolicy{Base: time.Second, Max: 10 * time.Second, Now: func() time.Time { return now }}
+	job := &rivertype.JobRow{Errors: make([]rivertype.AttemptError, 2)} // third try: ceiling 4s
+	for i := 0; i < 200; i++ {
+		at := p.NextRetry(job)
+		require.False(t, at.Before(now))
+		require.False(t, at.After(now.Add(4*time.Second)))
 	}
 }
 

@@ -90,7 +90,7 @@ func (p *Pipeline) call(ctx context.Context, fn func(ctx context.Context) (gatew
 // Authorize runs an authorize job.
 func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs]) error {
 	s := newStep("authorize", job, job.Args.ChargeID, job.Args.Attempt)
-	defer observe(s.stage, time.Now())
+	defer metrics.TimeStage(s.stage)()
 	c, g, err := p.begin(ctx, s, []Status{Scheduled, Authorizing}, Authorizing)
 	if c == nil {
 		return err
@@ -255,7 +255,7 @@ func (p *Pipeline) review(ctx context.Context, s step, c Charge, reason string) 
 // Capture runs a capture job.
 func (p *Pipeline) Capture(ctx context.Context, job *river.Job[CaptureArgs]) error {
 	s := newStep("capture", job, job.Args.ChargeID, job.Args.Attempt)
-	defer observe(s.stage, time.Now())
+	defer metrics.TimeStage(s.stage)()
 	started, g, err := p.begin(ctx, s, []Status{Authorized, Capturing}, Capturing)
 	if started == nil {
 		if err != nil {
@@ -308,7 +308,7 @@ func (p *Pipeline) afterCapture(ctx context.Context, s step, c Charge, res gatew
 // held money that was not captured.
 func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 	s := newStep("void", job, job.Args.ChargeID, job.Args.Attempt)
-	defer observe(s.stage, time.Now())
+	defer metrics.TimeStage(s.stage)()
 	c, err := Get(ctx, p.Pool, s.chargeID)
 	if err != nil {
 		return err
@@ -348,7 +348,7 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs]) error {
 	s := newStep("reconcile", job, job.Args.ChargeID, job.Args.Attempt)
 	s.reconcile = true
-	defer observe(s.stage, time.Now())
+	defer metrics.TimeStage(s.stage)()
 	c, err := Get(ctx, p.Pool, s.chargeID)
 	if err != nil {
 		return err
@@ -378,8 +378,4 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 		return p.afterCapture(ctx, s, c, res, err)
 	}
 	return p.afterAuthorize(ctx, s, c, res, err)
-}
-
-func observe(stage string, start time.Time) {
-	metrics.StageDuration.WithLabelValues(stage).Observe(time.Since(start).Seconds())
 }

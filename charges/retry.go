@@ -11,15 +11,17 @@ import (
 // retries: the n-th retry waits a uniformly random time in
 // [0, min(Max, Base*2^(n-1))]. Full jitter spreads a burst of failures (a
 // gateway outage) so that the retries do not arrive together. It uses real
-// time, like all of River's scheduling.
+// time, like all of River's scheduling: Now is the wall clock, never the
+// dev clock, which stands still between advances.
 type RetryPolicy struct {
 	Base time.Duration
 	Max  time.Duration
+	Now  func() time.Time
 }
 
 // NextRetry implements river.ClientRetryPolicy.
 func (p RetryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
-	return time.Now().Add(p.Delay(len(job.Errors) + 1))
+	return p.Now().Add(p.Delay(len(job.Errors) + 1))
 }
 
 // Delay is the jittered wait before retry number n (n >= 1).

@@ -72,8 +72,7 @@ type ScanResult struct {
 // on several nodes: rows are claimed with FOR UPDATE SKIP LOCKED and every
 // charge is created under its unique period key.
 func (b *Biller) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
-	start := time.Now()
-	defer func() { metrics.StageDuration.WithLabelValues("scan").Observe(time.Since(start).Seconds()) }()
+	defer metrics.TimeStage("scan")()
 	var res ScanResult
 	var err error
 	if res.Resumed, err = b.resumeDue(ctx, now); err != nil {

@@ -94,7 +94,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
 		Workers:                     workers,
 		MaxAttempts:                 cfg.ChargeMaxAttempts,
-		RetryPolicy:                 charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax},
+		RetryPolicy:                 charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now},
 		JobTimeout:                  jobTimeout,
 		RescueStuckJobsAfter:        cfg.RescueAfter,
 		CompletedJobRetentionPeriod: time.Hour,

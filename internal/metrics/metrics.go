@@ -4,6 +4,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -85,3 +87,11 @@ var GatewayCircuitOpen = promauto.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "rebill_gateway_circuit_open",
 	Help: "1 while the gateway's circuit breaker is open and its charges wait, else 0.",
 }, []string{"gateway"})
+
+// TimeStage starts timing one run of a pipeline stage; call the returned
+// function when it ends. Durations are wall time, whatever the service
+// clock says: they measure the machine, not the billing calendar.
+func TimeStage(stage string) func() {
+	start := time.Now()
+	return func() { StageDuration.WithLabelValues(stage).Observe(time.Since(start).Seconds()) }
+}
