@@ -119,7 +119,7 @@ func benchSetup(b *testing.B) benchBundle {
 	if err != nil {
 		b.Fatalf("river client: %v", err)
 	}
-	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Client: insertOnly, CatchUpLimit: 12, BatchSize: 100}
+	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Client: insertOnly, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
 	srv := api.NewServer(api.Deps{
 		Pool: pool, Keys: api.NewKeys(pool, adminKey), Idempotency: idempotency.NewStore(pool, time.Minute),
 		Subscriptions: subs, Billing: biller, Clock: clk,

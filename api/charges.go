@@ -26,6 +26,7 @@ type chargeJSON struct {
 	AttemptCount   int        `json:"attempt_count"`
 	NextAttemptAt  *time.Time `json:"next_attempt_at"`
 	FailureCode    *string    `json:"failure_code"`
+	ReviewReason   *string    `json:"review_reason"`
 	CreatedAt      time.Time  `json:"created_at"`
 	UpdatedAt      time.Time  `json:"updated_at"`
 }
@@ -34,7 +35,7 @@ func toChargeJSON(c charges.Charge) chargeJSON {
 	return chargeJSON{ID: c.ID, SubscriptionID: c.SubscriptionID, PeriodKey: c.PeriodKey, Key: c.Key(),
 		Amount: c.Amount, Currency: c.Currency, Gateway: c.Gateway, Status: string(c.Status),
 		AttemptCount: c.AttemptCount, NextAttemptAt: utcPtr(c.NextAttemptAt), FailureCode: optional(c.FailureCode),
-		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+		ReviewReason: optional(c.ReviewReason), CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
 }
 
 func chargeList(cs []charges.Charge, limit int, cursor func(charges.Charge) string) listJSON[chargeJSON] {
@@ -162,4 +163,25 @@ func (s *Server) resolveCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, toChargeJSON(resolved))
+}
+
+func (s *Server) retryCharge(w http.ResponseWriter, r *http.Request) {
+	var req struct{}
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	tx, ok := requestTx(w, r)
+	if !ok {
+		return
+	}
+	c, ok := s.loadVisibleCharge(w, r, tx)
+	if !ok {
+		return
+	}
+	retried, err := s.Billing.Retry(r.Context(), tx, c.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toChargeJSON(retried))
 }

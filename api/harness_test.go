@@ -74,7 +74,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	subs := subscriptions.NewStore(clk)
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Client: insertOnly, CatchUpLimit: 12, BatchSize: 100}
+	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Client: insertOnly, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
 	srv := api.NewServer(api.Deps{
 		Pool: pool, Keys: api.NewKeys(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
 		Subscriptions: subs, Billing: biller, Clock: clk,

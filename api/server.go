@@ -44,12 +44,15 @@ type Dev struct {
 type Billing interface {
 	// Due charges the periods of sub that are due now.
 	Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) (subscriptions.Subscription, error)
-	// PaymentMethodChanged retries open charges with the new method.
-	PaymentMethodChanged(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) error
+	// PaymentMethodChanged gives the subscription's charges the new (or
+	// the same) method and retries the waiting ones at once.
+	PaymentMethodChanged(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription, actor subscriptions.Actor) (subscriptions.Subscription, error)
 	// Cancelled voids what the cancelled subscription has not captured.
 	Cancelled(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID) error
 	// Resolve records a support decision on a charge in review.
 	Resolve(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, r charges.Resolution) (charges.Charge, error)
+	// Retry starts a new attempt of a charge in review or failed.
+	Retry(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID) (charges.Charge, error)
 }
 
 // Deps lists everything the HTTP layer depends on.
@@ -131,6 +134,7 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/v1/charges/{id}", s.getCharge)
 		r.With(requireRole(RoleAdmin, RoleSupport)).Get("/v1/review-queue", s.reviewQueue)
 		r.With(requireRole(RoleAdmin, RoleSupport)).Post("/v1/charges/{id}/resolve", s.resolveCharge)
+		r.With(requireRole(RoleAdmin, RoleSupport)).Post("/v1/charges/{id}/retry", s.retryCharge)
 
 		if s.Dev != nil {
 			r.Get("/v1/dev/clock", s.getDevClock)

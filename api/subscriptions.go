@@ -507,8 +507,8 @@ func (s *Server) changePaymentMethod(w http.ResponseWriter, r *http.Request) {
 	}
 	s.transition(w, r, func(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription, actor subscriptions.Actor) (subscriptions.Subscription, bool, error) {
 		updated, changed, err := s.Subscriptions.ChangePaymentMethod(ctx, tx, sub.ID, pm, actor)
-		if err == nil && changed {
-			err = s.Billing.PaymentMethodChanged(ctx, tx, updated)
+		if err == nil {
+			updated, err = s.Billing.PaymentMethodChanged(ctx, tx, updated, actor)
 		}
 		return updated, changed, err
 	})
@@ -522,7 +522,7 @@ type actorJSON struct {
 type eventJSON struct {
 	ID         int64     `json:"id"`
 	Type       string    `json:"type"`
-	FromStatus string    `json:"from_status"`
+	FromStatus *string   `json:"from_status"`
 	ToStatus   string    `json:"to_status"`
 	Actor      actorJSON `json:"actor"`
 	At         time.Time `json:"at"`
@@ -557,7 +557,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 			out.NextCursor = encodeCursor(strconv.FormatInt(events[i-1].ID, 10))
 			break
 		}
-		out.Data = append(out.Data, eventJSON{ID: e.ID, Type: e.Type, FromStatus: string(e.From), ToStatus: string(e.To),
+		out.Data = append(out.Data, eventJSON{ID: e.ID, Type: e.Type, FromStatus: optional(string(e.From)), ToStatus: string(e.To),
 			Actor: actorJSON{ID: e.Actor.ID, Role: e.Actor.Role}, At: e.At})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -575,6 +575,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, problemNotFound)
 	case errors.As(err, &chargeTransition):
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", chargeTransition.Error()))
+	case errors.Is(err, charges.ErrGatewayUnreachable):
+		w.Header().Set("Retry-After", "5")
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, "gateway-unavailable", "Gateway unavailable",
+			"The payment gateway could not be asked what the charge's last attempt did, so nothing was done. Retry later with the same Idempotency-Key."))
+	case errors.Is(err, charges.ErrRetryRefused):
+		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", err.Error()))
 	case errors.Is(err, subscriptions.ErrResumeAtNotFuture):
 		writeProblem(w, fieldProblem("resume_at", err.Error()))
 	default:

@@ -4,15 +4,43 @@
 //
 // # States
 //
-//	scheduled -> authorizing -> authorized -> capturing -> succeeded
-//	                 |   \            \            \
-//	                 |    declined     voided       unknown -> (reconcile)
-//	                 |      |  (dunning: new attempt -> scheduled)
-//	                 |      failed
-//	                 unknown -> (reconcile) -> authorized | declined | failed | requires_review
+// Every allowed move is listed once, in [CanTransition]'s table
+// (transitions.go); the store refuses any other.
+//
+//	scheduled --> authorizing --> authorized --> capturing --> succeeded
+//	   |  ^          |  |  |           |    |           |
+//	   |  |          |  |  +-> unknown <----|-----------+   unknown --(reconcile)--> an answer above,
+//	   |  |          |  +--> declined --+   |                        a resend, or voided
+//	   |  |          |          |       |   |
+//	   |  +----------|----------+-------|---|---- scheduled (dunning, card change)
+//	   |  +----------|---- failed <-----+   |     failed --> scheduled (card change, support retry)
+//	   +-------------+--------------> voided <--+ (cancel; period not owed)
+//	any step in flight --> requires_review --> succeeded | failed (resolve) | scheduled (retry)
+//
+// In words: a scheduled charge starts its authorize step (authorizing), or
+// is voided before any call when nobody wants it any more (the
+// subscription was cancelled, the period is not owed). The authorize
+// answer makes it authorized, declined (soft: dunning), failed (hard), or
+// unknown (no answer: reconcile). An authorized charge is captured, or its
+// hold voided after a cancel. Declined and failed charges start a new
+// attempt (a new gateway key) on a dunning date, a card change or a
+// support retry; a declined charge fails when its subscription's dunning
+// ends. Every step that automation cannot finish goes to requires_review,
+// where a person resolves it or retries it.
 //
 // Every change is a guarded UPDATE (`WHERE status = ANY(from)`), so a job
 // that runs twice, or late, changes nothing the second time.
+//
+// # Still wanted
+//
+// A step that is about to move money (authorize, capture, a resend after a
+// lost answer) first asks, in the same guarded UPDATE that records "about
+// to call", whether the charge is still wanted with this card: subscription
+// events write their verdict onto the charge rows in their own transaction
+// (a cancel sets void_requested or voids, a card change gives charges that
+// have not started the new token, the end of dunning voids or fails the
+// waiting ones), so the guard reads only the charge row and a concurrent
+// event is either seen or sees the step in flight.
 //
 // # Gateway keys
 //
@@ -58,8 +86,9 @@ const (
 	// RequiresReview: automation gave up; a person resolves it with the
 	// provider's evidence.
 	RequiresReview Status = "requires_review"
-	// Voided: the hold was released (or never placed) because the
-	// subscription was cancelled. Final.
+	// Voided: the hold was released (or never placed) because the charge
+	// is no longer wanted: the subscription was cancelled, or the period
+	// is not owed. Final.
 	Voided Status = "voided"
 )
 
@@ -94,6 +123,17 @@ type Charge struct {
 	ReviewReason     string
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
+	// AttemptDueAt is when the current attempt was due: its creation for
+	// the first, the dunning date for later ones.
+	AttemptDueAt time.Time
+	// AttemptTimes are the starts of every attempt, for card-network
+	// retry limits.
+	AttemptTimes []time.Time
+	// HoldReleasedAt is set when, in review, the gateway showed no capture
+	// and any hold was voided: the charge cannot be resolved as succeeded.
+	HoldReleasedAt *time.Time
+	// Resolved: a person settled it.
+	Resolved bool
 
 	token string // the attempt's payment token: sent to the gateway only
 }
@@ -123,10 +163,14 @@ var (
 
 // TransitionError is a change the charge state machine forbids.
 type TransitionError struct {
-	From Status
-	To   Status
+	From   Status
+	To     Status
+	Reason string
 }
 
 func (e *TransitionError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("charge cannot move from %s to %s: %s", e.From, e.To, e.Reason)
+	}
 	return fmt.Sprintf("charge cannot move from %s to %s", e.From, e.To)
 }

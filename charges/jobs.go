@@ -71,3 +71,19 @@ func (ReconcileArgs) Kind() string { return "charge_reconcile" }
 func (ReconcileArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{UniqueOpts: uniqueForever}
 }
+
+// ReleaseHoldArgs looks up, at its gateway, a charge that went to review
+// while it may have held an authorization, and voids the hold unless a
+// capture exists: review must not leave a customer's money held.
+type ReleaseHoldArgs struct {
+	ChargeID uuid.UUID `json:"charge_id" river:"unique"`
+	Attempt  int       `json:"attempt" river:"unique"`
+}
+
+// Kind names the job in River.
+func (ReleaseHoldArgs) Kind() string { return "charge_release_hold" }
+
+// InsertOpts makes the job unique per charge attempt.
+func (ReleaseHoldArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: uniqueForever}
+}

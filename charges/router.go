@@ -27,21 +27,43 @@ type Router struct {
 	openFor  time.Duration
 }
 
-// NewRouter wraps each gateway in a circuit breaker (sony/gobreaker) that
-// opens after consecutiveFailures unavailable answers in a row and probes
-// again after openFor.
-func NewRouter(gateways []gateway.Gateway, consecutiveFailures uint32, openFor time.Duration) *Router {
-	r := &Router{gateways: map[string]*breakerGateway{}, openFor: openFor}
+// Breaker is when a gateway's circuit opens: more than FailureRatio of the
+// calls in the rolling Window failed to get an answer (unavailable or
+// unknown outcome), with at least MinCalls calls in it, as API.md's
+// routing rule says. It stays open OpenFor, then lets one probe through.
+// A few bad cards among many good ones do not open it.
+type Breaker struct {
+	Window       time.Duration
+	MinCalls     uint32
+	FailureRatio float64
+	OpenFor      time.Duration
+}
+
+// DefaultBreaker is API.md's rule: over 50 % of at least 10 calls in the
+// window, open about 5 s.
+var DefaultBreaker = Breaker{Window: 30 * time.Second, MinCalls: 10, FailureRatio: 0.5, OpenFor: 5 * time.Second}
+
+// NewRouter wraps each gateway in a circuit breaker (sony/gobreaker, with
+// its rolling window).
+func NewRouter(gateways []gateway.Gateway, b Breaker) *Router {
+	r := &Router{gateways: map[string]*breakerGateway{}, openFor: b.OpenFor}
 	for _, g := range gateways {
 		metrics.GatewayCircuitOpen.WithLabelValues(g.Name()).Set(0)
 		r.gateways[g.Name()] = &breakerGateway{
 			Gateway: g,
 			breaker: gobreaker.NewCircuitBreaker[gateway.Result](gobreaker.Settings{
-				Name:        g.Name(),
-				Timeout:     openFor,
-				ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= consecutiveFailures },
-				// Declines and unknown outcomes are answers, not outages.
-				IsSuccessful: func(err error) bool { return err == nil || !errors.Is(err, gateway.ErrUnavailable) },
+				Name:         g.Name(),
+				MaxRequests:  1,
+				Interval:     b.Window,
+				BucketPeriod: b.Window / 10,
+				Timeout:      b.OpenFor,
+				ReadyToTrip: func(c gobreaker.Counts) bool {
+					return c.Requests >= b.MinCalls && float64(c.TotalFailures) > b.FailureRatio*float64(c.Requests)
+				},
+				// Declines and refusals are answers, not outages.
+				IsSuccessful: func(err error) bool {
+					return err == nil || !(errors.Is(err, gateway.ErrUnavailable) || errors.Is(err, gateway.ErrUnknownOutcome))
+				},
 				OnStateChange: func(name string, _, to gobreaker.State) {
 					open := 0.0
 					if to == gobreaker.StateOpen {
@@ -54,6 +76,9 @@ func NewRouter(gateways []gateway.Gateway, consecutiveFailures uint32, openFor t
 	}
 	return r
 }
+
+// OpenFor is how long an open circuit stays open before a probe.
+func (r *Router) OpenFor() time.Duration { return r.openFor }
 
 // Known reports whether name is a configured gateway.
 func (r *Router) Known(name string) bool { _, ok := r.gateways[name]; return ok }

@@ -7,10 +7,10 @@ import (
 	"github.com/riverqueue/river"
 )
 
-// JobTimeout bounds a whole charge job: at most two gateway calls (a
-// reconcile's lookup and resend) plus short transactions. River cancels the
+// JobTimeout bounds a whole charge job: at most three gateway calls (a
+// hold release's two lookups and its void) plus short transactions. River cancels the
 // job's context past it, and River's rescue threshold must exceed it.
-func JobTimeout(callTimeout time.Duration) time.Duration { return 2*callTimeout + 5*time.Second }
+func JobTimeout(callTimeout time.Duration) time.Duration { return 3*callTimeout + 5*time.Second }
 
 func (p *Pipeline) jobTimeout() time.Duration { return JobTimeout(p.CallTimeout) }
 
@@ -76,29 +76,27 @@ func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration {
 	return w.Pipeline.jobTimeout()
 }
 
+// ReleaseHoldWorker runs ReleaseHoldArgs jobs.
+type ReleaseHoldWorker struct {
+	river.WorkerDefaults[ReleaseHoldArgs]
+	Pipeline *Pipeline
+}
+
+// Work checks the gateway and releases a forgotten hold.
+func (w *ReleaseHoldWorker) Work(ctx context.Context, job *river.Job[ReleaseHoldArgs]) error {
+	return w.Pipeline.ReleaseHold(ctx, job)
+}
+
+// Timeout bounds one run.
+func (w *ReleaseHoldWorker) Timeout(*river.Job[ReleaseHoldArgs]) time.Duration {
+	return w.Pipeline.jobTimeout()
+}
+
 // Register adds the pipeline's workers.
 func Register(workers *river.Workers, p *Pipeline) {
 	river.AddWorker(workers, &AuthorizeWorker{Pipeline: p})
 	river.AddWorker(workers, &CaptureWorker{Pipeline: p})
 	river.AddWorker(workers, &VoidWorker{Pipeline: p})
 	river.AddWorker(workers, &ReconcileWorker{Pipeline: p})
-}
-
-// SweepDiscarded is the durable backstop of the dead-letter path: a charge
-// whose current job River discarded (the rescuer gave up on a crashed
-// last attempt, which no worker code sees) goes to review. It reads
-// River's job table, the one place that records the discard.
-func SweepDiscarded(ctx context.Context, db DBTX, now time.Time) (int64, error) {
-	tag, err := db.Exec(ctx, `UPDATE charges c SET status = 'requires_review', updated_at = $1,
-			review_reason = 'River discarded the ' || j.kind || ' job after its last attempt'
-		FROM river_job j
-		WHERE j.state = 'discarded'
-		  AND j.kind IN ('charge_authorize', 'charge_capture', 'charge_void', 'charge_reconcile')
-		  AND (j.args ->> 'charge_id')::uuid = c.id
-		  AND (j.args ->> 'attempt')::int = c.attempt_count
-		  AND c.status IN ('scheduled', 'authorizing', 'authorized', 'capturing', 'unknown')`, now)
-	if err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
+	river.AddWorker(workers, &ReleaseHoldWorker{Pipeline: p})
 }

@@ -40,14 +40,17 @@ type ScanWorker struct {
 	Biller *Biller
 }
 
-// Work scans until nothing is due, rescanning if the clock moved meanwhile.
+// Work scans what is due, and scans again at once while the clock jumped
+// further than a scan interval during the scan (a dev-clock move absorbed
+// by this running scan). The wall clock moves a little during every scan;
+// that wait is the next periodic scan's, not a reason to spin.
 func (w *ScanWorker) Work(ctx context.Context, _ *river.Job[ScanArgs]) error {
 	for {
 		now := w.Biller.Clock.Now()
 		if _, err := w.Biller.Scan(ctx, now); err != nil {
 			return err
 		}
-		if !w.Biller.Clock.Now().After(now) {
+		if w.Biller.Clock.Now().Sub(now) <= w.Biller.ScanInterval {
 			return nil
 		}
 	}
@@ -59,22 +62,26 @@ func (w *ScanWorker) Timeout(*river.Job[ScanArgs]) time.Duration { return w.Bill
 
 // ScanResult counts what one scan did.
 type ScanResult struct {
+	Cancelled int
 	Resumed   int
 	Enqueued  int
 	Retries   int
-	ToReview  int64
-	Cancelled int
+	ToReview  int
 }
 
 // Scan does everything that is due at now, in batches of BatchSize rows,
-// each batch its own short transaction: scheduled resumes, due periods,
-// dunning retries, and the dead-letter sweep. Safe to run concurrently and
+// each batch its own short transaction: cancels scheduled at a period end
+// that passed while paused, scheduled resumes, due periods, dunning
+// retries, and the dead-letter sweep. Safe to run concurrently and
 // on several nodes: rows are claimed with FOR UPDATE SKIP LOCKED and every
 // charge is created under its unique period key.
 func (b *Biller) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 	defer metrics.TimeStage("scan")()
 	var res ScanResult
 	var err error
+	if res.Cancelled, err = b.cancelDue(ctx, now); err != nil {
+		return res, err
+	}
 	if res.Resumed, err = b.resumeDue(ctx, now); err != nil {
 		return res, err
 	}
@@ -84,8 +91,8 @@ func (b *Biller) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 	if res.Retries, err = b.retryDue(ctx, now); err != nil {
 		return res, err
 	}
-	if res.ToReview, err = charges.SweepDiscarded(ctx, b.Pool, now); err != nil {
-		return res, fmt.Errorf("sweep discarded jobs: %w", err)
+	if res.ToReview, err = b.sweepDiscarded(ctx, now); err != nil {
+		return res, err
 	}
 	if n, err := charges.CountInReview(ctx, b.Pool); err == nil {
 		metrics.ReviewQueueSize.Set(float64(n))
@@ -94,45 +101,58 @@ func (b *Biller) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 	return res, nil
 }
 
-// resumeDue resumes paused subscriptions whose resume_at has come; the new
-// period starts at resume_at and is then due like any other.
-func (b *Biller) resumeDue(ctx context.Context, now time.Time) (int, error) {
+// inBatches runs fn in one transaction per batch until a batch comes back
+// smaller than BatchSize.
+func (b *Biller) inBatches(ctx context.Context, what string, fn func(tx pgx.Tx) (int, error)) (int, error) {
 	total := 0
 	for {
 		n := 0
-		err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `SELECT id, resume_at FROM subscriptions
-				WHERE status = 'paused' AND resume_at <= $1 ORDER BY resume_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, b.BatchSize)
-			if err != nil {
-				return err
-			}
-			type due struct {
-				id uuid.UUID
-				at time.Time
-			}
-			dues, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
-				var d due
-				return d, r.Scan(&d.id, &d.at)
-			})
-			if err != nil {
-				return err
-			}
-			for _, d := range dues {
-				if _, _, err := b.Subscriptions.ResumeAt(ctx, tx, d.id, d.at, subscriptions.System); err != nil {
-					return err
-				}
-			}
-			n = len(dues)
-			return nil
+		err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) (err error) {
+			n, err = fn(tx)
+			return err
 		})
 		if err != nil {
-			return total, fmt.Errorf("scheduled resumes: %w", err)
+			return total, fmt.Errorf("%s: %w", what, err)
 		}
 		total += n
 		if n < b.BatchSize {
 			return total, nil
 		}
 	}
+}
+
+// cancelDue carries out the cancels scheduled at a period end that passed
+// while the subscription was paused, as of that end.
+func (b *Biller) cancelDue(ctx context.Context, now time.Time) (int, error) {
+	return b.inBatches(ctx, "scheduled cancels", func(tx pgx.Tx) (int, error) {
+		subs, err := b.Subscriptions.LockScheduledCancels(ctx, tx, now, b.BatchSize)
+		if err != nil {
+			return 0, err
+		}
+		for _, sub := range subs {
+			if err := b.cancelScheduled(ctx, tx, sub); err != nil {
+				return 0, err
+			}
+		}
+		return len(subs), nil
+	})
+}
+
+// resumeDue resumes paused subscriptions whose resume_at has come, as of
+// resume_at; a period that then begins is due like any other.
+func (b *Biller) resumeDue(ctx context.Context, now time.Time) (int, error) {
+	return b.inBatches(ctx, "scheduled resumes", func(tx pgx.Tx) (int, error) {
+		subs, err := b.Subscriptions.LockResumes(ctx, tx, now, b.BatchSize)
+		if err != nil {
+			return 0, err
+		}
+		for _, sub := range subs {
+			if _, _, err := b.Subscriptions.ResumeAt(ctx, tx, sub.ID, *sub.ResumeAt, subscriptions.System); err != nil {
+				return 0, err
+			}
+		}
+		return len(subs), nil
+	})
 }
 
 // chargeDue walks due subscriptions in keyset order (next_charge_at, id),
@@ -185,22 +205,31 @@ func (b *Biller) walkDue(ctx context.Context, now time.Time) (int, error) {
 
 // retryDue starts the dunning attempts whose time has come.
 func (b *Biller) retryDue(ctx context.Context, now time.Time) (int, error) {
-	total := 0
-	for {
-		var retried []charges.Charge
-		err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-			var err error
-			if retried, err = charges.DueRetries(ctx, tx, now, b.BatchSize); err != nil {
-				return err
-			}
-			return b.enqueueAuthorize(ctx, tx, retried)
-		})
+	return b.inBatches(ctx, "dunning retries", func(tx pgx.Tx) (int, error) {
+		retried, err := charges.DueRetries(ctx, tx, now, b.BatchSize)
 		if err != nil {
-			return total, fmt.Errorf("dunning retries: %w", err)
+			return 0, err
 		}
-		total += len(retried)
-		if len(retried) < b.BatchSize {
-			return total, nil
+		return len(retried), b.enqueueAuthorize(ctx, tx, retried)
+	})
+}
+
+// sweepDiscarded sends to review the charges whose current job River
+// discarded, and has their holds checked and released.
+func (b *Biller) sweepDiscarded(ctx context.Context, now time.Time) (int, error) {
+	total := 0
+	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		swept, err := charges.SweepDiscarded(ctx, tx, now)
+		if err != nil {
+			return err
 		}
-	}
+		jobs := make([]river.InsertManyParams, len(swept))
+		for i, c := range swept {
+			b.Logger.Warn().Str("charge_id", c.ID.String()).Str("reason", c.ReviewReason).Msg("charge sent to review")
+			jobs[i] = river.InsertManyParams{Args: charges.ReleaseHoldArgs{ChargeID: c.ID, Attempt: c.AttemptCount}}
+		}
+		total = len(swept)
+		return b.insertMany(ctx, tx, jobs)
+	})
+	return total, err
 }

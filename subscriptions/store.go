@@ -48,7 +48,7 @@ type New struct {
 const columns = `id, customer_id, status, amount, currency, interval, interval_count, timezone,
 	billing_anchor, next_period_index, next_charge_at, cancel_at_period_end, paused_at, resume_at,
 	pm_gateway, pm_token, coalesce(pm_brand, ''), coalesce(pm_last4, ''), pm_exp_month, pm_exp_year,
-	coalesce(description, ''), metadata, created_at, updated_at, cancelled_at`
+	coalesce(description, ''), metadata, created_at, updated_at, cancelled_at, unpaid_since`
 
 func scan(row pgx.Row) (Subscription, error) {
 	var s Subscription
@@ -57,7 +57,7 @@ func scan(row pgx.Row) (Subscription, error) {
 		&s.BillingAnchor, &s.NextPeriodIndex, &s.NextChargeAt, &s.CancelAtPeriodEnd, &s.PausedAt, &s.ResumeAt,
 		&s.PaymentMethod.Gateway, &s.PaymentMethod.Token, &s.PaymentMethod.Brand, &s.PaymentMethod.Last4,
 		&s.PaymentMethod.ExpMonth, &s.PaymentMethod.ExpYear,
-		&s.Description, &meta, &s.CreatedAt, &s.UpdatedAt, &s.CancelledAt)
+		&s.Description, &meta, &s.CreatedAt, &s.UpdatedAt, &s.CancelledAt, &s.UnpaidSince)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Subscription{}, ErrNotFound
 	}
@@ -104,7 +104,7 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor) (Sub
 			RETURNING *
 		), e AS (
 			INSERT INTO subscription_events (subscription_id, type, from_status, to_status, actor_id, actor_role, at)
-			SELECT id, $18, 'active', 'active', $19, $20, $17 FROM s
+			SELECT id, $18, NULL, 'active', $19, $20, $17 FROM s
 		)
 		SELECT `+columns+` FROM s`,
 		id, n.CustomerID, n.Amount, n.Currency, n.Interval, n.IntervalCount, n.TimeZone, anchor,
@@ -187,8 +187,12 @@ func (st *Store) Events(ctx context.Context, db DBTX, id uuid.UUID, after int64,
 	var out []Event
 	for rows.Next() {
 		var e Event
-		if err := rows.Scan(&e.ID, &e.SubscriptionID, &e.Type, &e.From, &e.To, &e.Actor.ID, &e.Actor.Role, &e.At); err != nil {
+		var from *string
+		if err := rows.Scan(&e.ID, &e.SubscriptionID, &e.Type, &from, &e.To, &e.Actor.ID, &e.Actor.Role, &e.At); err != nil {
 			return nil, fmt.Errorf("scan event: %w", err)
+		}
+		if from != nil {
+			e.From = Status(*from)
 		}
 		e.At = e.At.UTC()
 		out = append(out, e)
@@ -216,5 +220,23 @@ func (st *Store) LockDue(ctx context.Context, tx pgx.Tx, now, afterAt time.Time,
 		WHERE status IN ('active', 'past_due') AND next_charge_at <= $1
 		  AND (next_charge_at, id) > ($2, $3)
 		ORDER BY next_charge_at, id LIMIT $4 FOR UPDATE SKIP LOCKED`, now, afterAt, afterID, limit)
+	return collect(rows, err)
+}
+
+// LockScheduledCancels claims up to limit paused subscriptions whose
+// cancel scheduled at period end has come (the period ended while they
+// were paused), skipping rows another scan or request holds.
+func (st *Store) LockScheduledCancels(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Subscription, error) {
+	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM subscriptions
+		WHERE status = 'paused' AND cancel_at_period_end AND next_charge_at <= $1
+		ORDER BY next_charge_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
+	return collect(rows, err)
+}
+
+// LockResumes claims up to limit paused subscriptions whose resume_at has
+// come, skipping rows another scan or request holds.
+func (st *Store) LockResumes(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Subscription, error) {
+	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM subscriptions
+		WHERE status = 'paused' AND resume_at <= $1 ORDER BY resume_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
 	return collect(rows, err)
 }

@@ -29,14 +29,15 @@ const (
 	// Active: periods are charged as they fall due.
 	Active Status = "active"
 	// Paused: no period is charged; periods that fall due are skipped, not
-	// owed. Resume (by a person, or automatically at resume_at) starts a
-	// new period at once.
+	// owed. Charges of periods that began before the pause are still owed
+	// and still collected. Resume (by a person, or automatically at
+	// resume_at) starts a new period at once once billing has begun.
 	Paused Status = "paused"
 	// PastDue: a period is unpaid and dunning is retrying it; new periods
 	// are still charged. A successful charge returns it to Active.
 	PastDue Status = "past_due"
 	// Unpaid: dunning gave up. No new period is charged until the payment
-	// method changes.
+	// method changes, and the periods that start meanwhile are not owed.
 	Unpaid Status = "unpaid"
 	// Cancelled: final. Nothing moves a subscription out of it.
 	Cancelled Status = "cancelled"
@@ -146,6 +147,9 @@ type Subscription struct {
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	CancelledAt       *time.Time
+	// UnpaidSince is when the dunning of an unpaid subscription ended:
+	// periods that begin at or after it are not owed.
+	UnpaidSince *time.Time
 }
 
 // Schedule is the subscription's period arithmetic. The zone was validated
@@ -194,7 +198,7 @@ type Event struct {
 	ID             int64
 	SubscriptionID uuid.UUID
 	Type           string
-	From           Status
+	From           Status // empty for the created event
 	To             Status
 	Actor          Actor
 	At             time.Time

@@ -26,27 +26,47 @@ func (st *Store) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID, resumeAt *t
 	}, `paused_at = $3, resume_at = $4`, now, resumeAt)
 }
 
-// Resume starts a new period at once: the billing anchor moves to now and
-// the first period of the new anchor is due immediately. Resuming an
-// active subscription changes nothing.
+// Resume returns a paused subscription to billing. Resuming an active
+// subscription changes nothing. See ResumeAt for where billing resumes.
 func (st *Store) Resume(ctx context.Context, tx pgx.Tx, id uuid.UUID, actor Actor) (Subscription, bool, error) {
 	return st.ResumeAt(ctx, tx, id, st.clock.Now(), actor)
 }
 
-// ResumeAt is Resume with the new period starting at at, which the
-// scheduler uses to resume a pause at its resume_at even when it runs late.
+// ResumeAt is Resume as of at, which the scheduler uses to resume a pause
+// at its resume_at even when it runs late. Once billing has begun, a new
+// period starts at at and is due then. Before the first billing anchor
+// the anchor stands (a pause during a trial does not end the trial). With
+// a cancel scheduled at period end, the period grid stands too: no new
+// period starts, and the cancel takes effect at the current period's end.
+// Returns a *TransitionError when that end passed while paused (the scan
+// cancels it).
 func (st *Store) ResumeAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time, actor Actor) (Subscription, bool, error) {
-	return st.transition(ctx, tx, id, Active, EventResumed, actor, func(sub Subscription) error {
+	sub, err := st.GetForUpdate(ctx, tx, id)
+	if err != nil {
+		return Subscription{}, false, err
+	}
+	if sub.Status == Paused && sub.CancelAtPeriodEnd && !sub.NextChargeAt.After(at) {
+		return sub, false, &TransitionError{From: Paused, To: Active,
+			Reason: "the cancel scheduled at period end took effect at " + sub.NextChargeAt.Format(time.RFC3339) + " while paused"}
+	}
+	keepGrid := sub.CancelAtPeriodEnd || (sub.NextPeriodIndex == 0 && sub.BillingAnchor.After(at))
+	check := func(sub Subscription) error {
 		if sub.Status != Paused {
 			return &TransitionError{From: sub.Status, To: Active, Reason: "only a paused subscription can be resumed"}
 		}
 		return nil
-	}, `paused_at = NULL, resume_at = NULL, billing_anchor = $3, next_period_index = 0, next_charge_at = $3`, at.UTC())
+	}
+	if keepGrid {
+		return st.transition(ctx, tx, id, Active, EventResumed, actor, check, `paused_at = NULL, resume_at = NULL`)
+	}
+	return st.transition(ctx, tx, id, Active, EventResumed, actor, check,
+		`paused_at = NULL, resume_at = NULL, billing_anchor = $3, next_period_index = 0, next_charge_at = $3`, at.UTC())
 }
 
-// Cancel ends the subscription now, or, with atPeriodEnd on an active or
-// past-due subscription, when its current period ends. Cancelling twice
-// changes nothing; an immediate cancel after a scheduled one cancels now.
+// Cancel ends the subscription now, or, with atPeriodEnd, when its current
+// period ends: for an active or past-due subscription, or a paused one
+// whose period has not ended. Cancelling twice changes nothing; an
+// immediate cancel after a scheduled one cancels now.
 func (st *Store) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID, atPeriodEnd bool, actor Actor) (Subscription, bool, error) {
 	now := st.clock.Now()
 	if atPeriodEnd {
@@ -57,7 +77,7 @@ func (st *Store) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID, atPeriodEn
 		if sub.Status == Cancelled || sub.CancelAtPeriodEnd {
 			return sub, false, nil
 		}
-		if sub.Status == Active || sub.Status == PastDue {
+		if sub.Status == Active || sub.Status == PastDue || (sub.Status == Paused && sub.NextChargeAt.After(now)) {
 			sub, err = scan(tx.QueryRow(ctx, `UPDATE subscriptions SET cancel_at_period_end = true, updated_at = $2
 				WHERE id = $1 RETURNING `+columns, id, now))
 			if err != nil {
@@ -69,14 +89,24 @@ func (st *Store) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID, atPeriodEn
 			return sub, true, nil
 		}
 	}
+	return st.CancelAt(ctx, tx, id, now, actor)
+}
+
+// CancelAt cancels the subscription as of at: now for a request, the end
+// of the period for a cancel scheduled at period end.
+func (st *Store) CancelAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time, actor Actor) (Subscription, bool, error) {
 	return st.transition(ctx, tx, id, Cancelled, EventCancelled, actor, nil,
-		`cancelled_at = $3, paused_at = NULL, resume_at = NULL, cancel_at_period_end = false`, now)
+		`cancelled_at = $3, paused_at = NULL, resume_at = NULL, cancel_at_period_end = false`, at.UTC())
 }
 
 // ChangePaymentMethod replaces the card. Setting the same card again
-// changes nothing. An unpaid subscription becomes past due, so that its
-// open charge is retried with the new card and new periods are charged
-// again. Returns ErrNotFound or a *TransitionError for a cancelled one.
+// changes nothing here (changed is false), though the caller may still
+// retry waiting charges: the customer says "try again". An unpaid
+// subscription becomes past due, so that its open charges are retried
+// with the new card and new periods are charged again; the periods that
+// started while it was unpaid are not owed and are skipped, billing going
+// on along the original anchor grid. Returns ErrNotFound or a
+// *TransitionError for a cancelled one.
 func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUID, pm PaymentMethod, actor Actor) (Subscription, bool, error) {
 	now := st.clock.Now()
 	sub, err := st.GetForUpdate(ctx, tx, id)
@@ -89,14 +119,16 @@ func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUI
 	if sub.PaymentMethod == pm {
 		return sub, false, nil
 	}
-	to := sub.Status
+	to, index, at := sub.Status, sub.NextPeriodIndex, sub.NextChargeAt
 	if to == Unpaid {
 		to = PastDue
+		index, at = sub.skipStartedPeriods(now)
 	}
 	updated, err := scan(tx.QueryRow(ctx, `UPDATE subscriptions SET pm_gateway = $2, pm_token = $3, pm_brand = nullif($4, ''),
-			pm_last4 = nullif($5, ''), pm_exp_month = $6, pm_exp_year = $7, status = $8, updated_at = $9
+			pm_last4 = nullif($5, ''), pm_exp_month = $6, pm_exp_year = $7, status = $8, updated_at = $9,
+			next_period_index = $10, next_charge_at = $11, unpaid_since = CASE WHEN $8 = 'unpaid' THEN unpaid_since END
 		WHERE id = $1 RETURNING `+columns,
-		id, pm.Gateway, pm.Token, pm.Brand, pm.Last4, pm.ExpMonth, pm.ExpYear, to, now))
+		id, pm.Gateway, pm.Token, pm.Brand, pm.Last4, pm.ExpMonth, pm.ExpYear, to, now, index, at))
 	if err != nil {
 		return Subscription{}, false, fmt.Errorf("update payment method: %w", err)
 	}
@@ -104,6 +136,42 @@ func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUI
 		return Subscription{}, false, err
 	}
 	return updated, true, nil
+}
+
+// skipStartedPeriods returns the next period index and its start past
+// every period that has begun by now: those began while the subscription
+// was unpaid and are not owed.
+func (s Subscription) skipStartedPeriods(now time.Time) (int, time.Time) {
+	sched := s.Schedule()
+	if current := sched.IndexAt(now); current >= s.NextPeriodIndex {
+		return current + 1, sched.Start(current + 1)
+	}
+	return s.NextPeriodIndex, s.NextChargeAt
+}
+
+// RetryUnpaid makes an unpaid subscription past due again without a new
+// card, when its waiting charges are retried with the same one (the
+// customer says "try again"). Like a card change, it skips the periods
+// that started while unpaid. Anything but unpaid is left unchanged.
+func (st *Store) RetryUnpaid(ctx context.Context, tx pgx.Tx, id uuid.UUID, actor Actor) (Subscription, bool, error) {
+	sub, err := st.GetForUpdate(ctx, tx, id)
+	if err != nil || sub.Status != Unpaid {
+		return sub, false, err
+	}
+	index, at := sub.skipStartedPeriods(st.clock.Now())
+	return st.transition(ctx, tx, id, PastDue, EventPastDue, actor, nil,
+		`next_period_index = $3, next_charge_at = $4, unpaid_since = NULL`, index, at)
+}
+
+// MarkUnpaid makes an active or past-due subscription unpaid: its dunning
+// ended at since (when the last attempt of its failed charge was due).
+// Anything else is left unchanged (changed false).
+func (st *Store) MarkUnpaid(ctx context.Context, tx pgx.Tx, id uuid.UUID, since time.Time) (Subscription, bool, error) {
+	sub, err := st.GetForUpdate(ctx, tx, id)
+	if err != nil || (sub.Status != Active && sub.Status != PastDue) {
+		return sub, false, err
+	}
+	return st.transition(ctx, tx, id, Unpaid, EventUnpaid, System, nil, `unpaid_since = $3`, since.UTC())
 }
 
 // SetStatus moves a subscription to status to on rebill's own account
@@ -138,6 +206,9 @@ func (st *Store) transition(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Sta
 	set := "status = $2, updated_at = $" + fmt.Sprint(3+len(extraArgs))
 	if extraSet != "" {
 		set += ", " + extraSet
+	}
+	if to != Unpaid {
+		set += ", unpaid_since = NULL"
 	}
 	args := append([]any{id, to}, extraArgs...)
 	args = append(args, now)

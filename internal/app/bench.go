@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/bench"
 	"github.com/rebill/rebill/internal/config"
 )
@@ -108,11 +109,11 @@ func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n,
 		_ = svc.River.Stop(stopCtx)
 	}()
 	for {
-		var succeeded int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM charges WHERE status = 'succeeded'`).Scan(&succeeded); err != nil {
+		succeeded, err := charges.CountByStatus(ctx, pool, charges.Succeeded)
+		if err != nil {
 			return bench.BillingResult{}, err
 		}
-		if succeeded == n {
+		if succeeded == int64(n) {
 			break
 		}
 		if ctx.Err() != nil {

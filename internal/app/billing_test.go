@@ -123,9 +123,9 @@ func TestGatewayDownChargesWaitAndResume(t *testing.T) {
 
 func TestExhaustedRetriesLandInReviewAndAreResolved(t *testing.T) {
 	t.Parallel()
-	// tok_flaky answers 503 twice per key: with two attempts River would
-	// give up, so the charge goes to the review queue.
-	b := setup(t, 1, map[string]string{"REBILL_CHARGE_MAX_ATTEMPTS": "2"})
+	// tok_flaky answers 503 twice per key: a charge waits on such a
+	// gateway at most REBILL_UNAVAILABLE_FOR, then goes to the review queue.
+	b := setup(t, 1, map[string]string{"REBILL_UNAVAILABLE_FOR": "1ms"})
 	sub := b.createSubscription(t, "tok_flaky_review", "month")
 	cs := b.waitCharges(t, sub, 1, "requires_review")
 	id := cs[0]["id"].(string)
@@ -199,7 +199,8 @@ func TestScheduledResumeChargesAtResumeAt(t *testing.T) {
 
 func TestMonthAnchoredOn31stBillsOnLastDay(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1, nil)
+	// Thirteen months at once: past the default catch-up window.
+	b := setup(t, 1, map[string]string{"REBILL_CATCH_UP_WINDOW": "17520h"})
 	b.call(t, http.MethodPost, "/v1/dev/clock", map[string]any{"now": "2027-01-30T00:00:00Z"})
 	body := subscriptionBody("tok_ok_31", "month")
 	body["billing_anchor"] = "2027-01-31T10:00:00Z"

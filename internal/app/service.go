@@ -71,14 +71,18 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	for name, url := range gatewayURLs {
 		gateways = append(gateways, sim.NewClient(name, url, sim.ClientOptions{Timeout: cfg.GatewayTimeout}))
 	}
-	router := charges.NewRouter(gateways, 5, cfg.RetryMax)
+	breaker := charges.DefaultBreaker
+	breaker.OpenFor = cfg.BreakerOpenFor
+	router := charges.NewRouter(gateways, breaker)
 
 	subs := subscriptions.NewStore(svc.Clock)
-	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpLimit: cfg.CatchUpLimit,
-		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second, Logger: log.With().Str("component", "scheduler").Logger()}
-	pipeline := &charges.Pipeline{Pool: pool, Router: router, Subscriptions: scheduler.Outcomes{Subscriptions: subs},
-		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, SnoozeWhileOpen: cfg.RetryMax,
-		Logger: log.With().Str("component", "charges").Logger()}
+	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
+	pipeline := &charges.Pipeline{Pool: pool, Router: router, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock},
+		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
+		UnavailableFor: cfg.UnavailableFor, Logger: log.With().Str("component", "charges").Logger()}
+	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
+		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
+		ScanInterval: cfg.ScanInterval, Gateways: pipeline, Logger: log.With().Str("component", "scheduler").Logger()}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
 
 	workers := river.NewWorkers()
@@ -94,7 +98,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
 		Workers:                     workers,
 		MaxAttempts:                 cfg.ChargeMaxAttempts,
-		RetryPolicy:                 charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now},
+		RetryPolicy:                 retry,
 		JobTimeout:                  jobTimeout,
 		RescueStuckJobsAfter:        cfg.RescueAfter,
 		CompletedJobRetentionPeriod: time.Hour,

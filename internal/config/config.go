@@ -25,7 +25,9 @@ type Config struct {
 	ScanInterval      time.Duration
 	ScanBatch         int
 	ScanWorkers       int
-	CatchUpLimit      int
+	CatchUpWindow     time.Duration
+	BreakerOpenFor    time.Duration
+	UnavailableFor    time.Duration
 	DunningSchedule   []time.Duration
 	GatewayTimeout    time.Duration
 	ChargeMaxAttempts int
@@ -68,8 +70,8 @@ var variables = []variable{
 		intInto(func(c *Config) *int { return &c.ScanBatch })},
 	{"REBILL_SCAN_WORKERS", "2", "scan batches run at once (about one per database core)",
 		intInto(func(c *Config) *int { return &c.ScanWorkers })},
-	{"REBILL_CATCH_UP_LIMIT", "36", "most missed periods charged per subscription after downtime; older ones are skipped and logged",
-		intInto(func(c *Config) *int { return &c.CatchUpLimit })},
+	{"REBILL_CATCH_UP_WINDOW", "2160h (90 days)", "after downtime, the current period and missed periods that began within this window are charged; older ones are skipped and logged",
+		durationInto(func(c *Config) *time.Duration { return &c.CatchUpWindow })},
 	{"REBILL_DUNNING_SCHEDULE", "24h,72h,120h,168h", "delays after the first decline of the dunning attempts (by the service clock)",
 		func(c *Config, v string) error {
 			c.DunningSchedule = nil
@@ -88,8 +90,12 @@ var variables = []variable{
 		intInto(func(c *Config) *int { return &c.ChargeMaxAttempts })},
 	{"REBILL_RETRY_BASE", "5s (1s in dev mode)", "base of the capped exponential backoff with full jitter",
 		durationInto(func(c *Config) *time.Duration { return &c.RetryBase })},
-	{"REBILL_RETRY_MAX", "10m (5s in dev mode)", "cap of a single technical retry delay",
+	{"REBILL_RETRY_MAX", "10m (5s in dev mode)", "cap of a single technical retry delay (also of the waits on a gateway that answers it did nothing)",
 		durationInto(func(c *Config) *time.Duration { return &c.RetryMax })},
+	{"REBILL_BREAKER_OPEN_FOR", "5s", "how long a gateway's circuit stays open (after over 50 % of at least 10 calls in 30 s got no answer) before a probe",
+		durationInto(func(c *Config) *time.Duration { return &c.BreakerOpenFor })},
+	{"REBILL_UNAVAILABLE_FOR", "24h", "how long a charge step waits on a gateway that answers it did nothing (503, circuit open) before it goes to review",
+		durationInto(func(c *Config) *time.Duration { return &c.UnavailableFor })},
 	{"REBILL_WORKERS", "200", "concurrent charge jobs per node (gateway calls hold no database connection)",
 		intInto(func(c *Config) *int { return &c.Workers })},
 	{"REBILL_GATEWAYS", "", "gateways outside dev mode: name=simulator-base-URL, comma separated",
@@ -154,8 +160,9 @@ func parseBool(v string) (bool, error) {
 func Load(getenv func(string) string) (Config, error) {
 	c := Config{
 		Addr: "127.0.0.1:8080", DataDir: ".rebill", IdempotencyTTL: 24 * time.Hour, IdempotencyLease: 60 * time.Second,
-		LogLevel: "info", ScanBatch: 500, ScanWorkers: 2, CatchUpLimit: 36, ChargeMaxAttempts: 8, Workers: 200,
+		LogLevel: "info", ScanBatch: 500, ScanWorkers: 2, CatchUpWindow: 90 * 24 * time.Hour, ChargeMaxAttempts: 8, Workers: 200,
 		DunningSchedule: []time.Duration{24 * time.Hour, 72 * time.Hour, 120 * time.Hour, 168 * time.Hour},
+		BreakerOpenFor: 5 * time.Second, UnavailableFor: 24 * time.Hour,
 		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
 	}
 	for _, v := range variables {

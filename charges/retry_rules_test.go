@@ -1,0 +1,103 @@
+package charges
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/charges/gateway"
+)
+
+func TestSameCardRetriesFollowCardNetworkRules(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	attempts := func(n int, ago time.Duration) []time.Time {
+		out := make([]time.Time, n)
+		for i := range out {
+			out[i] = now.Add(-ago)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		charge  Charge
+		token   string
+		refused bool
+	}{
+		{"fourteen recent attempts", Charge{token: "tok", AttemptTimes: attempts(14, time.Hour)}, "tok", false},
+		{"fifteen recent attempts", Charge{token: "tok", AttemptTimes: attempts(15, time.Hour)}, "tok", true},
+		{"fifteen attempts, older than 30 days", Charge{token: "tok", AttemptTimes: attempts(15, 31*24*time.Hour)}, "tok", false},
+		{"fifteen recent attempts, another card", Charge{token: "tok", AttemptTimes: attempts(15, time.Hour)}, "tok_new", false},
+		{"stolen card", Charge{token: "tok", FailureCode: "stolen_card", AttemptTimes: attempts(1, time.Hour)}, "tok", true},
+		{"lost card", Charge{token: "tok", FailureCode: "lost_card"}, "tok", true},
+		{"stolen card, another card", Charge{token: "tok", FailureCode: "stolen_card"}, "tok_new", false},
+		{"insufficient funds", Charge{token: "tok", FailureCode: "insufficient_funds"}, "tok", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.charge.sameCardRetryAllowed(tc.token, now)
+			require.Equal(t, tc.refused, errors.Is(err, ErrRetryRefused), "%v", err)
+		})
+	}
+}
+
+// fakeGateway answers lookups from a map of idempotency keys; LookupFunc
+// overrides it.
+type fakeGateway struct {
+	gateway.Gateway
+	ops        map[string]gateway.Result
+	LookupFunc func(key string) (gateway.Result, error)
+}
+
+func (f *fakeGateway) Name() string { return "fake" }
+
+func (f *fakeGateway) Lookup(_ context.Context, key string) (gateway.Result, error) {
+	if f.LookupFunc != nil {
+		return f.LookupFunc(key)
+	}
+	if res, ok := f.ops[key]; ok {
+		return res, nil
+	}
+	return gateway.Result{}, gateway.ErrNotFound
+}
+
+func TestLiveMoneyRefusesARetryThatWouldPayTwice(t *testing.T) {
+	t.Parallel()
+	c := Charge{Gateway: "fake", PeriodKey: "2026-12-01", AttemptCount: 2}
+	ok := gateway.Result{Status: gateway.StatusSucceeded, Reference: "op_1"}
+	declined := gateway.Result{Status: gateway.StatusDeclined}
+	for _, tc := range []struct {
+		name  string
+		ops   map[Phase]gateway.Result
+		found string
+	}{
+		{"nothing at the gateway", nil, ""},
+		{"declined authorization", map[Phase]gateway.Result{"authorize": declined}, ""},
+		{"live hold", map[Phase]gateway.Result{"authorize": ok}, "a live hold op_1 of attempt 2"},
+		{"voided hold", map[Phase]gateway.Result{"authorize": ok, "void": ok}, ""},
+		{"captured", map[Phase]gateway.Result{"authorize": ok, "capture": ok}, "a succeeded capture op_1 of attempt 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := &fakeGateway{ops: map[string]gateway.Result{}}
+			for phase, res := range tc.ops {
+				g.ops[c.GatewayKey(phase)] = res
+			}
+			p := &Pipeline{Router: NewRouter([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
+			found, err := p.LiveMoney(context.Background(), c)
+			require.NoError(t, err)
+			require.Equal(t, tc.found, found)
+		})
+	}
+	t.Run("gateway unreachable", func(t *testing.T) {
+		t.Parallel()
+		g := &fakeGateway{LookupFunc: func(string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrUnavailable }}
+		p := &Pipeline{Router: NewRouter([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
+		_, err := p.LiveMoney(context.Background(), c)
+		require.ErrorIs(t, err, ErrGatewayUnreachable)
+	})
+}
