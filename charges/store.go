@@ -125,7 +125,6 @@ func ReviewQueue(ctx context.Context, db DBTX, after *ReviewCursor, limit int) (
 		ORDER BY updated_at, id LIMIT $3`, at, id, limit, texts(reviewQueue)))
 }
 
-
 func texts(statuses []Status) []string {
 	out := make([]string, len(statuses))
 	for i, s := range statuses {

@@ -45,7 +45,7 @@ type Biller struct {
 	Clock         clock.Clock
 	// Client enqueues jobs in the caller's transaction; set it once the
 	// River client exists (the client needs the workers that need Biller).
-	Client       *river.Client[pgx.Tx]
+	Client *river.Client[pgx.Tx]
 	// CatchUpWindow: missed periods that began longer ago than this are
 	// skipped; the current period is always charged.
 	CatchUpWindow time.Duration

@@ -162,7 +162,7 @@ func Load(getenv func(string) string) (Config, error) {
 		Addr: "127.0.0.1:8080", DataDir: ".rebill", IdempotencyTTL: 24 * time.Hour, IdempotencyLease: 60 * time.Second,
 		LogLevel: "info", ScanBatch: 500, ScanWorkers: 2, CatchUpWindow: 90 * 24 * time.Hour, ChargeMaxAttempts: 8, Workers: 200,
 		DunningSchedule: []time.Duration{24 * time.Hour, 72 * time.Hour, 120 * time.Hour, 168 * time.Hour},
-		BreakerOpenFor: 5 * time.Second, UnavailableFor: 24 * time.Hour,
+		BreakerOpenFor:  5 * time.Second, UnavailableFor: 24 * time.Hour,
 		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
 	}
 	for _, v := range variables {
