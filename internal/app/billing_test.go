@@ -105,10 +105,14 @@ func TestGatewayDownChargesWaitAndResume(t *testing.T) {
 	for i := range subs {
 		subs[i] = b.createSubscription(t, "tok_ok_down", "month")
 	}
-	time.Sleep(2 * time.Second)
 	for _, sub := range subs {
+		require.Eventually(t, func() bool {
+			c := b.charges(t, sub)[0]
+			return c["next_attempt_at"] != nil
+		}, 10*time.Second, 50*time.Millisecond, "a waiting charge shows when it is tried next")
 		c := b.charges(t, sub)[0]
 		require.Contains(t, []any{"scheduled", "authorizing"}, c["status"], "waiting, not failed or re-routed")
+		require.Contains(t, []any{"gateway_unavailable", "gateway_circuit_open"}, c["failure_code"], "and why")
 	}
 	for _, gw := range []string{"sim2", "sim3", "sim4", "sim5"} {
 		require.Empty(t, b.ledger(t, gw), "never re-routed to %s", gw)
