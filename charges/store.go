@@ -288,10 +288,6 @@ func (c Charge) sameCardRetryAllowed(token string, now time.Time) error {
 // place a second hold. Returns an error wrapping ErrRetryRefused, and
 // changes nothing, when the same card may not be tried again.
 func PaymentMethodChanged(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, gateway, token string, now time.Time) ([]Charge, error) {
-	if _, err := tx.Exec(ctx, `UPDATE charges SET gateway = $2, pm_token = $3, updated_at = $4
-		WHERE subscription_id = $1 AND status = $5`, subscriptionID, gateway, token, now, string(Scheduled)); err != nil {
-		return nil, fmt.Errorf("new card for scheduled charges: %w", err)
-	}
 	waiting, err := collect(tx.Query(ctx, `SELECT `+columns+` FROM charges
 		WHERE subscription_id = $1 AND (status = $2 OR (status = $3 AND resolution IS NULL))
 		ORDER BY period_start FOR UPDATE`, subscriptionID, string(Declined), string(Failed)))
@@ -302,6 +298,10 @@ func PaymentMethodChanged(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UU
 		if err := c.sameCardRetryAllowed(token, now); err != nil {
 			return nil, err
 		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE charges SET gateway = $2, pm_token = $3, updated_at = $4
+		WHERE subscription_id = $1 AND status = $5`, subscriptionID, gateway, token, now, string(Scheduled)); err != nil {
+		return nil, fmt.Errorf("new card for scheduled charges: %w", err)
 	}
 	retried := make([]Charge, 0, len(waiting))
 	for _, c := range waiting {
