@@ -321,10 +321,29 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, toSubscriptionJSON(sub))
 }
 
+// errNotCanonical: an id that uuid.Parse reads but that is not the form
+// this API writes.
+var errNotCanonical = errors.New("not a canonical lower-case hyphenated uuid")
+
+// parseID reads an id from a URL or a cursor. Only the form the API writes
+// (36 characters, lower case, hyphenated) is an id: uuid.Parse also takes
+// braces, urn:uuid:, upper case and no hyphens, which would give one object
+// many URLs, and so many keys in caches, logs and rate limits.
+func parseID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.UUID{}, err
+	}
+	if id.String() != s {
+		return uuid.UUID{}, errNotCanonical
+	}
+	return id, nil
+}
+
 // loadVisible reads a subscription that the principal may see, locking it
 // when tx is a transaction. It writes the 404 itself and returns false.
 func (s *Server) loadVisible(w http.ResponseWriter, r *http.Request, db subscriptions.DBTX) (subscriptions.Subscription, bool) {
-	id, err := uuid.Parse(chi.URLParam(r, "id"))
+	id, err := parseID(chi.URLParam(r, "id"))
 	if err != nil {
 		writeProblem(w, problemNotFound)
 		return subscriptions.Subscription{}, false
@@ -386,7 +405,7 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
 	}
 	params := subscriptions.ListParams{CustomerID: r.URL.Query().Get("customer_id"), Limit: limit + 1}
 	if cursor != "" {
-		id, err := uuid.Parse(cursor)
+		id, err := parseID(cursor)
 		if err != nil {
 			writeProblem(w, fieldProblem("cursor", "is not a cursor this API returned"))
 			return

@@ -1,0 +1,51 @@
+package api_test
+
+import (
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Only the canonical form of an id names an object: the same uuid spelt in
+// braces, as a URN, in upper case or without hyphens is another URL, and
+// answering it would give one object many addresses (and caches, logs and
+// rate limits many keys for it).
+func TestNonCanonicalIDsAre404(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "c", createBody)
+	require.Equal(t, http.StatusCreated, res.status, string(res.body))
+	id := res.json(t)["id"].(string)
+	charges := b.do(t, http.MethodGet, "/v1/subscriptions/"+id+"/charges", adminKey, "", "").json(t)["data"].([]any)
+	require.Len(t, charges, 1, "the first period was charged at creation")
+	chargeID := charges[0].(map[string]any)["id"].(string)
+
+	forms := func(id string) []string {
+		return []string{"{" + id + "}", "urn:uuid:" + id, strings.ToUpper(id), strings.ReplaceAll(id, "-", "")}
+	}
+	for _, form := range forms(id) {
+		for _, path := range []string{"", "/events", "/charges"} {
+			res := b.do(t, http.MethodGet, "/v1/subscriptions/"+form+path, adminKey, "", "")
+			require.Equal(t, http.StatusNotFound, res.status, form+path)
+		}
+		res := b.do(t, http.MethodPost, "/v1/subscriptions/"+form+"/pause", adminKey, "pause-"+form, `{}`)
+		require.Equal(t, http.StatusNotFound, res.status, form)
+	}
+	for _, form := range forms(chargeID) {
+		require.Equal(t, http.StatusNotFound, b.do(t, http.MethodGet, "/v1/charges/"+form, adminKey, "", "").status, form)
+	}
+	// Cursors that hold an id are refused in any other form too.
+	for _, form := range forms(id) {
+		cursor := base64.RawURLEncoding.EncodeToString([]byte(form))
+		for _, path := range []string{"/v1/subscriptions", "/v1/subscriptions/" + id + "/charges"} {
+			res := b.do(t, http.MethodGet, path+"?cursor="+cursor, adminKey, "", "")
+			require.Equal(t, http.StatusBadRequest, res.status, path+" "+form)
+		}
+	}
+	require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/v1/subscriptions/"+id, adminKey, "", "").status)
+	require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/v1/charges/"+chargeID, adminKey, "", "").status)
+	require.Equal(t, "active", b.do(t, http.MethodGet, "/v1/subscriptions/"+id, adminKey, "", "").json(t)["status"])
+}
