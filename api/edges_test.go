@@ -49,3 +49,25 @@ func TestNonCanonicalIDsAre404(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/v1/charges/"+chargeID, adminKey, "", "").status)
 	require.Equal(t, "active", b.do(t, http.MethodGet, "/v1/subscriptions/"+id, adminKey, "", "").json(t)["status"])
 }
+
+// Auth schemes are case-insensitive (RFC 9110, section 11.1).
+func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	get := func(authorization string) int {
+		req, err := http.NewRequest(http.MethodGet, b.server.URL+"/v1/subscriptions", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", authorization)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER", "bEaReR"} {
+		require.Equal(t, http.StatusOK, get(scheme+" "+adminKey), scheme)
+	}
+	require.Equal(t, http.StatusOK, get("Bearer   "+adminKey), "spaces before the token")
+	for _, bad := range []string{"Basic " + adminKey, "Bearer" + adminKey, adminKey, "Bearer ", "Bearerx " + adminKey} {
+		require.Equal(t, http.StatusUnauthorized, get(bad), bad)
+	}
+}
