@@ -71,3 +71,36 @@ func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, get(bad), bad)
 	}
 }
+
+// PostgreSQL refuses NUL in text; a request carrying one is a 400 naming
+// the field, not a 500 from the database.
+func TestNULInAStringIs400(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	replace := func(old, new string) string { return strings.Replace(createBody, old, new, 1) }
+	cases := map[string]struct{ body, field string }{
+		"customer_id":    {replace(`"cust-42"`, `"cust\u0000-42"`), "customer_id"},
+		"description":    {replace(`"Gym, monthly"`, `"Gym\u0000"`), "description"},
+		"metadata value": {replace(`{"k":"v"}`, `{"k":"v\u0000"}`), "metadata.k"},
+		"metadata key":   {replace(`{"k":"v"}`, `{"k\u0000":"v"}`), "metadata"},
+		"token":          {replace(`"tok_ok_visa"`, `"tok_ok\u0000"`), "payment_method.token"},
+		"brand":          {replace(`"visa"`, `"vi\u0000sa"`), "payment_method.brand"},
+		"timezone":       {replace(`"Europe/Moscow"`, `"Europe/Moscow\u0000"`), "timezone"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "nul-"+name, tc.body)
+			require.Equal(t, http.StatusBadRequest, res.status, string(res.body))
+			errs := res.json(t)["errors"].([]any)
+			require.NotEmpty(t, errs)
+			require.Equal(t, tc.field, errs[0].(map[string]any)["field"])
+		})
+	}
+	require.Zero(t, b.count(t, "subscriptions"))
+	require.Zero(t, b.count(t, "idempotency_keys"))
+
+	res := b.do(t, http.MethodPost, "/v1/api-keys", adminKey, "nul-key", `{"role":"customer","customer_id":"a\u0000"}`)
+	require.Equal(t, http.StatusBadRequest, res.status, string(res.body))
+	res = b.do(t, http.MethodGet, "/v1/subscriptions?customer_id=a%00", adminKey, "", "")
+	require.Equal(t, http.StatusBadRequest, res.status, string(res.body))
+}

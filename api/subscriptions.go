@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -404,6 +405,11 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	params := subscriptions.ListParams{CustomerID: r.URL.Query().Get("customer_id"), Limit: limit + 1}
+	if strings.ContainsRune(params.CustomerID, 0) {
+		// PostgreSQL refuses NUL in text; no customer id holds one.
+		writeProblem(w, fieldProblem("customer_id", `must not contain the NUL character (\u0000)`))
+		return
+	}
 	if cursor != "" {
 		id, err := parseID(cursor)
 		if err != nil {
