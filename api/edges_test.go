@@ -1,12 +1,18 @@
 package api_test
 
 import (
+	"context"
 	"encoding/base64"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/internal/dbtest"
 )
 
 // Only the canonical form of an id names an object: the same uuid spelt in
@@ -103,4 +109,56 @@ func TestNULInAStringIs400(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, res.status, string(res.body))
 	res = b.do(t, http.MethodGet, "/v1/subscriptions?customer_id=a%00", adminKey, "", "")
 	require.Equal(t, http.StatusBadRequest, res.status, string(res.body))
+}
+
+// A database outage is the server's temporary condition, not a bug: reads
+// answer 503 with Retry-After, so clients and load balancers back off and
+// retry instead of reporting an internal error.
+func TestDatabaseOutageIs503(t *testing.T) {
+	t.Parallel()
+	id := "01a22eea-e7fb-7315-b9c6-eee707cf3d79"
+	paths := []string{"/v1/subscriptions/" + id, "/v1/subscriptions", "/v1/subscriptions/" + id + "/charges",
+		"/v1/charges/" + id, "/v1/review-queue"}
+	check := func(t *testing.T, b testBundle) {
+		t.Helper()
+		for _, path := range paths {
+			res := b.do(t, http.MethodGet, path, adminKey, "", "")
+			require.Equal(t, http.StatusServiceUnavailable, res.status, path+": "+string(res.body))
+			require.Equal(t, "1", res.header.Get("Retry-After"), path)
+			require.Equal(t, "application/problem+json", res.header.Get("Content-Type"), path)
+		}
+	}
+
+	t.Run("nothing listens", func(t *testing.T) {
+		t.Parallel()
+		pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?connect_timeout=1")
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		check(t, setup(t, setupOpts{lease: time.Minute, pool: pool}))
+	})
+
+	t.Run("database dropped under open connections", func(t *testing.T) {
+		t.Parallel()
+		url := dbtest.URL(t)
+		pool, err := pgxpool.New(context.Background(), url)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		b := setup(t, setupOpts{lease: time.Minute, pool: pool})
+		require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/v1/subscriptions", adminKey, "", "").status)
+
+		admin, err := pgx.Connect(context.Background(), dbtest.ServerURL(t))
+		require.NoError(t, err)
+		defer admin.Close(context.Background())
+		_, err = admin.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{pool.Config().ConnConfig.Database}.Sanitize()+" WITH (FORCE)")
+		require.NoError(t, err)
+		check(t, b)
+	})
+
+	t.Run("pool closed", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.Pool(t)
+		b := setup(t, setupOpts{lease: time.Minute, pool: pool})
+		pool.Close()
+		check(t, b)
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/validate"
@@ -602,8 +605,35 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", chargeTransition.Error()))
 	case errors.Is(err, subscriptions.ErrResumeAtNotFuture):
 		writeProblem(w, fieldProblem("resume_at", err.Error()))
+	case databaseUnavailable(err):
+		s.Logger.Error().Err(err).Str("request_id", requestID(r)).Msg("database unavailable")
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, problemUnavailable)
 	default:
 		s.Logger.Error().Err(err).Str("request_id", requestID(r)).Msg("request failed")
 		writeProblem(w, problemInternal)
 	}
+}
+
+// databaseUnavailable reports whether err says the database could not be
+// reached or dropped the connection, rather than refused the statement.
+// That is a passing condition of the server, not a bug, and what the
+// request did was not committed: 503 with Retry-After tells clients and
+// load balancers to back off and retry, where a 500 would read as a defect.
+func databaseUnavailable(err error) bool {
+	var (
+		connectErr *pgconn.ConnectError
+		pgErr      *pgconn.PgError
+		netErr     net.Error
+	)
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr), pgconn.SafeToRetry(err), pgconn.Timeout(err),
+		errors.Is(err, puddle.ErrClosedPool), errors.Is(err, context.DeadlineExceeded):
+		return true
+	case errors.As(err, &pgErr):
+		// Class 08: connection exception; 57P01..57P04: shutdown, crash,
+		// cannot connect now, database dropped; 53300: too many connections.
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P") || pgErr.Code == "53300"
+	}
+	return false
 }
