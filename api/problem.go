@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 
@@ -54,8 +55,18 @@ var (
 		"Request bodies are limited to 64 KiB.")
 )
 
+// writeJSON encodes v before it writes anything: once the status line is
+// out, a value that fails to encode (a time past year 9999) would leave a
+// 2xx with an empty body, which the idempotency middleware would store and
+// replay. A failure is a 500 instead, which is never stored.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+		w.Header().Del("Location") // the object it names is rolled back
+		writeProblem(w, problemInternal)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(buf.Bytes())
 }
