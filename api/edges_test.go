@@ -162,3 +162,27 @@ func TestDatabaseOutageIs503(t *testing.T) {
 		check(t, b)
 	})
 }
+
+// An anchor is at most ten years ahead of the service clock: further out
+// is a typo, and near year 9999 the periods cannot even be written as
+// RFC 3339, which blanked every list page that held such a subscription.
+func TestBillingAnchorHorizon(t *testing.T) {
+	t.Parallel()
+	b := setup(t) // the service clock reads 2026-12-01T09:00:00Z
+	withAnchor := func(anchor string) string {
+		return strings.Replace(createBody, `"timezone"`, `"billing_anchor":"`+anchor+`","timezone"`, 1)
+	}
+	for _, anchor := range []string{"9999-06-01T00:00:00Z", "9999-12-31T23:59:59Z", "2036-12-01T09:00:01Z"} {
+		res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "far-"+anchor, withAnchor(anchor))
+		require.Equal(t, http.StatusBadRequest, res.status, anchor+": "+string(res.body))
+		require.Equal(t, "billing_anchor", res.json(t)["errors"].([]any)[0].(map[string]any)["field"])
+	}
+	require.Zero(t, b.count(t, "subscriptions"))
+	require.Zero(t, b.count(t, "idempotency_keys"))
+
+	res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "edge", withAnchor("2036-12-01T09:00:00Z"))
+	require.Equal(t, http.StatusCreated, res.status, "ten years to the second is allowed: "+string(res.body))
+	list := b.do(t, http.MethodGet, "/v1/subscriptions", adminKey, "", "")
+	require.Equal(t, http.StatusOK, list.status)
+	require.Len(t, list.json(t)["data"], 1)
+}

@@ -35,6 +35,10 @@ const (
 	maxBrand         = 32
 	maxAmount        = 999_999_999_999 // minor units; far above any real charge
 	maxIntervalCount = 365
+	// anchorHorizonYears bounds how far ahead of the service clock an
+	// anchor may be: further is a typo, and near year 9999 the periods
+	// cannot be written as RFC 3339 at all.
+	anchorHorizonYears = 10
 )
 
 type periodJSON struct {
@@ -288,8 +292,12 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 			errs.add("timezone", "must be an IANA time zone name, e.g. Europe/Moscow")
 		}
 	}
-	if req.BillingAnchor != nil && req.BillingAnchor.Before(now.Truncate(time.Second)) {
+	switch {
+	case req.BillingAnchor == nil:
+	case req.BillingAnchor.Before(now.Truncate(time.Second)):
 		errs.add("billing_anchor", "must not be in the past (now is %s)", now.Format(time.RFC3339))
+	case req.BillingAnchor.After(now.AddDate(anchorHorizonYears, 0, 0)):
+		errs.add("billing_anchor", "must be at most %d years ahead (now is %s)", anchorHorizonYears, now.Format(time.RFC3339))
 	}
 	pm := s.validatePaymentMethod(&errs, "payment_method", req.PaymentMethod, now)
 	if utf8.RuneCountInString(req.Description) > maxDescription {
