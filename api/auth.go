@@ -135,10 +135,11 @@ func (k *Keys) Authenticate(ctx context.Context, token string) (Principal, error
 	return p, nil
 }
 
-// CreatedKey is a new API key; Key is shown once and never stored.
+// CreatedKey is a new API key; Key is shown once and never stored (a
+// replay of its creation returns the object without it).
 type CreatedKey struct {
 	ID         string `json:"id"`
-	Key        string `json:"key"`
+	Key        string `json:"key,omitempty"`
 	Role       Role   `json:"role"`
 	CustomerID string `json:"customer_id,omitempty"`
 }

@@ -186,3 +186,35 @@ func TestBillingAnchorHorizon(t *testing.T) {
 	require.Equal(t, http.StatusOK, list.status)
 	require.Len(t, list.json(t)["data"], 1)
 }
+
+// A new API key is shown once. The idempotency record must not keep it:
+// a replay answers the object without the key, and the database holds
+// nothing from which the key could be read back.
+func TestAPIKeyIsShownOnceAndNeverStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.do(t, http.MethodPost, "/v1/api-keys", adminKey, "new-key", `{"role":"customer","customer_id":"alice"}`)
+	require.Equal(t, http.StatusCreated, first.status, string(first.body))
+	created := first.json(t)
+	key, _ := created["key"].(string)
+	require.True(t, strings.HasPrefix(key, "rbk_"), string(first.body))
+	require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/v1/subscriptions", key, "", "").status, "the key works")
+
+	replay := b.do(t, http.MethodPost, "/v1/api-keys", adminKey, "new-key", `{"customer_id":"alice","role":"customer"}`)
+	require.Equal(t, http.StatusCreated, replay.status)
+	require.Equal(t, "true", replay.header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.header.Get("Content-Type"), replay.header.Get("Content-Type"))
+	require.NotContains(t, string(replay.body), key)
+	again := replay.json(t)
+	require.NotContains(t, again, "key")
+	delete(created, "key")
+	require.Equal(t, created, again, "the same object, without the key")
+	require.Equal(t, 1, b.count(t, "api_keys"), "the replay created no second key")
+
+	var holding int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM idempotency_keys WHERE position(convert_to($1, 'UTF8') IN response_body) > 0
+			OR response_headers::text LIKE '%' || $1 || '%')
+		+ (SELECT count(*) FROM api_keys k WHERE k::text LIKE '%' || $1 || '%')`, key).Scan(&holding))
+	require.Zero(t, holding, "no row holds the key")
+}

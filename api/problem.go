@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"github.com/rebill/rebill/internal/validate"
@@ -60,13 +61,22 @@ var (
 // 2xx with an empty body, which the idempotency middleware would store and
 // replay. A failure is a 500 instead, which is never stored.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+	body, err := encodeJSON(v)
+	if err != nil {
 		w.Header().Del("Location") // the object it names is rolled back
 		writeProblem(w, problemInternal)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(body)
+}
+
+// encodeJSON is the body writeJSON sends for v.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+		return nil, fmt.Errorf("encode response: %w", err)
+	}
+	return buf.Bytes(), nil
 }

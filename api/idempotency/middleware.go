@@ -20,14 +20,41 @@ const ReplayedHeader = "Idempotent-Replayed"
 // storedHeaders are the response headers kept with a record.
 var storedHeaders = []string{"Content-Type", "Location"}
 
-type txKey struct{}
+// execution is what the middleware shares with the handler it runs.
+type execution struct {
+	tx pgx.Tx
+	// replayBody, when not nil, is stored in place of the body sent.
+	replayBody []byte
+}
+
+type executionKey struct{}
+
+func executionFrom(ctx context.Context) (*execution, bool) {
+	e, ok := ctx.Value(executionKey{}).(*execution)
+	return e, ok
+}
 
 // Tx returns the transaction the current request executes in: its writes
 // commit together with the stored response. ok is false outside the
 // middleware (GET requests).
 func Tx(ctx context.Context) (pgx.Tx, bool) {
-	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
-	return tx, ok
+	e, ok := executionFrom(ctx)
+	if !ok {
+		return nil, false
+	}
+	return e.tx, true
+}
+
+// ReplayBody makes body, instead of the body the handler sends now, what
+// the stored record keeps and every replay returns. A response that shows
+// a secret once (a new API key) stores a copy without it, so the secret is
+// never written to the database and a replay cannot reveal it again. The
+// status and stored headers stay those of the response sent. Outside the
+// middleware nothing is stored, and ReplayBody does nothing.
+func ReplayBody(ctx context.Context, body []byte) {
+	if e, ok := executionFrom(ctx); ok {
+		e.replayBody = body
+	}
 }
 
 // Problems are the responses the middleware writes itself, supplied by the
@@ -84,7 +111,7 @@ func Middleware(store *Store, scope func(*http.Request) string, problems Problem
 					problems.Unavailable(w)
 					return
 				}
-				rec := execute(r.WithContext(context.WithValue(ctx, txKey{}, tx)), next, store, tx, client, key, problems, log)
+				rec := execute(r, next, store, tx, client, key, problems, log)
 				if rec != nil {
 					rec.flush(w)
 					return
@@ -125,6 +152,8 @@ func Middleware(store *Store, scope func(*http.Request) string, problems Problem
 func execute(r *http.Request, next http.Handler, store *Store, tx pgx.Tx, client, key string,
 	problems Problems, log zerolog.Logger) *recorder {
 	ctx := r.Context()
+	exec := &execution{tx: tx}
+	r = r.WithContext(context.WithValue(ctx, executionKey{}, exec))
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
 	finished := false
 	defer func() {
@@ -143,6 +172,9 @@ func execute(r *http.Request, next http.Handler, store *Store, tx pgx.Tx, client
 		return rec
 	}
 	record := Record{Status: rec.status, Headers: map[string]string{}, Body: rec.body.Bytes()}
+	if exec.replayBody != nil {
+		record.Body = exec.replayBody
+	}
 	for _, name := range storedHeaders {
 		if v := rec.header.Get(name); v != "" {
 			record.Headers[name] = v
