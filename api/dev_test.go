@@ -1,0 +1,79 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/api"
+	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/internal/clock"
+)
+
+// noGateways stands in for the simulated gateways: these tests are about
+// who may call the dev endpoints, not about what the simulator does.
+type noGateways struct{}
+
+func (noGateways) Ledger(context.Context, string) ([]sim.LedgerEntry, error) { return nil, nil }
+func (noGateways) SetFaults(context.Context, string, sim.FaultsPatch) (sim.Faults, error) {
+	return sim.Faults{}, nil
+}
+
+var devStart = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+
+// devSetup is setup in dev mode: a manual clock in the test's database.
+func devSetup(t *testing.T) testBundle {
+	t.Helper()
+	return setup(t, setupOpts{lease: time.Minute, dev: func(t *testing.T, pool *pgxpool.Pool) *api.Dev {
+		manual, err := clock.NewManual(context.Background(), pool, devStart)
+		require.NoError(t, err)
+		return &api.Dev{Clock: manual, Gateways: noGateways{}}
+	}})
+}
+
+func (b testBundle) devNow(t *testing.T) time.Time {
+	t.Helper()
+	var now time.Time
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT now FROM dev_clock`).Scan(&now))
+	return now.UTC()
+}
+
+// The dev endpoints act on what every client shares (the clock, the
+// simulated gateways, every customer's ledger entries): customer keys may
+// read the time, nothing more.
+func TestDevEndpointsAreForStaff(t *testing.T) {
+	t.Parallel()
+	b := devSetup(t)
+	customer := b.newKey(t, "customer", "alice")
+	support := b.newKey(t, "support", "")
+
+	type call struct{ method, path, body string }
+	staffOnly := []call{
+		{http.MethodPost, "/v1/dev/clock", `{"advance":"1h"}`},
+		{http.MethodGet, "/v1/dev/gateways/sim1/ledger", ""},
+		{http.MethodPost, "/v1/dev/gateways/sim1/faults", `{"down":true}`},
+	}
+	for _, c := range staffOnly {
+		res := b.do(t, c.method, c.path, customer, "cust-"+c.path, c.body)
+		require.Equal(t, http.StatusForbidden, res.status, c.method+" "+c.path+": "+string(res.body))
+	}
+	require.Equal(t, devStart, b.devNow(t), "a customer did not move the clock")
+	for i, c := range staffOnly {
+		for _, key := range []string{support, adminKey} {
+			res := b.do(t, c.method, c.path, key, "staff-"+c.path+key[:4]+string(rune('a'+i)), c.body)
+			require.Equal(t, http.StatusOK, res.status, c.method+" "+c.path+": "+string(res.body))
+		}
+	}
+	require.Equal(t, devStart.Add(2*time.Hour), b.devNow(t), "support and admin moved it")
+	require.Zero(t, b.count(t, "idempotency_keys WHERE principal LIKE 'customer:%'"), "refusals are not stored")
+
+	for _, key := range []string{customer, support, adminKey} {
+		res := b.do(t, http.MethodGet, "/v1/dev/clock", key, "", "")
+		require.Equal(t, http.StatusOK, res.status, "any role reads the time")
+		require.Equal(t, "2026-12-01T11:00:00Z", res.json(t)["now"])
+	}
+}
