@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,4 +77,62 @@ func TestDevEndpointsAreForStaff(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.status, "any role reads the time")
 		require.Equal(t, "2026-12-01T11:00:00Z", res.json(t)["now"])
 	}
+}
+
+// devSetupWithMoves is devSetup with a short idempotency lease, whose
+// ClockMoved records the dev clock as a fresh connection reads it.
+func devSetupWithMoves(t *testing.T, lease time.Duration) (testBundle, func() []time.Time) {
+	t.Helper()
+	var (
+		mu   sync.Mutex
+		seen []time.Time
+	)
+	b := setup(t, setupOpts{lease: lease, dev: func(t *testing.T, pool *pgxpool.Pool) *api.Dev {
+		manual, err := clock.NewManual(context.Background(), pool, devStart)
+		require.NoError(t, err)
+		return &api.Dev{Clock: manual, Gateways: noGateways{}, ClockMoved: func(ctx context.Context) {
+			var now time.Time
+			if err := pool.QueryRow(ctx, `SELECT now FROM dev_clock`).Scan(&now); err != nil {
+				panic(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, now.UTC())
+		}}
+	}})
+	return b, func() []time.Time { mu.Lock(); defer mu.Unlock(); return append([]time.Time(nil), seen...) }
+}
+
+// One Idempotency-Key moves the clock once. Here the first request is held
+// on the clock past its lease, so a retry takes the key over and runs too;
+// the retry's move must roll back with its transaction when it finds the
+// key completed, and the scan trigger runs once, after the commit.
+func TestClockMoveOncePerIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	b, moves := devSetupWithMoves(t, lease)
+	ctx := context.Background()
+
+	// Hold the clock's row so both requests wait on it mid-execution.
+	hold, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = hold.Exec(ctx, `SELECT now FROM dev_clock FOR UPDATE`)
+	require.NoError(t, err)
+
+	results := make(chan response, 2)
+	send := func() {
+		results <- b.do(t, http.MethodPost, "/v1/dev/clock", adminKey, "move-once", `{"advance":"1h"}`)
+	}
+	go send()
+	time.Sleep(lease + 200*time.Millisecond) // the first request's lease expires
+	go send()
+	time.Sleep(300 * time.Millisecond) // the retry takes the key over and waits too
+	require.NoError(t, hold.Rollback(ctx))
+
+	first, second := <-results, <-results
+	require.Equal(t, http.StatusOK, first.status, string(first.body))
+	require.Equal(t, http.StatusOK, second.status, string(second.body))
+	require.Equal(t, first.body, second.body, "one result, replayed")
+	require.Equal(t, devStart.Add(time.Hour), b.devNow(t), "moved once")
+	require.Equal(t, []time.Time{devStart.Add(time.Hour)}, moves(), "one scan, after the commit")
 }

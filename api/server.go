@@ -33,7 +33,8 @@ var openAPIDocument []byte
 // Dev is what dev mode adds: the manual clock and the simulated gateways.
 type Dev struct {
 	Clock *clock.Manual
-	// ClockMoved is called after the clock moved, to scan due work at once.
+	// ClockMoved is called once a clock move has committed, to scan due
+	// work at once.
 	ClockMoved func(ctx context.Context)
 	Gateways   DevGateways
 }

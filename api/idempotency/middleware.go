@@ -25,6 +25,8 @@ type execution struct {
 	tx pgx.Tx
 	// replayBody, when not nil, is stored in place of the body sent.
 	replayBody []byte
+	// afterCommit runs once tx has committed.
+	afterCommit []func(context.Context)
 }
 
 type executionKey struct{}
@@ -55,6 +57,19 @@ func ReplayBody(ctx context.Context, body []byte) {
 	if e, ok := executionFrom(ctx); ok {
 		e.replayBody = body
 	}
+}
+
+// AfterCommit runs fn once the request's transaction has committed, for
+// work that must see the request's effects and must not happen without
+// them (a scan after a dev clock move): not on a rollback, not when another
+// request completed the key, not on a replay. Outside the middleware there
+// is no transaction to wait for, and fn runs at once.
+func AfterCommit(ctx context.Context, fn func(context.Context)) {
+	if e, ok := executionFrom(ctx); ok {
+		e.afterCommit = append(e.afterCommit, fn)
+		return
+	}
+	fn(ctx)
 }
 
 // Problems are the responses the middleware writes itself, supplied by the
@@ -194,6 +209,9 @@ func execute(r *http.Request, next http.Handler, store *Store, tx pgx.Tx, client
 		// retry after the lease either replays or executes afresh.
 		log.Error().Err(err).Msg("commit of idempotent request failed")
 		return failure(problems.InternalFailed)
+	}
+	for _, fn := range exec.afterCommit {
+		fn(context.WithoutCancel(ctx))
 	}
 	return rec
 }
