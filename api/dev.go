@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -68,6 +69,9 @@ func (s *Server) setDevClock(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, clock.ErrBackwards):
 		writeProblem(w, fieldProblem(field, "the clock only moves forward"))
+		return
+	case errors.Is(err, clock.ErrTooFar):
+		writeProblem(w, fieldProblem(field, fmt.Sprintf("the clock moves at most %d years at a time", clock.MaxMoveYears)))
 		return
 	case err != nil:
 		s.fail(w, r, err)

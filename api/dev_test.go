@@ -136,3 +136,29 @@ func TestClockMoveOncePerIdempotencyKey(t *testing.T) {
 	require.Equal(t, devStart.Add(time.Hour), b.devNow(t), "moved once")
 	require.Equal(t, []time.Time{devStart.Add(time.Hour)}, moves(), "one scan, after the commit")
 }
+
+// A move beyond ten years is refused like any bad field.
+func TestClockMoveHorizon(t *testing.T) {
+	t.Parallel()
+	b, moves := devSetupWithMoves(t, time.Minute)
+	for body, field := range map[string]string{
+		`{"advance":"87673h"}`:                          "advance", // ten years and an hour
+		`{"now":"2036-12-01T09:00:01Z"}`:                "now",
+		`{"now":"9999-12-31T23:59:59Z"}`:                "now",
+		`{"now":"2026-12-01T08:59:59Z"}`:                "now", // backwards
+		`{"advance":"-1h"}`:                             "advance",
+		`{"advance":"1h","now":"2027-01-01T00:00:00Z"}`: "",
+	} {
+		res := b.do(t, http.MethodPost, "/v1/dev/clock", adminKey, "far-"+body, body)
+		require.Equal(t, http.StatusBadRequest, res.status, body+": "+string(res.body))
+		require.Equal(t, field, res.json(t)["errors"].([]any)[0].(map[string]any)["field"], body)
+	}
+	require.Equal(t, devStart, b.devNow(t))
+	require.Empty(t, moves())
+	require.Zero(t, b.count(t, "idempotency_keys"))
+
+	res := b.do(t, http.MethodPost, "/v1/dev/clock", adminKey, "ten-years", `{"now":"2036-12-01T09:00:00Z"}`)
+	require.Equal(t, http.StatusOK, res.status, string(res.body))
+	require.Equal(t, "2036-12-01T09:00:00Z", res.json(t)["now"])
+	require.Equal(t, []time.Time{time.Date(2036, 12, 1, 9, 0, 0, 0, time.UTC)}, moves())
+}

@@ -86,9 +86,18 @@ func (m *Manual) remember(t time.Time) time.Time {
 	return m.lastSeen
 }
 
+// MaxMoveYears bounds one move of the manual clock. A larger jump is a
+// typo, and a clock run towards year 9999 produces periods that RFC 3339
+// cannot write.
+const MaxMoveYears = 10
+
+// ErrTooFar is returned when one move would take the clock more than
+// MaxMoveYears ahead.
+var ErrTooFar = errors.New("the clock moves at most 10 years at a time")
+
 // Set moves the clock to t inside tx. Returns ErrBackwards if t is before
 // the current time (setting the current time again is allowed and changes
-// nothing).
+// nothing) and ErrTooFar past the horizon.
 func (m *Manual) Set(ctx context.Context, tx pgx.Tx, t time.Time) (time.Time, error) {
 	return m.move(ctx, tx, func(time.Time) time.Time { return t.UTC() })
 }
@@ -115,8 +124,11 @@ func (m *Manual) move(ctx context.Context, tx pgx.Tx, target func(now time.Time)
 	}
 	now = now.UTC()
 	to := target(now)
-	if to.Before(now) {
+	switch {
+	case to.Before(now):
 		return time.Time{}, ErrBackwards
+	case to.After(now.AddDate(MaxMoveYears, 0, 0)):
+		return time.Time{}, ErrTooFar
 	}
 	if err := tx.QueryRow(ctx, `UPDATE dev_clock SET now = $1 RETURNING now`, to).Scan(&to); err != nil {
 		return time.Time{}, fmt.Errorf("move dev clock: %w", err)

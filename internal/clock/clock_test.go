@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -80,4 +81,41 @@ func TestConcurrentMovesQueue(t *testing.T) {
 	require.NoError(t, first.Commit(ctx))
 	require.Equal(t, start.Add(2*time.Hour), <-done)
 	require.Equal(t, start.Add(2*time.Hour), m.Now())
+}
+
+// A move never goes backwards nor more than MaxMoveYears ahead; a refused
+// move changes nothing.
+func TestMoveLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, pool := newManual(t)
+	move := func(do func(tx pgx.Tx) (time.Time, error)) (time.Time, error) {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		now, err := do(tx)
+		if err == nil {
+			require.NoError(t, tx.Commit(ctx))
+		}
+		return now, err
+	}
+	horizon := start.AddDate(clock.MaxMoveYears, 0, 0)
+
+	_, err := move(func(tx pgx.Tx) (time.Time, error) { return m.Advance(ctx, tx, -time.Second) })
+	require.ErrorIs(t, err, clock.ErrBackwards)
+	_, err = move(func(tx pgx.Tx) (time.Time, error) { return m.Set(ctx, tx, start.Add(-time.Second)) })
+	require.ErrorIs(t, err, clock.ErrBackwards)
+	_, err = move(func(tx pgx.Tx) (time.Time, error) { return m.Set(ctx, tx, horizon.Add(time.Second)) })
+	require.ErrorIs(t, err, clock.ErrTooFar)
+	_, err = move(func(tx pgx.Tx) (time.Time, error) { return m.Advance(ctx, tx, horizon.Sub(start)+time.Second) })
+	require.ErrorIs(t, err, clock.ErrTooFar)
+	require.Equal(t, start, m.Now(), "refused moves change nothing")
+
+	now, err := move(func(tx pgx.Tx) (time.Time, error) { return m.Set(ctx, tx, start) })
+	require.NoError(t, err, "setting the current time again is allowed")
+	require.Equal(t, start, now)
+	now, err = move(func(tx pgx.Tx) (time.Time, error) { return m.Advance(ctx, tx, horizon.Sub(start)) })
+	require.NoError(t, err, "ten years exactly is allowed")
+	require.Equal(t, horizon, now)
+	require.Equal(t, horizon, m.Now())
 }
