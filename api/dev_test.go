@@ -13,6 +13,7 @@ import (
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/dbtest"
 )
 
 // noGateways stands in for the simulated gateways: these tests are about
@@ -79,15 +80,16 @@ func TestDevEndpointsAreForStaff(t *testing.T) {
 	}
 }
 
-// devSetupWithMoves is devSetup with a short idempotency lease, whose
-// ClockMoved records the dev clock as a fresh connection reads it.
-func devSetupWithMoves(t *testing.T, lease time.Duration) (testBundle, func() []time.Time) {
+// devSetupWithMoves is devSetup with the given lease and pool (nil: the
+// default), whose ClockMoved records the dev clock as a fresh connection
+// reads it.
+func devSetupWithMoves(t *testing.T, lease time.Duration, pool *pgxpool.Pool) (testBundle, func() []time.Time) {
 	t.Helper()
 	var (
 		mu   sync.Mutex
 		seen []time.Time
 	)
-	b := setup(t, setupOpts{lease: lease, dev: func(t *testing.T, pool *pgxpool.Pool) *api.Dev {
+	b := setup(t, setupOpts{lease: lease, pool: pool, dev: func(t *testing.T, pool *pgxpool.Pool) *api.Dev {
 		manual, err := clock.NewManual(context.Background(), pool, devStart)
 		require.NoError(t, err)
 		return &api.Dev{Clock: manual, Gateways: noGateways{}, ClockMoved: func(ctx context.Context) {
@@ -110,23 +112,46 @@ func devSetupWithMoves(t *testing.T, lease time.Duration) (testBundle, func() []
 func TestClockMoveOncePerIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	const lease = 300 * time.Millisecond
-	b, moves := devSetupWithMoves(t, lease)
+	// Room for every connection the requests hold at once (the held row,
+	// two requests, the test's own queries), so that nothing here waits
+	// for a connection instead of on the clock.
+	cfg, err := pgxpool.ParseConfig(dbtest.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	b, moves := devSetupWithMoves(t, lease, pool)
 	ctx := context.Background()
 
 	// Hold the clock's row so both requests wait on it mid-execution.
 	hold, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
+	defer func() { _ = hold.Rollback(ctx) }() // the requests must end even if the test fails
 	_, err = hold.Exec(ctx, `SELECT now FROM dev_clock FOR UPDATE`)
 	require.NoError(t, err)
 
+	waiting := func(n int) func() bool {
+		return func() bool {
+			var waiters int
+			err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiters)
+			return err == nil && waiters == n
+		}
+	}
 	results := make(chan response, 2)
 	send := func() {
 		results <- b.do(t, http.MethodPost, "/v1/dev/clock", adminKey, "move-once", `{"advance":"1h"}`)
 	}
 	go send()
-	time.Sleep(lease + 200*time.Millisecond) // the first request's lease expires
+	require.Eventually(t, waiting(1), 10*time.Second, 10*time.Millisecond, "the first request waits on the clock")
+	require.Eventually(t, func() bool {
+		var expired bool
+		err := b.pool.QueryRow(ctx, `SELECT locked_until <= now() FROM idempotency_keys WHERE key = 'move-once'`).Scan(&expired)
+		return err == nil && expired
+	}, 10*time.Second, 10*time.Millisecond, "its lease expires")
 	go send()
-	time.Sleep(300 * time.Millisecond) // the retry takes the key over and waits too
+	require.Eventually(t, waiting(2), 10*time.Second, 10*time.Millisecond, "the retry took the key over and waits too")
 	require.NoError(t, hold.Rollback(ctx))
 
 	first, second := <-results, <-results
@@ -140,7 +165,7 @@ func TestClockMoveOncePerIdempotencyKey(t *testing.T) {
 // A move beyond ten years is refused like any bad field.
 func TestClockMoveHorizon(t *testing.T) {
 	t.Parallel()
-	b, moves := devSetupWithMoves(t, time.Minute)
+	b, moves := devSetupWithMoves(t, time.Minute, nil)
 	for body, field := range map[string]string{
 		`{"advance":"87673h"}`:                          "advance", // ten years and an hour
 		`{"now":"2036-12-01T09:00:01Z"}`:                "now",
