@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -67,11 +66,8 @@ func (s *Server) setDevClock(w http.ResponseWriter, r *http.Request) {
 	}
 	now, err := move(tx)
 	switch {
-	case errors.Is(err, clock.ErrBackwards):
-		writeProblem(w, fieldProblem(field, "the clock only moves forward"))
-		return
-	case errors.Is(err, clock.ErrTooFar):
-		writeProblem(w, fieldProblem(field, fmt.Sprintf("the clock moves at most %d years at a time", clock.MaxMoveYears)))
+	case errors.Is(err, clock.ErrBackwards), errors.Is(err, clock.ErrTooFar):
+		writeProblem(w, fieldProblem(field, err.Error()))
 		return
 	case err != nil:
 		s.fail(w, r, err)

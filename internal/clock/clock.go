@@ -93,7 +93,7 @@ const MaxMoveYears = 10
 
 // ErrTooFar is returned when one move would take the clock more than
 // MaxMoveYears ahead.
-var ErrTooFar = errors.New("the clock moves at most 10 years at a time")
+var ErrTooFar = fmt.Errorf("the clock moves at most %d years at a time", MaxMoveYears)
 
 // Set moves the clock to t inside tx. Returns ErrBackwards if t is before
 // the current time (setting the current time again is allowed and changes
