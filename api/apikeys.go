@@ -43,6 +43,16 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	// The key is shown once: the idempotency record keeps, and a replay
+	// returns, the object without it (API.md), so no usable key is stored.
+	shown := key
+	shown.Key = ""
+	replay, err := encodeJSON(shown)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	idempotency.ReplayBody(r.Context(), replay)
 	writeJSON(w, http.StatusCreated, key)
 }
 

@@ -135,10 +135,11 @@ func (k *Keys) Authenticate(ctx context.Context, token string) (Principal, error
 	return p, nil
 }
 
-// CreatedKey is a new API key; Key is shown once and never stored.
+// CreatedKey is a new API key; Key is shown once and never stored (a
+// replay of its creation returns the object without it).
 type CreatedKey struct {
 	ID         string `json:"id"`
-	Key        string `json:"key"`
+	Key        string `json:"key,omitempty"`
 	Role       Role   `json:"role"`
 	CustomerID string `json:"customer_id,omitempty"`
 }
@@ -205,12 +206,12 @@ func EnsureFirstAdminKey(ctx context.Context, pool *pgxpool.Pool) (key CreatedKe
 // when the key store cannot be read.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		token, ok := bearerToken(r.Header.Get("Authorization"))
 		if !ok {
 			writeProblem(w, problemUnauthorized)
 			return
 		}
-		p, err := s.Keys.Authenticate(r.Context(), strings.TrimSpace(token))
+		p, err := s.Keys.Authenticate(r.Context(), token)
 		if errors.Is(err, ErrUnauthenticated) {
 			writeProblem(w, problemUnauthorized)
 			return
@@ -224,6 +225,17 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		setLogKeyID(r.Context(), p.KeyID)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	})
+}
+
+// bearerToken returns the credentials of an `Authorization: Bearer <key>`
+// header. Auth schemes are case-insensitive (RFC 9110, section 11.1), so
+// clients that send `bearer` are not refused.
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
 }
 
 // requireRole answers 403 unless the principal has one of roles.

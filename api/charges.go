@@ -57,7 +57,7 @@ func (s *Server) listSubscriptionCharges(w http.ResponseWriter, r *http.Request)
 	}
 	var before uuid.UUID
 	if cursor != "" {
-		id, err := uuid.Parse(cursor)
+		id, err := parseID(cursor)
 		if err != nil {
 			writeProblem(w, fieldProblem("cursor", "is not a cursor this API returned"))
 			return
@@ -79,7 +79,7 @@ func (s *Server) listSubscriptionCharges(w http.ResponseWriter, r *http.Request)
 // loadVisibleCharge reads a charge whose subscription the principal may
 // see; it writes the 404 itself.
 func (s *Server) loadVisibleCharge(w http.ResponseWriter, r *http.Request, db charges.DBTX) (charges.Charge, bool) {
-	id, err := uuid.Parse(chi.URLParam(r, "id"))
+	id, err := parseID(chi.URLParam(r, "id"))
 	if err != nil {
 		writeProblem(w, problemNotFound)
 		return charges.Charge{}, false

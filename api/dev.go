@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/clock"
 )
@@ -31,39 +33,48 @@ type setClockRequest struct {
 	Now     *time.Time `json:"now"`
 }
 
+// setDevClock moves the clock in the request's transaction, so that one
+// Idempotency-Key moves it once: a retry that runs beside the original
+// (its lease expired) rolls its move back with everything else. Due work is
+// scanned only after the move committed, or the scan would see the old time.
 func (s *Server) setDevClock(w http.ResponseWriter, r *http.Request) {
 	var req setClockRequest
 	if !decodeBody(w, r, &req) {
 		return
 	}
 	var (
-		now time.Time
-		err error
+		field string
+		move  func(tx pgx.Tx) (time.Time, error)
 	)
 	switch {
 	case (req.Advance == nil) == (req.Now == nil):
 		writeProblem(w, fieldProblem("", "send exactly one of advance and now"))
 		return
 	case req.Advance != nil:
-		d, perr := time.ParseDuration(*req.Advance)
-		if perr != nil || d <= 0 {
+		d, err := time.ParseDuration(*req.Advance)
+		if err != nil || d <= 0 {
 			writeProblem(w, fieldProblem("advance", "must be a positive duration such as \"744h\" or \"90m\""))
 			return
 		}
-		now, err = s.Dev.Clock.Advance(r.Context(), d)
+		field, move = "advance", func(tx pgx.Tx) (time.Time, error) { return s.Dev.Clock.Advance(r.Context(), tx, d) }
 	default:
-		now, err = s.Dev.Clock.Set(r.Context(), *req.Now)
+		field, move = "now", func(tx pgx.Tx) (time.Time, error) { return s.Dev.Clock.Set(r.Context(), tx, *req.Now) }
 	}
-	if errors.Is(err, clock.ErrBackwards) {
-		writeProblem(w, fieldProblem("now", "the clock only moves forward"))
+	tx, ok := requestTx(w, r)
+	if !ok {
 		return
 	}
-	if err != nil {
+	now, err := move(tx)
+	switch {
+	case errors.Is(err, clock.ErrBackwards), errors.Is(err, clock.ErrTooFar):
+		writeProblem(w, fieldProblem(field, err.Error()))
+		return
+	case err != nil:
 		s.fail(w, r, err)
 		return
 	}
 	if s.Dev.ClockMoved != nil {
-		s.Dev.ClockMoved(context.WithoutCancel(r.Context()))
+		idempotency.AfterCommit(r.Context(), s.Dev.ClockMoved)
 	}
 	writeJSON(w, http.StatusOK, clockJSON{Now: now})
 }

@@ -57,6 +57,8 @@ type testBundle struct {
 type setupOpts struct {
 	lease time.Duration
 	pool  *pgxpool.Pool
+	// dev, when set, builds the dev-mode dependencies on the test's pool.
+	dev func(t *testing.T, pool *pgxpool.Pool) *api.Dev
 }
 
 func setup(t *testing.T, opts ...setupOpts) testBundle {
@@ -75,10 +77,15 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Client: insertOnly, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
+	var dev *api.Dev
+	if o.dev != nil {
+		dev = o.dev(t, pool)
+	}
 	srv := api.NewServer(api.Deps{
 		Pool: pool, Keys: api.NewKeys(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
 		Subscriptions: subs, Billing: biller, Clock: clk,
 		KnownGateway: func(name string) bool { return name == "sim1" || name == "sim2" },
+		Dev:          dev,
 		Logger:       zerolog.New(logs),
 	})
 	ts := httptest.NewServer(srv)

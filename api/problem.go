@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"github.com/rebill/rebill/internal/validate"
@@ -54,8 +56,27 @@ var (
 		"Request bodies are limited to 64 KiB.")
 )
 
+// writeJSON encodes v before it writes anything: once the status line is
+// out, a value that fails to encode (a time past year 9999) would leave a
+// 2xx with an empty body, which the idempotency middleware would store and
+// replay. A failure is a 500 instead, which is never stored.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := encodeJSON(v)
+	if err != nil {
+		w.Header().Del("Location") // the object it names is rolled back
+		writeProblem(w, problemInternal)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(body)
+}
+
+// encodeJSON is the body writeJSON sends for v.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+		return nil, fmt.Errorf("encode response: %w", err)
+	}
+	return buf.Bytes(), nil
 }

@@ -33,7 +33,8 @@ var openAPIDocument []byte
 // Dev is what dev mode adds: the manual clock and the simulated gateways.
 type Dev struct {
 	Clock *clock.Manual
-	// ClockMoved is called after the clock moved, to scan due work at once.
+	// ClockMoved is called once a clock move has committed, to scan due
+	// work at once.
 	ClockMoved func(ctx context.Context)
 	Gateways   DevGateways
 }
@@ -137,10 +138,15 @@ func (s *Server) routes() *chi.Mux {
 		r.With(requireRole(RoleAdmin, RoleSupport)).Post("/v1/charges/{id}/retry", s.retryCharge)
 
 		if s.Dev != nil {
+			// The clock and the simulated gateways are shared by every
+			// client, and a ledger lists every customer's operations: only
+			// staff change or read them. The time is no secret, and a
+			// customer needs it to pick a billing_anchor.
 			r.Get("/v1/dev/clock", s.getDevClock)
-			r.Post("/v1/dev/clock", s.setDevClock)
-			r.Get("/v1/dev/gateways/{name}/ledger", s.gatewayLedger)
-			r.Post("/v1/dev/gateways/{name}/faults", s.gatewayFaults)
+			staff := r.With(requireRole(RoleAdmin, RoleSupport))
+			staff.Post("/v1/dev/clock", s.setDevClock)
+			staff.Get("/v1/dev/gateways/{name}/ledger", s.gatewayLedger)
+			staff.Post("/v1/dev/gateways/{name}/faults", s.gatewayFaults)
 		}
 	})
 	return r

@@ -5,14 +5,18 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/validate"
@@ -31,6 +35,10 @@ const (
 	maxBrand         = 32
 	maxAmount        = 999_999_999_999 // minor units; far above any real charge
 	maxIntervalCount = 365
+	// anchorHorizonYears bounds how far ahead of the service clock an
+	// anchor may be: further is a typo, and near year 9999 the periods
+	// cannot be written as RFC 3339 at all.
+	anchorHorizonYears = 10
 )
 
 type periodJSON struct {
@@ -284,8 +292,12 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 			errs.add("timezone", "must be an IANA time zone name, e.g. Europe/Moscow")
 		}
 	}
-	if req.BillingAnchor != nil && req.BillingAnchor.Before(now.Truncate(time.Second)) {
+	switch {
+	case req.BillingAnchor == nil:
+	case req.BillingAnchor.Before(now.Truncate(time.Second)):
 		errs.add("billing_anchor", "must not be in the past (now is %s)", now.Format(time.RFC3339))
+	case req.BillingAnchor.After(now.AddDate(anchorHorizonYears, 0, 0)):
+		errs.add("billing_anchor", "must be at most %d years ahead (now is %s)", anchorHorizonYears, now.Format(time.RFC3339))
 	}
 	pm := s.validatePaymentMethod(&errs, "payment_method", req.PaymentMethod, now)
 	if utf8.RuneCountInString(req.Description) > maxDescription {
@@ -321,10 +333,29 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, toSubscriptionJSON(sub))
 }
 
+// errNotCanonical: an id that uuid.Parse reads but that is not the form
+// this API writes.
+var errNotCanonical = errors.New("not a canonical lower-case hyphenated uuid")
+
+// parseID reads an id from a URL or a cursor. Only the form the API writes
+// (36 characters, lower case, hyphenated) is an id: uuid.Parse also takes
+// braces, urn:uuid:, upper case and no hyphens, which would give one object
+// many URLs, and so many keys in caches, logs and rate limits.
+func parseID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.UUID{}, err
+	}
+	if id.String() != s {
+		return uuid.UUID{}, errNotCanonical
+	}
+	return id, nil
+}
+
 // loadVisible reads a subscription that the principal may see, locking it
 // when tx is a transaction. It writes the 404 itself and returns false.
 func (s *Server) loadVisible(w http.ResponseWriter, r *http.Request, db subscriptions.DBTX) (subscriptions.Subscription, bool) {
-	id, err := uuid.Parse(chi.URLParam(r, "id"))
+	id, err := parseID(chi.URLParam(r, "id"))
 	if err != nil {
 		writeProblem(w, problemNotFound)
 		return subscriptions.Subscription{}, false
@@ -385,8 +416,13 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	params := subscriptions.ListParams{CustomerID: r.URL.Query().Get("customer_id"), Limit: limit + 1}
+	if strings.ContainsRune(params.CustomerID, 0) {
+		// PostgreSQL refuses NUL in text; no customer id holds one.
+		writeProblem(w, fieldProblem("customer_id", `must not contain the NUL character (\u0000)`))
+		return
+	}
 	if cursor != "" {
-		id, err := uuid.Parse(cursor)
+		id, err := parseID(cursor)
 		if err != nil {
 			writeProblem(w, fieldProblem("cursor", "is not a cursor this API returned"))
 			return
@@ -583,8 +619,35 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", err.Error()))
 	case errors.Is(err, subscriptions.ErrResumeAtNotFuture):
 		writeProblem(w, fieldProblem("resume_at", err.Error()))
+	case databaseUnavailable(err):
+		s.Logger.Error().Err(err).Str("request_id", requestID(r)).Msg("database unavailable")
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, problemUnavailable)
 	default:
 		s.Logger.Error().Err(err).Str("request_id", requestID(r)).Msg("request failed")
 		writeProblem(w, problemInternal)
 	}
+}
+
+// databaseUnavailable reports whether err says the database could not be
+// reached or dropped the connection, rather than refused the statement.
+// That is a passing condition of the server, not a bug, and what the
+// request did was not committed: 503 with Retry-After tells clients and
+// load balancers to back off and retry, where a 500 would read as a defect.
+func databaseUnavailable(err error) bool {
+	var (
+		connectErr *pgconn.ConnectError
+		pgErr      *pgconn.PgError
+		netErr     net.Error
+	)
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr), pgconn.SafeToRetry(err), pgconn.Timeout(err),
+		errors.Is(err, puddle.ErrClosedPool), errors.Is(err, context.DeadlineExceeded):
+		return true
+	case errors.As(err, &pgErr):
+		// Class 08: connection exception; 57P01..57P04: shutdown, crash,
+		// cannot connect now, database dropped; 53300: too many connections.
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P") || pgErr.Code == "53300"
+	}
+	return false
 }

@@ -20,14 +20,56 @@ const ReplayedHeader = "Idempotent-Replayed"
 // storedHeaders are the response headers kept with a record.
 var storedHeaders = []string{"Content-Type", "Location"}
 
-type txKey struct{}
+// execution is what the middleware shares with the handler it runs.
+type execution struct {
+	tx pgx.Tx
+	// replayBody, when not nil, is stored in place of the body sent.
+	replayBody []byte
+	// afterCommit runs once tx has committed.
+	afterCommit []func(context.Context)
+}
+
+type executionKey struct{}
+
+func executionFrom(ctx context.Context) (*execution, bool) {
+	e, ok := ctx.Value(executionKey{}).(*execution)
+	return e, ok
+}
 
 // Tx returns the transaction the current request executes in: its writes
 // commit together with the stored response. ok is false outside the
 // middleware (GET requests).
 func Tx(ctx context.Context) (pgx.Tx, bool) {
-	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
-	return tx, ok
+	e, ok := executionFrom(ctx)
+	if !ok {
+		return nil, false
+	}
+	return e.tx, true
+}
+
+// ReplayBody makes body, instead of the body the handler sends now, what
+// the stored record keeps and every replay returns. A response that shows
+// a secret once (a new API key) stores a copy without it, so the secret is
+// never written to the database and a replay cannot reveal it again. The
+// status and stored headers stay those of the response sent. Outside the
+// middleware nothing is stored, and ReplayBody does nothing.
+func ReplayBody(ctx context.Context, body []byte) {
+	if e, ok := executionFrom(ctx); ok {
+		e.replayBody = body
+	}
+}
+
+// AfterCommit runs fn once the request's transaction has committed, for
+// work that must see the request's effects and must not happen without
+// them (a scan after a dev clock move): not on a rollback, not when another
+// request completed the key, not on a replay. Outside the middleware there
+// is no transaction to wait for, and fn runs at once.
+func AfterCommit(ctx context.Context, fn func(context.Context)) {
+	if e, ok := executionFrom(ctx); ok {
+		e.afterCommit = append(e.afterCommit, fn)
+		return
+	}
+	fn(ctx)
 }
 
 // Problems are the responses the middleware writes itself, supplied by the
@@ -84,7 +126,7 @@ func Middleware(store *Store, scope func(*http.Request) string, problems Problem
 					problems.Unavailable(w)
 					return
 				}
-				rec := execute(r.WithContext(context.WithValue(ctx, txKey{}, tx)), next, store, tx, client, key, problems, log)
+				rec := execute(r, next, store, tx, client, key, problems, log)
 				if rec != nil {
 					rec.flush(w)
 					return
@@ -125,6 +167,8 @@ func Middleware(store *Store, scope func(*http.Request) string, problems Problem
 func execute(r *http.Request, next http.Handler, store *Store, tx pgx.Tx, client, key string,
 	problems Problems, log zerolog.Logger) *recorder {
 	ctx := r.Context()
+	exec := &execution{tx: tx}
+	r = r.WithContext(context.WithValue(ctx, executionKey{}, exec))
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
 	finished := false
 	defer func() {
@@ -143,6 +187,9 @@ func execute(r *http.Request, next http.Handler, store *Store, tx pgx.Tx, client
 		return rec
 	}
 	record := Record{Status: rec.status, Headers: map[string]string{}, Body: rec.body.Bytes()}
+	if exec.replayBody != nil {
+		record.Body = exec.replayBody
+	}
 	for _, name := range storedHeaders {
 		if v := rec.header.Get(name); v != "" {
 			record.Headers[name] = v
@@ -162,6 +209,9 @@ func execute(r *http.Request, next http.Handler, store *Store, tx pgx.Tx, client
 		// retry after the lease either replays or executes afresh.
 		log.Error().Err(err).Msg("commit of idempotent request failed")
 		return failure(problems.InternalFailed)
+	}
+	for _, fn := range exec.afterCommit {
+		fn(context.WithoutCancel(ctx))
 	}
 	return rec
 }

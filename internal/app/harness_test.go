@@ -20,7 +20,7 @@ import (
 	"github.com/rebill/rebill/internal/dbtest"
 )
 
-const adminKey = "e2e-admin-key"
+const adminKey = "e2e-admin-key-0123456789abcdefghij" // REBILL_ADMIN_KEY needs 32 characters
 
 // testEnv is the environment of a fast dev-mode node: short gateway
 // timeouts and backoff so fault paths finish in seconds.

@@ -411,7 +411,7 @@ func TestCrashMidChargingChargesEachPeriodOnce(t *testing.T) {
 	const (
 		subscriptions = 300
 		creators      = 16
-		key           = "proc-crash-admin-key"
+		key           = "proc-crash-admin-key-0123456789abcdef"
 	)
 	dbURL := dbtest.URL(t)
 	db, err := pgxpool.New(context.Background(), dbURL)

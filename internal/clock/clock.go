@@ -86,29 +86,52 @@ func (m *Manual) remember(t time.Time) time.Time {
 	return m.lastSeen
 }
 
-// Set moves the clock to t. Returns ErrBackwards if t is before the current
-// time; setting the current time again is allowed and changes nothing.
-func (m *Manual) Set(ctx context.Context, t time.Time) (time.Time, error) {
-	var now time.Time
-	err := m.pool.QueryRow(ctx, `UPDATE dev_clock SET now = $1 WHERE now <= $1 RETURNING now`, t.UTC()).Scan(&now)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, ErrBackwards
-	}
-	if err != nil {
-		return time.Time{}, fmt.Errorf("set dev clock: %w", err)
-	}
-	return m.remember(now), nil
+// MaxMoveYears bounds one move of the manual clock. A larger jump is a
+// typo, and a clock run towards year 9999 produces periods that RFC 3339
+// cannot write.
+const MaxMoveYears = 10
+
+// ErrTooFar is returned when one move would take the clock more than
+// MaxMoveYears ahead.
+var ErrTooFar = fmt.Errorf("the clock moves at most %d years at a time", MaxMoveYears)
+
+// Set moves the clock to t inside tx. Returns ErrBackwards if t is before
+// the current time (setting the current time again is allowed and changes
+// nothing) and ErrTooFar past the horizon.
+func (m *Manual) Set(ctx context.Context, tx pgx.Tx, t time.Time) (time.Time, error) {
+	return m.move(ctx, tx, func(time.Time) time.Time { return t.UTC() })
 }
 
-// Advance moves the clock forward by d (which must not be negative).
-func (m *Manual) Advance(ctx context.Context, d time.Duration) (time.Time, error) {
+// Advance moves the clock forward by d (which must not be negative) inside
+// tx; see Set.
+func (m *Manual) Advance(ctx context.Context, tx pgx.Tx, d time.Duration) (time.Time, error) {
 	if d < 0 {
 		return time.Time{}, ErrBackwards
 	}
+	return m.move(ctx, tx, func(now time.Time) time.Time { return now.Add(d) })
+}
+
+// move runs in the caller's transaction, so a move commits or rolls back
+// with the request that made it: an idempotent request whose transaction
+// is rolled back (a retry that lost to the original) leaves the clock
+// alone. The row lock queues concurrent moves, each from the time the one
+// before it committed. The new time is not remembered here, since tx may
+// still roll back; Now reads the row, so it shows the move once committed.
+func (m *Manual) move(ctx context.Context, tx pgx.Tx, target func(now time.Time) time.Time) (time.Time, error) {
 	var now time.Time
-	err := m.pool.QueryRow(ctx, `UPDATE dev_clock SET now = now + $1 RETURNING now`, d).Scan(&now)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("advance dev clock: %w", err)
+	if err := tx.QueryRow(ctx, `SELECT now FROM dev_clock FOR UPDATE`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("lock dev clock: %w", err)
 	}
-	return m.remember(now), nil
+	now = now.UTC()
+	to := target(now)
+	switch {
+	case to.Before(now):
+		return time.Time{}, ErrBackwards
+	case to.After(now.AddDate(MaxMoveYears, 0, 0)):
+		return time.Time{}, ErrTooFar
+	}
+	if err := tx.QueryRow(ctx, `UPDATE dev_clock SET now = $1 RETURNING now`, to).Scan(&to); err != nil {
+		return time.Time{}, fmt.Errorf("move dev clock: %w", err)
+	}
+	return to.UTC(), nil
 }

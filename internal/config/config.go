@@ -54,8 +54,16 @@ var variables = []variable{
 		func(c *Config, v string) error { c.DatabaseURL = v; return nil }},
 	{"REBILL_DATA_DIR", ".rebill", "folder for the private PostgreSQL cluster",
 		func(c *Config, v string) error { c.DataDir = v; return nil }},
-	{"REBILL_ADMIN_KEY", "", "bootstrap admin API key (no database row); empty: the first start creates one and prints it",
-		func(c *Config, v string) error { c.AdminKey = v; return nil }},
+	{"REBILL_ADMIN_KEY", "", "bootstrap admin API key, at least 32 characters (no database row); empty: the first start creates one and prints it",
+		func(c *Config, v string) error {
+			// A bearer secret with every right and no row to revoke: a
+			// short one can be guessed (generated keys carry 256 bits).
+			if len([]rune(v)) < 32 {
+				return errors.New("must be at least 32 characters (e.g. openssl rand -base64 32)")
+			}
+			c.AdminKey = v
+			return nil
+		}},
 	{"REBILL_DEV", "", "1: dev mode (manual clock, /v1/dev/*, simulated gateways sim1..sim5)",
 		func(c *Config, v string) (err error) { c.Dev, err = parseBool(v); return }},
 	{"REBILL_IDEMPOTENCY_TTL", "24h", "how long idempotency records are kept",

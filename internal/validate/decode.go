@@ -33,6 +33,14 @@ const (
 	maxFieldErrors = 20
 )
 
+// The messages for NUL, which PostgreSQL refuses in text: a string holding
+// it would fail in the database as a 500 instead of here as a 400. A key
+// holding it is reported on its object, since its path would carry the NUL.
+const (
+	msgNUL    = `must not contain the NUL character (\u0000)`
+	msgNULKey = `keys must not contain the NUL character (\u0000)`
+)
+
 // FieldError is one entry of the problem document's `errors` list, so a
 // client can point at the exact input it has to fix.
 type FieldError struct {
@@ -94,6 +102,8 @@ func ReadBody(r io.Reader) ([]byte, error) {
 //     guess, and request fingerprints would disagree with what was applied;
 //   - integer fields take only integer literals: 49900.0 and 4.99e4 are
 //     refused rather than rounded or truncated;
+//   - no string or object key may hold NUL (\u0000), which PostgreSQL
+//     cannot store;
 //   - anything after the object, and bodies that are not UTF-8, are refused.
 //
 // null leaves a field at its zero value; callers check required fields.
@@ -256,6 +266,9 @@ func (w *walker) custom(t reflect.Type, path string) error {
 	if string(raw) == "null" {
 		return nil
 	}
+	if holdsNUL(raw) {
+		return w.add(path, msgNUL)
+	}
 	target := reflect.New(t).Interface()
 	if u, ok := target.(json.Unmarshaler); ok {
 		err = u.UnmarshalJSON(raw)
@@ -312,6 +325,15 @@ func (w *walker) object(t reflect.Type, path string) error {
 		key, ok := tok.(string)
 		if !ok {
 			return w.fatal("invalid JSON: object key is not a string")
+		}
+		if t != nil && strings.ContainsRune(key, 0) {
+			if err := w.add(path, msgNULKey); err != nil {
+				return err
+			}
+			if err := w.value(nil, path); err != nil {
+				return err
+			}
+			continue
 		}
 		kpath := key
 		if path != "" {
@@ -397,6 +419,9 @@ func (w *walker) quoted(t reflect.Type, path string) error {
 	if s == "null" {
 		return nil
 	}
+	if strings.ContainsRune(s, 0) {
+		return w.add(path, msgNUL)
+	}
 	msg := ""
 	switch t.Kind() {
 	case reflect.Bool:
@@ -405,8 +430,11 @@ func (w *walker) quoted(t reflect.Type, path string) error {
 		}
 	case reflect.String:
 		var inner string
-		if json.Unmarshal([]byte(s), &inner) != nil {
+		switch {
+		case json.Unmarshal([]byte(s), &inner) != nil:
 			msg = "must be a string holding a JSON string"
+		case strings.ContainsRune(inner, 0):
+			msg = msgNUL
 		}
 	default: // numbers
 		if !isNumberToken(s) {
@@ -487,6 +515,9 @@ func (w *walker) scalar(t reflect.Type, tok json.Token, path string) error {
 	if t == nil || tok == nil {
 		return nil // null leaves the zero value; required fields are the caller's
 	}
+	if s, ok := tok.(string); ok && strings.ContainsRune(s, 0) {
+		return w.add(path, msgNUL)
+	}
 	msg := ""
 	switch t.Kind() {
 	case reflect.String:
@@ -546,6 +577,37 @@ func (w *walker) scalar(t reflect.Type, tok json.Token, path string) error {
 }
 
 var numberType = reflect.TypeFor[json.Number]()
+
+// holdsNUL reports whether a JSON value has NUL in any string or key. Only
+// the values of types that decode themselves need it: the walker checks the
+// rest token by token.
+func holdsNUL(raw json.RawMessage) bool {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return false // a syntax error is reported elsewhere
+	}
+	var walk func(v any) bool
+	walk = func(v any) bool {
+		switch v := v.(type) {
+		case string:
+			return strings.ContainsRune(v, 0)
+		case []any:
+			for _, e := range v {
+				if walk(e) {
+					return true
+				}
+			}
+		case map[string]any:
+			for k, e := range v {
+				if strings.ContainsRune(k, 0) || walk(e) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return walk(v)
+}
 
 func isNumberToken(tok json.Token) bool {
 	switch tok := tok.(type) {

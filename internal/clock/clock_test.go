@@ -1,0 +1,121 @@
+package clock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/dbtest"
+)
+
+var start = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+
+func newManual(t *testing.T) (*clock.Manual, *pgxpool.Pool) {
+	t.Helper()
+	pool := dbtest.Pool(t)
+	m, err := clock.NewManual(context.Background(), pool, start)
+	require.NoError(t, err)
+	return m, pool
+}
+
+// A move belongs to its transaction: others see it once it commits, and a
+// rolled-back move leaves no trace, not even in the clock's memory.
+func TestMoveCommitsOrRollsBackWithItsTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, pool := newManual(t)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	moved, err := m.Advance(ctx, tx, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, start.Add(time.Hour), moved)
+	require.Equal(t, start, m.Now(), "not visible before the commit")
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, start, m.Now(), "a rolled-back move never happened")
+
+	tx, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	moved, err = m.Set(ctx, tx, start.Add(48*time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, moved, m.Now())
+	require.Equal(t, start.Add(48*time.Hour), m.Now())
+}
+
+// Concurrent moves queue on the clock's row: the second starts from the
+// time the first committed, so two advances of an hour make two hours.
+func TestConcurrentMovesQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, pool := newManual(t)
+
+	first, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = m.Advance(ctx, first, time.Hour)
+	require.NoError(t, err)
+
+	done := make(chan time.Time, 1)
+	go func() {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			done <- time.Time{}
+			return
+		}
+		moved, err := m.Advance(ctx, tx, time.Hour)
+		if err != nil || tx.Commit(ctx) != nil {
+			moved = time.Time{}
+		}
+		done <- moved
+	}()
+	select {
+	case <-done:
+		t.Fatal("the second move did not wait for the first")
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.NoError(t, first.Commit(ctx))
+	require.Equal(t, start.Add(2*time.Hour), <-done)
+	require.Equal(t, start.Add(2*time.Hour), m.Now())
+}
+
+// A move never goes backwards nor more than MaxMoveYears ahead; a refused
+// move changes nothing.
+func TestMoveLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, pool := newManual(t)
+	move := func(do func(tx pgx.Tx) (time.Time, error)) (time.Time, error) {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		now, err := do(tx)
+		if err == nil {
+			require.NoError(t, tx.Commit(ctx))
+		}
+		return now, err
+	}
+	horizon := start.AddDate(clock.MaxMoveYears, 0, 0)
+
+	_, err := move(func(tx pgx.Tx) (time.Time, error) { return m.Advance(ctx, tx, -time.Second) })
+	require.ErrorIs(t, err, clock.ErrBackwards)
+	_, err = move(func(tx pgx.Tx) (time.Time, error) { return m.Set(ctx, tx, start.Add(-time.Second)) })
+	require.ErrorIs(t, err, clock.ErrBackwards)
+	_, err = move(func(tx pgx.Tx) (time.Time, error) { return m.Set(ctx, tx, horizon.Add(time.Second)) })
+	require.ErrorIs(t, err, clock.ErrTooFar)
+	_, err = move(func(tx pgx.Tx) (time.Time, error) { return m.Advance(ctx, tx, horizon.Sub(start)+time.Second) })
+	require.ErrorIs(t, err, clock.ErrTooFar)
+	require.Equal(t, start, m.Now(), "refused moves change nothing")
+
+	now, err := move(func(tx pgx.Tx) (time.Time, error) { return m.Set(ctx, tx, start) })
+	require.NoError(t, err, "setting the current time again is allowed")
+	require.Equal(t, start, now)
+	now, err = move(func(tx pgx.Tx) (time.Time, error) { return m.Advance(ctx, tx, horizon.Sub(start)) })
+	require.NoError(t, err, "ten years exactly is allowed")
+	require.Equal(t, horizon, now)
+	require.Equal(t, horizon, m.Now())
+}

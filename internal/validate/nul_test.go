@@ -1,0 +1,55 @@
+package validate
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// PostgreSQL refuses NUL in text, so a string holding \u0000 would reach
+// the database and fail there as a 500; every string is checked at the
+// door instead, wherever it sits.
+func TestDecodeRefusesNUL(t *testing.T) {
+	t.Parallel()
+	const (
+		msgNUL    = `must not contain the NUL character (\u0000)`
+		msgNULKey = `keys must not contain the NUL character (\u0000)`
+	)
+	tests := []struct {
+		name string
+		body string
+		errs []FieldError
+	}{
+		{"top-level string", `{"customer_id":"c\u0000"}`,
+			[]FieldError{{Field: "customer_id", Message: msgNUL}}},
+		{"nested string", `{"payment_method":{"token":"\u0000tok"}}`,
+			[]FieldError{{Field: "payment_method.token", Message: msgNUL}}},
+		{"pointer to string", `{"payment_method":{"brand":"vi\u0000sa"}}`,
+			[]FieldError{{Field: "payment_method.brand", Message: msgNUL}}},
+		{"map value", `{"metadata":{"k":"v\u0000"}}`,
+			[]FieldError{{Field: "metadata.k", Message: msgNUL}}},
+		{"map key", `{"metadata":{"k\u0000":"v"}}`,
+			[]FieldError{{Field: "metadata", Message: msgNULKey}}},
+		{"slice element", `{"tags":["a","\u0000"]}`,
+			[]FieldError{{Field: "tags[1]", Message: msgNUL}}},
+		{"any value", `{"extra":{"x":["\u0000"]}}`,
+			[]FieldError{{Field: "extra.x[0]", Message: msgNUL}}},
+		{"any key", `{"extra":{"\u0000":1}}`,
+			[]FieldError{{Field: "extra", Message: msgNULKey}}},
+		{"timestamp", `{"billing_anchor":"2026-12-01T00:00:00Z\u0000"}`,
+			[]FieldError{{Field: "billing_anchor", Message: msgNUL}}},
+		{"several", `{"customer_id":"\u0000","currency":"\u0000"}`,
+			[]FieldError{{Field: "customer_id", Message: msgNUL}, {Field: "currency", Message: msgNUL}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got testRequest
+			err := Decode([]byte(tc.body), &got)
+			var de *DecodeError
+			require.ErrorAs(t, err, &de)
+			require.Equal(t, tc.errs, de.Errors)
+		})
+	}
+	var ok testRequest
+	require.NoError(t, Decode([]byte(`{"customer_id":"c\u0001\u00e9"}`), &ok), "other control characters are the fields' own business")
+}
