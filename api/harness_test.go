@@ -19,6 +19,7 @@ import (
 
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 
@@ -81,7 +82,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 		KnownGateway: func(name string) bool { return name == "sim1" || name == "sim2" },
 		Logger:       zerolog.New(logs),
 	})
-	ts := httptest.NewServer(srv)
+	ts := httptest.NewServer(openapitest.Wrap(t, srv)) // every exchange is checked against the OpenAPI document
 	t.Cleanup(ts.Close)
 	return testBundle{pool: pool, server: ts, clock: clk, logs: logs}
 }
