@@ -25,6 +25,15 @@ import (
 // test makes is checked against this document. The tests here keep the
 // document and the code in step where no request reaches.
 
+// documentedAhead lists what the document already describes for changes
+// being implemented in parallel (issue 6). The sync tests accept that the
+// code does not have these yet, and log when it does: then remove the
+// entry (and, for a field, add it to its schema's required list).
+var documentedAhead = map[string]string{
+	"post /v1/charges/{id}/retry": "support retries a charge in review or failed",
+	"Charge.review_reason":        "why a charge is in review",
+}
+
 type openAPIDoc struct {
 	Paths      map[string]map[string]json.RawMessage `json:"paths"`
 	Components struct {
@@ -56,8 +65,17 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		for method := range ops {
 			switch method {
 			case "get", "post", "put", "patch", "delete":
-				documented[method+" "+path] = true
+				op := method + " " + path
+				if _, ahead := documentedAhead[op]; ahead && !routes[op] {
+					continue
+				}
+				documented[op] = true
 			}
+		}
+	}
+	for op := range documentedAhead {
+		if routes[op] {
+			t.Logf("%s is routed now: remove it from documentedAhead", op)
 		}
 	}
 	require.Equal(t, sortedKeys(documented), sortedKeys(routes))
@@ -88,6 +106,14 @@ func TestOpenAPISchemasMatchResponses(t *testing.T) {
 		}
 		documented := map[string]bool{}
 		for name := range doc.Components.Schemas[schema].Properties {
+			key := schema + "." + name
+			if _, ahead := documentedAhead[key]; ahead {
+				if fields[name] {
+					t.Logf("%s is sent now: remove it from documentedAhead and make it required", key)
+				} else {
+					continue
+				}
+			}
 			documented[name] = true
 		}
 		require.Equal(t, sortedKeys(documented), sortedKeys(fields), schema)
@@ -129,7 +155,7 @@ func TestOpenAPICheckerCatchesMismatches(t *testing.T) {
 	charge := map[string]any{
 		"id": id, "subscription_id": id, "period_key": "2026-12-01", "key": id + ":2026-12-01",
 		"amount": 49900, "currency": "RUB", "gateway": "sim1", "status": "succeeded", "attempt_count": 1,
-		"next_attempt_at": nil, "failure_code": nil,
+		"next_attempt_at": nil, "failure_code": nil, "review_reason": nil,
 		"created_at": "2026-12-01T00:00:00Z", "updated_at": "2026-12-01T00:00:00Z",
 	}
 	with := func(m map[string]any, k string, v any) map[string]any {
