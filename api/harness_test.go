@@ -19,6 +19,7 @@ import (
 
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 
@@ -88,7 +89,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 		Dev:          dev,
 		Logger:       zerolog.New(logs),
 	})
-	ts := httptest.NewServer(srv)
+	ts := httptest.NewServer(openapitest.Wrap(t, srv)) // every exchange is checked against the OpenAPI document
 	t.Cleanup(ts.Close)
 	return testBundle{pool: pool, server: ts, clock: clk, logs: logs}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/internal/app"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/dbtest"
@@ -70,7 +71,7 @@ func startNode(t *testing.T, pool *pgxpool.Pool, overrides map[string]string) *n
 	svc, err := app.Build(ctx, cfg, pool, zerolog.New(io.Discard))
 	require.NoError(t, err)
 	require.NoError(t, svc.River.Start(ctx))
-	server := httptest.NewServer(svc.Handler)
+	server := httptest.NewServer(openapitest.Wrap(t, svc.Handler)) // every exchange is checked against the OpenAPI document
 	nd := &node{svc: svc, server: server}
 	t.Cleanup(func() {
 		server.Close()
