@@ -127,7 +127,7 @@ func openPool(ctx context.Context, cfg config.Config, log zerolog.Logger) (pool 
 		return nil, nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
 	if !strings.Contains(url, "pool_max_conns") {
-		poolCfg.MaxConns = 60
+		poolCfg.MaxConns, _, _ = poolSizes(cfg)
 	}
 	pool, err = pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
@@ -177,6 +177,20 @@ func ensureDatabase(ctx context.Context, adminURL, name string) error {
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	return nil
+}
+
+// poolSizes splits REBILL_DB_MAX_CONNS, one node's whole budget, between
+// the service's pool and, in dev mode, the in-process simulated gateways'
+// pool (a fifth, at least 2) and the dev clock's (2). River takes its
+// LISTEN connection out of the service's pool (the pool may then open
+// another), so one is kept for it. Requests, scans and jobs share the rest:
+// no gateway call holds a connection, so 200 workers need far fewer.
+func poolSizes(cfg config.Config) (service, sim, devClock int32) {
+	total := int32(max(cfg.DBMaxConns, 8))
+	if cfg.Dev {
+		sim, devClock = max(2, total/5), 2
+	}
+	return max(2, total-sim-devClock-1), sim, devClock
 }
 
 // openMigrated is openPool followed by the migrations every command needs.

@@ -59,7 +59,7 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 // HTTP, started beside it as `rebill gatewaysim` would be.
 func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n, workers int, scanOnly bool, log zerolog.Logger) (bench.BillingResult, error) {
 	quiet := log.Level(zerolog.ErrorLevel)
-	baseURL, stopSim, err := startSim(ctx, pool, []string{"sim1"}, quiet)
+	baseURL, stopSim, err := startSim(ctx, pool, 20, []string{"sim1"}, quiet)
 	if err != nil {
 		return bench.BillingResult{}, err
 	}

@@ -37,6 +37,7 @@ type Config struct {
 	RescueAfter       time.Duration
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
+	DBMaxConns        int // database connections of one node, in-process simulator included
 }
 
 // variable documents one environment variable.
@@ -115,6 +116,15 @@ var variables = []variable{
 		durationInto(func(c *Config) *time.Duration { return &c.FetchPollInterval })},
 	{"REBILL_SHUTDOWN_TIMEOUT", "30s", "how long shutdown waits for in-flight requests and jobs",
 		durationInto(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
+	{"REBILL_DB_MAX_CONNS", "25", "most database connections of one node (at least 8): River's LISTEN connection and, in dev mode, the simulated gateways' fifth and the dev clock's 2 included; pool_max_conns in DATABASE_URL sets the service's own pool instead",
+		func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 8 {
+				return errors.New("want an integer of at least 8")
+			}
+			c.DBMaxConns = n
+			return nil
+		}},
 }
 
 func durationInto(field func(*Config) *time.Duration) func(*Config, string) error {
@@ -157,6 +167,7 @@ func Load(getenv func(string) string) (Config, error) {
 		LogLevel: "info", ScanBatch: 500, ScanWorkers: 2, CatchUpLimit: 36, ChargeMaxAttempts: 8, Workers: 200,
 		DunningSchedule: []time.Duration{24 * time.Hour, 72 * time.Hour, 120 * time.Hour, 168 * time.Hour},
 		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
+		DBMaxConns: 25,
 	}
 	for _, v := range variables {
 		value := getenv(v.name)
