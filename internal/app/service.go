@@ -42,8 +42,12 @@ func (s *Service) Close() {
 }
 
 // Build wires a node. In dev mode it uses the shared manual clock and
-// starts the simulated gateways on loopback.
+// starts the simulated gateways on loopback. Each gateway of
+// REBILL_GATEWAYS is probed first (see checkGateways).
 func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerolog.Logger) (*Service, error) {
+	if err := checkGateways(ctx, cfg, log); err != nil {
+		return nil, err
+	}
 	svc := &Service{Clock: clock.Wall{}}
 	gatewayURLs := map[string]string{}
 	for name, url := range cfg.Gateways {

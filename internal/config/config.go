@@ -93,7 +93,7 @@ var variables = []variable{
 		durationInto(func(c *Config) *time.Duration { return &c.RetryMax })},
 	{"REBILL_WORKERS", "200", "concurrent charge jobs per node (gateway calls hold no database connection)",
 		intInto(func(c *Config) *int { return &c.Workers })},
-	{"REBILL_GATEWAYS", "", "gateways outside dev mode: name=simulator-base-URL, comma separated",
+	{"REBILL_GATEWAYS", "", "gateways outside dev mode: name=URL pairs, comma separated; URL is a simulator's root plus /<its gateway>, e.g. sim1=http://127.0.0.1:8090/sim1; each is probed on URL/health at start, and a 404 or no answer stops the start",
 		func(c *Config, v string) error {
 			c.Gateways = map[string]string{}
 			for _, part := range strings.Split(v, ",") {
