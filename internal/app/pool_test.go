@@ -1,6 +1,7 @@
 package app
 
 import (
+	"runtime/debug"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -29,4 +30,19 @@ func TestPoolSizesFitTheBudget(t *testing.T) {
 	}
 	_, err := config.Load(func(k string) string { return map[string]string{"REBILL_DB_MAX_CONNS": "7"}[k] })
 	require.ErrorContains(t, err, "REBILL_DB_MAX_CONNS")
+}
+
+func TestVersionText(t *testing.T) {
+	info := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/rebill/rebill", Version: "v1.4.0"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-12-01T00:00:00Z"}, {Key: "vcs.modified", Value: "false"}}}
+	require.Equal(t, "rebill v1.4.0\nmodule github.com/rebill/rebill\ncommit 0123abcd\ncommit time 2026-12-01T00:00:00Z\ngo go1.26.8\n", versionText(info))
+
+	info.Settings[2].Value = "true"
+	require.Contains(t, versionText(info), "commit 0123abcd (modified: built with uncommitted changes)\n")
+
+	info.Main.Version, info.Settings = "", nil
+	text := versionText(info)
+	require.Contains(t, text, "rebill (devel)\n")
+	require.Contains(t, text, "commit unknown")
+	require.Contains(t, versionText(nil), "no build information")
 }
