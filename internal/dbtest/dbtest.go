@@ -22,15 +22,18 @@ package dbtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rebill/rebill/migrations"
@@ -67,14 +70,37 @@ func findServer() (string, error) {
 		return u, nil
 	}
 	local := "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	if conn, err := pgx.Connect(ctx, local); err == nil {
-		conn.Close(ctx)
-		return local, nil
+	for {
+		conn, err := pgx.Connect(ctx, local)
+		if err == nil {
+			conn.Close(ctx)
+			return local, nil
+		}
+		if !serverBusy(err) {
+			break // nothing there, or not for us: use the private cluster
+		}
+		// A server that is full or starting up is there: falling back would
+		// leave this process alone on a cluster of its own (and, before the
+		// reaper, running after the run). Wait for it instead.
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("the server on 127.0.0.1:5432 answers but refuses connections: %w", err)
+		case <-time.After(time.Second):
+		}
 	}
 	// Held for the life of this process: the reaper stops the cluster once
 	// every test process that uses it has exited.
 	url, _, err := usePrivateCluster(ctx, filepath.Join(os.TempDir(), "rebill-test-pg"))
 	return url, err
+}
+
+// serverBusy tells whether a connection error is a PostgreSQL server saying
+// "not now": too many clients (class 53, insufficient resources) or starting
+// up or shutting down (57P03). Connection refused, or a refusal for good
+// (authentication), is not.
+func serverBusy(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "53") || pgErr.Code == "57P03")
 }
 
 // URL creates a fresh migrated database for this test, dropped when the

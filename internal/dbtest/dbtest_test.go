@@ -245,3 +245,20 @@ func TestPrivateClusterStopsAfterLastUser(t *testing.T) {
 	require.Eventually(t, func() bool { return ping() != nil }, 30*time.Second, 100*time.Millisecond,
 		"the restarted cluster was not stopped")
 }
+
+// Only a server that is not there, or refuses for good, sends the suite to
+// the private cluster; one that answers "too many clients" is waited for.
+func TestServerBusy(t *testing.T) {
+	ctx := context.Background()
+	_, err := pgx.Connect(ctx, "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1")
+	require.Error(t, err)
+	require.False(t, serverBusy(err), "connection refused: %v", err)
+
+	_, err = pgx.Connect(ctx, withDatabase(ServerURL(t), "rebill_no_such_database"))
+	require.Error(t, err)
+	require.False(t, serverBusy(err), "no such database: %v", err)
+
+	for _, code := range []string{"53300", "57P03"} {
+		require.True(t, serverBusy(fmt.Errorf("connect: %w", &pgconn.PgError{Code: code})), code)
+	}
+}
