@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -38,16 +39,48 @@ Usage:
   rebill bench [-n 20000] [-noop 100000] [-workers 400]
                                 measure River's bare throughput and billing end to end
                                 (creates and drops database rebill_bench)
+  rebill version                print the module version and VCS commit
 
-Run 'rebill serve --help' for the environment variables.
+Run 'rebill serve --help' for the environment variables, and
+'rebill COMMAND --help' for a command's flags.
+`
+
+// gatewaysHelp explains REBILL_GATEWAYS beyond its line in the table.
+const gatewaysHelp = `
+Gateways outside dev mode: REBILL_GATEWAYS lists name=URL pairs, comma
+separated. The name is what subscriptions give as payment_method.gateway;
+the URL is a simulator's root followed by /<gateway it hosts>. For example,
+with 'rebill gatewaysim --addr 127.0.0.1:8090' (it hosts sim1..sim5):
+
+    REBILL_GATEWAYS=sim1=http://127.0.0.1:8090/sim1,sim2=http://127.0.0.1:8090/sim2
+
+At start each gateway is probed once on URL/health: no answer, or an answer
+other than 200 or 503 (a 404 means the URL names no gateway), stops the
+start with an error naming the gateway; 503 (down) only logs a warning.
+With no gateway configured, production mode starts but warns: nothing can
+be charged.
 `
 
 // Run executes one rebill command. It returns when the command is done or
-// ctx is cancelled (serve shuts down gracefully then).
+// ctx is cancelled (serve shuts down gracefully then). --help on a command
+// prints its usage on stdout and returns nil without doing anything else.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) < 2 {
 		fmt.Fprint(stderr, usage)
 		return errors.New("no command given")
+	}
+	switch args[1] {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	case "version":
+		fs := newFlagSet("version", "Usage: rebill version\n\nPrints the module version, the VCS commit it was built from and the Go version.")
+		if done, err := parseFlags(fs, args[2:], stdout, stderr); done || err != nil {
+			return err
+		}
+		info, _ := debug.ReadBuildInfo()
+		fmt.Fprint(stdout, versionText(info))
+		return nil
 	}
 	cfg, err := config.Load(getenv)
 	if err != nil {
@@ -56,33 +89,106 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log := newLogger(stderr, cfg.LogLevel)
 	switch args[1] {
 	case "serve":
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		fs.SetOutput(stderr)
+		fs := newFlagSet("serve", "Usage: rebill serve\n\nMigrates the database, then serves HTTP and runs the billing workers until\nSIGINT or SIGTERM. Configuration comes from environment variables:\n")
+		usage := fs.Usage
 		fs.Usage = func() {
-			fmt.Fprintln(stderr, "Usage: rebill serve\n\nConfiguration comes from environment variables:")
-			config.PrintHelp(stderr)
+			usage()
+			config.PrintHelp(fs.Output())
+			fmt.Fprint(fs.Output(), gatewaysHelp)
 		}
-		if err := fs.Parse(args[2:]); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
+		if done, err := parseFlags(fs, args[2:], stdout, stderr); done || err != nil {
 			return err
 		}
 		return serve(ctx, cfg, log, stdout)
 	case "migrate":
+		fs := newFlagSet("migrate", "Usage: rebill migrate\n\nApplies pending migrations (rebill's and River's) to DATABASE_URL, or to the\nprivate cluster when it is empty, and prints the status of each.")
+		if done, err := parseFlags(fs, args[2:], stdout, stderr); done || err != nil {
+			return err
+		}
 		return migrate(ctx, cfg, log, stdout)
 	case "apikey":
 		return apikey(ctx, cfg, log, args[2:], stdout, stderr)
 	case "gatewaysim":
-		return gatewaysim(ctx, cfg, log, args[2:], stderr)
+		return gatewaysim(ctx, cfg, log, args[2:], stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, cfg, log, args[2:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", args[1])
+}
+
+// newFlagSet returns a flag set whose usage is text followed by its flags,
+// written to the set's output.
+func newFlagSet(name, text string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), text)
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintln(fs.Output(), "\nFlags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parseFlags parses a command's arguments. -h or --help prints the usage on
+// stdout and reports done with no error: the command must not run. A bad
+// flag or a stray argument prints the usage on stderr and returns the error.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (done bool, err error) {
+	fs.SetOutput(io.Discard) // flag would print the usage itself, on one writer for both cases
+	err = fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return true, nil
+	}
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	if err != nil {
+		fs.SetOutput(stderr)
+		fs.Usage()
+		return true, err
+	}
+	return false, nil
+}
+
+// versionText describes the build: the main module's version (a tag, a
+// pseudo-version with +dirty, or (devel)), the VCS commit and whether the
+// tree had uncommitted changes, and the Go version. Binaries built without
+// VCS stamping (go run, go test, -buildvcs=false) say the commit is unknown.
+func versionText(info *debug.BuildInfo) string {
+	if info == nil {
+		return "rebill: no build information in this binary\n"
+	}
+	version := info.Main.Version
+	if version == "" {
+		version = "(devel)"
+	}
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	commit := settings["vcs.revision"]
+	switch {
+	case commit == "":
+		commit = "unknown (built without VCS information, e.g. by go run)"
+	case settings["vcs.modified"] == "true":
+		commit += " (modified: built with uncommitted changes)"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "rebill %s\n", version)
+	if info.Main.Path != "" {
+		fmt.Fprintf(&b, "module %s\n", info.Main.Path)
+	}
+	fmt.Fprintf(&b, "commit %s\n", commit)
+	if t := settings["vcs.time"]; t != "" {
+		fmt.Fprintf(&b, "commit time %s\n", t)
+	}
+	fmt.Fprintf(&b, "go %s\n", info.GoVersion)
+	return b.String()
 }
 
 func newLogger(w io.Writer, level string) zerolog.Logger {
@@ -127,7 +233,7 @@ func openPool(ctx context.Context, cfg config.Config, log zerolog.Logger) (pool 
 		return nil, nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
 	if !strings.Contains(url, "pool_max_conns") {
-		poolCfg.MaxConns = 60
+		poolCfg.MaxConns, _, _ = poolSizes(cfg)
 	}
 	pool, err = pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
@@ -179,6 +285,20 @@ func ensureDatabase(ctx context.Context, adminURL, name string) error {
 	return nil
 }
 
+// poolSizes splits REBILL_DB_MAX_CONNS, one node's whole budget, between
+// the service's pool and, in dev mode, the in-process simulated gateways'
+// pool (a fifth, at least 2) and the dev clock's (2). River takes its
+// LISTEN connection out of the service's pool (the pool may then open
+// another), so one is kept for it. Requests, scans and jobs share the rest:
+// no gateway call holds a connection, so 200 workers need far fewer.
+func poolSizes(cfg config.Config) (service, sim, devClock int32) {
+	total := int32(max(cfg.DBMaxConns, 8))
+	if cfg.Dev {
+		sim, devClock = max(2, total/5), 2
+	}
+	return max(2, total-sim-devClock-1), sim, devClock
+}
+
 // openMigrated is openPool followed by the migrations every command needs.
 func openMigrated(ctx context.Context, cfg config.Config, log zerolog.Logger) (*pgxpool.Pool, func(), error) {
 	pool, stop, err := openPool(ctx, cfg, log)
@@ -213,15 +333,24 @@ func migrate(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout 
 }
 
 func apikey(ctx context.Context, cfg config.Config, log zerolog.Logger, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "create" {
-		return errors.New("usage: rebill apikey create --role admin|support|customer [--customer ID]")
-	}
-	fs := flag.NewFlagSet("apikey create", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	roleName := fs.String("role", "", "admin, support or customer")
+	fs := newFlagSet("apikey create", "Usage: rebill apikey create --role admin|support|customer [--customer ID]\n\n"+
+		"Creates an API key and prints it once; only its hash is stored.")
+	roleName := fs.String("role", "", "admin, support or customer (required)")
 	customer := fs.String("customer", "", "customer_id the key is bound to (customer role only)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if len(args) == 0 || args[0] != "create" {
+		// "rebill apikey --help" asks for this usage too.
+		if done, err := parseFlags(fs, args, stdout, stderr); done || err != nil {
+			return err
+		}
+		fs.SetOutput(stderr)
+		fs.Usage()
+		return errors.New("apikey: want the subcommand create")
+	}
+	if done, err := parseFlags(fs, args[1:], stdout, stderr); done || err != nil {
 		return err
+	}
+	if *roleName == "" {
+		return errors.New("apikey create: --role is required (admin, support or customer)")
 	}
 	role, err := api.ParseRole(*roleName)
 	if err != nil {
@@ -240,11 +369,12 @@ func apikey(ctx context.Context, cfg config.Config, log zerolog.Logger, args []s
 	return nil
 }
 
-func gatewaysim(ctx context.Context, cfg config.Config, log zerolog.Logger, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("gatewaysim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func gatewaysim(ctx context.Context, cfg config.Config, log zerolog.Logger, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("gatewaysim", "Usage: rebill gatewaysim [--addr ADDR]\n\n"+
+		"Runs the simulated gateways sim1..sim5 standalone, their ledger in the gatewaysim\n"+
+		"schema of DATABASE_URL. Gateway simN's URL for REBILL_GATEWAYS is http://ADDR/simN.")
 	addr := fs.String("addr", "127.0.0.1:8090", "listen address")
-	if err := fs.Parse(args); err != nil {
+	if done, err := parseFlags(fs, args, stdout, stderr); done || err != nil {
 		return err
 	}
 	pool, stop, err := openPool(ctx, cfg, log)

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,15 +19,16 @@ import (
 // benchCommand runs `rebill bench`: see package bench. Without DATABASE_URL
 // it uses the server on 127.0.0.1:5432.
 func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("bench", "Usage: rebill bench [flags]\n\n"+
+		"Measures River's bare throughput and billing end to end in database rebill_bench\n"+
+		"(created and dropped) on DATABASE_URL's server, or on 127.0.0.1:5432.")
 	n := fs.Int("n", 20_000, "subscriptions due at the same moment")
 	noop := fs.Int("noop", 100_000, "no-op jobs for River's bare throughput")
 	workers := fs.Int("workers", 400, "River workers")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	scanOnly := fs.Bool("scan-only", false, "measure the scan and stop (for very large -n)")
 	scanBatch := fs.Int("scan-batch", 1000, "subscriptions per scan transaction")
-	if err := fs.Parse(args); err != nil {
+	if done, err := parseFlags(fs, args, stdout, stderr); done || err != nil {
 		return err
 	}
 	if *cpuProfile != "" {
@@ -60,7 +60,7 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 // HTTP, started beside it as `rebill gatewaysim` would be.
 func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n, workers int, scanOnly bool, log zerolog.Logger) (bench.BillingResult, error) {
 	quiet := log.Level(zerolog.ErrorLevel)
-	baseURL, stopSim, err := startSim(ctx, pool, []string{"sim1"}, quiet)
+	baseURL, stopSim, err := startSim(ctx, pool, 20, []string{"sim1"}, quiet)
 	if err != nil {
 		return bench.BillingResult{}, err
 	}

@@ -36,6 +36,9 @@ func testEnv(overrides map[string]string) func(string) string {
 		"REBILL_RESCUE_AFTER":     "15s",
 		"REBILL_LOG_LEVEL":        "warn",
 		"REBILL_DUNNING_SCHEDULE": "24h,72h,120h,168h",
+		// Nodes share dbtest's small pool; this sizes each node's simulator
+		// pool (2), so the suite fits a server others use too.
+		"REBILL_DB_MAX_CONNS": "10",
 	}
 	for k, v := range overrides {
 		env[k] = v

@@ -427,6 +427,7 @@ func TestCrashMidChargingChargesEachPeriodOnce(t *testing.T) {
 		"REBILL_SCAN_INTERVAL":   "500ms",
 		"REBILL_RESCUE_AFTER":    "12s",
 		"REBILL_LOG_LEVEL":       "info",
+		"REBILL_DB_MAX_CONNS":    "10", // the suite shares the server
 	}
 	ctx := context.Background()
 	count := func(query string, args ...any) int {

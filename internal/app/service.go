@@ -42,8 +42,12 @@ func (s *Service) Close() {
 }
 
 // Build wires a node. In dev mode it uses the shared manual clock and
-// starts the simulated gateways on loopback.
+// starts the simulated gateways on loopback. Each gateway of
+// REBILL_GATEWAYS is probed first (see checkGateways).
 func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerolog.Logger) (*Service, error) {
+	if err := checkGateways(ctx, cfg, log); err != nil {
+		return nil, err
+	}
 	svc := &Service{Clock: clock.Wall{}}
 	gatewayURLs := map[string]string{}
 	for name, url := range cfg.Gateways {
@@ -51,13 +55,21 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	}
 	var dev *api.Dev
 	if cfg.Dev {
-		manual, err := clock.NewManual(ctx, pool, time.Now())
+		_, simConns, clockConns := poolSizes(cfg)
+		clockPool, err := pgxpool.NewWithConfig(ctx, withMaxConns(pool.Config(), clockConns))
 		if err != nil {
+			return nil, fmt.Errorf("open dev clock pool: %w", err)
+		}
+		svc.closers = append(svc.closers, clockPool.Close)
+		manual, err := clock.NewManual(ctx, clockPool, time.Now())
+		if err != nil {
+			svc.Close()
 			return nil, err
 		}
 		svc.Clock = manual
-		baseURL, stopSim, err := startSim(ctx, pool, simNames, log.With().Str("component", "gatewaysim").Logger())
+		baseURL, stopSim, err := startSim(ctx, pool, simConns, simNames, log.With().Str("component", "gatewaysim").Logger())
 		if err != nil {
+			svc.Close()
 			return nil, err
 		}
 		svc.closers = append(svc.closers, stopSim)
@@ -131,9 +143,9 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 // startSim runs the simulated gateways on loopback with a pool of their
 // own: they stand for another company, and must not queue for connections
 // behind rebill's workers (a slow answer would look like a lost one).
-func startSim(ctx context.Context, pool *pgxpool.Pool, names []string, log zerolog.Logger) (string, func(), error) {
+func startSim(ctx context.Context, pool *pgxpool.Pool, maxConns int32, names []string, log zerolog.Logger) (string, func(), error) {
 	cfg := pool.Config().Copy()
-	cfg.MaxConns = 20
+	cfg.MaxConns = maxConns
 	// The simulated provider's ledger need not survive a crash of the
 	// database server itself, only of rebill; skipping the WAL flush on its
 	// commits keeps it from competing with rebill's own durable commits.
@@ -151,6 +163,17 @@ func startSim(ctx context.Context, pool *pgxpool.Pool, names []string, log zerol
 		_ = stop(context.Background())
 		simPool.Close()
 	}, nil
+}
+
+// withMaxConns copies a pool's settings with another size. The dev clock
+// gets a pool of its own: code inside a transaction reads the clock, and
+// taking that second connection from the same pool would deadlock once
+// every connection is held by such a transaction.
+func withMaxConns(cfg *pgxpool.Config, maxConns int32) *pgxpool.Config {
+	c := cfg.Copy()
+	c.MaxConns = maxConns
+	c.MinConns = 0
+	return c
 }
 
 // periodicJobs are enqueued by River's leader only. A zero scan interval

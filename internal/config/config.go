@@ -39,6 +39,7 @@ type Config struct {
 	RescueAfter       time.Duration
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
+	DBMaxConns        int // database connections of one node, in-process simulator included
 }
 
 // variable documents one environment variable.
@@ -106,7 +107,7 @@ var variables = []variable{
 		durationInto(func(c *Config) *time.Duration { return &c.UnavailableFor })},
 	{"REBILL_WORKERS", "200", "concurrent charge jobs per node (gateway calls hold no database connection)",
 		intInto(func(c *Config) *int { return &c.Workers })},
-	{"REBILL_GATEWAYS", "", "gateways outside dev mode: name=simulator-base-URL, comma separated",
+	{"REBILL_GATEWAYS", "", "gateways outside dev mode: name=URL pairs, comma separated; URL is a simulator's root plus /<its gateway>, e.g. sim1=http://127.0.0.1:8090/sim1; each is probed on URL/health at start, and a 404 or no answer stops the start",
 		func(c *Config, v string) error {
 			c.Gateways = map[string]string{}
 			for _, part := range strings.Split(v, ",") {
@@ -129,6 +130,15 @@ var variables = []variable{
 		durationInto(func(c *Config) *time.Duration { return &c.FetchPollInterval })},
 	{"REBILL_SHUTDOWN_TIMEOUT", "30s", "how long shutdown waits for in-flight requests and jobs",
 		durationInto(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
+	{"REBILL_DB_MAX_CONNS", "25", "most database connections of one node (at least 8): River's LISTEN connection and, in dev mode, the simulated gateways' fifth and the dev clock's 2 included; pool_max_conns in DATABASE_URL sets the service's own pool instead",
+		func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 8 {
+				return errors.New("want an integer of at least 8")
+			}
+			c.DBMaxConns = n
+			return nil
+		}},
 }
 
 func durationInto(field func(*Config) *time.Duration) func(*Config, string) error {
@@ -172,6 +182,7 @@ func Load(getenv func(string) string) (Config, error) {
 		DunningSchedule: []time.Duration{24 * time.Hour, 72 * time.Hour, 120 * time.Hour, 168 * time.Hour},
 		BreakerOpenFor:  5 * time.Second, UnavailableFor: 24 * time.Hour,
 		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
+		DBMaxConns: 25,
 	}
 	for _, v := range variables {
 		value := getenv(v.name)

@@ -2,33 +2,54 @@
 // test packages run in parallel without stepping on each other.
 //
 // The server is TEST_DATABASE_URL when set, else the one on 127.0.0.1:5432,
-// else a private cluster started from the machine's PostgreSQL binaries.
-// Databases are cloned from a template migrated once per schema checksum.
+// else a private cluster started from the machine's PostgreSQL binaries
+// (stopped by a reaper process once no test process uses it; see
+// cluster.go). Databases are cloned from a template migrated once per
+// schema checksum.
+//
+// # Connections
+//
+// A stock server allows 100 connections, and the suite shares it with
+// running nodes and other test runs. Each test database's pool is capped at
+// [PoolConns]; tests that start nodes pass a small REBILL_DB_MAX_CONNS.
+//
+// # Hygiene
+//
+// A test's database is dropped when the test ends, failed or not. Runs that
+// never reach their cleanups (killed, timed out) leave databases behind; the
+// first [URL] of every test process sweeps those (see sweep.go).
 package dbtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/rebill/rebill/internal/pgembed"
 	"github.com/rebill/rebill/migrations"
 )
+
+// PoolConns caps the pool [Pool] returns. Tests run two at a time per
+// package and two packages at a time on a two-core machine; four
+// connections per test keep a whole run near 40 even with nodes started.
+const PoolConns = 4
 
 var (
 	serverOnce sync.Once
 	serverURL  string
 	serverErr  error
+
+	sweepOnce sync.Once
 )
 
 // ServerURL returns a connection string for the maintenance database of the
@@ -49,19 +70,42 @@ func findServer() (string, error) {
 		return u, nil
 	}
 	local := "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	if conn, err := pgx.Connect(ctx, local); err == nil {
-		conn.Close(ctx)
-		return local, nil
+	for {
+		conn, err := pgx.Connect(ctx, local)
+		if err == nil {
+			conn.Close(ctx)
+			return local, nil
+		}
+		if !serverBusy(err) {
+			break // nothing there, or not for us: use the private cluster
+		}
+		// A server that is full or starting up is there: falling back would
+		// leave this process alone on a cluster of its own (and, before the
+		// reaper, running after the run). Wait for it instead.
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("the server on 127.0.0.1:5432 answers but refuses connections: %w", err)
+		case <-time.After(time.Second):
+		}
 	}
-	cluster, err := pgembed.Start(ctx, pgembed.Options{DataDir: filepath.Join(os.TempDir(), "rebill-test-pg")})
-	if err != nil {
-		return "", err
-	}
-	return cluster.URL("postgres"), nil
+	// Held for the life of this process: the reaper stops the cluster once
+	// every test process that uses it has exited.
+	url, _, err := usePrivateCluster(ctx, filepath.Join(os.TempDir(), "rebill-test-pg"))
+	return url, err
+}
+
+// serverBusy tells whether a connection error is a PostgreSQL server saying
+// "not now": too many clients (class 53, insufficient resources) or starting
+// up or shutting down (57P03). Connection refused, or a refusal for good
+// (authentication), is not.
+func serverBusy(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "53") || pgErr.Code == "57P03")
 }
 
 // URL creates a fresh migrated database for this test, dropped when the
-// test ends, and returns its connection string.
+// test ends (also when it fails or panics), and returns its connection
+// string.
 func URL(tb testing.TB) string {
 	tb.Helper()
 	ctx := context.Background()
@@ -73,31 +117,62 @@ func URL(tb testing.TB) string {
 	defer conn.Close(ctx)
 
 	template := "rebill_tpl_" + migrations.Checksum()
-	if err := ensureTemplate(ctx, conn, admin, template); err != nil {
-		tb.Fatalf("prepare template database: %v", err)
-	}
-	name := "rebill_t_" + randomHex(6)
+	sweepOnce.Do(func() { sweep(ctx, conn, template, time.Now(), tb.Logf) })
+	name := newDatabaseName(time.Now())
+	// One lock for both steps, so that a sweep of old templates (which
+	// takes it too) never drops a template between its check and its use.
 	if err := withLock(ctx, conn, func() error {
-		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template))
-		return err
+		if err := ensureTemplate(ctx, conn, admin, template); err != nil {
+			return fmt.Errorf("prepare template database: %w", err)
+		}
+		if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template)); err != nil {
+			return fmt.Errorf("create test database: %w", err)
+		}
+		return nil
 	}); err != nil {
-		tb.Fatalf("create test database: %v", err)
+		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), admin)
-		if err != nil {
-			return
+		if err := dropDatabase(admin, name); err != nil {
+			tb.Logf("dbtest: %v (a later run sweeps it)", err)
 		}
-		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
 	})
 	return withDatabase(admin, name)
 }
 
-// Pool returns a pool on a fresh migrated database for this test.
+// dropDatabase drops name, closing whatever is still connected to it. A
+// busy server (too many clients) gets a few more tries.
+func dropDatabase(admin, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	for try := 0; try < 5; try++ {
+		if try > 0 {
+			time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+		}
+		var c *pgx.Conn
+		if c, err = pgx.Connect(ctx, admin); err != nil {
+			continue
+		}
+		_, err = c.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
+		c.Close(ctx)
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("drop test database %s: %w", name, err)
+}
+
+// Pool returns a pool of at most [PoolConns] connections on a fresh
+// migrated database for this test.
 func Pool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
-	pool, err := pgxpool.New(context.Background(), URL(tb))
+	cfg, err := pgxpool.ParseConfig(URL(tb))
+	if err != nil {
+		tb.Fatalf("parse test database URL: %v", err)
+	}
+	cfg.MaxConns = PoolConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		tb.Fatalf("open test pool: %v", err)
 	}
@@ -117,34 +192,39 @@ func withLock(ctx context.Context, conn *pgx.Conn, fn func() error) error {
 	return fn()
 }
 
+// ensureTemplate creates and migrates template unless it exists; the caller
+// holds templateLock.
 func ensureTemplate(ctx context.Context, conn *pgx.Conn, admin, template string) error {
-	return withLock(ctx, conn, func() error {
-		var exists bool
-		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", template).Scan(&exists); err != nil {
-			return err
-		}
-		if exists {
-			return nil
-		}
-		building := template + "_building"
-		if _, err := conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", building)); err != nil {
-			return err
-		}
-		if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s", building)); err != nil {
-			return err
-		}
-		pool, err := pgxpool.New(ctx, withDatabase(admin, building))
-		if err != nil {
-			return err
-		}
-		err = migrations.Up(ctx, pool)
-		pool.Close()
-		if err != nil {
-			return err
-		}
-		_, err = conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s", building, template))
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", template).Scan(&exists); err != nil {
 		return err
-	})
+	}
+	if exists {
+		return nil
+	}
+	building := template + "_building"
+	if _, err := conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", building)); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s", building)); err != nil {
+		return err
+	}
+	cfg, err := pgxpool.ParseConfig(withDatabase(admin, building))
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = PoolConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	err = migrations.Up(ctx, pool)
+	pool.Close()
+	if err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s", building, template))
+	return err
 }
 
 func withDatabase(serverURL, name string) string {
@@ -154,10 +234,4 @@ func withDatabase(serverURL, name string) string {
 	}
 	u.Path = "/" + name
 	return u.String()
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -77,6 +77,41 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			fmt.Fprintf(opts.Log, "pgembed: "+format+"\n", args...)
 		}
 	}
+	c, err := locate(ctx, opts, logf)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := lockDataDir(ctx, c.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	if err := c.prepare(ctx, logf); err != nil {
+		return nil, err
+	}
+	if c.running(ctx) {
+		logf("using the PostgreSQL server already running from %s", c.dataDir)
+	} else {
+		if err := c.start(ctx); err != nil {
+			return nil, err
+		}
+		c.started = true
+		logf("started PostgreSQL from %s on socket folder %s", c.dataDir, c.sockDir)
+	}
+	if err := c.waitReady(ctx); err != nil {
+		if c.started {
+			// Leave no unusable server behind; the error above says why.
+			_ = c.stop(context.WithoutCancel(ctx))
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// locate finds the binaries, the server account and the data folder Start
+// uses for opts, without touching the cluster.
+func locate(ctx context.Context, opts Options, logf func(string, ...any)) (*Cluster, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("start private PostgreSQL: Options.DataDir is empty")
 	}
@@ -102,34 +137,27 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if dataDir != requested {
 		logf("%s is not reachable by the postgres user (a parent folder is closed to it); keeping the cluster in %s instead", requested, dataDir)
 	}
-	c := &Cluster{bin: bin, dataDir: dataDir, sockDir: socketDir(dataDir), runAs: runAs}
+	return &Cluster{bin: bin, dataDir: dataDir, sockDir: socketDir(dataDir), runAs: runAs}, nil
+}
 
-	unlock, err := lockDataDir(ctx, dataDir)
+// Stop shuts down the cluster of opts.DataDir whichever process started
+// it; one that is not running counts as stopped. It is for a process that
+// outlives every user of a shared cluster (the test suite's reaper): a
+// process that merely attached must not stop a server others still use.
+func Stop(ctx context.Context, opts Options) error {
+	c, err := locate(ctx, opts, func(string, ...any) {})
 	if err != nil {
-		return nil, err
+		return err
+	}
+	unlock, err := lockDataDir(ctx, c.dataDir)
+	if err != nil {
+		return err
 	}
 	defer unlock()
-
-	if err := c.prepare(ctx, logf); err != nil {
-		return nil, err
+	if !c.running(ctx) {
+		return nil
 	}
-	if c.running(ctx) {
-		logf("using the PostgreSQL server already running from %s", dataDir)
-	} else {
-		if err := c.start(ctx); err != nil {
-			return nil, err
-		}
-		c.started = true
-		logf("started PostgreSQL from %s on socket folder %s", dataDir, c.sockDir)
-	}
-	if err := c.waitReady(ctx); err != nil {
-		if c.started {
-			// Leave no unusable server behind; the error above says why.
-			_ = c.stop(context.WithoutCancel(ctx))
-		}
-		return nil, err
-	}
-	return c, nil
+	return c.stop(ctx)
 }
 
 // URL is a connection string for database dbname on the cluster's socket.

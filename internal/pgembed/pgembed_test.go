@@ -164,3 +164,25 @@ func TestStartFallsBackWhenUnreachable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, requested, got, "a reachable folder is used as asked")
 }
+
+// Stop stops a cluster that another Start started; Start's own Stop on an
+// attached Cluster leaves it running.
+func TestStopWhoeverStarted(t *testing.T) {
+	dir := dataDir(t)
+	owner := start(t, dir)
+	require.True(t, owner.started)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	attached, err := Start(ctx, Options{DataDir: dir})
+	require.NoError(t, err)
+	require.False(t, attached.started)
+	require.NoError(t, attached.Stop(ctx))
+	require.Equal(t, 1, query[int](t, owner, "SELECT 1"), "an attached Cluster's Stop stopped the server")
+
+	require.NoError(t, Stop(ctx, Options{DataDir: dir}))
+	_, err = pgx.Connect(ctx, owner.URL("postgres"))
+	require.Error(t, err, "the socket still answers after Stop")
+	require.NoFileExists(t, filepath.Join(dir, "postmaster.pid"))
+	require.NoError(t, Stop(ctx, Options{DataDir: dir}), "a stopped cluster counts as stopped")
+}

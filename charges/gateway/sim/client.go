@@ -135,6 +135,35 @@ func (c *Client) Operations(ctx context.Context, day time.Time) ([]gateway.Resul
 	return results, nil
 }
 
+// Health probes GET {base URL}/health once. It returns nil when the
+// gateway answers 200; an error wrapping [gateway.ErrUnavailable] when it
+// answers 503 (it is there but down); any other error when nothing answers
+// or the answer is anything else, such as the 404 of a URL that names no
+// gateway of the server. Errors name the gateway and the URL (credentials
+// redacted).
+func (c *Client) Health(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+"/health", nil)
+	if err != nil {
+		return fmt.Errorf("gateway %s: health probe: %w", c.name, err)
+	}
+	where := req.URL.Redacted()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("gateway %s: no answer from %s: %w", c.name, where, err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusServiceUnavailable:
+		return fmt.Errorf("gateway %s: %s answered %s: %w", c.name, where, resp.Status, gateway.ErrUnavailable)
+	}
+	return fmt.Errorf("gateway %s: %s answered %s %s, want 200 (the base URL is the simulator's root followed by the gateway's name, e.g. http://127.0.0.1:8090/sim1)",
+		c.name, where, resp.Status, errorCode(resp))
+}
+
 // answerError is an answer that is neither a result nor a sign of trouble
 // at the provider: the request itself was refused (400, 404, 409).
 type answerError struct {

@@ -21,7 +21,10 @@
 //	GET  /{gateway}/ledger               every operation, oldest first (dev endpoint)
 //	GET  /{gateway}/faults
 //	POST /{gateway}/faults               {down?, latency_ms?, error_rate?}
+//	GET  /{gateway}/health               200 {gateway, status: "ok"}; 503 while down
 //
+// A gateway the server does not host answers 404 on every route, so a
+// client's base URL (root + "/" + name) can be checked with [Client.Health].
 // A replayed idempotency key returns the stored result and records nothing,
 // also when concurrent calls race with one key. Reusing a key for a
 // different operation or amount is refused with 409.
@@ -52,5 +55,6 @@
 // down makes every operation and look-up answer 503; latency_ms delays them;
 // error_rate is the fraction of operations that answer 503 having done
 // nothing. The ledger and faults endpoints keep working regardless, since
-// they are the test harness, not the provider's API.
+// they are the test harness, not the provider's API. Health answers 503
+// while down and ignores the other faults.
 package sim

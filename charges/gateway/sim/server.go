@@ -68,6 +68,7 @@ func newServer(pool *pgxpool.Pool, names []string, logger zerolog.Logger) *serve
 	s.handle("GET /{gateway}/ledger", s.handleLedger)
 	s.handle("GET /{gateway}/faults", s.handleGetFaults)
 	s.handle("POST /{gateway}/faults", s.handleSetFaults)
+	s.handle("GET /{gateway}/health", s.handleHealth)
 	return s
 }
 
@@ -302,6 +303,23 @@ func (s *server) handleSetFaults(w http.ResponseWriter, r *http.Request, gw stri
 	s.log.Info().Str("gateway", gw).Bool("down", f.Down).Int("latency_ms", f.LatencyMS).
 		Float64("error_rate", f.ErrorRate).Msg("faults set")
 	writeJSON(w, http.StatusOK, f)
+}
+
+// handleHealth tells a caller that gw is hosted here (404 otherwise, from
+// handle) and whether it is up: 503 while its down switch is on. Latency
+// and error_rate do not apply: rebill probes this once at start to check
+// its configuration, not to measure the gateway.
+func (s *server) handleHealth(w http.ResponseWriter, r *http.Request, gw string) {
+	f, err := s.store.Faults(r.Context(), gw)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	if f.Down {
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable, gw+" is down")
+		return
+	}
+	writeJSON(w, http.StatusOK, healthBody{Gateway: gw, Status: "ok"})
 }
 
 // internalError logs err and answers 500 without details.

@@ -80,3 +80,9 @@ type errorBody struct {
 	Error   string `json:"error"`
 	Message string `json:"message,omitempty"`
 }
+
+// healthBody is the 200 answer of GET /{gateway}/health.
+type healthBody struct {
+	Gateway string `json:"gateway"`
+	Status  string `json:"status"`
+}

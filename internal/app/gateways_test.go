@@ -1,0 +1,120 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/internal/app"
+	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/internal/dbtest"
+)
+
+const longAdminKey = "gateways-test-admin-key-0123456789abcdef"
+
+// productionEnv is a production-mode (no REBILL_DEV) environment.
+func productionEnv(overrides map[string]string) func(string) string {
+	env := map[string]string{
+		"REBILL_ADMIN_KEY":       longAdminKey,
+		"REBILL_GATEWAY_TIMEOUT": "1s",
+		"REBILL_LOG_LEVEL":       "info",
+		"REBILL_DB_MAX_CONNS":    "8",
+	}
+	for k, v := range overrides {
+		env[k] = v
+	}
+	return func(k string) string { return env[k] }
+}
+
+func closedPortURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return "http://" + addr
+}
+
+func TestProductionGatewaysAreCheckedAtStart(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	ctx := context.Background()
+	root, stop, err := sim.Start(ctx, pool, []string{"sim1", "sim2"}, zerolog.Nop())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stop(context.Background()) })
+
+	build := func(t *testing.T, gateways string) (string, error) {
+		t.Helper()
+		cfg, err := config.Load(productionEnv(map[string]string{"REBILL_GATEWAYS": gateways}))
+		require.NoError(t, err)
+		var logs bytes.Buffer
+		svc, err := app.Build(ctx, cfg, pool, zerolog.New(&logs))
+		if err == nil {
+			svc.Close()
+		}
+		return logs.String(), err
+	}
+
+	t.Run("good URLs start", func(t *testing.T) {
+		logs, err := build(t, "sim1="+root+"/sim1,acme="+root+"/sim2")
+		require.NoError(t, err)
+		require.NotContains(t, logs, `"level":"warn"`)
+	})
+
+	t.Run("a URL answering 404 names its gateway", func(t *testing.T) {
+		_, err := build(t, "sim1="+root+"/sim1,typo="+root+"/simX,bare="+root)
+		require.Error(t, err)
+		msg := err.Error()
+		require.Contains(t, msg, "REBILL_GATEWAYS")
+		require.Contains(t, msg, "gateway typo: "+root+"/simX/health answered 404")
+		require.Contains(t, msg, "gateway bare: "+root+"/health answered 404")
+		require.NotContains(t, msg, "gateway sim1")
+	})
+
+	t.Run("a URL nobody answers names its gateway", func(t *testing.T) {
+		_, err := build(t, "gone="+closedPortURL(t)+"/sim1")
+		require.ErrorContains(t, err, "gateway gone: no answer from")
+	})
+
+	t.Run("a gateway that is down starts with a warning", func(t *testing.T) {
+		_, err := sim.NewStore(pool).SetFaults(ctx, "sim2", sim.FaultsPatch{Down: new(true)})
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = sim.NewStore(pool).SetFaults(ctx, "sim2", sim.FaultsPatch{Down: new(false)}) })
+		logs, err := build(t, "sim2="+root+"/sim2")
+		require.NoError(t, err)
+		require.Contains(t, logs, "gateway is down at start")
+		require.Contains(t, logs, `"gateway":"sim2"`)
+	})
+
+	t.Run("no gateway warns", func(t *testing.T) {
+		logs, err := build(t, "")
+		require.NoError(t, err)
+		require.Contains(t, logs, `"level":"warn"`)
+		require.Contains(t, logs, "no gateway configured")
+	})
+}
+
+// An operator's view: `rebill serve` with a mistyped gateway URL exits at
+// once with an error naming it, before it listens.
+func TestServeRefusesABadGatewayURL(t *testing.T) {
+	t.Parallel()
+	env := productionEnv(map[string]string{
+		"DATABASE_URL":    dbtest.URL(t),
+		"REBILL_ADDR":     "127.0.0.1:0",
+		"REBILL_GATEWAYS": "sim1=" + closedPortURL(t) + "/sim1",
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stderr strings.Builder
+	err := app.Run(ctx, []string{"rebill", "serve"}, env, io.Discard, &stderr)
+	require.ErrorContains(t, err, "gateway sim1")
+	require.NotContains(t, stderr.String(), "rebill listening")
+}
