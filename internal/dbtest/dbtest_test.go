@@ -167,15 +167,15 @@ func TestSweepDropsLeftovers(t *testing.T) {
 	require.NoError(t, err)
 	defer holder.Close(ctx)
 
-	var logs []string
-	sweep(ctx, conn, "rebill_tpl_none", now, func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) })
+	// Another package's test process may sweep at the same moment and drop
+	// the stale ones first: what counts is what is left.
+	sweep(ctx, conn, "rebill_tpl_none", now, func(string, ...any) {})
 
 	require.False(t, databaseExists(t, old), "older than an hour")
 	require.False(t, databaseExists(t, orphan), "its creator is gone")
 	require.True(t, databaseExists(t, live))
 	require.True(t, databaseExists(t, connected), "somebody is connected")
 	require.True(t, databaseExists(t, foreign), "a PID of another machine says nothing")
-	require.Contains(t, strings.Join(logs, "\n"), old)
 }
 
 func randomSuffix(t *testing.T) string {
