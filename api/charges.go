@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
 )
@@ -147,11 +148,7 @@ func (s *Server) resolveCharge(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, validationProblem(errs...))
 		return
 	}
-	tx, ok := requestTx(w, r)
-	if !ok {
-		return
-	}
-	c, ok := s.loadVisibleCharge(w, r, tx)
+	tx, c, ok := s.chargeInRequestTx(w, r)
 	if !ok {
 		return
 	}
@@ -170,11 +167,7 @@ func (s *Server) retryCharge(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	tx, ok := requestTx(w, r)
-	if !ok {
-		return
-	}
-	c, ok := s.loadVisibleCharge(w, r, tx)
+	tx, c, ok := s.chargeInRequestTx(w, r)
 	if !ok {
 		return
 	}
@@ -184,4 +177,15 @@ func (s *Server) retryCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, toChargeJSON(retried))
+}
+
+// chargeInRequestTx reads the charge a POST is about, inside the request's
+// transaction; it writes the error itself.
+func (s *Server) chargeInRequestTx(w http.ResponseWriter, r *http.Request) (pgx.Tx, charges.Charge, bool) {
+	tx, ok := requestTx(w, r)
+	if !ok {
+		return nil, charges.Charge{}, false
+	}
+	c, ok := s.loadVisibleCharge(w, r, tx)
+	return tx, c, ok
 }

@@ -146,23 +146,36 @@ func (p *Pipeline) call(ctx context.Context, c Charge, phase Phase, fn func(ctx 
 func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs]) error {
 	s := newStep("authorize", job, job.Args.ChargeID, job.Args.Attempt)
 	defer metrics.TimeStage(s.stage)()
-	c, err := moveWhere(ctx, p.Pool, s.chargeID, s.attempt, []Status{Scheduled, Authorizing}, Authorizing, p.Clock.Now(),
-		"NOT void_requested")
+	c, g, err := p.begin(ctx, s, []Status{Scheduled, Authorizing}, Authorizing)
 	if errors.Is(err, ErrStale) {
 		return p.authorizeNotWanted(ctx, s)
 	}
-	if err != nil {
+	if g == nil {
 		return err
-	}
-	p.transitioned(c, "")
-	g, err := p.Router.Gateway(c.Gateway)
-	if err != nil {
-		return p.review(ctx, s, c, err.Error())
 	}
 	res, err := p.call(ctx, c, PhaseAuthorize, func(ctx context.Context) (gateway.Result, error) {
 		return g.Authorize(ctx, p.request(c, PhaseAuthorize))
 	})
 	return p.afterAuthorize(ctx, s, c, []Status{Authorizing}, res, err)
+}
+
+// begin persists that the step is about to call the gateway, moving the
+// charge from one of from to to only while it is still wanted (no void
+// requested: the one guarded statement that subscription events race),
+// and finds its gateway. Returns ErrStale when the guard failed; a nil
+// gateway with a nil error means the charge went to review (its gateway is
+// not configured).
+func (p *Pipeline) begin(ctx context.Context, s step, from []Status, to Status) (Charge, gateway.Gateway, error) {
+	c, err := moveWhere(ctx, p.Pool, s.chargeID, s.attempt, from, to, p.Clock.Now(), "NOT void_requested")
+	if err != nil {
+		return Charge{}, nil, err
+	}
+	p.transitioned(c, "")
+	g, err := p.Router.Gateway(c.Gateway)
+	if err != nil {
+		return c, nil, p.review(ctx, s, c, err.Error())
+	}
+	return c, g, nil
 }
 
 // authorizeNotWanted handles an authorize step whose guard failed. Mostly
@@ -389,19 +402,13 @@ func (p *Pipeline) review(ctx context.Context, s step, c Charge, reason string) 
 func (p *Pipeline) Capture(ctx context.Context, job *river.Job[CaptureArgs]) error {
 	s := newStep("capture", job, job.Args.ChargeID, job.Args.Attempt)
 	defer metrics.TimeStage(s.stage)()
-	c, err := moveWhere(ctx, p.Pool, s.chargeID, s.attempt, []Status{Authorized, Capturing}, Capturing, p.Clock.Now(),
-		"NOT void_requested") // never capture a cancelled subscription's hold
+	c, g, err := p.begin(ctx, s, []Status{Authorized, Capturing}, Capturing)
 	if errors.Is(err, ErrStale) {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return p.voidInstead(ctx, s)
 	}
-	if err != nil {
+	if g == nil {
 		return err
-	}
-	p.transitioned(c, "")
-	g, err := p.Router.Gateway(c.Gateway)
-	if err != nil {
-		return p.review(ctx, s, c, err.Error())
 	}
 	res, err := p.call(ctx, c, PhaseCapture, func(ctx context.Context) (gateway.Result, error) {
 		return g.Capture(ctx, p.request(c, PhaseCapture))
@@ -521,14 +528,13 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 	if phase == PhaseCapture {
 		inFlight = Capturing
 	}
-	resend, err := moveWhere(ctx, p.Pool, c.ID, c.AttemptCount, []Status{Unknown}, inFlight, p.Clock.Now(), "NOT void_requested")
+	resend, g, err := p.begin(ctx, s, []Status{Unknown}, inFlight)
 	if errors.Is(err, ErrStale) {
 		return p.notSentNotWanted(ctx, s, phase)
 	}
-	if err != nil {
+	if g == nil {
 		return err
 	}
-	p.transitioned(resend, "")
 	metrics.StageRuns.WithLabelValues(s.stage, "resent").Inc()
 	if phase == PhaseCapture {
 		res, err = p.call(ctx, resend, phase, func(ctx context.Context) (gateway.Result, error) {

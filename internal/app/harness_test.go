@@ -170,6 +170,7 @@ func (b testBundle) waitCharges(t *testing.T, subID string, want int, statuses .
 type ledgerEntry struct {
 	Op             string `json:"op"`
 	IdempotencyKey string `json:"idempotency_key"`
+	TokenLast4     string `json:"token_last4"`
 	Status         string `json:"status"`
 	Amount         int64  `json:"amount"`
 }

@@ -7,7 +7,6 @@ package app_test
 // each step that moves money.
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,28 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-type fullLedgerEntry struct {
-	Op             string `json:"op"`
-	IdempotencyKey string `json:"idempotency_key"`
-	TokenLast4     string `json:"token_last4"`
-	Status         string `json:"status"`
-}
-
 // gatewayOps lists a charge's ledger entries as "a<attempt>:<op>:<status>:<last4>".
 func (b testBundle) gatewayOps(t *testing.T, gateway, chargeKey string) []string {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, b.url()+"/v1/dev/gateways/"+gateway+"/ledger", nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+adminKey)
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	var out struct {
-		Data []fullLedgerEntry `json:"data"`
-	}
-	require.NoError(t, json.NewDecoder(res.Body).Decode(&out))
 	var ops []string
-	for _, e := range out.Data {
+	for _, e := range b.ledger(t, gateway) {
 		if rest, ok := strings.CutPrefix(e.IdempotencyKey, chargeKey+":"); ok {
 			attempt, _, _ := strings.Cut(rest, ":")
 			ops = append(ops, attempt+":"+e.Op+":"+e.Status+":"+e.TokenLast4)
