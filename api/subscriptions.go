@@ -20,8 +20,8 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/validate"
-	"github.com/rebill/rebill/scheduler/period"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/subscriptions/period"
 )
 
 // Limits on free-form fields (Stripe's, for metadata).

@@ -33,8 +33,8 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
-	"github.com/rebill/rebill/scheduler/period"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/subscriptions/period"
 )
 
 // Biller creates charges for due periods and tells subscriptions about

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/scheduler/period"
+	"github.com/rebill/rebill/subscriptions/period"
 )
 
 // DBTX is what the store needs of a pool, a connection or a transaction.

@@ -19,7 +19,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/rebill/rebill/scheduler/period"
+	"github.com/rebill/rebill/subscriptions/period"
 )
 
 // Status is where a subscription stands in its life cycle.

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/scheduler/period"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/subscriptions/period"
 )
 
 func TestCanTransition(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/scheduler/period"
+	"github.com/rebill/rebill/subscriptions/period"
 )
 
 func loadLocation(t testing.TB, name string) *time.Location {
