@@ -3,10 +3,8 @@ package api
 import (
 	"net/http"
 
-	"github.com/go-chi/chi/v5/middleware"
-	"github.com/jackc/pgx/v5"
-
 	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/apikeys"
 )
 
 type createAPIKeyRequest struct {
@@ -14,56 +12,35 @@ type createAPIKeyRequest struct {
 	CustomerID string `json:"customer_id"`
 }
 
+// CreatedKey is the answer to a key's creation; Key is shown once and never
+// stored (a replay of its creation returns the object without it).
+type CreatedKey struct {
+	ID         string       `json:"id"`
+	Key        string       `json:"key,omitempty"`
+	Role       apikeys.Role `json:"role"`
+	CustomerID string       `json:"customer_id,omitempty"`
+}
+
 func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request) {
 	var req createAPIKeyRequest
-	if !decodeBody(w, r, &req) {
-		return
-	}
-	var errs fieldErrors
-	role, err := ParseRole(req.Role)
-	if err != nil {
-		errs.add("role", "must be one of admin, support, customer")
-	}
-	switch {
-	case role == RoleCustomer && (req.CustomerID == "" || len(req.CustomerID) > maxCustomerID || !printableASCII(req.CustomerID)):
-		errs.add("customer_id", "is required for the customer role: 1..%d printable ASCII characters", maxCustomerID)
-	case role != RoleCustomer && req.CustomerID != "":
-		errs.add("customer_id", "is only allowed for the customer role")
-	}
-	if len(errs) > 0 {
-		writeProblem(w, validationProblem(errs...))
-		return
-	}
-	tx, ok := requestTx(w, r)
+	tx, ok := s.decodeInTx(w, r, &req)
 	if !ok {
 		return
 	}
-	key, err := CreateKey(r.Context(), tx, role, req.CustomerID)
+	created, err := s.Keys.Create(r.Context(), tx, req.Role, req.CustomerID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	// The key is shown once: the idempotency record keeps, and a replay
-	// returns, the object without it (API.md), so no usable key is stored.
-	shown := key
-	shown.Key = ""
+	shown := CreatedKey{ID: created.ID, Role: created.Role, CustomerID: created.CustomerID}
+	// The idempotency record keeps, and a replay returns, the object
+	// without the key (API.md), so no usable key is stored.
 	replay, err := encodeJSON(shown)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	idempotency.ReplayBody(r.Context(), replay)
-	writeJSON(w, http.StatusCreated, key)
-}
-
-func requestID(r *http.Request) string { return middleware.GetReqID(r.Context()) }
-
-// requestTx is the transaction a POST executes in (see package
-// idempotency); it writes the 500 itself when the middleware is missing.
-func requestTx(w http.ResponseWriter, r *http.Request) (pgx.Tx, bool) {
-	tx, ok := idempotency.Tx(r.Context())
-	if !ok {
-		writeProblem(w, problemInternal)
-	}
-	return tx, ok
+	shown.Key = created.Secret
+	writeJSON(w, http.StatusCreated, shown)
 }

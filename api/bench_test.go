@@ -35,6 +35,8 @@ import (
 
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
@@ -120,10 +122,11 @@ func benchSetup(b *testing.B) benchBundle {
 		b.Fatalf("river client: %v", err)
 	}
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Client: insertOnly, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
+	known := func(name string) bool { return name == "sim1" || name == "sim2" }
+	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk}
 	srv := api.NewServer(api.Deps{
-		Pool: pool, Keys: api.NewKeys(pool, adminKey), Idempotency: idempotency.NewStore(pool, time.Minute),
-		Subscriptions: subs, Billing: biller, Clock: clk,
-		KnownGateway: func(name string) bool { return name == "sim1" || name == "sim2" },
+		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, time.Minute),
+		Billing: uses, Ready: pool.Ping, KnownGateway: known,
 		// A real logger that formats every request line, written nowhere.
 		Logger: zerolog.New(io.Discard),
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/validate"
 )
 
 // DevGateways is the simulated gateways' ledger and fault switches.
@@ -39,7 +40,8 @@ type setClockRequest struct {
 // scanned only after the move committed, or the scan would see the old time.
 func (s *Server) setDevClock(w http.ResponseWriter, r *http.Request) {
 	var req setClockRequest
-	if !decodeBody(w, r, &req) {
+	tx, ok := s.decodeInTx(w, r, &req)
+	if !ok {
 		return
 	}
 	var (
@@ -48,28 +50,23 @@ func (s *Server) setDevClock(w http.ResponseWriter, r *http.Request) {
 	)
 	switch {
 	case (req.Advance == nil) == (req.Now == nil):
-		writeProblem(w, fieldProblem("", "send exactly one of advance and now"))
+		s.fail(w, r, validate.Errors{{Field: "", Message: "send exactly one of advance and now"}})
 		return
 	case req.Advance != nil:
 		d, err := time.ParseDuration(*req.Advance)
 		if err != nil || d <= 0 {
-			writeProblem(w, fieldProblem("advance", "must be a positive duration such as \"744h\" or \"90m\""))
+			s.fail(w, r, validate.Errors{{Field: "advance", Message: `must be a positive duration such as "744h" or "90m"`}})
 			return
 		}
 		field, move = "advance", func(tx pgx.Tx) (time.Time, error) { return s.Dev.Clock.Advance(r.Context(), tx, d) }
 	default:
 		field, move = "now", func(tx pgx.Tx) (time.Time, error) { return s.Dev.Clock.Set(r.Context(), tx, *req.Now) }
 	}
-	tx, ok := requestTx(w, r)
-	if !ok {
-		return
-	}
 	now, err := move(tx)
-	switch {
-	case errors.Is(err, clock.ErrBackwards), errors.Is(err, clock.ErrTooFar):
-		writeProblem(w, fieldProblem(field, err.Error()))
-		return
-	case err != nil:
+	if errors.Is(err, clock.ErrBackwards) || errors.Is(err, clock.ErrTooFar) {
+		err = validate.Errors{{Field: field, Message: err.Error()}}
+	}
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -82,7 +79,7 @@ func (s *Server) setDevClock(w http.ResponseWriter, r *http.Request) {
 func (s *Server) gatewayLedger(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
 	if !s.KnownGateway(name) {
-		writeProblem(w, problemNotFound)
+		s.fail(w, r, errUnknownID)
 		return
 	}
 	entries, err := s.Dev.Gateways.Ledger(r.Context(), name)
@@ -99,19 +96,23 @@ func (s *Server) gatewayLedger(w http.ResponseWriter, r *http.Request) {
 func (s *Server) gatewayFaults(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
 	if !s.KnownGateway(name) {
-		writeProblem(w, problemNotFound)
+		s.fail(w, r, errUnknownID)
 		return
 	}
 	var patch sim.FaultsPatch
-	if !decodeBody(w, r, &patch) {
+	if err := decodeBody(r, &patch); err != nil {
+		s.fail(w, r, err)
 		return
 	}
+	var errs validate.Errors
 	if patch.LatencyMS != nil && (*patch.LatencyMS < 0 || *patch.LatencyMS > 120_000) {
-		writeProblem(w, fieldProblem("latency_ms", "must be 0..120000"))
-		return
+		errs.Add("latency_ms", "must be 0..120000")
 	}
 	if patch.ErrorRate != nil && (*patch.ErrorRate < 0 || *patch.ErrorRate > 1) {
-		writeProblem(w, fieldProblem("error_rate", "must be between 0 and 1"))
+		errs.Add("error_rate", "must be between 0 and 1")
+	}
+	if err := errs.Err(); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	faults, err := s.Dev.Gateways.SetFaults(r.Context(), name, patch)

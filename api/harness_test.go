@@ -20,6 +20,8 @@ import (
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/api/openapitest"
+	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 
@@ -82,12 +84,13 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	if o.dev != nil {
 		dev = o.dev(t, pool)
 	}
+	known := func(name string) bool { return name == "sim1" || name == "sim2" }
+	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk}
 	srv := api.NewServer(api.Deps{
-		Pool: pool, Keys: api.NewKeys(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
-		Subscriptions: subs, Billing: biller, Clock: clk,
-		KnownGateway: func(name string) bool { return name == "sim1" || name == "sim2" },
-		Dev:          dev,
-		Logger:       zerolog.New(logs),
+		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
+		Billing: uses, Ready: pool.Ping, KnownGateway: known,
+		Dev:    dev,
+		Logger: zerolog.New(logs),
 	})
 	ts := httptest.NewServer(openapitest.Wrap(t, srv)) // every exchange is checked against the OpenAPI document
 	t.Cleanup(ts.Close)

@@ -2,11 +2,21 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/rebill/rebill/billing"
+	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/subscriptions"
 )
 
 // problemBase prefixes every problem type URI.
@@ -79,4 +89,75 @@ func encodeJSON(v any) ([]byte, error) {
 		return nil, fmt.Errorf("encode response: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// fail is the one place an error becomes a response: the domain's errors
+// map to their statuses, and anything unexpected is a 500 whose details go
+// to the log only.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		fields           validate.Errors
+		decodeErr        *validate.DecodeError
+		card             *cardNumberError
+		transition       *subscriptions.TransitionError
+		chargeTransition *charges.TransitionError
+	)
+	switch {
+	case errors.As(err, &fields):
+		writeProblem(w, validationProblem(fields...))
+	case errors.As(err, &decodeErr):
+		writeProblem(w, validationProblem(decodeErr.Errors...))
+	case errors.As(err, &card):
+		p := newProblem(http.StatusBadRequest, "card-number-refused", "Card number refused",
+			"A field contains what looks like a card number. rebill accepts only payment tokens from a gateway.")
+		p.Errors = []validate.FieldError{{Field: card.field, Message: "looks like a card number"}}
+		writeProblem(w, p)
+	case errors.Is(err, validate.ErrBodyTooLarge):
+		writeProblem(w, problemBodyTooLarge)
+	case errors.Is(err, errUnknownID), errors.Is(err, subscriptions.ErrNotFound), errors.Is(err, charges.ErrNotFound):
+		writeProblem(w, problemNotFound)
+	case errors.Is(err, billing.ErrForbidden):
+		writeProblem(w, newProblem(http.StatusForbidden, "forbidden", "Forbidden",
+			"A customer key can only create and list its own customer's subscriptions."))
+	case errors.As(err, &transition):
+		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", transition.Error()))
+	case errors.As(err, &chargeTransition):
+		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", chargeTransition.Error()))
+	case errors.Is(err, charges.ErrRetryRefused):
+		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", err.Error()))
+	case errors.Is(err, charges.ErrGatewayUnreachable):
+		w.Header().Set("Retry-After", "5")
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, "gateway-unavailable", "Gateway unavailable",
+			"The payment gateway could not be asked what the charge's last attempt did, so nothing was done. Retry later with the same Idempotency-Key."))
+	case databaseUnavailable(err):
+		s.Logger.Error().Err(err).Str("request_id", requestID(r)).Msg("database unavailable")
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, problemUnavailable)
+	default:
+		s.Logger.Error().Err(err).Str("request_id", requestID(r)).Msg("request failed")
+		writeProblem(w, problemInternal)
+	}
+}
+
+// databaseUnavailable reports whether err says the database could not be
+// reached or dropped the connection, rather than refused the statement.
+// That is a passing condition of the server, not a bug, and what the
+// request did was not committed: 503 with Retry-After tells clients and
+// load balancers to back off and retry, where a 500 would read as a defect.
+func databaseUnavailable(err error) bool {
+	var (
+		connectErr *pgconn.ConnectError
+		pgErr      *pgconn.PgError
+		netErr     net.Error
+	)
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr), pgconn.SafeToRetry(err), pgconn.Timeout(err),
+		errors.Is(err, puddle.ErrClosedPool), errors.Is(err, context.DeadlineExceeded):
+		return true
+	case errors.As(err, &pgErr):
+		// Class 08: connection exception; 57P01..57P04: shutdown, crash,
+		// cannot connect now, database dropped; 53300: too many connections.
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P") || pgErr.Code == "53300"
+	}
+	return false
 }

@@ -1,7 +1,8 @@
 // Package api is rebill's HTTP edge: the chi router, authentication, the
 // Idempotency-Key middleware, problem+json errors and the OpenAPI
-// document. It translates HTTP to calls on the domain packages and their
-// errors back to statuses, in one place.
+// document. A handler decodes its request, calls one use case of package
+// billing, and encodes the answer; every error reaches the client through
+// one function, Server.fail (problem.go).
 package api
 
 import (
@@ -16,11 +17,12 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
@@ -39,32 +41,42 @@ type Dev struct {
 	Gateways   DevGateways
 }
 
-// Billing is what the HTTP layer asks of the billing engine, always inside
-// the request's transaction so that a charge enqueued by a request commits
-// with it.
+// Billing is the use cases the HTTP layer calls: one per request, the
+// changes inside the request's transaction so that what they enqueue
+// commits with the stored response (see package billing for the errors).
 type Billing interface {
-	// Due charges the periods of sub that are due now.
-	Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) (subscriptions.Subscription, error)
-	// PaymentMethodChanged gives the subscription's charges the new (or
-	// the same) method and retries the waiting ones at once.
-	PaymentMethodChanged(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription, actor subscriptions.Actor) (subscriptions.Subscription, error)
-	// Cancelled voids what the cancelled subscription has not captured.
-	Cancelled(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID) error
-	// Resolve records a support decision on a charge in review.
-	Resolve(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, r charges.Resolution) (charges.Charge, error)
-	// Retry starts a new attempt of a charge in review or failed.
-	Retry(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID) (charges.Charge, error)
+	CreateSubscription(ctx context.Context, tx pgx.Tx, caller billing.Caller, n subscriptions.New) (subscriptions.Subscription, error)
+	Subscription(ctx context.Context, caller billing.Caller, id uuid.UUID) (subscriptions.Subscription, error)
+	ListSubscriptions(ctx context.Context, caller billing.Caller, p subscriptions.ListParams) ([]subscriptions.Subscription, error)
+	Pause(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error)
+	Resume(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (subscriptions.Subscription, error)
+	Cancel(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, atPeriodEnd bool) (subscriptions.Subscription, error)
+	ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, pm subscriptions.PaymentMethod) (subscriptions.Subscription, error)
+	Events(ctx context.Context, caller billing.Caller, id uuid.UUID, after int64, limit int) ([]subscriptions.Event, error)
+	SubscriptionCharges(ctx context.Context, caller billing.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
+	Charge(ctx context.Context, caller billing.Caller, id uuid.UUID) (charges.Charge, error)
+	ReviewQueue(ctx context.Context, after *charges.ReviewCursor, limit int) ([]charges.Charge, error)
+	ResolveCharge(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error)
+	RetryCharge(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (charges.Charge, error)
+}
+
+// Keys authenticates API keys and issues new ones.
+type Keys interface {
+	// Authenticate returns apikeys.ErrUnauthenticated for a key rebill did
+	// not issue.
+	Authenticate(ctx context.Context, token string) (apikeys.Key, error)
+	// Create returns validate.Errors for a bad role or customer id.
+	Create(ctx context.Context, tx pgx.Tx, role, customerID string) (apikeys.Created, error)
 }
 
 // Deps lists everything the HTTP layer depends on.
 type Deps struct {
-	Pool          *pgxpool.Pool
-	Keys          *Keys
-	Idempotency   *idempotency.Store
-	Subscriptions *subscriptions.Store
-	Billing       Billing
-	Clock         clock.Clock
-	// KnownGateway reports whether a payment method may name gateway.
+	Keys        Keys
+	Idempotency *idempotency.Store
+	Billing     Billing
+	// Ready reports whether the database answers (GET /readyz).
+	Ready func(ctx context.Context) error
+	// KnownGateway reports whether a dev endpoint may name gateway.
 	KnownGateway func(name string) bool
 	Dev          *Dev // nil outside dev mode: /v1/dev/* answers 404
 	Logger       zerolog.Logger
@@ -120,7 +132,7 @@ func (s *Server) routes() *chi.Mux {
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate, idem)
 
-		r.With(requireRole(RoleAdmin)).Post("/v1/api-keys", s.createAPIKey)
+		r.With(requireRole(apikeys.Admin)).Post("/v1/api-keys", s.createAPIKey)
 
 		r.Post("/v1/subscriptions", s.createSubscription)
 		r.Get("/v1/subscriptions", s.listSubscriptions)
@@ -133,9 +145,9 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/v1/subscriptions/{id}/charges", s.listSubscriptionCharges)
 
 		r.Get("/v1/charges/{id}", s.getCharge)
-		r.With(requireRole(RoleAdmin, RoleSupport)).Get("/v1/review-queue", s.reviewQueue)
-		r.With(requireRole(RoleAdmin, RoleSupport)).Post("/v1/charges/{id}/resolve", s.resolveCharge)
-		r.With(requireRole(RoleAdmin, RoleSupport)).Post("/v1/charges/{id}/retry", s.retryCharge)
+		r.With(requireRole(apikeys.Admin, apikeys.Support)).Get("/v1/review-queue", s.reviewQueue)
+		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/resolve", s.resolveCharge)
+		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/retry", s.retryCharge)
 
 		if s.Dev != nil {
 			// The clock and the simulated gateways are shared by every
@@ -143,7 +155,7 @@ func (s *Server) routes() *chi.Mux {
 			// staff change or read them. The time is no secret, and a
 			// customer needs it to pick a billing_anchor.
 			r.Get("/v1/dev/clock", s.getDevClock)
-			staff := r.With(requireRole(RoleAdmin, RoleSupport))
+			staff := r.With(requireRole(apikeys.Admin, apikeys.Support))
 			staff.Post("/v1/dev/clock", s.setDevClock)
 			staff.Get("/v1/dev/gateways/{name}/ledger", s.gatewayLedger)
 			staff.Post("/v1/dev/gateways/{name}/faults", s.gatewayFaults)
@@ -155,7 +167,7 @@ func (s *Server) routes() *chi.Mux {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.Pool.Ping(ctx); err != nil {
+	if err := s.Ready(ctx); err != nil {
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, problemUnavailable)
 		return

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rebill/rebill/internal/validate"
 )
 
 // DBTX is what the store needs of a pool, a connection or a transaction.
@@ -436,6 +440,23 @@ type Resolution struct {
 	Outcome  Status // Succeeded or Failed
 	Evidence string
 	Actor    string
+}
+
+// maxEvidence bounds a resolution's evidence: a reference to the
+// provider's record, not a document.
+const maxEvidence = 2000
+
+// Validate checks a resolution as a person sent it. Returns nil or
+// validate.Errors.
+func (r Resolution) Validate() error {
+	var errs validate.Errors
+	if r.Outcome != Succeeded && r.Outcome != Failed {
+		errs.Add("outcome", "must be succeeded or failed")
+	}
+	if strings.TrimSpace(r.Evidence) == "" || utf8.RuneCountInString(r.Evidence) > maxEvidence {
+		errs.Add("evidence", "is required: 1..%d characters naming the provider's record", maxEvidence)
+	}
+	return errs.Err()
 }
 
 // Resolve records a support decision on a charge in requires_review.

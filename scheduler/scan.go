@@ -210,7 +210,7 @@ func (b *Biller) retryDue(ctx context.Context, now time.Time) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		return len(retried), b.enqueueAuthorize(ctx, tx, retried)
+		return len(retried), b.EnqueueAuthorize(ctx, tx, retried)
 	})
 }
 

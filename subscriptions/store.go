@@ -240,3 +240,32 @@ func (st *Store) LockResumes(ctx context.Context, tx pgx.Tx, now time.Time, limi
 		WHERE status = 'paused' AND resume_at <= $1 ORDER BY resume_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
 	return collect(rows, err)
 }
+
+// Advance moves a subscription's next period past the ones just charged.
+type Advance struct {
+	ID              uuid.UUID
+	NextPeriodIndex int
+	NextChargeAt    time.Time
+}
+
+// AdvanceAll applies advances in one statement, in the transaction that
+// created the periods' charges (the rows are locked by the caller). A
+// subscription already further along is left alone.
+func (st *Store) AdvanceAll(ctx context.Context, tx pgx.Tx, advances []Advance, now time.Time) error {
+	if len(advances) == 0 {
+		return nil
+	}
+	ids := make([][16]byte, len(advances)) // binary uuid[]: no text round trip
+	indexes := make([]int32, len(advances))
+	ats := make([]time.Time, len(advances))
+	for i, a := range advances {
+		ids[i], indexes[i], ats[i] = a.ID, int32(a.NextPeriodIndex), a.NextChargeAt
+	}
+	_, err := tx.Exec(ctx, `UPDATE subscriptions s SET next_period_index = u.idx, next_charge_at = u.at, updated_at = $4
+		FROM unnest($1::uuid[], $2::int[], $3::timestamptz[]) AS u(id, idx, at)
+		WHERE s.id = u.id AND s.next_period_index < u.idx`, ids, indexes, ats, now)
+	if err != nil {
+		return fmt.Errorf("advance subscriptions: %w", err)
+	}
+	return nil
+}

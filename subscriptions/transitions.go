@@ -8,19 +8,19 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-)
 
-// ErrResumeAtNotFuture: a pause's resume_at must lie after now.
-var ErrResumeAtNotFuture = errors.New("resume_at must be in the future")
+	"github.com/rebill/rebill/internal/validate"
+)
 
 // Pause stops charging until Resume, or until resumeAt when it is set.
 // Pausing a paused subscription changes nothing. Returns the subscription,
-// whether it changed, ErrNotFound or a *TransitionError.
+// whether it changed, ErrNotFound, a *TransitionError, or validate.Errors
+// for a resumeAt that is not in the future.
 func (st *Store) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID, resumeAt *time.Time, actor Actor) (Subscription, bool, error) {
 	now := st.clock.Now()
 	return st.transition(ctx, tx, id, Paused, EventPaused, actor, func(sub Subscription) error {
 		if resumeAt != nil && !resumeAt.After(now) {
-			return ErrResumeAtNotFuture
+			return validate.Errors{{Field: "resume_at", Message: "must be in the future"}}
 		}
 		return nil
 	}, `paused_at = $3, resume_at = $4`, now, resumeAt)

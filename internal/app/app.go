@@ -22,7 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
-	"github.com/rebill/rebill/api"
+	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pgembed"
@@ -352,8 +352,7 @@ func apikey(ctx context.Context, cfg config.Config, log zerolog.Logger, args []s
 	if *roleName == "" {
 		return errors.New("apikey create: --role is required (admin, support or customer)")
 	}
-	role, err := api.ParseRole(*roleName)
-	if err != nil {
+	if _, err := apikeys.ParseRole(*roleName); err != nil {
 		return err
 	}
 	pool, stop, err := openMigrated(ctx, cfg, log)
@@ -361,11 +360,11 @@ func apikey(ctx context.Context, cfg config.Config, log zerolog.Logger, args []s
 		return err
 	}
 	defer stop()
-	key, err := api.CreateKey(ctx, pool, role, *customer)
+	key, err := apikeys.NewStore(pool, "").CreateWithPool(ctx, *roleName, *customer)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "id:   %s\nrole: %s\nkey:  %s\n(the key is shown once; only its hash is stored)\n", key.ID, key.Role, key.Key)
+	fmt.Fprintf(stdout, "id:   %s\nrole: %s\nkey:  %s\n(the key is shown once; only its hash is stored)\n", key.ID, key.Role, key.Secret)
 	return nil
 }
 
@@ -400,12 +399,12 @@ func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io
 	}
 	defer stop()
 	if cfg.AdminKey == "" {
-		key, created, err := api.EnsureFirstAdminKey(ctx, pool)
+		key, created, err := apikeys.NewStore(pool, "").EnsureFirstAdmin(ctx)
 		if err != nil {
 			return err
 		}
 		if created {
-			fmt.Fprintf(stdout, "\nFirst start: created an admin API key. It is shown once; only its hash is stored.\n\n    %s\n\nexport REBILL_KEY=%s\n\n", key.Key, key.Key)
+			fmt.Fprintf(stdout, "\nFirst start: created an admin API key. It is shown once; only its hash is stored.\n\n    %s\n\nexport REBILL_KEY=%s\n\n", key.Secret, key.Secret)
 		}
 	}
 	svc, err := Build(ctx, cfg, pool, log)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/sim"
@@ -94,7 +96,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		UnavailableFor: cfg.UnavailableFor, Logger: log.With().Str("component", "charges").Logger()}
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
-		ScanInterval: cfg.ScanInterval, Gateways: pipeline, Logger: log.With().Str("component", "scheduler").Logger()}
+		ScanInterval: cfg.ScanInterval, Logger: log.With().Str("component", "scheduler").Logger()}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
 
 	workers := river.NewWorkers()
@@ -132,9 +134,10 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 			}
 		}
 	}
+	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, Attempts: pipeline,
+		KnownGateway: router.Known, Clock: svc.Clock}
 	svc.Handler = api.NewServer(api.Deps{
-		Pool: pool, Keys: api.NewKeys(pool, cfg.AdminKey), Idempotency: idem,
-		Subscriptions: subs, Billing: biller, Clock: svc.Clock,
+		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: router.Known, Dev: dev, Logger: log,
 	})
 	return svc, nil

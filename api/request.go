@@ -1,0 +1,148 @@
+package api
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/internal/validate"
+)
+
+// cardNumberError: a request field holds what looks like a card number.
+type cardNumberError struct{ field string }
+
+func (e *cardNumberError) Error() string { return e.field + ": looks like a card number" }
+
+// errUnknownID: a path id that names no object, because it is not an id
+// in the form this API writes.
+var errUnknownID = errors.New("no such id")
+
+// errNoRequestTx: a POST handler ran outside the idempotency middleware.
+var errNoRequestTx = errors.New("request transaction missing")
+
+// decodeBody reads a JSON request body strictly, refusing card numbers in
+// any field. Returns validate.ErrBodyTooLarge, a *cardNumberError, a
+// *validate.DecodeError or validate.Errors.
+func decodeBody(r *http.Request, dst any) error {
+	body, err := validate.ReadBody(r.Body)
+	if errors.Is(err, validate.ErrBodyTooLarge) {
+		return err
+	}
+	if err != nil {
+		return validate.Errors{{Field: "", Message: "the body could not be read"}}
+	}
+	if field, found := validate.FindCardNumber(body); found {
+		return &cardNumberError{field: field}
+	}
+	if err := validate.Decode(body, dst); err != nil {
+		var decodeErr *validate.DecodeError
+		if errors.As(err, &decodeErr) {
+			return decodeErr
+		}
+		return validate.Errors{{Field: "", Message: err.Error()}}
+	}
+	return nil
+}
+
+// decodeInTx decodes a POST's body into dst and returns the transaction the
+// request executes in (see package idempotency), or writes the error.
+func (s *Server) decodeInTx(w http.ResponseWriter, r *http.Request, dst any) (pgx.Tx, bool) {
+	if err := decodeBody(r, dst); err != nil {
+		s.fail(w, r, err)
+		return nil, false
+	}
+	tx, ok := idempotency.Tx(r.Context())
+	if !ok {
+		s.fail(w, r, errNoRequestTx)
+	}
+	return tx, ok
+}
+
+// parseID reads an id from a URL or a cursor. Only the form the API writes
+// (36 characters, lower case, hyphenated) is an id: uuid.Parse also takes
+// braces, urn:uuid:, upper case and no hyphens, which would give one object
+// many URLs, and so many keys in caches, logs and rate limits.
+func parseID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil || id.String() != s {
+		return uuid.UUID{}, errUnknownID
+	}
+	return id, nil
+}
+
+// pathID is the {id} of the route.
+func pathID(r *http.Request) (uuid.UUID, error) { return parseID(chi.URLParam(r, "id")) }
+
+// page is a list request's ?limit= and ?cursor=.
+type page struct {
+	limit  int
+	cursor string // decoded; empty for the first page
+}
+
+var errBadCursor = validate.Errors{{Field: "cursor", Message: "is not a cursor this API returned"}}
+
+// pageParams parses ?limit= (1..100, default 20) and ?cursor=. Returns
+// validate.Errors.
+func pageParams(r *http.Request) (page, error) {
+	p := page{limit: 20}
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return page{}, validate.Errors{{Field: "limit", Message: "must be an integer 1..100"}}
+		}
+		p.limit = n
+	}
+	if v := r.URL.Query().Get("cursor"); v != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil || len(raw) == 0 {
+			return page{}, errBadCursor
+		}
+		p.cursor = string(raw)
+	}
+	return p, nil
+}
+
+// idCursor is a page's cursor as an id (uuid.Nil for the first page).
+func (p page) idCursor() (uuid.UUID, error) {
+	if p.cursor == "" {
+		return uuid.Nil, nil
+	}
+	id, err := parseID(p.cursor)
+	if err != nil {
+		return uuid.Nil, errBadCursor
+	}
+	return id, nil
+}
+
+func encodeCursor(s string) *string {
+	c := base64.RawURLEncoding.EncodeToString([]byte(s))
+	return &c
+}
+
+type listJSON[T any] struct {
+	Data       []T     `json:"data"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+// list encodes one page of items fetched with limit+1: the extra item, if
+// any, says there is a next page, whose cursor names the page's last item.
+func list[T, J any](items []T, limit int, encode func(T) J, cursor func(T) string) listJSON[J] {
+	out := listJSON[J]{Data: []J{}}
+	for i, item := range items {
+		if i == limit {
+			out.NextCursor = encodeCursor(cursor(items[i-1]))
+			break
+		}
+		out.Data = append(out.Data, encode(item))
+	}
+	return out
+}
+
+func requestID(r *http.Request) string { return middleware.GetReqID(r.Context()) }

@@ -1,0 +1,77 @@
+// Package billing is what clients and support staff ask of rebill: the use
+// cases behind the HTTP API. Each composes the domain packages in the
+// caller's transaction (the request's, which also stores its idempotent
+// response): a subscription and the charge its first period needs, a
+// cancel and the voids it causes, a card change and the retries it starts.
+// Business rules live in the domain packages; this package decides who may
+// do what and in which order things happen.
+//
+// # Errors
+//
+// Every use case returns, besides unexpected errors: validate.Errors for
+// bad input (every field at fault), ErrForbidden when the caller may not
+// act for that customer, subscriptions.ErrNotFound or charges.ErrNotFound
+// for an object that does not exist or that the caller may not see, and a
+// *subscriptions.TransitionError or *charges.TransitionError for a change
+// the state machines forbid. Each doc comment lists what else it returns.
+package billing
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/scheduler"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// ErrForbidden: the caller may not act for that customer (a customer key
+// creating or listing for another customer).
+var ErrForbidden = errors.New("not allowed for this caller")
+
+// Caller is who asks: the actor that events record and, for a customer
+// key, the one customer whose objects it may see and change.
+type Caller struct {
+	Actor subscriptions.Actor
+	// CustomerID limits a customer key to its own objects; empty for
+	// staff, who see every customer.
+	CustomerID string
+}
+
+func (c Caller) canSee(customerID string) bool { return c.CustomerID == "" || c.CustomerID == customerID }
+
+// Attempts tells what a charge's last attempt left at its gateway.
+type Attempts interface {
+	// LiveMoney describes a capture or a live hold of c's current attempt,
+	// empty when there is none. Returns an error wrapping
+	// charges.ErrGatewayUnreachable when the gateway cannot tell.
+	LiveMoney(ctx context.Context, c charges.Charge) (string, error)
+}
+
+// Service runs the use cases.
+type Service struct {
+	// Pool serves reads; changes run in the caller's transaction.
+	Pool          *pgxpool.Pool
+	Subscriptions *subscriptions.Store
+	Biller        *scheduler.Biller
+	Attempts      Attempts
+	// KnownGateway tells whether a payment method may name a gateway.
+	KnownGateway func(name string) bool
+	Clock        clock.Clock
+}
+
+func (s *Service) outcomes() scheduler.Outcomes {
+	return scheduler.Outcomes{Subscriptions: s.Subscriptions, Clock: s.Clock}
+}
+
+// db is the caller's transaction when there is one, else the pool.
+func (s *Service) db(tx pgx.Tx) subscriptions.DBTX {
+	if tx != nil {
+		return tx
+	}
+	return s.Pool
+}

@@ -1,0 +1,113 @@
+package billing
+
+import (
+	"context"
+	"errors"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// SubscriptionCharges lists a visible subscription's charges newest first,
+// before the charge id before (uuid.Nil: from the newest).
+func (s *Service) SubscriptionCharges(ctx context.Context, caller Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error) {
+	if _, err := s.visible(ctx, nil, caller, id); err != nil {
+		return nil, err
+	}
+	return charges.ListBySubscription(ctx, s.Pool, id, before, limit)
+}
+
+// Charge returns a charge the caller may see. Returns charges.ErrNotFound.
+func (s *Service) Charge(ctx context.Context, caller Caller, id uuid.UUID) (charges.Charge, error) {
+	return s.visibleCharge(ctx, nil, caller, id)
+}
+
+func (s *Service) visibleCharge(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (charges.Charge, error) {
+	c, err := charges.Get(ctx, s.db(tx), id)
+	if err == nil && !caller.canSee(c.CustomerID) {
+		err = charges.ErrNotFound
+	}
+	return c, err
+}
+
+// ReviewQueue lists the charges in unknown or requires_review, the longest
+// waiting first, after the cursor (nil: from the start).
+func (s *Service) ReviewQueue(ctx context.Context, after *charges.ReviewCursor, limit int) ([]charges.Charge, error) {
+	return charges.ReviewQueue(ctx, s.Pool, after, limit)
+}
+
+// ResolveCharge records a person's verdict on a charge in requires_review
+// and tells its subscription (paid: it may recover; failed: it becomes
+// unpaid). Returns validate.Errors for a bad resolution, and a
+// *charges.TransitionError from any other status or for succeeded after
+// rebill released the charge's hold.
+func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error) {
+	if err := r.Validate(); err != nil {
+		return charges.Charge{}, err
+	}
+	c, err := s.visibleCharge(ctx, tx, caller, id)
+	if err != nil {
+		return charges.Charge{}, err
+	}
+	events := s.outcomes()
+	if _, err := events.Lock(ctx, tx, c.SubscriptionID); err != nil { // the subscription before the charge
+		return charges.Charge{}, err
+	}
+	if c, err = charges.Resolve(ctx, tx, id, r, s.Clock.Now()); err != nil {
+		return charges.Charge{}, err
+	}
+	if c.Status == charges.Succeeded {
+		return c, events.ChargePaid(ctx, tx, c)
+	}
+	return c, events.ChargeFailed(ctx, tx, c)
+}
+
+// RetryCharge starts, at a person's request, a new attempt of a charge in
+// requires_review or failed, on its subscription's current payment method,
+// with a new gateway key (its authorize job enqueued in tx). It first looks
+// the last attempt up at the gateway: a retry must never be a second
+// payment, so a capture or a live hold there refuses it. Returns a
+// *charges.TransitionError (another status, money found at the gateway, a
+// cancelled subscription, a charge settled by a person or changed
+// meanwhile), an error wrapping charges.ErrRetryRefused (card-network
+// rules) or charges.ErrGatewayUnreachable (nothing was done; try later).
+func (s *Service) RetryCharge(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (charges.Charge, error) {
+	c, err := s.visibleCharge(ctx, tx, caller, id)
+	if err != nil {
+		return charges.Charge{}, err
+	}
+	refuse := func(reason string) (charges.Charge, error) {
+		return charges.Charge{}, &charges.TransitionError{From: c.Status, To: charges.Scheduled, Reason: reason}
+	}
+	switch {
+	case c.Status != charges.RequiresReview && c.Status != charges.Failed:
+		return refuse("only a charge in requires_review or failed can be retried")
+	case c.Resolved:
+		return refuse("a person resolved it")
+	}
+	found, err := s.Attempts.LiveMoney(ctx, c)
+	if err != nil {
+		return charges.Charge{}, err
+	}
+	if found != "" {
+		return refuse("the gateway shows " + found + ": resolve it instead")
+	}
+	sub, err := s.Subscriptions.GetForUpdate(ctx, tx, c.SubscriptionID)
+	if err != nil {
+		return charges.Charge{}, err
+	}
+	if sub.Status == subscriptions.Cancelled {
+		return refuse("the subscription is cancelled")
+	}
+	next, err := charges.RetryFromReview(ctx, tx, c, sub.PaymentMethod.Gateway, sub.PaymentMethod.Token, s.Clock.Now())
+	if errors.Is(err, charges.ErrStale) {
+		return refuse("the charge changed meanwhile")
+	}
+	if err != nil {
+		return charges.Charge{}, err
+	}
+	return next, s.Biller.EnqueueAuthorize(ctx, tx, []charges.Charge{next})
+}

@@ -1,0 +1,144 @@
+package billing
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// CreateSubscription validates n and creates the subscription; when its
+// first period is due at once, that period's charge is enqueued in tx too.
+// Returns validate.Errors, or ErrForbidden when a customer creates for
+// another customer.
+func (s *Service) CreateSubscription(ctx context.Context, tx pgx.Tx, caller Caller, n subscriptions.New) (subscriptions.Subscription, error) {
+	if err := n.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	if !caller.canSee(n.CustomerID) {
+		return subscriptions.Subscription{}, ErrForbidden
+	}
+	sub, err := s.Subscriptions.Create(ctx, tx, n, caller.Actor)
+	if err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	return s.Biller.Due(ctx, tx, sub)
+}
+
+// Subscription returns a subscription the caller may see. Returns
+// subscriptions.ErrNotFound.
+func (s *Service) Subscription(ctx context.Context, caller Caller, id uuid.UUID) (subscriptions.Subscription, error) {
+	return s.visible(ctx, nil, caller, id)
+}
+
+func (s *Service) visible(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (subscriptions.Subscription, error) {
+	sub, err := s.Subscriptions.Get(ctx, s.db(tx), id)
+	if err == nil && !caller.canSee(sub.CustomerID) {
+		err = subscriptions.ErrNotFound // its existence is not revealed
+	}
+	return sub, err
+}
+
+// ListSubscriptions lists subscriptions newest first. A customer lists its
+// own (an empty CustomerID filter means them). Returns ErrForbidden when a
+// customer asks for another customer's.
+func (s *Service) ListSubscriptions(ctx context.Context, caller Caller, p subscriptions.ListParams) ([]subscriptions.Subscription, error) {
+	if caller.CustomerID != "" {
+		if p.CustomerID != "" && p.CustomerID != caller.CustomerID {
+			return nil, ErrForbidden
+		}
+		p.CustomerID = caller.CustomerID
+	}
+	return s.Subscriptions.List(ctx, s.Pool, p)
+}
+
+// Pause stops charging until a resume, or until resumeAt. Pausing a paused
+// subscription returns it unchanged. Returns validate.Errors for a
+// resumeAt not in the future.
+func (s *Service) Pause(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error) {
+	if _, err := s.visible(ctx, tx, caller, id); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	sub, _, err := s.Subscriptions.Pause(ctx, tx, id, resumeAt, caller.Actor)
+	return sub, err
+}
+
+// Resume returns a paused subscription to billing; a period that then
+// begins is charged at once (enqueued in tx). Resuming an active one
+// returns it unchanged.
+func (s *Service) Resume(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (subscriptions.Subscription, error) {
+	if _, err := s.visible(ctx, tx, caller, id); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	sub, changed, err := s.Subscriptions.Resume(ctx, tx, id, caller.Actor)
+	if err != nil || !changed {
+		return sub, err
+	}
+	return s.Biller.Due(ctx, tx, sub)
+}
+
+// Cancel ends the subscription now, or at the end of its period. An
+// immediate cancel voids what was not captured: unstarted charges at once,
+// holds through void jobs enqueued in tx. Cancelling twice returns it
+// unchanged.
+func (s *Service) Cancel(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, atPeriodEnd bool) (subscriptions.Subscription, error) {
+	if _, err := s.visible(ctx, tx, caller, id); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	sub, changed, err := s.Subscriptions.Cancel(ctx, tx, id, atPeriodEnd, caller.Actor)
+	if err == nil && changed && sub.Status == subscriptions.Cancelled {
+		err = s.Biller.Cancelled(ctx, tx, id)
+	}
+	return sub, err
+}
+
+// ChangePaymentMethod validates pm and gives it to the subscription and to
+// its charges: those not yet started take it, and those waiting (declined,
+// failed) are retried at once, oldest first, also when pm is the card it
+// already has (the customer's "try again"). An unpaid subscription whose
+// charges are retried becomes past due; a past-due one with nothing left
+// to collect becomes active. Returns validate.Errors, or an error wrapping
+// charges.ErrRetryRefused when card-network rules forbid trying the same
+// card again.
+func (s *Service) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, pm subscriptions.PaymentMethod) (subscriptions.Subscription, error) {
+	if err := pm.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	if _, err := s.visible(ctx, tx, caller, id); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	sub, _, err := s.Subscriptions.ChangePaymentMethod(ctx, tx, id, pm, caller.Actor)
+	if err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	retried, err := charges.PaymentMethodChanged(ctx, tx, sub.ID, sub.PaymentMethod.Gateway, sub.PaymentMethod.Token, s.Clock.Now())
+	if err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	if err := s.Biller.EnqueueAuthorize(ctx, tx, retried); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	switch {
+	case sub.Status == subscriptions.Unpaid && len(retried) > 0:
+		sub, _, err = s.Subscriptions.RetryUnpaid(ctx, tx, sub.ID, caller.Actor)
+	case sub.Status == subscriptions.PastDue && len(retried) == 0:
+		var open bool
+		if open, err = charges.HasOpen(ctx, tx, sub.ID); err == nil && !open {
+			sub, _, err = s.Subscriptions.SetStatus(ctx, tx, sub.ID, subscriptions.Active, subscriptions.EventReactivated, subscriptions.System)
+		}
+	}
+	return sub, err
+}
+
+// Events lists a visible subscription's events log oldest first, after the
+// event id after.
+func (s *Service) Events(ctx context.Context, caller Caller, id uuid.UUID, after int64, limit int) ([]subscriptions.Event, error) {
+	if _, err := s.visible(ctx, nil, caller, id); err != nil {
+		return nil, err
+	}
+	return s.Subscriptions.Events(ctx, s.Pool, id, after, limit)
+}

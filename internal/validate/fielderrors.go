@@ -1,0 +1,44 @@
+package validate
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Errors lists every field a request gets wrong, so that a client fixes
+// them all at once. Domain validation returns it (through Err); the HTTP
+// layer answers 400 with it as the problem's `errors`.
+type Errors []FieldError
+
+// Add records that field is wrong; format says how, never quoting the
+// submitted value.
+func (e *Errors) Add(field, format string, args ...any) {
+	*e = append(*e, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// Err is nil when nothing was recorded, else the list as an error.
+func (e Errors) Err() error {
+	if len(e) == 0 {
+		return nil
+	}
+	return e
+}
+
+func (e Errors) Error() string {
+	parts := make([]string, len(e))
+	for i, fe := range e {
+		parts[i] = fe.Field + ": " + fe.Message
+	}
+	return "invalid request: " + strings.Join(parts, "; ")
+}
+
+// PrintableASCII reports whether s holds only printable ASCII characters
+// (identifiers and tokens that travel in logs and headers).
+func PrintableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,86 @@
+package scheduler
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// Outcomes moves subscriptions as their charges settle; it is the
+// charges.Subscriptions the pipeline reports to.
+type Outcomes struct {
+	Subscriptions *subscriptions.Store
+	Clock         clock.Clock
+}
+
+// Lock locks the subscription's row and returns what a charge outcome
+// needs of it.
+func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Subscription, error) {
+	sub, err := o.Subscriptions.GetForUpdate(ctx, tx, id)
+	if err != nil {
+		return charges.Subscription{}, err
+	}
+	state := charges.Subscription{Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token,
+		Cancelled: sub.Status == subscriptions.Cancelled}
+	if sub.Status == subscriptions.Unpaid {
+		state.UnpaidSince = sub.UnpaidSince
+		if state.UnpaidSince == nil {
+			state.UnpaidSince = &sub.UpdatedAt
+		}
+	}
+	return state, nil
+}
+
+// ChargePaid returns a past-due or unpaid subscription to active once no
+// other charge of it is owed and uncollected. The caller locked the row.
+func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+	sub, err := o.Subscriptions.Get(ctx, tx, c.SubscriptionID)
+	if err != nil {
+		return err
+	}
+	if sub.Status != subscriptions.PastDue && sub.Status != subscriptions.Unpaid {
+		return nil
+	}
+	unpaid, err := charges.HasUnpaid(ctx, tx, c.SubscriptionID, c.ID)
+	if err != nil || unpaid {
+		return err
+	}
+	_, _, err = o.Subscriptions.SetStatus(ctx, tx, c.SubscriptionID, subscriptions.Active, subscriptions.EventReactivated, subscriptions.System)
+	return err
+}
+
+// ChargeDeclined makes an active subscription past due.
+func (o Outcomes) ChargeDeclined(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	return o.moveFrom(ctx, tx, id, []subscriptions.Status{subscriptions.Active}, subscriptions.PastDue, subscriptions.EventPastDue)
+}
+
+// ChargeFailed makes an active or past-due subscription unpaid: no new
+// period is charged until the payment method changes. Its dunning ended
+// when c's last attempt was due: charges of periods that began since are
+// voided (not owed), and its other declined charges stop retrying.
+func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+	_, moved, err := o.Subscriptions.MarkUnpaid(ctx, tx, c.SubscriptionID, c.AttemptDueAt)
+	if err != nil || !moved {
+		return err
+	}
+	return charges.DunningEnded(ctx, tx, c.SubscriptionID, c.AttemptDueAt, o.Clock.Now())
+}
+
+func (o Outcomes) moveFrom(ctx context.Context, tx pgx.Tx, id uuid.UUID, from []subscriptions.Status, to subscriptions.Status, event string) error {
+	sub, err := o.Subscriptions.GetForUpdate(ctx, tx, id)
+	if err != nil {
+		return err
+	}
+	for _, s := range from {
+		if sub.Status == s {
+			_, _, err := o.Subscriptions.SetStatus(ctx, tx, id, to, event, subscriptions.System)
+			return err
+		}
+	}
+	return nil // paused or cancelled meanwhile: the charge's outcome does not move it
+}

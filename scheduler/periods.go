@@ -1,0 +1,87 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/subscriptions/period"
+)
+
+// bill creates the charges of every due period of subs (rows locked by
+// the caller) and advances each subscription past them, in tx.
+func (b *Biller) bill(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subscription, now time.Time) (int, []subscriptions.Advance, error) {
+	var (
+		news     []charges.New
+		advanced []subscriptions.Advance
+	)
+	for _, sub := range subs {
+		sched := sub.Schedule()
+		last := sched.IndexAt(now)
+		from := sub.NextPeriodIndex
+		if last < from {
+			continue
+		}
+		if sub.CancelAtPeriodEnd {
+			// The period that was to be the last has ended (or, before the
+			// first anchor, the trial): no later period is charged.
+			if err := b.cancelScheduled(ctx, tx, sub); err != nil {
+				return 0, nil, err
+			}
+			continue
+		}
+		if first := b.firstCaughtUp(sched, from, last, now); first > from {
+			skipped := first - from
+			metrics.PeriodsSkipped.Add(float64(skipped))
+			b.Logger.Warn().Str("subscription_id", sub.ID.String()).Int("skipped_periods", skipped).
+				Dur("catch_up_window", b.CatchUpWindow).
+				Msg("missed periods older than the catch-up window were skipped, not charged")
+			from = first
+		}
+		for i := from; i <= last; i++ {
+			p := sched.Period(i)
+			news = append(news, charges.New{SubscriptionID: sub.ID, CustomerID: sub.CustomerID, PeriodKey: p.Key,
+				PeriodStart: p.Start, Amount: sub.Amount, Currency: sub.Currency,
+				Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token})
+		}
+		advanced = append(advanced, subscriptions.Advance{ID: sub.ID, NextPeriodIndex: last + 1, NextChargeAt: sched.Start(last + 1)})
+	}
+	created, err := charges.CreateMany(ctx, tx, news, now)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := b.EnqueueAuthorize(ctx, tx, created); err != nil {
+		return 0, nil, err
+	}
+	if err := b.Subscriptions.AdvanceAll(ctx, tx, advanced, now); err != nil {
+		return 0, nil, err
+	}
+	metrics.PeriodsEnqueued.Add(float64(len(created)))
+	metrics.ChargeTransitions.WithLabelValues(string(charges.Scheduled)).Add(float64(len(created)))
+	return len(created), advanced, nil
+}
+
+// firstCaughtUp is the first period in [from, last] that catch-up charges:
+// the oldest one that began within CatchUpWindow of now, and never later
+// than last, the current period.
+func (b *Biller) firstCaughtUp(sched period.Schedule, from, last int, now time.Time) int {
+	horizon := now.Add(-b.CatchUpWindow)
+	for from < last && sched.Start(from).Before(horizon) {
+		from++
+	}
+	return from
+}
+
+// cancelScheduled carries out a cancel scheduled at period end: as of the
+// end of the current period (the first anchor before billing began).
+func (b *Biller) cancelScheduled(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) error {
+	if _, _, err := b.Subscriptions.CancelAt(ctx, tx, sub.ID, sub.NextChargeAt, subscriptions.System); err != nil {
+		return fmt.Errorf("cancel at period end: %w", err)
+	}
+	return b.Cancelled(ctx, tx, sub.ID)
+}
