@@ -47,10 +47,6 @@ func validationProblem(errs ...validate.FieldError) Problem {
 	return p
 }
 
-func fieldProblem(field, message string) Problem {
-	return validationProblem(validate.FieldError{Field: field, Message: message})
-}
-
 var (
 	problemUnauthorized = newProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized",
 		"Send a valid API key as `Authorization: Bearer <key>`.")

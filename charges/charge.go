@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/rebill/rebill/charges/gateway"
 )
 
 // Status is where a charge stands.
@@ -92,16 +93,6 @@ const (
 	Voided Status = "voided"
 )
 
-// Phase is the gateway operation that a job or an unknown outcome is about.
-type Phase string
-
-// The phases of a charge at its gateway.
-const (
-	PhaseAuthorize Phase = "authorize"
-	PhaseCapture   Phase = "capture"
-	PhaseVoid      Phase = "void"
-)
-
 // Charge is one period's payment.
 type Charge struct {
 	ID               uuid.UUID
@@ -114,7 +105,7 @@ type Charge struct {
 	Gateway          string
 	Status           Status
 	AttemptCount     int
-	UnknownPhase     Phase
+	UnknownOp        gateway.Op // the call whose outcome is unknown
 	AuthorizationRef string
 	VoidRequested    bool
 	FirstDeclinedAt  *time.Time
@@ -147,10 +138,10 @@ func Key(subscriptionID uuid.UUID, periodKey string) string {
 }
 
 // GatewayKey is the idempotency key of one gateway call: the charge, the
-// business attempt and the phase. Technical retries reuse it; a dunning
+// business attempt and the operation. Technical retries reuse it; a dunning
 // attempt gets a new one.
-func (c Charge) GatewayKey(phase Phase) string {
-	return fmt.Sprintf("%s:a%d:%s", c.Key(), c.AttemptCount, phase)
+func (c Charge) GatewayKey(op gateway.Op) string {
+	return fmt.Sprintf("%s:a%d:%s", c.Key(), c.AttemptCount, op)
 }
 
 var (

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
 )
 
 func TestRetryDelayIsCappedFullJitter(t *testing.T) {
@@ -59,8 +60,8 @@ func TestKeysAreDeterministic(t *testing.T) {
 	sub := uuid.MustParse("01a22a46-8ccb-7552-b728-afde6e0d5473")
 	c := charges.Charge{SubscriptionID: sub, PeriodKey: "2026-12-01", AttemptCount: 2}
 	require.Equal(t, "01a22a46-8ccb-7552-b728-afde6e0d5473:2026-12-01", c.Key())
-	require.Equal(t, c.Key()+":a2:authorize", c.GatewayKey(charges.PhaseAuthorize))
-	require.Equal(t, c.Key()+":a2:capture", c.GatewayKey(charges.PhaseCapture))
+	require.Equal(t, c.Key()+":a2:authorize", c.GatewayKey(gateway.OpAuthorize))
+	require.Equal(t, c.Key()+":a2:capture", c.GatewayKey(gateway.OpCapture))
 }
 
 func TestReviewCursorRoundTrip(t *testing.T) {

@@ -2,6 +2,7 @@ package charges
 
 import (
 	"github.com/google/uuid"
+	"github.com/rebill/rebill/charges/gateway"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -61,13 +62,14 @@ func (VoidArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{UniqueOp
 type ReconcileArgs struct {
 	ChargeID uuid.UUID `json:"charge_id" river:"unique"`
 	Attempt  int       `json:"attempt" river:"unique"`
-	Phase    Phase     `json:"phase" river:"unique"`
+	// Op keeps the JSON name "phase" of jobs enqueued before the rename.
+	Op gateway.Op `json:"phase" river:"unique"`
 }
 
 // Kind names the job in River.
 func (ReconcileArgs) Kind() string { return "charge_reconcile" }
 
-// InsertOpts makes the job unique per charge attempt and phase.
+// InsertOpts makes the job unique per charge attempt and operation.
 func (ReconcileArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{UniqueOpts: uniqueForever}
 }

@@ -54,7 +54,7 @@ type Subscriptions interface {
 // next step's job in one transaction.
 type Pipeline struct {
 	Pool          *pgxpool.Pool
-	Router        *Router
+	Gateways      *Gateways
 	Subscriptions Subscriptions
 	Clock         clock.Clock
 	Dunning       Dunning
@@ -70,9 +70,9 @@ type Pipeline struct {
 	Logger         zerolog.Logger
 }
 
-// step is one run of a job: the charge it works on and what River will do
-// if it fails.
-type step struct {
+// stageRun is one run of a pipeline stage's job: the charge it works on
+// and what River will do if it fails.
+type stageRun struct {
 	stage     string
 	chargeID  uuid.UUID
 	attempt   int
@@ -82,8 +82,8 @@ type step struct {
 	created   time.Time // when River created the job (real time)
 }
 
-func newStep[T river.JobArgs](stage string, job *river.Job[T], chargeID uuid.UUID, attempt int) step {
-	return step{stage: stage, chargeID: chargeID, attempt: attempt, run: job.Attempt,
+func newStep[T river.JobArgs](stage string, job *river.Job[T], chargeID uuid.UUID, attempt int) stageRun {
+	return stageRun{stage: stage, chargeID: chargeID, attempt: attempt, run: job.Attempt,
 		final: job.Attempt >= job.MaxAttempts, created: job.CreatedAt}
 }
 
@@ -92,7 +92,7 @@ func newStep[T river.JobArgs](stage string, job *river.Job[T], chargeID uuid.UUI
 // returns (in River's batches, not in this transaction): if the process
 // dies in between, the job runs again, finds the charge already moved on
 // (every move is guarded by the status it expects) and does nothing.
-func (p *Pipeline) record(ctx context.Context, s step, fn func(tx pgx.Tx) error) error {
+func (p *Pipeline) record(ctx context.Context, s stageRun, fn func(tx pgx.Tx) error) error {
 	err := pgx.BeginFunc(ctx, p.Pool, fn)
 	if errors.Is(err, ErrStale) {
 		return nil // another run already recorded this step
@@ -110,14 +110,14 @@ func (p *Pipeline) transitioned(c Charge, reason string) {
 	case Unknown, RequiresReview, Failed:
 		p.Logger.Warn().Str("charge_id", c.ID.String()).Str("subscription_id", c.SubscriptionID.String()).
 			Str("gateway", c.Gateway).Int("attempt", c.AttemptCount).Str("status", string(c.Status)).
-			Str("unknown_phase", string(c.UnknownPhase)).Str("failure_code", c.FailureCode).Str("reason", reason).
+			Str("unknown_phase", string(c.UnknownOp)).Str("failure_code", c.FailureCode).Str("reason", reason).
 			Msg("charge status")
 	}
 }
 
 // call runs one gateway call under the call timeout and logs its outcome:
-// ids, gateway, phase, attempt, outcome, latency; never the token.
-func (p *Pipeline) call(ctx context.Context, c Charge, phase Phase, fn func(ctx context.Context) (gateway.Result, error)) (gateway.Result, error) {
+// ids, gateway, op, attempt, outcome, latency; never the token.
+func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ctx context.Context) (gateway.Result, error)) (gateway.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.CallTimeout)
 	defer cancel()
 	start := time.Now()
@@ -136,7 +136,7 @@ func (p *Pipeline) call(ctx context.Context, c Charge, phase Phase, fn func(ctx 
 		outcome = "error"
 	}
 	p.Logger.Info().Str("charge_id", c.ID.String()).Str("subscription_id", c.SubscriptionID.String()).
-		Str("gateway", c.Gateway).Str("phase", string(phase)).Int("attempt", c.AttemptCount).
+		Str("gateway", c.Gateway).Str("op", string(op)).Int("attempt", c.AttemptCount).
 		Str("outcome", outcome).Int64("latency_ms", time.Since(start).Milliseconds()).
 		Str("decline_code", res.DeclineCode).Msg("gateway call")
 	return res, err
@@ -153,8 +153,8 @@ func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs])
 	if g == nil {
 		return err
 	}
-	res, err := p.call(ctx, c, PhaseAuthorize, func(ctx context.Context) (gateway.Result, error) {
-		return g.Authorize(ctx, p.request(c, PhaseAuthorize))
+	res, err := p.call(ctx, c, gateway.OpAuthorize, func(ctx context.Context) (gateway.Result, error) {
+		return g.Authorize(ctx, p.request(c, gateway.OpAuthorize))
 	})
 	return p.afterAuthorize(ctx, s, c, []Status{Authorizing}, res, err)
 }
@@ -165,13 +165,13 @@ func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs])
 // and finds its gateway. Returns ErrStale when the guard failed; a nil
 // gateway with a nil error means the charge went to review (its gateway is
 // not configured).
-func (p *Pipeline) begin(ctx context.Context, s step, from []Status, to Status) (Charge, gateway.Gateway, error) {
+func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Status) (Charge, gateway.Gateway, error) {
 	c, err := moveWhere(ctx, p.Pool, s.chargeID, s.attempt, from, to, p.Clock.Now(), "NOT void_requested")
 	if err != nil {
 		return Charge{}, nil, err
 	}
 	p.transitioned(c, "")
-	g, err := p.Router.Gateway(c.Gateway)
+	g, err := p.Gateways.Gateway(c.Gateway)
 	if err != nil {
 		return c, nil, p.review(ctx, s, c, err.Error())
 	}
@@ -182,25 +182,25 @@ func (p *Pipeline) begin(ctx context.Context, s step, from []Status, to Status) 
 // the step is stale; but a rerun of an attempt that may already have been
 // sent, whose subscription was cancelled since, is looked up instead of
 // sent again: if the gateway placed the hold, it is voided.
-func (p *Pipeline) authorizeNotWanted(ctx context.Context, s step) error {
+func (p *Pipeline) authorizeNotWanted(ctx context.Context, s stageRun) error {
 	c, err := Get(ctx, p.Pool, s.chargeID)
 	if err != nil || c.Status != Authorizing || !c.VoidRequested || c.AttemptCount != s.attempt {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return err
 	}
-	return p.toReconcile(ctx, s, c, PhaseAuthorize, "cancelled while the authorize may have been sent")
+	return p.toReconcile(ctx, s, c, gateway.OpAuthorize, "cancelled while the authorize may have been sent")
 }
 
-func (Pipeline) request(c Charge, phase Phase) gateway.Request {
-	return gateway.Request{IdempotencyKey: c.GatewayKey(phase), Token: c.token, Amount: c.Amount, Currency: c.Currency,
+func (Pipeline) request(c Charge, op gateway.Op) gateway.Request {
+	return gateway.Request{IdempotencyKey: c.GatewayKey(op), Token: c.token, Amount: c.Amount, Currency: c.Currency,
 		ChargeKey: c.Key(), AuthorizationID: c.AuthorizationRef}
 }
 
 // afterAuthorize continues from an authorize answer (or a lookup of one)
 // for a charge in one of from.
-func (p *Pipeline) afterAuthorize(ctx context.Context, s step, c Charge, from []Status, res gateway.Result, callErr error) error {
+func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, from []Status, res gateway.Result, callErr error) error {
 	if callErr != nil {
-		return p.technicalFailure(ctx, s, c, PhaseAuthorize, callErr)
+		return p.technicalFailure(ctx, s, c, gateway.OpAuthorize, callErr)
 	}
 	now := p.Clock.Now()
 	switch {
@@ -319,38 +319,38 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 // same call again without spending an attempt, showing when on the charge;
 // an unknown outcome hands the charge to reconciliation; and when River
 // would give up, the charge goes to review.
-func (p *Pipeline) technicalFailure(ctx context.Context, s step, c Charge, phase Phase, callErr error) error {
+func (p *Pipeline) technicalFailure(ctx context.Context, s stageRun, c Charge, op gateway.Op, callErr error) error {
 	switch {
 	case errors.Is(callErr, ErrCircuitOpen), errors.Is(callErr, gateway.ErrUnavailable):
-		return p.waitForGateway(ctx, s, c, phase, callErr)
-	case errors.Is(callErr, gateway.ErrUnknownOutcome) && !s.reconcile && phase != PhaseVoid:
+		return p.waitForGateway(ctx, s, c, op, callErr)
+	case errors.Is(callErr, gateway.ErrUnknownOutcome) && !s.reconcile && op != gateway.OpVoid:
 		metrics.Retries.WithLabelValues(s.stage, "unknown_outcome").Inc()
-		return p.toReconcile(ctx, s, c, phase, callErr.Error())
+		return p.toReconcile(ctx, s, c, op, callErr.Error())
 	case s.final:
 		metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
-		return p.review(ctx, s, c, fmt.Sprintf("%s gave no verdict after its last attempt: %v", phase, callErr))
+		return p.review(ctx, s, c, fmt.Sprintf("%s gave no verdict after its last attempt: %v", op, callErr))
 	case errors.Is(callErr, gateway.ErrUnknownOutcome):
 		metrics.Retries.WithLabelValues(s.stage, "unknown_outcome").Inc()
 	default:
 		metrics.Retries.WithLabelValues(s.stage, "error").Inc()
 	}
-	return fmt.Errorf("%s charge %s attempt %d: %w", phase, c.ID, c.AttemptCount, callErr)
+	return fmt.Errorf("%s charge %s attempt %d: %w", op, c.ID, c.AttemptCount, callErr)
 }
 
 // waitForGateway snoozes a step whose gateway did nothing: the charge shows
 // next_attempt_at and why, and the job runs again later with the same key.
 // Snoozes spend no River attempt; UnavailableFor bounds them.
-func (p *Pipeline) waitForGateway(ctx context.Context, s step, c Charge, phase Phase, callErr error) error {
+func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op gateway.Op, callErr error) error {
 	reason := "gateway_unavailable"
 	delay := p.Retry.Delay(max(s.run, 1))
 	if errors.Is(callErr, ErrCircuitOpen) {
 		reason = "gateway_circuit_open"
-		open := p.Router.OpenFor()
+		open := p.Gateways.OpenFor()
 		delay = open + time.Duration(rand.Int64N(int64(open)+1)) // spread the wake-ups
 	}
 	if p.Retry.Now().Sub(s.created) > p.UnavailableFor {
 		metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
-		return p.review(ctx, s, c, fmt.Sprintf("%s: the gateway did nothing for longer than %s: %v", phase, p.UnavailableFor, callErr))
+		return p.review(ctx, s, c, fmt.Sprintf("%s: the gateway did nothing for longer than %s: %v", op, p.UnavailableFor, callErr))
 	}
 	metrics.Retries.WithLabelValues(s.stage, reason).Inc()
 	now := p.Clock.Now()
@@ -362,17 +362,17 @@ func (p *Pipeline) waitForGateway(ctx context.Context, s step, c Charge, phase P
 
 // toReconcile records that a call's outcome is unknown and enqueues the
 // lookup that settles it.
-func (p *Pipeline) toReconcile(ctx context.Context, s step, c Charge, phase Phase, reason string) error {
+func (p *Pipeline) toReconcile(ctx context.Context, s stageRun, c Charge, op gateway.Op, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
 		next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorizing, Capturing}, Unknown, now,
-			`unknown_phase = $1, failure_code = NULL`, string(phase))
+			`unknown_phase = $1, failure_code = NULL`, string(op))
 		if err != nil {
 			return err
 		}
 		p.transitioned(next, reason)
 		_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx,
-			ReconcileArgs{ChargeID: c.ID, Attempt: c.AttemptCount, Phase: phase}, nil)
+			ReconcileArgs{ChargeID: c.ID, Attempt: c.AttemptCount, Op: op}, nil)
 		return err
 	})
 }
@@ -380,7 +380,7 @@ func (p *Pipeline) toReconcile(ctx context.Context, s step, c Charge, phase Phas
 // review sends the charge to the people: automation cannot tell or do more.
 // A charge that may hold an authorization has its hold checked and, unless
 // a capture exists, released, so that review never leaves money held.
-func (p *Pipeline) review(ctx context.Context, s step, c Charge, reason string) error {
+func (p *Pipeline) review(ctx context.Context, s stageRun, c Charge, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
 		next, err := move(ctx, tx, c.ID, 0, []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}, RequiresReview, now,
@@ -410,8 +410,8 @@ func (p *Pipeline) Capture(ctx context.Context, job *river.Job[CaptureArgs]) err
 	if g == nil {
 		return err
 	}
-	res, err := p.call(ctx, c, PhaseCapture, func(ctx context.Context) (gateway.Result, error) {
-		return g.Capture(ctx, p.request(c, PhaseCapture))
+	res, err := p.call(ctx, c, gateway.OpCapture, func(ctx context.Context) (gateway.Result, error) {
+		return g.Capture(ctx, p.request(c, gateway.OpCapture))
 	})
 	return p.afterCapture(ctx, s, c, []Status{Capturing}, res, err)
 }
@@ -419,7 +419,7 @@ func (p *Pipeline) Capture(ctx context.Context, job *river.Job[CaptureArgs]) err
 // voidInstead enqueues the release of a hold whose subscription was
 // cancelled before its capture started (the capture guard refuses such a
 // charge).
-func (p *Pipeline) voidInstead(ctx context.Context, s step) error {
+func (p *Pipeline) voidInstead(ctx context.Context, s stageRun) error {
 	c, err := Get(ctx, p.Pool, s.chargeID)
 	if err != nil || c.Status != Authorized || !c.VoidRequested || c.AttemptCount != s.attempt {
 		return err
@@ -430,9 +430,9 @@ func (p *Pipeline) voidInstead(ctx context.Context, s step) error {
 	})
 }
 
-func (p *Pipeline) afterCapture(ctx context.Context, s step, c Charge, from []Status, res gateway.Result, callErr error) error {
+func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from []Status, res gateway.Result, callErr error) error {
 	if callErr != nil {
-		return p.technicalFailure(ctx, s, c, PhaseCapture, callErr)
+		return p.technicalFailure(ctx, s, c, gateway.OpCapture, callErr)
 	}
 	if res.Status != gateway.StatusSucceeded {
 		metrics.StageRuns.WithLabelValues(s.stage, "refused").Inc()
@@ -466,15 +466,15 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return nil
 	}
-	g, err := p.Router.Gateway(c.Gateway)
+	g, err := p.Gateways.Gateway(c.Gateway)
 	if err != nil {
 		return p.review(ctx, s, c, err.Error())
 	}
-	res, err := p.call(ctx, c, PhaseVoid, func(ctx context.Context) (gateway.Result, error) {
-		return g.Void(ctx, p.request(c, PhaseVoid))
+	res, err := p.call(ctx, c, gateway.OpVoid, func(ctx context.Context) (gateway.Result, error) {
+		return g.Void(ctx, p.request(c, gateway.OpVoid))
 	})
 	if err != nil {
-		return p.technicalFailure(ctx, s, c, PhaseVoid, err)
+		return p.technicalFailure(ctx, s, c, gateway.OpVoid, err)
 	}
 	if res.Status != gateway.StatusSucceeded {
 		return p.review(ctx, s, c, fmt.Sprintf("the gateway refused to void the hold: %s %s", res.Status, res.DeclineCode))
@@ -505,45 +505,45 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 	if err != nil {
 		return err
 	}
-	phase := job.Args.Phase
-	if c.Status != Unknown || c.AttemptCount != s.attempt || c.UnknownPhase != phase {
+	op := job.Args.Op
+	if c.Status != Unknown || c.AttemptCount != s.attempt || c.UnknownOp != op {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return nil
 	}
-	g, err := p.Router.Gateway(c.Gateway)
+	g, err := p.Gateways.Gateway(c.Gateway)
 	if err != nil {
 		return p.review(ctx, s, c, err.Error())
 	}
-	res, err := p.call(ctx, c, phase, func(ctx context.Context) (gateway.Result, error) {
-		return g.Lookup(ctx, c.GatewayKey(phase))
+	res, err := p.call(ctx, c, op, func(ctx context.Context) (gateway.Result, error) {
+		return g.Lookup(ctx, c.GatewayKey(op))
 	})
 	if !errors.Is(err, gateway.ErrNotFound) {
-		if phase == PhaseCapture {
+		if op == gateway.OpCapture {
 			return p.afterCapture(ctx, s, c, []Status{Unknown}, res, err)
 		}
 		return p.afterAuthorize(ctx, s, c, []Status{Unknown}, res, err)
 	}
 	metrics.StageRuns.WithLabelValues(s.stage, "not_found").Inc()
 	inFlight := Authorizing
-	if phase == PhaseCapture {
+	if op == gateway.OpCapture {
 		inFlight = Capturing
 	}
 	resend, g, err := p.begin(ctx, s, []Status{Unknown}, inFlight)
 	if errors.Is(err, ErrStale) {
-		return p.notSentNotWanted(ctx, s, phase)
+		return p.notSentNotWanted(ctx, s, op)
 	}
 	if g == nil {
 		return err
 	}
 	metrics.StageRuns.WithLabelValues(s.stage, "resent").Inc()
-	if phase == PhaseCapture {
-		res, err = p.call(ctx, resend, phase, func(ctx context.Context) (gateway.Result, error) {
-			return g.Capture(ctx, p.request(resend, PhaseCapture))
+	if op == gateway.OpCapture {
+		res, err = p.call(ctx, resend, op, func(ctx context.Context) (gateway.Result, error) {
+			return g.Capture(ctx, p.request(resend, gateway.OpCapture))
 		})
 		return p.afterCapture(ctx, s, resend, []Status{Capturing}, res, err)
 	}
-	res, err = p.call(ctx, resend, phase, func(ctx context.Context) (gateway.Result, error) {
-		return g.Authorize(ctx, p.request(resend, PhaseAuthorize))
+	res, err = p.call(ctx, resend, op, func(ctx context.Context) (gateway.Result, error) {
+		return g.Authorize(ctx, p.request(resend, gateway.OpAuthorize))
 	})
 	return p.afterAuthorize(ctx, s, resend, []Status{Authorizing}, res, err)
 }
@@ -552,10 +552,10 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 // gateway and whose subscription was cancelled meanwhile: an authorize
 // that never happened leaves nothing to release; a capture that never
 // happened leaves the hold, which is voided.
-func (p *Pipeline) notSentNotWanted(ctx context.Context, s step, phase Phase) error {
+func (p *Pipeline) notSentNotWanted(ctx context.Context, s stageRun, op gateway.Op) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		if phase == PhaseAuthorize {
+		if op == gateway.OpAuthorize {
 			next, err := move(ctx, tx, s.chargeID, s.attempt, []Status{Unknown}, Voided, now,
 				`unknown_phase = NULL, failure_code = 'subscription_cancelled'`)
 			if err == nil {
@@ -589,7 +589,7 @@ func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldAr
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return nil
 	}
-	g, err := p.Router.Gateway(c.Gateway)
+	g, err := p.Gateways.Gateway(c.Gateway)
 	if err != nil {
 		return nil // nothing to ask; the review reason already says why
 	}
@@ -605,9 +605,9 @@ func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldAr
 		}
 		return recordHoldCheck(ctx, p.Pool, c.ID, c.AttemptCount, note, found == "", now)
 	}
-	req := p.request(c, PhaseVoid)
+	req := p.request(c, gateway.OpVoid)
 	req.AuthorizationID = hold
-	res, err := p.call(ctx, c, PhaseVoid, func(ctx context.Context) (gateway.Result, error) { return g.Void(ctx, req) })
+	res, err := p.call(ctx, c, gateway.OpVoid, func(ctx context.Context) (gateway.Result, error) { return g.Void(ctx, req) })
 	if err != nil {
 		return p.holdCheckFailed(ctx, s, c, err)
 	}
@@ -622,7 +622,7 @@ func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldAr
 // holdCheckFailed waits out a gateway that did nothing, however long: the
 // charge is already in review, and a held authorization must still be
 // released when the gateway is back. Other failures are River retries.
-func (p *Pipeline) holdCheckFailed(_ context.Context, s step, c Charge, err error) error {
+func (p *Pipeline) holdCheckFailed(_ context.Context, s stageRun, c Charge, err error) error {
 	if errors.Is(err, ErrCircuitOpen) || errors.Is(err, gateway.ErrUnavailable) {
 		metrics.Retries.WithLabelValues(s.stage, "gateway_unavailable").Inc()
 		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
@@ -635,27 +635,27 @@ func (p *Pipeline) holdCheckFailed(_ context.Context, s step, c Charge, err erro
 // void that failed); hold is the reference of a live authorization that
 // nothing captured or voided.
 func (p *Pipeline) attemptAtGateway(ctx context.Context, g gateway.Gateway, c Charge) (found, hold string, err error) {
-	lookup := func(phase Phase) (gateway.Result, bool, error) {
-		res, err := p.call(ctx, c, phase, func(ctx context.Context) (gateway.Result, error) {
-			return g.Lookup(ctx, c.GatewayKey(phase))
+	lookup := func(op gateway.Op) (gateway.Result, bool, error) {
+		res, err := p.call(ctx, c, op, func(ctx context.Context) (gateway.Result, error) {
+			return g.Lookup(ctx, c.GatewayKey(op))
 		})
 		if errors.Is(err, gateway.ErrNotFound) {
 			return gateway.Result{}, false, nil
 		}
 		return res, err == nil && res.Status == gateway.StatusSucceeded, err
 	}
-	capture, captured, err := lookup(PhaseCapture)
+	capture, captured, err := lookup(gateway.OpCapture)
 	if err != nil {
 		return "", "", err
 	}
 	if captured {
 		return "a succeeded capture " + capture.Reference + " of attempt " + fmt.Sprint(c.AttemptCount), "", nil
 	}
-	auth, authorized, err := lookup(PhaseAuthorize)
+	auth, authorized, err := lookup(gateway.OpAuthorize)
 	if err != nil || !authorized {
 		return "", "", err
 	}
-	_, voided, err := lookup(PhaseVoid)
+	_, voided, err := lookup(gateway.OpVoid)
 	if err != nil || voided {
 		return "", "", err
 	}
@@ -675,7 +675,7 @@ func (p *Pipeline) LiveMoney(ctx context.Context, c Charge) (string, error) {
 	if c.HoldReleasedAt != nil {
 		return "", nil
 	}
-	g, err := p.Router.Gateway(c.Gateway)
+	g, err := p.Gateways.Gateway(c.Gateway)
 	if err != nil {
 		return "", err
 	}

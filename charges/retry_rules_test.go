@@ -72,14 +72,14 @@ func TestLiveMoneyRefusesARetryThatWouldPayTwice(t *testing.T) {
 	declined := gateway.Result{Status: gateway.StatusDeclined}
 	for _, tc := range []struct {
 		name  string
-		ops   map[Phase]gateway.Result
+		ops   map[gateway.Op]gateway.Result
 		found string
 	}{
 		{"nothing at the gateway", nil, ""},
-		{"declined authorization", map[Phase]gateway.Result{"authorize": declined}, ""},
-		{"live hold", map[Phase]gateway.Result{"authorize": ok}, "a live hold op_1 of attempt 2"},
-		{"voided hold", map[Phase]gateway.Result{"authorize": ok, "void": ok}, ""},
-		{"captured", map[Phase]gateway.Result{"authorize": ok, "capture": ok}, "a succeeded capture op_1 of attempt 2"},
+		{"declined authorization", map[gateway.Op]gateway.Result{"authorize": declined}, ""},
+		{"live hold", map[gateway.Op]gateway.Result{"authorize": ok}, "a live hold op_1 of attempt 2"},
+		{"voided hold", map[gateway.Op]gateway.Result{"authorize": ok, "void": ok}, ""},
+		{"captured", map[gateway.Op]gateway.Result{"authorize": ok, "capture": ok}, "a succeeded capture op_1 of attempt 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -87,7 +87,7 @@ func TestLiveMoneyRefusesARetryThatWouldPayTwice(t *testing.T) {
 			for phase, res := range tc.ops {
 				g.ops[c.GatewayKey(phase)] = res
 			}
-			p := &Pipeline{Router: NewRouter([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
+			p := &Pipeline{Gateways: NewGateways([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
 			found, err := p.LiveMoney(context.Background(), c)
 			require.NoError(t, err)
 			require.Equal(t, tc.found, found)
@@ -96,7 +96,7 @@ func TestLiveMoneyRefusesARetryThatWouldPayTwice(t *testing.T) {
 	t.Run("gateway unreachable", func(t *testing.T) {
 		t.Parallel()
 		g := &fakeGateway{LookupFunc: func(string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrUnavailable }}
-		p := &Pipeline{Router: NewRouter([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
+		p := &Pipeline{Gateways: NewGateways([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
 		_, err := p.LiveMoney(context.Background(), c)
 		require.ErrorIs(t, err, ErrGatewayUnreachable)
 	})

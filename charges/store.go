@@ -31,7 +31,7 @@ const columns = `id, subscription_id, customer_id, period_key, period_start, amo
 func scan(row pgx.Row) (Charge, error) {
 	var c Charge
 	err := row.Scan(&c.ID, &c.SubscriptionID, &c.CustomerID, &c.PeriodKey, &c.PeriodStart, &c.Amount, &c.Currency,
-		&c.Gateway, &c.Status, &c.AttemptCount, &c.UnknownPhase, &c.AuthorizationRef, &c.VoidRequested,
+		&c.Gateway, &c.Status, &c.AttemptCount, &c.UnknownOp, &c.AuthorizationRef, &c.VoidRequested,
 		&c.FirstDeclinedAt, &c.NextAttemptAt, &c.FailureCode, &c.ReviewReason, &c.CreatedAt, &c.UpdatedAt, &c.token,
 		&c.AttemptDueAt, &c.AttemptTimes, &c.HoldReleasedAt, &c.Resolved)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -87,11 +87,11 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	}
 	breaker := charges.DefaultBreaker
 	breaker.OpenFor = cfg.BreakerOpenFor
-	router := charges.NewRouter(gateways, breaker)
+	breakers := charges.NewGateways(gateways, breaker)
 
 	subs := subscriptions.NewStore(svc.Clock)
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
-	pipeline := &charges.Pipeline{Pool: pool, Router: router, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock},
+	pipeline := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock},
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
 		UnavailableFor: cfg.UnavailableFor, Logger: log.With().Str("component", "charges").Logger()}
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
@@ -135,10 +135,10 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		}
 	}
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, Attempts: pipeline,
-		KnownGateway: router.Known, Clock: svc.Clock}
+		KnownGateway: breakers.Known, Clock: svc.Clock}
 	svc.Handler = api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
-		KnownGateway: router.Known, Dev: dev, Logger: log,
+		KnownGateway: breakers.Known, Dev: dev, Logger: log,
 	})
 	return svc, nil
 }

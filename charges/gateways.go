@@ -20,9 +20,11 @@ var ErrCircuitOpen = errors.New("gateway circuit open")
 // ErrUnknownGateway: a charge names a gateway that is not configured.
 var ErrUnknownGateway = errors.New("unknown gateway")
 
-// Router finds the gateway of a charge. Recurring charges are sticky: a
-// charge always goes to the gateway that issued its token.
-type Router struct {
+// Gateways are the configured gateways, each behind its circuit breaker.
+// They look a charge's gateway up by name and do no routing: recurring
+// charges are sticky, a charge always goes to the gateway that issued its
+// token.
+type Gateways struct {
 	gateways map[string]*breakerGateway
 	openFor  time.Duration
 }
@@ -43,10 +45,10 @@ type Breaker struct {
 // window, open about 5 s.
 var DefaultBreaker = Breaker{Window: 30 * time.Second, MinCalls: 10, FailureRatio: 0.5, OpenFor: 5 * time.Second}
 
-// NewRouter wraps each gateway in a circuit breaker (sony/gobreaker, with
+// NewGateways wraps each gateway in a circuit breaker (sony/gobreaker, with
 // its rolling window).
-func NewRouter(gateways []gateway.Gateway, b Breaker) *Router {
-	r := &Router{gateways: map[string]*breakerGateway{}, openFor: b.OpenFor}
+func NewGateways(gateways []gateway.Gateway, b Breaker) *Gateways {
+	r := &Gateways{gateways: map[string]*breakerGateway{}, openFor: b.OpenFor}
 	for _, g := range gateways {
 		metrics.GatewayCircuitOpen.WithLabelValues(g.Name()).Set(0)
 		r.gateways[g.Name()] = &breakerGateway{
@@ -78,19 +80,19 @@ func NewRouter(gateways []gateway.Gateway, b Breaker) *Router {
 }
 
 // OpenFor is how long an open circuit stays open before a probe.
-func (r *Router) OpenFor() time.Duration { return r.openFor }
+func (r *Gateways) OpenFor() time.Duration { return r.openFor }
 
 // Known reports whether name is a configured gateway.
-func (r *Router) Known(name string) bool { _, ok := r.gateways[name]; return ok }
+func (r *Gateways) Known(name string) bool { _, ok := r.gateways[name]; return ok }
 
 // CircuitOpen reports whether calls to the named gateway are paused.
-func (r *Router) CircuitOpen(name string) bool {
+func (r *Gateways) CircuitOpen(name string) bool {
 	g, ok := r.gateways[name]
 	return ok && g.breaker.State() == gobreaker.StateOpen
 }
 
 // Gateway returns the named gateway behind its breaker.
-func (r *Router) Gateway(name string) (gateway.Gateway, error) {
+func (r *Gateways) Gateway(name string) (gateway.Gateway, error) {
 	g, ok := r.gateways[name]
 	if !ok {
 		return nil, fmt.Errorf("%w %q", ErrUnknownGateway, name)
