@@ -174,7 +174,7 @@ func TestBusinessOutcomeIsStoredAndReplayed(t *testing.T) {
 // holds the key until the lease expires; a retry then executes exactly once.
 func TestCrashedRequestIsRetriedAfterLease(t *testing.T) {
 	t.Parallel()
-	const lease = time.Second
+	const lease = time.Minute
 	b := setup(t, setupOpts{lease: lease})
 	store := idempotency.NewStore(b.pool, lease)
 	fingerprint := idempotency.Fingerprint(http.MethodPost, "/v1/subscriptions", []byte(createBody))
@@ -192,7 +192,7 @@ func TestCrashedRequestIsRetriedAfterLease(t *testing.T) {
 	res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "crash", createBody)
 	require.Equal(t, http.StatusConflict, res.status, "within the lease the key is still held")
 
-	time.Sleep(lease + 100*time.Millisecond)
+	b.expireLease(t, "crash")
 	res = b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "crash", createBody)
 	require.Equal(t, http.StatusCreated, res.status, string(res.body))
 	res2 := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "crash", createBody)
@@ -269,7 +269,7 @@ func TestExpiredRecordsAreDeleted(t *testing.T) {
 // first; the slow original then finds the key completed and rolls back.
 func TestSlowOriginalLosesToCompletedRetry(t *testing.T) {
 	t.Parallel()
-	const lease = 200 * time.Millisecond
+	const lease = time.Minute
 	b := setup(t, setupOpts{lease: lease})
 	store := idempotency.NewStore(b.pool, lease)
 	scope, key := "key:bootstrap-admin", "slow-loses"
@@ -282,7 +282,7 @@ func TestSlowOriginalLosesToCompletedRetry(t *testing.T) {
 	_, err = slow.Exec(context.Background(), `INSERT INTO api_keys (id, key_hash, role) VALUES (gen_random_uuid(), 'x', 'admin')`)
 	require.NoError(t, err)
 
-	time.Sleep(lease + 50*time.Millisecond)
+	b.expireLease(t, key)
 	res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, key, createBody)
 	require.Equal(t, http.StatusCreated, res.status)
 
@@ -293,4 +293,14 @@ func TestSlowOriginalLosesToCompletedRetry(t *testing.T) {
 	require.Zero(t, b.count(t, "api_keys"), "the slow request's effect was rolled back")
 	replay := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, key, createBody)
 	require.Equal(t, res.body, replay.body)
+}
+
+// expireLease backdates the lease of an idempotency key, as if its request
+// had been silent for longer than the lease: no test waits for a lease.
+func (b testBundle) expireLease(t *testing.T, key string) {
+	t.Helper()
+	tag, err := b.pool.Exec(context.Background(),
+		`UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE key = $1`, key)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
 }

@@ -168,7 +168,7 @@ func TestClockJumpChargesEachMissedPeriodOnce(t *testing.T) {
 	}
 	require.Len(t, keys, 4)
 	b.advance(t, "1h")
-	time.Sleep(500 * time.Millisecond)
+	b.scanNow(t)
 	require.Len(t, b.charges(t, sub), 4, "nothing new is due")
 }
 
@@ -179,7 +179,7 @@ func TestPausedPeriodsAreSkippedNotOwed(t *testing.T) {
 	b.waitCharges(t, sub, 1, "succeeded")
 	b.call(t, http.MethodPost, "/v1/subscriptions/"+sub+"/pause", map[string]any{})
 	b.advance(t, "720h") // four weeks paused
-	time.Sleep(700 * time.Millisecond)
+	b.scanNow(t)
 	require.Len(t, b.charges(t, sub), 1, "no charge while paused")
 
 	resumed := b.call(t, http.MethodPost, "/v1/subscriptions/"+sub+"/resume", map[string]any{})
@@ -228,6 +228,6 @@ func TestCancelVoidsAndStopsCharging(t *testing.T) {
 	b.waitCharges(t, sub, 1, "succeeded")
 	b.call(t, http.MethodPost, "/v1/subscriptions/"+sub+"/cancel", map[string]any{})
 	b.advance(t, "72h")
-	time.Sleep(500 * time.Millisecond)
+	b.scanNow(t)
 	require.Len(t, b.charges(t, sub), 1)
 }
