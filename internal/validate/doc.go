@@ -1,5 +1,7 @@
 // Package validate holds the pure checks that the HTTP layer runs on request
-// input before anything reaches the domain: strict JSON decoding, card
+// input before anything reaches the domain: strict JSON decoding (an
+// adapter around github.com/go-json-experiment/json, the upstream of Go's
+// json v2, that also refuses NUL and names fields the API's way), card
 // number detection, currency codes, time zones and the Idempotency-Key
 // header.
 //
@@ -11,7 +13,8 @@
 // # Errors
 //
 // [Decode] returns a [*DecodeError] (400) listing [FieldError] values that
-// map one to one onto the `errors` list of an RFC 9457 problem. [ReadBody]
+// map one to one onto the `errors` list of an RFC 9457 problem: the first
+// JSON-level error alone, or every string holding NUL. [ReadBody]
 // returns [ErrBodyTooLarge] (413). [IdempotencyKey] returns errors matching
 // [ErrIdempotencyKeyMissing] or [ErrIdempotencyKeyInvalid] under errors.Is;
 // both are 400.

@@ -10,25 +10,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-type fuzzEmbedded struct {
-	Promoted string `json:"promoted"`
-}
-
 type fuzzPaymentMethod struct {
 	Gateway  string `json:"gateway"`
 	Token    string `json:"token"`
-	ExpMonth int64  `json:"exp_month"`
+	ExpMonth int    `json:"exp_month"`
 	ExpYear  *int64 `json:"exp_year"`
 }
 
+// fuzzTarget has the shapes the API's request types are made of.
 type fuzzTarget struct {
-	fuzzEmbedded
 	ID            string             `json:"id"`
 	Amount        int64              `json:"amount"`
-	Count         *int32             `json:"count"`
-	Size          uint16             `json:"size"`
-	Rate          float64            `json:"rate"`
+	Count         *int               `json:"count"`
+	Zone          *string            `json:"zone"`
+	Rate          *float64           `json:"rate"`
 	Active        *bool              `json:"active"`
+	AtPeriodEnd   bool               `json:"at_period_end"`
 	PaymentMethod *fuzzPaymentMethod `json:"payment_method"`
 	Nested        struct {
 		Deeper struct {
@@ -37,13 +34,8 @@ type fuzzTarget struct {
 		S []string `json:"s"`
 	} `json:"nested"`
 	Metadata map[string]string `json:"metadata"`
-	Counts   map[int]uint8     `json:"counts"`
 	Tags     []string          `json:"tags"`
-	Pair     [2]int64          `json:"pair"`
 	At       *time.Time        `json:"at"`
-	Quoted   int64             `json:"quoted,string"`
-	Extra    any               `json:"extra"`
-	Raw      json.RawMessage   `json:"raw"`
 }
 
 // FuzzDecode feeds arbitrary bytes to Decode and the card-number checks.
@@ -55,12 +47,13 @@ func FuzzDecode(f *testing.F) {
 		`{}`,
 		`null`,
 		`[]`,
-		`{"id": "550e8400-e29b-41d4-a716-446655440000", "amount": 49900, "count": 3, "size": 7, "rate": 1.5, "active": true}`,
+		`{"id": "550e8400-e29b-41d4-a716-446655440000", "amount": 49900, "count": 3, "zone": "UTC", "rate": 0.5, "active": true, "at_period_end": true}`,
 		`{"payment_method": {"gateway": "sim1", "token": "tok_ok", "exp_month": 12, "exp_year": 2030}}`,
-		`{"nested": {"deeper": {"n": 1}, "s": ["a"]}, "promoted": "p"}`,
-		`{"metadata": {"note": "card 4111 1111 1111 1111"}, "counts": {"1": 2}, "tags": ["x"]}`,
-		`{"pair": [1, 2, 3], "at": "2026-12-01T00:00:00Z", "quoted": "42", "extra": {"a": [1e400]}}`,
-		`{"raw": {"a": 1, "a": 2}}`,
+		`{"nested": {"deeper": {"n": 1}, "s": ["a"]}}`,
+		`{"metadata": {"note": "card 4111 1111 1111 1111"}, "tags": ["x"]}`,
+		`{"at": "2026-12-01T00:00:00Z", "rate": 1e400}`,
+		`{"metadata": {"a": "1", "a": "2"}}`,
+		`{"metadata": {"k\u0000": "v"}, "tags": ["\u0000"]}`,
 		`{"amount": 49900.0}`,
 		`{"amount": 4.99e4}`,
 		`{"amount": "49900"}`,
@@ -102,9 +95,11 @@ func FuzzDecode(f *testing.F) {
 			require.NoError(t, strict.Decode(&again))
 		}
 
-		// The result encodes, and what it encodes to is accepted too.
+		// The result encodes, holds no NUL, and what it encodes to is
+		// accepted too.
 		out, err := json.Marshal(dst)
 		require.NoError(t, err)
+		require.NotContains(t, string(out), `\u0000`)
 		var back fuzzTarget
 		require.NoError(t, Decode(out, &back), "re-encoded %s", out)
 	})
