@@ -38,6 +38,7 @@ import (
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 )
@@ -115,7 +116,7 @@ func benchPool(b *testing.B) *pgxpool.Pool {
 func benchSetup(b *testing.B) benchBundle {
 	b.Helper()
 	pool := benchPool(b)
-	clk := &fixedClock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	subs := subscriptions.NewStore(clk)
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {

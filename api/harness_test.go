@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,35 +25,16 @@ import (
 	"github.com/rebill/rebill/subscriptions"
 
 	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/testsupport"
 )
 
 const adminKey = "test-admin-key"
 
-type fixedClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fixedClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-
-// syncBuffer collects log lines written from many goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.buf.String() }
-
 type testBundle struct {
 	pool   *pgxpool.Pool
 	server *httptest.Server
-	clock  *fixedClock
-	logs   *syncBuffer
+	clock  *testsupport.Clock
+	logs   *testsupport.LockedBuffer
 }
 
 type setupOpts struct {
@@ -74,8 +54,8 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	if pool == nil {
 		pool = dbtest.Pool(t)
 	}
-	clk := &fixedClock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
-	logs := &syncBuffer{}
+	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	logs := &testsupport.LockedBuffer{}
 	subs := subscriptions.NewStore(clk)
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
 )
@@ -41,19 +42,15 @@ func TestCanTransition(t *testing.T) {
 	}
 }
 
-type fixedClock struct{ now time.Time }
-
-func (c *fixedClock) Now() time.Time { return c.now }
-
 type testBundle struct {
 	pool  *pgxpool.Pool
 	store *subscriptions.Store
-	clock *fixedClock
+	clock *testsupport.Clock
 }
 
 func setup(t *testing.T) testBundle {
 	t.Helper()
-	clk := &fixedClock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	return testBundle{pool: dbtest.Pool(t), store: subscriptions.NewStore(clk), clock: clk}
 }
 
@@ -159,11 +156,11 @@ func TestResumeStartsNewPeriodNow(t *testing.T) {
 	ctx := context.Background()
 	sub := b.create(t)
 	b.inTx(t, func(tx pgx.Tx) error { _, _, err := b.store.Pause(ctx, tx, sub.ID, nil, actor); return err })
-	b.clock.now = b.clock.now.Add(45 * 24 * time.Hour)
+	b.clock.Advance(45 * 24 * time.Hour)
 	var resumed subscriptions.Subscription
 	b.inTx(t, func(tx pgx.Tx) (err error) { resumed, _, err = b.store.Resume(ctx, tx, sub.ID, actor); return err })
-	require.Equal(t, b.clock.now, resumed.BillingAnchor)
-	require.Equal(t, b.clock.now, resumed.NextChargeAt)
+	require.Equal(t, b.clock.Now(), resumed.BillingAnchor)
+	require.Equal(t, b.clock.Now(), resumed.NextChargeAt)
 	require.Nil(t, resumed.PausedAt)
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/testsupport"
 )
 
 // TestMain only removes the binary the process tests built (lazily, once).
@@ -75,31 +76,13 @@ func procBinary(t *testing.T) string {
 	return procBin.path
 }
 
-// procBuffer collects a process' output; safe for concurrent use.
-type procBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *procBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *procBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // procServer is one running `rebill serve`.
 type procServer struct {
 	name   string
 	cmd    *exec.Cmd
 	url    string
-	stdout procBuffer
-	stderr procBuffer
+	stdout testsupport.LockedBuffer
+	stderr testsupport.LockedBuffer
 	done   chan struct{} // closed when the process has exited and been waited for
 }
 

@@ -1,7 +1,6 @@
 package sim_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/testsupport"
 )
 
 // Tokens used by the tests. Each ends in a marker that must never show up
@@ -46,7 +46,7 @@ func setup(t *testing.T) *testBundle {
 	pool := dbtest.Pool(t)
 	require.NoError(t, sim.Migrate(context.Background(), pool))
 
-	logs := &lockedBuffer{}
+	logs := &testsupport.LockedBuffer{}
 	t.Cleanup(func() { requireNoToken(t, logs.String()) })
 	ts := httptest.NewServer(sim.NewServer(pool, []string{"sim1", "sim2"}, zerolog.New(logs).Level(zerolog.DebugLevel)))
 	t.Cleanup(ts.Close)
@@ -91,23 +91,6 @@ func requireErr(t *testing.T, err, target error) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func TestMigrate(t *testing.T) {
 	t.Parallel()
