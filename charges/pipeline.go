@@ -506,7 +506,17 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 		return err
 	}
 	phase := job.Args.Phase
-	if c.Status != Unknown || c.AttemptCount != s.attempt || c.UnknownPhase != phase {
+	inFlight := Authorizing
+	if phase == PhaseCapture {
+		inFlight = Capturing
+	}
+	// The charge is this job's while its outcome is unknown, and also once
+	// this job began to resend the call (in flight, its unknown phase still
+	// set) without recording an answer: the resend got no verdict, or the
+	// process died. A rerun then looks the call up again and resends it
+	// with the same key; treating it as stale would leave the charge in
+	// flight with no job to settle it.
+	if (c.Status != Unknown && c.Status != inFlight) || c.AttemptCount != s.attempt || c.UnknownPhase != phase {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return nil
 	}
@@ -519,16 +529,12 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 	})
 	if !errors.Is(err, gateway.ErrNotFound) {
 		if phase == PhaseCapture {
-			return p.afterCapture(ctx, s, c, []Status{Unknown}, res, err)
+			return p.afterCapture(ctx, s, c, []Status{c.Status}, res, err)
 		}
-		return p.afterAuthorize(ctx, s, c, []Status{Unknown}, res, err)
+		return p.afterAuthorize(ctx, s, c, []Status{c.Status}, res, err)
 	}
 	metrics.StageRuns.WithLabelValues(s.stage, "not_found").Inc()
-	inFlight := Authorizing
-	if phase == PhaseCapture {
-		inFlight = Capturing
-	}
-	resend, g, err := p.begin(ctx, s, []Status{Unknown}, inFlight)
+	resend, g, err := p.begin(ctx, s, []Status{Unknown, inFlight}, inFlight)
 	if errors.Is(err, ErrStale) {
 		return p.notSentNotWanted(ctx, s, phase)
 	}
@@ -556,7 +562,9 @@ func (p *Pipeline) notSentNotWanted(ctx context.Context, s step, phase Phase) er
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
 		if phase == PhaseAuthorize {
-			next, err := move(ctx, tx, s.chargeID, s.attempt, []Status{Unknown}, Voided, now,
+			// Authorizing: a resend of this job's that never reached the
+			// gateway, cancelled since.
+			next, err := move(ctx, tx, s.chargeID, s.attempt, []Status{Unknown, Authorizing}, Voided, now,
 				`unknown_phase = NULL, failure_code = 'subscription_cancelled'`)
 			if err == nil {
 				p.transitioned(next, "")
