@@ -2,6 +2,7 @@ package charges
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -76,15 +77,28 @@ type step struct {
 	stage     string
 	chargeID  uuid.UUID
 	attempt   int
-	run       int       // River's attempt number of the job, snoozes included
+	run       int       // how many times the job has run: River's attempt plus its snoozes
 	final     bool      // River will not retry this job again
 	reconcile bool      // the step is a reconcile job
 	created   time.Time // when River created the job (real time)
 }
 
 func newStep[T river.JobArgs](stage string, job *river.Job[T], chargeID uuid.UUID, attempt int) step {
-	return step{stage: stage, chargeID: chargeID, attempt: attempt, run: job.Attempt,
+	return step{stage: stage, chargeID: chargeID, attempt: attempt, run: job.Attempt + snoozes(job.Metadata),
 		final: job.Attempt >= job.MaxAttempts, created: job.CreatedAt}
+}
+
+// snoozes is how many times River snoozed a job. A snooze gives the job's
+// attempt back (job.Attempt does not count it) and counts itself in the
+// job's metadata under "snoozes".
+func snoozes(metadata []byte) int {
+	var m struct {
+		Snoozes int `json:"snoozes"`
+	}
+	if json.Unmarshal(metadata, &m) != nil {
+		return 0
+	}
+	return m.Snoozes
 }
 
 // record runs fn, which records a step's outcome and enqueues the next
