@@ -7,104 +7,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertest"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
-)
-
-// stepCase is one run of a step: the charge's state before it, the
-// subscription as Lock reports it, what happens at the gateway (answers,
-// and events that commit while the call is in flight), and the outcome.
-type stepCase struct {
-	name    string
-	fixture fixture
-	sub     func(*charges.Subscription) // changes what Lock returns
-	// The gateway's answers for the step's call; lookups answer from found
-	// (by phase of the charge's attempt), not found otherwise.
-	res       gateway.Result
-	err       error
-	found     map[charges.Phase]gateway.Result
-	lookupErr error
-	// meanwhile runs inside the gateway call, before it answers: a
-	// subscription event that commits while the call is in flight.
-	meanwhile   func(ctx context.Context, t *testing.T, b *testBundle)
-	circuitOpen bool              // the gateway's breaker is open before the step
-	jobAttempt  int               // the job's attempt, when not the charge's
-	jobPhase    charges.Phase     // a reconcile job's phase, when not the charge's
-	opts        *river.InsertOpts // e.g. MaxAttempts: 1, the job's last attempt
-	createdAgo  time.Duration     // the job was created this long before it runs
-	want        outcome
-}
-
-// lookups answers lookups of the charge's attempt from tc.found and
-// tc.lookupErr.
-func (tc stepCase) lookups(b *testBundle, attempt int) func(context.Context, string) (gateway.Result, error) {
-	if tc.lookupErr != nil {
-		return func(context.Context, string) (gateway.Result, error) { return gateway.Result{}, tc.lookupErr }
-	}
-	ops := map[string]gateway.Result{}
-	for phase, res := range tc.found {
-		ops[b.key(attempt, phase)] = res
-	}
-	return ledger(ops)
-}
-
-// call is the gateway answer of tc's call, running tc.meanwhile first
-// (River works a rivertest job on the test's goroutine).
-func (tc stepCase) call(t *testing.T, b *testBundle) func(context.Context, gateway.Request) (gateway.Result, error) {
-	return func(ctx context.Context, _ gateway.Request) (gateway.Result, error) {
-		if tc.meanwhile != nil {
-			tc.meanwhile(ctx, t, b)
-		}
-		return tc.res, tc.err
-	}
-}
-
-// runStep prepares tc, works args through w and returns what River
-// reported.
-func runStep[T river.JobArgs](ctx context.Context, t *testing.T, b *testBundle, tc stepCase, w *rivertest.Worker[T, pgx.Tx],
-	args T) (*rivertest.WorkResult, error) {
-	t.Helper()
-	if tc.sub != nil {
-		b.subs.update(tc.sub)
-	}
-	if tc.circuitOpen {
-		b.tripCircuit(ctx, t)
-	}
-	if tc.createdAgo > 0 {
-		job := b.insertJob(ctx, t, args, tc.opts)
-		b.clock.Advance(tc.createdAgo)
-		return w.WorkJob(ctx, t, b.tx, job)
-	}
-	return w.Work(ctx, t, b.tx, args, tc.opts)
-}
-
-func capture(id uuid.UUID) []river.JobArgs {
-	return []river.JobArgs{charges.CaptureArgs{ChargeID: id, Attempt: 1}}
-}
-
-func void(id uuid.UUID) []river.JobArgs {
-	return []river.JobArgs{charges.VoidArgs{ChargeID: id, Attempt: 1}}
-}
-
-func releaseHold(id uuid.UUID) []river.JobArgs {
-	return []river.JobArgs{charges.ReleaseHoldArgs{ChargeID: id, Attempt: 1}}
-}
-
-func reconcile(phase charges.Phase) func(uuid.UUID) []river.JobArgs {
-	return func(id uuid.UUID) []river.JobArgs {
-		return []river.JobArgs{charges.ReconcileArgs{ChargeID: id, Attempt: 1, Phase: phase}}
-	}
-}
-
-// Events that commit while a call is in flight.
-var (
-	cancelMeanwhile = func(ctx context.Context, t *testing.T, b *testBundle) { b.requestVoid(ctx, t) }
-	cardMeanwhile   = func(ctx context.Context, t *testing.T, b *testBundle) { b.changeCard(ctx, t, newCard) }
 )
 
 func TestAuthorizeWorker(t *testing.T) {
@@ -116,7 +23,7 @@ func TestAuthorizeWorker(t *testing.T) {
 		{
 			name: "Succeeded",
 			res:  succeeded,
-			want: outcome{status: charges.Authorized, authorizationRef: holdRef, calls: []string{authorize}, jobs: capture},
+			want: outcome{status: charges.Authorized, authorizationRef: holdRef, calls: []string{authorize}, jobs: captureJob},
 		},
 		{
 			name: "SoftDecline",
@@ -169,7 +76,7 @@ func TestAuthorizeWorker(t *testing.T) {
 			err:        gateway.ErrUnavailable,
 			createdAgo: unavailableFor + time.Second,
 			want: outcome{status: charges.RequiresReview, reviewReason: "the gateway did nothing for longer than 6h0m0s",
-				calls: []string{authorize}, jobs: releaseHold},
+				calls: []string{authorize}, jobs: releaseHoldJob},
 		},
 		{
 			name:        "CircuitOpen",
@@ -181,14 +88,14 @@ func TestAuthorizeWorker(t *testing.T) {
 			name: "UnknownOutcome",
 			err:  gateway.ErrUnknownOutcome,
 			want: outcome{status: charges.Unknown, unknownPhase: charges.PhaseAuthorize, calls: []string{authorize},
-				jobs: reconcile(charges.PhaseAuthorize)},
+				jobs: reconcileJob(charges.PhaseAuthorize)},
 		},
 		{
 			name: "UnknownOutcomeOnTheLastAttempt",
 			err:  gateway.ErrUnknownOutcome,
 			opts: &river.InsertOpts{MaxAttempts: 1}, // still looked up: review is for what a lookup cannot settle
 			want: outcome{status: charges.Unknown, unknownPhase: charges.PhaseAuthorize, calls: []string{authorize},
-				jobs: reconcile(charges.PhaseAuthorize)},
+				jobs: reconcileJob(charges.PhaseAuthorize)},
 		},
 		{
 			name: "OtherError",
@@ -200,7 +107,7 @@ func TestAuthorizeWorker(t *testing.T) {
 			err:  errors.New("tls: bad certificate"),
 			opts: &river.InsertOpts{MaxAttempts: 1},
 			want: outcome{status: charges.RequiresReview, reviewReason: "authorize gave no verdict after its last attempt",
-				calls: []string{authorize}, jobs: releaseHold},
+				calls: []string{authorize}, jobs: releaseHoldJob},
 		},
 		{
 			name:      "CardChangedInFlightThenSoftDecline",
@@ -224,7 +131,7 @@ func TestAuthorizeWorker(t *testing.T) {
 			name:      "CardChangedInFlightThenSucceeded",
 			res:       succeeded,
 			meanwhile: cardMeanwhile, // the hold on the old card is as good
-			want:      outcome{status: charges.Authorized, authorizationRef: holdRef, calls: []string{authorize}, jobs: capture},
+			want:      outcome{status: charges.Authorized, authorizationRef: holdRef, calls: []string{authorize}, jobs: captureJob},
 		},
 		{
 			name:      "CancelledInFlightThenDeclined",
@@ -236,7 +143,7 @@ func TestAuthorizeWorker(t *testing.T) {
 			name:      "CancelledInFlightThenSucceeded",
 			res:       succeeded,
 			meanwhile: cancelMeanwhile, // the hold is released, not captured
-			want:      outcome{status: charges.Authorized, authorizationRef: holdRef, calls: []string{authorize}, jobs: void},
+			want:      outcome{status: charges.Authorized, authorizationRef: holdRef, calls: []string{authorize}, jobs: voidJob},
 		},
 		{
 			name: "SubscriptionCancelledThenDeclined",
@@ -260,7 +167,7 @@ func TestAuthorizeWorker(t *testing.T) {
 			name:    "GatewayNotConfigured",
 			fixture: fixture{gateway: "gone"},
 			want: outcome{status: charges.RequiresReview, reviewReason: `unknown gateway "gone"`,
-				jobs: releaseHold},
+				jobs: releaseHoldJob},
 		},
 		{
 			name:       "StaleAttempt",
@@ -272,7 +179,7 @@ func TestAuthorizeWorker(t *testing.T) {
 			name:    "RerunCancelledSinceIsLookedUpNotResent",
 			fixture: fixture{status: charges.Authorizing, voidRequested: true}, // a crash after the call, then a cancel
 			want: outcome{status: charges.Unknown, unknownPhase: charges.PhaseAuthorize,
-				jobs: reconcile(charges.PhaseAuthorize)},
+				jobs: reconcileJob(charges.PhaseAuthorize)},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

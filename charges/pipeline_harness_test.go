@@ -496,6 +496,98 @@ func (s *fakeSubscriptions) ChargeFailed(_ context.Context, _ pgx.Tx, c charges.
 	return nil
 }
 
+// stepCase is one run of a step: the charge's state before it, the
+// subscription as Lock reports it, what happens at the gateway (answers,
+// and events that commit while the call is in flight), and the outcome.
+type stepCase struct {
+	name    string
+	fixture fixture
+	sub     func(*charges.Subscription) // changes what Lock returns
+	// The gateway's answers for the step's call; lookups answer from found
+	// (by phase of the charge's attempt), not found otherwise.
+	res       gateway.Result
+	err       error
+	found     map[charges.Phase]gateway.Result
+	lookupErr error
+	// meanwhile runs inside the gateway call, before it answers: a
+	// subscription event that commits while the call is in flight.
+	meanwhile   func(ctx context.Context, t *testing.T, b *testBundle)
+	circuitOpen bool              // the gateway's breaker is open before the step
+	jobAttempt  int               // the job's attempt, when not the charge's
+	jobPhase    charges.Phase     // a reconcile job's phase, when not the charge's
+	opts        *river.InsertOpts // e.g. MaxAttempts: 1, the job's last attempt
+	createdAgo  time.Duration     // the job was created this long before it runs
+	want        outcome
+}
+
+// lookups answers lookups of the charge's attempt from tc.found and
+// tc.lookupErr.
+func (tc stepCase) lookups(b *testBundle, attempt int) func(context.Context, string) (gateway.Result, error) {
+	if tc.lookupErr != nil {
+		return func(context.Context, string) (gateway.Result, error) { return gateway.Result{}, tc.lookupErr }
+	}
+	ops := map[string]gateway.Result{}
+	for phase, res := range tc.found {
+		ops[b.key(attempt, phase)] = res
+	}
+	return ledger(ops)
+}
+
+// call is the gateway answer of tc's call, running tc.meanwhile first
+// (River works a rivertest job on the test's goroutine).
+func (tc stepCase) call(t *testing.T, b *testBundle) func(context.Context, gateway.Request) (gateway.Result, error) {
+	return func(ctx context.Context, _ gateway.Request) (gateway.Result, error) {
+		if tc.meanwhile != nil {
+			tc.meanwhile(ctx, t, b)
+		}
+		return tc.res, tc.err
+	}
+}
+
+// runStep prepares tc, works args through w and returns what River
+// reported.
+func runStep[T river.JobArgs](ctx context.Context, t *testing.T, b *testBundle, tc stepCase, w *rivertest.Worker[T, pgx.Tx],
+	args T) (*rivertest.WorkResult, error) {
+	t.Helper()
+	if tc.sub != nil {
+		b.subs.update(tc.sub)
+	}
+	if tc.circuitOpen {
+		b.tripCircuit(ctx, t)
+	}
+	if tc.createdAgo > 0 {
+		job := b.insertJob(ctx, t, args, tc.opts)
+		b.clock.Advance(tc.createdAgo)
+		return w.WorkJob(ctx, t, b.tx, job)
+	}
+	return w.Work(ctx, t, b.tx, args, tc.opts)
+}
+
+// The next job of attempt 1, given the charge id.
+func captureJob(id uuid.UUID) []river.JobArgs {
+	return []river.JobArgs{charges.CaptureArgs{ChargeID: id, Attempt: 1}}
+}
+
+func voidJob(id uuid.UUID) []river.JobArgs {
+	return []river.JobArgs{charges.VoidArgs{ChargeID: id, Attempt: 1}}
+}
+
+func releaseHoldJob(id uuid.UUID) []river.JobArgs {
+	return []river.JobArgs{charges.ReleaseHoldArgs{ChargeID: id, Attempt: 1}}
+}
+
+func reconcileJob(phase charges.Phase) func(uuid.UUID) []river.JobArgs {
+	return func(id uuid.UUID) []river.JobArgs {
+		return []river.JobArgs{charges.ReconcileArgs{ChargeID: id, Attempt: 1, Phase: phase}}
+	}
+}
+
+// Events that commit while a call is in flight.
+var (
+	cancelMeanwhile = func(ctx context.Context, t *testing.T, b *testBundle) { b.requestVoid(ctx, t) }
+	cardMeanwhile   = func(ctx context.Context, t *testing.T, b *testBundle) { b.changeCard(ctx, t, newCard) }
+)
+
 // outcome is what a step leaves behind: the job's fate, the charge row, the
 // calls the gateway and the subscription side received, and the jobs
 // enqueued next.

@@ -56,7 +56,7 @@ func TestReconcileWorker(t *testing.T) {
 				name:  "FoundSucceeded",
 				found: map[charges.Phase]gateway.Result{charges.PhaseAuthorize: succeeded},
 				want: outcome{status: charges.Authorized, authorizationRef: holdRef, calls: []string{lookup},
-					jobs: capture},
+					jobs: captureJob},
 			},
 			{
 				name:  "FoundSoftDeclined",
@@ -74,13 +74,13 @@ func TestReconcileWorker(t *testing.T) {
 				name:    "FoundSucceededVoidRequested",
 				fixture: fixture{voidRequested: true},
 				found:   map[charges.Phase]gateway.Result{charges.PhaseAuthorize: succeeded},
-				want:    outcome{status: charges.Authorized, authorizationRef: holdRef, calls: []string{lookup}, jobs: void},
+				want:    outcome{status: charges.Authorized, authorizationRef: holdRef, calls: []string{lookup}, jobs: voidJob},
 			},
 			{
 				name: "NotFoundResentSucceeded",
 				res:  succeeded,
 				want: outcome{status: charges.Authorized, authorizationRef: holdRef, calls: []string{lookup, authorize},
-					jobs: capture},
+					jobs: captureJob},
 			},
 			{
 				name: "NotFoundResentDeclined",
@@ -111,7 +111,7 @@ func TestReconcileWorker(t *testing.T) {
 				opts:      &river.InsertOpts{MaxAttempts: 1},
 				want: outcome{status: charges.RequiresReview, unknownPhase: charges.PhaseAuthorize,
 					reviewReason: "authorize gave no verdict after its last attempt", calls: []string{lookup},
-					jobs: releaseHold},
+					jobs: releaseHoldJob},
 			},
 			{
 				name:     "StalePhase",
@@ -140,7 +140,7 @@ func TestReconcileWorker(t *testing.T) {
 				name:  "FoundRefused",
 				found: map[charges.Phase]gateway.Result{charges.PhaseCapture: refused},
 				want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, unknownPhase: charges.PhaseCapture,
-					reviewReason: "the gateway refused the capture", calls: []string{lookup}, jobs: releaseHold},
+					reviewReason: "the gateway refused the capture", calls: []string{lookup}, jobs: releaseHoldJob},
 			},
 			{
 				name: "NotFoundResentSucceeded",
@@ -152,7 +152,7 @@ func TestReconcileWorker(t *testing.T) {
 				name:    "NotFoundVoidRequested",
 				fixture: fixture{voidRequested: true}, // the hold stays: it is voided, not captured
 				want: outcome{status: charges.Authorized, authorizationRef: holdRef, calls: []string{lookup},
-					jobs: void},
+					jobs: voidJob},
 			},
 			{
 				name:      "LookupUnavailable",
@@ -175,110 +175,4 @@ func TestReconcileWorker(t *testing.T) {
 			run(t, charges.PhaseCapture, tc)
 		}
 	})
-}
-
-func TestReleaseHoldWorker(t *testing.T) {
-	t.Parallel()
-
-	const (
-		lookupCapture   = "lookup K:a1:capture"
-		lookupAuthorize = "lookup K:a1:authorize"
-		lookupVoid      = "lookup K:a1:void"
-		reason          = "the gateway refused the capture"
-		hold            = "auth_9"
-	)
-	held := gateway.Result{Status: gateway.StatusSucceeded, Reference: hold}
-	void := "void K:a1:void " + currentCard + " " + hold // the attempt's void key, naming the hold found
-
-	for _, tc := range []stepCase{
-		{
-			name:  "CaptureFound",
-			found: map[charges.Phase]gateway.Result{charges.PhaseCapture: {Status: gateway.StatusSucceeded, Reference: "cap_1"}},
-			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef,
-				reviewReason: reason + " (the gateway shows a succeeded capture cap_1 of attempt 1)",
-				calls:        []string{lookupCapture}}, // a note only: the money was taken
-		},
-		{
-			name:  "HoldFound",
-			found: map[charges.Phase]gateway.Result{charges.PhaseAuthorize: held},
-			res:   gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"},
-			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, holdReleased: releasedNow,
-				reviewReason: reason + " (no capture at the gateway; hold auth_9 was voided)",
-				calls:        []string{lookupCapture, lookupAuthorize, lookupVoid, void}},
-		},
-		{
-			name:  "HoldFoundVoidRefused",
-			found: map[charges.Phase]gateway.Result{charges.PhaseAuthorize: held},
-			res:   refused,
-			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef,
-				reviewReason: reason + " (the gateway refused to void hold auth_9: failed )",
-				calls:        []string{lookupCapture, lookupAuthorize, lookupVoid, void}},
-		},
-		{
-			name:  "HoldAlreadyVoided",
-			found: map[charges.Phase]gateway.Result{charges.PhaseAuthorize: held, charges.PhaseVoid: succeeded},
-			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, holdReleased: releasedNow,
-				reviewReason: reason + " (the gateway shows no hold and no capture)",
-				calls:        []string{lookupCapture, lookupAuthorize, lookupVoid}},
-		},
-		{
-			name:  "AuthorizationDeclined",
-			found: map[charges.Phase]gateway.Result{charges.PhaseAuthorize: softDecline},
-			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, holdReleased: releasedNow,
-				reviewReason: reason + " (the gateway shows no hold and no capture)",
-				calls:        []string{lookupCapture, lookupAuthorize}},
-		},
-		{
-			name: "NothingFound",
-			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, holdReleased: releasedNow,
-				reviewReason: reason + " (the gateway shows no hold and no capture)",
-				calls:        []string{lookupCapture, lookupAuthorize}},
-		},
-		{
-			name:      "GatewayUnavailable",
-			lookupErr: gateway.ErrUnavailable,
-			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, reviewReason: reason,
-				wait: &[2]time.Duration{0, retryBase}, calls: []string{lookupCapture}},
-		},
-		{
-			name:       "GatewayUnavailableLongAndOnTheLastAttempt", // never gives up: a hold must be released
-			lookupErr:  gateway.ErrUnavailable,
-			opts:       &river.InsertOpts{MaxAttempts: 1},
-			createdAgo: 10 * unavailableFor,
-			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, reviewReason: reason,
-				wait: &[2]time.Duration{0, retryBase}, calls: []string{lookupCapture}},
-		},
-		{
-			name:        "CircuitOpen",
-			circuitOpen: true,
-			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, reviewReason: reason,
-				wait: &[2]time.Duration{0, retryBase}},
-		},
-		{
-			name:      "LookupTimedOut",
-			lookupErr: gateway.ErrUnknownOutcome,
-			want: outcome{err: true, status: charges.RequiresReview, authorizationRef: holdRef, reviewReason: reason,
-				calls: []string{lookupCapture}},
-		},
-		{
-			name:    "AlreadyReleased",
-			fixture: fixture{holdReleased: true},
-			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, reviewReason: reason,
-				holdReleased: new(time.Minute)}, // as it was
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			b := setup(t)
-			f := tc.fixture
-			f.status, f.authorizationRef, f.reviewReason = charges.RequiresReview, holdRef, reason
-			c := b.newCharge(ctx, t, f)
-			b.gateway.LookupFunc = tc.lookups(b, c.AttemptCount)
-			b.gateway.VoidFunc = tc.call(t, b)
-			w := newWorker(t, b, &charges.ReleaseHoldWorker{Pipeline: b.pipeline})
-			res, err := runStep(ctx, t, b, tc, w, charges.ReleaseHoldArgs{ChargeID: c.ID, Attempt: c.AttemptCount})
-			b.requireOutcome(ctx, t, c.ID, res, err, tc.want)
-		})
-	}
 }

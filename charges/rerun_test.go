@@ -190,7 +190,7 @@ func TestGatewayBackAfterAWait(t *testing.T) {
 		res, err = w.WorkJob(ctx, t, b.tx, res.Job)
 		b.requireOutcome(ctx, t, c.ID, res, err, outcome{
 			status: charges.Authorized, authorizationRef: holdRef,
-			calls: slices.Repeat([]string{"authorize K:a1:authorize " + currentCard}, 2), jobs: capture})
+			calls: slices.Repeat([]string{"authorize K:a1:authorize " + currentCard}, 2), jobs: captureJob})
 	})
 
 	t.Run("Capture", func(t *testing.T) {
