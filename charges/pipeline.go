@@ -2,6 +2,7 @@ package charges
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -76,15 +77,28 @@ type stageRun struct {
 	stage     string
 	chargeID  uuid.UUID
 	attempt   int
-	run       int       // River's attempt number of the job, snoozes included
+	run       int       // how many times the job has run: River's attempt plus its snoozes
 	final     bool      // River will not retry this job again
 	reconcile bool      // the step is a reconcile job
 	created   time.Time // when River created the job (real time)
 }
 
 func newStep[T river.JobArgs](stage string, job *river.Job[T], chargeID uuid.UUID, attempt int) stageRun {
-	return stageRun{stage: stage, chargeID: chargeID, attempt: attempt, run: job.Attempt,
+	return stageRun{stage: stage, chargeID: chargeID, attempt: attempt, run: job.Attempt + snoozes(job.Metadata),
 		final: job.Attempt >= job.MaxAttempts, created: job.CreatedAt}
+}
+
+// snoozes is how many times River snoozed a job. A snooze gives the job's
+// attempt back (job.Attempt does not count it) and counts itself in the
+// job's metadata under "snoozes".
+func snoozes(metadata []byte) int {
+	var m struct {
+		Snoozes int `json:"snoozes"`
+	}
+	if json.Unmarshal(metadata, &m) != nil {
+		return 0
+	}
+	return m.Snoozes
 }
 
 // record runs fn, which records a step's outcome and enqueues the next
@@ -506,7 +520,17 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 		return err
 	}
 	op := job.Args.Op
-	if c.Status != Unknown || c.AttemptCount != s.attempt || c.UnknownOp != op {
+	inFlight := Authorizing
+	if op == gateway.OpCapture {
+		inFlight = Capturing
+	}
+	// The charge is this job's while its outcome is unknown, and also once
+	// this job began to resend the call (in flight, its unknown phase still
+	// set) without recording an answer: the resend got no verdict, or the
+	// process died. A rerun then looks the call up again and resends it
+	// with the same key; treating it as stale would leave the charge in
+	// flight with no job to settle it.
+	if (c.Status != Unknown && c.Status != inFlight) || c.AttemptCount != s.attempt || c.UnknownOp != op {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return nil
 	}
@@ -519,16 +543,12 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 	})
 	if !errors.Is(err, gateway.ErrNotFound) {
 		if op == gateway.OpCapture {
-			return p.afterCapture(ctx, s, c, []Status{Unknown}, res, err)
+			return p.afterCapture(ctx, s, c, []Status{c.Status}, res, err)
 		}
-		return p.afterAuthorize(ctx, s, c, []Status{Unknown}, res, err)
+		return p.afterAuthorize(ctx, s, c, []Status{c.Status}, res, err)
 	}
 	metrics.StageRuns.WithLabelValues(s.stage, "not_found").Inc()
-	inFlight := Authorizing
-	if op == gateway.OpCapture {
-		inFlight = Capturing
-	}
-	resend, g, err := p.begin(ctx, s, []Status{Unknown}, inFlight)
+	resend, g, err := p.begin(ctx, s, []Status{Unknown, inFlight}, inFlight)
 	if errors.Is(err, ErrStale) {
 		return p.notSentNotWanted(ctx, s, op)
 	}
@@ -556,7 +576,9 @@ func (p *Pipeline) notSentNotWanted(ctx context.Context, s stageRun, op gateway.
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
 		if op == gateway.OpAuthorize {
-			next, err := move(ctx, tx, s.chargeID, s.attempt, []Status{Unknown}, Voided, now,
+			// Authorizing: a resend of this job's that never reached the
+			// gateway, cancelled since.
+			next, err := move(ctx, tx, s.chargeID, s.attempt, []Status{Unknown, Authorizing}, Voided, now,
 				`unknown_phase = NULL, failure_code = 'subscription_cancelled'`)
 			if err == nil {
 				p.transitioned(next, "")
