@@ -298,7 +298,7 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 			return err
 		}
 		retry, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Declined}, Scheduled, now,
-			newAttempt+`, gateway = $3, pm_token = $4`, now, now, sub.Gateway, sub.Token)
+			newAttempt+`, gateway = $3, pm_token = $4, first_declined_at = NULL`, now, now, sub.Gateway, sub.Token)
 		if err != nil {
 			return err
 		}
@@ -397,7 +397,7 @@ func (p *Pipeline) toReconcile(ctx context.Context, s stageRun, c Charge, op gat
 func (p *Pipeline) review(ctx context.Context, s stageRun, c Charge, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		next, err := move(ctx, tx, c.ID, 0, []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}, RequiresReview, now,
+		next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}, RequiresReview, now,
 			`review_reason = $1`, reason)
 		if err != nil {
 			return err
