@@ -1,0 +1,133 @@
+package charges
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// newAttempt is the assignment list that starts the next business attempt
+// of a charge: a new attempt number (so new gateway keys), due at $1.
+const newAttempt = `attempt_count = attempt_count + 1, attempt_due_at = $1,
+	attempt_times = attempt_times || $2::timestamptz, unknown_phase = NULL, authorization_ref = NULL`
+
+// DueRetries starts the next dunning attempt of every declined charge
+// whose retry time has come: a new attempt number (so a new gateway key),
+// status scheduled. The caller enqueues their authorize jobs in tx.
+func DueRetries(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Charge, error) {
+	if !CanTransition(Declined, Scheduled) {
+		return nil, &TransitionError{From: Declined, To: Scheduled}
+	}
+	return collect(tx.Query(ctx, `UPDATE charges SET status = $3, attempt_count = attempt_count + 1,
+			attempt_due_at = next_attempt_at, attempt_times = attempt_times || $1::timestamptz,
+			next_attempt_at = NULL, unknown_phase = NULL, authorization_ref = NULL, updated_at = $1
+		WHERE id IN (SELECT id FROM charges WHERE status = $4 AND next_attempt_at <= $1
+			ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
+		RETURNING `+columns, now, limit, string(Scheduled), string(Declined)))
+}
+
+// Card-network rules on retrying one card: at most SameCardAttempts
+// attempts of a charge in SameCardWindow, and none after the issuer said
+// the card is lost or stolen.
+const (
+	SameCardAttempts = 15
+	SameCardWindow   = 30 * 24 * time.Hour
+)
+
+// lostOrStolen are decline codes after which the same card is never tried
+// again.
+var lostOrStolen = map[string]bool{"lost_card": true, "stolen_card": true, "pickup_card": true}
+
+// ErrRetryRefused: a retry on the same card is not allowed (card-network
+// rules); the wrapped message says which.
+var ErrRetryRefused = errors.New("retry refused")
+
+// sameCardRetryAllowed applies the card-network rules to a new attempt of
+// c with token at now.
+func (c Charge) sameCardRetryAllowed(token string, now time.Time) error {
+	if token != c.token {
+		return nil
+	}
+	if lostOrStolen[c.FailureCode] {
+		return fmt.Errorf("%w: the issuer reported this card %s; send a different card", ErrRetryRefused, c.FailureCode)
+	}
+	recent := 0
+	for _, at := range c.AttemptTimes {
+		if now.Sub(at) < SameCardWindow {
+			recent++
+		}
+	}
+	if recent >= SameCardAttempts {
+		return fmt.Errorf("%w: %d attempts on this card in %s; send a different card", ErrRetryRefused, recent, SameCardWindow)
+	}
+	return nil
+}
+
+// PaymentMethodChanged applies a new (or the same) payment method to the
+// subscription's charges, in tx after the subscription row was locked:
+// charges whose attempt has not begun take the new card, and charges that
+// wait (declined, failed and unresolved) start a new attempt at once with
+// it, oldest first, returned for the caller to enqueue. Attempts in flight
+// keep their card and finish first: a second attempt beside them could
+// place a second hold. Returns an error wrapping ErrRetryRefused, and
+// changes nothing, when the same card may not be tried again.
+func PaymentMethodChanged(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, gateway, token string, now time.Time) ([]Charge, error) {
+	waiting, err := collect(tx.Query(ctx, `SELECT `+columns+` FROM charges
+		WHERE subscription_id = $1 AND (status = $2 OR (status = $3 AND resolution IS NULL))
+		ORDER BY period_start FOR UPDATE`, subscriptionID, string(Declined), string(Failed)))
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range waiting {
+		if err := c.sameCardRetryAllowed(token, now); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE charges SET gateway = $2, pm_token = $3, updated_at = $4
+		WHERE subscription_id = $1 AND status = $5`, subscriptionID, gateway, token, now, string(Scheduled)); err != nil {
+		return nil, fmt.Errorf("new card for scheduled charges: %w", err)
+	}
+	retried := make([]Charge, 0, len(waiting))
+	for _, c := range waiting {
+		next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{c.Status}, Scheduled, now,
+			newAttempt+`, gateway = $3, pm_token = $4, failure_code = NULL, first_declined_at = NULL`,
+			now, now, gateway, token)
+		if err != nil {
+			return nil, err
+		}
+		retried = append(retried, next)
+	}
+	return retried, nil
+}
+
+// RetryFromReview starts a new attempt of a charge in requires_review or
+// failed, at a person's request, on the given payment method. The caller
+// has checked at the gateway that the previous attempt holds no money.
+// Returns ErrStale when the charge moved on meanwhile, a *TransitionError
+// from any other status, or ErrRetryRefused under card-network rules.
+func RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gateway, token string, now time.Time) (Charge, error) {
+	if c.Status != RequiresReview && c.Status != Failed {
+		return Charge{}, &TransitionError{From: c.Status, To: Scheduled}
+	}
+	if err := c.sameCardRetryAllowed(token, now); err != nil {
+		return Charge{}, err
+	}
+	return move(ctx, tx, c.ID, c.AttemptCount, []Status{RequiresReview, Failed}, Scheduled, now,
+		newAttempt+`, gateway = $3, pm_token = $4, failure_code = NULL, first_declined_at = NULL, review_reason = NULL,
+			hold_released_at = NULL, void_requested = false`, now, now, gateway, token)
+}
+
+// markWaiting records, without changing the status, that the charge's
+// current step waits for its gateway until at, and why.
+func markWaiting(ctx context.Context, db DBTX, id uuid.UUID, attempt int, status Status, at time.Time, reason string, now time.Time) error {
+	_, err := db.Exec(ctx, `UPDATE charges SET next_attempt_at = $4, failure_code = $5, updated_at = $6
+		WHERE id = $1 AND attempt_count = $2 AND status = $3`, id, attempt, string(status), at, reason, now)
+	if err != nil {
+		return fmt.Errorf("mark charge waiting: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,162 @@
+package charges
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/metrics"
+)
+
+// Authorize runs an authorize job.
+func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs]) error {
+	s := newStep("authorize", job, job.Args.ChargeID, job.Args.Attempt)
+	defer metrics.TimeStage(s.stage)()
+	c, g, err := p.begin(ctx, s, []Status{Scheduled, Authorizing}, Authorizing)
+	if errors.Is(err, ErrStale) {
+		return p.authorizeNotWanted(ctx, s)
+	}
+	if g == nil {
+		return err
+	}
+	res, err := p.call(ctx, c, gateway.OpAuthorize, func(ctx context.Context) (gateway.Result, error) {
+		return g.Authorize(ctx, p.request(c, gateway.OpAuthorize))
+	})
+	return p.afterAuthorize(ctx, s, c, []Status{Authorizing}, res, err)
+}
+
+// authorizeNotWanted handles an authorize step whose guard failed. Mostly
+// the step is stale; but a rerun of an attempt that may already have been
+// sent, whose subscription was cancelled since, is looked up instead of
+// sent again: if the gateway placed the hold, it is voided.
+func (p *Pipeline) authorizeNotWanted(ctx context.Context, s stageRun) error {
+	c, err := Get(ctx, p.Pool, s.chargeID)
+	if err != nil || c.Status != Authorizing || !c.VoidRequested || c.AttemptCount != s.attempt {
+		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
+		return err
+	}
+	return p.toReconcile(ctx, s, c, gateway.OpAuthorize, "cancelled while the authorize may have been sent")
+}
+
+// afterAuthorize continues from an authorize answer (or a lookup of one)
+// for a charge in one of from.
+func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, from []Status, res gateway.Result, callErr error) error {
+	if callErr != nil {
+		return p.technicalFailure(ctx, s, c, gateway.OpAuthorize, callErr)
+	}
+	now := p.Clock.Now()
+	switch {
+	case res.Status == gateway.StatusSucceeded:
+		metrics.StageRuns.WithLabelValues(s.stage, "authorized").Inc()
+		return p.record(ctx, s, func(tx pgx.Tx) error {
+			next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Authorized, now,
+				`authorization_ref = $1, unknown_phase = NULL, failure_code = NULL`, res.Reference)
+			if err != nil {
+				return err
+			}
+			p.transitioned(next, "")
+			client := river.ClientFromContext[pgx.Tx](ctx)
+			if next.VoidRequested {
+				_, err = client.InsertTx(ctx, tx, VoidArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
+			} else {
+				_, err = client.InsertTx(ctx, tx, CaptureArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
+			}
+			return err
+		})
+	case res.Status == gateway.StatusDeclined:
+		metrics.StageRuns.WithLabelValues(s.stage, "declined").Inc()
+		return p.record(ctx, s, func(tx pgx.Tx) error { return p.declined(ctx, tx, c, from, res.DeclineCode, res.Hard, now) })
+	default: // a request the gateway refused: retrying it cannot help
+		metrics.StageRuns.WithLabelValues(s.stage, "failed").Inc()
+		code := res.DeclineCode
+		if code == "" {
+			code = "gateway_refused"
+		}
+		return p.record(ctx, s, func(tx pgx.Tx) error { return p.declined(ctx, tx, c, from, code, true, now) })
+	}
+}
+
+// declined records an attempt the issuer or gateway refused. What follows
+// depends on the subscription as it is now (locked first):
+//   - cancelled meanwhile: the charge is voided, nothing was held;
+//   - its card changed while this attempt was in flight: the next attempt
+//     starts at once with the new card;
+//   - unpaid (its dunning already ended): the charge fails and waits for a
+//     new card;
+//   - otherwise a hard decline fails the charge and a soft one is dunned on
+//     the service clock until the schedule is exhausted.
+func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Status, code string, hard bool, now time.Time) error {
+	sub, err := p.Subscriptions.Lock(ctx, tx, c.SubscriptionID)
+	if err != nil {
+		return err
+	}
+	current, err := Get(ctx, tx, c.ID)
+	if err != nil {
+		return err
+	}
+	if sub.Cancelled || current.VoidRequested {
+		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = $1, unknown_phase = NULL`,
+			"subscription_cancelled")
+		if err == nil {
+			p.transitioned(next, "")
+		}
+		return err
+	}
+	first := now
+	if c.FirstDeclinedAt != nil {
+		first = *c.FirstDeclinedAt
+	}
+	unpaid := sub.UnpaidSince != nil
+	if unpaid && !c.PeriodStart.Before(*sub.UnpaidSince) {
+		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = $1, unknown_phase = NULL`,
+			"subscription_unpaid")
+		if err == nil {
+			p.transitioned(next, "")
+		}
+		return err
+	}
+	if (sub.Token != c.token || sub.Gateway != c.Gateway) && !unpaid {
+		declined, err := move(ctx, tx, c.ID, c.AttemptCount, from, Declined, now,
+			`failure_code = $1, first_declined_at = $2, next_attempt_at = $3, unknown_phase = NULL`, code, first, now)
+		if err != nil {
+			return err
+		}
+		p.transitioned(declined, "")
+		if err := p.Subscriptions.ChargeDeclined(ctx, tx, c.SubscriptionID); err != nil {
+			return err
+		}
+		retry, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Declined}, Scheduled, now,
+			newAttempt+`, gateway = $3, pm_token = $4, first_declined_at = NULL`, now, now, sub.Gateway, sub.Token)
+		if err != nil {
+			return err
+		}
+		p.transitioned(retry, "")
+		_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx,
+			AuthorizeArgs{ChargeID: retry.ID, Attempt: retry.AttemptCount}, nil)
+		return err
+	}
+	at, dun := p.Dunning.NextAttempt(first, c.AttemptCount)
+	if hard || !dun || unpaid {
+		failed, err := move(ctx, tx, c.ID, c.AttemptCount, from, Failed, now, `failure_code = $1, unknown_phase = NULL`, code)
+		if err != nil {
+			return err
+		}
+		p.transitioned(failed, fmt.Sprintf("declined %s (hard: %t, dunning exhausted: %t)", code, hard, !dun))
+		if unpaid {
+			return nil
+		}
+		return p.Subscriptions.ChargeFailed(ctx, tx, failed)
+	}
+	next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Declined, now,
+		`failure_code = $1, first_declined_at = $2, next_attempt_at = $3, unknown_phase = NULL`, code, first, at)
+	if err != nil {
+		return err
+	}
+	p.transitioned(next, "")
+	return p.Subscriptions.ChargeDeclined(ctx, tx, c.SubscriptionID)
+}

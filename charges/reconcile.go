@@ -1,0 +1,103 @@
+package charges
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/metrics"
+)
+
+// Reconcile runs a reconcile job: it looks the lost call up by its
+// idempotency key and continues from what really happened. When the
+// gateway never received the call and the charge is still wanted, it sends
+// the very same call again (same key) through the same guarded "about to
+// call" move as a first call; when it is no longer wanted (the
+// subscription was cancelled), nothing is sent: an authorize is voided,
+// and a capture's hold is released. It never creates a replacement.
+func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs]) error {
+	s := newStep("reconcile", job, job.Args.ChargeID, job.Args.Attempt)
+	s.reconcile = true
+	defer metrics.TimeStage(s.stage)()
+	c, err := Get(ctx, p.Pool, s.chargeID)
+	if err != nil {
+		return err
+	}
+	op := job.Args.Op
+	inFlight := Authorizing
+	if op == gateway.OpCapture {
+		inFlight = Capturing
+	}
+	// The charge is this job's while its outcome is unknown, and also once
+	// this job began to resend the call (in flight, its unknown phase still
+	// set) without recording an answer: the resend got no verdict, or the
+	// process died. A rerun then looks the call up again and resends it
+	// with the same key; treating it as stale would leave the charge in
+	// flight with no job to settle it.
+	if (c.Status != Unknown && c.Status != inFlight) || c.AttemptCount != s.attempt || c.UnknownOp != op {
+		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
+		return nil
+	}
+	g, err := p.Gateways.Gateway(c.Gateway)
+	if err != nil {
+		return p.review(ctx, s, c, err.Error())
+	}
+	res, err := p.call(ctx, c, op, func(ctx context.Context) (gateway.Result, error) {
+		return g.Lookup(ctx, c.GatewayKey(op))
+	})
+	if !errors.Is(err, gateway.ErrNotFound) {
+		if op == gateway.OpCapture {
+			return p.afterCapture(ctx, s, c, []Status{c.Status}, res, err)
+		}
+		return p.afterAuthorize(ctx, s, c, []Status{c.Status}, res, err)
+	}
+	metrics.StageRuns.WithLabelValues(s.stage, "not_found").Inc()
+	resend, g, err := p.begin(ctx, s, []Status{Unknown, inFlight}, inFlight)
+	if errors.Is(err, ErrStale) {
+		return p.notSentNotWanted(ctx, s, op)
+	}
+	if g == nil {
+		return err
+	}
+	metrics.StageRuns.WithLabelValues(s.stage, "resent").Inc()
+	if op == gateway.OpCapture {
+		res, err = p.call(ctx, resend, op, func(ctx context.Context) (gateway.Result, error) {
+			return g.Capture(ctx, p.request(resend, gateway.OpCapture))
+		})
+		return p.afterCapture(ctx, s, resend, []Status{Capturing}, res, err)
+	}
+	res, err = p.call(ctx, resend, op, func(ctx context.Context) (gateway.Result, error) {
+		return g.Authorize(ctx, p.request(resend, gateway.OpAuthorize))
+	})
+	return p.afterAuthorize(ctx, s, resend, []Status{Authorizing}, res, err)
+}
+
+// notSentNotWanted settles a charge whose lost call never reached the
+// gateway and whose subscription was cancelled meanwhile: an authorize
+// that never happened leaves nothing to release; a capture that never
+// happened leaves the hold, which is voided.
+func (p *Pipeline) notSentNotWanted(ctx context.Context, s stageRun, op gateway.Op) error {
+	now := p.Clock.Now()
+	return p.record(ctx, s, func(tx pgx.Tx) error {
+		if op == gateway.OpAuthorize {
+			// Authorizing: a resend of this job's that never reached the
+			// gateway, cancelled since.
+			next, err := move(ctx, tx, s.chargeID, s.attempt, []Status{Unknown, Authorizing}, Voided, now,
+				`unknown_phase = NULL, failure_code = 'subscription_cancelled'`)
+			if err == nil {
+				p.transitioned(next, "")
+			}
+			return err
+		}
+		next, err := move(ctx, tx, s.chargeID, s.attempt, []Status{Unknown}, Authorized, now, `unknown_phase = NULL`)
+		if err != nil {
+			return err
+		}
+		p.transitioned(next, "")
+		_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, VoidArgs{ChargeID: next.ID, Attempt: next.AttemptCount}, nil)
+		return err
+	})
+}

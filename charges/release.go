@@ -1,0 +1,128 @@
+package charges
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/riverqueue/river"
+
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/metrics"
+)
+
+// ReleaseHold runs a release job for a charge that went to review while it
+// may have held an authorization: it looks the attempt's capture and
+// authorization up at the gateway and voids a hold that nothing captured,
+// noting what it found on the charge for the people who resolve it.
+func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldArgs]) error {
+	s := newStep("release_hold", job, job.Args.ChargeID, job.Args.Attempt)
+	s.reconcile = true
+	defer metrics.TimeStage(s.stage)()
+	c, err := Get(ctx, p.Pool, s.chargeID)
+	if err != nil {
+		return err
+	}
+	if c.Status != RequiresReview || c.AttemptCount != s.attempt || c.HoldReleasedAt != nil {
+		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
+		return nil
+	}
+	g, err := p.Gateways.Gateway(c.Gateway)
+	if err != nil {
+		return nil // nothing to ask; the review reason already says why
+	}
+	found, hold, err := p.attemptAtGateway(ctx, g, c)
+	if err != nil {
+		return p.holdCheckFailed(ctx, s, c, err)
+	}
+	now := p.Clock.Now()
+	if found != "" || hold == "" {
+		note := "the gateway shows no hold and no capture"
+		if found != "" {
+			note = "the gateway shows " + found
+		}
+		return recordHoldCheck(ctx, p.Pool, c.ID, c.AttemptCount, note, found == "", now)
+	}
+	req := p.request(c, gateway.OpVoid)
+	req.AuthorizationID = hold
+	res, err := p.call(ctx, c, gateway.OpVoid, func(ctx context.Context) (gateway.Result, error) { return g.Void(ctx, req) })
+	if err != nil {
+		return p.holdCheckFailed(ctx, s, c, err)
+	}
+	if res.Status != gateway.StatusSucceeded {
+		return recordHoldCheck(ctx, p.Pool, c.ID, c.AttemptCount,
+			fmt.Sprintf("the gateway refused to void hold %s: %s %s", hold, res.Status, res.DeclineCode), false, now)
+	}
+	metrics.StageRuns.WithLabelValues(s.stage, "voided").Inc()
+	return recordHoldCheck(ctx, p.Pool, c.ID, c.AttemptCount, "no capture at the gateway; hold "+hold+" was voided", true, now)
+}
+
+// holdCheckFailed waits out a gateway that did nothing, however long: the
+// charge is already in review, and a held authorization must still be
+// released when the gateway is back. Other failures are River retries.
+func (p *Pipeline) holdCheckFailed(_ context.Context, s stageRun, c Charge, err error) error {
+	if errors.Is(err, ErrCircuitOpen) || errors.Is(err, gateway.ErrUnavailable) {
+		metrics.Retries.WithLabelValues(s.stage, "gateway_unavailable").Inc()
+		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
+	}
+	return fmt.Errorf("check hold of charge %s: %w", c.ID, err)
+}
+
+// attemptAtGateway looks up c's current attempt at g. found describes money
+// the gateway took or holds that must not be released (a capture, or a
+// void that failed); hold is the reference of a live authorization that
+// nothing captured or voided.
+func (p *Pipeline) attemptAtGateway(ctx context.Context, g gateway.Gateway, c Charge) (found, hold string, err error) {
+	lookup := func(op gateway.Op) (gateway.Result, bool, error) {
+		res, err := p.call(ctx, c, op, func(ctx context.Context) (gateway.Result, error) {
+			return g.Lookup(ctx, c.GatewayKey(op))
+		})
+		if errors.Is(err, gateway.ErrNotFound) {
+			return gateway.Result{}, false, nil
+		}
+		return res, err == nil && res.Status == gateway.StatusSucceeded, err
+	}
+	capture, captured, err := lookup(gateway.OpCapture)
+	if err != nil {
+		return "", "", err
+	}
+	if captured {
+		return "a succeeded capture " + capture.Reference + " of attempt " + fmt.Sprint(c.AttemptCount), "", nil
+	}
+	auth, authorized, err := lookup(gateway.OpAuthorize)
+	if err != nil || !authorized {
+		return "", "", err
+	}
+	_, voided, err := lookup(gateway.OpVoid)
+	if err != nil || voided {
+		return "", "", err
+	}
+	return "", auth.Reference, nil
+}
+
+// ErrGatewayUnreachable: the gateway could not be asked what an attempt
+// did, so nothing that depends on the answer was done. Try again later.
+var ErrGatewayUnreachable = errors.New("gateway could not be asked")
+
+// LiveMoney looks up c's current attempt at its gateway and describes a
+// capture or a live hold that a new attempt would duplicate; empty when
+// there is none. A support retry asks it first: a retry must never be a
+// second payment. Returns an error wrapping ErrGatewayUnreachable when the
+// gateway cannot tell.
+func (p *Pipeline) LiveMoney(ctx context.Context, c Charge) (string, error) {
+	if c.HoldReleasedAt != nil {
+		return "", nil
+	}
+	g, err := p.Gateways.Gateway(c.Gateway)
+	if err != nil {
+		return "", err
+	}
+	found, hold, err := p.attemptAtGateway(ctx, g, c)
+	if err != nil {
+		return "", fmt.Errorf("%w: look up charge %s at %s: %w", ErrGatewayUnreachable, c.ID, c.Gateway, err)
+	}
+	if hold != "" {
+		return "a live hold " + hold + " of attempt " + fmt.Sprint(c.AttemptCount), nil
+	}
+	return found, nil
+}

@@ -1,0 +1,167 @@
+package charges
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/internal/validate"
+)
+
+// ReviewCursor is a position in the review queue.
+type ReviewCursor struct {
+	UpdatedAt time.Time
+	ID        uuid.UUID
+}
+
+// String encodes the cursor for an API response.
+func (c ReviewCursor) String() string {
+	return strconv.FormatInt(c.UpdatedAt.UnixMicro(), 10) + "|" + c.ID.String()
+}
+
+// ParseReviewCursor decodes ReviewCursor.String.
+func ParseReviewCursor(s string) (ReviewCursor, error) {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '|' {
+			continue
+		}
+		micros, err := strconv.ParseInt(s[:i], 10, 64)
+		if err != nil {
+			return ReviewCursor{}, fmt.Errorf("bad review cursor: %w", err)
+		}
+		id, err := uuid.Parse(s[i+1:])
+		if err != nil {
+			return ReviewCursor{}, fmt.Errorf("bad review cursor: %w", err)
+		}
+		return ReviewCursor{UpdatedAt: time.UnixMicro(micros).UTC(), ID: id}, nil
+	}
+	return ReviewCursor{}, errors.New("bad review cursor")
+}
+
+// reviewQueue are the statuses support watches: automation is unsure or
+// gave up.
+var reviewQueue = []Status{Unknown, RequiresReview}
+
+// ReviewQueue returns charges in unknown or requires_review, the longest
+// waiting first, after the cursor (nil for the start).
+func ReviewQueue(ctx context.Context, db DBTX, after *ReviewCursor, limit int) ([]Charge, error) {
+	var at *time.Time
+	var id *uuid.UUID
+	if after != nil {
+		at, id = &after.UpdatedAt, &after.ID
+	}
+	return collect(db.Query(ctx, `SELECT `+columns+` FROM charges
+		WHERE status = ANY($4)
+		  AND ($1::timestamptz IS NULL OR (updated_at, id) > ($1, $2))
+		ORDER BY updated_at, id LIMIT $3`, at, id, limit, texts(reviewQueue)))
+}
+
+// recordHoldCheck notes on a charge in review what its gateway showed, and
+// whether no capture exists and no hold is left (released).
+func recordHoldCheck(ctx context.Context, db DBTX, id uuid.UUID, attempt int, note string, released bool, now time.Time) error {
+	_, err := db.Exec(ctx, `UPDATE charges SET review_reason = coalesce(review_reason, '') || ' (' || $3 || ')',
+			hold_released_at = CASE WHEN $4 THEN $5::timestamptz ELSE hold_released_at END, updated_at = $5
+		WHERE id = $1 AND attempt_count = $2 AND status = $6`, id, attempt, note, released, now, string(RequiresReview))
+	if err != nil {
+		return fmt.Errorf("record hold check: %w", err)
+	}
+	return nil
+}
+
+// Resolution is a person's verdict on a charge in review.
+type Resolution struct {
+	Outcome  Status // Succeeded or Failed
+	Evidence string
+	Actor    string
+}
+
+// maxEvidence bounds a resolution's evidence: a reference to the
+// provider's record, not a document.
+const maxEvidence = 2000
+
+// Validate checks a resolution as a person sent it. Returns nil or
+// validate.Errors.
+func (r Resolution) Validate() error {
+	var errs validate.Errors
+	if r.Outcome != Succeeded && r.Outcome != Failed {
+		errs.Add("outcome", "must be succeeded or failed")
+	}
+	if strings.TrimSpace(r.Evidence) == "" || utf8.RuneCountInString(r.Evidence) > maxEvidence {
+		errs.Add("evidence", "is required: 1..%d characters naming the provider's record", maxEvidence)
+	}
+	return errs.Err()
+}
+
+// Resolve records a support decision on a charge in requires_review.
+// Returns ErrNotFound, or a *TransitionError from any other status and for
+// succeeded when rebill found no capture at the gateway and released the
+// hold.
+func Resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, r Resolution, now time.Time) (Charge, error) {
+	where := ""
+	if r.Outcome == Succeeded {
+		where = "hold_released_at IS NULL"
+	}
+	c, err := guardedUpdate(ctx, tx, id, 0, []Status{RequiresReview}, r.Outcome, now, where,
+		`resolution = $1, resolution_evidence = $2, resolved_by = $3, resolved_at = $4`,
+		string(r.Outcome), r.Evidence, r.Actor, now)
+	if errors.Is(err, ErrStale) {
+		current, gerr := Get(ctx, tx, id)
+		if gerr != nil {
+			return Charge{}, gerr
+		}
+		te := &TransitionError{From: current.Status, To: r.Outcome}
+		if current.Status == RequiresReview && current.HoldReleasedAt != nil {
+			te.Reason = "the gateway shows no capture and the hold was released: resolve it as failed, or retry it"
+		}
+		return Charge{}, te
+	}
+	return c, err
+}
+
+// CountInReview counts the review queue, for its gauge.
+func CountInReview(ctx context.Context, db DBTX) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, `SELECT count(*) FROM charges WHERE status = ANY($1)`, texts(reviewQueue)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count review queue: %w", err)
+	}
+	return n, nil
+}
+
+// SweepDiscarded is the durable backstop of the dead-letter path: a charge
+// whose current job River discarded (the rescuer gave up on a crashed
+// last attempt, which no worker code sees) goes to review. It reads
+// River's job table, the one place that records the discard, and returns
+// the charges it moved (the caller has their holds checked).
+func SweepDiscarded(ctx context.Context, tx pgx.Tx, now time.Time) ([]Charge, error) {
+	from := []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}
+	for _, f := range from {
+		if !CanTransition(f, RequiresReview) {
+			return nil, &TransitionError{From: f, To: RequiresReview}
+		}
+	}
+	moved, err := collect(tx.Query(ctx, `WITH swept AS (
+			SELECT c.id AS charge_id, j.kind AS job_kind FROM charges c JOIN river_job j
+			  ON j.state = 'discarded'
+			 AND j.kind IN ('charge_authorize', 'charge_capture', 'charge_void', 'charge_reconcile')
+			 AND (j.args ->> 'charge_id')::uuid = c.id
+			 AND (j.args ->> 'attempt')::int = c.attempt_count
+			WHERE c.status = ANY($2)
+			FOR UPDATE OF c SKIP LOCKED
+		)
+		UPDATE charges SET status = $3, updated_at = $1, next_attempt_at = NULL,
+			review_reason = 'River discarded the ' || swept.job_kind || ' job after its last attempt'
+		FROM swept WHERE charges.id = swept.charge_id
+		RETURNING `+columns, now, texts(from), string(RequiresReview)))
+	if err != nil {
+		return nil, fmt.Errorf("sweep discarded jobs: %w", err)
+	}
+	return moved, nil
+}

@@ -1,0 +1,85 @@
+package charges
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// RequestVoid flags the subscription's charges that have not been captured
+// so that no capture starts, and returns those already holding money (the
+// caller enqueues their void jobs). Charges not yet authorized become
+// voided at once: no hold exists to release.
+func RequestVoid(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time) ([]Charge, error) {
+	if _, err := voidWaiting(ctx, tx, subscriptionID, now, "subscription_cancelled", time.Time{}); err != nil {
+		return nil, err
+	}
+	return collect(tx.Query(ctx, `UPDATE charges SET void_requested = true, updated_at = $2
+		WHERE subscription_id = $1 AND status = ANY($3) AND NOT void_requested
+		RETURNING `+columns, subscriptionID, now, texts([]Status{Authorizing, Authorized, Unknown})))
+}
+
+// voidWaiting voids the subscription's charges that no attempt is working
+// on (scheduled or declined) whose period started at or after since.
+func voidWaiting(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time, code string, since time.Time) (int64, error) {
+	for _, from := range []Status{Scheduled, Declined} {
+		if !CanTransition(from, Voided) {
+			return 0, &TransitionError{From: from, To: Voided}
+		}
+	}
+	tag, err := tx.Exec(ctx, `UPDATE charges SET status = $5, failure_code = $3, next_attempt_at = NULL, updated_at = $2
+		WHERE subscription_id = $1 AND status = ANY($6) AND period_start >= $4`,
+		subscriptionID, now, code, since, string(Voided), texts([]Status{Scheduled, Declined}))
+	if err != nil {
+		return 0, fmt.Errorf("void waiting charges: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// DunningEnded applies the end of a subscription's dunning (it became
+// unpaid at dunningEnd) to its other charges: those of periods that began
+// at or after that moment are not owed and are voided; declined ones of
+// earlier periods stop retrying (failed: a payment-method change retries
+// them). Attempts in flight finish.
+func DunningEnded(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, dunningEnd, now time.Time) error {
+	if _, err := voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", dunningEnd); err != nil {
+		return err
+	}
+	if !CanTransition(Declined, Failed) {
+		return &TransitionError{From: Declined, To: Failed}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE charges SET status = $3, next_attempt_at = NULL, updated_at = $2
+		WHERE subscription_id = $1 AND status = $4`, subscriptionID, now, string(Failed), string(Declined)); err != nil {
+		return fmt.Errorf("stop dunning: %w", err)
+	}
+	return nil
+}
+
+// HasUnpaid reports whether the subscription has a charge other than
+// except that is owed and not collected: declined, or failed and not
+// settled by a person.
+func HasUnpaid(ctx context.Context, db DBTX, subscriptionID, except uuid.UUID) (bool, error) {
+	var found bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM charges WHERE subscription_id = $1 AND id <> $2
+		AND (status = $3 OR (status = $4 AND resolution IS NULL)))`,
+		subscriptionID, except, string(Declined), string(Failed)).Scan(&found)
+	if err != nil {
+		return false, fmt.Errorf("look for unpaid charges: %w", err)
+	}
+	return found, nil
+}
+
+// HasOpen reports whether the subscription has a charge that automation is
+// still working on or waiting to retry.
+func HasOpen(ctx context.Context, db DBTX, subscriptionID uuid.UUID) (bool, error) {
+	var found bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM charges WHERE subscription_id = $1 AND status = ANY($2))`,
+		subscriptionID, texts(open)).Scan(&found)
+	if err != nil {
+		return false, fmt.Errorf("look for open charges: %w", err)
+	}
+	return found, nil
+}
