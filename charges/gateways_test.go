@@ -1,0 +1,74 @@
+package charges_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
+)
+
+// answeringGateway answers every authorize with the next of answers.
+type answeringGateway struct {
+	gateway.Gateway
+	answers []error
+}
+
+func (g *answeringGateway) Name() string { return "sim1" }
+
+func (g *answeringGateway) Authorize(context.Context, gateway.Request) (gateway.Result, error) {
+	err := g.answers[0]
+	g.answers = g.answers[1:]
+	return gateway.Result{Status: gateway.StatusSucceeded}, err
+}
+
+func calls(ok, unavailable int) []error {
+	out := make([]error, 0, ok+unavailable)
+	for range unavailable {
+		out = append(out, gateway.ErrUnavailable)
+	}
+	for range ok {
+		out = append(out, nil)
+	}
+	return out
+}
+
+// The circuit opens on a failure rate with a minimum volume (API.md: over
+// 50 % of at least 10 calls in the window), not on a run of errors: a few
+// bad cards among many good ones do not stop every customer's charges.
+func TestCircuitOpensOnFailureRateWithMinimumVolume(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		answers     []error
+		wantOpen    bool
+		description string
+	}{
+		{"five failures in a row, then nothing", calls(0, 5), false, "too few calls to judge"},
+		{"a few flaky cards among good ones", append(calls(15, 0), calls(0, 6)...), false, "6 of 21 failed"},
+		{"half exactly", append(calls(5, 0), calls(0, 5)...), false, "not over 50 %"},
+		{"most calls fail", append(calls(4, 0), calls(0, 6)...), true, "6 of 10 failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := &answeringGateway{answers: tc.answers}
+			gws := charges.NewGateways([]gateway.Gateway{g}, charges.Breaker{
+				Window: time.Minute, MinCalls: 10, FailureRatio: 0.5, OpenFor: time.Minute})
+			wrapped, err := gws.Gateway("sim1")
+			require.NoError(t, err)
+			for range len(tc.answers) {
+				_, err := wrapped.Authorize(context.Background(), gateway.Request{})
+				require.False(t, errors.Is(err, charges.ErrCircuitOpen), "open before the last call")
+			}
+			require.Equal(t, tc.wantOpen, gws.CircuitOpen("sim1"), tc.description)
+			if tc.wantOpen {
+				_, err := wrapped.Authorize(context.Background(), gateway.Request{})
+				require.ErrorIs(t, err, charges.ErrCircuitOpen, "an open circuit sends nothing")
+			}
+		})
+	}
+}
