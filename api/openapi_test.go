@@ -17,6 +17,7 @@ import (
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/notify/objects"
 )
 
 // The request/response validation of the whole test suite lives in
@@ -70,9 +71,9 @@ func TestOpenAPISchemasMatchResponses(t *testing.T) {
 	doc := loadOpenAPI(t)
 	for schema, typ := range map[string]reflect.Type{
 		"Subscription":  reflect.TypeOf(subscriptionJSON{}),
-		"Period":        reflect.TypeOf(periodJSON{}),
-		"Pause":         reflect.TypeOf(pauseJSON{}),
-		"PaymentMethod": reflect.TypeOf(paymentMethodJSON{}),
+		"Period":        reflect.TypeOf(objects.Period{}),
+		"Pause":         reflect.TypeOf(objects.Pause{}),
+		"PaymentMethod": reflect.TypeOf(objects.PaymentMethod{}),
 		"Charge":        reflect.TypeOf(chargeJSON{}),
 		"Event":         reflect.TypeOf(eventJSON{}),
 		"Actor":         reflect.TypeOf(actorJSON{}),

@@ -17,7 +17,7 @@ const module = "github.com/rebill/rebill/"
 // subscriptions and charges; domain packages never import the HTTP layer,
 // and subscriptions and charges know nothing of each other's tables.
 var allowedImports = map[string][]string{
-	"api":                  {"api/idempotency", "apikeys", "billing", "charges", "charges/gateway/sim", "subscriptions", "subscriptions/period"},
+	"api":                  {"api/idempotency", "apikeys", "billing", "charges", "charges/gateway/sim", "notify/objects", "subscriptions", "subscriptions/period"},
 	"api/idempotency":      nil,
 	"api/openapitest":      nil,
 	"apikeys":              {"subscriptions"},
@@ -29,6 +29,7 @@ var allowedImports = map[string][]string{
 	"charges/gateway":      nil,
 	"charges/gateway/sim":  {"charges/gateway"},
 	"migrations":           nil,
+	"notify/objects":       {"charges", "subscriptions"},
 	"cmd/rebill":           {"internal/app"},
 }
 
