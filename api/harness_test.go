@@ -21,6 +21,7 @@ import (
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/billing"
+	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 
@@ -57,6 +58,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	logs := &testsupport.LockedBuffer{}
 	subs := subscriptions.NewStore(clk)
+	subs.SetEventSink(&notify.Recorder{})
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Client: insertOnly, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}

@@ -70,18 +70,19 @@ func TestOpenAPISchemasMatchResponses(t *testing.T) {
 	t.Parallel()
 	doc := loadOpenAPI(t)
 	for schema, typ := range map[string]reflect.Type{
-		"Subscription":  reflect.TypeOf(subscriptionJSON{}),
-		"Period":        reflect.TypeOf(objects.Period{}),
-		"Pause":         reflect.TypeOf(objects.Pause{}),
-		"PaymentMethod": reflect.TypeOf(objects.PaymentMethod{}),
-		"Charge":        reflect.TypeOf(chargeJSON{}),
-		"Event":         reflect.TypeOf(eventJSON{}),
-		"Actor":         reflect.TypeOf(actorJSON{}),
-		"ApiKeyCreated": reflect.TypeOf(CreatedKey{}),
-		"Clock":         reflect.TypeOf(clockJSON{}),
-		"LedgerEntry":   reflect.TypeOf(sim.LedgerEntry{}),
-		"Faults":        reflect.TypeOf(sim.Faults{}),
-		"FieldError":    reflect.TypeOf(validate.FieldError{}),
+		"Subscription":      reflect.TypeOf(subscriptionJSON{}),
+		"Period":            reflect.TypeOf(objects.Period{}),
+		"Pause":             reflect.TypeOf(objects.Pause{}),
+		"PaymentMethod":     reflect.TypeOf(objects.PaymentMethod{}),
+		"Charge":            reflect.TypeOf(chargeJSON{}),
+		"Event":             reflect.TypeOf(eventJSON{}),
+		"NotificationEvent": reflect.TypeOf(notifyEventJSON{}),
+		"Actor":             reflect.TypeOf(actorJSON{}),
+		"ApiKeyCreated":     reflect.TypeOf(CreatedKey{}),
+		"Clock":             reflect.TypeOf(clockJSON{}),
+		"LedgerEntry":       reflect.TypeOf(sim.LedgerEntry{}),
+		"Faults":            reflect.TypeOf(sim.Faults{}),
+		"FieldError":        reflect.TypeOf(validate.FieldError{}),
 	} {
 		fields := map[string]bool{}
 		for i := 0; i < typ.NumField(); i++ {

@@ -26,6 +26,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -58,6 +59,8 @@ type Billing interface {
 	ReviewQueue(ctx context.Context, after *charges.ReviewCursor, limit int) ([]charges.Charge, error)
 	ResolveCharge(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error)
 	RetryCharge(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (charges.Charge, error)
+	PublishedEvents(ctx context.Context, caller billing.Caller, p notify.ListParams) ([]notify.Event, error)
+	PublishedEvent(ctx context.Context, caller billing.Caller, id uuid.UUID) (notify.Event, error)
 }
 
 // Keys authenticates API keys and issues new ones.
@@ -145,6 +148,8 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/v1/subscriptions/{id}/charges", s.listSubscriptionCharges)
 
 		r.Get("/v1/charges/{id}", s.getCharge)
+		r.Get("/v1/events", s.listPublishedEvents)
+		r.Get("/v1/events/{id}", s.getPublishedEvent)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Get("/v1/review-queue", s.reviewQueue)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/resolve", s.resolveCharge)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/retry", s.retryCharge)

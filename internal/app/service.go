@@ -21,6 +21,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 )
@@ -89,7 +90,12 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	breaker.OpenFor = cfg.BreakerOpenFor
 	breakers := charges.NewGateways(gateways, breaker)
 
+	// Every transition publishes its event through the recorder, in its
+	// own transaction (notify).
+	recorder := &notify.Recorder{}
 	subs := subscriptions.NewStore(svc.Clock)
+	subs.SetEventSink(recorder)
+	charges.SetEventSink(recorder)
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
 	pipeline := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock},
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
