@@ -31,6 +31,8 @@ import (
 
 const adminKey = "test-admin-key"
 
+var testEncryptionKey = []byte("0123456789abcdef0123456789abcdef")
+
 type testBundle struct {
 	pool   *pgxpool.Pool
 	server *httptest.Server
@@ -41,6 +43,8 @@ type testBundle struct {
 type setupOpts struct {
 	lease time.Duration
 	pool  *pgxpool.Pool
+	// allowPrivate lets webhooks go to http and private addresses.
+	allowPrivate bool
 	// dev, when set, builds the dev-mode dependencies on the test's pool.
 	dev func(t *testing.T, pool *pgxpool.Pool) *api.Dev
 }
@@ -67,12 +71,16 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 		dev = o.dev(t, pool)
 	}
 	known := func(name string) bool { return name == "sim1" || name == "sim2" }
+	keys, err := notify.NewKeyring(testEncryptionKey)
+	require.NoError(t, err)
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk}
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
 		Billing: uses, Ready: pool.Ping, KnownGateway: known,
 		Dev:    dev,
 		Logger: zerolog.New(logs),
+		Webhooks: &notify.Webhooks{Pool: pool, Keys: keys, Policy: notify.URLPolicy{AllowPrivate: o.allowPrivate}, Clock: clk,
+			Enqueue: insertOnly},
 	})
 	ts := httptest.NewServer(openapitest.Wrap(t, srv)) // every exchange is checked against the OpenAPI document
 	t.Cleanup(ts.Close)

@@ -112,7 +112,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, validate.ErrBodyTooLarge):
 		writeProblem(w, problemBodyTooLarge)
 	case errors.Is(err, errUnknownID), errors.Is(err, subscriptions.ErrNotFound), errors.Is(err, charges.ErrNotFound),
-		errors.Is(err, notify.ErrNotFound):
+		errors.Is(err, notify.ErrNotFound), errors.Is(err, notify.ErrEndpointNotFound):
 		writeProblem(w, problemNotFound)
 	case errors.Is(err, billing.ErrForbidden):
 		writeProblem(w, newProblem(http.StatusForbidden, "forbidden", "Forbidden",
@@ -121,6 +121,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", transition.Error()))
 	case errors.As(err, &chargeTransition):
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", chargeTransition.Error()))
+	case errors.Is(err, notify.ErrEndpointDisabled):
+		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", err.Error()))
 	case errors.Is(err, charges.ErrRetryRefused):
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", err.Error()))
 	case errors.Is(err, charges.ErrGatewayUnreachable):

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -105,7 +107,23 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		ScanInterval: cfg.ScanInterval, Logger: log.With().Str("component", "scheduler").Logger()}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
 
+	key := cfg.EncryptionKey
+	if key == nil {
+		if !cfg.Dev {
+			return nil, errors.New("REBILL_ENCRYPTION_KEY is required outside dev mode (openssl rand -base64 32): it encrypts webhook secrets")
+		}
+		key = make([]byte, notify.KeySize)
+		_, _ = rand.Read(key)
+		log.Warn().Msg("dev mode without REBILL_ENCRYPTION_KEY: webhook secrets are encrypted under a key of this process only")
+	}
+	keys, err := notify.NewKeyring(key)
+	if err != nil {
+		return nil, err
+	}
+	policy := notify.URLPolicy{AllowPrivate: cfg.Dev || cfg.WebhookAllowPrivate}
+
 	workers := river.NewWorkers()
+	river.AddWorker(workers, notify.NewDeliverWorker(pool, keys, policy, cfg.WebhookRetryBase))
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
 	charges.Register(workers, pipeline)
@@ -115,7 +133,10 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		return nil, fmt.Errorf("REBILL_RESCUE_AFTER (%s) must exceed a charge job's timeout (%s) by more than 5s", cfg.RescueAfter, jobTimeout)
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers},
+			// Deliveries wait on other people's servers: their own bounded
+			// queue, so that a slow receiver never holds up billing.
+			notify.Queue: {MaxWorkers: max(1, cfg.WebhookWorkers)}},
 		Workers:                     workers,
 		MaxAttempts:                 cfg.ChargeMaxAttempts,
 		RetryPolicy:                 retry,
@@ -131,6 +152,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
 	biller.Client = client
+	recorder.Enqueue = client
 	svc.River = client
 	svc.Biller = biller
 	if dev != nil {
@@ -145,6 +167,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	svc.Handler = api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: breakers.Known, Dev: dev, Logger: log,
+		Webhooks: &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
 	})
 	return svc, nil
 }
