@@ -11,8 +11,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -38,7 +40,41 @@ type DeliverWorker struct {
 	Policy    URLPolicy
 	RetryBase time.Duration // first retry after about this (REBILL_WEBHOOK_RETRY_BASE)
 	Now       func() time.Time
-	client    *http.Client
+	// PerEndpoint bounds this node's concurrent deliveries to one endpoint
+	// (default 2): a slow or dead receiver takes at most that many of the
+	// queue's workers; its other deliveries wait (snooze, spending no
+	// attempt) instead of holding up other endpoints.
+	PerEndpoint int
+	client      *http.Client
+
+	mu       sync.Mutex
+	inFlight map[uuid.UUID]int
+}
+
+// acquire takes one of the endpoint's delivery slots on this node.
+func (w *DeliverWorker) acquire(id uuid.UUID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	limit := w.PerEndpoint
+	if limit <= 0 {
+		limit = 2
+	}
+	if w.inFlight[id] >= limit {
+		return false
+	}
+	if w.inFlight == nil {
+		w.inFlight = map[uuid.UUID]int{}
+	}
+	w.inFlight[id]++
+	return true
+}
+
+func (w *DeliverWorker) release(id uuid.UUID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inFlight[id]--; w.inFlight[id] <= 0 {
+		delete(w.inFlight, id)
+	}
 }
 
 // NewDeliverWorker returns a worker whose HTTP client dials through the
@@ -101,6 +137,10 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	if err != nil {
 		return fmt.Errorf("load endpoint: %w", err)
 	}
+	if !w.acquire(job.Args.EndpointID) {
+		return river.JobSnooze(time.Second)
+	}
+	defer w.release(job.Args.EndpointID)
 	secret, err := w.Keys.Decrypt(sealed, job.Args.EndpointID[:])
 	if err != nil {
 		return river.JobCancel(fmt.Errorf("endpoint secret: %w", err))
