@@ -105,6 +105,8 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, Logger: log.With().Str("component", "scheduler").Logger()}
+	biller.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
+		BatchSize: cfg.ScanBatch}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
 
 	key := cfg.EncryptionKey

@@ -43,7 +43,11 @@ CREATE TABLE webhook_attempts (
 );
 CREATE INDEX webhook_attempts_endpoint ON webhook_attempts (endpoint_id, id);
 
+-- The scan's card-expiry notices look for cards in their last month.
+CREATE INDEX subscriptions_pm_exp_idx ON subscriptions (pm_exp_year, pm_exp_month) WHERE status <> 'cancelled';
+
 -- +goose Down
+DROP INDEX subscriptions_pm_exp_idx;
 DROP TABLE webhook_attempts;
 DROP TABLE webhook_endpoints;
 DROP TABLE events;
