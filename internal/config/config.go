@@ -73,16 +73,6 @@ var variables = []variable{
 			c.AdminKey = v
 			return nil
 		}},
-	{"REBILL_ENCRYPTION_KEY", "", "32 bytes, base64 (openssl rand -base64 32): encrypts webhook secrets at rest; required outside dev mode, where it is generated into REBILL_DATA_DIR",
-		func(c *Config, v string) (err error) { c.EncryptionKey, err = notifyKey(v); return }},
-	{"REBILL_WEBHOOK_RETRY_BASE", "5s", "first webhook retry after about this, then 5x longer each time up to 1h, for 3 days",
-		durationInto(func(c *Config) *time.Duration { return &c.WebhookRetryBase })},
-	{"REBILL_WEBHOOK_ALLOW_PRIVATE", "", "1: webhooks may go to http and to loopback/private addresses (always so in dev mode)",
-		func(c *Config, v string) (err error) { c.WebhookAllowPrivate, err = parseBool(v); return }},
-	{"REBILL_WEBHOOK_WORKERS", "20", "concurrent webhook deliveries per node (their own River queue)",
-		intInto(func(c *Config) *int { return &c.WebhookWorkers })},
-	{"REBILL_UPCOMING_NOTICE", "72h", "charge.upcoming is published this long before each renewal",
-		durationInto(func(c *Config) *time.Duration { return &c.UpcomingNotice })},
 	{"REBILL_DEV", "", "1: dev mode (manual clock, /v1/dev/*, simulated gateways sim1..sim5)",
 		func(c *Config, v string) (err error) { c.Dev, err = parseBool(v); return }},
 	{"REBILL_IDEMPOTENCY_TTL", "24h", "how long idempotency records are kept",
@@ -157,6 +147,16 @@ var variables = []variable{
 			c.DBMaxConns = n
 			return nil
 		}},
+	{"REBILL_ENCRYPTION_KEY", "", "32 bytes, base64 (openssl rand -base64 32): encrypts webhook secrets at rest; required outside dev mode, where it is generated into REBILL_DATA_DIR",
+		func(c *Config, v string) (err error) { c.EncryptionKey, err = notifyKey(v); return }},
+	{"REBILL_WEBHOOK_RETRY_BASE", "5s", "first webhook retry after about this, then 5x longer each time up to 1h, for 3 days",
+		durationInto(func(c *Config) *time.Duration { return &c.WebhookRetryBase })},
+	{"REBILL_WEBHOOK_ALLOW_PRIVATE", "", "1: webhooks may go to http and to loopback/private addresses (always so in dev mode)",
+		func(c *Config, v string) (err error) { c.WebhookAllowPrivate, err = parseBool(v); return }},
+	{"REBILL_WEBHOOK_WORKERS", "20", "concurrent webhook deliveries per node (their own River queue; at most 2 per endpoint)",
+		intInto(func(c *Config) *int { return &c.WebhookWorkers })},
+	{"REBILL_UPCOMING_NOTICE", "72h", "charge.upcoming is published this long before each renewal",
+		durationInto(func(c *Config) *time.Duration { return &c.UpcomingNotice })},
 }
 
 func durationInto(field func(*Config) *time.Duration) func(*Config, string) error {
