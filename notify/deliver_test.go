@@ -237,3 +237,23 @@ func TestSignatureVector(t *testing.T) {
 	require.ErrorIs(t, notify.Verify("whsec_other", header, body, at, 0), notify.ErrSignatureMismatch)
 	require.ErrorIs(t, notify.Verify(secret, "v1=00", body, at, 0), notify.ErrBadSignatureHeader)
 }
+
+// A redirect is not followed: it is a failed attempt, retried later.
+func TestDeliveryFollowsNoRedirect(t *testing.T) {
+	t.Parallel()
+	b := startDeliveries(t, true)
+	target := &receiver{reply: func(int) int { return http.StatusOK }}
+	targetSrv := httptest.NewServer(target)
+	t.Cleanup(targetSrv.Close)
+	redirecting := httptest.NewServer(http.RedirectHandler(targetSrv.URL, http.StatusFound))
+	t.Cleanup(redirecting.Close)
+	endpoint, _ := b.endpoint(t, redirecting.URL, "*")
+	b.publish(t, "charge.succeeded")
+	require.Eventually(t, func() bool {
+		attempts, err := b.webhooks.Attempts(context.Background(), endpoint, 0, 10)
+		require.NoError(t, err)
+		return len(attempts) > 0 && attempts[len(attempts)-1].StatusCode != nil &&
+			*attempts[len(attempts)-1].StatusCode == http.StatusFound && attempts[len(attempts)-1].Outcome == "retrying"
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Empty(t, target.requests())
+}
