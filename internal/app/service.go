@@ -125,7 +125,9 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	policy := notify.URLPolicy{AllowPrivate: cfg.Dev || cfg.WebhookAllowPrivate}
 
 	workers := river.NewWorkers()
-	river.AddWorker(workers, notify.NewDeliverWorker(pool, keys, policy, cfg.WebhookRetryBase))
+	deliver := notify.NewDeliverWorker(pool, keys, policy, cfg.WebhookRetryBase)
+	deliver.PerEndpoint = max(2, cfg.WebhookWorkers/4)
+	river.AddWorker(workers, deliver)
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
 	charges.Register(workers, pipeline)

@@ -153,7 +153,7 @@ var variables = []variable{
 		durationInto(func(c *Config) *time.Duration { return &c.WebhookRetryBase })},
 	{"REBILL_WEBHOOK_ALLOW_PRIVATE", "", "1: webhooks may go to http and to loopback/private addresses (always so in dev mode)",
 		func(c *Config, v string) (err error) { c.WebhookAllowPrivate, err = parseBool(v); return }},
-	{"REBILL_WEBHOOK_WORKERS", "20", "concurrent webhook deliveries per node (their own River queue; at most 2 per endpoint)",
+	{"REBILL_WEBHOOK_WORKERS", "20", "concurrent webhook deliveries per node (their own River queue; a quarter of them at most, 2 at least, per endpoint)",
 		intInto(func(c *Config) *int { return &c.WebhookWorkers })},
 	{"REBILL_UPCOMING_NOTICE", "72h", "charge.upcoming is published this long before each renewal",
 		durationInto(func(c *Config) *time.Duration { return &c.UpcomingNotice })},
