@@ -33,7 +33,7 @@ type deliveryBundle struct {
 
 // startDeliveries runs a River client with the delivery worker on the
 // test's database. allowPrivate false is production's policy.
-func startDeliveries(t *testing.T, allowPrivate bool) deliveryBundle {
+func startDeliveries(t *testing.T, allowPrivate bool, tweak ...func(*notify.DeliverWorker)) deliveryBundle {
 	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
@@ -41,7 +41,11 @@ func startDeliveries(t *testing.T, allowPrivate bool) deliveryBundle {
 	require.NoError(t, err)
 	policy := notify.URLPolicy{AllowPrivate: allowPrivate}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, notify.NewDeliverWorker(pool, keys, policy, 100*time.Millisecond))
+	worker := notify.NewDeliverWorker(pool, keys, policy, 100*time.Millisecond)
+	for _, fn := range tweak {
+		fn(worker)
+	}
+	river.AddWorker(workers, worker)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:            map[string]river.QueueConfig{notify.Queue: {MaxWorkers: 4}},
 		Workers:           workers,
@@ -256,4 +260,45 @@ func TestDeliveryFollowsNoRedirect(t *testing.T) {
 			*attempts[len(attempts)-1].StatusCode == http.StatusFound && attempts[len(attempts)-1].Outcome == "retrying"
 	}, 10*time.Second, 20*time.Millisecond)
 	require.Empty(t, target.requests())
+}
+
+// After three days of failures the delivery is marked failed and River
+// stops retrying it.
+func TestDeliveryFailsAfterThreeDays(t *testing.T) {
+	t.Parallel()
+	b := startDeliveries(t, true, func(w *notify.DeliverWorker) {
+		w.Now = func() time.Time { return time.Now().Add(notify.GiveUpAfter) } // the delivery was queued 3 days ago
+	})
+	rc := &receiver{reply: func(int) int { return http.StatusServiceUnavailable }}
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	endpoint, _ := b.endpoint(t, srv.URL, "*")
+	b.publish(t, "charge.succeeded")
+	require.Eventually(t, func() bool {
+		var state string
+		err := b.pool.QueryRow(context.Background(), `SELECT state FROM river_job WHERE kind = 'webhook_deliver'`).Scan(&state)
+		return err == nil && state == "cancelled"
+	}, 10*time.Second, 20*time.Millisecond)
+	attempts, err := b.webhooks.Attempts(context.Background(), endpoint, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, attempts, 1)
+	require.Equal(t, "failed", attempts[0].Outcome)
+	require.Nil(t, attempts[0].NextAttemptAt)
+	require.Equal(t, 503, *attempts[0].StatusCode)
+}
+
+// Retries wait about RetryBase, then 5x longer each time, capped at an
+// hour, with ±20 % jitter.
+func TestDeliveryBackoff(t *testing.T) {
+	t.Parallel()
+	w := &notify.DeliverWorker{RetryBase: 5 * time.Second}
+	for attempt, want := range map[int]time.Duration{1: 5 * time.Second, 2: 25 * time.Second, 3: 125 * time.Second,
+		4: 625 * time.Second, 5: 3125 * time.Second, 6: time.Hour, 40: time.Hour} {
+		for job := int64(1); job < 50; job++ {
+			got := w.Backoff(job, attempt)
+			require.GreaterOrEqual(t, got, time.Duration(float64(want)*0.8), "attempt %d", attempt)
+			require.LessOrEqual(t, got, time.Duration(float64(want)*1.2), "attempt %d", attempt)
+			require.Equal(t, got, w.Backoff(job, attempt), "the same wait for the same job and attempt")
+		}
+	}
 }
