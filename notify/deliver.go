@@ -143,7 +143,15 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	defer w.release(job.Args.EndpointID)
 	secret, err := w.Keys.Decrypt(sealed, job.Args.EndpointID[:])
 	if err != nil {
-		return river.JobCancel(fmt.Errorf("endpoint secret: %w", err))
+		// A node without the key that sealed it (REBILL_ENCRYPTION_KEY
+		// differs between nodes): nothing can be signed. Shown in the
+		// deliveries log; a redelivery from a node with the key sends it.
+		err = fmt.Errorf("endpoint secret: %w", err)
+		if _, rerr := w.Pool.Exec(ctx, `INSERT INTO webhook_attempts (endpoint_id, event_id, attempt, outcome, error, duration_ms, at)
+			VALUES ($1, $2, $3, 'failed', $4, 0, $5)`, job.Args.EndpointID, job.Args.EventID, job.Attempt, err.Error(), w.Now().UTC()); rerr != nil {
+			return fmt.Errorf("record delivery attempt: %w", rerr)
+		}
+		return river.JobCancel(err)
 	}
 	event, err := GetEvent(ctx, w.Pool, job.Args.EventID, "")
 	if err != nil {
