@@ -64,3 +64,24 @@ func TestChargeSucceededIsDeliveredSigned(t *testing.T) {
 	events := b.call(t, http.MethodGet, "/v1/events?object_id="+sub, nil)["data"].([]any)
 	require.Len(t, events, 2, "created and succeeded, once each: %v", events)
 }
+
+// The scan publishes charge.upcoming 72h before a renewal, once however
+// often it runs, and late (once) when the dev clock jumps past that time.
+func TestUpcomingNoticeOnceThroughTheScan(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	sub := b.createSubscription(t, "tok_ok_visa", "week")
+	b.waitCharges(t, sub, 1, "succeeded")
+	upcoming := func() int {
+		return len(b.call(t, http.MethodGet, "/v1/events?type=charge.upcoming&object_id="+sub, nil)["data"].([]any))
+	}
+	b.scanNow(t)
+	require.Zero(t, upcoming(), "a week ahead")
+	b.advance(t, "100h") // the renewal is 68h ahead: the notice is late
+	b.scanNow(t)
+	b.scanNow(t)
+	require.Equal(t, 1, upcoming())
+	b.advance(t, "24h")
+	b.scanNow(t)
+	require.Equal(t, 1, upcoming())
+}
