@@ -2,37 +2,17 @@ package api
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/notify/objects"
 )
 
-type chargeJSON struct {
-	ID             uuid.UUID  `json:"id"`
-	SubscriptionID uuid.UUID  `json:"subscription_id"`
-	PeriodKey      string     `json:"period_key"`
-	Key            string     `json:"key"`
-	Amount         int64      `json:"amount"`
-	Currency       string     `json:"currency"`
-	Gateway        string     `json:"gateway"`
-	Status         string     `json:"status"`
-	AttemptCount   int        `json:"attempt_count"`
-	NextAttemptAt  *time.Time `json:"next_attempt_at"`
-	FailureCode    *string    `json:"failure_code"`
-	ReviewReason   *string    `json:"review_reason"`
-	CreatedAt      time.Time  `json:"created_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
-}
+type chargeJSON = objects.Charge
 
-func toChargeJSON(c charges.Charge) chargeJSON {
-	return chargeJSON{ID: c.ID, SubscriptionID: c.SubscriptionID, PeriodKey: c.PeriodKey, Key: c.Key(),
-		Amount: c.Amount, Currency: c.Currency, Gateway: c.Gateway, Status: string(c.Status),
-		AttemptCount: c.AttemptCount, NextAttemptAt: utcPtr(c.NextAttemptAt), FailureCode: optional(c.FailureCode),
-		ReviewReason: optional(c.ReviewReason), CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
-}
+func toChargeJSON(c charges.Charge) chargeJSON { return objects.FromCharge(c) }
 
 func (s *Server) listSubscriptionCharges(w http.ResponseWriter, r *http.Request) {
 	pg, err := pageParams(r)

@@ -21,6 +21,7 @@ import (
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/billing"
+	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 
@@ -29,6 +30,8 @@ import (
 )
 
 const adminKey = "test-admin-key"
+
+var testEncryptionKey = []byte("0123456789abcdef0123456789abcdef")
 
 type testBundle struct {
 	pool   *pgxpool.Pool
@@ -40,6 +43,8 @@ type testBundle struct {
 type setupOpts struct {
 	lease time.Duration
 	pool  *pgxpool.Pool
+	// allowPrivate lets webhooks go to http and private addresses.
+	allowPrivate bool
 	// dev, when set, builds the dev-mode dependencies on the test's pool.
 	dev func(t *testing.T, pool *pgxpool.Pool) *api.Dev
 }
@@ -57,6 +62,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	logs := &testsupport.LockedBuffer{}
 	subs := subscriptions.NewStore(clk)
+	subs.SetEventSink(&notify.Recorder{})
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Client: insertOnly, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
@@ -65,12 +71,16 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 		dev = o.dev(t, pool)
 	}
 	known := func(name string) bool { return name == "sim1" || name == "sim2" }
+	keys, err := notify.NewKeyring(testEncryptionKey)
+	require.NoError(t, err)
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk}
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
 		Billing: uses, Ready: pool.Ping, KnownGateway: known,
 		Dev:    dev,
 		Logger: zerolog.New(logs),
+		Webhooks: &notify.Webhooks{Pool: pool, Keys: keys, Policy: notify.URLPolicy{AllowPrivate: o.allowPrivate}, Clock: clk,
+			Enqueue: insertOnly},
 	})
 	ts := httptest.NewServer(openapitest.Wrap(t, srv)) // every exchange is checked against the OpenAPI document
 	t.Cleanup(ts.Close)

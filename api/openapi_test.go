@@ -17,6 +17,7 @@ import (
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/notify/objects"
 )
 
 // The request/response validation of the whole test suite lives in
@@ -69,18 +70,22 @@ func TestOpenAPISchemasMatchResponses(t *testing.T) {
 	t.Parallel()
 	doc := loadOpenAPI(t)
 	for schema, typ := range map[string]reflect.Type{
-		"Subscription":  reflect.TypeOf(subscriptionJSON{}),
-		"Period":        reflect.TypeOf(periodJSON{}),
-		"Pause":         reflect.TypeOf(pauseJSON{}),
-		"PaymentMethod": reflect.TypeOf(paymentMethodJSON{}),
-		"Charge":        reflect.TypeOf(chargeJSON{}),
-		"Event":         reflect.TypeOf(eventJSON{}),
-		"Actor":         reflect.TypeOf(actorJSON{}),
-		"ApiKeyCreated": reflect.TypeOf(CreatedKey{}),
-		"Clock":         reflect.TypeOf(clockJSON{}),
-		"LedgerEntry":   reflect.TypeOf(sim.LedgerEntry{}),
-		"Faults":        reflect.TypeOf(sim.Faults{}),
-		"FieldError":    reflect.TypeOf(validate.FieldError{}),
+		"Subscription":      reflect.TypeOf(subscriptionJSON{}),
+		"Period":            reflect.TypeOf(objects.Period{}),
+		"Pause":             reflect.TypeOf(objects.Pause{}),
+		"PaymentMethod":     reflect.TypeOf(objects.PaymentMethod{}),
+		"Charge":            reflect.TypeOf(chargeJSON{}),
+		"Event":             reflect.TypeOf(eventJSON{}),
+		"NotificationEvent": reflect.TypeOf(notifyEventJSON{}),
+		"WebhookEndpoint":   reflect.TypeOf(webhookEndpointJSON{}),
+		"Delivery":          reflect.TypeOf(deliveryJSON{}),
+		"Redelivery":        reflect.TypeOf(redeliveryJSON{}),
+		"Actor":             reflect.TypeOf(actorJSON{}),
+		"ApiKeyCreated":     reflect.TypeOf(CreatedKey{}),
+		"Clock":             reflect.TypeOf(clockJSON{}),
+		"LedgerEntry":       reflect.TypeOf(sim.LedgerEntry{}),
+		"Faults":            reflect.TypeOf(sim.Faults{}),
+		"FieldError":        reflect.TypeOf(validate.FieldError{}),
 	} {
 		fields := map[string]bool{}
 		for i := 0; i < typ.NumField(); i++ {

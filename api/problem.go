@@ -16,6 +16,7 @@ import (
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -110,7 +111,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, p)
 	case errors.Is(err, validate.ErrBodyTooLarge):
 		writeProblem(w, problemBodyTooLarge)
-	case errors.Is(err, errUnknownID), errors.Is(err, subscriptions.ErrNotFound), errors.Is(err, charges.ErrNotFound):
+	case errors.Is(err, errUnknownID), errors.Is(err, subscriptions.ErrNotFound), errors.Is(err, charges.ErrNotFound),
+		errors.Is(err, notify.ErrNotFound), errors.Is(err, notify.ErrEndpointNotFound):
 		writeProblem(w, problemNotFound)
 	case errors.Is(err, billing.ErrForbidden):
 		writeProblem(w, newProblem(http.StatusForbidden, "forbidden", "Forbidden",
@@ -119,6 +121,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", transition.Error()))
 	case errors.As(err, &chargeTransition):
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", chargeTransition.Error()))
+	case errors.Is(err, notify.ErrEndpointDisabled):
+		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", err.Error()))
 	case errors.Is(err, charges.ErrRetryRefused):
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", err.Error()))
 	case errors.Is(err, charges.ErrGatewayUnreachable):

@@ -26,6 +26,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -58,6 +59,8 @@ type Billing interface {
 	ReviewQueue(ctx context.Context, after *charges.ReviewCursor, limit int) ([]charges.Charge, error)
 	ResolveCharge(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error)
 	RetryCharge(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (charges.Charge, error)
+	PublishedEvents(ctx context.Context, caller billing.Caller, p notify.ListParams) ([]notify.Event, error)
+	PublishedEvent(ctx context.Context, caller billing.Caller, id uuid.UUID) (notify.Event, error)
 }
 
 // Keys authenticates API keys and issues new ones.
@@ -80,6 +83,9 @@ type Deps struct {
 	KnownGateway func(name string) bool
 	Dev          *Dev // nil outside dev mode: /v1/dev/* answers 404
 	Logger       zerolog.Logger
+	// Webhooks are the webhook endpoints' use cases (admin changes them,
+	// support and admin read them).
+	Webhooks *notify.Webhooks
 }
 
 // Server is the HTTP handler of rebill.
@@ -145,6 +151,18 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/v1/subscriptions/{id}/charges", s.listSubscriptionCharges)
 
 		r.Get("/v1/charges/{id}", s.getCharge)
+		r.Get("/v1/events", s.listPublishedEvents)
+		r.Get("/v1/events/{id}", s.getPublishedEvent)
+
+		staff := r.With(requireRole(apikeys.Admin, apikeys.Support))
+		admin := r.With(requireRole(apikeys.Admin))
+		admin.Post("/v1/webhook-endpoints", s.createWebhookEndpoint)
+		staff.Get("/v1/webhook-endpoints", s.listWebhookEndpoints)
+		staff.Get("/v1/webhook-endpoints/{id}", s.getWebhookEndpoint)
+		admin.Post("/v1/webhook-endpoints/{id}/disable", s.setWebhookEndpointStatus(notify.Disabled))
+		admin.Post("/v1/webhook-endpoints/{id}/enable", s.setWebhookEndpointStatus(notify.Enabled))
+		staff.Get("/v1/webhook-endpoints/{id}/deliveries", s.listDeliveries)
+		admin.Post("/v1/webhook-endpoints/{id}/redeliver", s.redeliver)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Get("/v1/review-queue", s.reviewQueue)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/resolve", s.resolveCharge)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/retry", s.retryCharge)

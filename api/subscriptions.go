@@ -10,89 +10,17 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/notify/objects"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
 )
 
-type periodJSON struct {
-	Key   string    `json:"key"`
-	Start time.Time `json:"start"`
-	End   time.Time `json:"end"`
-}
+type subscriptionJSON = objects.Subscription
 
-type pauseJSON struct {
-	PausedAt time.Time  `json:"paused_at"`
-	ResumeAt *time.Time `json:"resume_at"`
-}
-
-type paymentMethodJSON struct {
-	Gateway  string  `json:"gateway"`
-	Brand    *string `json:"brand"`
-	Last4    *string `json:"last4"`
-	ExpMonth int     `json:"exp_month"`
-	ExpYear  int     `json:"exp_year"`
-}
-
-type subscriptionJSON struct {
-	ID                uuid.UUID         `json:"id"`
-	CustomerID        string            `json:"customer_id"`
-	Status            string            `json:"status"`
-	Amount            int64             `json:"amount"`
-	Currency          string            `json:"currency"`
-	Interval          string            `json:"interval"`
-	IntervalCount     int               `json:"interval_count"`
-	TimeZone          string            `json:"timezone"`
-	BillingAnchor     time.Time         `json:"billing_anchor"`
-	CurrentPeriod     periodJSON        `json:"current_period"`
-	NextChargeAt      *time.Time        `json:"next_charge_at"`
-	CancelAtPeriodEnd bool              `json:"cancel_at_period_end"`
-	Pause             *pauseJSON        `json:"pause"`
-	PaymentMethod     paymentMethodJSON `json:"payment_method"`
-	Description       *string           `json:"description"`
-	Metadata          map[string]string `json:"metadata"`
-	CreatedAt         time.Time         `json:"created_at"`
-	UpdatedAt         time.Time         `json:"updated_at"`
-	CancelledAt       *time.Time        `json:"cancelled_at"`
-}
-
-func optional(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func utcPtr(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
+func optional(s string) *string { return objects.Optional(s) }
 
 func toSubscriptionJSON(s subscriptions.Subscription) subscriptionJSON {
-	p := s.CurrentPeriod()
-	out := subscriptionJSON{
-		ID: s.ID, CustomerID: s.CustomerID, Status: string(s.Status), Amount: s.Amount, Currency: s.Currency,
-		Interval: string(s.Interval), IntervalCount: s.IntervalCount, TimeZone: s.TimeZone,
-		BillingAnchor:     s.BillingAnchor,
-		CurrentPeriod:     periodJSON{Key: p.Key, Start: p.Start, End: p.End},
-		CancelAtPeriodEnd: s.CancelAtPeriodEnd,
-		PaymentMethod: paymentMethodJSON{
-			Gateway: s.PaymentMethod.Gateway, Brand: optional(s.PaymentMethod.Brand), Last4: optional(s.PaymentMethod.Last4),
-			ExpMonth: s.PaymentMethod.ExpMonth, ExpYear: s.PaymentMethod.ExpYear,
-		},
-		Description: optional(s.Description), Metadata: s.Metadata,
-		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, CancelledAt: utcPtr(s.CancelledAt),
-	}
-	if s.Status != subscriptions.Cancelled && s.Status != subscriptions.Paused && s.Status != subscriptions.Unpaid {
-		next := s.NextChargeAt
-		out.NextChargeAt = &next
-	}
-	if s.PausedAt != nil {
-		out.Pause = &pauseJSON{PausedAt: s.PausedAt.UTC(), ResumeAt: utcPtr(s.ResumeAt)}
-	}
-	return out
+	return objects.FromSubscription(s)
 }
 
 type paymentMethodRequest struct {

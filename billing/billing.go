@@ -42,7 +42,9 @@ type Caller struct {
 	CustomerID string
 }
 
-func (c Caller) canSee(customerID string) bool { return c.CustomerID == "" || c.CustomerID == customerID }
+func (c Caller) canSee(customerID string) bool {
+	return c.CustomerID == "" || c.CustomerID == customerID
+}
 
 // Attempts tells what a charge's last attempt left at its gateway.
 type Attempts interface {

@@ -73,7 +73,8 @@ type testBundle struct {
 	pool           *pgxpool.Pool
 	subs           *fakeSubscriptions
 	subscriptionID uuid.UUID
-	tx             pgx.Tx // the River job's transaction, rolled back at the end
+	tx             pgx.Tx                       // the River job's transaction, rolled back at the end
+	fixtures       map[uuid.UUID]charges.Status // each charge's status before its step
 }
 
 func setup(t *testing.T) *testBundle {
@@ -91,6 +92,7 @@ func setup(t *testing.T) *testBundle {
 		pool:           pool,
 		subs:           &fakeSubscriptions{current: charges.Subscription{Gateway: fake.Name(), Token: currentCard}},
 		subscriptionID: uuid.New(),
+		fixtures:       map[uuid.UUID]charges.Status{},
 	}
 	b.pipeline = &charges.Pipeline{
 		Pool:           pool,
@@ -192,6 +194,7 @@ func (b *testBundle) newCharge(ctx context.Context, t *testing.T, f fixture) cha
 		WHERE id = $1`, c.ID, string(f.status), f.attempt, f.gateway, f.voidRequested, f.authorizationRef,
 		string(f.unknownPhase), firstDeclined, f.reviewReason, released)
 	require.NoError(t, err)
+	b.fixtures[c.ID] = f.status
 	return b.get(ctx, t, c.ID)
 }
 
@@ -631,6 +634,7 @@ func (b *testBundle) requireOutcome(ctx context.Context, t *testing.T, id uuid.U
 		want.attempt = 1
 	}
 	require.Equal(t, want.status, c.Status, "status")
+	b.requireEvents(ctx, t, id, c.Status)
 	require.Equal(t, want.attempt, c.AttemptCount, "attempt_count")
 	require.Equal(t, want.failureCode, c.FailureCode, "failure_code")
 	switch {

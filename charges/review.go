@@ -108,7 +108,7 @@ func Resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, r Resolution, now tim
 	if r.Outcome == Succeeded {
 		where = "hold_released_at IS NULL"
 	}
-	c, err := guardedUpdate(ctx, tx, id, 0, []Status{RequiresReview}, r.Outcome, now, where,
+	c, err := guardedUpdate(ctx, tx, id, 0, []Status{RequiresReview}, r.Outcome, EventResolved, now, where,
 		`resolution = $1, resolution_evidence = $2, resolved_by = $3, resolved_at = $4`,
 		string(r.Outcome), r.Evidence, r.Actor, now)
 	if errors.Is(err, ErrStale) {
@@ -162,6 +162,9 @@ func SweepDiscarded(ctx context.Context, tx pgx.Tx, now time.Time) ([]Charge, er
 		RETURNING `+columns, now, texts(from), string(RequiresReview)))
 	if err != nil {
 		return nil, fmt.Errorf("sweep discarded jobs: %w", err)
+	}
+	if err := publishAll(ctx, tx, moved, now); err != nil {
+		return nil, err
 	}
 	return moved, nil
 }

@@ -136,15 +136,18 @@ func CreateMany(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Ch
 // whose parameters start at $1. Leaving for any status but declined clears
 // next_attempt_at. Returns ErrStale when the guard fails.
 func move(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time, set string, args ...any) (Charge, error) {
-	return guardedUpdate(ctx, db, id, attempt, from, to, now, "", set, args...)
+	return guardedUpdate(ctx, db, id, attempt, from, to, "", now, "", set, args...)
 }
 
 // moveWhere is move with one more condition on the row.
 func moveWhere(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time, where string) (Charge, error) {
-	return guardedUpdate(ctx, db, id, attempt, from, to, now, where, "")
+	return guardedUpdate(ctx, db, id, attempt, from, to, "", now, where, "")
 }
 
-func guardedUpdate(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time,
+// guardedUpdate is move with an event type to publish instead of the one
+// named after to ("" for that), and a condition on the row. It publishes
+// the change's event in db, the transaction of the move.
+func guardedUpdate(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, event string, now time.Time,
 	where, set string, args ...any) (Charge, error) {
 	for _, f := range from {
 		if f != to && !CanTransition(f, to) {
@@ -169,6 +172,9 @@ func guardedUpdate(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from
 	}
 	if err != nil {
 		return Charge{}, fmt.Errorf("move charge to %s: %w", to, err)
+	}
+	if err := publish(ctx, db, event, c, now); err != nil {
+		return Charge{}, err
 	}
 	return c, nil
 }

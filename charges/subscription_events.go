@@ -30,13 +30,16 @@ func voidWaiting(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now t
 			return 0, &TransitionError{From: from, To: Voided}
 		}
 	}
-	tag, err := tx.Exec(ctx, `UPDATE charges SET status = $5, failure_code = $3, next_attempt_at = NULL, updated_at = $2
-		WHERE subscription_id = $1 AND status = ANY($6) AND period_start >= $4`,
-		subscriptionID, now, code, since, string(Voided), texts([]Status{Scheduled, Declined}))
+	voided, err := collect(tx.Query(ctx, `UPDATE charges SET status = $5, failure_code = $3, next_attempt_at = NULL, updated_at = $2
+		WHERE subscription_id = $1 AND status = ANY($6) AND period_start >= $4 RETURNING `+columns,
+		subscriptionID, now, code, since, string(Voided), texts([]Status{Scheduled, Declined})))
 	if err != nil {
 		return 0, fmt.Errorf("void waiting charges: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	if err := publishAll(ctx, tx, voided, now); err != nil {
+		return 0, err
+	}
+	return int64(len(voided)), nil
 }
 
 // DunningEnded applies the end of a subscription's dunning (it became
@@ -51,11 +54,12 @@ func DunningEnded(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, dunn
 	if !CanTransition(Declined, Failed) {
 		return &TransitionError{From: Declined, To: Failed}
 	}
-	if _, err := tx.Exec(ctx, `UPDATE charges SET status = $3, next_attempt_at = NULL, updated_at = $2
-		WHERE subscription_id = $1 AND status = $4`, subscriptionID, now, string(Failed), string(Declined)); err != nil {
+	failed, err := collect(tx.Query(ctx, `UPDATE charges SET status = $3, next_attempt_at = NULL, updated_at = $2
+		WHERE subscription_id = $1 AND status = $4 RETURNING `+columns, subscriptionID, now, string(Failed), string(Declined)))
+	if err != nil {
 		return fmt.Errorf("stop dunning: %w", err)
 	}
-	return nil
+	return publishAll(ctx, tx, failed, now)
 }
 
 // HasUnpaid reports whether the subscription has a charge other than

@@ -36,6 +36,15 @@ type Biller struct {
 	// clock moved further than this (a dev-clock jump) scans again at once.
 	ScanInterval time.Duration
 	Logger       zerolog.Logger
+	// Notices publishes the customer notices due at the scan's now (notify
+	// implements it); nil sends none.
+	Notices Notifier
+}
+
+// Notifier publishes the customer notices due at now, each once however
+// often it is called, and returns how many it published.
+type Notifier interface {
+	SendNotices(ctx context.Context, now time.Time) (int, error)
 }
 
 // Due charges every period of sub that is due now, in tx: the API calls it

@@ -67,12 +67,13 @@ type ScanResult struct {
 	Enqueued  int
 	Retries   int
 	ToReview  int
+	Notices   int
 }
 
 // Scan does everything that is due at now, in batches of BatchSize rows,
 // each batch its own short transaction: cancels scheduled at a period end
 // that passed while paused, scheduled resumes, due periods, dunning
-// retries, and the dead-letter sweep. Safe to run concurrently and
+// retries, the dead-letter sweep, and the customer notices. Safe to run concurrently and
 // on several nodes: rows are claimed with FOR UPDATE SKIP LOCKED and every
 // charge is created under its unique period key.
 func (b *Biller) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
@@ -93,6 +94,11 @@ func (b *Biller) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 	}
 	if res.ToReview, err = b.sweepDiscarded(ctx, now); err != nil {
 		return res, err
+	}
+	if b.Notices != nil {
+		if res.Notices, err = b.Notices.SendNotices(ctx, now); err != nil {
+			return res, err
+		}
 	}
 	if n, err := charges.CountInReview(ctx, b.Pool); err == nil {
 		metrics.ReviewQueueSize.Set(float64(n))

@@ -25,11 +25,44 @@ type DBTX interface {
 // Store reads and writes subscriptions. Mutations take a pgx.Tx so that the
 // row, its event and any job they cause commit together.
 type Store struct {
-	clock clock.Clock
+	clock  clock.Clock
+	events EventSink
 }
 
 // NewStore returns a store that stamps changes with clk's time.
 func NewStore(clk clock.Clock) *Store { return &Store{clock: clk} }
+
+// EventSink receives every change of a subscription, in the transaction
+// that makes it, with the subscription as it is after the change and the
+// event type (EventPaused...). notify implements it (the published event
+// log and its webhooks); an error rolls the change back.
+type EventSink interface {
+	SubscriptionChanged(ctx context.Context, tx pgx.Tx, eventType string, sub Subscription, at time.Time) error
+}
+
+// SetEventSink makes the store publish its changes to sink. Wiring calls
+// it before the store is used; without it only the subscription's own log
+// (subscription_events) is written.
+func (st *Store) SetEventSink(sink EventSink) { st.events = sink }
+
+// changed appends the subscription's log entry and publishes the change:
+// the one place every transition ends, so none can forget its event.
+func (st *Store) changed(ctx context.Context, tx pgx.Tx, sub Subscription, typ string, from, to Status, actor Actor, at time.Time) error {
+	if err := st.appendEvent(ctx, tx, sub.ID, typ, from, to, actor, at); err != nil {
+		return err
+	}
+	return st.publish(ctx, tx, sub, typ, at)
+}
+
+func (st *Store) publish(ctx context.Context, tx pgx.Tx, sub Subscription, typ string, at time.Time) error {
+	if st.events == nil {
+		return nil
+	}
+	if err := st.events.SubscriptionChanged(ctx, tx, typ, sub, at); err != nil {
+		return fmt.Errorf("publish %s event: %w", typ, err)
+	}
+	return nil
+}
 
 // New is a validated request to create a subscription.
 type New struct {
@@ -114,6 +147,9 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor) (Sub
 	sub, err := scan(row)
 	if err != nil {
 		return Subscription{}, fmt.Errorf("insert subscription: %w", err)
+	}
+	if err := st.publish(ctx, tx, sub, EventCreated, now); err != nil {
+		return Subscription{}, err
 	}
 	return sub, nil
 }

@@ -83,7 +83,7 @@ func (st *Store) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID, atPeriodEn
 			if err != nil {
 				return Subscription{}, false, fmt.Errorf("schedule cancel: %w", err)
 			}
-			if err := st.appendEvent(ctx, tx, id, EventCancelScheduled, sub.Status, sub.Status, actor, now); err != nil {
+			if err := st.changed(ctx, tx, sub, EventCancelScheduled, sub.Status, sub.Status, actor, now); err != nil {
 				return Subscription{}, false, err
 			}
 			return sub, true, nil
@@ -132,7 +132,7 @@ func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUI
 	if err != nil {
 		return Subscription{}, false, fmt.Errorf("update payment method: %w", err)
 	}
-	if err := st.appendEvent(ctx, tx, id, EventPaymentMethodUpdated, sub.Status, to, actor, now); err != nil {
+	if err := st.changed(ctx, tx, updated, EventPaymentMethodUpdated, sub.Status, to, actor, now); err != nil {
 		return Subscription{}, false, err
 	}
 	return updated, true, nil
@@ -221,7 +221,7 @@ func (st *Store) transition(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Sta
 	if err != nil {
 		return Subscription{}, false, fmt.Errorf("move subscription to %s: %w", to, err)
 	}
-	if err := st.appendEvent(ctx, tx, id, eventType, sub.Status, to, actor, now); err != nil {
+	if err := st.changed(ctx, tx, updated, eventType, sub.Status, to, actor, now); err != nil {
 		return Subscription{}, false, err
 	}
 	return updated, true, nil

@@ -27,6 +27,7 @@ import (
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pgembed"
 	"github.com/rebill/rebill/migrations"
+	"github.com/rebill/rebill/notify"
 )
 
 const usage = `rebill: recurring payments, exactly one charge per period.
@@ -407,6 +408,11 @@ func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io
 			fmt.Fprintf(stdout, "\nFirst start: created an admin API key. It is shown once; only its hash is stored.\n\n    %s\n\nexport REBILL_KEY=%s\n\n", key.Secret, key.Secret)
 		}
 	}
+	if cfg.Dev && cfg.EncryptionKey == nil {
+		if cfg.EncryptionKey, err = devEncryptionKey(cfg.DataDir); err != nil {
+			return err
+		}
+	}
 	svc, err := Build(ctx, cfg, pool, log)
 	if err != nil {
 		return err
@@ -456,4 +462,24 @@ func Main() {
 		cancel()
 		os.Exit(1)
 	}
+}
+
+// devEncryptionKey is dev mode's REBILL_ENCRYPTION_KEY: kept in the data
+// folder (encryption.key, mode 0600), generated on the first start, so
+// that webhook secrets survive restarts.
+func devEncryptionKey(dataDir string) ([]byte, error) {
+	path := filepath.Join(dataDir, "encryption.key")
+	if raw, err := os.ReadFile(path); err == nil {
+		return notify.ParseKey(string(raw))
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read dev encryption key: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data folder: %w", err)
+	}
+	key := notify.NewKey()
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("write dev encryption key: %w", err)
+	}
+	return notify.ParseKey(key)
 }

@@ -4,16 +4,22 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"runtime/pprof"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/bench"
+	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/notify"
 )
 
 // benchCommand runs `rebill bench`: see package bench. Without DATABASE_URL
@@ -28,6 +34,8 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	scanOnly := fs.Bool("scan-only", false, "measure the scan and stop (for very large -n)")
 	scanBatch := fs.Int("scan-batch", 1000, "subscriptions per scan transaction")
+	database := fs.String("db", "rebill_bench", "database to create (dropped first) on the server")
+	webhook := fs.Bool("webhook", false, "one webhook endpoint subscribed to every event, on a local receiver")
 	if done, err := parseFlags(fs, args, stdout, stderr); done || err != nil {
 		return err
 	}
@@ -47,10 +55,10 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		server = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	}
 	return bench.Run(ctx, bench.Options{
-		ServerURL: server, Subscriptions: *n, NoopJobs: *noop, Workers: *workers, Out: stdout, Log: log,
+		ServerURL: server, Database: *database, Subscriptions: *n, NoopJobs: *noop, Workers: *workers, Out: stdout, Log: log,
 		Billing: func(ctx context.Context, pool *pgxpool.Pool, n int) (bench.BillingResult, error) {
 			cfg.ScanBatch = *scanBatch
-			return benchBilling(ctx, cfg, pool, n, *workers, *scanOnly, log)
+			return benchBilling(ctx, cfg, pool, n, *workers, *scanOnly, *webhook, log)
 		},
 	})
 }
@@ -58,7 +66,8 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 // benchBilling bills n subscriptions due at one instant through a
 // production-mode node (wall clock) and a simulated gateway over loopback
 // HTTP, started beside it as `rebill gatewaysim` would be.
-func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n, workers int, scanOnly bool, log zerolog.Logger) (bench.BillingResult, error) {
+func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n, workers int, scanOnly, webhook bool,
+	log zerolog.Logger) (bench.BillingResult, error) {
 	quiet := log.Level(zerolog.ErrorLevel)
 	baseURL, stopSim, err := startSim(ctx, pool, 20, []string{"sim1"}, quiet)
 	if err != nil {
@@ -74,6 +83,32 @@ func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n,
 	cfg.RescueAfter = time.Minute
 	cfg.RetryBase, cfg.RetryMax = 100*time.Millisecond, time.Second
 	cfg.FetchCooldown, cfg.FetchPollInterval = 2*time.Millisecond, 50*time.Millisecond
+	if cfg.EncryptionKey == nil { // the bench database is thrown away
+		if cfg.EncryptionKey, err = notify.ParseKey(notify.NewKey()); err != nil {
+			return bench.BillingResult{}, err
+		}
+	}
+	var received atomic.Int64
+	if webhook {
+		receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			received.Add(1)
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		defer receiver.Close()
+		cfg.WebhookAllowPrivate = true
+		keys, err := notify.NewKeyring(cfg.EncryptionKey)
+		if err != nil {
+			return bench.BillingResult{}, err
+		}
+		hooks := &notify.Webhooks{Pool: pool, Keys: keys, Policy: notify.URLPolicy{AllowPrivate: true}, Clock: clock.Wall{}}
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, _, err := hooks.Create(ctx, tx, receiver.URL, []string{"*"}, "bench")
+			return err
+		}); err != nil {
+			return bench.BillingResult{}, err
+		}
+	}
 	svc, err := Build(ctx, cfg, pool, quiet)
 	if err != nil {
 		return bench.BillingResult{}, err
@@ -121,5 +156,15 @@ func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n,
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return bench.BillingResult{ScanDuration: scanned, EndToEnd: time.Since(start), Charges: n}, nil
+	res := bench.BillingResult{ScanDuration: scanned, EndToEnd: time.Since(start), Charges: n}
+	if webhook {
+		for received.Load() < int64(n) { // one charge.succeeded each
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		res.Deliveries, res.DeliveredIn = int(received.Load()), time.Since(start)
+	}
+	return res, nil
 }

@@ -27,6 +27,7 @@ func productionEnv(overrides map[string]string) func(string) string {
 		"REBILL_GATEWAY_TIMEOUT": "1s",
 		"REBILL_LOG_LEVEL":       "info",
 		"REBILL_DB_MAX_CONNS":    "8",
+		"REBILL_ENCRYPTION_KEY":  "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
 	}
 	for k, v := range overrides {
 		env[k] = v

@@ -44,10 +44,11 @@ func (p *procServer) scanRuns(t *testing.T) float64 {
 func TestProductionIdleNodeDoesNotSpin(t *testing.T) {
 	t.Parallel()
 	node := procStart(t, "prod", map[string]string{
-		"DATABASE_URL":        dbtest.URL(t),
-		"REBILL_ADMIN_KEY":    "production-admin-key-0123456789abcdef0123",
-		"REBILL_LOG_LEVEL":    "warn",
-		"REBILL_DB_MAX_CONNS": "10", // the suite shares the server
+		"DATABASE_URL":          dbtest.URL(t),
+		"REBILL_ADMIN_KEY":      "production-admin-key-0123456789abcdef0123",
+		"REBILL_LOG_LEVEL":      "warn",
+		"REBILL_DB_MAX_CONNS":   "10", // the suite shares the server
+		"REBILL_ENCRYPTION_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
 	})
 	node.waitReady(t, 60*time.Second)
 	time.Sleep(10 * time.Second)

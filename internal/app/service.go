@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 )
@@ -89,7 +92,12 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	breaker.OpenFor = cfg.BreakerOpenFor
 	breakers := charges.NewGateways(gateways, breaker)
 
+	// Every transition publishes its event through the recorder, in its
+	// own transaction (notify).
+	recorder := &notify.Recorder{}
 	subs := subscriptions.NewStore(svc.Clock)
+	subs.SetEventSink(recorder)
+	charges.SetEventSink(recorder)
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
 	pipeline := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock},
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
@@ -97,9 +105,29 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, Logger: log.With().Str("component", "scheduler").Logger()}
+	biller.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
+		BatchSize: cfg.ScanBatch}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
 
+	key := cfg.EncryptionKey
+	if key == nil {
+		if !cfg.Dev {
+			return nil, errors.New("REBILL_ENCRYPTION_KEY is required outside dev mode (openssl rand -base64 32): it encrypts webhook secrets")
+		}
+		key = make([]byte, notify.KeySize)
+		_, _ = rand.Read(key)
+		log.Warn().Msg("dev mode without REBILL_ENCRYPTION_KEY: webhook secrets are encrypted under a key of this process only")
+	}
+	keys, err := notify.NewKeyring(key)
+	if err != nil {
+		return nil, err
+	}
+	policy := notify.URLPolicy{AllowPrivate: cfg.Dev || cfg.WebhookAllowPrivate}
+
 	workers := river.NewWorkers()
+	deliver := notify.NewDeliverWorker(pool, keys, policy, cfg.WebhookRetryBase)
+	deliver.PerEndpoint = max(2, cfg.WebhookWorkers/4)
+	river.AddWorker(workers, deliver)
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
 	charges.Register(workers, pipeline)
@@ -109,7 +137,10 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		return nil, fmt.Errorf("REBILL_RESCUE_AFTER (%s) must exceed a charge job's timeout (%s) by more than 5s", cfg.RescueAfter, jobTimeout)
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers},
+			// Deliveries wait on other people's servers: their own bounded
+			// queue, so that a slow receiver never holds up billing.
+			notify.Queue: {MaxWorkers: max(1, cfg.WebhookWorkers)}},
 		Workers:                     workers,
 		MaxAttempts:                 cfg.ChargeMaxAttempts,
 		RetryPolicy:                 retry,
@@ -125,6 +156,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
 	biller.Client = client
+	recorder.Enqueue = client
 	svc.River = client
 	svc.Biller = biller
 	if dev != nil {
@@ -139,6 +171,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	svc.Handler = api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: breakers.Known, Dev: dev, Logger: log,
+		Webhooks: &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
 	})
 	return svc, nil
 }

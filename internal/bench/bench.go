@@ -29,7 +29,8 @@ import (
 
 // Options sizes a run.
 type Options struct {
-	ServerURL     string // any database on the server; rebill_bench is created beside it
+	ServerURL     string // any database on the server; Database is created beside it
+	Database      string // default rebill_bench
 	Subscriptions int
 	NoopJobs      int
 	Workers       int
@@ -46,11 +47,18 @@ type BillingResult struct {
 	ScanDuration time.Duration
 	EndToEnd     time.Duration
 	Charges      int
+	// Deliveries webhook deliveries (one endpoint subscribed to every
+	// event) were all received DeliveredIn after the scan started.
+	Deliveries  int
+	DeliveredIn time.Duration
 }
 
 // Run performs both measurements and prints the figures.
 func Run(ctx context.Context, o Options) error {
-	pool, drop, err := freshDatabase(ctx, o.ServerURL, o.Workers)
+	if o.Database == "" {
+		o.Database = "rebill_bench"
+	}
+	pool, drop, err := freshDatabase(ctx, o.ServerURL, o.Database, o.Workers)
 	if err != nil {
 		return err
 	}
@@ -81,18 +89,23 @@ func Run(ctx context.Context, o Options) error {
 	fmt.Fprintf(o.Out, "charges end to end:      %8.0f charges/s (%d succeeded in %s; authorize + capture each)\n",
 		endToEnd, res.Charges, res.EndToEnd.Round(time.Millisecond))
 	fmt.Fprintf(o.Out, "ratio to River bare:     %8.3f (charges/s over no-op jobs/s; a charge is 2 jobs, 2 gateway calls)\n", endToEnd/noopRate)
+	if res.Deliveries > 0 {
+		fmt.Fprintf(o.Out, "webhook deliveries:      %8.0f deliveries/s (%d received in %s from the scan's start)\n",
+			float64(res.Deliveries)/res.DeliveredIn.Seconds(), res.Deliveries, res.DeliveredIn.Round(time.Millisecond))
+	}
 	fmt.Fprintf(o.Out, "peak RSS:                %8.1f MiB\n", peakRSSMiB())
 	return nil
 }
 
 // freshDatabase drops and creates rebill_bench on the server and migrates it.
-func freshDatabase(ctx context.Context, serverURL string, workers int) (*pgxpool.Pool, func(), error) {
+func freshDatabase(ctx context.Context, serverURL, name string, workers int) (*pgxpool.Pool, func(), error) {
 	conn, err := pgx.Connect(ctx, serverURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(ctx)
-	for _, stmt := range []string{`DROP DATABASE IF EXISTS rebill_bench WITH (FORCE)`, `CREATE DATABASE rebill_bench`} {
+	ident := pgx.Identifier{name}.Sanitize()
+	for _, stmt := range []string{`DROP DATABASE IF EXISTS ` + ident + ` WITH (FORCE)`, `CREATE DATABASE ` + ident} {
 		if _, err := conn.Exec(ctx, stmt); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", stmt, err)
 		}
@@ -101,7 +114,7 @@ func freshDatabase(ctx context.Context, serverURL string, workers int) (*pgxpool
 	if err != nil {
 		return nil, nil, err
 	}
-	u.Path = "/rebill_bench"
+	u.Path = "/" + name
 	q := u.Query()
 	q.Set("pool_max_conns", fmt.Sprint(min(workers/8+10, 50)))
 	u.RawQuery = q.Encode()

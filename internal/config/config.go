@@ -3,6 +3,7 @@
 package config
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,13 @@ type Config struct {
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
 	DBMaxConns        int // database connections of one node, in-process simulator included
+	// EncryptionKey encrypts secrets at rest (32 bytes); nil in dev mode
+	// means the one kept in DataDir (generated on first start).
+	EncryptionKey       []byte
+	WebhookRetryBase    time.Duration
+	WebhookAllowPrivate bool
+	WebhookWorkers      int
+	UpcomingNotice      time.Duration
 }
 
 // variable documents one environment variable.
@@ -139,6 +147,16 @@ var variables = []variable{
 			c.DBMaxConns = n
 			return nil
 		}},
+	{"REBILL_ENCRYPTION_KEY", "", "32 bytes, base64 (openssl rand -base64 32): encrypts webhook secrets at rest; required outside dev mode, where it is generated into REBILL_DATA_DIR",
+		func(c *Config, v string) (err error) { c.EncryptionKey, err = notifyKey(v); return }},
+	{"REBILL_WEBHOOK_RETRY_BASE", "5s", "first webhook retry after about this, then 5x longer each time up to 1h, for 3 days",
+		durationInto(func(c *Config) *time.Duration { return &c.WebhookRetryBase })},
+	{"REBILL_WEBHOOK_ALLOW_PRIVATE", "", "1: webhooks may go to http and to loopback/private addresses (always so in dev mode)",
+		func(c *Config, v string) (err error) { c.WebhookAllowPrivate, err = parseBool(v); return }},
+	{"REBILL_WEBHOOK_WORKERS", "20", "concurrent webhook deliveries per node (their own River queue; a quarter of them at most, 2 at least, per endpoint)",
+		intInto(func(c *Config) *int { return &c.WebhookWorkers })},
+	{"REBILL_UPCOMING_NOTICE", "72h", "charge.upcoming is published this long before each renewal",
+		durationInto(func(c *Config) *time.Duration { return &c.UpcomingNotice })},
 }
 
 func durationInto(field func(*Config) *time.Duration) func(*Config, string) error {
@@ -182,7 +200,7 @@ func Load(getenv func(string) string) (Config, error) {
 		DunningSchedule: []time.Duration{24 * time.Hour, 72 * time.Hour, 120 * time.Hour, 168 * time.Hour},
 		BreakerOpenFor:  5 * time.Second, UnavailableFor: 24 * time.Hour,
 		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
-		DBMaxConns: 25,
+		DBMaxConns: 25, WebhookRetryBase: 5 * time.Second, WebhookWorkers: 20, UpcomingNotice: 72 * time.Hour,
 	}
 	for _, v := range variables {
 		value := getenv(v.name)
@@ -223,4 +241,18 @@ func PrintHelp(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.name, def, v.help)
 	}
 	_ = tw.Flush()
+}
+
+// notifyKey decodes a base64 key of 32 bytes (standard or URL alphabet,
+// padded or not).
+func notifyKey(v string) ([]byte, error) {
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if key, err := enc.DecodeString(strings.TrimSpace(v)); err == nil {
+			if len(key) != 32 {
+				return nil, fmt.Errorf("must be 32 bytes, base64; got %d bytes", len(key))
+			}
+			return key, nil
+		}
+	}
+	return nil, errors.New("must be base64 (e.g. openssl rand -base64 32)")
 }

@@ -1,0 +1,190 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/notify"
+)
+
+type webhookEndpointJSON struct {
+	ID          uuid.UUID `json:"id"`
+	URL         string    `json:"url"`
+	Events      []string  `json:"events"`
+	Description *string   `json:"description"`
+	Status      string    `json:"status"`
+	// Secret is shown once, in the first answer to the creation.
+	Secret    string    `json:"secret,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+func toWebhookEndpointJSON(e notify.Endpoint) webhookEndpointJSON {
+	return webhookEndpointJSON{ID: e.ID, URL: e.URL, Events: e.Events, Description: optional(e.Description),
+		Status: e.Status, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt}
+}
+
+type deliveryJSON struct {
+	EventID       string     `json:"event_id"`
+	Attempt       int        `json:"attempt"`
+	Outcome       string     `json:"outcome"`
+	StatusCode    *int       `json:"status_code"`
+	Error         *string    `json:"error"`
+	DurationMS    int64      `json:"duration_ms"`
+	At            time.Time  `json:"at"`
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+}
+
+func toDeliveryJSON(a notify.Attempt) deliveryJSON {
+	return deliveryJSON{EventID: notify.FormatID(a.EventID), Attempt: a.Attempt, Outcome: a.Outcome, StatusCode: a.StatusCode,
+		Error: optional(a.Error), DurationMS: a.DurationMS, At: a.At, NextAttemptAt: a.NextAttemptAt}
+}
+
+type createWebhookEndpointRequest struct {
+	URL         string   `json:"url"`
+	Events      []string `json:"events"`
+	Description string   `json:"description"`
+}
+
+func (s *Server) createWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
+	var req createWebhookEndpointRequest
+	tx, ok := s.decodeInTx(w, r, &req)
+	if !ok {
+		return
+	}
+	ep, secret, err := s.Webhooks.Create(r.Context(), tx, req.URL, req.Events, req.Description)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	shown := toWebhookEndpointJSON(ep)
+	// The idempotency record keeps, and a replay returns, the endpoint
+	// without its secret (API.md: shown once).
+	replay, err := encodeJSON(shown)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	idempotency.ReplayBody(r.Context(), replay)
+	shown.Secret = secret
+	writeJSON(w, http.StatusCreated, shown)
+}
+
+func (s *Server) listWebhookEndpoints(w http.ResponseWriter, r *http.Request) {
+	pg, err := pageParams(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	before, err := pg.idCursor()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	eps, err := s.Webhooks.Endpoints(r.Context(), before, pg.limit+1)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list(eps, pg.limit, toWebhookEndpointJSON, func(e notify.Endpoint) string { return e.ID.String() }))
+}
+
+func (s *Server) getWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ep, err := s.Webhooks.Endpoint(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toWebhookEndpointJSON(ep))
+}
+
+func (s *Server) setWebhookEndpointStatus(status string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req struct{}
+		tx, ok := s.decodeInTx(w, r, &req)
+		if !ok {
+			return
+		}
+		id, err := pathID(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		ep, err := s.Webhooks.SetStatus(r.Context(), tx, id, status)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, toWebhookEndpointJSON(ep))
+	}
+}
+
+func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
+	pg, err := pageParams(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var before int64
+	if pg.cursor != "" {
+		n, err := strconv.ParseInt(pg.cursor, 10, 64)
+		if err != nil || n <= 0 {
+			s.fail(w, r, errBadCursor)
+			return
+		}
+		before = n
+	}
+	id, err := pathID(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	attempts, err := s.Webhooks.Attempts(r.Context(), id, before, pg.limit+1)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list(attempts, pg.limit, toDeliveryJSON,
+		func(a notify.Attempt) string { return strconv.FormatInt(a.ID, 10) }))
+}
+
+type redeliverRequest struct {
+	EventID string `json:"event_id"`
+}
+
+type redeliveryJSON struct {
+	EventID    string    `json:"event_id"`
+	EndpointID uuid.UUID `json:"endpoint_id"`
+}
+
+func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
+	var req redeliverRequest
+	tx, ok := s.decodeInTx(w, r, &req)
+	if !ok {
+		return
+	}
+	id, err := pathID(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	eventID, ok := notify.ParseID(req.EventID)
+	if !ok {
+		s.fail(w, r, notify.ErrNotFound)
+		return
+	}
+	if err := s.Webhooks.Redeliver(r.Context(), tx, id, eventID); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, redeliveryJSON{EventID: notify.FormatID(eventID), EndpointID: id})
+}

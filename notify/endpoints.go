@@ -1,0 +1,230 @@
+package notify
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/validate"
+)
+
+// Endpoint statuses.
+const (
+	Enabled  = "enabled"
+	Disabled = "disabled"
+)
+
+// Errors of the webhook use cases.
+var (
+	ErrEndpointNotFound = errors.New("webhook endpoint not found")
+	// ErrEndpointDisabled: a redelivery to a disabled endpoint.
+	ErrEndpointDisabled = errors.New("the webhook endpoint is disabled: enable it first")
+)
+
+// Endpoint is a webhook endpoint, without its secret.
+type Endpoint struct {
+	ID          uuid.UUID
+	URL         string
+	Events      []string
+	Description string
+	Status      string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// Attempt is one delivery attempt of an event to an endpoint.
+type Attempt struct {
+	ID            int64
+	EventID       uuid.UUID
+	Attempt       int
+	Outcome       string // delivered, retrying, failed
+	StatusCode    *int
+	Error         string
+	DurationMS    int64
+	At            time.Time
+	NextAttemptAt *time.Time
+}
+
+// Webhooks are the use cases of webhook endpoints: admin changes them,
+// support and admin read them (the API checks roles).
+type Webhooks struct {
+	Pool    *pgxpool.Pool
+	Keys    *Keyring
+	Policy  URLPolicy
+	Clock   clock.Clock
+	Enqueue Enqueuer // redeliveries
+}
+
+const maxURL, maxDescription = 2048, 500
+
+// Create validates and stores an endpoint, enabled, and returns it with
+// its secret, which is stored only encrypted. Returns validate.Errors
+// (the URL policy included).
+func (w *Webhooks) Create(ctx context.Context, tx pgx.Tx, rawURL string, events []string, description string) (Endpoint, string, error) {
+	var errs validate.Errors
+	switch {
+	case rawURL == "" || len(rawURL) > maxURL:
+		errs.Add("url", "is required: an absolute https URL of at most %d characters", maxURL)
+	default:
+		if err := w.Policy.Check(ctx, rawURL); err != nil {
+			errs.Add("url", "%s", strings.TrimPrefix(err.Error(), ErrURLRefused.Error()+": "))
+		}
+	}
+	if len(events) == 0 {
+		errs.Add("events", `is required: event types, or ["*"] for all`)
+	}
+	seen := map[string]bool{}
+	for i, e := range events {
+		if e != "*" && !KnownType(e) {
+			errs.Add(fmt.Sprintf("events[%d]", i), "is not a known event type")
+		}
+		seen[e] = true
+	}
+	if seen["*"] && len(seen) > 1 {
+		errs.Add("events", `"*" stands alone`)
+	}
+	if utf8.RuneCountInString(description) > maxDescription {
+		errs.Add("description", "must be at most %d characters", maxDescription)
+	}
+	if err := errs.Err(); err != nil {
+		return Endpoint{}, "", err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Endpoint{}, "", fmt.Errorf("new endpoint id: %w", err)
+	}
+	raw := make([]byte, 24)
+	_, _ = rand.Read(raw)
+	secret := "whsec_" + hex.EncodeToString(raw)
+	now := w.Clock.Now().UTC()
+	var desc *string
+	if description != "" {
+		desc = &description
+	}
+	ep, err := scanEndpoint(tx.QueryRow(ctx, `INSERT INTO webhook_endpoints (id, url, events, description, status, secret, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, 'enabled', $5, $6, $6) RETURNING `+endpointColumns,
+		id, rawURL, events, desc, w.Keys.Encrypt([]byte(secret), id[:]), now))
+	if err != nil {
+		return Endpoint{}, "", err
+	}
+	return ep, secret, nil
+}
+
+const endpointColumns = `id, url, events, coalesce(description, ''), status, created_at, updated_at`
+
+func scanEndpoint(row pgx.Row) (Endpoint, error) {
+	var e Endpoint
+	err := row.Scan(&e.ID, &e.URL, &e.Events, &e.Description, &e.Status, &e.CreatedAt, &e.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Endpoint{}, ErrEndpointNotFound
+	}
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("scan webhook endpoint: %w", err)
+	}
+	e.CreatedAt, e.UpdatedAt = e.CreatedAt.UTC(), e.UpdatedAt.UTC()
+	return e, nil
+}
+
+// Endpoints lists endpoints newest first, before the keyset cursor.
+func (w *Webhooks) Endpoints(ctx context.Context, before uuid.UUID, limit int) ([]Endpoint, error) {
+	var cursor *uuid.UUID
+	if before != uuid.Nil {
+		cursor = &before
+	}
+	rows, err := w.Pool.Query(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints
+		WHERE ($1::uuid IS NULL OR id < $1) ORDER BY id DESC LIMIT $2`, cursor, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list webhook endpoints: %w", err)
+	}
+	defer rows.Close()
+	var out []Endpoint
+	for rows.Next() {
+		e, err := scanEndpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list webhook endpoints: %w", err)
+	}
+	return out, nil
+}
+
+// Endpoint returns one endpoint, or ErrEndpointNotFound.
+func (w *Webhooks) Endpoint(ctx context.Context, id uuid.UUID) (Endpoint, error) {
+	return scanEndpoint(w.Pool.QueryRow(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1`, id))
+}
+
+// SetStatus enables or disables an endpoint; already being there changes
+// nothing. A disabled endpoint gets no delivery of the events published
+// meanwhile, and its queued deliveries are dropped when they come up.
+func (w *Webhooks) SetStatus(ctx context.Context, tx pgx.Tx, id uuid.UUID, status string) (Endpoint, error) {
+	return scanEndpoint(tx.QueryRow(ctx, `UPDATE webhook_endpoints
+		SET updated_at = CASE WHEN status = $2 THEN updated_at ELSE $3 END, status = $2
+		WHERE id = $1 RETURNING `+endpointColumns, id, status, w.Clock.Now().UTC()))
+}
+
+// Attempts lists an endpoint's delivery attempts newest first, before the
+// keyset cursor (0 for the first page). Returns ErrEndpointNotFound.
+func (w *Webhooks) Attempts(ctx context.Context, id uuid.UUID, before int64, limit int) ([]Attempt, error) {
+	if _, err := w.Endpoint(ctx, id); err != nil {
+		return nil, err
+	}
+	rows, err := w.Pool.Query(ctx, `SELECT id, event_id, attempt, outcome, status_code, coalesce(error, ''), duration_ms, at,
+			next_attempt_at
+		FROM webhook_attempts WHERE endpoint_id = $1 AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3`, id, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	defer rows.Close()
+	var out []Attempt
+	for rows.Next() {
+		var a Attempt
+		if err := rows.Scan(&a.ID, &a.EventID, &a.Attempt, &a.Outcome, &a.StatusCode, &a.Error, &a.DurationMS, &a.At,
+			&a.NextAttemptAt); err != nil {
+			return nil, fmt.Errorf("scan delivery: %w", err)
+		}
+		a.At = a.At.UTC()
+		if a.NextAttemptAt != nil {
+			next := a.NextAttemptAt.UTC()
+			a.NextAttemptAt = &next
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// Redeliver queues the event for the endpoint again, with the same event
+// id, in tx. Returns ErrEndpointNotFound, ErrNotFound for an unknown
+// event, or ErrEndpointDisabled.
+func (w *Webhooks) Redeliver(ctx context.Context, tx pgx.Tx, id, eventID uuid.UUID) error {
+	ep, err := scanEndpoint(tx.QueryRow(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1`, id))
+	if err != nil {
+		return err
+	}
+	if _, err := GetEvent(ctx, tx, eventID, ""); err != nil {
+		return err
+	}
+	if ep.Status != Enabled {
+		return ErrEndpointDisabled
+	}
+	if _, err := w.Enqueue.InsertManyTx(ctx, tx, []river.InsertManyParams{{Args: DeliverArgs{EventID: eventID, EndpointID: id}}}); err != nil {
+		return fmt.Errorf("queue redelivery: %w", err)
+	}
+	return nil
+}

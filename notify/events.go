@@ -1,0 +1,234 @@
+// Package notify publishes what happens to subscriptions and charges: an
+// event log written in the transaction of each change, webhook endpoints
+// with signed deliveries (River jobs on their own queue), and customer
+// notices (a card about to expire, an upcoming renewal).
+//
+// The domain packages do not import notify: subscriptions.Store and the
+// charges package call an EventSink, which Recorder implements and wiring
+// installs. Every transition ends in the one place that calls the sink
+// (subscriptions' transition seam, charges' guarded move and bulk moves),
+// so a new transition cannot forget its event.
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/notify/objects"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// DBTX is what reads need of a pool, a connection or a transaction.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Event types. Subscription and charge types are "subscription." or
+// "charge." followed by the domain's event name.
+const (
+	TypeChargeUpcoming        = "charge.upcoming"
+	TypePaymentMethodExpiring = "payment_method.expiring"
+	subscriptionPrefix        = "subscription."
+	chargePrefix              = "charge."
+	idPrefix                  = "evt_"
+)
+
+// Types are the event types an endpoint may subscribe to.
+var Types = []string{
+	"subscription.created", "subscription.paused", "subscription.resumed", "subscription.reactivated",
+	"subscription.cancel_scheduled", "subscription.cancelled", "subscription.past_due", "subscription.unpaid",
+	"subscription.payment_method_updated",
+	"charge.succeeded", "charge.declined", "charge.failed", "charge.requires_review", "charge.resolved", "charge.voided",
+	TypeChargeUpcoming, TypePaymentMethodExpiring,
+}
+
+// KnownType reports whether t is one of Types.
+func KnownType(t string) bool {
+	for _, k := range Types {
+		if k == t {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNotFound: no such event (or not the caller's).
+var ErrNotFound = errors.New("event not found")
+
+// Event is one row of the log.
+type Event struct {
+	ID         uuid.UUID
+	Type       string
+	ObjectID   uuid.UUID
+	ParentID   *uuid.UUID
+	CustomerID string
+	CreatedAt  time.Time
+	Object     json.RawMessage // as the object's GET returned it
+}
+
+// PublicID is the event's id as the API shows it.
+func (e Event) PublicID() string { return FormatID(e.ID) }
+
+// FormatID is evt_<uuid>.
+func FormatID(id uuid.UUID) string { return idPrefix + id.String() }
+
+// ParseID reads evt_<uuid>.
+func ParseID(s string) (uuid.UUID, bool) {
+	rest, ok := strings.CutPrefix(s, idPrefix)
+	if !ok {
+		return uuid.Nil, false
+	}
+	id, err := uuid.Parse(rest)
+	return id, err == nil && len(rest) == 36
+}
+
+// Body is the event as GET /v1/events/{id} returns it and as a webhook
+// delivers it.
+type Body struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	CreatedAt time.Time `json:"created_at"`
+	Data      BodyData  `json:"data"`
+}
+
+// BodyData holds the object.
+type BodyData struct {
+	Object json.RawMessage `json:"object"`
+}
+
+// Body is e's public shape.
+func (e Event) Body() Body {
+	return Body{ID: e.PublicID(), Type: e.Type, CreatedAt: e.CreatedAt.UTC(), Data: BodyData{Object: e.Object}}
+}
+
+// Recorder writes events and fans them out to webhook endpoints. It
+// implements subscriptions.EventSink and charges.EventSink.
+type Recorder struct {
+	// Enqueue inserts delivery jobs in the event's transaction; nil
+	// records events without deliveries (package tests).
+	Enqueue Enqueuer
+}
+
+// SubscriptionChanged records subscription.<eventType>.
+func (r *Recorder) SubscriptionChanged(ctx context.Context, tx pgx.Tx, eventType string, sub subscriptions.Subscription, at time.Time) error {
+	_, err := r.Record(ctx, tx, subscriptionPrefix+eventType, sub.ID, nil, sub.CustomerID, objects.FromSubscription(sub), at, "")
+	return err
+}
+
+// ChargeChanged records charge.<eventType>; its parent is the charge's
+// subscription.
+func (r *Recorder) ChargeChanged(ctx context.Context, tx pgx.Tx, eventType string, c charges.Charge, at time.Time) error {
+	parent := c.SubscriptionID
+	_, err := r.Record(ctx, tx, chargePrefix+eventType, c.ID, &parent, c.CustomerID, objects.FromCharge(c), at, "")
+	return err
+}
+
+// Record appends an event with object encoded as its data.object and
+// queues its deliveries, all in tx. A non-empty noticeKey makes the event
+// happen once: a second event with the same key is not written (recorded
+// false).
+func (r *Recorder) Record(ctx context.Context, tx pgx.Tx, typ string, objectID uuid.UUID, parentID *uuid.UUID,
+	customerID string, object any, at time.Time, noticeKey string) (recorded bool, err error) {
+	data, err := json.Marshal(object)
+	if err != nil {
+		return false, fmt.Errorf("encode %s object: %w", typ, err)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return false, fmt.Errorf("new event id: %w", err)
+	}
+	var key *string
+	if noticeKey != "" {
+		key = &noticeKey
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO events (id, type, object_id, parent_id, customer_id, created_at, data, notice_key)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (notice_key) DO NOTHING`,
+		id, typ, objectID, parentID, customerID, at.UTC(), string(data), key)
+	if err != nil {
+		return false, fmt.Errorf("insert %s event: %w", typ, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	if err := fanOut(ctx, tx, r.Enqueue, id, typ); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+const eventColumns = `id, type, object_id, parent_id, customer_id, created_at, data::text`
+
+func scanEvent(row pgx.Row) (Event, error) {
+	var e Event
+	var data string
+	err := row.Scan(&e.ID, &e.Type, &e.ObjectID, &e.ParentID, &e.CustomerID, &e.CreatedAt, &data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Event{}, ErrNotFound
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("scan event: %w", err)
+	}
+	e.CreatedAt = e.CreatedAt.UTC()
+	e.Object = json.RawMessage(data)
+	return e, nil
+}
+
+// GetEvent returns one event; a non-empty customerID must own it
+// (ErrNotFound otherwise).
+func GetEvent(ctx context.Context, db DBTX, id uuid.UUID, customerID string) (Event, error) {
+	return scanEvent(db.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1 AND ($2 = '' OR customer_id = $2)`,
+		id, customerID))
+}
+
+// ListParams filters and pages the log. Empty filters match everything;
+// ObjectID matches an event's object or its parent; Before is the keyset
+// cursor (the last id of the previous page).
+type ListParams struct {
+	Type       string
+	ObjectID   uuid.UUID
+	CustomerID string
+	Before     uuid.UUID
+	Limit      int
+}
+
+// ListEvents returns events newest first.
+func ListEvents(ctx context.Context, db DBTX, p ListParams) ([]Event, error) {
+	var object, before *uuid.UUID
+	if p.ObjectID != uuid.Nil {
+		object = &p.ObjectID
+	}
+	if p.Before != uuid.Nil {
+		before = &p.Before
+	}
+	rows, err := db.Query(ctx, `SELECT `+eventColumns+` FROM events
+		WHERE ($1 = '' OR type = $1) AND ($2::uuid IS NULL OR object_id = $2 OR parent_id = $2)
+		  AND ($3 = '' OR customer_id = $3) AND ($4::uuid IS NULL OR id < $4)
+		ORDER BY id DESC LIMIT $5`, p.Type, object, p.CustomerID, before, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return out, nil
+}

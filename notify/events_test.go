@@ -1,0 +1,127 @@
+package notify_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/subscriptions/period"
+)
+
+var admin = subscriptions.Actor{ID: "key_1", Role: "admin"}
+
+func card(token string) subscriptions.PaymentMethod {
+	return subscriptions.PaymentMethod{Gateway: "sim1", Token: token, Brand: "visa", Last4: "4242", ExpMonth: 12, ExpYear: 2030}
+}
+
+// Each subscription transition publishes one event in its transaction;
+// no-ops publish none; a card change that makes an unpaid subscription
+// past due publishes one event.
+func TestSubscriptionTransitionsPublishOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	st := subscriptions.NewStore(clk)
+	st.SetEventSink(&notify.Recorder{})
+	in := func(fn func(tx pgx.Tx) error) { require.NoError(t, pgx.BeginFunc(ctx, pool, fn)) }
+
+	var sub subscriptions.Subscription
+	in(func(tx pgx.Tx) (err error) {
+		sub, err = st.Create(ctx, tx, subscriptions.New{CustomerID: "cust-1", Amount: 100, Currency: "RUB",
+			Interval: period.Month, IntervalCount: 1, TimeZone: "UTC", PaymentMethod: card("tok_1")}, admin)
+		return err
+	})
+	step := func(fn func(tx pgx.Tx) (subscriptions.Subscription, bool, error)) {
+		in(func(tx pgx.Tx) error { _, _, err := fn(tx); return err })
+	}
+	step(func(tx pgx.Tx) (subscriptions.Subscription, bool, error) {
+		return st.MarkUnpaid(ctx, tx, sub.ID, clk.Now())
+	})
+	step(func(tx pgx.Tx) (subscriptions.Subscription, bool, error) {
+		return st.ChangePaymentMethod(ctx, tx, sub.ID, card("tok_2"), admin)
+	})
+	step(func(tx pgx.Tx) (subscriptions.Subscription, bool, error) {
+		return st.SetStatus(ctx, tx, sub.ID, subscriptions.Active, subscriptions.EventReactivated, subscriptions.System)
+	})
+	step(func(tx pgx.Tx) (subscriptions.Subscription, bool, error) {
+		return st.SetStatus(ctx, tx, sub.ID, subscriptions.PastDue, subscriptions.EventPastDue, subscriptions.System)
+	})
+	step(func(tx pgx.Tx) (subscriptions.Subscription, bool, error) {
+		return st.SetStatus(ctx, tx, sub.ID, subscriptions.Active, subscriptions.EventReactivated, subscriptions.System)
+	})
+	for range 2 {
+		step(func(tx pgx.Tx) (subscriptions.Subscription, bool, error) {
+			return st.Pause(ctx, tx, sub.ID, nil, admin)
+		})
+	}
+	for range 2 {
+		step(func(tx pgx.Tx) (subscriptions.Subscription, bool, error) { return st.Resume(ctx, tx, sub.ID, admin) })
+	}
+	for range 2 {
+		step(func(tx pgx.Tx) (subscriptions.Subscription, bool, error) {
+			return st.Cancel(ctx, tx, sub.ID, true, admin)
+		})
+	}
+	for range 2 {
+		step(func(tx pgx.Tx) (subscriptions.Subscription, bool, error) {
+			return st.Cancel(ctx, tx, sub.ID, false, admin)
+		})
+	}
+
+	events, err := notify.ListEvents(ctx, pool, notify.ListParams{ObjectID: sub.ID, Limit: 100})
+	require.NoError(t, err)
+	var types []string
+	for _, e := range events {
+		types = append(types, e.Type)
+		require.Equal(t, "cust-1", e.CustomerID)
+		require.Equal(t, sub.ID, e.ObjectID)
+	}
+	require.Equal(t, []string{"subscription.cancelled", "subscription.cancel_scheduled", "subscription.resumed",
+		"subscription.paused", "subscription.reactivated", "subscription.past_due", "subscription.reactivated",
+		"subscription.payment_method_updated", "subscription.unpaid", "subscription.created"}, types)
+
+	// The card change's object shows the new status and card.
+	var object struct {
+		Status        string `json:"status"`
+		PaymentMethod struct {
+			Last4 string `json:"last4"`
+		} `json:"payment_method"`
+	}
+	require.NoError(t, json.Unmarshal(events[7].Object, &object))
+	require.Equal(t, "past_due", object.Status)
+
+	// The event's id is stable and readable; another customer's is not.
+	got, err := notify.GetEvent(ctx, pool, events[0].ID, "cust-1")
+	require.NoError(t, err)
+	require.Equal(t, events[0].PublicID(), got.PublicID())
+	_, err = notify.GetEvent(ctx, pool, events[0].ID, "cust-2")
+	require.ErrorIs(t, err, notify.ErrNotFound)
+}
+
+// A failed transaction leaves neither the change nor its event.
+func TestNoEventWithoutItsChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	st := subscriptions.NewStore(clk)
+	st.SetEventSink(&notify.Recorder{})
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = st.Create(ctx, tx, subscriptions.New{CustomerID: "cust-1", Amount: 100, Currency: "RUB",
+		Interval: period.Month, IntervalCount: 1, TimeZone: "UTC", PaymentMethod: card("tok_1")}, admin)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n))
+	require.Zero(t, n)
+}

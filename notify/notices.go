@@ -1,0 +1,98 @@
+package notify
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rebill/rebill/notify/objects"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// Notices publishes the customer notices the scan finds due at the
+// service clock's now: charge.upcoming Upcoming before each renewal (late,
+// once, when a clock jump passed the notice time while the renewal is
+// still ahead) and payment_method.expiring once per card in its last
+// valid month (UTC). Each event carries a notice key (the unique column
+// events.notice_key), so that concurrent scans, several nodes, restarts
+// and clock moves publish each notice once. Both carry the subscription.
+type Notices struct {
+	Pool          *pgxpool.Pool
+	Recorder      *Recorder
+	Subscriptions *subscriptions.Store
+	Upcoming      time.Duration // REBILL_UPCOMING_NOTICE
+	BatchSize     int
+}
+
+// SendNotices publishes what is due at now and returns how many.
+func (n *Notices) SendNotices(ctx context.Context, now time.Time) (int, error) {
+	up, err := n.each(ctx, now, TypeChargeUpcoming, `SELECT id, 'charge.upcoming:' || id || ':' || extract(epoch FROM next_charge_at)::bigint
+		FROM subscriptions s
+		WHERE status IN ('active', 'past_due') AND NOT cancel_at_period_end AND next_period_index >= 1
+		  AND next_charge_at > $1 AND next_charge_at <= $1 + make_interval(secs => $2)
+		  AND NOT EXISTS (SELECT 1 FROM events e
+			WHERE e.notice_key = 'charge.upcoming:' || s.id || ':' || extract(epoch FROM s.next_charge_at)::bigint)
+		ORDER BY next_charge_at, id LIMIT $3`, n.Upcoming.Seconds())
+	if err != nil {
+		return up, err
+	}
+	utc := now.UTC()
+	exp, err := n.each(ctx, now, TypePaymentMethodExpiring, `SELECT id, k FROM (
+			SELECT id, 'payment_method.expiring:' || id || ':' || encode(sha256(convert_to(pm_gateway || ':' || pm_token, 'UTF8')), 'hex')
+				|| ':' || pm_exp_year || '-' || pm_exp_month AS k
+			FROM subscriptions
+			WHERE status <> 'cancelled' AND pm_exp_year = $2 AND pm_exp_month = $3 AND $1::timestamptz IS NOT NULL) c
+		WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.notice_key = c.k)
+		ORDER BY id LIMIT $4`, utc.Year(), int(utc.Month()))
+	return up + exp, err
+}
+
+// each runs query ($1 now, then args, then the batch size) for (id,
+// notice key) rows in batches, publishing typ for each in the batch's
+// transaction.
+func (n *Notices) each(ctx context.Context, now time.Time, typ, query string, args ...any) (int, error) {
+	limit := max(n.BatchSize, 1)
+	total := 0
+	for {
+		found := 0
+		err := pgx.BeginFunc(ctx, n.Pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, query, append(append([]any{now}, args...), limit)...)
+			if err != nil {
+				return err
+			}
+			type due struct {
+				id  uuid.UUID
+				key string
+			}
+			dues, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (due, error) {
+				var d due
+				return d, row.Scan(&d.id, &d.key)
+			})
+			if err != nil {
+				return err
+			}
+			found = len(dues)
+			for _, d := range dues {
+				sub, err := n.Subscriptions.Get(ctx, tx, d.id)
+				if err != nil {
+					return err
+				}
+				if _, err := n.Recorder.Record(ctx, tx, typ, sub.ID, nil, sub.CustomerID, objects.FromSubscription(sub), now, d.key); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("%s notices: %w", typ, err)
+		}
+		total += found
+		if found < limit {
+			return total, nil
+		}
+	}
+}

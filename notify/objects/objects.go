@@ -1,0 +1,129 @@
+// Package objects holds the JSON shapes of rebill's objects as their GET
+// endpoints return them. The api encodes responses with them and notify
+// stores them as an event's data.object, so that an event shows the object
+// exactly as it was read at that moment, without the domain packages (or
+// notify) importing the HTTP layer.
+package objects
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// Period is a billing period.
+type Period struct {
+	Key   string    `json:"key"`
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+}
+
+// Pause is a subscription's pause.
+type Pause struct {
+	PausedAt time.Time  `json:"paused_at"`
+	ResumeAt *time.Time `json:"resume_at"`
+}
+
+// PaymentMethod is a card without its token.
+type PaymentMethod struct {
+	Gateway  string  `json:"gateway"`
+	Brand    *string `json:"brand"`
+	Last4    *string `json:"last4"`
+	ExpMonth int     `json:"exp_month"`
+	ExpYear  int     `json:"exp_year"`
+}
+
+// Subscription is GET /v1/subscriptions/{id}.
+type Subscription struct {
+	ID                uuid.UUID         `json:"id"`
+	CustomerID        string            `json:"customer_id"`
+	Status            string            `json:"status"`
+	Amount            int64             `json:"amount"`
+	Currency          string            `json:"currency"`
+	Interval          string            `json:"interval"`
+	IntervalCount     int               `json:"interval_count"`
+	TimeZone          string            `json:"timezone"`
+	BillingAnchor     time.Time         `json:"billing_anchor"`
+	CurrentPeriod     Period            `json:"current_period"`
+	NextChargeAt      *time.Time        `json:"next_charge_at"`
+	CancelAtPeriodEnd bool              `json:"cancel_at_period_end"`
+	Pause             *Pause            `json:"pause"`
+	PaymentMethod     PaymentMethod     `json:"payment_method"`
+	Description       *string           `json:"description"`
+	Metadata          map[string]string `json:"metadata"`
+	CreatedAt         time.Time         `json:"created_at"`
+	UpdatedAt         time.Time         `json:"updated_at"`
+	CancelledAt       *time.Time        `json:"cancelled_at"`
+}
+
+// Optional is nil for the empty string.
+func Optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// UTCPtr is t in UTC, nil for nil.
+func UTCPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// FromSubscription is s as its GET returns it.
+func FromSubscription(s subscriptions.Subscription) Subscription {
+	p := s.CurrentPeriod()
+	out := Subscription{
+		ID: s.ID, CustomerID: s.CustomerID, Status: string(s.Status), Amount: s.Amount, Currency: s.Currency,
+		Interval: string(s.Interval), IntervalCount: s.IntervalCount, TimeZone: s.TimeZone,
+		BillingAnchor:     s.BillingAnchor,
+		CurrentPeriod:     Period{Key: p.Key, Start: p.Start, End: p.End},
+		CancelAtPeriodEnd: s.CancelAtPeriodEnd,
+		PaymentMethod: PaymentMethod{
+			Gateway: s.PaymentMethod.Gateway, Brand: Optional(s.PaymentMethod.Brand), Last4: Optional(s.PaymentMethod.Last4),
+			ExpMonth: s.PaymentMethod.ExpMonth, ExpYear: s.PaymentMethod.ExpYear,
+		},
+		Description: Optional(s.Description), Metadata: s.Metadata,
+		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, CancelledAt: UTCPtr(s.CancelledAt),
+	}
+	if s.Status != subscriptions.Cancelled && s.Status != subscriptions.Paused && s.Status != subscriptions.Unpaid {
+		next := s.NextChargeAt
+		out.NextChargeAt = &next
+	}
+	if s.PausedAt != nil {
+		out.Pause = &Pause{PausedAt: s.PausedAt.UTC(), ResumeAt: UTCPtr(s.ResumeAt)}
+	}
+	return out
+}
+
+// Charge is GET /v1/charges/{id}.
+type Charge struct {
+	ID             uuid.UUID  `json:"id"`
+	SubscriptionID uuid.UUID  `json:"subscription_id"`
+	PeriodKey      string     `json:"period_key"`
+	Key            string     `json:"key"`
+	Amount         int64      `json:"amount"`
+	Currency       string     `json:"currency"`
+	Gateway        string     `json:"gateway"`
+	Status         string     `json:"status"`
+	AttemptCount   int        `json:"attempt_count"`
+	NextAttemptAt  *time.Time `json:"next_attempt_at"`
+	FailureCode    *string    `json:"failure_code"`
+	ReviewReason   *string    `json:"review_reason"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+}
+
+// FromCharge is c as its GET returns it.
+func FromCharge(c charges.Charge) Charge {
+	return Charge{ID: c.ID, SubscriptionID: c.SubscriptionID, PeriodKey: c.PeriodKey, Key: c.Key(),
+		Amount: c.Amount, Currency: c.Currency, Gateway: c.Gateway, Status: string(c.Status),
+		AttemptCount: c.AttemptCount, NextAttemptAt: UTCPtr(c.NextAttemptAt), FailureCode: Optional(c.FailureCode),
+		ReviewReason: Optional(c.ReviewReason), CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+}
