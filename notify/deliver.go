@@ -148,7 +148,8 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		// deliveries log; a redelivery from a node with the key sends it.
 		err = fmt.Errorf("endpoint secret: %w", err)
 		if _, rerr := w.Pool.Exec(ctx, `INSERT INTO webhook_attempts (endpoint_id, event_id, attempt, outcome, error, duration_ms, at)
-			VALUES ($1, $2, $3, 'failed', $4, 0, $5)`, job.Args.EndpointID, job.Args.EventID, job.Attempt, err.Error(), w.Now().UTC()); rerr != nil {
+			VALUES ($1, $2, $3, $6, $4, 0, $5)`, job.Args.EndpointID, job.Args.EventID, job.Attempt, err.Error(), w.Now().UTC(),
+			OutcomeFailed); rerr != nil {
 			return fmt.Errorf("record delivery attempt: %w", rerr)
 		}
 		return river.JobCancel(err)
@@ -173,11 +174,11 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	}
 	switch {
 	case sendErr == nil:
-		a.Outcome = "delivered"
+		a.Outcome = OutcomeDelivered
 	case w.Now().Add(w.Backoff(job.ID, job.Attempt)).Sub(job.CreatedAt) > GiveUpAfter:
-		a.Outcome = "failed"
+		a.Outcome = OutcomeFailed
 	default:
-		a.Outcome = "retrying"
+		a.Outcome = OutcomeRetrying
 		next := w.Now().Add(w.Backoff(job.ID, job.Attempt)).UTC()
 		a.NextAttemptAt = &next
 	}
@@ -187,13 +188,20 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		return fmt.Errorf("record delivery attempt: %w", err)
 	}
 	switch a.Outcome {
-	case "delivered":
+	case OutcomeDelivered:
 		return nil
-	case "failed":
+	case OutcomeFailed:
 		return river.JobCancel(fmt.Errorf("gave up after %s: %w", GiveUpAfter, sendErr))
 	}
 	return sendErr
 }
+
+// The outcomes of a delivery attempt, as the deliveries log shows them.
+const (
+	OutcomeDelivered = "delivered" // a 2xx came back
+	OutcomeRetrying  = "retrying"  // it is tried again at next_attempt_at
+	OutcomeFailed    = "failed"    // given up: 3 days of failures, or nothing could be signed
+)
 
 // send POSTs body and returns the status code (0 without an answer) and
 // an error unless it was a 2xx. At most 1 KiB of the answer is read.
