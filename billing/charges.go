@@ -62,7 +62,13 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 	if c.Status == charges.Succeeded {
 		return c, events.ChargePaid(ctx, tx, c)
 	}
-	return c, events.ChargeFailed(ctx, tx, c)
+	// A person ended the collection now: the subscription is unpaid from
+	// now on, not as of the charge's last attempt, which may lie long
+	// before, when later periods began while it was active (found by the
+	// chaos soak, seed 10).
+	failed := c
+	failed.AttemptDueAt = s.Clock.Now()
+	return c, events.ChargeFailed(ctx, tx, failed)
 }
 
 // RetryCharge starts, at a person's request, a new attempt of a charge in

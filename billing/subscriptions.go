@@ -56,14 +56,26 @@ func (s *Service) ListSubscriptions(ctx context.Context, caller Caller, p subscr
 	return s.Subscriptions.List(ctx, s.Pool, p)
 }
 
-// Pause stops charging until a resume, or until resumeAt. Pausing a paused
-// subscription returns it unchanged. Returns validate.Errors for a
+// Pause stops charging until a resume, or until resumeAt; a period that
+// began before the pause and that the scan has not billed yet is billed
+// first (enqueued in tx). Pausing a paused subscription returns it
+// unchanged. Returns validate.Errors for a
 // resumeAt not in the future.
 func (s *Service) Pause(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error) {
 	if _, err := s.visible(ctx, tx, caller, id); err != nil {
 		return subscriptions.Subscription{}, err
 	}
-	sub, _, err := s.Subscriptions.Pause(ctx, tx, id, resumeAt, caller.Actor)
+	// Periods that began while it was active are owed: bill those the scan
+	// has not reached yet, before the pause hides the subscription from it
+	// (found by the chaos soak, seed 10).
+	sub, err := s.Subscriptions.GetForUpdate(ctx, tx, id)
+	if err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	if _, err := s.Biller.Due(ctx, tx, sub); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	sub, _, err = s.Subscriptions.Pause(ctx, tx, id, resumeAt, caller.Actor)
 	return sub, err
 }
 
