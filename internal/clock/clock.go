@@ -54,18 +54,27 @@ func NewManual(ctx context.Context, pool *pgxpool.Pool, start time.Time) (*Manua
 	return m, nil
 }
 
-// Now reads the shared time. If the database cannot be read it returns the
-// last time it saw: the manual clock never moves backwards.
+// Now reads the shared time. A failed read is tried again for up to two
+// seconds (a dropped connection is replaced by the pool; answering at
+// once with an old time would stamp domain writes with it). If the
+// database still cannot be read it returns the last time it saw: the
+// manual clock never moves backwards.
 func (m *Manual) Now() time.Time {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	t, err := m.read(ctx)
-	if err != nil {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return m.lastSeen
+	for {
+		t, err := m.read(ctx)
+		if err == nil {
+			return t
+		}
+		select {
+		case <-ctx.Done():
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return m.lastSeen
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	return t
 }
 
 func (m *Manual) read(ctx context.Context) (time.Time, error) {

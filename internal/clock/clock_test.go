@@ -119,3 +119,30 @@ func TestMoveLimits(t *testing.T) {
 	require.Equal(t, horizon, now)
 	require.Equal(t, horizon, m.Now())
 }
+
+// Soak seed 100: pg_terminate_backend dropped the clock's pooled
+// connections; the next read, on a dead connection, failed and Now
+// answered this node's last seen time, an hour stale, which a resume then
+// wrote as the subscription's new billing anchor. A read that fails is
+// tried again (the pool replaces a dropped connection) before the last
+// seen time stands in.
+func TestNowReadsAgainAfterTheConnectionIsDropped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, pool := newManual(t)
+	require.Equal(t, start, m.Now())
+
+	other, err := pgx.Connect(ctx, pool.Config().ConnConfig.ConnString())
+	require.NoError(t, err)
+	defer other.Close(ctx)
+	_, err = other.Exec(ctx, `UPDATE dev_clock SET now = now + interval '1 hour'`) // another node moves it
+	require.NoError(t, err)
+	require.Equal(t, start.Add(time.Hour), m.Now())
+	_, err = other.Exec(ctx, `UPDATE dev_clock SET now = now + interval '1 hour'`)
+	require.NoError(t, err)
+	var dropped int
+	require.NoError(t, other.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&dropped))
+	require.Positive(t, dropped)
+	require.Equal(t, start.Add(2*time.Hour), m.Now(), "a dropped connection is no reason for a stale time")
+}
