@@ -50,7 +50,7 @@ func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge) e
 	if err != nil || unpaid {
 		return err
 	}
-	_, _, err = o.Subscriptions.SetStatus(ctx, tx, c.SubscriptionID, subscriptions.Active, subscriptions.EventReactivated, subscriptions.System)
+	_, _, err = o.Subscriptions.Reactivate(ctx, tx, c.SubscriptionID)
 	return err
 }
 

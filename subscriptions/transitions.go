@@ -163,6 +163,27 @@ func (st *Store) RetryUnpaid(ctx context.Context, tx pgx.Tx, id uuid.UUID, actor
 		`next_period_index = $3, next_charge_at = $4, unpaid_since = NULL`, index, at)
 }
 
+// Reactivate makes a past-due or unpaid subscription active again once
+// nothing it owes is left unpaid (a charge was paid). An unpaid one skips
+// the periods that began while it was unpaid, as a card change does: they
+// are not owed (found by the chaos soak, seed 100). Anything else is left
+// unchanged (changed false).
+func (st *Store) Reactivate(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Subscription, bool, error) {
+	sub, err := st.GetForUpdate(ctx, tx, id)
+	if err != nil {
+		return Subscription{}, false, err
+	}
+	switch sub.Status {
+	case PastDue:
+		return st.transition(ctx, tx, id, Active, EventReactivated, System, nil, "")
+	case Unpaid:
+		index, at := sub.skipStartedPeriods(st.clock.Now())
+		return st.transition(ctx, tx, id, Active, EventReactivated, System, nil,
+			`next_period_index = $3, next_charge_at = $4`, index, at)
+	}
+	return sub, false, nil
+}
+
 // MarkUnpaid makes an active or past-due subscription unpaid: its dunning
 // ended at since (when the last attempt of its failed charge was due).
 // Anything else is left unchanged (changed false).

@@ -84,3 +84,36 @@ func TestResolveFailedDoesNotBackdateUnpaid(t *testing.T) {
 	cs := b.waitCharges(t, sub, 2, "failed", "succeeded")
 	require.Equal(t, "succeeded", cs[0]["status"], "the second period, owed, is collected with the new card: %v", cs[0])
 }
+
+// Soak seed 100: periods that begin while a subscription is unpaid are not
+// owed (decision 7), and a card change or a same-card retry skips them.
+// But when an unpaid subscription became active again because a charge
+// still in flight was paid, nothing skipped them: the next scan billed
+// every period that began while it was unpaid.
+func TestReactivationFromUnpaidSkipsThePeriodsThatBeganWhileUnpaid(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	b.faults(t, map[string]any{"latency_ms": 1000}) // the first period's charge ends in review
+	sub := b.createSubscription(t, "tok_ok_0401", "month")
+	first := b.waitCharges(t, sub, 1, "requires_review")[0]
+	b.faults(t, map[string]any{"latency_ms": 0, "down": true})
+	b.advance(t, "745h") // the second period begins while active; its charge waits on the gateway
+	require.Eventually(t, func() bool {
+		cs := b.charges(t, sub)
+		return len(cs) == 2 && cs[0]["status"] == "authorizing" &&
+			(cs[0]["failure_code"] == "gateway_unavailable" || cs[0]["failure_code"] == "gateway_circuit_open")
+	}, 20*time.Second, 20*time.Millisecond, "the second period's charge waits: %v", func() any { return b.charges(t, sub) })
+	b.call(t, http.MethodPost, "/v1/charges/"+first["id"].(string)+"/resolve",
+		map[string]any{"outcome": "failed", "evidence": "sim1: no operation with this key"})
+	require.Equal(t, "unpaid", b.subscription(t, sub)["status"])
+	b.advance(t, "745h") // the third period begins while unpaid: not owed
+
+	b.faults(t, map[string]any{"down": false}) // the second period's charge is paid
+	require.Eventually(t, func() bool { return b.subscription(t, sub)["status"] == "active" }, 40*time.Second, 20*time.Millisecond,
+		"reactivated: %v", func() any { return b.charges(t, sub) })
+	b.advance(t, "1s") // a scan
+	time.Sleep(2 * time.Second)
+	cs := b.charges(t, sub)
+	require.Len(t, cs, 2, "no charge for the period that began while unpaid: %v", cs)
+	require.Equal(t, "succeeded", cs[0]["status"])
+}
