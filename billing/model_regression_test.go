@@ -1,0 +1,132 @@
+package billing_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/subscriptions/period"
+)
+
+// Regression tests for what TestModel found (issue 8, item 1): each is the
+// shrunk sequence of actions, written out, on the same world (real stores,
+// use cases, scan and pipeline; the fake gateway's ledger). The model
+// starts every sequence at modelStart, 2027-01-30 09:00 UTC.
+
+// scenario drives one world step by step.
+type scenario struct {
+	t   *testing.T
+	ctx context.Context
+	w   *world
+}
+
+func newScenario(t *testing.T) *scenario {
+	t.Helper()
+	s := &scenario{t: t, ctx: context.Background(), w: newWorld(t)}
+	require.NoError(t, s.w.reset(s.ctx))
+	return s
+}
+
+func (s *scenario) inTx(fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(s.ctx, s.w.pool, fn)
+}
+
+// create makes a subscription anchored now; its first charge is enqueued.
+func (s *scenario) create(interval period.Interval, token string) uuid.UUID {
+	s.t.Helper()
+	var sub subscriptions.Subscription
+	require.NoError(s.t, s.inTx(func(tx pgx.Tx) (err error) {
+		sub, err = s.w.svc.CreateSubscription(s.ctx, tx, staff, subscriptions.New{CustomerID: "cust", Amount: 1000,
+			Currency: "EUR", Interval: interval, IntervalCount: 1, TimeZone: "UTC", PaymentMethod: card(token)})
+		return err
+	}))
+	return sub.ID
+}
+
+func (s *scenario) advance(d time.Duration) { s.w.clock.Advance(d) }
+
+func (s *scenario) scan() {
+	s.t.Helper()
+	_, err := s.w.biller.Scan(s.ctx, s.w.clock.Now())
+	require.NoError(s.t, err)
+}
+
+// run works the first runnable job of kind with the gateway answering a,
+// and returns what River recorded.
+func (s *scenario) run(kind string, a answers) jobOutcome {
+	s.t.Helper()
+	jobs, err := s.w.runnable(s.ctx, nil)
+	require.NoError(s.t, err)
+	for _, j := range jobs {
+		if j.kind == kind {
+			s.w.gw.setPlan(a)
+			out, err := s.w.runJob(s.ctx, j)
+			s.w.gw.setPlan(answers{})
+			require.NoError(s.t, err)
+			return out
+		}
+	}
+	s.t.Fatalf("no runnable %s job (runnable: %v)", kind, jobs)
+	return jobOutcome{}
+}
+
+// pay runs the authorize and capture of the next charge with good answers.
+func (s *scenario) pay() {
+	s.t.Helper()
+	s.run(charges.AuthorizeArgs{}.Kind(), answers{})
+	s.run(charges.CaptureArgs{}.Kind(), answers{})
+}
+
+func (s *scenario) sub(id uuid.UUID) subscriptions.Subscription {
+	s.t.Helper()
+	sub, err := s.w.svc.Subscriptions.Get(s.ctx, s.w.pool, id)
+	require.NoError(s.t, err)
+	return sub
+}
+
+// charges lists the subscription's charges, oldest period first.
+func (s *scenario) charges(id uuid.UUID) []charges.Charge {
+	s.t.Helper()
+	cs, err := charges.ListBySubscription(s.ctx, s.w.pool, id, uuid.Nil, 100)
+	require.NoError(s.t, err)
+	for i, j := 0, len(cs)-1; i < j; i, j = i+1, j-1 {
+		cs[i], cs[j] = cs[j], cs[i]
+	}
+	return cs
+}
+
+func (s *scenario) periodKeys(id uuid.UUID) []string {
+	var keys []string
+	for _, c := range s.charges(id) {
+		keys = append(keys, c.PeriodKey)
+	}
+	return keys
+}
+
+// The world itself: two periods of a daily subscription are each paid
+// once, and the fake gateway's ledger shows one hold and one capture per
+// period, each under its attempt's keys.
+func TestWorldPaysEachPeriodOnce(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	id := s.create(period.Day, "tok_1")
+	s.pay()
+	s.advance(24 * time.Hour)
+	s.scan()
+	s.pay()
+	require.Equal(t, []string{"2027-01-30", "2027-01-31"}, s.periodKeys(id))
+	for _, c := range s.charges(id) {
+		require.Equal(t, charges.Succeeded, c.Status)
+	}
+	require.Equal(t, subscriptions.Active, s.sub(id).Status)
+	v := s.w.gw.view()
+	require.Empty(t, v.check())
+	require.Len(t, v.ops, 4)
+	require.Len(t, v.captures(), 2)
+}
