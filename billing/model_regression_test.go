@@ -130,3 +130,50 @@ func TestWorldPaysEachPeriodOnce(t *testing.T) {
 	require.Len(t, v.ops, 4)
 	require.Len(t, v.captures(), 2)
 }
+
+// at is a time on the model's first days: day 30 is 2027-01-30.
+func at(month time.Month, day, hour int) time.Time {
+	return time.Date(2027, month, day, hour, 0, 0, 0, time.UTC)
+}
+
+// Finding 1. Minimal sequence: create a daily subscription; advance 24h
+// (its second period begins; the scan has not run); cancel at period end.
+// The scan then cancelled it as of the start of the period that had
+// begun, 2027-01-31 09:00, before the customer asked, and that period was
+// never charged. Decision 6: the current period ends, then nothing more.
+func TestCancelAtPeriodEndChargesThePeriodThatBegan(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	id := s.create(period.Day, "tok_1")
+	s.advance(24 * time.Hour)
+	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
+		_, err := s.w.svc.Cancel(s.ctx, tx, staff, id, true)
+		return err
+	}))
+	require.Equal(t, []string{"2027-01-30", "2027-01-31"}, s.periodKeys(id), "the period that began is owed")
+	sub := s.sub(id)
+	require.True(t, sub.CancelAtPeriodEnd)
+	require.WithinDuration(t, at(time.February, 1, 9), sub.NextChargeAt, 0, "the cancel takes effect when that period ends")
+
+	s.advance(24 * time.Hour)
+	s.scan()
+	sub = s.sub(id)
+	require.Equal(t, subscriptions.Cancelled, sub.Status)
+	require.WithinDuration(t, at(time.February, 1, 9), *sub.CancelledAt, 0)
+	require.Equal(t, []string{"2027-01-30", "2027-01-31"}, s.periodKeys(id))
+}
+
+// Finding 1, the same race with a pause: a period that began before the
+// pause is owed (decision 4), also when the scan had not reached it.
+func TestPauseChargesThePeriodThatBegan(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	id := s.create(period.Day, "tok_1")
+	s.advance(24 * time.Hour)
+	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
+		_, err := s.w.svc.Pause(s.ctx, tx, staff, id, nil)
+		return err
+	}))
+	require.Equal(t, []string{"2027-01-30", "2027-01-31"}, s.periodKeys(id), "the period that began before the pause is owed")
+	require.Equal(t, subscriptions.Paused, s.sub(id).Status)
+}
