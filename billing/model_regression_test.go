@@ -177,3 +177,27 @@ func TestPauseChargesThePeriodThatBegan(t *testing.T) {
 	require.Equal(t, []string{"2027-01-30", "2027-01-31"}, s.periodKeys(id), "the period that began before the pause is owed")
 	require.Equal(t, subscriptions.Paused, s.sub(id).Status)
 }
+
+// Finding 3. Minimal sequence: create a daily subscription; cancel at
+// period end; its first charge is hard-declined (unpaid); advance 24h;
+// scan. The period ended, but the subscription stayed unpaid with the
+// cancel scheduled, for ever: the scan carried out scheduled cancels of
+// paused subscriptions only. Decision 6: it is cancelled when the period
+// ends.
+func TestScheduledCancelTakesEffectWhileUnpaid(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	id := s.create(period.Day, "tok_1")
+	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
+		_, err := s.w.svc.Cancel(s.ctx, tx, staff, id, true)
+		return err
+	}))
+	s.run(charges.AuthorizeArgs{}.Kind(), answers{verdict: verdictHardDecline})
+	require.Equal(t, subscriptions.Unpaid, s.sub(id).Status)
+	s.advance(24 * time.Hour)
+	s.scan()
+	sub := s.sub(id)
+	require.Equal(t, subscriptions.Cancelled, sub.Status)
+	require.WithinDuration(t, at(time.January, 31, 9), *sub.CancelledAt, 0, "as of the period's end")
+	require.False(t, sub.CancelAtPeriodEnd)
+}
