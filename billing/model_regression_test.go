@@ -201,3 +201,29 @@ func TestScheduledCancelTakesEffectWhileUnpaid(t *testing.T) {
 	require.WithinDuration(t, at(time.January, 31, 9), *sub.CancelledAt, 0, "as of the period's end")
 	require.False(t, sub.CancelAtPeriodEnd)
 }
+
+// Finding 4. Minimal sequence: create a daily subscription; its first
+// charge is hard-declined (do_not_honor: unpaid); send the same card
+// again. The customer's "try again" failed with a database error
+// (RetryUnpaid set unpaid_since twice: "multiple assignments to same
+// column"), on every unpaid subscription whose card is not reported lost
+// or stolen, dunning exhausted included. Decision 7: it is retried.
+func TestSameCardAgainOnAnUnpaidSubscriptionRetries(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	id := s.create(period.Day, "tok_1")
+	s.run(charges.AuthorizeArgs{}.Kind(), answers{verdict: verdictHardDecline})
+	require.Equal(t, subscriptions.Unpaid, s.sub(id).Status)
+	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
+		_, err := s.w.svc.ChangePaymentMethod(s.ctx, tx, staff, id, card("tok_1"))
+		return err
+	}))
+	sub := s.sub(id)
+	require.Equal(t, subscriptions.PastDue, sub.Status)
+	require.Nil(t, sub.UnpaidSince)
+	cs := s.charges(id)
+	require.Equal(t, charges.Scheduled, cs[0].Status)
+	require.Equal(t, 2, cs[0].AttemptCount, "retried at once under a new key")
+	s.pay()
+	require.Equal(t, subscriptions.Active, s.sub(id).Status)
+}

@@ -159,8 +159,9 @@ func (st *Store) RetryUnpaid(ctx context.Context, tx pgx.Tx, id uuid.UUID, actor
 		return sub, false, err
 	}
 	index, at := sub.skipStartedPeriods(st.clock.Now())
+	// transition clears unpaid_since itself when leaving unpaid.
 	return st.transition(ctx, tx, id, PastDue, EventPastDue, actor, nil,
-		`next_period_index = $3, next_charge_at = $4, unpaid_since = NULL`, index, at)
+		`next_period_index = $3, next_charge_at = $4`, index, at)
 }
 
 // MarkUnpaid makes an active or past-due subscription unpaid: its dunning
