@@ -227,3 +227,29 @@ func TestSameCardAgainOnAnUnpaidSubscriptionRetries(t *testing.T) {
 	s.pay()
 	require.Equal(t, subscriptions.Active, s.sub(id).Status)
 }
+
+// Finding 5. Minimal sequence: create a daily subscription; advance 24h;
+// its first charge is hard-declined (unpaid since 2027-01-30 09:00);
+// support retries it, and it is paid. The subscription became active but
+// kept its next period, 2027-01-31, which began while it was unpaid: the
+// next scan charged it. Written here with three unpaid days. Decisions 7
+// and 18: periods that began while unpaid are not owed, however the
+// subscription recovers (a card change already skipped them).
+func TestPaymentOfAnUnpaidSubscriptionSkipsTheUnpaidPeriods(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	id := s.create(period.Day, "tok_1")
+	s.run(charges.AuthorizeArgs{}.Kind(), answers{verdict: verdictHardDecline})
+	require.Equal(t, subscriptions.Unpaid, s.sub(id).Status)
+	s.advance(3*24*time.Hour + time.Hour) // 2027-02-02 10:00: three periods began while unpaid
+	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
+		_, err := s.w.svc.RetryCharge(s.ctx, tx, staff, s.charges(id)[0].ID)
+		return err
+	}))
+	s.pay()
+	sub := s.sub(id)
+	require.Equal(t, subscriptions.Active, sub.Status)
+	require.WithinDuration(t, at(time.February, 3, 9), sub.NextChargeAt, 0, "billing goes on after the unpaid periods")
+	s.scan()
+	require.Equal(t, []string{"2027-01-30"}, s.periodKeys(id), "no period that began while unpaid is charged")
+}

@@ -164,6 +164,20 @@ func (st *Store) RetryUnpaid(ctx context.Context, tx pgx.Tx, id uuid.UUID, actor
 		`next_period_index = $3, next_charge_at = $4`, index, at)
 }
 
+// ReactivateUnpaid makes an unpaid subscription active when what it owed
+// was collected without a new card (a support retry that paid, a person's
+// resolution). Like a card change, it skips the periods that started
+// while unpaid: they are not owed. Anything but unpaid is left unchanged.
+func (st *Store) ReactivateUnpaid(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Subscription, bool, error) {
+	sub, err := st.GetForUpdate(ctx, tx, id)
+	if err != nil || sub.Status != Unpaid {
+		return sub, false, err
+	}
+	index, at := sub.skipStartedPeriods(st.clock.Now())
+	return st.transition(ctx, tx, id, Active, EventReactivated, System, nil,
+		`next_period_index = $3, next_charge_at = $4`, index, at)
+}
+
 // MarkUnpaid makes an active or past-due subscription unpaid: its dunning
 // ended at since (when the last attempt of its failed charge was due).
 // Anything else is left unchanged (changed false).
