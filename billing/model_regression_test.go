@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
 )
@@ -252,4 +253,55 @@ func TestPaymentOfAnUnpaidSubscriptionSkipsTheUnpaidPeriods(t *testing.T) {
 	require.WithinDuration(t, at(time.February, 3, 9), sub.NextChargeAt, 0, "billing goes on after the unpaid periods")
 	s.scan()
 	require.Equal(t, []string{"2027-01-30"}, s.periodKeys(id), "no period that began while unpaid is charged")
+}
+
+// reviewWithHold puts the subscription's first charge in review while its
+// authorization is live at the gateway: the authorize acts but its answer
+// is lost, the lookups find the gateway unavailable for longer than
+// modelUnavailableFor, and the charge goes to review with its hold check
+// (release_hold) enqueued.
+func (s *scenario) reviewWithHold(id uuid.UUID) charges.Charge {
+	s.t.Helper()
+	s.run(charges.AuthorizeArgs{}.Kind(), answers{money: faultTimeoutAfter})
+	s.run(charges.ReconcileArgs{}.Kind(), answers{lookup: faultUnavailable})
+	s.advance(modelUnavailableFor + time.Hour)
+	s.run(charges.ReconcileArgs{}.Kind(), answers{lookup: faultUnavailable})
+	c := s.charges(id)[0]
+	require.Equal(s.t, charges.RequiresReview, c.Status)
+	require.Len(s.t, s.liveHolds(), 1)
+	return c
+}
+
+func (s *scenario) liveHolds() []string {
+	var live []string
+	for _, h := range s.w.gw.view().holds {
+		if h.capturedBy == "" && h.voidedBy == "" {
+			live = append(live, h.ref)
+		}
+	}
+	return live
+}
+
+// Finding 6. Minimal sequence: a charge goes to review while its
+// authorization is live (authorize answer lost, lookups unavailable past
+// the limit); a person resolves it as failed (the provider shows no
+// capture) before its hold check runs; the hold check then runs. It found
+// the charge no longer in review and did nothing: the customer's money
+// stayed held. Decision 11: a hold that nothing captured is voided.
+func TestResolvedAsFailedStillReleasesTheHold(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	id := s.create(period.Day, "tok_1")
+	c := s.reviewWithHold(id)
+	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
+		_, err := s.w.svc.ResolveCharge(s.ctx, tx, staff, c.ID, charges.Resolution{Outcome: charges.Failed,
+			Evidence: "fake ledger: no capture under " + c.GatewayKey(gateway.OpCapture), Actor: "support"})
+		return err
+	}))
+	s.run(charges.ReleaseHoldArgs{}.Kind(), answers{})
+	require.Empty(t, s.liveHolds(), "the hold is voided")
+	c = s.charges(id)[0]
+	require.Equal(t, charges.Failed, c.Status, "the person's verdict stands")
+	require.NotNil(t, c.HoldReleasedAt)
+	require.Empty(t, s.w.gw.view().check())
 }

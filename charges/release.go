@@ -14,7 +14,9 @@ import (
 // ReleaseHold runs a release job for a charge that went to review while it
 // may have held an authorization: it looks the attempt's capture and
 // authorization up at the gateway and voids a hold that nothing captured,
-// noting what it found on the charge for the people who resolve it.
+// noting what it found on the charge for the people who resolve it. A
+// person may resolve the charge as failed before the job runs: its hold is
+// released all the same.
 func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldArgs]) error {
 	s := newStep("release_hold", job, job.Args.ChargeID, job.Args.Attempt)
 	s.reconcile = true
@@ -23,7 +25,7 @@ func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldAr
 	if err != nil {
 		return err
 	}
-	if c.Status != RequiresReview || c.AttemptCount != s.attempt || c.HoldReleasedAt != nil {
+	if !in(c.Status, holdChecked) || (c.Status == Failed && !c.Resolved) || c.AttemptCount != s.attempt || c.HoldReleasedAt != nil {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return nil
 	}
