@@ -305,3 +305,24 @@ func TestResolvedAsFailedStillReleasesTheHold(t *testing.T) {
 	require.NotNil(t, c.HoldReleasedAt)
 	require.Empty(t, s.w.gw.view().check())
 }
+
+// Finding 7. Minimal sequence: a charge goes to review while its
+// authorization is live; its hold check's lookups time out on each of the
+// job's River attempts. River discarded the job, and nothing else ever
+// releases the hold (the scan's sweep of discarded jobs skips hold checks,
+// the charge being in review already). Lookups and a void under the
+// attempt's key are safe to repeat: the check now waits out timeouts as
+// it waits out a 503.
+func TestHoldCheckOutlastsLookupTimeouts(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	id := s.create(period.Day, "tok_1")
+	s.reviewWithHold(id)
+	for range modelMaxAttempts + 1 {
+		s.run(charges.ReleaseHoldArgs{}.Kind(), answers{lookup: faultTimeoutBefore})
+		s.advance(modelRetryAfter)
+	}
+	s.run(charges.ReleaseHoldArgs{}.Kind(), answers{})
+	require.Empty(t, s.liveHolds(), "the hold is voided once the gateway answers")
+	require.NotNil(t, s.charges(id)[0].HoldReleasedAt)
+}

@@ -59,12 +59,19 @@ func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldAr
 	return recordHoldCheck(ctx, p.Pool, c.ID, c.AttemptCount, "no capture at the gateway; hold "+hold+" was voided", true, now)
 }
 
-// holdCheckFailed waits out a gateway that did nothing, however long: the
-// charge is already in review, and a held authorization must still be
-// released when the gateway is back. Other failures are River retries.
+// holdCheckFailed waits out a gateway that did nothing or gave no answer,
+// however long: the charge is already in review, and a held authorization
+// must still be released when the gateway is back. Its lookups, and a void
+// under the attempt's own key, are safe to repeat, so a timeout spends no
+// River attempt either (spending them would end in a discarded job and a
+// hold nobody releases). Other failures are River retries.
 func (p *Pipeline) holdCheckFailed(_ context.Context, s stageRun, c Charge, err error) error {
 	if errors.Is(err, ErrCircuitOpen) || errors.Is(err, gateway.ErrUnavailable) {
 		metrics.Retries.WithLabelValues(s.stage, "gateway_unavailable").Inc()
+		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
+	}
+	if errors.Is(err, gateway.ErrUnknownOutcome) {
+		metrics.Retries.WithLabelValues(s.stage, "unknown_outcome").Inc()
 		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
 	}
 	return fmt.Errorf("check hold of charge %s: %w", c.ID, err)
