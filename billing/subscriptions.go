@@ -56,27 +56,33 @@ func (s *Service) ListSubscriptions(ctx context.Context, caller Caller, p subscr
 	return s.Subscriptions.List(ctx, s.Pool, p)
 }
 
-// Pause stops charging until a resume, or until resumeAt; a period that
-// began before the pause and that the scan has not billed yet is billed
-// first (enqueued in tx). Pausing a paused subscription returns it
-// unchanged. Returns validate.Errors for a
-// resumeAt not in the future.
+// Pause stops charging until a resume, or until resumeAt. A period that
+// began before the pause is owed: one the scan has not reached yet is
+// charged first (enqueued in tx). Pausing a paused subscription returns it
+// unchanged. Returns validate.Errors for a resumeAt not in the future.
 func (s *Service) Pause(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error) {
 	if _, err := s.visible(ctx, tx, caller, id); err != nil {
 		return subscriptions.Subscription{}, err
 	}
-	// Periods that began while it was active are owed: bill those the scan
-	// has not reached yet, before the pause hides the subscription from it
-	// (found by the chaos soak, seed 10).
+	if err := s.billBegun(ctx, tx, id); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	sub, _, err := s.Subscriptions.Pause(ctx, tx, id, resumeAt, caller.Actor)
+	return sub, err
+}
+
+// billBegun charges, in tx, the periods of the subscription that began
+// before now while it was billed and that the scan has not reached yet,
+// before a pause or a cancel at period end stops billing them: they are
+// owed (and with a cancel scheduled whose period ended, the cancel takes
+// effect as the scan would carry it out).
+func (s *Service) billBegun(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	sub, err := s.Subscriptions.GetForUpdate(ctx, tx, id)
 	if err != nil {
-		return subscriptions.Subscription{}, err
+		return err
 	}
-	if _, err := s.Biller.Due(ctx, tx, sub); err != nil {
-		return subscriptions.Subscription{}, err
-	}
-	sub, _, err = s.Subscriptions.Pause(ctx, tx, id, resumeAt, caller.Actor)
-	return sub, err
+	_, err = s.Biller.Due(ctx, tx, sub)
+	return err
 }
 
 // Resume returns a paused subscription to billing; a period that then
@@ -93,13 +99,19 @@ func (s *Service) Resume(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.
 	return s.Biller.Due(ctx, tx, sub)
 }
 
-// Cancel ends the subscription now, or at the end of its period. An
-// immediate cancel voids what was not captured: unstarted charges at once,
-// holds through void jobs enqueued in tx. Cancelling twice returns it
-// unchanged.
+// Cancel ends the subscription now, or at the end of its period (a period
+// that has begun is the current one: one the scan has not reached yet is
+// charged first, enqueued in tx). An immediate cancel voids what was not
+// captured: unstarted charges at once, holds through void jobs enqueued in
+// tx. Cancelling twice returns it unchanged.
 func (s *Service) Cancel(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, atPeriodEnd bool) (subscriptions.Subscription, error) {
 	if _, err := s.visible(ctx, tx, caller, id); err != nil {
 		return subscriptions.Subscription{}, err
+	}
+	if atPeriodEnd {
+		if err := s.billBegun(ctx, tx, id); err != nil {
+			return subscriptions.Subscription{}, err
+		}
 	}
 	sub, changed, err := s.Subscriptions.Cancel(ctx, tx, id, atPeriodEnd, caller.Actor)
 	if err == nil && changed && sub.Status == subscriptions.Cancelled {

@@ -14,7 +14,9 @@ import (
 // ReleaseHold runs a release job for a charge that went to review while it
 // may have held an authorization: it looks the attempt's capture and
 // authorization up at the gateway and voids a hold that nothing captured,
-// noting what it found on the charge for the people who resolve it.
+// noting what it found on the charge for the people who resolve it. A
+// person may resolve the charge as failed before the job runs: its hold is
+// released all the same.
 func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldArgs]) error {
 	s := newStep("release_hold", job, job.Args.ChargeID, job.Args.Attempt)
 	s.reconcile = true
@@ -23,7 +25,7 @@ func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldAr
 	if err != nil {
 		return err
 	}
-	if c.Status != RequiresReview || c.AttemptCount != s.attempt || c.HoldReleasedAt != nil {
+	if !in(c.Status, holdChecked) || (c.Status == Failed && !c.Resolved) || c.AttemptCount != s.attempt || c.HoldReleasedAt != nil {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return nil
 	}
@@ -57,12 +59,19 @@ func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldAr
 	return recordHoldCheck(ctx, p.Pool, c.ID, c.AttemptCount, "no capture at the gateway; hold "+hold+" was voided", true, now)
 }
 
-// holdCheckFailed waits out a gateway that did nothing, however long: the
-// charge is already in review, and a held authorization must still be
-// released when the gateway is back. Other failures are River retries.
+// holdCheckFailed waits out a gateway that did nothing or gave no answer,
+// however long: the charge is already in review, and a held authorization
+// must still be released when the gateway is back. Its lookups, and a void
+// under the attempt's own key, are safe to repeat, so a timeout spends no
+// River attempt either (spending them would end in a discarded job and a
+// hold nobody releases). Other failures are River retries.
 func (p *Pipeline) holdCheckFailed(_ context.Context, s stageRun, c Charge, err error) error {
 	if errors.Is(err, ErrCircuitOpen) || errors.Is(err, gateway.ErrUnavailable) {
 		metrics.Retries.WithLabelValues(s.stage, "gateway_unavailable").Inc()
+		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
+	}
+	if errors.Is(err, gateway.ErrUnknownOutcome) {
+		metrics.Retries.WithLabelValues(s.stage, "unknown_outcome").Inc()
 		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
 	}
 	return fmt.Errorf("check hold of charge %s: %w", c.ID, err)

@@ -89,10 +89,20 @@ func TestReleaseHoldWorker(t *testing.T) {
 				wait: &[2]time.Duration{0, retryBase}},
 		},
 		{
+			// Lookups are safe to repeat: a timeout waits like a 503 and
+			// spends no attempt, or River would discard the job and leave
+			// the hold (issue 8, finding 7).
 			name:      "LookupTimedOut",
 			lookupErr: gateway.ErrUnknownOutcome,
-			want: outcome{err: true, status: charges.RequiresReview, authorizationRef: holdRef, reviewReason: reason,
-				calls: []string{lookupCapture}},
+			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, reviewReason: reason,
+				wait: &[2]time.Duration{0, retryBase}, calls: []string{lookupCapture}},
+		},
+		{
+			name:      "LookupTimedOutOnTheLastAttempt",
+			lookupErr: gateway.ErrUnknownOutcome,
+			opts:      &river.InsertOpts{MaxAttempts: 1},
+			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, reviewReason: reason,
+				wait: &[2]time.Duration{0, retryBase}, calls: []string{lookupCapture}},
 		},
 		{
 			name:    "AlreadyReleased",

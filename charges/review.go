@@ -63,12 +63,17 @@ func ReviewQueue(ctx context.Context, db DBTX, after *ReviewCursor, limit int) (
 		ORDER BY updated_at, id LIMIT $3`, at, id, limit, texts(reviewQueue)))
 }
 
-// recordHoldCheck notes on a charge in review what its gateway showed, and
-// whether no capture exists and no hold is left (released).
+// holdChecked are the statuses whose hold a release job checks: in review,
+// or resolved as failed by a person before the check ran.
+var holdChecked = []Status{RequiresReview, Failed}
+
+// recordHoldCheck notes on a charge in review (or resolved as failed from
+// it) what its gateway showed, and whether no capture exists and no hold
+// is left (released).
 func recordHoldCheck(ctx context.Context, db DBTX, id uuid.UUID, attempt int, note string, released bool, now time.Time) error {
 	_, err := db.Exec(ctx, `UPDATE charges SET review_reason = coalesce(review_reason, '') || ' (' || $3 || ')',
 			hold_released_at = CASE WHEN $4 THEN $5::timestamptz ELSE hold_released_at END, updated_at = $5
-		WHERE id = $1 AND attempt_count = $2 AND status = $6`, id, attempt, note, released, now, string(RequiresReview))
+		WHERE id = $1 AND attempt_count = $2 AND status = ANY($6)`, id, attempt, note, released, now, texts(holdChecked))
 	if err != nil {
 		return fmt.Errorf("record hold check: %w", err)
 	}

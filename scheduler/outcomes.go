@@ -37,7 +37,9 @@ func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Su
 }
 
 // ChargePaid returns a past-due or unpaid subscription to active once no
-// other charge of it is owed and uncollected. The caller locked the row.
+// other charge of it is owed and uncollected; an unpaid one goes on after
+// the periods that began while it was unpaid (not owed). The caller locked
+// the row.
 func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
 	sub, err := o.Subscriptions.Get(ctx, tx, c.SubscriptionID)
 	if err != nil {
@@ -50,7 +52,11 @@ func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge) e
 	if err != nil || unpaid {
 		return err
 	}
-	_, _, err = o.Subscriptions.Reactivate(ctx, tx, c.SubscriptionID)
+	if sub.Status == subscriptions.Unpaid {
+		_, _, err = o.Subscriptions.ReactivateUnpaid(ctx, tx, c.SubscriptionID)
+		return err
+	}
+	_, _, err = o.Subscriptions.SetStatus(ctx, tx, c.SubscriptionID, subscriptions.Active, subscriptions.EventReactivated, subscriptions.System)
 	return err
 }
 

@@ -72,9 +72,9 @@ type ScanResult struct {
 
 // Scan does everything that is due at now, in batches of BatchSize rows,
 // each batch its own short transaction: cancels scheduled at a period end
-// that passed while paused, scheduled resumes, due periods, dunning
-// retries, the dead-letter sweep, and the customer notices. Safe to run concurrently and
-// on several nodes: rows are claimed with FOR UPDATE SKIP LOCKED and every
+// that passed while paused or unpaid, scheduled resumes, due periods,
+// dunning retries, the dead-letter sweep, and the customer notices. Safe
+// to run concurrently and on several nodes: rows are claimed with FOR UPDATE SKIP LOCKED and every
 // charge is created under its unique period key.
 func (b *Biller) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 	defer metrics.TimeStage("scan")()
@@ -128,7 +128,7 @@ func (b *Biller) inBatches(ctx context.Context, what string, fn func(tx pgx.Tx) 
 }
 
 // cancelDue carries out the cancels scheduled at a period end that passed
-// while the subscription was paused, as of that end.
+// while the subscription was paused or unpaid, as of that end.
 func (b *Biller) cancelDue(ctx context.Context, now time.Time) (int, error) {
 	return b.inBatches(ctx, "scheduled cancels", func(tx pgx.Tx) (int, error) {
 		subs, err := b.Subscriptions.LockScheduledCancels(ctx, tx, now, b.BatchSize)

@@ -259,12 +259,13 @@ func (st *Store) LockDue(ctx context.Context, tx pgx.Tx, now, afterAt time.Time,
 	return collect(rows, err)
 }
 
-// LockScheduledCancels claims up to limit paused subscriptions whose
-// cancel scheduled at period end has come (the period ended while they
-// were paused), skipping rows another scan or request holds.
+// LockScheduledCancels claims up to limit paused or unpaid subscriptions
+// whose cancel scheduled at period end has come (the period ended while
+// they were not billed, so no due-period scan carries the cancel out),
+// skipping rows another scan or request holds.
 func (st *Store) LockScheduledCancels(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Subscription, error) {
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM subscriptions
-		WHERE status = 'paused' AND cancel_at_period_end AND next_charge_at <= $1
+		WHERE status IN ('paused', 'unpaid') AND cancel_at_period_end AND next_charge_at <= $1
 		ORDER BY next_charge_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
 	return collect(rows, err)
 }

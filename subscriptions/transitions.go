@@ -159,29 +159,23 @@ func (st *Store) RetryUnpaid(ctx context.Context, tx pgx.Tx, id uuid.UUID, actor
 		return sub, false, err
 	}
 	index, at := sub.skipStartedPeriods(st.clock.Now())
+	// transition clears unpaid_since itself when leaving unpaid.
 	return st.transition(ctx, tx, id, PastDue, EventPastDue, actor, nil,
-		`next_period_index = $3, next_charge_at = $4, unpaid_since = NULL`, index, at)
+		`next_period_index = $3, next_charge_at = $4`, index, at)
 }
 
-// Reactivate makes a past-due or unpaid subscription active again once
-// nothing it owes is left unpaid (a charge was paid). An unpaid one skips
-// the periods that began while it was unpaid, as a card change does: they
-// are not owed (found by the chaos soak, seed 100). Anything else is left
-// unchanged (changed false).
-func (st *Store) Reactivate(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Subscription, bool, error) {
+// ReactivateUnpaid makes an unpaid subscription active when what it owed
+// was collected without a new card (a support retry that paid, a person's
+// resolution). Like a card change, it skips the periods that started
+// while unpaid: they are not owed. Anything but unpaid is left unchanged.
+func (st *Store) ReactivateUnpaid(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Subscription, bool, error) {
 	sub, err := st.GetForUpdate(ctx, tx, id)
-	if err != nil {
-		return Subscription{}, false, err
+	if err != nil || sub.Status != Unpaid {
+		return sub, false, err
 	}
-	switch sub.Status {
-	case PastDue:
-		return st.transition(ctx, tx, id, Active, EventReactivated, System, nil, "")
-	case Unpaid:
-		index, at := sub.skipStartedPeriods(st.clock.Now())
-		return st.transition(ctx, tx, id, Active, EventReactivated, System, nil,
-			`next_period_index = $3, next_charge_at = $4`, index, at)
-	}
-	return sub, false, nil
+	index, at := sub.skipStartedPeriods(st.clock.Now())
+	return st.transition(ctx, tx, id, Active, EventReactivated, System, nil,
+		`next_period_index = $3, next_charge_at = $4`, index, at)
 }
 
 // MarkUnpaid makes an active or past-due subscription unpaid: its dunning
