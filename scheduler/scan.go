@@ -74,8 +74,9 @@ type ScanResult struct {
 // each batch its own short transaction: cancels scheduled at a period end
 // that passed while paused or unpaid, scheduled resumes, due periods,
 // dunning retries, the dead-letter sweep, and the customer notices. Safe
-// to run concurrently and on several nodes: rows are claimed with FOR UPDATE SKIP LOCKED and every
-// charge is created under its unique period key.
+// to run concurrently and on several nodes: rows are claimed with FOR
+// UPDATE SKIP LOCKED and every charge is created under its unique period
+// key.
 func (b *Biller) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 	defer metrics.TimeStage("scan")()
 	var res ScanResult
