@@ -132,8 +132,15 @@ func (s *Service) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller Cal
 	if err := pm.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
 		return subscriptions.Subscription{}, err
 	}
-	if _, err := s.visible(ctx, tx, caller, id); err != nil {
+	before, err := s.visible(ctx, tx, caller, id)
+	if err != nil {
 		return subscriptions.Subscription{}, err
+	}
+	if before.Status == subscriptions.Unpaid && before.UnpaidSince != nil {
+		// Leaving unpaid: the periods that began meanwhile stay not owed.
+		if err := charges.NotOwedSince(ctx, tx, id, *before.UnpaidSince, s.Clock.Now()); err != nil {
+			return subscriptions.Subscription{}, err
+		}
 	}
 	sub, _, err := s.Subscriptions.ChangePaymentMethod(ctx, tx, id, pm, caller.Actor)
 	if err != nil {

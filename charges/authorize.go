@@ -100,8 +100,11 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		return err
 	}
 	if sub.Cancelled || current.VoidRequested {
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = $1, unknown_phase = NULL`,
-			"subscription_cancelled")
+		code := "subscription_cancelled"
+		if !sub.Cancelled {
+			code = "subscription_unpaid" // its period began while the subscription was unpaid
+		}
+		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = $1, unknown_phase = NULL`, code)
 		if err == nil {
 			p.transitioned(next, "")
 		}

@@ -87,3 +87,21 @@ func HasOpen(ctx context.Context, db DBTX, subscriptionID uuid.UUID) (bool, erro
 	}
 	return found, nil
 }
+
+// NotOwedSince makes sure that no charge of a period that began at or
+// after since (the end of the subscription's dunning: such periods are not
+// owed) moves money once the subscription leaves unpaid: waiting ones are
+// voided, and ones in flight are flagged so that a hold they get is voided
+// and a decline is not retried with a new card. Found by the chaos soak
+// (unpaid-as-of-capture).
+func NotOwedSince(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, since, now time.Time) error {
+	if _, err := voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", since); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE charges SET void_requested = true, updated_at = $2
+		WHERE subscription_id = $1 AND status = ANY($3) AND period_start >= $4 AND NOT void_requested`,
+		subscriptionID, now, texts([]Status{Authorizing, Authorized, Unknown}), since); err != nil {
+		return fmt.Errorf("flag charges of periods not owed: %w", err)
+	}
+	return nil
+}

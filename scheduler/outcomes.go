@@ -53,6 +53,11 @@ func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge) e
 		return err
 	}
 	if sub.Status == subscriptions.Unpaid {
+		if sub.UnpaidSince != nil {
+			if err := charges.NotOwedSince(ctx, tx, c.SubscriptionID, *sub.UnpaidSince, o.Clock.Now()); err != nil {
+				return err
+			}
+		}
 		_, _, err = o.Subscriptions.ReactivateUnpaid(ctx, tx, c.SubscriptionID)
 		return err
 	}

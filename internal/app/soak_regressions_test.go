@@ -117,3 +117,70 @@ func TestReactivationFromUnpaidSkipsThePeriodsThatBeganWhileUnpaid(t *testing.T)
 	require.Len(t, cs, 2, "no charge for the period that began while unpaid: %v", cs)
 	require.Equal(t, "succeeded", cs[0]["status"])
 }
+
+// Soak seed 100: a charge that goes to review while it may hold an
+// authorization has its hold looked up and voided unless captured
+// (decision 11). While its gateway was down that check waited; a person
+// resolving the charge as failed meanwhile made the waiting job find the
+// charge out of review, and it stopped: the authorization stayed held on
+// the customer's card for good. A charge resolved as failed is still
+// checked and its hold released.
+func TestResolveFailedBeforeTheHoldCheckStillReleasesTheHold(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, map[string]string{"REBILL_UNAVAILABLE_FOR": "2s"})
+	sub := b.createSubscription(t, "tok_lost_response_0501", "month")
+	key := ""
+	require.Eventually(t, func() bool { // the gateway placed the hold; its answer is being lost
+		if cs := b.charges(t, sub); len(cs) == 1 {
+			key = cs[0]["key"].(string)
+		}
+		return key != "" && len(b.gatewayOps(t, "sim1", key)) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	b.faults(t, map[string]any{"down": true}) // the lookups, and then the hold check, find the gateway down
+	c := b.waitCharges(t, sub, 1, "requires_review")[0]
+	b.call(t, http.MethodPost, "/v1/charges/"+c["id"].(string)+"/resolve",
+		map[string]any{"outcome": "failed", "evidence": "the customer's bank shows no payment"})
+	b.faults(t, map[string]any{"down": false})
+
+	require.Eventually(t, func() bool {
+		ops := b.gatewayOps(t, "sim1", key)
+		return len(ops) == 2 && ops[1] == "a1:void:succeeded:0501"
+	}, 30*time.Second, 50*time.Millisecond, "the hold is voided: %v", func() any { return b.gatewayOps(t, "sim1", key) })
+}
+
+// Soak seed 100: the hold check of a charge in review waits out a gateway
+// that answers 503, "however long", but a gateway whose look-ups time out
+// (slow, not down) made it fail as an ordinary error: River retried it
+// REBILL_CHARGE_MAX_ATTEMPTS times, discarded it, and the authorization
+// stayed held. Look-ups and the void are safe to repeat (the same keys),
+// so a check that got no answer waits like one the gateway refused.
+func TestHoldCheckWaitsOutASlowGateway(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, map[string]string{"REBILL_CHARGE_MAX_ATTEMPTS": "2"})
+	sub := b.createSubscription(t, "tok_lost_response_0601", "month")
+	key := ""
+	require.Eventually(t, func() bool { // the gateway placed the hold; its answer is being lost
+		if cs := b.charges(t, sub); len(cs) == 1 {
+			key = cs[0]["key"].(string)
+		}
+		return key != "" && len(b.gatewayOps(t, "sim1", key)) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	b.faults(t, map[string]any{"latency_ms": 1000}) // every look-up times out
+	b.waitCharges(t, sub, 1, "requires_review")
+	// Long enough for River to run the hold check twice and discard it,
+	// had it failed.
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var discarded bool
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM river_job
+			WHERE kind = 'charge_release_hold' AND state = 'discarded')`).Scan(&discarded))
+		if discarded {
+			break
+		}
+	}
+	b.faults(t, map[string]any{"latency_ms": 0})
+
+	require.Eventually(t, func() bool {
+		ops := b.gatewayOps(t, "sim1", key)
+		return len(ops) == 2 && ops[1] == "a1:void:succeeded:0601"
+	}, 30*time.Second, 50*time.Millisecond, "the hold is voided")
+}

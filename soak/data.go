@@ -1,0 +1,288 @@
+package soak
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Data is everything the invariants judge: rebill's own state (read
+// through the API or the database), the gateways' ledgers, and optionally
+// what an outside observer recorded while it drove rebill (the soak does;
+// an audit command would not). The invariants take Data, never a client,
+// so any tool that can fill it can reuse them.
+type Data struct {
+	// Now is the service clock when the data was read.
+	Now time.Time
+	// Subscriptions are every subscription judged, with their events log
+	// and charges.
+	Subscriptions []Subscription
+	// Ledger is every operation the gateways recorded, all gateways.
+	Ledger []LedgerOp
+	// Observed is what the driver saw happen in real time; nil when there
+	// was no driver. Checks that need it skip their observed parts then.
+	Observed *Observations
+}
+
+// Subscription is a subscription as GET /v1/subscriptions/{id} shows it,
+// with its events (GET .../events, oldest first) and charges.
+type Subscription struct {
+	ID                string
+	CustomerID        string
+	Status            string
+	Amount            int64
+	Currency          string
+	Interval          string
+	IntervalCount     int
+	TimeZone          string
+	BillingAnchor     time.Time
+	CancelAtPeriodEnd bool
+	CancelledAt       *time.Time
+	CreatedAt         time.Time
+	Events            []Event
+	Charges           []Charge
+}
+
+// Event is one entry of a subscription's events log.
+type Event struct {
+	ID        int64
+	Type      string
+	From      string // empty for created
+	To        string
+	ActorID   string
+	ActorRole string
+	At        time.Time
+}
+
+// System reports whether rebill made the change on its own.
+func (e Event) System() bool { return e.ActorRole == "system" }
+
+// Charge is one period's charge. PeriodStart, UnknownPhase and Resolution
+// are not in the API's charge object: they come from the database.
+type Charge struct {
+	ID             string
+	SubscriptionID string
+	PeriodKey      string
+	PeriodStart    time.Time
+	Key            string // <subscription_id>:<period_key>
+	Amount         int64
+	Currency       string
+	Gateway        string
+	Status         string
+	AttemptCount   int
+	NextAttemptAt  *time.Time
+	FailureCode    string
+	ReviewReason   string
+	UnknownPhase   string
+	Resolution     string // succeeded or failed when a person resolved it
+}
+
+// LedgerOp is one operation a gateway recorded
+// (GET /v1/dev/gateways/{name}/ledger).
+type LedgerOp struct {
+	Gateway        string
+	Op             string // authorize, capture, void
+	IdempotencyKey string // <charge key>:a<attempt>:<phase>
+	Reference      string
+	TokenLast4     string
+	Amount         int64
+	Currency       string
+	Status         string // succeeded, declined, failed
+	DeclineCode    string
+	At             time.Time // the gateway's real time
+}
+
+// ChargeKey, Attempt and Phase split the idempotency key; ok is false for
+// a key rebill would not write.
+func (o LedgerOp) split() (chargeKey string, attempt int, phase string, ok bool) {
+	i := strings.LastIndexByte(o.IdempotencyKey, ':')
+	if i < 0 {
+		return "", 0, "", false
+	}
+	phase = o.IdempotencyKey[i+1:]
+	rest := o.IdempotencyKey[:i]
+	j := strings.LastIndexByte(rest, ':')
+	if j < 0 || j+2 > len(rest) || rest[j+1] != 'a' {
+		return "", 0, "", false
+	}
+	n, err := strconv.Atoi(rest[j+2:])
+	if err != nil {
+		return "", 0, "", false
+	}
+	return rest[:j], n, phase, true
+}
+
+// ChargeKey is the charge key the operation belongs to ("" if unknown).
+func (o LedgerOp) ChargeKey() string { k, _, _, _ := o.split(); return k }
+
+// Attempt is the business attempt the operation belongs to (0 if unknown).
+func (o LedgerOp) Attempt() int { _, a, _, _ := o.split(); return a }
+
+// Observations are what the soak's driver recorded in real time (the
+// machine's wall clock, which the simulated gateways also stamp their
+// ledgers with). Intervals [Sent, Answered] bound when a request took
+// effect: it committed somewhere inside.
+type Observations struct {
+	// Subscriptions by id.
+	Subscriptions map[string]*ObservedSubscription
+	// ClockMoves are the dev clock's moves, in order.
+	ClockMoves []ClockMove
+}
+
+// ObservedSubscription is one subscription as its driver saw it.
+type ObservedSubscription struct {
+	// Created is the create request; its card is Cards[0].
+	Created Interval
+	// Anchor is the billing_anchor the create answered: the first grid's.
+	Anchor time.Time
+	// Cards are the payment methods given, oldest first: at creation and
+	// every card change that answered 200 (and, with Unsure, one whose
+	// answer never came).
+	Cards []ObservedCard
+	// Pauses are the pauses that answered 200 with the subscription paused.
+	Pauses []ObservedPause
+	// Resumes are the resumes that answered 200, with the billing anchor
+	// they answered.
+	Resumes []ObservedResume
+	// Cancels are the immediate cancels that answered 200, each with the
+	// subscription's charges as read right after the answer.
+	Cancels []ObservedCancel
+	// UnpaidSince are the values of the subscription's unpaid_since seen
+	// in the database (when its dunning ended), in the order seen.
+	UnpaidSince []time.Time
+	// Resolves are the resolutions a person made that answered 200.
+	Resolves []ObservedResolve
+}
+
+// ObservedResolve is a person's resolution of a charge in review.
+type ObservedResolve struct {
+	ChargeID string
+	Outcome  string // succeeded or failed
+	When     Interval
+	Clock    time.Time // the service clock meanwhile
+}
+
+// Interval is a stretch of real time.
+type Interval struct{ Sent, Answered time.Time }
+
+// ObservedCard is a payment method and when it was given.
+type ObservedCard struct {
+	Gateway     string
+	Token       string
+	Last4       string // the token's last four characters, as the ledger shows them
+	Good        bool   // a token that authorizes (ok, lost_response, flaky)
+	Same        bool   // the same card sent again (no change, a "try again")
+	Unsure      bool   // the change's answer never came: it may or may not have happened
+	When        Interval
+	StatusAfter string // the subscription's status the answer showed
+}
+
+// ObservedPause is a pause and its resume_at.
+type ObservedPause struct {
+	When     Interval
+	At       time.Time // the service clock: paused_at from the answer
+	ResumeAt *time.Time
+}
+
+// ObservedResume is a resume's answer.
+type ObservedResume struct {
+	When          Interval
+	BillingAnchor time.Time
+}
+
+// ObservedCancel is an immediate cancel and what the charges were right
+// after it.
+type ObservedCancel struct {
+	When Interval
+	// Charges after the cancel: charge id -> state.
+	Charges map[string]ChargeState
+	// Read is when Charges were read (after When.Answered).
+	Read time.Time
+}
+
+// ChargeState is a charge's status at one moment.
+type ChargeState struct {
+	Key          string
+	Status       string
+	Attempt      int
+	UnknownPhase string
+}
+
+// ClockMove is one move of the dev clock: the time before and after, and
+// when in real time.
+type ClockMove struct {
+	When     Interval
+	From, To time.Time
+}
+
+// Describe renders one subscription's record (events, charges, the
+// ledger's operations for it, and what the driver observed) for a report.
+func Describe(d *Data, id string) string {
+	var b strings.Builder
+	var sub *Subscription
+	for i := range d.Subscriptions {
+		if d.Subscriptions[i].ID == id {
+			sub = &d.Subscriptions[i]
+		}
+	}
+	if sub == nil {
+		return "subscription " + id + ": not in the data\n"
+	}
+	fmt.Fprintf(&b, "subscription %s: %s, every %d %s in %s, anchor %s, cancel_at_period_end %t, cancelled_at %v, amount %d\n",
+		sub.ID, sub.Status, sub.IntervalCount, sub.Interval, sub.TimeZone, fmtT(sub.BillingAnchor), sub.CancelAtPeriodEnd,
+		sub.CancelledAt, sub.Amount)
+	b.WriteString("  events:\n")
+	for _, e := range sub.Events {
+		fmt.Fprintf(&b, "    %d %s %s %s->%s by %s/%s\n", e.ID, fmtT(e.At), e.Type, e.From, e.To, e.ActorRole, e.ActorID)
+	}
+	var moves []ClockMove
+	if d.Observed != nil {
+		moves = d.Observed.ClockMoves
+	}
+	obs := observed(d, id)
+	tl := BuildTimeline(*sub, obs, moves)
+	b.WriteString("  periods:\n")
+	for _, p := range tl.Periods(d.Now, moves) {
+		fmt.Fprintf(&b, "    %s grid %d %s (began while %s) due from %s\n", fmtT(p.Start), p.Segment, p.Owed,
+			joinStatuses(p.Statuses), p.DueFrom.Format("15:04:05.000"))
+	}
+	l := indexLedger(d.Ledger)
+	b.WriteString("  charges:\n")
+	for _, c := range sub.Charges {
+		na := ""
+		if c.NextAttemptAt != nil {
+			na = " next " + fmtT(*c.NextAttemptAt)
+		}
+		fmt.Fprintf(&b, "    %s start %s %s a%d code=%q review=%q resolution=%q%s\n", c.PeriodKey, fmtT(c.PeriodStart), c.Status,
+			c.AttemptCount, c.FailureCode, c.ReviewReason, c.Resolution, na)
+		for _, o := range l.byCharge[c.Key] {
+			fmt.Fprintf(&b, "      %s %s a%d %s %s …%s %s\n", o.At.Format("15:04:05.000"), o.Gateway, o.Attempt(), o.Op, o.Status,
+				o.TokenLast4, o.DeclineCode)
+		}
+	}
+	if obs != nil {
+		b.WriteString("  observed:\n")
+		fmt.Fprintf(&b, "    created %s..%s anchor %s\n", obs.Created.Sent.Format("15:04:05.000"), obs.Created.Answered.Format("15:04:05.000"), fmtT(obs.Anchor))
+		for _, c := range obs.Cards {
+			fmt.Fprintf(&b, "    card %s/…%s good=%t same=%t unsure=%t %s..%s -> %s\n", c.Gateway, c.Last4, c.Good, c.Same, c.Unsure,
+				c.When.Sent.Format("15:04:05.000"), c.When.Answered.Format("15:04:05.000"), c.StatusAfter)
+		}
+		for _, p := range obs.Pauses {
+			fmt.Fprintf(&b, "    pause %s..%s at %s resume_at %v\n", p.When.Sent.Format("15:04:05.000"), p.When.Answered.Format("15:04:05.000"), fmtT(p.At), p.ResumeAt)
+		}
+		for _, r := range obs.Resumes {
+			fmt.Fprintf(&b, "    resume %s..%s anchor %s\n", r.When.Sent.Format("15:04:05.000"), r.When.Answered.Format("15:04:05.000"), fmtT(r.BillingAnchor))
+		}
+		for _, c := range obs.Cancels {
+			fmt.Fprintf(&b, "    cancel %s..%s charges then: %v\n", c.When.Sent.Format("15:04:05.000"), c.When.Answered.Format("15:04:05.000"), c.Charges)
+		}
+		for _, u := range obs.UnpaidSince {
+			fmt.Fprintf(&b, "    unpaid_since %s\n", fmtT(u))
+		}
+		for _, r := range obs.Resolves {
+			fmt.Fprintf(&b, "    resolved %s %s at %s (%s)\n", r.ChargeID, r.Outcome, fmtT(r.Clock), r.When.Sent.Format("15:04:05.000"))
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,309 @@
+package soak
+
+// The invariants judged on small hand-made records: each must pass a
+// correct record and catch the defect it exists for (a checker that
+// never fires proves nothing).
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2027, 1, 10, 9, 0, 0, 0, time.UTC)
+
+const subID = "00000000-0000-7000-8000-000000000001"
+
+func day(n float64) time.Time { return t0.Add(time.Duration(n * 24 * float64(time.Hour))) }
+
+func rt(ms int) time.Time {
+	return time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).Add(time.Duration(ms) * time.Millisecond)
+}
+
+// record builds a monthly UTC subscription created at t0 with its first
+// anchor at t0, whose events are given after the created one.
+type record struct {
+	d   *Data
+	sub *Subscription
+	obs *ObservedSubscription
+}
+
+func newRecord(now time.Time) *record {
+	r := &record{d: &Data{Now: now, Observed: &Observations{Subscriptions: map[string]*ObservedSubscription{}}}}
+	r.d.Subscriptions = []Subscription{{ID: subID, Status: "active", Amount: 500, Currency: "USD", Interval: "month",
+		IntervalCount: 1, TimeZone: "UTC", BillingAnchor: t0, CreatedAt: t0,
+		Events: []Event{{ID: 1, Type: "created", To: "active", ActorRole: "admin", At: t0}}}}
+	r.sub = &r.d.Subscriptions[0]
+	r.obs = &ObservedSubscription{Created: Interval{rt(0), rt(10)}, Anchor: t0,
+		Cards: []ObservedCard{{Gateway: "sim1", Token: "tok_ok_0001", Last4: "0001", Good: true, When: Interval{rt(0), rt(10)}}}}
+	r.d.Observed.Subscriptions[subID] = r.obs
+	return r
+}
+
+func (r *record) event(typ, from, to string, at time.Time, system bool) {
+	role := "admin"
+	if system {
+		role = "system"
+	}
+	r.sub.Events = append(r.sub.Events, Event{ID: int64(len(r.sub.Events) + 1), Type: typ, From: from, To: to, ActorRole: role, At: at})
+	if from != to {
+		r.sub.Status = to
+	}
+}
+
+// paid adds a succeeded charge for the period starting at start, with its
+// authorize and capture at the gateway (real time ms, card last4).
+func (r *record) paid(start time.Time, ms int, last4 string) *Charge {
+	c := r.charge(start, "succeeded", 1)
+	r.op(c, 1, "authorize", "succeeded", ms, last4)
+	r.op(c, 1, "capture", "succeeded", ms+5, last4)
+	return c
+}
+
+func (r *record) charge(start time.Time, status string, attempts int) *Charge {
+	key := subID + ":" + start.Format("2006-01-02")
+	r.sub.Charges = append(r.sub.Charges, Charge{ID: key, SubscriptionID: subID, PeriodKey: start.Format("2006-01-02"),
+		PeriodStart: start, Key: key, Amount: 500, Currency: "USD", Gateway: "sim1", Status: status, AttemptCount: attempts})
+	return &r.sub.Charges[len(r.sub.Charges)-1]
+}
+
+func (r *record) op(c *Charge, attempt int, op, status string, ms int, last4 string) {
+	r.d.Ledger = append(r.d.Ledger, LedgerOp{Gateway: "sim1", Op: op, IdempotencyKey: c.Key + ":a" + itoa(attempt) + ":" + op,
+		Reference: "ref-" + c.Key + op, TokenLast4: last4, Amount: 500, Currency: "USD", Status: status, At: rt(ms)})
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func expect(t *testing.T, got []Violation, want ...string) {
+	t.Helper()
+	if len(want) == 0 {
+		for _, v := range got {
+			t.Errorf("unexpected violation: %s", v)
+		}
+		return
+	}
+	for _, w := range want {
+		found := false
+		for _, v := range got {
+			found = found || strings.Contains(v.String(), w)
+		}
+		if !found {
+			t.Errorf("no violation mentioning %q; got %v", w, got)
+		}
+	}
+}
+
+func TestGridClampsMonthEndsAndKeepsLocalTime(t *testing.T) {
+	g, err := NewGrid(time.Date(2027, 1, 31, 10, 0, 0, 0, time.UTC), "UTC", "month", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range []string{"2027-01-31", "2027-02-28", "2027-03-31", "2027-04-30"} {
+		if got := g.Start(n).Format("2006-01-02"); got != want {
+			t.Errorf("period %d starts %s, want %s", n, got, want)
+		}
+	}
+	ny, _ := time.LoadLocation("America/New_York")
+	g, _ = NewGrid(time.Date(2027, 3, 13, 9, 0, 0, 0, ny), "America/New_York", "day", 1)
+	if got := g.Start(1).In(ny).Hour(); got != 9 {
+		t.Errorf("the day after DST starts at %d:00 local, want 9:00", got)
+	}
+	g, _ = NewGrid(time.Date(2027, 11, 30, 0, 0, 0, 0, time.UTC), "UTC", "quarter", 1)
+	if got := g.Start(1).Format("2006-01-02"); got != "2028-02-29" {
+		t.Errorf("a quarter after Nov 30 is %s, want 2028-02-29", got)
+	}
+}
+
+func TestOwedPeriodsPaidOnce(t *testing.T) {
+	r := newRecord(day(40))
+	r.paid(t0, 20, "0001")
+	r.paid(t0.AddDate(0, 1, 0), 500, "0001")
+	expect(t, CheckAll(r.d))
+}
+
+func TestOwedPeriodNeverCharged(t *testing.T) {
+	r := newRecord(day(40))
+	r.paid(t0, 20, "0001")
+	expect(t, OwedPeriodsSettled(r.d), "never charged")
+}
+
+func TestPausedPeriodIsNotOwed(t *testing.T) {
+	r := newRecord(day(70))
+	r.paid(t0, 20, "0001")
+	r.event("paused", "active", "paused", day(10), false)
+	r.event("resumed", "paused", "active", day(50), false)
+	r.obs.Resumes = []ObservedResume{{When: Interval{rt(900), rt(910)}, BillingAnchor: day(50)}}
+	r.sub.BillingAnchor = day(50)
+	r.paid(day(50), 950, "0001")
+	expect(t, CheckAll(r.d)) // Feb 10 began while paused: not owed, not charged
+	r.paid(t0.AddDate(0, 1, 0), 990, "0001")
+	expect(t, OwedPeriodsSettled(r.d), "began while paused, not owed): captured 1 times")
+}
+
+func TestResumeThatKeepsTheAnchorIsAnError(t *testing.T) {
+	r := newRecord(day(70))
+	r.paid(t0, 20, "0001")
+	r.event("paused", "active", "paused", day(10), false)
+	r.event("resumed", "paused", "active", day(50), false)
+	r.obs.Resumes = []ObservedResume{{When: Interval{rt(900), rt(910)}, BillingAnchor: t0}} // the anchor did not move
+	expect(t, OwedPeriodsSettled(r.d), "no resume answer shows the anchor moved")
+}
+
+func TestPeriodKeyCollisionIsRecognised(t *testing.T) {
+	r := newRecord(day(5))
+	r.paid(t0, 20, "0001")
+	r.event("paused", "active", "paused", t0.Add(time.Hour), false)
+	r.event("resumed", "paused", "active", t0.Add(3*time.Hour), false)
+	r.obs.Resumes = []ObservedResume{{When: Interval{rt(900), rt(910)}, BillingAnchor: t0.Add(3 * time.Hour)}}
+	vs := OwedPeriodsSettled(r.d)
+	expect(t, vs, "never charged: its key 2027-01-10")
+	if len(vs) != 1 || vs[0].Known != "period-key-collision" {
+		t.Errorf("want one known period-key-collision, got %v", vs)
+	}
+}
+
+func TestUnpaidPeriodsAreNotOwed(t *testing.T) {
+	r := newRecord(day(70))
+	c := r.charge(t0, "failed", 1)
+	r.op(c, 1, "authorize", "declined", 20, "0001")
+	r.event("unpaid", "active", "unpaid", t0, true)
+	r.obs.UnpaidSince = []time.Time{t0}
+	expect(t, CheckAll(r.d))
+	r.paid(t0.AddDate(0, 1, 0), 900, "0001")
+	expect(t, OwedPeriodsSettled(r.d), "began while unpaid, not owed): captured")
+}
+
+func TestUnpaidWithoutSampleIsUnsure(t *testing.T) {
+	r := newRecord(day(70))
+	r.paid(t0, 20, "0001")
+	c := r.charge(t0.AddDate(0, 1, 0), "failed", 5)
+	r.op(c, 5, "authorize", "declined", 900, "0001")
+	r.event("past_due", "active", "past_due", t0.AddDate(0, 1, 0), true)
+	r.event("unpaid", "past_due", "unpaid", day(69), true) // dunning ended some time before
+	r.paid(t0.AddDate(0, 2, 0), 990, "0001")               // Mar 10: began after the past_due, before the unpaid was logged
+	periods := BuildTimeline(*r.sub, r.obs, nil).Periods(r.d.Now, nil)
+	if periods[2].Owed != Unsure {
+		t.Errorf("Mar 10 is %s, want unsure", periods[2].Owed)
+	}
+}
+
+func TestCancelAtPeriodEnd(t *testing.T) {
+	r := newRecord(day(70))
+	r.paid(t0, 20, "0001")
+	r.event("cancel_scheduled", "active", "active", day(3), false)
+	end := t0.AddDate(0, 1, 0)
+	r.event("cancelled", "active", "cancelled", day(60), true)
+	r.sub.CancelledAt = &end
+	expect(t, CheckAll(r.d))
+	r.paid(end, 900, "0001")
+	expect(t, CheckAll(r.d), "not owed): captured", "no-capture-after-cancel")
+}
+
+func TestCaptureAfterImmediateCancel(t *testing.T) {
+	r := newRecord(day(5))
+	c := r.charge(t0, "succeeded", 1)
+	r.op(c, 1, "authorize", "succeeded", 20, "0001")
+	r.op(c, 1, "capture", "succeeded", 700, "0001")
+	cancelAt := day(1)
+	r.event("cancelled", "active", "cancelled", cancelAt, false)
+	r.sub.CancelledAt = &cancelAt
+	r.obs.Cancels = []ObservedCancel{{When: Interval{rt(500), rt(510)}, Read: rt(520),
+		Charges: map[string]ChargeState{c.Key: {Key: c.Key, Status: "capturing", Attempt: 1}}}}
+	expect(t, NoCaptureAfterCancel(r.d)) // the capture was under way
+	r.obs.Cancels[0].Charges[c.Key] = ChargeState{Key: c.Key, Status: "authorized", Attempt: 1}
+	expect(t, NoCaptureAfterCancel(r.d), "when the charge was authorized at attempt 1")
+}
+
+func TestDanglingHold(t *testing.T) {
+	r := newRecord(day(5))
+	c := r.charge(t0, "voided", 1)
+	r.op(c, 1, "authorize", "succeeded", 20, "0001")
+	expect(t, NoDanglingHolds(r.d), "neither captured nor voided; the charge is voided")
+	r.op(c, 1, "void", "succeeded", 40, "0001")
+	expect(t, NoDanglingHolds(r.d))
+	c.Status, c.ReviewReason = "requires_review", "the gateway refused to void"
+	r.d.Ledger = r.d.Ledger[:1]
+	expect(t, NoDanglingHolds(r.d))
+}
+
+func TestAttemptUsesCardReplacedBeforeIt(t *testing.T) {
+	r := newRecord(day(5))
+	r.obs.Cards = append(r.obs.Cards, ObservedCard{Gateway: "sim1", Token: "tok_ok_0002", Last4: "0002", Good: true,
+		When: Interval{rt(100), rt(110)}})
+	c := r.charge(t0, "succeeded", 2)
+	r.op(c, 1, "authorize", "declined", 200, "0002")
+	r.op(c, 2, "authorize", "succeeded", 300, "0002")
+	r.op(c, 2, "capture", "succeeded", 310, "0002")
+	expect(t, OperationsUseCurrentCard(r.d))
+	r.d.Ledger[1].TokenLast4, r.d.Ledger[2].TokenLast4 = "0001", "0001" // attempt 2 went back to the old card
+	expect(t, OperationsUseCurrentCard(r.d), "attempt 2 authorized at sim1 with sim1/…0001")
+	r.d.Ledger[2].TokenLast4 = "0002"
+	expect(t, OperationsUseCurrentCard(r.d), "capture at sim1 with card …0002, its authorization")
+}
+
+func TestEventsChainAndCounts(t *testing.T) {
+	r := newRecord(day(5))
+	r.paid(t0, 20, "0001")
+	r.event("paused", "active", "paused", day(1), false)
+	r.event("paused", "active", "paused", day(1), false) // the same pause logged twice
+	expect(t, EventsMatchTransitions(r.d), "starts from active but event 2 (paused) ended at paused")
+	r = newRecord(day(5))
+	r.paid(t0, 20, "0001")
+	r.obs.Cards = append(r.obs.Cards, ObservedCard{Gateway: "sim2", Token: "tok_ok_0002", Last4: "0002", Good: true,
+		When: Interval{rt(100), rt(110)}})
+	expect(t, EventsMatchTransitions(r.d), "0 payment_method_updated events for 1 card changes")
+}
+
+func TestOpenAndDisagreeingCharges(t *testing.T) {
+	r := newRecord(day(5))
+	c := r.charge(t0, "authorizing", 1)
+	expect(t, NoChargeLeftOpen(r.d), "left authorizing")
+	c.Status = "failed"
+	r.op(c, 1, "authorize", "succeeded", 20, "0001")
+	r.op(c, 1, "capture", "succeeded", 30, "0001")
+	expect(t, LedgerAgreesWithCharges(r.d), "charge failed (attempt 1) but the gateways recorded 1 succeeded captures")
+	r.op(c, 2, "capture", "succeeded", 40, "0001")
+	expect(t, AtMostOneCapturePerPeriod(r.d), "2 succeeded captures")
+	expect(t, NoCaptureWithoutAuthorization(r.d), "capture without an authorization of attempt 2")
+}
+
+func TestFailedChargeNotRetriedByANewGoodCard(t *testing.T) {
+	r := newRecord(day(5))
+	c := r.charge(t0, "failed", 1)
+	r.op(c, 1, "authorize", "declined", 20, "0001")
+	r.event("unpaid", "active", "unpaid", t0, true)
+	r.obs.UnpaidSince = []time.Time{t0}
+	r.event("payment_method_updated", "unpaid", "past_due", day(1), false)
+	r.obs.Cards = append(r.obs.Cards, ObservedCard{Gateway: "sim1", Token: "tok_ok_0002", Last4: "0002", Good: true,
+		When: Interval{rt(300), rt(310)}, StatusAfter: "past_due"})
+	expect(t, OwedPeriodsSettled(r.d), "did not retry it")
+}
+
+func TestCaptureOfAPeriodThatBeganAfterDunningEndedIsKnown(t *testing.T) {
+	r := newRecord(day(70))
+	r.paid(t0, 20, "0001")
+	c := r.charge(t0.AddDate(0, 1, 0), "failed", 5)
+	r.op(c, 5, "authorize", "declined", 900, "0001")
+	r.event("past_due", "active", "past_due", t0.AddDate(0, 1, 0), true)
+	r.event("unpaid", "past_due", "unpaid", day(69), true)
+	r.obs.UnpaidSince = []time.Time{day(38)} // dunning ended as of its last attempt's due time
+	r.paid(t0.AddDate(0, 2, 0), 990, "0001") // Mar 10: after that, before the unpaid was logged
+	vs := OwedPeriodsSettled(r.d)
+	if len(vs) != 1 || vs[0].Known != "unpaid-as-of-capture" {
+		t.Errorf("want one known unpaid-as-of-capture, got %v", vs)
+	}
+}
+
+func TestResolvedFailedMakesUnpaidFromThen(t *testing.T) {
+	r := newRecord(day(70))
+	c := r.charge(t0, "failed", 1)
+	c.Resolution, c.ReviewReason = "failed", "the gateway did nothing"
+	r.paid(t0.AddDate(0, 1, 0), 500, "0001")
+	v := r.charge(t0.AddDate(0, 2, 0), "voided", 1) // Mar 10 began while active
+	v.FailureCode = "subscription_unpaid"
+	r.event("unpaid", "active", "unpaid", day(65), true)
+	r.obs.UnpaidSince = []time.Time{t0} // backdated to the charge's last attempt
+	r.obs.Resolves = []ObservedResolve{{ChargeID: c.ID, Outcome: "failed", Clock: day(65)}}
+	expect(t, OwedPeriodsSettled(r.d), "period 2027-03-10", "voided (subscription_unpaid) although the subscription was never cancelled")
+}

@@ -1,0 +1,505 @@
+package soak
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Step kinds.
+const (
+	KindCreate    = "create"    // create subscription Sub
+	KindPause     = "pause"     // pause Sub, with resume_at ResumeIn after now when set
+	KindResume    = "resume"    // resume Sub
+	KindCancel    = "cancel"    // cancel Sub, at period end when AtPeriodEnd
+	KindCard      = "card"      // give Sub the payment method Card
+	KindClock     = "clock"     // advance the dev clock by Advance (a barrier: nothing else runs meanwhile)
+	KindFault     = "fault"     // set faults on Gateway
+	KindKill      = "kill"      // SIGKILL node Node (never the last one alive)
+	KindRestart   = "restart"   // start node Node again
+	KindTerminate = "terminate" // pg_terminate_backend every database connection of the service
+	KindSupport   = "support"   // a person acts on a charge in review: Action resolve or retry, on the Pick-th
+	KindWait      = "wait"      // let time pass (Wait) before launching the next step
+	KindSettle    = "settle"    // wait until charging is quiet (a barrier; for hand-written schedules)
+)
+
+// Card is a payment method the schedule gives.
+type Card struct {
+	Gateway string `json:"gateway"`
+	Token   string `json:"token"`
+}
+
+// Step is one thing that happens to rebill. Steps refer to subscriptions
+// by their number in the schedule (1 for the first created), so a
+// schedule replays on a fresh database.
+type Step struct {
+	N    int    `json:"n"`
+	Kind string `json:"kind"`
+	Sub  int    `json:"sub,omitempty"`
+	// Node is the node a request goes to (the other one when it is down).
+	Node int `json:"node"`
+	// Twice: the request is sent twice at once, to both nodes, under one
+	// Idempotency-Key (a client retrying while its first try still runs).
+	Twice bool `json:"twice,omitempty"`
+
+	// create
+	Interval string `json:"interval,omitempty"`
+	Count    int    `json:"count,omitempty"`
+	Zone     string `json:"zone,omitempty"`
+	AnchorIn string `json:"anchor_in,omitempty"` // the first billing anchor this long after now ("" = now)
+	MonthEnd bool   `json:"month_end,omitempty"` // the anchor on the last day of a month, at least AnchorIn ahead
+	Amount   int64  `json:"amount,omitempty"`
+	Card     *Card  `json:"card,omitempty"` // create and card
+
+	// pause, cancel
+	ResumeIn    string `json:"resume_in,omitempty"`
+	AtPeriodEnd bool   `json:"at_period_end,omitempty"`
+
+	// clock
+	Advance string `json:"advance,omitempty"`
+
+	// fault
+	Gateway   string   `json:"gateway,omitempty"`
+	Down      *bool    `json:"down,omitempty"`
+	LatencyMS *int     `json:"latency_ms,omitempty"`
+	ErrorRate *float64 `json:"error_rate,omitempty"`
+
+	// support
+	Action string `json:"action,omitempty"`
+	Pick   int    `json:"pick,omitempty"`
+
+	// wait
+	Wait string `json:"wait,omitempty"`
+}
+
+// Barrier reports whether the step runs alone: everything launched before
+// it finishes first, and nothing after it starts until it is done.
+func (s Step) Barrier() bool { return s.Kind == KindClock || s.Kind == KindSettle }
+
+// String is the step as one readable line.
+func (s Step) String() string {
+	sub := fmt.Sprintf("sub#%d", s.Sub)
+	via := fmt.Sprintf(" (node %s)", nodeName(s.Node))
+	if s.Twice {
+		via = " (sent twice at once, to both nodes)"
+	}
+	switch s.Kind {
+	case KindCreate:
+		anchor := "now"
+		if s.AnchorIn != "" {
+			anchor = "now+" + s.AnchorIn
+		}
+		if s.MonthEnd {
+			anchor = "last day of the month from " + anchor
+		}
+		return fmt.Sprintf("%s create every %d %s in %s, anchor %s, amount %d, card %s %s%s", sub, s.Count, s.Interval,
+			s.Zone, anchor, s.Amount, s.Card.Gateway, s.Card.Token, via)
+	case KindPause:
+		if s.ResumeIn != "" {
+			return fmt.Sprintf("%s pause, resume_at now+%s%s", sub, s.ResumeIn, via)
+		}
+		return sub + " pause" + via
+	case KindResume:
+		return sub + " resume" + via
+	case KindCancel:
+		if s.AtPeriodEnd {
+			return sub + " cancel at period end" + via
+		}
+		return sub + " cancel now" + via
+	case KindCard:
+		return fmt.Sprintf("%s card %s %s%s", sub, s.Card.Gateway, s.Card.Token, via)
+	case KindClock:
+		return "clock +" + s.Advance + via
+	case KindFault:
+		var parts []string
+		if s.Down != nil {
+			parts = append(parts, fmt.Sprintf("down=%t", *s.Down))
+		}
+		if s.LatencyMS != nil {
+			parts = append(parts, fmt.Sprintf("latency=%dms", *s.LatencyMS))
+		}
+		if s.ErrorRate != nil {
+			parts = append(parts, fmt.Sprintf("error_rate=%.2f", *s.ErrorRate))
+		}
+		return fmt.Sprintf("%s faults %s%s", s.Gateway, strings.Join(parts, " "), via)
+	case KindKill:
+		return "SIGKILL node " + nodeName(s.Node)
+	case KindRestart:
+		return "restart node " + nodeName(s.Node)
+	case KindTerminate:
+		return "pg_terminate_backend every connection of rebill"
+	case KindSupport:
+		return fmt.Sprintf("support %s review-queue charge #%d%s", s.Action, s.Pick, via)
+	case KindWait:
+		return "wait " + s.Wait
+	case KindSettle:
+		return "settle (wait until charging is quiet)"
+	}
+	return s.Kind
+}
+
+func nodeName(n int) string { return string(rune('A' + n)) }
+
+// Schedule is a replayable run: the seed it came from, the settings it ran
+// with, and its steps in order.
+type Schedule struct {
+	Seed   uint64 `json:"seed"`
+	Length string `json:"length"` // how long steps were generated for
+	Pace   string `json:"pace"`   // the pause between two launches
+	Window int    `json:"window"` // steps in flight at once
+	Steps  []Step `json:"steps"`
+	// Note is free text (a regression schedule says what it shows).
+	Note string `json:"note,omitempty"`
+}
+
+// List is the schedule as a numbered list, one step a line.
+func (s *Schedule) List() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "schedule of seed %d (%d steps, length %s, pace %s, window %d)\n", s.Seed, len(s.Steps), s.Length, s.Pace, s.Window)
+	for _, st := range s.Steps {
+		fmt.Fprintf(&b, "%5d. %s\n", st.N, st)
+	}
+	return b.String()
+}
+
+// Save writes the schedule as JSON.
+func (s *Schedule) Save(path string) error {
+	data, err := json.MarshalIndent(s, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// LoadSchedule reads a schedule written by Save.
+func LoadSchedule(path string) (*Schedule, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s Schedule
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &s, nil
+}
+
+// Generator produces a schedule's steps from a seed. It keeps a rough idea
+// of what it did (which subscriptions it paused or cancelled, which node
+// is down, which faults are on) only to choose plausible next steps; rebill
+// decides what really happens, and invalid requests (a resume of an active
+// subscription, a card change on a cancelled one) are part of the test.
+type Generator struct {
+	rng   *rand.Rand
+	n     int
+	cfg   GeneratorConfig
+	subs  []genSub
+	down  [2]bool
+	fault map[string]bool
+	cards int
+}
+
+// GeneratorConfig bounds what a schedule does.
+type GeneratorConfig struct {
+	// MaxSubscriptions caps how many subscriptions a schedule creates;
+	// LiveSubscriptions how many it keeps not cancelled.
+	MaxSubscriptions, LiveSubscriptions int
+	// Chaos enables node kills and connection terminations.
+	Chaos bool
+}
+
+type genSub struct {
+	paused, cancelled bool
+	card              Card
+}
+
+// NewGenerator returns the generator of seed.
+func NewGenerator(seed uint64, cfg GeneratorConfig) *Generator {
+	return &Generator{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, fault: map[string]bool{}}
+}
+
+var tokenKinds = []struct {
+	prefix string
+	weight int
+	good   bool
+}{
+	{"tok_ok", 45, true},
+	{"tok_decline_funds", 20, false},
+	{"tok_decline_hard", 8, false},
+	{"tok_lost_response", 12, true},
+	{"tok_flaky", 15, true},
+}
+
+// GoodToken reports whether a test token authorizes (in the end).
+func GoodToken(token string) bool {
+	for _, k := range tokenKinds {
+		if strings.HasPrefix(token, k.prefix) {
+			return k.good
+		}
+	}
+	return false
+}
+
+// Last4 is what the gateways' ledgers show of a token.
+func Last4(token string) string {
+	r := []rune(token)
+	if len(r) > 4 {
+		r = r[len(r)-4:]
+	}
+	return string(r)
+}
+
+// card returns a new card of a random kind (good only when good is set)
+// whose token's last four characters are unique in the schedule, so that
+// the ledger tells cards apart.
+func (g *Generator) card(good bool) Card {
+	total := 0
+	for _, k := range tokenKinds {
+		if k.good || !good {
+			total += k.weight
+		}
+	}
+	pick := g.rng.IntN(total)
+	prefix := ""
+	for _, k := range tokenKinds {
+		if good && !k.good {
+			continue
+		}
+		if pick < k.weight {
+			prefix = k.prefix
+			break
+		}
+		pick -= k.weight
+	}
+	g.cards++
+	suffix := strconv.FormatInt(int64(g.cards), 36)
+	suffix = strings.Repeat("0", max(0, 4-len(suffix))) + suffix
+	return Card{Gateway: fmt.Sprintf("sim%d", 1+g.rng.IntN(3)), Token: prefix + "_" + suffix}
+}
+
+func (g *Generator) chance(p float64) bool { return g.rng.Float64() < p }
+
+func (g *Generator) duration(min, max time.Duration) string {
+	d := min + time.Duration(g.rng.Int64N(int64(max-min)+1))
+	return d.Truncate(time.Second).String()
+}
+
+// pickSub chooses a subscription that is (believed) in a state where want
+// holds, or any when none is.
+func (g *Generator) pickSub(want func(genSub) bool) int {
+	var fits []int
+	for i, s := range g.subs {
+		if want(s) {
+			fits = append(fits, i+1)
+		}
+	}
+	if len(fits) == 0 {
+		if len(g.subs) == 0 {
+			return 0
+		}
+		return 1 + g.rng.IntN(len(g.subs))
+	}
+	return fits[g.rng.IntN(len(fits))]
+}
+
+func (g *Generator) live() int {
+	n := 0
+	for _, s := range g.subs {
+		if !s.cancelled {
+			n++
+		}
+	}
+	return n
+}
+
+// Next returns the next step.
+func (g *Generator) Next() Step {
+	g.n++
+	for {
+		if s := g.choose(Step{N: g.n, Node: g.rng.IntN(2)}); s.Kind != "" {
+			switch s.Kind {
+			case KindCreate, KindPause, KindResume, KindCancel, KindCard:
+				s.Twice = g.chance(0.1)
+			}
+			return s
+		}
+	}
+}
+
+func (g *Generator) choose(s Step) Step {
+	live := g.live()
+	canCreate := len(g.subs) < g.cfg.MaxSubscriptions && live < g.cfg.LiveSubscriptions
+	if len(g.subs) < 3 && canCreate {
+		return g.create(s)
+	}
+	r := g.rng.Float64() * 100
+	active := func(x genSub) bool { return !x.cancelled && !x.paused }
+	switch {
+	case r < 9:
+		if canCreate {
+			return g.create(s)
+		}
+		if live >= g.cfg.LiveSubscriptions {
+			s.Kind, s.Sub = KindCancel, g.pickSub(active)
+			s.AtPeriodEnd = g.chance(0.5)
+			g.subs[s.Sub-1].cancelled = !s.AtPeriodEnd
+			return s
+		}
+	case r < 17:
+		s.Kind, s.Sub = KindPause, g.pickSub(active)
+		if g.chance(0.5) {
+			if g.chance(0.6) {
+				s.ResumeIn = g.duration(10*time.Minute, 30*time.Hour)
+			} else {
+				s.ResumeIn = g.duration(30*time.Hour, 50*24*time.Hour)
+			}
+		}
+		g.subs[s.Sub-1].paused = true
+		return s
+	case r < 24:
+		s.Kind, s.Sub = KindResume, g.pickSub(func(x genSub) bool { return x.paused && !x.cancelled })
+		g.subs[s.Sub-1].paused = false
+		return s
+	case r < 27:
+		s.Kind, s.Sub = KindCancel, g.pickSub(func(x genSub) bool { return !x.cancelled })
+		s.AtPeriodEnd = g.chance(0.6)
+		if !s.AtPeriodEnd {
+			g.subs[s.Sub-1].cancelled = true
+		}
+		return s
+	case r < 38:
+		s.Kind, s.Sub = KindCard, g.pickSub(func(x genSub) bool { return !x.cancelled })
+		sub := &g.subs[s.Sub-1]
+		if g.chance(0.3) {
+			c := sub.card // the same card again: "try again"
+			s.Card = &c
+		} else {
+			c := g.card(g.chance(0.6))
+			s.Card = &c
+			sub.card = c
+		}
+		return s
+	case r < 50:
+		s.Kind = KindClock // small: minutes to hours
+		s.Advance = addOddSeconds(g, g.duration(time.Minute, 3*time.Hour))
+		return s
+	case r < 51.5:
+		s.Kind = KindClock
+		if g.chance(0.8) {
+			s.Advance = g.duration(20*time.Hour, 9*24*time.Hour)
+		} else {
+			s.Advance = g.duration(25*24*time.Hour, 45*24*time.Hour)
+		}
+		s.Advance = addOddSeconds(g, s.Advance)
+		return s
+	case r < 58:
+		return g.faultStep(s)
+	case r < 59.5:
+		if !g.cfg.Chaos {
+			return Step{}
+		}
+		if g.down[0] || g.down[1] {
+			return g.restart(s)
+		}
+		s.Kind = KindKill
+		g.down[s.Node] = true
+		return s
+	case r < 61.5:
+		if !g.cfg.Chaos {
+			return Step{}
+		}
+		s.Kind = KindTerminate
+		return s
+	case r < 66:
+		s.Kind, s.Pick = KindSupport, g.rng.IntN(10)
+		s.Action = "resolve"
+		if g.chance(0.5) {
+			s.Action = "retry"
+		}
+		return s
+	default:
+		if (g.down[0] || g.down[1]) && g.chance(0.1) {
+			return g.restart(s)
+		}
+		s.Kind = KindWait
+		s.Wait = (time.Duration(20+g.rng.IntN(400)) * time.Millisecond).String()
+		return s
+	}
+	return Step{}
+}
+
+// addOddSeconds adds a few seconds to a clock move so that moves do not
+// land exactly on period boundaries (an instant where the order of a scan
+// and a customer's request decides, which the record cannot show).
+func addOddSeconds(g *Generator, d string) string {
+	dur, _ := time.ParseDuration(d)
+	return (dur + time.Duration(1+g.rng.IntN(59))*time.Second).String()
+}
+
+func (g *Generator) restart(s Step) Step {
+	s.Kind = KindRestart
+	if g.down[0] {
+		s.Node = 0
+	} else {
+		s.Node = 1
+	}
+	g.down[s.Node] = false
+	return s
+}
+
+func (g *Generator) create(s Step) Step {
+	s.Kind = KindCreate
+	g.subs = append(g.subs, genSub{})
+	s.Sub = len(g.subs)
+	iv := []string{"day", "week", "week", "month", "month", "month", "month", "quarter", "year"}
+	s.Interval = iv[g.rng.IntN(len(iv))]
+	s.Count = 1
+	if g.chance(0.15) {
+		s.Count = 2 + g.rng.IntN(2)
+	}
+	zones := []string{"UTC", "UTC", "UTC", "Europe/Moscow", "America/New_York"}
+	s.Zone = zones[g.rng.IntN(len(zones))]
+	switch {
+	case g.chance(0.1):
+		s.MonthEnd = true
+		s.AnchorIn = g.duration(time.Minute, 40*24*time.Hour)
+	case g.chance(0.3):
+		s.AnchorIn = g.duration(time.Minute, 40*24*time.Hour)
+	}
+	s.Amount = int64(100 + g.rng.IntN(100000))
+	c := g.card(false)
+	s.Card = &c
+	g.subs[s.Sub-1].card = c
+	return s
+}
+
+func (g *Generator) faultStep(s Step) Step {
+	s.Kind = KindFault
+	s.Gateway = fmt.Sprintf("sim%d", 1+g.rng.IntN(3))
+	on := g.fault[s.Gateway]
+	if on && g.chance(0.6) {
+		f, z := false, 0
+		var e float64
+		s.Down, s.LatencyMS, s.ErrorRate = &f, &z, &e
+		g.fault[s.Gateway] = false
+		return s
+	}
+	switch g.rng.IntN(4) {
+	case 0:
+		t := true
+		s.Down = &t
+	case 1, 2:
+		// Around the gateway timeout (400 ms): below, near, above.
+		ms := []int{100, 250, 380, 400, 430, 600, 1200}[g.rng.IntN(7)]
+		s.LatencyMS = &ms
+	default:
+		e := []float64{0.1, 0.3, 0.6, 0.9}[g.rng.IntN(4)]
+		s.ErrorRate = &e
+	}
+	g.fault[s.Gateway] = true
+	return s
+}
