@@ -284,7 +284,8 @@ func (g *fakeGateway) Void(_ context.Context, req gateway.Request) (gateway.Resu
 }
 
 // Lookup answers from the ledger, unless the plan's lookup fault hits.
-func (g *fakeGateway) Lookup(_ context.Context, key string) (gateway.Result, error) {
+func (g *fakeGateway) Lookup(_ context.Context, req gateway.LookupRequest) (gateway.Result, error) {
+	key := req.Request.IdempotencyKey
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.seq++

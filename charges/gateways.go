@@ -125,6 +125,6 @@ func (b *breakerGateway) Void(ctx context.Context, req gateway.Request) (gateway
 	return b.guard(func() (gateway.Result, error) { return b.Gateway.Void(ctx, req) })
 }
 
-func (b *breakerGateway) Lookup(ctx context.Context, key string) (gateway.Result, error) {
-	return b.guard(func() (gateway.Result, error) { return b.Gateway.Lookup(ctx, key) })
+func (b *breakerGateway) Lookup(ctx context.Context, req gateway.LookupRequest) (gateway.Result, error) {
+	return b.guard(func() (gateway.Result, error) { return b.Gateway.Lookup(ctx, req) })
 }

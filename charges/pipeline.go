@@ -146,6 +146,8 @@ func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ct
 		outcome = "unknown"
 	case errors.Is(err, gateway.ErrNotFound):
 		outcome = "not_found"
+	case errors.Is(err, gateway.ErrUnprovable):
+		outcome = "unprovable"
 	case err != nil:
 		outcome = "error"
 	}
@@ -178,6 +180,17 @@ func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Stat
 func (Pipeline) request(c Charge, op gateway.Op) gateway.Request {
 	return gateway.Request{IdempotencyKey: c.GatewayKey(op), Token: c.token, Amount: c.Amount, Currency: c.Currency,
 		ChargeKey: c.Key(), AuthorizationID: c.AuthorizationRef}
+}
+
+// lookup asks g what became of c's current attempt's op. The attempt's
+// start stands for when the call was first sent: no later than it, so a
+// provider that bounds replays by time errs on the safe side.
+func (p Pipeline) lookup(ctx context.Context, g gateway.Gateway, c Charge, op gateway.Op) (gateway.Result, error) {
+	req := gateway.LookupRequest{Op: op, Request: p.request(c, op)}
+	if n := len(c.AttemptTimes); n > 0 {
+		req.SentAt = c.AttemptTimes[n-1]
+	}
+	return g.Lookup(ctx, req)
 }
 
 // technicalFailure handles a call that got no verdict. A definite "not

@@ -238,7 +238,7 @@ func (b *testBundle) tripCircuit(ctx context.Context, t *testing.T) {
 	}
 	g, err := b.pipeline.Gateways.Gateway(b.gateway.Name())
 	require.NoError(t, err)
-	_, err = g.Lookup(ctx, "trip")
+	_, err = g.Lookup(ctx, gateway.LookupRequest{Request: gateway.Request{IdempotencyKey: "trip"}})
 	require.ErrorIs(t, err, gateway.ErrUnavailable)
 	require.True(t, b.pipeline.Gateways.CircuitOpen(b.gateway.Name()))
 	b.gateway.LookupFunc = nil
@@ -409,7 +409,8 @@ func (g *fakeGateway) Void(ctx context.Context, req gateway.Request) (gateway.Re
 	return g.do(gateway.OpVoid, g.VoidFunc, ctx, req)
 }
 
-func (g *fakeGateway) Lookup(ctx context.Context, key string) (gateway.Result, error) {
+func (g *fakeGateway) Lookup(ctx context.Context, req gateway.LookupRequest) (gateway.Result, error) {
+	key := req.Request.IdempotencyKey
 	g.record(gatewayCall{Op: "lookup", Key: key})
 	if g.LookupFunc == nil {
 		g.t.Errorf("fake gateway: unexpected lookup %s", key)

@@ -3,6 +3,7 @@ package charges
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -46,8 +47,11 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 		return p.review(ctx, s, c, err.Error())
 	}
 	res, err := p.call(ctx, c, op, func(ctx context.Context) (gateway.Result, error) {
-		return g.Lookup(ctx, c.GatewayKey(op))
+		return p.lookup(ctx, g, c, op)
 	})
+	if errors.Is(err, gateway.ErrUnprovable) {
+		return p.review(ctx, s, c, fmt.Sprintf("the %s of attempt %d got no answer and %s can no longer tell whether it happened: check the gateway's dashboard", op, c.AttemptCount, c.Gateway))
+	}
 	if !errors.Is(err, gateway.ErrNotFound) {
 		if op == gateway.OpCapture {
 			return p.afterCapture(ctx, s, c, []Status{c.Status}, res, err)

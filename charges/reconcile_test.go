@@ -114,6 +114,13 @@ func TestReconcileWorker(t *testing.T) {
 					jobs: releaseHoldJob},
 			},
 			{
+				name:      "LookupUnprovable",
+				lookupErr: gateway.ErrUnprovable, // no resend: it could be a second hold
+				want: outcome{status: charges.RequiresReview, unknownPhase: gateway.OpAuthorize,
+					reviewReason: "the authorize of attempt 1 got no answer and fake can no longer tell whether it happened: check the gateway's dashboard",
+					calls:        []string{lookup}, jobs: releaseHoldJob},
+			},
+			{
 				name:     "StalePhase",
 				jobPhase: gateway.OpCapture,
 				want:     outcome{status: charges.Unknown, unknownPhase: gateway.OpAuthorize},

@@ -74,6 +74,14 @@ func (p *Pipeline) holdCheckFailed(_ context.Context, s stageRun, c Charge, err 
 		metrics.Retries.WithLabelValues(s.stage, "unknown_outcome").Inc()
 		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
 	}
+	if errors.Is(err, gateway.ErrUnprovable) {
+		// Asking again cannot help; the charge is in review, where a
+		// person settles it from the gateway's own records, and a hold
+		// nobody captures expires at the provider.
+		p.Logger.Warn().Str("charge_id", c.ID.String()).Str("gateway", c.Gateway).Int("attempt", c.AttemptCount).
+			Msg("the gateway cannot tell whether the attempt left a hold; left to review")
+		return nil
+	}
 	return fmt.Errorf("check hold of charge %s: %w", c.ID, err)
 }
 
@@ -84,7 +92,7 @@ func (p *Pipeline) holdCheckFailed(_ context.Context, s stageRun, c Charge, err 
 func (p *Pipeline) attemptAtGateway(ctx context.Context, g gateway.Gateway, c Charge) (found, hold string, err error) {
 	lookup := func(op gateway.Op) (gateway.Result, bool, error) {
 		res, err := p.call(ctx, c, op, func(ctx context.Context) (gateway.Result, error) {
-			return g.Lookup(ctx, c.GatewayKey(op))
+			return p.lookup(ctx, g, c, op)
 		})
 		if errors.Is(err, gateway.ErrNotFound) {
 			return gateway.Result{}, false, nil

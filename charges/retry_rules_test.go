@@ -55,7 +55,8 @@ type fakeGateway struct {
 
 func (f *fakeGateway) Name() string { return "fake" }
 
-func (f *fakeGateway) Lookup(_ context.Context, key string) (gateway.Result, error) {
+func (f *fakeGateway) Lookup(_ context.Context, req gateway.LookupRequest) (gateway.Result, error) {
+	key := req.Request.IdempotencyKey
 	if f.LookupFunc != nil {
 		return f.LookupFunc(key)
 	}

@@ -45,6 +45,12 @@ var (
 	ErrUnknownOutcome = errors.New("gateway outcome unknown")
 	// ErrNotFound: Lookup found no operation with that idempotency key.
 	ErrNotFound = errors.New("gateway operation not found")
+	// ErrUnprovable: the provider can no longer say whether it processed
+	// the operation (it keeps no index by idempotency key, and the window
+	// in which replaying the request under the same key is safe has
+	// passed). Neither "done" nor "not done" may be assumed: a person
+	// decides.
+	ErrUnprovable = errors.New("gateway cannot prove whether the operation happened")
 )
 
 // Request is one operation to perform. Capture and Void name the hold
@@ -71,6 +77,18 @@ type Result struct {
 	At             time.Time
 }
 
+// LookupRequest names an operation whose answer was lost. Providers that
+// index operations by idempotency key need only the key; others find it by
+// the reference an earlier answer carried (Request.AuthorizationID for a
+// capture or void), or replay the very request under the same key, which
+// is safe only while the provider still remembers the key: SentAt (no
+// later than the first send) bounds that.
+type LookupRequest struct {
+	Op      Op
+	Request Request
+	SentAt  time.Time
+}
+
 // Gateway is a payment provider account. Every method is safe to call again
 // with the same idempotency key: the provider returns the first result and
 // performs nothing new.
@@ -84,10 +102,10 @@ type Gateway interface {
 	Capture(ctx context.Context, req Request) (Result, error)
 	// Void releases a hold that was not captured.
 	Void(ctx context.Context, req Request) (Result, error)
-	// Lookup reports what happened to the operation sent with this
-	// idempotency key. Returns ErrNotFound when the provider never
-	// processed it.
-	Lookup(ctx context.Context, idempotencyKey string) (Result, error)
+	// Lookup reports what happened to the operation sent as req. Returns
+	// ErrNotFound when the provider never processed it, ErrUnprovable when
+	// the provider can no longer tell.
+	Lookup(ctx context.Context, req LookupRequest) (Result, error)
 	// Operations lists every operation the provider processed on the UTC
 	// day that contains day, oldest first, for reconciliation.
 	Operations(ctx context.Context, day time.Time) ([]Result, error)

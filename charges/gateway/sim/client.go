@@ -106,9 +106,11 @@ func (c *Client) operate(ctx context.Context, op gateway.Op, req gateway.Request
 	return out.result(), nil
 }
 
-// Lookup reports the operation sent with idempotencyKey. Returns
+// Lookup reports the operation sent with req's idempotency key: the
+// simulator indexes every operation by it, for ever. Returns
 // gateway.ErrNotFound when the gateway never processed it.
-func (c *Client) Lookup(ctx context.Context, idempotencyKey string) (gateway.Result, error) {
+func (c *Client) Lookup(ctx context.Context, req gateway.LookupRequest) (gateway.Result, error) {
+	idempotencyKey := req.Request.IdempotencyKey
 	var out resultBody
 	err := c.call(ctx, http.MethodGet, "/operations/"+url.PathEscape(idempotencyKey), "", nil, &out)
 	if ae := (*answerError)(nil); errors.As(err, &ae) && ae.Status == http.StatusNotFound && ae.Code == codeOperationNotFound {

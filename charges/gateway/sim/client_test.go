@@ -67,7 +67,7 @@ func TestClientConnectionRefused(t *testing.T) {
 		_, err = c.Authorize(context.Background(), authorizeReq("k1", token, 100))
 		requireErr(t, err, gateway.ErrUnavailable)
 	}
-	_, err = c.Lookup(context.Background(), "k1")
+	_, err = c.Lookup(context.Background(), lookupOf("k1"))
 	requireErr(t, err, gateway.ErrUnavailable)
 }
 

@@ -47,7 +47,7 @@ func TestStart(t *testing.T) {
 	root, stop, err = sim.Start(ctx, pool, []string{"sim1"}, zerolog.Nop())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stop(context.Background()) })
-	again, err := sim.NewClient("sim1", root+"/sim1", sim.ClientOptions{}).Lookup(ctx, "k1")
+	again, err := sim.NewClient("sim1", root+"/sim1", sim.ClientOptions{}).Lookup(ctx, lookupOf("k1"))
 	require.NoError(t, err)
 	require.Equal(t, res, again)
 }

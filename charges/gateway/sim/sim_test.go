@@ -360,7 +360,7 @@ func TestLostResponse(t *testing.T) {
 	require.Len(t, entries, 1)
 	require.Equal(t, gateway.StatusSucceeded, entries[0].Status, "processed although never answered")
 
-	auth, err := impatient.Lookup(ctx, "a1")
+	auth, err := impatient.Lookup(ctx, lookupOf("a1"))
 	require.NoError(t, err)
 	require.Equal(t, gateway.StatusSucceeded, auth.Status)
 	require.Equal(t, entries[0].Reference, auth.Reference)
@@ -372,7 +372,7 @@ func TestLostResponse(t *testing.T) {
 	// The capture is lost too, even sent without the token.
 	_, err = impatient.Capture(ctx, settleReq("c1", auth))
 	requireErr(t, err, gateway.ErrUnknownOutcome)
-	captured, err := impatient.Lookup(ctx, "c1")
+	captured, err := impatient.Lookup(ctx, lookupOf("c1"))
 	require.NoError(t, err)
 	require.Equal(t, gateway.OpCapture, captured.Op)
 	require.Equal(t, gateway.StatusSucceeded, captured.Status)
@@ -380,7 +380,7 @@ func TestLostResponse(t *testing.T) {
 	// A void answers.
 	_, err = impatient.Authorize(ctx, authorizeReq("a2", tokLost, 3000))
 	requireErr(t, err, gateway.ErrUnknownOutcome)
-	auth2, err := impatient.Lookup(ctx, "a2")
+	auth2, err := impatient.Lookup(ctx, lookupOf("a2"))
 	require.NoError(t, err)
 	void, err := impatient.Void(ctx, gateway.Request{IdempotencyKey: "v2", AuthorizationID: auth2.Reference})
 	require.NoError(t, err)
@@ -429,7 +429,7 @@ func TestFaults(t *testing.T) {
 		requireErr(t, err, gateway.ErrUnavailable)
 		_, err = c.Capture(ctx, settleReq("c1", auth))
 		requireErr(t, err, gateway.ErrUnavailable)
-		_, err = c.Lookup(ctx, "a0")
+		_, err = c.Lookup(ctx, lookupOf("a0"))
 		requireErr(t, err, gateway.ErrUnavailable)
 		_, err = c.Operations(ctx, time.Now())
 		requireErr(t, err, gateway.ErrUnavailable)
@@ -457,7 +457,7 @@ func TestFaults(t *testing.T) {
 			requireErr(t, err, gateway.ErrUnavailable)
 		}
 		require.Empty(t, b.ledger(t, "sim1"))
-		_, err := c.Lookup(ctx, "a1")
+		_, err := c.Lookup(ctx, lookupOf("a1"))
 		requireErr(t, err, gateway.ErrNotFound) // look-ups are not operations
 	})
 
@@ -476,7 +476,7 @@ func TestFaults(t *testing.T) {
 		impatient := b.client("sim1", sim.ClientOptions{Timeout: 50 * time.Millisecond})
 		_, err = impatient.Authorize(ctx, authorizeReq("a2", tokOK, 100))
 		requireErr(t, err, gateway.ErrUnknownOutcome)
-		_, err = patient.Lookup(ctx, "a2")
+		_, err = patient.Lookup(ctx, lookupOf("a2"))
 		requireErr(t, err, gateway.ErrNotFound) // the sim gave up with its caller
 	})
 
@@ -520,13 +520,13 @@ func TestLookupAndOperations(t *testing.T) {
 	c := b.client("sim1", sim.ClientOptions{})
 	ctx := context.Background()
 
-	_, err := c.Lookup(ctx, "never-sent")
+	_, err := c.Lookup(ctx, lookupOf("never-sent"))
 	requireErr(t, err, gateway.ErrNotFound)
 
 	oddKey := "charge/42:authorize?x=1"
 	first, err := c.Authorize(ctx, authorizeReq(oddKey, tokOK, 100))
 	require.NoError(t, err)
-	found, err := c.Lookup(ctx, oddKey)
+	found, err := c.Lookup(ctx, lookupOf(oddKey))
 	require.NoError(t, err)
 	require.Equal(t, first, found)
 	second, err := c.Authorize(ctx, authorizeReq("k2", tokDeclineHard, 100))
@@ -539,7 +539,7 @@ func TestLookupAndOperations(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, yesterday)
 
-	_, err = b.client("nope", sim.ClientOptions{}).Lookup(ctx, oddKey)
+	_, err = b.client("nope", sim.ClientOptions{}).Lookup(ctx, lookupOf(oddKey))
 	require.ErrorContains(t, err, "404 unknown_gateway")
 	require.NotErrorIs(t, err, gateway.ErrNotFound, "an unknown gateway must not pass for an unknown operation")
 }
@@ -600,4 +600,10 @@ func TestInvalidRequests(t *testing.T) {
 	_, err := c.Void(ctx, gateway.Request{IdempotencyKey: "k4"})
 	require.ErrorContains(t, err, "400 invalid_request")
 	require.Empty(t, b.ledger(t, "sim1"))
+}
+
+// lookupOf names the operation sent under key: the simulator looks
+// operations up by key alone.
+func lookupOf(key string) gateway.LookupRequest {
+	return gateway.LookupRequest{Request: gateway.Request{IdempotencyKey: key}}
 }
