@@ -62,6 +62,7 @@ type Request struct {
 	Currency        string // ISO 4217
 	ChargeKey       string // rebill's business key, for the provider's records
 	AuthorizationID string
+	Receipt         *Receipt // fiscal receipt, for providers that send one; nil when none
 }
 
 // Result is the provider's answer for an operation it processed.
