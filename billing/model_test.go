@@ -73,6 +73,10 @@ func TestModel(t *testing.T) {
 		if err := w.reset(ctx); err != nil {
 			rt.Fatal(err)
 		}
+		// Both ways of running a capture: in a job of its own, where
+		// events interleave between hold and capture, and in the hold's
+		// run, as production does.
+		w.pipeline.CaptureInline = rapid.Bool().Draw(rt, "captureInline")
 		m := newMachine(ctx, w)
 		rt.Repeat(m.actions())
 		m.settle(rt)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
@@ -33,9 +34,15 @@ func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs])
 // authorizeNotWanted handles an authorize step whose guard failed. Mostly
 // the step is stale; but a rerun of an attempt that may already have been
 // sent, whose subscription was cancelled since, is looked up instead of
-// sent again: if the gateway placed the hold, it is voided.
+// sent again: if the gateway placed the hold, it is voided. And a rerun
+// that finds its own attempt capturing inline (the run died or waited
+// after the capture's "about to call") sends the same capture again.
 func (p *Pipeline) authorizeNotWanted(ctx context.Context, s stageRun) error {
 	c, err := Get(ctx, p.Pool, s.chargeID)
+	if err == nil && p.CaptureInline && c.Status == Capturing && c.AttemptCount == s.attempt {
+		s.stage = "capture"
+		return p.captureStep(ctx, s)
+	}
 	if err != nil || c.Status != Authorizing || !c.VoidRequested || c.AttemptCount != s.attempt {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return err
@@ -53,7 +60,8 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 	switch {
 	case res.Status == gateway.StatusSucceeded:
 		metrics.StageRuns.WithLabelValues(s.stage, "authorized").Inc()
-		return p.record(ctx, s, func(tx pgx.Tx) error {
+		var capturing Charge // set when this run goes on to capture
+		err := p.record(ctx, s, func(tx pgx.Tx) error {
 			next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Authorized, now,
 				`authorization_ref = $1, unknown_phase = NULL, failure_code = NULL`, res.Reference)
 			if err != nil {
@@ -61,13 +69,26 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 			}
 			p.transitioned(next, "")
 			client := river.ClientFromContext[pgx.Tx](ctx)
-			if next.VoidRequested {
+			switch {
+			case next.VoidRequested:
 				_, err = client.InsertTx(ctx, tx, VoidArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
-			} else {
+			case p.CaptureInline && !s.reconcile:
+				// The capture's "about to call", in the transaction that
+				// read the charge's void flag under its row lock.
+				next, err = move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Capturing, now, "")
+				if err == nil {
+					p.transitioned(next, "")
+					capturing = next
+				}
+			default:
 				_, err = client.InsertTx(ctx, tx, CaptureArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
 			}
 			return err
 		})
+		if err != nil || capturing.ID == uuid.Nil {
+			return err
+		}
+		return p.captureInline(ctx, s, capturing)
 	case res.Status == gateway.StatusDeclined:
 		metrics.StageRuns.WithLabelValues(s.stage, "declined").Inc()
 		return p.record(ctx, s, func(tx pgx.Tx) error { return p.declined(ctx, tx, c, from, res.DeclineCode, res.Hard, now) })

@@ -16,6 +16,12 @@ import (
 func (p *Pipeline) Capture(ctx context.Context, job *river.Job[CaptureArgs]) error {
 	s := newStep("capture", job, job.Args.ChargeID, job.Args.Attempt)
 	defer metrics.TimeStage(s.stage)()
+	return p.captureStep(ctx, s)
+}
+
+// captureStep persists that the capture is about to be sent (again, with
+// the same key, when a run died or waited after sending it) and sends it.
+func (p *Pipeline) captureStep(ctx context.Context, s stageRun) error {
 	c, g, err := p.begin(ctx, s, []Status{Authorized, Capturing}, Capturing)
 	if errors.Is(err, ErrStale) {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
@@ -24,10 +30,28 @@ func (p *Pipeline) Capture(ctx context.Context, job *river.Job[CaptureArgs]) err
 	if g == nil {
 		return err
 	}
+	return p.sendCapture(ctx, s, c, g)
+}
+
+// sendCapture sends the capture of c, which is capturing, and records its
+// outcome.
+func (p *Pipeline) sendCapture(ctx context.Context, s stageRun, c Charge, g gateway.Gateway) error {
 	res, err := p.call(ctx, c, gateway.OpCapture, func(ctx context.Context) (gateway.Result, error) {
 		return g.Capture(ctx, p.request(c, gateway.OpCapture))
 	})
 	return p.afterCapture(ctx, s, c, []Status{Capturing}, res, err)
+}
+
+// captureInline captures, in the authorize job's own run, the hold that
+// the run recorded together with the capture's "about to call".
+func (p *Pipeline) captureInline(ctx context.Context, s stageRun, c Charge) error {
+	s.stage = "capture"
+	defer metrics.TimeStage(s.stage)()
+	g, err := p.Gateways.Gateway(c.Gateway)
+	if err != nil {
+		return p.review(ctx, s, c, err.Error())
+	}
+	return p.sendCapture(ctx, s, c, g)
 }
 
 // voidInstead enqueues the release of a hold whose subscription was

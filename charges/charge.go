@@ -69,7 +69,9 @@ const (
 	// rerun repeats it with the same key.
 	Authorizing Status = "authorizing"
 	// Authorized: the hold is placed; the capture job is enqueued (or, when
-	// the subscription was cancelled meanwhile, the void job).
+	// the subscription was cancelled meanwhile, the void job). With
+	// Pipeline.CaptureInline the hold's run moves on to Capturing in the
+	// same transaction instead.
 	Authorized Status = "authorized"
 	// Capturing: the capture call is about to be or has been sent.
 	Capturing Status = "capturing"

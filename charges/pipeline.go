@@ -68,7 +68,15 @@ type Pipeline struct {
 	// UnavailableFor bounds those waits (in real time, from the job's
 	// creation); past it the charge goes to review.
 	UnavailableFor time.Duration
-	Logger         zerolog.Logger
+	// CaptureInline captures a hold in the same job run that placed it,
+	// instead of in a capture job of its own: the hold's outcome and the
+	// capture's "about to call" are one transaction, so a charge costs one
+	// job and one commit less. The capture keeps its own key and its own
+	// recorded outcome; a rerun of the job finds the charge capturing and
+	// sends the same capture again. Reconciled holds still get a capture
+	// job.
+	CaptureInline bool
+	Logger        zerolog.Logger
 }
 
 // stageRun is one run of a pipeline stage's job: the charge it works on
