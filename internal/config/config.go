@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -35,6 +36,8 @@ type Config struct {
 	RetryBase         time.Duration
 	RetryMax          time.Duration
 	Workers           int
+	TargetChargeRate  int               // sizes Workers when it is not set
+	GatewayLatency    time.Duration     // expected latency of a gateway call; sizes Workers
 	Gateways          map[string]string // name -> simulator base URL
 	ShutdownTimeout   time.Duration
 	RescueAfter       time.Duration
@@ -113,8 +116,12 @@ var variables = []variable{
 		durationInto(func(c *Config) *time.Duration { return &c.BreakerOpenFor })},
 	{"REBILL_UNAVAILABLE_FOR", "24h", "how long a charge step waits on a gateway that answers it did nothing (503, circuit open) before it goes to review",
 		durationInto(func(c *Config) *time.Duration { return &c.UnavailableFor })},
-	{"REBILL_WORKERS", "200", "concurrent charge jobs per node (gateway calls hold no database connection)",
+	{"REBILL_WORKERS", "by Little's law", "concurrent charge jobs per node (gateway calls hold no database connection); by default enough for REBILL_TARGET_CHARGE_RATE at REBILL_GATEWAY_LATENCY: rate × latency × 2 calls per charge, plus a quarter",
 		intInto(func(c *Config) *int { return &c.Workers })},
+	{"REBILL_TARGET_CHARGE_RATE", "1000", "charges per second one node should sustain; sizes REBILL_WORKERS",
+		intInto(func(c *Config) *int { return &c.TargetChargeRate })},
+	{"REBILL_GATEWAY_LATENCY", "300ms", "expected latency of one gateway call; sizes REBILL_WORKERS",
+		durationInto(func(c *Config) *time.Duration { return &c.GatewayLatency })},
 	{"REBILL_GATEWAYS", "", "gateways outside dev mode: name=URL pairs, comma separated; URL is a simulator's root plus /<its gateway>, e.g. sim1=http://127.0.0.1:8090/sim1; each is probed on URL/health at start, and a 404 or no answer stops the start",
 		func(c *Config, v string) error {
 			c.Gateways = map[string]string{}
@@ -196,7 +203,8 @@ func parseBool(v string) (bool, error) {
 func Load(getenv func(string) string) (Config, error) {
 	c := Config{
 		Addr: "127.0.0.1:8080", DataDir: ".rebill", IdempotencyTTL: 24 * time.Hour, IdempotencyLease: 60 * time.Second,
-		LogLevel: "info", ScanBatch: 500, ScanWorkers: 2, CatchUpWindow: 90 * 24 * time.Hour, ChargeMaxAttempts: 8, Workers: 200,
+		LogLevel: "info", ScanBatch: 500, ScanWorkers: 2, CatchUpWindow: 90 * 24 * time.Hour, ChargeMaxAttempts: 8,
+		TargetChargeRate: 1000, GatewayLatency: 300 * time.Millisecond,
 		DunningSchedule: []time.Duration{24 * time.Hour, 72 * time.Hour, 120 * time.Hour, 168 * time.Hour},
 		BreakerOpenFor:  5 * time.Second, UnavailableFor: 24 * time.Hour,
 		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
@@ -226,7 +234,20 @@ func Load(getenv func(string) string) (Config, error) {
 			}
 		}
 	}
+	if c.Workers == 0 {
+		c.Workers = LittlesLawWorkers(c.TargetChargeRate, c.GatewayLatency)
+	}
 	return c, nil
+}
+
+// LittlesLawWorkers is how many charge jobs must run at once to sustain
+// rate charges per second when each gateway call takes latency: a charge's
+// job holds its worker for two calls (hold, then capture), so by Little's
+// law rate × 2 × latency jobs are in flight, plus a quarter for the
+// database work around the calls and for latency above the expected.
+func LittlesLawWorkers(rate int, latency time.Duration) int {
+	inFlight := float64(rate) * 2 * latency.Seconds()
+	return max(1, int(math.Ceil(inFlight*1.25)))
 }
 
 // PrintHelp lists every variable with its default.
