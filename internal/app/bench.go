@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"sync/atomic"
 	"time"
@@ -16,9 +17,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/bench"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/internal/pgembed"
 	"github.com/rebill/rebill/notify"
 )
 
@@ -30,7 +33,11 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		"(created and dropped) on DATABASE_URL's server, or on 127.0.0.1:5432.")
 	n := fs.Int("n", 20_000, "subscriptions due at the same moment")
 	noop := fs.Int("noop", 100_000, "no-op jobs for River's bare throughput")
-	workers := fs.Int("workers", 400, "River workers")
+	workers := fs.Int("workers", 0, "charge workers (0: REBILL_WORKERS, by default sized by Little's law)")
+	conns := fs.Int("conns", cfg.DBMaxConns, "connections of the service's pool (REBILL_DB_MAX_CONNS)")
+	latency := fs.Duration("latency", 0, "latency the simulated gateway adds to every call")
+	baseline := fs.Duration("baseline", 5*time.Second, "single-row INSERT baseline from 32 clients for this long (0: skip)")
+	private := fs.Bool("private", false, "run on a private PostgreSQL (this machine's binaries, a temporary folder) that preloads pg_stat_statements, to count statements per charge")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	scanOnly := fs.Bool("scan-only", false, "measure the scan and stop (for very large -n)")
 	scanBatch := fs.Int("scan-batch", 1000, "subscriptions per scan transaction")
@@ -54,30 +61,62 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	if server == "" {
 		server = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	}
+	if *private {
+		dir, err := os.MkdirTemp("", "rebill-bench-pg-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cluster, err := pgembed.Start(ctx, pgembed.Options{DataDir: filepath.Join(dir, "pg"), Log: stderr,
+			Settings: []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track_utility=off"}})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			_ = cluster.Stop(context.WithoutCancel(ctx))
+			_ = os.RemoveAll(cluster.DataDir())
+		}()
+		server = cluster.URL("postgres")
+	}
+	if *workers > 0 {
+		cfg.Workers = *workers
+	}
 	return bench.Run(ctx, bench.Options{
-		ServerURL: server, Database: *database, Subscriptions: *n, NoopJobs: *noop, Workers: *workers, Out: stdout, Log: log,
+		ServerURL: server, Database: *database, Subscriptions: *n, NoopJobs: *noop, Workers: cfg.Workers, Conns: *conns,
+		Baseline: *baseline, Out: stdout, Log: log,
 		Billing: func(ctx context.Context, pool *pgxpool.Pool, n int) (bench.BillingResult, error) {
 			cfg.ScanBatch = *scanBatch
-			return benchBilling(ctx, cfg, pool, n, *workers, *scanOnly, *webhook, log)
+			return benchBilling(ctx, cfg, server, *database, pool, n, *latency, *scanOnly, *webhook, log)
 		},
 	})
 }
 
 // benchBilling bills n subscriptions due at one instant through a
 // production-mode node (wall clock) and a simulated gateway over loopback
-// HTTP, started beside it as `rebill gatewaysim` would be.
-func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n, workers int, scanOnly, webhook bool,
-	log zerolog.Logger) (bench.BillingResult, error) {
+// HTTP, started beside it as `rebill gatewaysim` would be, with its ledger
+// in a database of its own so that rebill's statements can be told apart.
+func benchBilling(ctx context.Context, cfg config.Config, server, database string, pool *pgxpool.Pool, n int,
+	latency time.Duration, scanOnly, webhook bool, log zerolog.Logger) (bench.BillingResult, error) {
 	quiet := log.Level(zerolog.ErrorLevel)
-	baseURL, stopSim, err := startSim(ctx, pool, 20, []string{"sim1"}, quiet)
+	simPool, dropSimDB, err := bench.FreshDatabase(ctx, server, database+"_sim", 20)
+	if err != nil {
+		return bench.BillingResult{}, err
+	}
+	defer dropSimDB()
+	baseURL, stopSim, err := startSim(ctx, simPool, 20, []string{"sim1"}, quiet)
 	if err != nil {
 		return bench.BillingResult{}, err
 	}
 	defer stopSim()
+	if latency > 0 {
+		ms := int(latency.Milliseconds())
+		if _, err := sim.NewStore(simPool).SetFaults(ctx, "sim1", sim.FaultsPatch{LatencyMS: &ms}); err != nil {
+			return bench.BillingResult{}, err
+		}
+	}
 
 	cfg.Dev = false
 	cfg.Gateways = map[string]string{"sim1": baseURL + "/sim1"}
-	cfg.Workers = workers
 	cfg.ScanInterval = 0 // the timed scan below is the only one
 	cfg.GatewayTimeout = 10 * time.Second
 	cfg.RescueAfter = time.Minute

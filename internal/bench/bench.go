@@ -34,7 +34,12 @@ type Options struct {
 	Subscriptions int
 	NoopJobs      int
 	Workers       int
-	Out           io.Writer
+	// Conns sizes the service's pool (REBILL_DB_MAX_CONNS).
+	Conns int
+	// Baseline runs single-row INSERTs from 32 clients for this long, as a
+	// yardstick measured in the same run; zero skips it.
+	Baseline time.Duration
+	Out      io.Writer
 	Log           zerolog.Logger
 	// Billing runs the billing part against the migrated bench database and
 	// returns its figures (a zero EndToEnd: the scan alone was measured);
@@ -58,13 +63,21 @@ func Run(ctx context.Context, o Options) error {
 	if o.Database == "" {
 		o.Database = "rebill_bench"
 	}
-	pool, drop, err := freshDatabase(ctx, o.ServerURL, o.Database, o.Workers)
+	pool, drop, err := FreshDatabase(ctx, o.ServerURL, o.Database, o.Conns)
 	if err != nil {
 		return err
 	}
 	defer drop()
-	fmt.Fprintf(o.Out, "rebill bench: %d subscriptions, %d no-op jobs, %d workers, GOMAXPROCS %d\n",
-		o.Subscriptions, o.NoopJobs, o.Workers, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(o.Out, "rebill bench: %d subscriptions, %d no-op jobs, %d workers, %d connections, GOMAXPROCS %d\n",
+		o.Subscriptions, o.NoopJobs, o.Workers, o.Conns, runtime.GOMAXPROCS(0))
+
+	var baseline float64
+	if o.Baseline > 0 {
+		if baseline, err = insertBaseline(ctx, pool.Config().ConnString(), o.Baseline); err != nil {
+			return fmt.Errorf("insert baseline: %w", err)
+		}
+		fmt.Fprintf(o.Out, "baseline single-row INSERT: %5.0f tps (%d clients, %s)\n", baseline, baselineClients, o.Baseline)
+	}
 
 	noopRate, err := riverNoop(ctx, pool, o.NoopJobs, o.Workers)
 	if err != nil {
@@ -75,9 +88,18 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
+	counted := statementStatsOn(ctx, pool)
+	before, err := readStats(ctx, pool, o.Database, counted)
+	if err != nil {
+		return err
+	}
 	res, err := o.Billing(ctx, pool, o.Subscriptions)
 	if err != nil {
 		return fmt.Errorf("billing bench: %w", err)
+	}
+	after, err := readStats(ctx, pool, o.Database, counted)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(o.Out, "scan rate:               %8.0f periods/s (%d periods enqueued in %s)\n",
 		float64(res.Charges)/res.ScanDuration.Seconds(), res.Charges, res.ScanDuration.Round(time.Millisecond))
@@ -88,7 +110,17 @@ func Run(ctx context.Context, o Options) error {
 	endToEnd := float64(res.Charges) / res.EndToEnd.Seconds()
 	fmt.Fprintf(o.Out, "charges end to end:      %8.0f charges/s (%d succeeded in %s; authorize + capture each)\n",
 		endToEnd, res.Charges, res.EndToEnd.Round(time.Millisecond))
-	fmt.Fprintf(o.Out, "ratio to River bare:     %8.3f (charges/s over no-op jobs/s; a charge is 2 jobs, 2 gateway calls)\n", endToEnd/noopRate)
+	fmt.Fprintf(o.Out, "ratio to River bare:     %8.3f (charges/s over no-op jobs/s)\n", endToEnd/noopRate)
+	if baseline > 0 {
+		fmt.Fprintf(o.Out, "ratio to baseline:       %8.3f (charges/s over single-row INSERT tps)\n", endToEnd/baseline)
+	}
+	n := float64(res.Charges)
+	fmt.Fprintf(o.Out, "commits per charge:      %8.2f (rebill's database; the simulator has its own)\n",
+		float64(after.Commits-before.Commits)/n)
+	if counted {
+		fmt.Fprintf(o.Out, "statements per charge:   %8.2f (%.2f of them INSERT/UPDATE/DELETE; BEGIN/COMMIT not counted)\n",
+			float64(after.Statements-before.Statements)/n, float64(after.Writes-before.Writes)/n)
+	}
 	if res.Deliveries > 0 {
 		fmt.Fprintf(o.Out, "webhook deliveries:      %8.0f deliveries/s (%d received in %s from the scan's start)\n",
 			float64(res.Deliveries)/res.DeliveredIn.Seconds(), res.Deliveries, res.DeliveredIn.Round(time.Millisecond))
@@ -97,8 +129,9 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
-// freshDatabase drops and creates rebill_bench on the server and migrates it.
-func freshDatabase(ctx context.Context, serverURL, name string, workers int) (*pgxpool.Pool, func(), error) {
+// FreshDatabase drops and creates the database name on the server and
+// migrates it; its pool has conns connections.
+func FreshDatabase(ctx context.Context, serverURL, name string, conns int) (*pgxpool.Pool, func(), error) {
 	conn, err := pgx.Connect(ctx, serverURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect: %w", err)
@@ -116,7 +149,7 @@ func freshDatabase(ctx context.Context, serverURL, name string, workers int) (*p
 	}
 	u.Path = "/" + name
 	q := u.Query()
-	q.Set("pool_max_conns", fmt.Sprint(min(workers/8+10, 50)))
+	q.Set("pool_max_conns", fmt.Sprint(conns))
 	u.RawQuery = q.Encode()
 	pool, err := pgxpool.New(ctx, u.String())
 	if err != nil {

@@ -54,6 +54,11 @@ type Options struct {
 	// fits. Nil discards them. PostgreSQL's own log goes to postgres.log in
 	// the data folder.
 	Log io.Writer
+	// Settings are extra server settings ("name=value") for a server this
+	// call starts, e.g. shared_preload_libraries=pg_stat_statements for a
+	// benchmark that counts statements. A server already running keeps its
+	// own.
+	Settings []string
 }
 
 // Cluster is a running private PostgreSQL server.
@@ -66,7 +71,8 @@ type Cluster struct {
 	runAs *syscall.Credential
 	// started tells whether this process started the server, and so owns
 	// stopping it.
-	started bool
+	started  bool
+	settings []string
 }
 
 // Start initialises (first time) and starts the cluster, or attaches to it
@@ -81,6 +87,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.settings = opts.Settings
 	unlock, err := lockDataDir(ctx, c.dataDir)
 	if err != nil {
 		return nil, err
@@ -159,6 +166,10 @@ func Stop(ctx context.Context, opts Options) error {
 	}
 	return c.stop(ctx)
 }
+
+// DataDir is where the cluster lives: the folder asked for, or the one
+// used instead when the server's account cannot reach it.
+func (c *Cluster) DataDir() string { return c.dataDir }
 
 // URL is a connection string for database dbname on the cluster's socket.
 func (c *Cluster) URL(dbname string) string {
@@ -490,6 +501,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	logFile := filepath.Join(c.dataDir, logName)
 	// pg_ctl hands -o to postgres through /bin/sh, hence the quoting.
 	serverOpts := fmt.Sprintf("-c listen_addresses='' -k %s -p %d -c max_connections=200", shellQuote(c.sockDir), port)
+	for _, setting := range c.settings {
+		serverOpts += " -c " + shellQuote(setting)
+	}
 	out, err := c.run(ctx, c.bin.pgCtl, "start", "-w", "-t", "60", "-D", c.dataDir, "-l", logFile, "-o", serverOpts)
 	if err != nil {
 		return fmt.Errorf("start PostgreSQL in %s: %w\n%s\nend of %s:\n%s", c.dataDir, err, out, logFile, tail(logFile))
