@@ -40,7 +40,7 @@ type Options struct {
 	// yardstick measured in the same run; zero skips it.
 	Baseline time.Duration
 	Out      io.Writer
-	Log           zerolog.Logger
+	Log      zerolog.Logger
 	// Billing runs the billing part against the migrated bench database and
 	// returns its figures (a zero EndToEnd: the scan alone was measured);
 	// the caller wires the real service into it.
