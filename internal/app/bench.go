@@ -36,6 +36,7 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	workers := fs.Int("workers", 0, "charge workers (0: REBILL_WORKERS, by default sized by Little's law)")
 	conns := fs.Int("conns", cfg.DBMaxConns, "connections of the service's pool (REBILL_DB_MAX_CONNS)")
 	latency := fs.Duration("latency", 0, "latency the simulated gateway adds to every call")
+	simLedger := fs.String("sim-ledger", "postgres", "where the simulated gateway keeps its ledger: postgres (its own database on the same server) or memory")
 	baseline := fs.Duration("baseline", 5*time.Second, "single-row INSERT baseline from 32 clients for this long (0: skip)")
 	private := fs.Bool("private", false, "run on a private PostgreSQL (this machine's binaries, a temporary folder) that preloads pg_stat_statements, to count statements per charge")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -78,6 +79,9 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		}()
 		server = cluster.URL("postgres")
 	}
+	if *simLedger != "postgres" && *simLedger != "memory" {
+		return fmt.Errorf("-sim-ledger %q: want postgres or memory", *simLedger)
+	}
 	if *workers > 0 {
 		cfg.Workers = *workers
 	}
@@ -86,7 +90,8 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		Baseline: *baseline, Out: stdout, Log: log,
 		Billing: func(ctx context.Context, pool *pgxpool.Pool, n int) (bench.BillingResult, error) {
 			cfg.ScanBatch = *scanBatch
-			return benchBilling(ctx, cfg, server, *database, pool, n, *latency, *scanOnly, *webhook, log)
+			return benchBilling(ctx, cfg, server, *database, pool, n, billingOptions{latency: *latency,
+				memoryLedger: *simLedger == "memory", scanOnly: *scanOnly, webhook: *webhook}, log)
 		},
 	})
 }
@@ -96,24 +101,20 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 // HTTP, started beside it as `rebill gatewaysim` would be, with its ledger
 // in a database of its own so that rebill's statements can be told apart.
 func benchBilling(ctx context.Context, cfg config.Config, server, database string, pool *pgxpool.Pool, n int,
-	latency time.Duration, scanOnly, webhook bool, log zerolog.Logger) (bench.BillingResult, error) {
+	o billingOptions, log zerolog.Logger) (bench.BillingResult, error) {
 	quiet := log.Level(zerolog.ErrorLevel)
-	simPool, dropSimDB, err := bench.FreshDatabase(ctx, server, database+"_sim", 20)
-	if err != nil {
-		return bench.BillingResult{}, err
-	}
-	defer dropSimDB()
-	baseURL, stopSim, err := startSim(ctx, simPool, 20, []string{"sim1"}, quiet)
+	baseURL, stopSim, err := benchSim(ctx, server, database, o.memoryLedger, quiet)
 	if err != nil {
 		return bench.BillingResult{}, err
 	}
 	defer stopSim()
-	if latency > 0 {
-		ms := int(latency.Milliseconds())
-		if _, err := sim.NewStore(simPool).SetFaults(ctx, "sim1", sim.FaultsPatch{LatencyMS: &ms}); err != nil {
+	if o.latency > 0 {
+		ms := int(o.latency.Milliseconds())
+		if _, err := sim.NewClient("sim1", baseURL+"/sim1", sim.ClientOptions{}).SetFaults(ctx, sim.FaultsPatch{LatencyMS: &ms}); err != nil {
 			return bench.BillingResult{}, err
 		}
 	}
+	scanOnly, webhook := o.scanOnly, o.webhook
 
 	cfg.Dev = false
 	cfg.Gateways = map[string]string{"sim1": baseURL + "/sim1"}
@@ -206,4 +207,35 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 		res.Deliveries, res.DeliveredIn = int(received.Load()), time.Since(start)
 	}
 	return res, nil
+}
+
+// billingOptions are the billing part's flags.
+type billingOptions struct {
+	latency      time.Duration // added by the simulated gateway to every call
+	memoryLedger bool          // the simulator keeps its ledger in memory
+	scanOnly     bool
+	webhook      bool
+}
+
+// benchSim starts the simulated gateway sim1 with its ledger in a database
+// of its own beside the bench's, so that the bench's database counts
+// rebill's work alone, or in memory.
+func benchSim(ctx context.Context, server, database string, memory bool, log zerolog.Logger) (string, func(), error) {
+	if memory {
+		baseURL, stop, err := sim.StartInMemory(ctx, []string{"sim1"}, log)
+		if err != nil {
+			return "", nil, err
+		}
+		return baseURL, func() { _ = stop(context.Background()) }, nil
+	}
+	simPool, closeSimPool, err := bench.FreshDatabase(ctx, server, database+"_sim", 20)
+	if err != nil {
+		return "", nil, err
+	}
+	baseURL, stopSim, err := startSim(ctx, simPool, 20, []string{"sim1"}, log)
+	if err != nil {
+		closeSimPool()
+		return "", nil, err
+	}
+	return baseURL, func() { stopSim(); closeSimPool() }, nil
 }

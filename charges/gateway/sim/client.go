@@ -166,6 +166,21 @@ func (c *Client) Health(ctx context.Context) error {
 		c.name, where, resp.Status, errorCode(resp))
 }
 
+// SetFaults changes the gateway's fault switches set in p, as the dev
+// endpoint does, for tools (benchmarks, soaks) that drive a simulator
+// they did not start in-process.
+func (c *Client) SetFaults(ctx context.Context, p FaultsPatch) (Faults, error) {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return Faults{}, err
+	}
+	var f Faults
+	if err := c.call(ctx, http.MethodPost, "/faults", "", body, &f); err != nil {
+		return Faults{}, fmt.Errorf("gateway %s: set faults: %w", c.name, err)
+	}
+	return f, nil
+}
+
 // answerError is an answer that is neither a result nor a sign of trouble
 // at the provider: the request itself was refused (400, 404, 409).
 type answerError struct {

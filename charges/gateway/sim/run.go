@@ -19,7 +19,10 @@ const shutdownTimeout = 10 * time.Second
 // migrates the gatewaysim schema, serves the gateways in names on addr until
 // ctx is done, then shuts down gracefully.
 func ListenAndServe(ctx context.Context, addr string, pool *pgxpool.Pool, names []string, logger zerolog.Logger) error {
-	srv, ln, errc, err := start(ctx, addr, pool, names, logger)
+	if err := Migrate(ctx, pool); err != nil {
+		return err
+	}
+	srv, ln, errc, err := start(ctx, addr, NewStore(pool), names, logger)
 	if err != nil {
 		return err
 	}
@@ -39,26 +42,38 @@ func ListenAndServe(ctx context.Context, addr string, pool *pgxpool.Pool, names 
 // and a function that shuts it down; call stop once. ctx bounds only the
 // start, not the server's life.
 func Start(ctx context.Context, pool *pgxpool.Pool, names []string, logger zerolog.Logger) (baseURL string, stop func(context.Context) error, err error) {
-	srv, ln, errc, err := start(ctx, "127.0.0.1:0", pool, names, logger)
+	if err := Migrate(ctx, pool); err != nil {
+		return "", nil, err
+	}
+	return startOn(ctx, NewStore(pool), names, logger)
+}
+
+// StartInMemory is [Start] with the books in this process's memory: for
+// benchmarks that should count rebill's database work and not a
+// provider's. The ledger is gone when the process ends, and other
+// processes cannot see it or its fault switches.
+func StartInMemory(ctx context.Context, names []string, logger zerolog.Logger) (baseURL string, stop func(context.Context) error, err error) {
+	return startOn(ctx, newMemoryBooks(), names, logger)
+}
+
+func startOn(ctx context.Context, store books, names []string, logger zerolog.Logger) (string, func(context.Context) error, error) {
+	srv, ln, errc, err := start(ctx, "127.0.0.1:0", store, names, logger)
 	if err != nil {
 		return "", nil, err
 	}
-	stop = func(ctx context.Context) error { return shutdown(ctx, srv, errc) }
+	stop := func(ctx context.Context) error { return shutdown(ctx, srv, errc) }
 	return "http://" + ln.Addr().String(), stop, nil
 }
 
 // start migrates, listens on addr and serves in the background; Serve's
 // error arrives on the returned channel.
-func start(ctx context.Context, addr string, pool *pgxpool.Pool, names []string, logger zerolog.Logger) (*http.Server, net.Listener, <-chan error, error) {
-	if err := Migrate(ctx, pool); err != nil {
-		return nil, nil, nil, err
-	}
+func start(ctx context.Context, addr string, store books, names []string, logger zerolog.Logger) (*http.Server, net.Listener, <-chan error, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("gatewaysim listen on %s: %w", addr, err)
 	}
-	h := newServer(pool, names, logger)
+	h := newServer(store, names, logger)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	// Shutdown waits for active requests; a lost answer would hold it
 	// for a minute.

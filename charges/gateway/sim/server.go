@@ -31,7 +31,7 @@ const (
 
 // server hosts the named gateways. It is an http.Handler.
 type server struct {
-	store *Store
+	store books
 	names map[string]bool
 	log   zerolog.Logger
 	mux   *http.ServeMux
@@ -46,12 +46,12 @@ type server struct {
 // gateways in names, each under "/{name}/" (see the package documentation
 // for routes). [Migrate] must have run on pool.
 func NewServer(pool *pgxpool.Pool, names []string, logger zerolog.Logger) http.Handler {
-	return newServer(pool, names, logger)
+	return newServer(NewStore(pool), names, logger)
 }
 
-func newServer(pool *pgxpool.Pool, names []string, logger zerolog.Logger) *server {
+func newServer(store books, names []string, logger zerolog.Logger) *server {
 	s := &server{
-		store:   NewStore(pool),
+		store:   store,
 		names:   make(map[string]bool, len(names)),
 		log:     logger,
 		mux:     http.NewServeMux(),

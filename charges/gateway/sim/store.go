@@ -87,6 +87,18 @@ type FaultsPatch struct {
 	ErrorRate *float64 `json:"error_rate,omitempty"`
 }
 
+// validate returns ErrInvalidFaults for a negative latency or an error rate
+// outside [0, 1].
+func (p FaultsPatch) validate() error {
+	if p.LatencyMS != nil && *p.LatencyMS < 0 {
+		return fmt.Errorf("%w: latency_ms %d is negative", ErrInvalidFaults, *p.LatencyMS)
+	}
+	if p.ErrorRate != nil && (*p.ErrorRate < 0 || *p.ErrorRate > 1) {
+		return fmt.Errorf("%w: error_rate %v is outside [0, 1]", ErrInvalidFaults, *p.ErrorRate)
+	}
+	return nil
+}
+
 // tokenKind is the test-token class that decides how the sim behaves.
 type tokenKind string
 
@@ -273,11 +285,8 @@ func (s *Store) Faults(ctx context.Context, gw string) (Faults, error) {
 // Returns ErrInvalidFaults for a negative latency or an error rate outside
 // [0, 1].
 func (s *Store) SetFaults(ctx context.Context, gw string, p FaultsPatch) (Faults, error) {
-	if p.LatencyMS != nil && *p.LatencyMS < 0 {
-		return Faults{}, fmt.Errorf("%w: latency_ms %d is negative", ErrInvalidFaults, *p.LatencyMS)
-	}
-	if p.ErrorRate != nil && (*p.ErrorRate < 0 || *p.ErrorRate > 1) {
-		return Faults{}, fmt.Errorf("%w: error_rate %v is outside [0, 1]", ErrInvalidFaults, *p.ErrorRate)
+	if err := p.validate(); err != nil {
+		return Faults{}, err
 	}
 	var f Faults
 	err := s.pool.QueryRow(ctx, `

@@ -1,0 +1,209 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/rebill/rebill/charges/gateway"
+)
+
+// books are where a simulated provider keeps its operations, call counts
+// and fault switches: PostgreSQL ([Store], the default, shared by every
+// process on the database and surviving restarts), or this process's
+// memory ([StartInMemory]).
+type books interface {
+	Faults(ctx context.Context, gw string) (Faults, error)
+	SetFaults(ctx context.Context, gw string, p FaultsPatch) (Faults, error)
+	Ledger(ctx context.Context, gw string) ([]LedgerEntry, error)
+	kindOf(ctx context.Context, gw string, req opRequest) (tokenKind, error)
+	countCall(ctx context.Context, gw, key string) (int, error)
+	perform(ctx context.Context, gw string, req opRequest, kind tokenKind) (operation, error)
+	lookup(ctx context.Context, gw, key string) (operation, error)
+	operationsOn(ctx context.Context, gw string, day time.Time) ([]operation, error)
+}
+
+// memoryBooks keep the provider's books in this process only, with the
+// same rules as [Store]: a benchmark of rebill then measures rebill's
+// database work without the simulator's, which on a real provider happens
+// on somebody else's machines. Nothing survives the process.
+type memoryBooks struct {
+	mu      sync.Mutex
+	ops     map[string]*memoryOp // by opKey(gateway, idempotency key)
+	refs    map[string]*memoryOp // by reference (unique across gateways)
+	settled map[string]gateway.Op // the succeeded capture or void of each authorization, by reference
+	order   []*memoryOp           // oldest first
+	calls   map[string]int        // by opKey(gateway, idempotency key)
+	faults  map[string]Faults
+}
+
+// memoryOp is an operation and the gateway that processed it.
+type memoryOp struct {
+	gw string
+	operation
+}
+
+func newMemoryBooks() *memoryBooks {
+	return &memoryBooks{ops: map[string]*memoryOp{}, refs: map[string]*memoryOp{}, settled: map[string]gateway.Op{},
+		calls: map[string]int{}, faults: map[string]Faults{}}
+}
+
+func opKey(gw, key string) string { return gw + "\x00" + key }
+
+func (m *memoryBooks) Faults(_ context.Context, gw string) (Faults, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.faults[gw], nil
+}
+
+func (m *memoryBooks) SetFaults(_ context.Context, gw string, p FaultsPatch) (Faults, error) {
+	if err := p.validate(); err != nil {
+		return Faults{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.faults[gw]
+	if p.Down != nil {
+		f.Down = *p.Down
+	}
+	if p.LatencyMS != nil {
+		f.LatencyMS = *p.LatencyMS
+	}
+	if p.ErrorRate != nil {
+		f.ErrorRate = *p.ErrorRate
+	}
+	m.faults[gw] = f
+	return f, nil
+}
+
+func (m *memoryBooks) Ledger(_ context.Context, gw string) ([]LedgerEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var entries []LedgerEntry
+	for _, o := range m.order {
+		if o.gw == gw {
+			entries = append(entries, o.ledgerEntry())
+		}
+	}
+	return entries, nil
+}
+
+func (m *memoryBooks) kindOf(_ context.Context, gw string, req opRequest) (tokenKind, error) {
+	if req.Token != "" || req.Op == gateway.OpAuthorize {
+		return classify(req.Token), nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if auth := m.authorization(gw, req.AuthorizationID); auth != nil {
+		return auth.Kind, nil
+	}
+	return kindInvalid, nil
+}
+
+func (m *memoryBooks) countCall(_ context.Context, gw, key string) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls[opKey(gw, key)]++
+	return m.calls[opKey(gw, key)], nil
+}
+
+func (m *memoryBooks) perform(_ context.Context, gw string, req opRequest, kind tokenKind) (operation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.ops[opKey(gw, req.IdempotencyKey)]
+	if !ok {
+		o = &memoryOp{gw: gw, operation: m.decide(gw, req, kind)}
+		o.Reference = gw + "_op_" + uuid.NewString()
+		o.At = time.Now().UTC()
+		m.ops[opKey(gw, req.IdempotencyKey)] = o
+		m.refs[o.Reference] = o
+		m.order = append(m.order, o)
+		if o.Op != gateway.OpAuthorize && o.Status == gateway.StatusSucceeded {
+			m.settled[o.AuthorizationID] = o.Op
+		}
+	}
+	if !o.answers(req) {
+		return operation{}, fmt.Errorf("%s %s %q: %w", gw, req.Op, req.IdempotencyKey, errKeyReused)
+	}
+	return o.operation, nil
+}
+
+// decide is [decide]'s verdict, on the books in memory; m.mu is held.
+func (m *memoryBooks) decide(gw string, req opRequest, kind tokenKind) operation {
+	o := operation{Op: req.Op, IdempotencyKey: req.IdempotencyKey, AuthorizationID: req.AuthorizationID,
+		TokenLast4: last4(req.Token), Kind: kind, ChargeKey: req.ChargeKey, Amount: req.Amount,
+		Currency: req.Currency, Status: gateway.StatusSucceeded}
+	fail := func(code string) operation {
+		o.Status, o.DeclineCode = gateway.StatusFailed, code
+		return o
+	}
+	if req.Op == gateway.OpAuthorize {
+		switch kind {
+		case kindDeclineFunds:
+			o.Status, o.DeclineCode = gateway.StatusDeclined, "insufficient_funds"
+		case kindDeclineHard:
+			o.Status, o.DeclineCode, o.Hard = gateway.StatusDeclined, "stolen_card", true
+		case kindInvalid:
+			return fail("invalid_token")
+		}
+		return o
+	}
+	auth := m.authorization(gw, req.AuthorizationID)
+	if auth == nil {
+		return fail("invalid_authorization")
+	}
+	if o.TokenLast4 == "" {
+		o.TokenLast4 = auth.TokenLast4
+	}
+	if req.Op == gateway.OpVoid {
+		o.Amount, o.Currency = auth.Amount, auth.Currency
+	}
+	if auth.Status != gateway.StatusSucceeded ||
+		(req.Op == gateway.OpCapture && (req.Amount != auth.Amount || req.Currency != auth.Currency)) {
+		return fail("invalid_authorization")
+	}
+	settledBy, settled := m.settled[req.AuthorizationID]
+	switch {
+	case !settled:
+		return o
+	case settledBy == gateway.OpCapture:
+		return fail("already_captured")
+	default:
+		return fail("already_voided")
+	}
+}
+
+// authorization is gw's authorization with reference ref, or nil; m.mu is
+// held.
+func (m *memoryBooks) authorization(gw, ref string) *operation {
+	o := m.refs[ref]
+	if o == nil || o.Op != gateway.OpAuthorize || o.gw != gw {
+		return nil
+	}
+	return &o.operation
+}
+
+func (m *memoryBooks) lookup(_ context.Context, gw, key string) (operation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o, ok := m.ops[opKey(gw, key)]; ok {
+		return o.operation, nil
+	}
+	return operation{}, gateway.ErrNotFound
+}
+
+func (m *memoryBooks) operationsOn(_ context.Context, gw string, day time.Time) ([]operation, error) {
+	from := day.UTC().Truncate(24 * time.Hour)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []operation
+	for _, o := range m.order {
+		if o.gw == gw && !o.At.Before(from) && o.At.Before(from.Add(24*time.Hour)) {
+			out = append(out, o.operation)
+		}
+	}
+	return out, nil
+}
