@@ -32,8 +32,8 @@ type books interface {
 // on somebody else's machines. Nothing survives the process.
 type memoryBooks struct {
 	mu      sync.Mutex
-	ops     map[string]*memoryOp // by opKey(gateway, idempotency key)
-	refs    map[string]*memoryOp // by reference (unique across gateways)
+	ops     map[string]*memoryOp  // by opKey(gateway, idempotency key)
+	refs    map[string]*memoryOp  // by reference (unique across gateways)
 	settled map[string]gateway.Op // the succeeded capture or void of each authorization, by reference
 	order   []*memoryOp           // oldest first
 	calls   map[string]int        // by opKey(gateway, idempotency key)
