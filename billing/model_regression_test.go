@@ -179,21 +179,18 @@ func TestPauseChargesThePeriodThatBegan(t *testing.T) {
 	require.Equal(t, subscriptions.Paused, s.sub(id).Status)
 }
 
-// Finding 2 (not fixed: the contract and the README disagree). Minimal
-// sequence: create a daily subscription at 09:00 (period 2027-01-30
-// charged); pause it with resume_at 10:00; advance 1h; scan. The scan
-// resumes it at 10:00 and, as decision 5 says, starts a new period then;
-// but that period's key is its date, 2027-01-30, which names the period
-// charged at 09:00, so it is never charged (ON CONFLICT DO NOTHING) and
-// billing goes on at 2027-01-31 10:00. A resume on any later day charges
-// the new period. The README's walk-through reads this as "resuming right
-// away charges nothing: the paid period is still running".
-func TestResumeOnTheDayOfAChargedPeriodChargesTheNewPeriod(t *testing.T) {
+// Finding 2. Minimal sequence: create a daily subscription at 09:00
+// (period 2027-01-30 charged); pause it with resume_at 10:00; advance 1h;
+// scan. The resume starts a new period at 10:00 (decision 5), but a
+// period's key is its start date, and 2027-01-30 names the period charged
+// at 09:00: the unique key kept it from being charged a second time that
+// day, silently. Decision 5 now says so: that period is the paid one, and
+// the next begins one interval after the resume.
+func TestResumeOnTheDayOfAChargedPeriodIsThatPeriod(t *testing.T) {
 	t.Parallel()
-	t.Skip("finding 2 (issue 8): a period started by a resume on the day a charged period began shares its key " +
-		"and is not charged; decision 5 (charge it) and the README (charge nothing within a paid period) disagree")
 	s := newScenario(t)
 	id := s.create(period.Day, "tok_1")
+	s.pay()
 	resumeAt := s.w.clock.Now().Add(time.Hour)
 	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
 		_, err := s.w.svc.Pause(s.ctx, tx, staff, id, &resumeAt)
@@ -201,9 +198,17 @@ func TestResumeOnTheDayOfAChargedPeriodChargesTheNewPeriod(t *testing.T) {
 	}))
 	s.advance(time.Hour)
 	s.scan()
+	sub := s.sub(id)
+	require.Equal(t, subscriptions.Active, sub.Status, "resumed at resume_at")
+	require.WithinDuration(t, resumeAt, sub.BillingAnchor, 0)
+	require.WithinDuration(t, resumeAt.Add(24*time.Hour), sub.NextChargeAt, 0, "the next period begins a day after the resume")
+	require.Len(t, s.charges(id), 1, "the day's period is paid once")
+
+	s.advance(24 * time.Hour)
+	s.scan()
 	cs := s.charges(id)
-	require.Len(t, cs, 2, "the period started by the resume is charged")
-	require.WithinDuration(t, resumeAt, cs[1].PeriodStart, 0)
+	require.Len(t, cs, 2, "the next period is charged when it begins")
+	require.WithinDuration(t, resumeAt.Add(24*time.Hour), cs[1].PeriodStart, 0)
 }
 
 // Finding 3. Minimal sequence: create a daily subscription; cancel at

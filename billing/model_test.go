@@ -56,9 +56,8 @@ import (
 // left behind outside review.
 //
 // Findings are written out as plain tests in model_regression_test.go.
-// Two that are not fixed are tolerated here, each behind a constant:
-// tolerateResumeKeyCollision (finding 2) and tolerateDiscardedHoldCheck
-// (finding 8).
+// One that is not fixed is tolerated here, behind a constant:
+// tolerateDiscardedHoldCheck (finding 8).
 //
 // A failure prints the shrunk sequence of actions. Run longer with
 // -rapid.checks=N (default here 50) and -rapid.steps=N (average actions
@@ -101,12 +100,6 @@ func setDefault(t *testing.T, name, env string, n int) {
 		t.Fatal(err)
 	}
 }
-
-// tolerateResumeKeyCollision lets the model go on past finding 2 (see
-// TestResumeOnTheDayOfAChargedPeriodChargesTheNewPeriod): a resume on the
-// calendar day a charged period began starts a period whose key is taken,
-// and that period is not charged. Set it to false to see the finding.
-const tolerateResumeKeyCollision = true
 
 // Tokens a customer may hold. A subscription starts with one and may
 // change to another or send the same again.
@@ -362,8 +355,10 @@ func (m *machine) billAt(t *rapid.T, s *modelSub, now time.Time, seq int) {
 	for i := s.next; i <= last; i++ {
 		p := sch.Period(i)
 		if prev, taken := s.owed[p.Key]; taken && !prev.Equal(p.Start) {
-			if i == 0 && s.resumed && tolerateResumeKeyCollision {
-				t.Logf("%s: known finding 2: the period starting %s at the resume is not charged: its key %s names the period starting %s",
+			if i == 0 && s.resumed {
+				// Decision 5: a resume on the day a charged period began
+				// starts that period again; it is paid once.
+				t.Logf("%s: the period starting %s at the resume is the period %s, which began at %s",
 					s, p.Start.Format(time.RFC3339), p.Key, prev.Format(time.RFC3339))
 				continue
 			}

