@@ -389,7 +389,6 @@ func (m *machine) final(t *rapid.T) {
 			broken = append(broken, fmt.Sprintf("%s captured (%s), but the charge is %s", chargeKey, ops[0].key, describe(c)))
 		}
 	}
-	discarded := m.discardedHoldChecks(t)
 	for _, h := range v.holds {
 		if h.capturedBy != "" || h.voidedBy != "" {
 			continue
@@ -399,45 +398,12 @@ func (m *machine) final(t *rapid.T) {
 		if c.Status == charges.RequiresReview && strings.TrimSpace(c.ReviewReason) != "" && current {
 			continue
 		}
-		if current && discarded[c.ID] == c.AttemptCount && tolerateDiscardedHoldCheck {
-			t.Logf("known finding 8: hold %s stays: River discarded the hold check of %s after its attempts crashed", h.ref, c.Key())
-			continue
-		}
 		broken = append(broken, fmt.Sprintf("hold %s (%s) neither captured nor voided; its charge is %s", h.ref, h.authKey, describe(c)))
 	}
 	if len(broken) > 0 {
 		slices.Sort(broken)
 		t.Fatalf("after settling:\n  %s", strings.Join(broken, "\n  "))
 	}
-}
-
-// tolerateDiscardedHoldCheck lets the model accept finding 8: a hold check
-// (release_hold) whose worker crashed on every River attempt is discarded,
-// and nothing releases the hold. Set it to false to see the finding.
-const tolerateDiscardedHoldCheck = true
-
-// discardedHoldChecks maps charges to the attempt whose hold check River
-// discarded.
-func (m *machine) discardedHoldChecks(t *rapid.T) map[uuid.UUID]int {
-	rows, err := m.w.pool.Query(m.ctx, `SELECT (args ->> 'charge_id')::uuid, (args ->> 'attempt')::int FROM river_job
-		WHERE kind = $1 AND state = 'discarded'`, charges.ReleaseHoldArgs{}.Kind())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[uuid.UUID]int{}
-	for rows.Next() {
-		var id uuid.UUID
-		var attempt int
-		if err := rows.Scan(&id, &attempt); err != nil {
-			t.Fatal(err)
-		}
-		out[id] = attempt
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 func (m *machine) stranded(t *rapid.T) []string {

@@ -359,21 +359,17 @@ func TestHoldCheckOutlastsLookupTimeouts(t *testing.T) {
 	require.NotNil(t, s.charges(id)[0].HoldReleasedAt)
 }
 
-// Finding 8 (not fixed: it needs a backstop, not a line). Minimal
-// sequence: a charge goes to review while its authorization is live; its
-// hold check's worker crashes on each of the job's River attempts (a
-// process dying mid-job, or a panic in the release path). River discards
-// the job, and nothing releases the hold: the scan's sweep of discarded
-// jobs covers authorize, capture, void and reconcile only, and a hold
-// check is unique per attempt for ever, so it cannot be enqueued again.
-// In production this takes REBILL_CHARGE_MAX_ATTEMPTS (8) crashes of the
-// same job. A fix would have the sweep find discarded hold checks of
-// charges whose hold is not released and run them again (River's
-// JobRetry), or at least alert.
+// Finding 8. Minimal sequence: a charge goes to review while its
+// authorization is live; its hold check's worker crashes on each of the
+// job's River attempts (a process dying mid-job, or a panic in the release
+// path). River discarded the job, and nothing released the hold: the
+// scan's sweep of discarded jobs covered authorize, capture, void and
+// reconcile only, and a hold check is unique per attempt for ever, so it
+// could not be enqueued again. The scan now has River run a discarded
+// hold check again (at most every ten minutes) while its hold is not
+// released.
 func TestDiscardedHoldCheckStillReleasesTheHold(t *testing.T) {
 	t.Parallel()
-	t.Skip("finding 8 (issue 8): a hold check discarded after crashing on every attempt leaves the hold; " +
-		"no sweep runs discarded hold checks again")
 	s := newScenario(t)
 	id := s.create(period.Day, "tok_1")
 	s.reviewWithHold(id)

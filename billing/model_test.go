@@ -56,8 +56,6 @@ import (
 // left behind outside review.
 //
 // Findings are written out as plain tests in model_regression_test.go.
-// One that is not fixed is tolerated here, behind a constant:
-// tolerateDiscardedHoldCheck (finding 8).
 //
 // A failure prints the shrunk sequence of actions. Run longer with
 // -rapid.checks=N (default here 50) and -rapid.steps=N (average actions

@@ -173,3 +173,25 @@ func SweepDiscarded(ctx context.Context, tx pgx.Tx, now time.Time) ([]Charge, er
 	}
 	return moved, nil
 }
+
+// DiscardedHoldChecks returns the hold checks (release_hold jobs) that
+// River discarded while their charge's hold was never released: a check
+// that crashed on every attempt, which no worker code sees. Nothing else
+// would ever release such a hold, so the scan has River run them again.
+// quietFor spaces those runs for a check that keeps crashing: it must
+// have been discarded at least that long before now.
+func DiscardedHoldChecks(ctx context.Context, tx pgx.Tx, now time.Time, quietFor time.Duration) ([]int64, error) {
+	rows, err := tx.Query(ctx, `SELECT j.id FROM river_job j JOIN charges c
+		  ON c.id = (j.args ->> 'charge_id')::uuid AND c.attempt_count = (j.args ->> 'attempt')::int
+		WHERE j.state = 'discarded' AND j.kind = $1 AND c.hold_released_at IS NULL
+		  AND j.finalized_at <= $2
+		FOR UPDATE OF j SKIP LOCKED`, ReleaseHoldArgs{}.Kind(), now.Add(-quietFor))
+	if err != nil {
+		return nil, fmt.Errorf("find discarded hold checks: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("find discarded hold checks: %w", err)
+	}
+	return ids, nil
+}

@@ -35,7 +35,11 @@ type Biller struct {
 	// ScanInterval is how often the leader scans. A scan during which the
 	// clock moved further than this (a dev-clock jump) scans again at once.
 	ScanInterval time.Duration
-	Logger       zerolog.Logger
+	// HoldCheckRetryAfter spaces the runs of a hold check that River keeps
+	// discarding (a crash on every attempt) while its hold is not released:
+	// the scan has it run again once it has been discarded this long.
+	HoldCheckRetryAfter time.Duration
+	Logger              zerolog.Logger
 	// Notices publishes the customer notices due at the scan's now (notify
 	// implements it); nil sends none.
 	Notices Notifier

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -236,7 +237,30 @@ func (b *Biller) sweepDiscarded(ctx context.Context, now time.Time) (int, error)
 			jobs[i] = river.InsertManyParams{Args: charges.ReleaseHoldArgs{ChargeID: c.ID, Attempt: c.AttemptCount}}
 		}
 		total = len(swept)
-		return b.insertMany(ctx, tx, jobs)
+		if err := b.insertMany(ctx, tx, jobs); err != nil {
+			return err
+		}
+		return b.retryHoldChecks(ctx, tx, now)
 	})
 	return total, err
+}
+
+// retryHoldChecks has River run again the hold checks it discarded while
+// their hold was never released: the backstop for money left held.
+func (b *Biller) retryHoldChecks(ctx context.Context, tx pgx.Tx, now time.Time) error {
+	ids, err := charges.DiscardedHoldChecks(ctx, tx, now, b.HoldCheckRetryAfter)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if b.Client == nil {
+			return errors.New("scheduler: River client not set")
+		}
+		if _, err := b.Client.JobRetryTx(ctx, tx, id); err != nil {
+			return fmt.Errorf("run discarded hold check %d again: %w", id, err)
+		}
+		metrics.Retries.WithLabelValues("release_hold", "discarded").Inc()
+		b.Logger.Warn().Int64("job_id", id).Msg("a hold check was discarded with its hold not released: River runs it again")
+	}
+	return nil
 }

@@ -104,7 +104,8 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		UnavailableFor: cfg.UnavailableFor, CaptureInline: true, Logger: log.With().Str("component", "charges").Logger()}
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
-		ScanInterval: cfg.ScanInterval, Logger: log.With().Str("component", "scheduler").Logger()}
+		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
+		Logger: log.With().Str("component", "scheduler").Logger()}
 	biller.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
 		BatchSize: cfg.ScanBatch}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
