@@ -190,11 +190,12 @@ func (Pipeline) request(c Charge, op gateway.Op) gateway.Request {
 		ChargeKey: c.Key(), AuthorizationID: c.AuthorizationRef}
 }
 
-// lookup asks g what became of c's current attempt's op. The attempt's
-// start stands for when the call was first sent: no later than it, so a
-// provider that bounds replays by time errs on the safe side.
-func (p Pipeline) lookup(ctx context.Context, g gateway.Gateway, c Charge, op gateway.Op) (gateway.Result, error) {
-	req := gateway.LookupRequest{Op: op, Request: p.request(c, op)}
+// lookup asks g what became of c's current attempt's op; mayReplay: see
+// gateway.LookupRequest. The attempt's start stands for when the call was
+// first sent: no later than it, so a provider that bounds replays by time
+// errs on the safe side.
+func (p Pipeline) lookup(ctx context.Context, g gateway.Gateway, c Charge, op gateway.Op, mayReplay bool) (gateway.Result, error) {
+	req := gateway.LookupRequest{Op: op, Request: p.request(c, op), MayReplay: mayReplay}
 	if n := len(c.AttemptTimes); n > 0 {
 		req.SentAt = c.AttemptTimes[n-1]
 	}

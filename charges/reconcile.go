@@ -47,7 +47,7 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 		return p.review(ctx, s, c, err.Error())
 	}
 	res, err := p.call(ctx, c, op, func(ctx context.Context) (gateway.Result, error) {
-		return p.lookup(ctx, g, c, op)
+		return p.lookup(ctx, g, c, op, true) // not found, it would be sent again
 	})
 	if errors.Is(err, gateway.ErrUnprovable) {
 		return p.review(ctx, s, c, fmt.Sprintf("the %s of attempt %d got no answer and %s can no longer tell whether it happened: check the gateway's dashboard", op, c.AttemptCount, c.Gateway))

@@ -33,7 +33,7 @@ func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldAr
 	if err != nil {
 		return nil // nothing to ask; the review reason already says why
 	}
-	found, hold, err := p.attemptAtGateway(ctx, g, c)
+	found, hold, err := p.attemptAtGateway(ctx, g, c, true)
 	if err != nil {
 		return p.holdCheckFailed(ctx, s, c, err)
 	}
@@ -88,11 +88,12 @@ func (p *Pipeline) holdCheckFailed(_ context.Context, s stageRun, c Charge, err 
 // attemptAtGateway looks up c's current attempt at g. found describes money
 // the gateway took or holds that must not be released (a capture, or a
 // void that failed); hold is the reference of a live authorization that
-// nothing captured or voided.
-func (p *Pipeline) attemptAtGateway(ctx context.Context, g gateway.Gateway, c Charge) (found, hold string, err error) {
+// nothing captured or voided. mayReplay: the caller releases any hold it
+// finds, so a look by replay, which may place one, is allowed.
+func (p *Pipeline) attemptAtGateway(ctx context.Context, g gateway.Gateway, c Charge, mayReplay bool) (found, hold string, err error) {
 	lookup := func(op gateway.Op) (gateway.Result, bool, error) {
 		res, err := p.call(ctx, c, op, func(ctx context.Context) (gateway.Result, error) {
-			return p.lookup(ctx, g, c, op)
+			return p.lookup(ctx, g, c, op, mayReplay)
 		})
 		if errors.Is(err, gateway.ErrNotFound) {
 			return gateway.Result{}, false, nil
@@ -134,7 +135,7 @@ func (p *Pipeline) LiveMoney(ctx context.Context, c Charge) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	found, hold, err := p.attemptAtGateway(ctx, g, c)
+	found, hold, err := p.attemptAtGateway(ctx, g, c, false) // a look only: it must not place a hold
 	if err != nil {
 		return "", fmt.Errorf("%w: look up charge %s at %s: %w", ErrGatewayUnreachable, c.ID, c.Gateway, err)
 	}

@@ -51,12 +51,14 @@ type fakeGateway struct {
 	gateway.Gateway
 	ops        map[string]gateway.Result
 	LookupFunc func(key string) (gateway.Result, error)
+	replayed   bool // some lookup allowed a replay
 }
 
 func (f *fakeGateway) Name() string { return "fake" }
 
 func (f *fakeGateway) Lookup(_ context.Context, req gateway.LookupRequest) (gateway.Result, error) {
 	key := req.Request.IdempotencyKey
+	f.replayed = f.replayed || req.MayReplay
 	if f.LookupFunc != nil {
 		return f.LookupFunc(key)
 	}
@@ -92,8 +94,16 @@ func TestLiveMoneyRefusesARetryThatWouldPayTwice(t *testing.T) {
 			found, err := p.LiveMoney(context.Background(), c)
 			require.NoError(t, err)
 			require.Equal(t, tc.found, found)
+			require.False(t, g.replayed, "a look must not send an authorize again: it could place the hold it looks for")
 		})
 	}
+	t.Run("provider cannot tell", func(t *testing.T) {
+		t.Parallel()
+		g := &fakeGateway{LookupFunc: func(string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrUnprovable }}
+		p := &Pipeline{Gateways: NewGateways([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
+		_, err := p.LiveMoney(context.Background(), c)
+		require.ErrorIs(t, err, ErrGatewayUnreachable, "no retry on a guess")
+	})
 	t.Run("gateway unreachable", func(t *testing.T) {
 		t.Parallel()
 		g := &fakeGateway{LookupFunc: func(string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrUnavailable }}

@@ -88,6 +88,13 @@ type LookupRequest struct {
 	Op      Op
 	Request Request
 	SentAt  time.Time
+	// MayReplay allows finding the operation by sending the request again
+	// under its key: when the first send never arrived, the replay does
+	// what it asks (places the hold). Only callers that would send it, or
+	// release what it does, set it; a look that must not move money
+	// leaves it unset and gets ErrUnprovable where only a replay could
+	// tell.
+	MayReplay bool
 }
 
 // Gateway is a payment provider account. Every method is safe to call again
