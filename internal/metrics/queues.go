@@ -34,7 +34,7 @@ var sampled struct {
 // rather than nothing.
 func SampleQueues(ctx context.Context, db Querier, queues []string) error {
 	rows, err := db.Query(ctx, `SELECT queue, state::text, count(*),
-		coalesce(extract(epoch FROM now() - min(scheduled_at)) FILTER (WHERE state = 'available'), 0)::float8
+		extract(epoch FROM now() - min(scheduled_at))::float8
 		FROM river_job WHERE state = ANY($1::river_job_state[]) GROUP BY queue, state`, riverStates)
 	if err != nil {
 		return fmt.Errorf("sample River queues: %w", err)
