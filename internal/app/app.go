@@ -430,7 +430,7 @@ func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io
 		return err
 	}
 	defer svc.Close()
-	stopMetrics, err := startMetricsListener(ctx, cfg, log, pool)
+	stopMetrics, err := startMetrics(ctx, cfg, log, pool)
 	if err != nil {
 		return err
 	}

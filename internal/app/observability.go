@@ -40,10 +40,10 @@ func riverMiddleware() []rivertype.Middleware {
 	})}
 }
 
-// startMetricsListener serves /metrics alone on REBILL_METRICS_ADDR, when
-// set, and samples River's queues for it. The returned function stops the
-// listener.
-func startMetricsListener(ctx context.Context, cfg config.Config, log zerolog.Logger, db metrics.Querier) (func(context.Context), error) {
+// startMetrics samples River's queues for /metrics and, when
+// REBILL_METRICS_ADDR is set, serves /metrics alone there. The returned
+// function stops that listener.
+func startMetrics(ctx context.Context, cfg config.Config, log zerolog.Logger, db metrics.Querier) (func(context.Context), error) {
 	go metrics.SampleQueuesEvery(ctx, db, []string{river.QueueDefault, notify.Queue}, queueSampleInterval, func(err error) {
 		log.Warn().Err(err).Msg("sample River queues for /metrics")
 	})
