@@ -19,6 +19,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/apikeys"
@@ -86,6 +88,9 @@ type Deps struct {
 	// Webhooks are the webhook endpoints' use cases (admin changes them,
 	// support and admin read them).
 	Webhooks *notify.Webhooks
+	// MetricsElsewhere: /metrics has a listener of its own
+	// (REBILL_METRICS_ADDR), so this handler does not serve it.
+	MetricsElsewhere bool
 }
 
 // Server is the HTTP handler of rebill.
@@ -115,7 +120,9 @@ func (s *Server) routes() *chi.Mux {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", s.readyz)
-	r.Method(http.MethodGet, "/metrics", promhttp.Handler())
+	if !s.MetricsElsewhere {
+		r.Method(http.MethodGet, "/metrics", promhttp.Handler())
+	}
 	r.Get("/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPIDocument)
@@ -223,6 +230,10 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		statusText := strconv.Itoa(status)
 		metrics.HTTPRequests.WithLabelValues(route, r.Method, statusText).Inc()
 		metrics.HTTPDuration.WithLabelValues(route, r.Method, statusText).Observe(elapsed.Seconds())
+		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+			span.SetName(r.Method + " " + route)
+			span.SetAttributes(attribute.String("http.route", route))
+		}
 
 		event := s.Logger.Info()
 		if status >= 500 {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/internal/clock"
@@ -77,6 +78,8 @@ type Pipeline struct {
 	// job.
 	CaptureInline bool
 	Logger        zerolog.Logger
+	// Tracer spans each gateway call; nil traces nothing.
+	Tracer trace.Tracer
 }
 
 // stageRun is one run of a pipeline stage's job: the charge it works on
@@ -142,6 +145,7 @@ func (p *Pipeline) transitioned(c Charge, reason string) {
 func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ctx context.Context) (gateway.Result, error)) (gateway.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.CallTimeout)
 	defer cancel()
+	ctx, span := p.startCall(ctx, c, op)
 	start := time.Now()
 	res, err := fn(ctx)
 	outcome := string(res.Status)
@@ -159,6 +163,7 @@ func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ct
 	case err != nil:
 		outcome = "error"
 	}
+	endCall(span, c, op, outcome, res.DeclineCode, time.Since(start))
 	p.Logger.Info().Str("charge_id", c.ID.String()).Str("subscription_id", c.SubscriptionID.String()).
 		Str("gateway", c.Gateway).Str("op", string(op)).Int("attempt", c.AttemptCount).
 		Str("outcome", outcome).Int64("latency_ms", time.Since(start).Milliseconds()).

@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+
+	"github.com/rebill/rebill/internal/metrics"
 )
 
 // Delivery limits (API.md).
@@ -152,6 +154,7 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 			OutcomeFailed); rerr != nil {
 			return fmt.Errorf("record delivery attempt: %w", rerr)
 		}
+		metrics.WebhookDeliveries.WithLabelValues(OutcomeFailed).Inc()
 		return river.JobCancel(err)
 	}
 	event, err := GetEvent(ctx, w.Pool, job.Args.EventID, "")
@@ -187,6 +190,8 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		job.Args.EndpointID, a.EventID, a.Attempt, a.Outcome, a.StatusCode, a.Error, a.DurationMS, a.At, a.NextAttemptAt); err != nil {
 		return fmt.Errorf("record delivery attempt: %w", err)
 	}
+	metrics.WebhookDeliveries.WithLabelValues(a.Outcome).Inc()
+	metrics.WebhookDeliveryLag.Observe(start.Sub(job.CreatedAt).Seconds())
 	switch a.Outcome {
 	case OutcomeDelivered:
 		return nil

@@ -106,6 +106,7 @@ func (b *Biller) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 		metrics.ReviewQueueSize.Set(float64(n))
 	}
 	metrics.StageRuns.WithLabelValues("scan", "ok").Inc()
+	metrics.ScanFinished()
 	return res, nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pgembed"
+	"github.com/rebill/rebill/internal/tracing"
 	"github.com/rebill/rebill/migrations"
 	"github.com/rebill/rebill/notify"
 )
@@ -413,11 +414,26 @@ func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io
 			return err
 		}
 	}
+	stopTracing, err := tracing.Setup(ctx, cfg.OTLPEndpoint, buildVersion())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			log.Warn().Err(err).Msg("flush traces")
+		}
+	}()
 	svc, err := Build(ctx, cfg, pool, log)
 	if err != nil {
 		return err
 	}
 	defer svc.Close()
+	stopMetrics, err := startMetrics(ctx, cfg, log, pool)
+	if err != nil {
+		return err
+	}
 
 	listener, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -445,6 +461,7 @@ func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io
 	if err := httpServer.Shutdown(shutdownCtx); err != nil {
 		log.Error().Err(err).Msg("HTTP shutdown")
 	}
+	stopMetrics(shutdownCtx)
 	if err := svc.River.Stop(shutdownCtx); err != nil {
 		log.Error().Err(err).Msg("River shutdown")
 	}

@@ -23,6 +23,8 @@ import (
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/internal/tracing"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
@@ -101,7 +103,8 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
 	pipeline := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock},
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
-		UnavailableFor: cfg.UnavailableFor, CaptureInline: true, Logger: log.With().Str("component", "charges").Logger()}
+		UnavailableFor: cfg.UnavailableFor, CaptureInline: true, Logger: log.With().Str("component", "charges").Logger(),
+		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges")}
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
@@ -152,6 +155,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		FetchPollInterval:           cfg.FetchPollInterval,
 		PeriodicJobs:                periodicJobs(cfg),
 		Logger:                      riverLogger(log),
+		Middleware:                  riverMiddleware(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create River client: %w", err)
@@ -169,11 +173,13 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	}
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, Attempts: pipeline,
 		KnownGateway: breakers.Known, Clock: svc.Clock}
-	svc.Handler = api.NewServer(api.Deps{
+	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())
+	svc.Handler = tracing.Handler(api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: breakers.Known, Dev: dev, Logger: log,
-		Webhooks: &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
-	})
+		Webhooks:         &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
+		MetricsElsewhere: cfg.MetricsAddr != "",
+	}), tracerProvider())
 	return svc, nil
 }
 

@@ -51,6 +51,10 @@ type Config struct {
 	WebhookAllowPrivate bool
 	WebhookWorkers      int
 	UpcomingNotice      time.Duration
+	// MetricsAddr, when set, serves /metrics there instead of on Addr.
+	MetricsAddr string
+	// OTLPEndpoint, when set, exports traces there (OTLP over HTTP).
+	OTLPEndpoint string
 }
 
 // variable documents one environment variable.
@@ -164,6 +168,10 @@ var variables = []variable{
 		intInto(func(c *Config) *int { return &c.WebhookWorkers })},
 	{"REBILL_UPCOMING_NOTICE", "72h", "charge.upcoming is published this long before each renewal",
 		durationInto(func(c *Config) *time.Duration { return &c.UpcomingNotice })},
+	{"REBILL_METRICS_ADDR", "", "listen address of /metrics (e.g. 127.0.0.1:9090); when set, REBILL_ADDR no longer serves /metrics, so it need not be public",
+		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318): traces of requests, jobs and gateway calls go to its /v1/traces; empty: no tracing. The other OTEL_EXPORTER_OTLP_* variables (headers, timeout) apply",
+		func(c *Config, v string) error { c.OTLPEndpoint = v; return nil }},
 }
 
 func durationInto(field func(*Config) *time.Duration) func(*Config, string) error {

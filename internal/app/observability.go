@@ -1,0 +1,79 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/notify"
+)
+
+// queueSampleInterval is how often a node samples River's queues for
+// /metrics: about one Prometheus scrape.
+const queueSampleInterval = 15 * time.Second
+
+// tracerProvider is the process' provider as tracing.Setup left it (the
+// no-op one unless OTEL_EXPORTER_OTLP_ENDPOINT is set), read when a node
+// is built.
+func tracerProvider() trace.TracerProvider { return otel.GetTracerProvider() }
+
+// riverMiddleware spans every job River works or inserts (otelriver, River's
+// own OpenTelemetry middleware; job args are not recorded).
+func riverMiddleware() []rivertype.Middleware {
+	return []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
+		TracerProvider:              tracerProvider(),
+		EnableWorkSpanJobKindSuffix: true,
+	})}
+}
+
+// startMetrics samples River's queues for /metrics and, when
+// REBILL_METRICS_ADDR is set, serves /metrics alone there. The returned
+// function stops that listener.
+func startMetrics(ctx context.Context, cfg config.Config, log zerolog.Logger, db metrics.Querier) (func(context.Context), error) {
+	go metrics.SampleQueuesEvery(ctx, db, []string{river.QueueDefault, notify.Queue}, queueSampleInterval, func(err error) {
+		log.Warn().Err(err).Msg("sample River queues for /metrics")
+	})
+	if cfg.MetricsAddr == "" {
+		return func(context.Context) {}, nil
+	}
+	listener, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on REBILL_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.Handler())
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+	go func() {
+		if err := server.Serve(listener); !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("metrics listener failed")
+		}
+	}()
+	log.Info().Str("addr", "http://"+listener.Addr().String()+"/metrics").Msg("metrics listening")
+	return func(ctx context.Context) {
+		if err := server.Shutdown(ctx); err != nil {
+			log.Error().Err(err).Msg("metrics listener shutdown")
+		}
+	}, nil
+}
+
+// buildVersion is the module version traces report as service.version.
+func buildVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "(devel)"
+}
