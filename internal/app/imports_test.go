@@ -32,6 +32,8 @@ var allowedImports = map[string][]string{
 	"notify":               {"charges", "notify/objects", "subscriptions"},
 	"notify/objects":       {"charges", "subscriptions"},
 	"cmd/rebill":           {"internal/app"},
+
+	"charges/gateway/yookassa": {"charges/gateway"},
 }
 
 type listedPackage struct {
