@@ -8,15 +8,14 @@ const (
 	reasonExpiredOnCapture = "expired_on_capture"
 	// reasonCanceledByMerchant: a void (POST .../cancel) released the hold.
 	reasonCanceledByMerchant = "canceled_by_merchant"
-	// reasonInternalTimeout: YooKassa gave up on its own partner; the same
-	// key would only return this canceled payment again, so it is a soft
-	// decline and the next attempt uses a new key.
-	reasonInternalTimeout = "internal_timeout"
 )
 
 // hardReasons are the cancellation reasons that no later attempt with the
 // same payment method can overcome. Every other reason, including those
-// YooKassa adds later, is soft: dunning tries again.
+// YooKassa adds later, is soft: dunning tries again. That includes
+// internal_timeout (YooKassa gave up waiting for a partner): the same key
+// would only return this canceled payment again, so the retry is the
+// pipeline's next attempt, under a new key.
 var hardReasons = map[string]bool{
 	"card_expired":              true,
 	"fraud_suspected":           true,
