@@ -35,7 +35,9 @@
 //	200 canceled, expired_on_capture             capture: StatusFailed, DeclineCode "expired_on_capture"
 //	202 {retry_after: ms}                        wait, send again with the same key; ctx ends first: ErrUnknownOutcome
 //	400, 404, other 4xx                          StatusFailed, DeclineCode = YooKassa's error code; a capture or
-//	                                             void first reads the payment, whose state then answers
+//	                                             void first reads the payment: if it is already captured or
+//	                                             canceled (an earlier call whose key was forgotten), its
+//	                                             state answers instead
 //	401, 403                                     ErrUnavailable (nothing done; the shop id or secret is wrong)
 //	429, 503                                     ErrUnavailable
 //	500, 502, 504, other 5xx                     ErrUnknownOutcome
@@ -64,8 +66,13 @@
 // SentAt, less a 10 minute margin for clock skew): YooKassa answers the
 // payment it made then, or makes it now if the first send never arrived.
 // A lookup within that window therefore never returns ErrNotFound, and may
-// itself place the hold (which is what the pipeline would do next). Past
+// itself place the hold (which is what the pipeline would do next). If
+// YooKassa refuses the replay (the key is held by a request that differed,
+// or the request is bad), the payments since SentAt are scanned as below,
+// and only when none carries the key is the refusal the answer. Past
 // the window it pages through the payments created from SentAt to the
 // end of the key's life and matches rebill_gateway_key locally; no match
-// (or several) is ErrUnprovable, and the charge goes to review.
+// (or several) is ErrUnprovable, and the charge goes to review. The scan
+// reads every page of that day within the call's timeout: a shop with
+// very many payments a day may need a longer one.
 package yookassa

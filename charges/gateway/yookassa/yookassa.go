@@ -121,26 +121,38 @@ func (g *Gateway) Name() string { return g.name }
 func (g *Gateway) Authorize(ctx context.Context, req gateway.Request) (gateway.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	p, res, err := g.create(ctx, req)
-	if err != nil || p == nil {
-		return res, err
+	out, err := g.create(ctx, req)
+	if err != nil {
+		return gateway.Result{}, err
 	}
-	return g.authorized(ctx, req, *p)
+	if out.payment == nil {
+		return out.failed, nil
+	}
+	return g.authorized(ctx, req, *out.payment)
+}
+
+// created is what a create came to: a payment, or a failed result.
+type created struct {
+	payment *payment
+	failed  gateway.Result
+	// refused: YooKassa refused the request (rather than rebill, before
+	// sending it).
+	refused bool
 }
 
 // create sends POST /payments. A request that cannot be written, or that
 // YooKassa refuses, comes back as a StatusFailed result and no payment.
-func (g *Gateway) create(ctx context.Context, req gateway.Request) (*payment, gateway.Result, error) {
+func (g *Gateway) create(ctx context.Context, req gateway.Request) (created, error) {
 	value, err := formatAmount(req.Amount, req.Currency)
 	if req.Amount <= 0 && err == nil {
 		err = fmt.Errorf("%w: %d is not positive", errAmount, req.Amount)
 	}
 	if err != nil {
-		return nil, g.failed(gateway.OpAuthorize, req, "invalid_amount"), nil
+		return created{failed: g.failed(gateway.OpAuthorize, req, "invalid_amount")}, nil
 	}
 	rcpt, err := toReceipt(req.Receipt, req.Currency)
 	if err != nil {
-		return nil, g.failed(gateway.OpAuthorize, req, "invalid_receipt"), nil
+		return created{failed: g.failed(gateway.OpAuthorize, req, "invalid_receipt")}, nil
 	}
 	description := "rebill " + req.ChargeKey
 	if len(description) > maxDescription {
@@ -156,12 +168,12 @@ func (g *Gateway) create(ctx context.Context, req gateway.Request) (*payment, ga
 	var p payment
 	err = g.call(ctx, http.MethodPost, "/payments", req.IdempotencyKey, body, &p)
 	if refused := (*apiError)(nil); errors.As(err, &refused) {
-		return nil, g.failed(gateway.OpAuthorize, req, refused.Code), nil
+		return created{failed: g.failed(gateway.OpAuthorize, req, refused.Code), refused: true}, nil
 	}
 	if err != nil {
-		return nil, gateway.Result{}, g.wrap(gateway.OpAuthorize, req.IdempotencyKey, err)
+		return created{}, g.wrap(gateway.OpAuthorize, req.IdempotencyKey, err)
 	}
-	return &p, gateway.Result{}, nil
+	return created{payment: &p}, nil
 }
 
 // authorized turns a payment into the authorize's result, waiting while it
@@ -219,12 +231,17 @@ func (g *Gateway) Capture(ctx context.Context, req gateway.Request) (gateway.Res
 		return g.failed(gateway.OpCapture, req, "invalid_receipt"), nil
 	}
 	body := capturePayment{Amount: amount{Value: value, Currency: req.Currency}, Receipt: rcpt}
-	p, err := g.paymentOp(ctx, req, "/capture", body)
+	p, refused, err := g.paymentOp(ctx, req, "/capture", body)
 	if err != nil {
 		return gateway.Result{}, g.wrap(gateway.OpCapture, req.IdempotencyKey, err)
 	}
 	if p == nil {
 		return g.failed(gateway.OpCapture, req, "payment_not_found"), nil
+	}
+	if refused != nil && p.Status != statusSucceeded && p.Status != statusCanceled {
+		// Refused for the request itself (an amount over the hold, a bad
+		// receipt): the hold is still there, uncaptured.
+		return g.failed(gateway.OpCapture, req, refused.Code), nil
 	}
 	// A capture still under way answers the payment as it was.
 	settled, err := g.settle(ctx, *p, statusWaitingForCapture)
@@ -264,12 +281,15 @@ func (g *Gateway) Void(ctx context.Context, req gateway.Request) (gateway.Result
 	if req.AuthorizationID == "" {
 		return g.failed(gateway.OpVoid, req, "no_authorization"), nil
 	}
-	p, err := g.paymentOp(ctx, req, "/cancel", struct{}{})
+	p, refused, err := g.paymentOp(ctx, req, "/cancel", struct{}{})
 	if err != nil {
 		return gateway.Result{}, g.wrap(gateway.OpVoid, req.IdempotencyKey, err)
 	}
 	if p == nil {
 		return g.failed(gateway.OpVoid, req, "payment_not_found"), nil
+	}
+	if refused != nil && p.Status != statusSucceeded && p.Status != statusCanceled {
+		return g.failed(gateway.OpVoid, req, refused.Code), nil
 	}
 	return g.voidResult(req.IdempotencyKey, *p)
 }
@@ -292,21 +312,22 @@ func (g *Gateway) voidResult(key string, p payment) (gateway.Result, error) {
 }
 
 // paymentOp posts a capture or cancel of req's payment. When YooKassa
-// refuses it (the payment is no longer waiting: captured or canceled
-// before, maybe by an earlier call whose answer was lost and whose key has
-// been forgotten), the payment is read: its state is the answer. A nil
-// payment: it does not exist.
-func (g *Gateway) paymentOp(ctx context.Context, req gateway.Request, action string, body any) (*payment, error) {
+// refuses it, the payment is read and returned with the refusal: if it is
+// no longer waiting (captured or canceled before, maybe by an earlier call
+// whose answer was lost and whose key has been forgotten), its state is
+// the answer. A nil payment: it does not exist.
+func (g *Gateway) paymentOp(ctx context.Context, req gateway.Request, action string, body any) (*payment, *apiError, error) {
 	var p payment
 	path := "/payments/" + url.PathEscape(req.AuthorizationID)
 	err := g.call(ctx, http.MethodPost, path+action, req.IdempotencyKey, body, &p)
 	if refused := (*apiError)(nil); errors.As(err, &refused) {
-		return g.get(ctx, req.AuthorizationID)
+		now, err := g.get(ctx, req.AuthorizationID)
+		return now, refused, err
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &p, nil
+	return &p, nil, nil
 }
 
 // get reads one payment; nil when it does not exist.
@@ -365,28 +386,52 @@ func (g *Gateway) Lookup(ctx context.Context, req gateway.LookupRequest) (gatewa
 		return gateway.Result{}, fmt.Errorf("%w: gateway %s: authorize %q: no payment id and no send time", gateway.ErrUnprovable, g.name, r.IdempotencyKey)
 	}
 	now := g.clock.Now()
-	if now.Before(req.SentAt.Add(keyRetention - clockSkew)) {
-		p, res, err := g.create(ctx, r)
-		if err != nil || p == nil {
-			return res, err
-		}
-		return g.authorized(ctx, r, *p)
-	}
 	// A send after the key's retention would be a new payment, not this
-	// one: the window ends there.
+	// one: a scan's window ends there.
 	until := req.SentAt.Add(keyRetention + clockSkew)
 	if now.Before(until) {
 		until = now
 	}
-	found, err := g.scan(ctx, req.SentAt.Add(-clockSkew), until,
-		func(p payment) bool { return p.Metadata[metaGatewayKey] == r.IdempotencyKey })
+	if now.Before(req.SentAt.Add(keyRetention - clockSkew)) {
+		out, err := g.create(ctx, r)
+		switch {
+		case err != nil:
+			return gateway.Result{}, err
+		case out.payment != nil:
+			return g.authorized(ctx, r, *out.payment)
+		case !out.refused:
+			return out.failed, nil
+		}
+		// Refused: the request is bad, or the key is held by a payment
+		// whose request differed from this one (a field the caller did not
+		// send again the same way). The metadata tells which.
+		res, err := g.scanFor(ctx, r, req.SentAt.Add(-clockSkew), until.Add(time.Second))
+		if errors.Is(err, errNoMatch) {
+			return out.failed, nil
+		}
+		return res, err
+	}
+	res, err := g.scanFor(ctx, r, req.SentAt.Add(-clockSkew), until)
+	if errors.Is(err, errNoMatch) {
+		return gateway.Result{}, fmt.Errorf("%w: %w, and YooKassa no longer remembers the key", gateway.ErrUnprovable, err)
+	}
+	return res, err
+}
+
+// errNoMatch: no payment carries the key.
+var errNoMatch = errors.New("no payment carries the key")
+
+// scanFor finds the one payment created in [from, to) whose metadata
+// carries r's key. Several are ErrUnprovable: which one is the charge's is
+// for a person to say.
+func (g *Gateway) scanFor(ctx context.Context, r gateway.Request, from, to time.Time) (gateway.Result, error) {
+	found, err := g.scan(ctx, from, to, func(p payment) bool { return p.Metadata[metaGatewayKey] == r.IdempotencyKey })
 	if err != nil {
 		return gateway.Result{}, g.wrap(gateway.OpAuthorize, r.IdempotencyKey, err)
 	}
 	switch len(found) {
 	case 0:
-		return gateway.Result{}, fmt.Errorf("%w: gateway %s: authorize %q: no payment carries the key, and YooKassa no longer remembers it",
-			gateway.ErrUnprovable, g.name, r.IdempotencyKey)
+		return gateway.Result{}, g.wrap(gateway.OpAuthorize, r.IdempotencyKey, errNoMatch)
 	case 1:
 		return g.authorizeResult(r.IdempotencyKey, found[0])
 	}

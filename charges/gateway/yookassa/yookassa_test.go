@@ -234,6 +234,22 @@ func TestCaptureAnswers(t *testing.T) {
 	}
 }
 
+// TestCaptureRefused: a capture refused for the request itself leaves
+// the hold uncaptured, and says so.
+func TestCaptureRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	id := b.hold(ctx, t)
+	over := withPayment(request(gateway.OpCapture, ""), id)
+	over.Amount = 49901
+	res, err := b.gw.Capture(ctx, over)
+	require.NoError(t, err)
+	require.Equal(t, gateway.StatusFailed, res.Status)
+	require.Equal(t, "invalid_request", res.DeclineCode)
+	require.Equal(t, "waiting_for_capture", b.fake.payment(id).Status)
+}
+
 // TestVoidAnswers is the mapping of YooKassa's answers to a void.
 func TestVoidAnswers(t *testing.T) {
 	t.Parallel()
@@ -372,6 +388,34 @@ func TestLookup(t *testing.T) {
 		require.Equal(t, req.IdempotencyKey, res.IdempotencyKey)
 		require.Equal(t, posts, b.fake.posts(), "past 24 h nothing is sent again")
 		require.Len(t, b.fake.all(), 151)
+	})
+
+	t.Run("ReplayRefusedFoundByMetadata", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.fake.loseNext("create", 1)
+		sent := request(gateway.OpAuthorize, "pm_ok_1")
+		sent.Receipt = &gateway.Receipt{Customer: gateway.ReceiptCustomer{Phone: "79001234567"},
+			Items: []gateway.ReceiptItem{{Description: "Gym", Quantity: "1", Amount: 49900, VATCode: 1}}}
+		_, err := b.gw.Authorize(ctx, sent)
+		require.ErrorIs(t, err, gateway.ErrUnknownOutcome)
+		asked := sent
+		asked.Receipt = nil // not sent again the same way: YooKassa refuses the key
+		res, err := lookup(b, gateway.OpAuthorize, asked)
+		require.NoError(t, err)
+		require.Equal(t, gateway.StatusSucceeded, res.Status)
+		require.Equal(t, b.fake.all()[0].ID, res.Reference)
+		require.Len(t, b.fake.all(), 1)
+	})
+
+	t.Run("ReplayOfABadRequestFails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		res, err := lookup(b, gateway.OpAuthorize, request(gateway.OpAuthorize, "not_a_saved_method"))
+		require.NoError(t, err)
+		require.Equal(t, gateway.StatusFailed, res.Status)
+		require.Equal(t, "invalid_request", res.DeclineCode)
+		require.Empty(t, b.fake.all())
 	})
 
 	t.Run("DeclineFoundByMetadataAfter24h", func(t *testing.T) {
