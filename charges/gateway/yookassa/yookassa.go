@@ -354,7 +354,9 @@ func (g *Gateway) settle(ctx context.Context, p payment, while string) (payment,
 		wait = min(2*wait, 2*time.Second)
 		next, err := g.get(ctx, p.ID)
 		if err != nil {
-			return p, err
+			// The payment exists: whatever kept it from being read, the
+			// outcome is unknown, not "nothing done" (%v, not %w).
+			return p, fmt.Errorf("%w: payment %s is %s and could not be read again: %v", gateway.ErrUnknownOutcome, p.ID, p.Status, err)
 		}
 		if next == nil {
 			return p, fmt.Errorf("%w: payment %s vanished", gateway.ErrUnknownOutcome, p.ID)
@@ -405,7 +407,7 @@ func (g *Gateway) Lookup(ctx context.Context, req gateway.LookupRequest) (gatewa
 		// Refused: the request is bad, or the key is held by a payment
 		// whose request differed from this one (a field the caller did not
 		// send again the same way). The metadata tells which.
-		res, err := g.scanFor(ctx, r, req.SentAt.Add(-clockSkew), until.Add(time.Second))
+		res, err := g.scanFor(ctx, r, req.SentAt.Add(-clockSkew), until)
 		if errors.Is(err, errNoMatch) {
 			return out.failed, nil
 		}
@@ -421,11 +423,11 @@ func (g *Gateway) Lookup(ctx context.Context, req gateway.LookupRequest) (gatewa
 // errNoMatch: no payment carries the key.
 var errNoMatch = errors.New("no payment carries the key")
 
-// scanFor finds the one payment created in [from, to) whose metadata
+// scanFor finds the one payment created in [from, to] whose metadata
 // carries r's key. Several are ErrUnprovable: which one is the charge's is
 // for a person to say.
 func (g *Gateway) scanFor(ctx context.Context, r gateway.Request, from, to time.Time) (gateway.Result, error) {
-	found, err := g.scan(ctx, from, to, func(p payment) bool { return p.Metadata[metaGatewayKey] == r.IdempotencyKey })
+	found, err := g.scan(ctx, from, to.Add(time.Millisecond), func(p payment) bool { return p.Metadata[metaGatewayKey] == r.IdempotencyKey })
 	if err != nil {
 		return gateway.Result{}, g.wrap(gateway.OpAuthorize, r.IdempotencyKey, err)
 	}

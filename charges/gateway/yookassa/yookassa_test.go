@@ -107,6 +107,7 @@ func TestAuthorizeAnswers(t *testing.T) {
 		{name: "WrongSecret401", token: "pm_ok_1", fault: func(f *fakeYooKassa) { f.secret = "rotated" }, err: gateway.ErrUnavailable},
 		{name: "AnswerLost", token: "pm_ok_1", fault: func(f *fakeYooKassa) { f.loseNext("create", 1) }, err: gateway.ErrUnknownOutcome},
 		{name: "NotSent", token: "pm_ok_1", fault: func(f *fakeYooKassa) { f.srv.Close() }, err: gateway.ErrUnavailable},
+		{name: "PendingThenUnreadable", token: "pm_pending_1", fault: func(f *fakeYooKassa) { f.failNext("get", 503) }, err: gateway.ErrUnknownOutcome},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -120,6 +121,9 @@ func TestAuthorizeAnswers(t *testing.T) {
 			b.requireClean(t, err, tc.token)
 			if tc.err != nil {
 				require.ErrorIs(t, err, tc.err)
+				if tc.err == gateway.ErrUnknownOutcome {
+					require.NotErrorIs(t, err, gateway.ErrUnavailable, "an unknown outcome is never \"nothing done\"")
+				}
 				return
 			}
 			require.NoError(t, err)
