@@ -52,7 +52,12 @@ type fakeYooKassa struct {
 	requests []fakeRequest
 	statuses map[string][]int // action -> statuses to answer next, doing nothing
 	lost     map[string]int   // action -> answers to lose after processing
+	// retryAfter is the wait a 202 asks for, in milliseconds.
+	retryAfter int
 }
+
+// testSecret is the shop's secret key: no error may show it.
+const testSecret = "test_secret_DO_NOT_LEAK"
 
 // holdLifetime is how long YooKassa keeps a card hold.
 const holdLifetime = 7 * 24 * time.Hour
@@ -123,9 +128,9 @@ type fakeReceipt struct {
 }
 
 func newFake(t testing.TB, clk *testsupport.Clock) *fakeYooKassa {
-	f := &fakeYooKassa{t: t, clock: clk, shopID: "506751", secret: "test_secret_DO_NOT_LEAK",
+	f := &fakeYooKassa{t: t, clock: clk, shopID: "506751", secret: testSecret,
 		payments: map[string]*fakePayment{}, keys: map[string]*keyEntry{},
-		statuses: map[string][]int{}, lost: map[string]int{}}
+		statuses: map[string][]int{}, lost: map[string]int{}, retryAfter: 30}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -133,6 +138,13 @@ func newFake(t testing.TB, clk *testsupport.Clock) *fakeYooKassa {
 
 // URL is the API's base URL, like https://api.yookassa.ru/v3.
 func (f *fakeYooKassa) URL() string { return f.srv.URL + "/v3" }
+
+// set changes the fake's settings between requests.
+func (f *fakeYooKassa) set(fn func(f *fakeYooKassa)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
 
 // failNext makes the next requests of action answer these statuses,
 // having done nothing.
@@ -283,7 +295,7 @@ func (f *fakeYooKassa) idempotent(w http.ResponseWriter, r *http.Request, action
 	if e.processing > 0 {
 		e.processing--
 		writeJSON(w, http.StatusAccepted, map[string]any{"type": "processing", "description": "Request accepted",
-			"retry_after": 30})
+			"retry_after": f.retryAfter})
 		return
 	}
 	if e.body == nil {

@@ -122,7 +122,7 @@ func newPipelineWorld(t *testing.T) *pipelineWorld {
 	clk := testsupport.NewClock(start)
 	fake := newFake(t, clk)
 	gw, err := yookassa.New(yookassa.Config{Name: "yk1", BaseURL: fake.URL(), ShopID: fake.shopID,
-		SecretKey: fake.secret, Timeout: 2 * time.Second, Clock: clk})
+		SecretKey: testSecret, Timeout: 2 * time.Second, Clock: clk})
 	require.NoError(t, err)
 	subs := &paidSubscriptions{current: charges.Subscription{Gateway: "yk1", Token: "pm_ok_1"}}
 	p := &charges.Pipeline{

@@ -32,7 +32,7 @@ func setup(t *testing.T) *testBundle {
 	clk := testsupport.NewClock(start)
 	fake := newFake(t, clk)
 	gw, err := yookassa.New(yookassa.Config{Name: "yk1", BaseURL: fake.URL(), ShopID: fake.shopID,
-		SecretKey: fake.secret, Timeout: 5 * time.Second, Clock: clk})
+		SecretKey: testSecret, Timeout: 5 * time.Second, Clock: clk})
 	require.NoError(t, err)
 	return &testBundle{clock: clk, fake: fake, gw: gw}
 }
@@ -65,7 +65,7 @@ func (b *testBundle) requireClean(t *testing.T, err error, token string) {
 	if err == nil {
 		return
 	}
-	require.NotContains(t, err.Error(), b.fake.secret)
+	require.NotContains(t, err.Error(), testSecret)
 	if token != "" {
 		require.NotContains(t, err.Error(), token)
 	}
@@ -104,7 +104,7 @@ func TestAuthorizeAnswers(t *testing.T) {
 		{name: "Internal500", token: "pm_ok_1", fault: func(f *fakeYooKassa) { f.failNext("create", 500) }, err: gateway.ErrUnknownOutcome},
 		{name: "BadGateway502", token: "pm_ok_1", fault: func(f *fakeYooKassa) { f.failNext("create", 502) }, err: gateway.ErrUnknownOutcome},
 		{name: "GatewayTimeout504", token: "pm_ok_1", fault: func(f *fakeYooKassa) { f.failNext("create", 504) }, err: gateway.ErrUnknownOutcome},
-		{name: "WrongSecret401", token: "pm_ok_1", fault: func(f *fakeYooKassa) { f.secret = "rotated" }, err: gateway.ErrUnavailable},
+		{name: "WrongSecret401", token: "pm_ok_1", fault: func(f *fakeYooKassa) { f.set(func(f *fakeYooKassa) { f.secret = "rotated" }) }, err: gateway.ErrUnavailable},
 		{name: "AnswerLost", token: "pm_ok_1", fault: func(f *fakeYooKassa) { f.loseNext("create", 1) }, err: gateway.ErrUnknownOutcome},
 		{name: "NotSent", token: "pm_ok_1", fault: func(f *fakeYooKassa) { f.srv.Close() }, err: gateway.ErrUnavailable},
 		{name: "PendingThenUnreadable", token: "pm_pending_1", fault: func(f *fakeYooKassa) { f.failNext("get", 503) }, err: gateway.ErrUnknownOutcome},
@@ -546,11 +546,13 @@ func TestProcessing(t *testing.T) {
 	t.Run("DeadlineFirst", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		short, cancel := context.WithTimeout(ctx, 10*time.Millisecond) // less than retry_after
+		b.fake.set(func(f *fakeYooKassa) { f.retryAfter = 5000 })
+		short, cancel := context.WithTimeout(ctx, time.Second) // less than retry_after
 		defer cancel()
 		req := request(gateway.OpAuthorize, "pm_slow_1")
 		_, err := b.gw.Authorize(short, req)
 		require.ErrorIs(t, err, gateway.ErrUnknownOutcome)
+		b.fake.set(func(f *fakeYooKassa) { f.retryAfter = 30 })
 		res, err := b.gw.Lookup(ctx, gateway.LookupRequest{Op: gateway.OpAuthorize, Request: req, SentAt: start})
 		require.NoError(t, err)
 		require.Equal(t, gateway.StatusSucceeded, res.Status)
