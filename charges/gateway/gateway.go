@@ -76,6 +76,8 @@ type Result struct {
 	Amount         int64
 	Currency       string
 	At             time.Time
+	// ExpiresAt is when an authorization lapses unless captured, when the provider says; zero otherwise.
+	ExpiresAt time.Time
 }
 
 // LookupRequest names an operation whose answer was lost. Providers that
