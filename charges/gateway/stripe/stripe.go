@@ -122,7 +122,7 @@ func New(cfg Config) (*Gateway, error) {
 func (g *Gateway) Name() string { return g.name }
 
 // tokenShape is "<customer id>/<payment method id>".
-var tokenShape = regexp.MustCompile(`^cus_[A-Za-z0-9]+/(pm|card|src)_[A-Za-z0-9]+$`)
+var tokenShape = regexp.MustCompile(`^cus_[A-Za-z0-9_]+/(pm|card|src)_[A-Za-z0-9_]+$`)
 
 // Authorize places a hold: a PaymentIntent confirmed off-session with
 // manual capture.
