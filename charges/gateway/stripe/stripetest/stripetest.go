@@ -68,7 +68,9 @@ const (
 
 // Answer answers status with an api_error (code may be empty, or
 // lock_timeout, rate_limit…) and does nothing.
-func Answer(status int, code string) Fault { return Fault{kind: faultAnswer, status: status, code: code} }
+func Answer(status int, code string) Fault {
+	return Fault{kind: faultAnswer, status: status, code: code}
+}
 
 // LoseAnswer does the work, records it, then cuts the connection without
 // a byte of answer. On a reused keep-alive connection Go's transport sends
