@@ -38,8 +38,15 @@
 // [gateway.ErrUnprovable] and the charge goes to review instead of risking
 // a second PaymentIntent. If the first send never reached Stripe, the
 // replay places the hold, exactly as the resend that would follow a
-// not-found would. A capture or void without a reference was never sent
-// (rebill sends neither without one): ErrNotFound.
+// not-found would. Stripe also keeps a 500 under the key, so an authorize
+// that got one answers 500 to every replay: it stays unknown and ends in
+// review. A capture or void without a reference was never sent (rebill
+// sends neither without one): ErrNotFound. A PaymentIntent whose metadata
+// names another charge settles nothing (an error, not a verdict).
+//
+// Go's transport itself sends a request again when a reused keep-alive
+// connection dies before any answer: the Idempotency-Key header makes
+// net/http deem it safe, and it is, since Stripe replays the first answer.
 //
 // # Outcomes
 //

@@ -259,6 +259,11 @@ func (g *Gateway) lookup(ctx context.Context, req gateway.LookupRequest) (gatewa
 		}
 		return gateway.Result{}, classify(err)
 	}
+	if owner := pi.Metadata[metaChargeKey]; owner != "" && owner != req.Request.ChargeKey {
+		// A reference that names another charge's hold must not settle
+		// this one.
+		return gateway.Result{}, fmt.Errorf("PaymentIntent %s belongs to charge %s", ref, owner)
+	}
 	return fromIntent(req.Op, req.Request.IdempotencyKey, pi, time.Time{})
 }
 

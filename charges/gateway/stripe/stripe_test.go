@@ -462,3 +462,15 @@ func TestNewChecksTheConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "s", g.Name())
 }
+
+func TestLookupRefusesAnotherChargesPaymentIntent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	held := b.hold(t, "a1:authorize")
+	req := request("a1:capture", okCard)
+	req.ChargeKey = "sub_2:2026-12-01"
+	req.AuthorizationID = held.Reference
+	_, err := b.gateway.Lookup(context.Background(), gateway.LookupRequest{Op: gateway.OpAuthorize, Request: req})
+	require.ErrorContains(t, err, "belongs to charge sub_1:2026-12-01")
+	require.NotErrorIs(t, err, gateway.ErrNotFound)
+}
