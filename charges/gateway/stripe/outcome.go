@@ -157,8 +157,10 @@ func classify(err error) error {
 	switch {
 	case ce.status == http.StatusTooManyRequests || ce.status == http.StatusServiceUnavailable:
 		return fmt.Errorf("%w: answered %d with a body that is not Stripe's", gateway.ErrUnavailable, ce.status)
+	// stripe-go quotes the body of an answer it cannot read, which may
+	// name the payment method: the error keeps only the status.
 	case ce.status >= 500 || (ce.status != 0 && ce.status < 300):
-		return fmt.Errorf("%w: answered %d, unreadable: %w", gateway.ErrUnknownOutcome, ce.status, ce.err)
+		return fmt.Errorf("%w: answered %d, unreadable", gateway.ErrUnknownOutcome, ce.status)
 	case ce.status != 0:
 		return fmt.Errorf("refused: answered %d with a body that is not Stripe's", ce.status)
 	case !ce.sent:

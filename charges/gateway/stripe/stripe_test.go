@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -104,6 +105,7 @@ func TestAuthorizeOutcomes(t *testing.T) {
 		{"500 may have acted", okCard, new(stripetest.Answer(http.StatusInternalServerError, "")), want{err: gateway.ErrUnknownOutcome, calls: 1}},
 		{"502 may have acted", okCard, new(stripetest.Answer(http.StatusBadGateway, "")), want{err: gateway.ErrUnknownOutcome, calls: 1}},
 		{"lost answer", okCard, new(stripetest.LoseAnswer()), want{err: gateway.ErrUnknownOutcome, calls: 1}},
+		{"409 key in use: the first send still runs", okCard, new(stripetest.Answer(http.StatusConflict, "idempotency_key_in_use")), want{err: gateway.ErrUnknownOutcome, calls: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -473,4 +475,55 @@ func TestLookupRefusesAnotherChargesPaymentIntent(t *testing.T) {
 	_, err := b.gateway.Lookup(context.Background(), gateway.LookupRequest{Op: gateway.OpAuthorize, Request: req})
 	require.ErrorContains(t, err, "belongs to charge sub_1:2026-12-01")
 	require.NotErrorIs(t, err, gateway.ErrNotFound)
+}
+
+// TestKeyReusedWithOtherParametersIsUnknown: Stripe refuses a key sent
+// again with other parameters; what the first send did is not known.
+func TestKeyReusedWithOtherParametersIsUnknown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.hold(t, "a1:authorize")
+	other := request("a1:authorize", okCard)
+	other.Amount = 2999
+	_, err := b.gateway.Authorize(context.Background(), other)
+	require.ErrorIs(t, err, gateway.ErrUnknownOutcome)
+	require.ErrorContains(t, err, "idempotency_error")
+	intents := b.fake.Intents()
+	require.Len(t, intents, 1)
+	require.Equal(t, first.Reference, intents[0].ID)
+}
+
+// TestAnswersThatAreNotStripes: a proxy's error page, or a 200 that does
+// not decode, is classified by its status.
+func TestAnswersThatAreNotStripes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		status int
+		want   error
+	}{
+		{http.StatusServiceUnavailable, gateway.ErrUnavailable},
+		{http.StatusTooManyRequests, gateway.ErrUnavailable},
+		{http.StatusBadGateway, gateway.ErrUnknownOutcome},
+		{http.StatusGatewayTimeout, gateway.ErrUnknownOutcome},
+		{http.StatusOK, gateway.ErrUnknownOutcome},
+	}
+	for _, tt := range tests {
+		t.Run(http.StatusText(tt.status), func(t *testing.T) {
+			t.Parallel()
+			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/html")
+				w.WriteHeader(tt.status)
+				_, _ = w.Write([]byte(`{"customer": "cus_Q1w2e3", "payment_method": "pm_card_visa"`)) // cut short
+			}))
+			t.Cleanup(proxy.Close)
+			g, err := stripe.New(stripe.Config{Name: "stripe1", BaseURL: proxy.URL, APIKey: apiKey, Clock: testsupport.NewClock(start)})
+			require.NoError(t, err)
+			_, err = g.Authorize(context.Background(), request("a1:authorize", okCard))
+			require.ErrorIs(t, err, tt.want)
+			if tt.want == gateway.ErrUnavailable {
+				require.NotErrorIs(t, err, gateway.ErrUnknownOutcome)
+			}
+			requireNoSecret(t, err, okCard)
+		})
+	}
 }
