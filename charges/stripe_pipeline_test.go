@@ -160,3 +160,30 @@ func TestStripeAuthenticationRequiredNeedsTheCustomer(t *testing.T) {
 	require.Equal(t, "requires_payment_method", intents[0].Status, "no hold")
 	require.Equal(t, 1, b.fake.Calls(stripetest.OpCreate))
 }
+
+// TestStripeLostHoldPastTheKeyLifetimeGoesToReview: the hold's answer is
+// lost and, by the time reconciliation asks, Stripe may have forgotten the
+// key (24 h): replaying the create could place a second hold, so nothing
+// is sent and the charge goes to review, its one hold left for a person.
+func TestStripeLostHoldPastTheKeyLifetimeGoesToReview(t *testing.T) {
+	t.Parallel()
+	b := setupStripe(t, "cus_Q1w2e3/pm_card_visa")
+	b.fake.Fail(stripetest.OpCreate, stripetest.Hang())
+	go func() {
+		// While Stripe holds the answer back, a day passes.
+		for deadline := time.Now().Add(30 * time.Second); b.fake.Calls(stripetest.OpCreate) == 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		b.clock.Advance(24 * time.Hour)
+	}()
+
+	c := b.charge(t, charges.RequiresReview, charges.Succeeded, charges.Failed)
+
+	require.Equal(t, charges.RequiresReview, c.Status)
+	require.Contains(t, c.ReviewReason, "can no longer tell")
+	require.Equal(t, 1, b.fake.Calls(stripetest.OpCreate), "no replay past the key's lifetime")
+	intents := b.fake.Intents()
+	require.Len(t, intents, 1)
+	require.Equal(t, "requires_capture", intents[0].Status, "neither captured nor replaced")
+	require.Empty(t, b.subs.calls())
+}

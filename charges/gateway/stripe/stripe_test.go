@@ -527,3 +527,15 @@ func TestAnswersThatAreNotStripes(t *testing.T) {
 		})
 	}
 }
+
+// TestTheFakeForgetsKeysAfterADay shows the hazard ReplayWindow guards
+// against: a day after the first send, the same key places a second hold.
+func TestTheFakeForgetsKeysAfterADay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.hold(t, "a1:authorize")
+	b.clock.Advance(24*time.Hour + time.Second)
+	second := b.hold(t, "a1:authorize")
+	require.NotEqual(t, first.Reference, second.Reference)
+	require.Len(t, b.fake.Intents(), 2)
+}
