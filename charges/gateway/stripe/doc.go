@@ -1,0 +1,84 @@
+// Package stripe is the [gateway.Gateway] for one Stripe account, through
+// the official client (github.com/stripe/stripe-go/v82): a hold is a
+// PaymentIntent created with capture_method=manual, confirm=true and
+// off_session=true; a capture captures it, a void cancels it. Every call
+// carries rebill's gateway key as its Idempotency-Key, so Stripe answers a
+// repeated call with its first answer and does nothing new.
+//
+// The recurring token is "<customer id>/<payment method id>" (cus_…/pm_…,
+// or a legacy card_… or src_…); a token of another shape fails the charge
+// (StatusFailed, invalid_token) without a call. Neither the token nor the
+// API key appears in an error or a log line: errors carry the status, the
+// error type and code and Stripe's request id, never Stripe's message.
+//
+// # References and look-ups
+//
+// A Result's Reference is the PaymentIntent id; rebill stores it with a
+// successful hold, and capture and void name it (Request.AuthorizationID).
+// Lookup with a reference retrieves the PaymentIntent and reads the op's
+// outcome from its status:
+//
+//	status                    authorize        capture          void
+//	requires_capture          succeeded        ErrNotFound      ErrNotFound
+//	succeeded                 succeeded        succeeded        ErrNotFound
+//	canceled                  succeeded (1)    ErrNotFound      succeeded
+//	requires_payment_method   declined (2)     ErrNotFound      ErrNotFound
+//	requires_action           failed, authentication_required
+//	processing, other         ErrUnknownOutcome
+//
+// (1) declined, as (2), when the PaymentIntent carries a last payment
+// error: it was never held. (2) with that error's decline code.
+//
+// Stripe keeps no index by idempotency key, and Search is eventually
+// consistent (a miss there proves nothing). So a lost authorize answer,
+// which leaves rebill without a reference, is looked up by replaying the
+// create under the same key: Stripe returns the first answer and creates
+// nothing new. Stripe forgets keys after 24 hours; past [ReplayWindow]
+// (23 h, a margin for clock skew) from the first send, Lookup returns
+// [gateway.ErrUnprovable] and the charge goes to review instead of risking
+// a second PaymentIntent. If the first send never reached Stripe, the
+// replay places the hold, exactly as the resend that would follow a
+// not-found would. Stripe also keeps a 500 under the key, so an authorize
+// that got one answers 500 to every replay: it stays unknown and ends in
+// review. A capture or void without a reference was never sent (rebill
+// sends neither without one): ErrNotFound. A PaymentIntent whose metadata
+// names another charge settles nothing (an error, not a verdict).
+//
+// Go's transport itself sends a request again when a reused keep-alive
+// connection dies before any answer: the Idempotency-Key header makes
+// net/http deem it safe, and it is, since Stripe replays the first answer.
+//
+// # Outcomes
+//
+//	answer                                        outcome
+//	200 PaymentIntent                             the status table above
+//	402 card_error, decline code:
+//	  insufficient_funds, processing_error,
+//	  do_not_honor, generic_decline, any other    declined, soft (dunning retries)
+//	  stolen_card, lost_card, expired_card,
+//	  pickup_card                                 declined, hard
+//	  authentication_required                     failed, authentication_required (needs the customer)
+//	400, 404 invalid_request_error                failed, with Stripe's code (retrying cannot help)
+//	400 idempotency_error (key reused with
+//	  other parameters)                           ErrUnknownOutcome
+//	401, 403 (API key refused)                    ErrUnavailable: nothing done; charges wait for a fixed key
+//	409 idempotency_key_in_use                    ErrUnknownOutcome: the first send is still running
+//	429 (rate limit, lock_timeout)                ErrUnavailable
+//	503                                           ErrUnavailable
+//	500, 502, 504, other 5xx                      ErrUnknownOutcome: with a key, Stripe may have acted
+//	connection refused, DNS failure, any error
+//	  before the request was written              ErrUnavailable
+//	timeout, reset, cut after the request
+//	  was written                                 ErrUnknownOutcome
+//
+// The client's own retries are off: retries are rebill's (same key, River
+// backoff), and every call is bounded by Config.Timeout.
+//
+// # Reconciliation
+//
+// [Gateway.Operations] lists the PaymentIntents created on the UTC day
+// (auto-paging) and reports, per PaymentIntent, its authorize and, when
+// they happened, its capture and void. A capture or void is listed under
+// the day its PaymentIntent was created; a void's idempotency key is not
+// known to Stripe (cancel takes no metadata) and is left empty.
+package stripe
