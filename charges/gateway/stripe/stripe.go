@@ -236,6 +236,9 @@ func (g *Gateway) lookup(ctx context.Context, req gateway.LookupRequest) (gatewa
 		if req.Op != gateway.OpAuthorize {
 			return gateway.Result{}, fmt.Errorf("no PaymentIntent to %s was ever named: %w", req.Op, gateway.ErrNotFound)
 		}
+		if !req.MayReplay {
+			return gateway.Result{}, fmt.Errorf("only a replay of the create could tell, and this look may not send one: %w", gateway.ErrUnprovable)
+		}
 		if req.SentAt.IsZero() {
 			return gateway.Result{}, fmt.Errorf("the first send's time is not known, so a replay may not be safe: %w", gateway.ErrUnprovable)
 		}

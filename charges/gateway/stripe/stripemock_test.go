@@ -147,7 +147,7 @@ func TestRequestShapesAgainstStripeMock(t *testing.T) {
 	void.AuthorizationID = "pi_123"
 	_, _ = g.Void(ctx, void)
 	_, _ = g.Lookup(ctx, gateway.LookupRequest{Op: gateway.OpCapture, Request: capture})
-	_, _ = g.Lookup(ctx, gateway.LookupRequest{Op: gateway.OpAuthorize, Request: auth, SentAt: clk.Now()})
+	_, _ = g.Lookup(ctx, gateway.LookupRequest{Op: gateway.OpAuthorize, Request: auth, SentAt: clk.Now(), MayReplay: true})
 	_, err = g.Operations(ctx, start)
 	require.NoError(t, err)
 
