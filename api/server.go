@@ -40,6 +40,8 @@ type Dev struct {
 	// work at once.
 	ClockMoved func(ctx context.Context)
 	Gateways   DevGateways
+	// BillSources are the simulated bill sources (nil: none).
+	BillSources *DevBillSources
 }
 
 // Billing is the use cases the HTTP layer calls: one per request, the
@@ -86,6 +88,10 @@ type Deps struct {
 	// Webhooks are the webhook endpoints' use cases (admin changes them,
 	// support and admin read them).
 	Webhooks *notify.Webhooks
+	// Autopay is the enrollments' use cases (nil: no /v1/enrollments).
+	Autopay Autopay
+	// Clock is the service clock (bills' amount_due is read at its now).
+	Clock clock.Clock
 }
 
 // Server is the HTTP handler of rebill.
@@ -166,6 +172,7 @@ func (s *Server) routes() *chi.Mux {
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Get("/v1/review-queue", s.reviewQueue)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/resolve", s.resolveCharge)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/retry", s.retryCharge)
+		s.enrollmentRoutes(r)
 
 		if s.Dev != nil {
 			// The clock and the simulated gateways are shared by every

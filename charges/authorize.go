@@ -91,7 +91,8 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 //   - otherwise a hard decline fails the charge and a soft one is dunned on
 //     the service clock until the schedule is exhausted.
 func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Status, code string, hard bool, now time.Time) error {
-	sub, err := p.Subscriptions.Lock(ctx, tx, c.SubscriptionID)
+	owner := p.owner(c)
+	sub, err := owner.Lock(ctx, tx, c.OwnerID())
 	if err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 			return err
 		}
 		p.transitioned(declined, "")
-		if err := p.Subscriptions.ChargeDeclined(ctx, tx, c.SubscriptionID); err != nil {
+		if err := owner.ChargeDeclined(ctx, tx, c.OwnerID()); err != nil {
 			return err
 		}
 		retry, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Declined}, Scheduled, now,
@@ -144,6 +145,9 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		return err
 	}
 	at, dun := p.Dunning.NextAttempt(first, c.AttemptCount)
+	if sub.NextAttempt != nil {
+		at, dun = sub.NextAttempt(c, first)
+	}
 	if hard || !dun || unpaid {
 		failed, err := move(ctx, tx, c.ID, c.AttemptCount, from, Failed, now, `failure_code = $1, unknown_phase = NULL`, code)
 		if err != nil {
@@ -153,7 +157,7 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		if unpaid {
 			return nil
 		}
-		return p.Subscriptions.ChargeFailed(ctx, tx, failed)
+		return owner.ChargeFailed(ctx, tx, failed)
 	}
 	next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Declined, now,
 		`failure_code = $1, first_declined_at = $2, next_attempt_at = $3, unknown_phase = NULL`, code, first, at)
@@ -161,5 +165,5 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		return err
 	}
 	p.transitioned(next, "")
-	return p.Subscriptions.ChargeDeclined(ctx, tx, c.SubscriptionID)
+	return owner.ChargeDeclined(ctx, tx, c.OwnerID())
 }

@@ -18,17 +18,19 @@ type DBTX interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-const columns = `id, subscription_id, customer_id, period_key, period_start, amount, currency, gateway, status,
+const columns = `id, coalesce(subscription_id, '00000000-0000-0000-0000-000000000000'), customer_id, period_key, period_start, amount, currency, gateway, status,
 	attempt_count, coalesce(unknown_phase, ''), coalesce(authorization_ref, ''), void_requested, first_declined_at,
 	next_attempt_at, coalesce(failure_code, ''), coalesce(review_reason, ''), created_at, updated_at, pm_token,
-	attempt_due_at, attempt_times, hold_released_at, resolution IS NOT NULL`
+	attempt_due_at, attempt_times, hold_released_at, resolution IS NOT NULL,
+	coalesce(enrollment_id, '00000000-0000-0000-0000-000000000000'), coalesce(full_amount, 0), discount_until`
 
 func scan(row pgx.Row) (Charge, error) {
 	var c Charge
 	err := row.Scan(&c.ID, &c.SubscriptionID, &c.CustomerID, &c.PeriodKey, &c.PeriodStart, &c.Amount, &c.Currency,
 		&c.Gateway, &c.Status, &c.AttemptCount, &c.UnknownOp, &c.AuthorizationRef, &c.VoidRequested,
 		&c.FirstDeclinedAt, &c.NextAttemptAt, &c.FailureCode, &c.ReviewReason, &c.CreatedAt, &c.UpdatedAt, &c.token,
-		&c.AttemptDueAt, &c.AttemptTimes, &c.HoldReleasedAt, &c.Resolved)
+		&c.AttemptDueAt, &c.AttemptTimes, &c.HoldReleasedAt, &c.Resolved,
+		&c.EnrollmentID, &c.FullAmount, &c.DiscountUntil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Charge{}, ErrNotFound
 	}

@@ -99,9 +99,10 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	subs.SetEventSink(recorder)
 	charges.SetEventSink(recorder)
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
+	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, log)
 	pipeline := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock},
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
-		UnavailableFor: cfg.UnavailableFor, Logger: log.With().Str("component", "charges").Logger()}
+		UnavailableFor: cfg.UnavailableFor, Logger: log.With().Str("component", "charges").Logger(), Enrollments: billOutcomes}
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, Logger: log.With().Str("component", "scheduler").Logger()}
@@ -131,6 +132,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
 	charges.Register(workers, pipeline)
+	registerAutopay(workers, bills)
 
 	jobTimeout := charges.JobTimeout(cfg.GatewayTimeout)
 	if cfg.RescueAfter <= jobTimeout+5*time.Second {
@@ -149,13 +151,14 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		CompletedJobRetentionPeriod: time.Hour,
 		FetchCooldown:               cfg.FetchCooldown,
 		FetchPollInterval:           cfg.FetchPollInterval,
-		PeriodicJobs:                periodicJobs(cfg),
+		PeriodicJobs:                append(periodicJobs(cfg), autopayPeriodicJobs(cfg)...),
 		Logger:                      riverLogger(log),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
 	biller.Client = client
+	bills.Client = client
 	recorder.Enqueue = client
 	svc.River = client
 	svc.Biller = biller
@@ -164,14 +167,19 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 			if _, err := client.Insert(ctx, scheduler.ScanArgs{}, nil); err != nil {
 				log.Error().Err(err).Msg("enqueue scan after clock move")
 			}
+			billsMoved(ctx, client, log)
 		}
 	}
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, Attempts: pipeline,
-		KnownGateway: breakers.Known, Clock: svc.Clock}
+		KnownGateway: breakers.Known, Clock: svc.Clock, Enrollments: bills.Enrollments, Autopay: bills, BillOutcomes: billOutcomes}
+	if dev != nil {
+		dev.BillSources = devBillSources(bills, client, log)
+	}
 	svc.Handler = api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: breakers.Known, Dev: dev, Logger: log,
 		Webhooks: &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
+		Autopay:  uses, Clock: svc.Clock,
 	})
 	return svc, nil
 }
