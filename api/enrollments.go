@@ -19,6 +19,7 @@ import (
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify/objects"
+	"github.com/rebill/rebill/registry"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -70,6 +71,60 @@ func (s *Server) enrollmentRoutes(r chi.Router) {
 	if s.Dev != nil && s.Dev.BillSources != nil {
 		staff.Post("/v1/dev/bill-sources/{kind}/bills", s.publishDevBill)
 	}
+	if s.Dev != nil && s.Dev.Registry != nil {
+		staff.Get("/v1/dev/registry/ledger", s.registryLedger)
+		staff.Post("/v1/dev/registry/{gateway}/faults", s.registryFaults)
+	}
+}
+
+// DevRegistry is the simulated state payment registry's book and its
+// gateways' fault switches.
+type DevRegistry interface {
+	Known(gateway string) bool
+	Ledger(ctx context.Context) ([]registry.LedgerEntry, error)
+	SetFaults(ctx context.Context, gateway string, patch registry.FaultsPatch) (registry.Faults, error)
+}
+
+func (s *Server) registryLedger(w http.ResponseWriter, r *http.Request) {
+	entries, err := s.Dev.Registry.Ledger(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if entries == nil {
+		entries = []registry.LedgerEntry{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": entries})
+}
+
+func (s *Server) registryFaults(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "gateway")
+	if !s.Dev.Registry.Known(name) {
+		s.fail(w, r, errUnknownID)
+		return
+	}
+	var patch registry.FaultsPatch
+	if err := decodeBody(r, &patch); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var errs validate.Errors
+	if patch.LatencyMS != nil && (*patch.LatencyMS < 0 || *patch.LatencyMS > 120_000) {
+		errs.Add("latency_ms", "must be 0..120000")
+	}
+	if patch.ErrorRate != nil && (*patch.ErrorRate < 0 || *patch.ErrorRate > 1) {
+		errs.Add("error_rate", "must be between 0 and 1")
+	}
+	if err := errs.Err(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	faults, err := s.Dev.Registry.SetFaults(r.Context(), name, patch)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, faults)
 }
 
 // accountRefJSON is account_ref: the ELS string (housing) or an object

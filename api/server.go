@@ -42,6 +42,8 @@ type Dev struct {
 	Gateways   DevGateways
 	// BillSources are the simulated bill sources (nil: none).
 	BillSources *DevBillSources
+	// Registry is the simulated state payment registry (nil: none).
+	Registry DevRegistry
 }
 
 // Billing is the use cases the HTTP layer calls: one per request, the

@@ -87,6 +87,9 @@ func (a *Autopay) ChargeIfDue(ctx context.Context, tx pgx.Tx, e enrollments.Enro
 func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollment, b enrollments.Bill, now time.Time) (enrollments.Bill, error) {
 	n := charges.NewBillCharge{EnrollmentID: e.ID, CustomerID: e.CustomerID, BillID: b.BillID, Due: b.PayAt,
 		Amount: b.Amount, Currency: e.Currency, Gateway: e.PaymentMethod.Gateway, Token: e.PaymentMethod.Token}
+	if e.Kind == enrollments.Fines {
+		n.RegistryUIN = b.BillID // a fine is paid once posted to the state registry under its UIN
+	}
 	if ends := b.DiscountEnds(); ends != nil && now.Before(*ends) {
 		n.Amount, n.FullAmount, n.DiscountUntil = *b.DiscountedAmount, b.Amount, ends
 	}

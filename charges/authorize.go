@@ -61,9 +61,12 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 			}
 			p.transitioned(next, "")
 			client := river.ClientFromContext[pgx.Tx](ctx)
-			if next.VoidRequested {
+			switch {
+			case next.VoidRequested:
 				_, err = client.InsertTx(ctx, tx, VoidArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
-			} else {
+			case next.RegistryUIN != "" && p.Postings != nil:
+				err = p.Postings.Held(ctx, tx, next)
+			default:
 				_, err = client.InsertTx(ctx, tx, CaptureArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
 			}
 			return err

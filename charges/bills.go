@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 )
 
 // A bill's charge is a period's charge owned by an enrollment: its period
@@ -40,6 +41,9 @@ type NewBillCharge struct {
 	// price that ends at DiscountUntil.
 	FullAmount    int64
 	DiscountUntil *time.Time
+	// RegistryUIN, when set, has each hold posted to the state payment
+	// registry under it before the capture (see Postings).
+	RegistryUIN string
 }
 
 // CreateForBill creates the charge of a bill, or returns the one it has
@@ -54,12 +58,17 @@ func CreateForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Tim
 	if n.DiscountUntil != nil {
 		full = &n.FullAmount
 	}
+	var uin *string
+	if n.RegistryUIN != "" {
+		uin = &n.RegistryUIN
+	}
 	c, err := scan(tx.QueryRow(ctx, `INSERT INTO charges (id, enrollment_id, customer_id, period_key, period_start, amount,
-			currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, full_amount, discount_until)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, ARRAY[$11::timestamptz], $12, $13)
+			currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, full_amount, discount_until,
+			registry_uin)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, ARRAY[$11::timestamptz], $12, $13, $14)
 		ON CONFLICT (enrollment_id, period_key) WHERE enrollment_id IS NOT NULL DO NOTHING
 		RETURNING `+columns, id, n.EnrollmentID, n.CustomerID, n.BillID, n.Due, n.Amount, n.Currency, n.Gateway, n.Token,
-		string(Scheduled), now, full, n.DiscountUntil))
+		string(Scheduled), now, full, n.DiscountUntil, uin))
 	if errors.Is(err, ErrNotFound) {
 		existing, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM charges WHERE enrollment_id = $1 AND period_key = $2`,
 			n.EnrollmentID, n.BillID))
@@ -138,4 +147,27 @@ func (p *Pipeline) discountReleased(ctx context.Context, tx pgx.Tx, c Charge, no
 		p.transitioned(next, "the discount ended before the capture")
 	}
 	return err
+}
+
+// Postings posts the holds of charges with a RegistryUIN to the state
+// payment registry before they are captured: the registry is told only of
+// money that is held. The pipeline calls Held, in the transaction that
+// records the hold, instead of enqueueing the capture; the posting side
+// enqueues the capture (CaptureArgs) once the registry accepted the
+// payment, or sends the charge to review (HoldToReview) when it never does.
+type Postings interface {
+	Held(ctx context.Context, tx pgx.Tx, c Charge) error
+}
+
+// HoldToReview sends an authorized charge whose hold may not be captured
+// (its posting to the registry failed for good) to review, and enqueues
+// the release of its hold in tx (the job's River client from ctx).
+// Returns ErrStale when the charge left that attempt's authorized status.
+func HoldToReview(ctx context.Context, tx pgx.Tx, id uuid.UUID, attempt int, reason string, now time.Time) (Charge, error) {
+	c, err := move(ctx, tx, id, attempt, []Status{Authorized}, RequiresReview, now, `review_reason = $1`, reason)
+	if err != nil {
+		return Charge{}, err
+	}
+	_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, ReleaseHoldArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
+	return c, err
 }

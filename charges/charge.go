@@ -135,6 +135,10 @@ type Charge struct {
 	// again at FullAmount. Zero and nil for a fixed price.
 	FullAmount    int64
 	DiscountUntil *time.Time
+	// RegistryUIN, when set, is the payment identifier under which the
+	// charge's payment is posted to the state payment registry between
+	// its hold and its capture (fines).
+	RegistryUIN string
 
 	token string // the attempt's payment token: sent to the gateway only
 }

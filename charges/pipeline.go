@@ -66,6 +66,10 @@ type Pipeline struct {
 	// same terms (the id it gets is the enrollment's); nil when no
 	// enrollment exists.
 	Enrollments Subscriptions
+	// Postings posts holds to the state payment registry before their
+	// capture (charges with a RegistryUIN); nil: such charges are captured
+	// without posting.
+	Postings Postings
 
 	Clock   clock.Clock
 	Dunning Dunning

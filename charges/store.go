@@ -22,7 +22,8 @@ const columns = `id, coalesce(subscription_id, '00000000-0000-0000-0000-00000000
 	attempt_count, coalesce(unknown_phase, ''), coalesce(authorization_ref, ''), void_requested, first_declined_at,
 	next_attempt_at, coalesce(failure_code, ''), coalesce(review_reason, ''), created_at, updated_at, pm_token,
 	attempt_due_at, attempt_times, hold_released_at, resolution IS NOT NULL,
-	coalesce(enrollment_id, '00000000-0000-0000-0000-000000000000'), coalesce(full_amount, 0), discount_until`
+	coalesce(enrollment_id, '00000000-0000-0000-0000-000000000000'), coalesce(full_amount, 0), discount_until,
+	coalesce(registry_uin, '')`
 
 func scan(row pgx.Row) (Charge, error) {
 	var c Charge
@@ -30,7 +31,7 @@ func scan(row pgx.Row) (Charge, error) {
 		&c.Gateway, &c.Status, &c.AttemptCount, &c.UnknownOp, &c.AuthorizationRef, &c.VoidRequested,
 		&c.FirstDeclinedAt, &c.NextAttemptAt, &c.FailureCode, &c.ReviewReason, &c.CreatedAt, &c.UpdatedAt, &c.token,
 		&c.AttemptDueAt, &c.AttemptTimes, &c.HoldReleasedAt, &c.Resolved,
-		&c.EnrollmentID, &c.FullAmount, &c.DiscountUntil)
+		&c.EnrollmentID, &c.FullAmount, &c.DiscountUntil, &c.RegistryUIN)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Charge{}, ErrNotFound
 	}

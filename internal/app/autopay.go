@@ -12,10 +12,12 @@ import (
 
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/autopay"
+	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/registry"
 )
 
 // billCaptureMargin is how long before a fine's discount deadline its
@@ -43,14 +45,30 @@ func buildAutopay(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, record
 	return a, autopay.Outcomes{Enrollments: store, Rules: rules}
 }
 
-// registerAutopay adds the bill scan and pull workers.
-func registerAutopay(workers *river.Workers, a *autopay.Autopay) {
+// registerAutopay adds the bill scan and pull workers, and the registry's
+// when fines are posted.
+func registerAutopay(workers *river.Workers, a *autopay.Autopay, poster *registry.Poster) {
 	river.AddWorker(workers, &autopay.ScanWorker{Autopay: a})
 	river.AddWorker(workers, &autopay.PullWorker{Autopay: a})
+	if poster != nil {
+		registry.Register(workers, poster)
+	}
 }
 
-// autopayPeriodicJobs scans bills as often as periods, and pulls the bill
-// sources every minute.
+// buildRegistry is the poster of fines to the state payment registry: in
+// dev mode through the simulated gateways gmp1 and gmp2; nil outside it
+// (no production registry adapter yet: fines are captured unposted).
+func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, retry charges.RetryPolicy, log zerolog.Logger) (*registry.Poster, *registry.Sim) {
+	if !cfg.Dev {
+		return nil, nil
+	}
+	sim := &registry.Sim{Pool: pool}
+	return &registry.Poster{Pool: pool, Gateways: registry.NewBalancer(sim.Gateways(), cfg.GatewayTimeout), Clock: clk,
+		GiveUpAfter: cfg.UnavailableFor, Retry: retry, Logger: log.With().Str("component", "registry").Logger()}, sim
+}
+
+// autopayPeriodicJobs scans bills (and the registry postings to annul) as
+// often as periods, and pulls the bill sources every minute.
 func autopayPeriodicJobs(cfg config.Config) []*river.PeriodicJob {
 	jobs := []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(billPullInterval),
 		func() (river.JobArgs, *river.InsertOpts) { return autopay.PullArgs{}, nil },
@@ -59,6 +77,11 @@ func autopayPeriodicJobs(cfg config.Config) []*river.PeriodicJob {
 		jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ScanInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return autopay.ScanArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "bills_scan", RunOnStart: true}))
+		if cfg.Dev {
+			jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ScanInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return registry.SweepArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "registry_sweep", RunOnStart: true}))
+		}
 	}
 	return jobs
 }
@@ -66,7 +89,8 @@ func autopayPeriodicJobs(cfg config.Config) []*river.PeriodicJob {
 // billsMoved pulls the bill sources and scans bills at once: the dev
 // clock moved, or a bill was published.
 func billsMoved(ctx context.Context, client *river.Client[pgx.Tx], log zerolog.Logger) {
-	if _, err := client.InsertMany(ctx, []river.InsertManyParams{{Args: autopay.PullArgs{}}, {Args: autopay.ScanArgs{}}}); err != nil {
+	jobs := []river.InsertManyParams{{Args: autopay.PullArgs{}}, {Args: autopay.ScanArgs{}}, {Args: registry.SweepArgs{}}}
+	if _, err := client.InsertMany(ctx, jobs); err != nil {
 		log.Error().Err(err).Msg("enqueue bill pull and scan")
 	}
 }

@@ -17,7 +17,7 @@ const module = "github.com/rebill/rebill/"
 // subscriptions and charges; domain packages never import the HTTP layer,
 // and subscriptions and charges know nothing of each other's tables.
 var allowedImports = map[string][]string{
-	"api":                  {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/sim", "enrollments", "notify", "notify/objects", "subscriptions", "subscriptions/period"},
+	"api":                  {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/sim", "enrollments", "notify", "notify/objects", "registry", "subscriptions", "subscriptions/period"},
 	"api/idempotency":      nil,
 	"api/openapitest":      nil,
 	"apikeys":              {"subscriptions"},
@@ -33,6 +33,7 @@ var allowedImports = map[string][]string{
 	"notify/objects":       {"charges", "enrollments", "subscriptions"},
 	"enrollments":          {"subscriptions"},
 	"autopay":              {"charges", "enrollments", "subscriptions"},
+	"registry":             {"charges"},
 	"cmd/rebill":           {"internal/app"},
 }
 

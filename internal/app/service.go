@@ -99,10 +99,14 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	subs.SetEventSink(recorder)
 	charges.SetEventSink(recorder)
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
+	poster, registrySim := buildRegistry(cfg, pool, svc.Clock, retry, log)
 	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, log)
 	pipeline := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock},
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
 		UnavailableFor: cfg.UnavailableFor, Logger: log.With().Str("component", "charges").Logger(), Enrollments: billOutcomes}
+	if poster != nil {
+		pipeline.Postings = poster
+	}
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, Logger: log.With().Str("component", "scheduler").Logger()}
@@ -132,7 +136,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
 	charges.Register(workers, pipeline)
-	registerAutopay(workers, bills)
+	registerAutopay(workers, bills, poster)
 
 	jobTimeout := charges.JobTimeout(cfg.GatewayTimeout)
 	if cfg.RescueAfter <= jobTimeout+5*time.Second {
@@ -174,6 +178,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		KnownGateway: breakers.Known, Clock: svc.Clock, Enrollments: bills.Enrollments, Autopay: bills, BillOutcomes: billOutcomes}
 	if dev != nil {
 		dev.BillSources = devBillSources(bills, client, log)
+		dev.Registry = registrySim
 	}
 	svc.Handler = api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,

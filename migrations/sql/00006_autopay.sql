@@ -90,7 +90,52 @@ CREATE TABLE dev_bill_source (
     PRIMARY KEY (kind, account_key, bill_id)
 );
 
+-- Fines are posted to the state payment registry (GIS GMP) between hold
+-- and capture: the UIN a bill charge's payment is posted with.
+ALTER TABLE charges ADD COLUMN registry_uin text;
+
+-- One posting per charge attempt, idempotent at the registry by its
+-- payment_id (derived from the attempt and its amount).
+CREATE TABLE registry_postings (
+    payment_id  text PRIMARY KEY,
+    charge_id   uuid NOT NULL REFERENCES charges (id),
+    attempt     int NOT NULL,
+    uin         text NOT NULL,
+    amount      bigint NOT NULL CHECK (amount > 0),
+    status      text NOT NULL CHECK (status IN ('posting', 'accepted', 'failed', 'cancelled', 'annulled')),
+    gateway     text,
+    last_error  text,
+    created_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL,
+    UNIQUE (charge_id, attempt)
+);
+CREATE INDEX registry_postings_accepted_idx ON registry_postings (charge_id) WHERE status = 'accepted';
+
+-- Dev mode's simulated registry (gmp1, gmp2): the registry's own books, one
+-- entry per accepted payment_id, and the fault switches of its gateways.
+CREATE TABLE dev_registry_ledger (
+    payment_id  text PRIMARY KEY,
+    gateway     text NOT NULL,
+    uin         text NOT NULL,
+    amount      bigint NOT NULL,
+    status      text NOT NULL CHECK (status IN ('accepted', 'annulled')),
+    at          timestamptz NOT NULL,
+    annulled_at timestamptz,
+    seq         bigint GENERATED ALWAYS AS IDENTITY
+);
+CREATE TABLE dev_registry_faults (
+    gateway       text PRIMARY KEY,
+    down          boolean NOT NULL DEFAULT false,
+    latency_ms    int NOT NULL DEFAULT 0,
+    error_rate    double precision NOT NULL DEFAULT 0,
+    lose_response boolean NOT NULL DEFAULT false
+);
+
 -- +goose Down
+DROP TABLE dev_registry_faults;
+DROP TABLE dev_registry_ledger;
+DROP TABLE registry_postings;
+ALTER TABLE charges DROP COLUMN registry_uin;
 DROP TABLE dev_bill_source;
 ALTER TABLE charges DROP CONSTRAINT charges_discount;
 ALTER TABLE charges DROP COLUMN discount_until;
