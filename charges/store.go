@@ -142,11 +142,6 @@ func move(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status
 	return guardedUpdate(ctx, db, id, attempt, from, to, "", now, "", set, args...)
 }
 
-// moveWhere is move with one more condition on the row.
-func moveWhere(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time, where string) (Charge, error) {
-	return guardedUpdate(ctx, db, id, attempt, from, to, "", now, where, "")
-}
-
 // guardedUpdate is move with an event type to publish instead of the one
 // named after to ("" for that), and a condition on the row. It publishes
 // the change's event in db, the transaction of the move.
