@@ -52,26 +52,21 @@ type DevBillSources struct {
 // enrollmentRoutes adds the autopay endpoints to r (authenticated, with
 // idempotency).
 func (s *Server) enrollmentRoutes(r chi.Router) {
-	if s.Autopay == nil {
-		return
-	}
 	staff := r.With(requireRole(apikeys.Admin, apikeys.Support))
 	r.Post("/v1/enrollments", s.createEnrollment)
 	r.Get("/v1/enrollments", s.listEnrollments)
 	r.Get("/v1/enrollments/{id}", s.getEnrollment)
-	r.Post("/v1/enrollments/{id}/pause", s.enrollmentChange(s.Autopay.PauseEnrollment))
-	r.Post("/v1/enrollments/{id}/resume", s.enrollmentChange(s.Autopay.ResumeEnrollment))
-	r.Post("/v1/enrollments/{id}/cancel", s.enrollmentChange(s.Autopay.CancelEnrollment))
+	r.Post("/v1/enrollments/{id}/pause", s.enrollmentChange(Autopay.PauseEnrollment))
+	r.Post("/v1/enrollments/{id}/resume", s.enrollmentChange(Autopay.ResumeEnrollment))
+	r.Post("/v1/enrollments/{id}/cancel", s.enrollmentChange(Autopay.CancelEnrollment))
 	r.Post("/v1/enrollments/{id}/payment-method", s.changeEnrollmentPaymentMethod)
 	staff.Post("/v1/enrollments/{id}/bills", s.pushBill)
 	r.Get("/v1/enrollments/{id}/bills", s.listBills)
-	r.Post("/v1/enrollments/{id}/bills/{bill_id}/confirm", s.billChange(s.Autopay.ConfirmBill))
-	staff.Post("/v1/enrollments/{id}/bills/{bill_id}/withdraw", s.billChange(s.Autopay.WithdrawBill))
+	r.Post("/v1/enrollments/{id}/bills/{bill_id}/confirm", s.billChange(Autopay.ConfirmBill))
+	staff.Post("/v1/enrollments/{id}/bills/{bill_id}/withdraw", s.billChange(Autopay.WithdrawBill))
 	r.Get("/v1/enrollments/{id}/charges", s.listEnrollmentCharges)
-	if s.Dev != nil && s.Dev.BillSources != nil {
+	if s.Dev != nil {
 		staff.Post("/v1/dev/bill-sources/{kind}/bills", s.publishDevBill)
-	}
-	if s.Dev != nil && s.Dev.Registry != nil {
 		staff.Get("/v1/dev/registry/ledger", s.registryLedger)
 		staff.Post("/v1/dev/registry/{gateway}/faults", s.registryFaults)
 	}
@@ -86,6 +81,10 @@ type DevRegistry interface {
 }
 
 func (s *Server) registryLedger(w http.ResponseWriter, r *http.Request) {
+	if s.Dev.Registry == nil {
+		s.fail(w, r, errUnknownID)
+		return
+	}
 	entries, err := s.Dev.Registry.Ledger(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
@@ -99,7 +98,7 @@ func (s *Server) registryLedger(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) registryFaults(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "gateway")
-	if !s.Dev.Registry.Known(name) {
+	if s.Dev.Registry == nil || !s.Dev.Registry.Known(name) {
 		s.fail(w, r, errUnknownID)
 		return
 	}
@@ -246,7 +245,7 @@ func (s *Server) listEnrollments(w http.ResponseWriter, r *http.Request) {
 
 // enrollmentChange is a POST on /v1/enrollments/{id}/... with an empty
 // body that runs one transition.
-func (s *Server) enrollmentChange(use func(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)) http.HandlerFunc {
+func (s *Server) enrollmentChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req struct{}
 		tx, ok := s.decodeInTx(w, r, &req)
@@ -258,7 +257,7 @@ func (s *Server) enrollmentChange(use func(ctx context.Context, tx pgx.Tx, calle
 			s.fail(w, r, err)
 			return
 		}
-		e, err := use(r.Context(), tx, callerFrom(r), id)
+		e, err := use(s.Autopay, r.Context(), tx, callerFrom(r), id)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -384,7 +383,7 @@ func (s *Server) listBills(w http.ResponseWriter, r *http.Request) {
 
 // billChange is a POST on /v1/enrollments/{id}/bills/{bill_id}/... with
 // an empty body.
-func (s *Server) billChange(use func(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)) http.HandlerFunc {
+func (s *Server) billChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req struct{}
 		tx, ok := s.decodeInTx(w, r, &req)
@@ -396,7 +395,7 @@ func (s *Server) billChange(use func(ctx context.Context, tx pgx.Tx, caller bill
 			s.fail(w, r, err)
 			return
 		}
-		b, err := use(r.Context(), tx, callerFrom(r), id, chi.URLParam(r, "bill_id"))
+		b, err := use(s.Autopay, r.Context(), tx, callerFrom(r), id, chi.URLParam(r, "bill_id"))
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -450,7 +449,7 @@ func (s *Server) publishDevBill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	kind := enrollments.Kind(chi.URLParam(r, "kind"))
-	if kind != enrollments.Housing && kind != enrollments.Fines {
+	if s.Dev.BillSources == nil || (kind != enrollments.Housing && kind != enrollments.Fines) {
 		s.fail(w, r, errUnknownID)
 		return
 	}
