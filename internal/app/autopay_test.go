@@ -1,7 +1,10 @@
 package app_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -402,4 +405,82 @@ func fieldsOf(problem map[string]any) []string {
 		out = append(out, e.(map[string]any)["field"].(string))
 	}
 	return out
+}
+
+// callAs is callStatus with another API key.
+func (b testBundle) callAs(t *testing.T, key, method, path string, body any) (int, map[string]any) {
+	t.Helper()
+	var reader io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		require.NoError(t, err)
+		reader = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, b.url()+path, reader)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if method == http.MethodPost {
+		keySeq++
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-as-%d-%d", t.Name(), keySeq, time.Now().UnixNano()))
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&out))
+	return res.StatusCode, out
+}
+
+// A customer key sees and changes only its own enrollments and bills (404
+// for another's), cannot enrol another customer (403), and cannot push or
+// withdraw bills (403: the integration's).
+func TestCustomerKeysReachOnlyTheirOwnEnrollments(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	start := b.autopayStart(t)
+	keyFor := func(customer string) string {
+		return b.call(t, http.MethodPost, "/v1/api-keys", map[string]any{"role": "customer", "customer_id": customer})["key"].(string)
+	}
+	alice, mallory := keyFor("cust-alice"), keyFor("cust-mallory")
+	pm := map[string]any{"gateway": "sim1", "token": "tok_ok", "exp_month": 12, "exp_year": 2035}
+	status, enr := b.callAs(t, alice, http.MethodPost, "/v1/enrollments", map[string]any{
+		"customer_id": "cust-alice", "kind": "fines", "account_ref": map[string]any{"driver_license": "7712345678"},
+		"currency": "RUB", "max_amount": 10000, "payment_method": pm})
+	require.Equal(t, http.StatusCreated, status, "%v", enr)
+	id := enr["id"].(string)
+
+	status, _ = b.callAs(t, alice, http.MethodPost, "/v1/enrollments", map[string]any{
+		"customer_id": "cust-mallory", "kind": "housing", "account_ref": "1234567890", "currency": "RUB", "max_amount": 1,
+		"payment_method": pm})
+	require.Equal(t, http.StatusForbidden, status, "enrolling another customer")
+	status, _ = b.callAs(t, alice, http.MethodGet, "/v1/enrollments?customer_id=cust-mallory", nil)
+	require.Equal(t, http.StatusForbidden, status)
+	status, _ = b.callAs(t, alice, http.MethodPost, "/v1/enrollments/"+id+"/bills",
+		fine(uin(20), 100000, 50000, start, "2027-03-20", "2027-05-09"))
+	require.Equal(t, http.StatusForbidden, status, "bills are pushed by the integration")
+
+	for _, path := range []string{"/v1/enrollments/" + id, "/v1/enrollments/" + id + "/bills", "/v1/enrollments/" + id + "/charges"} {
+		status, _ = b.callAs(t, mallory, http.MethodGet, path, nil)
+		require.Equal(t, http.StatusNotFound, status, path)
+	}
+	for _, action := range []string{"pause", "cancel"} {
+		status, _ = b.callAs(t, mallory, http.MethodPost, "/v1/enrollments/"+id+"/"+action, nil)
+		require.Equal(t, http.StatusNotFound, status, action)
+	}
+	status, _ = b.callAs(t, mallory, http.MethodPost, "/v1/enrollments/"+id+"/payment-method", pm)
+	require.Equal(t, http.StatusNotFound, status)
+	require.Equal(t, "active", b.call(t, http.MethodGet, "/v1/enrollments/"+id, nil)["status"], "nothing changed")
+
+	// Above her limit, the fine waits for Alice, not for Mallory.
+	fineID := uin(21)
+	b.call(t, http.MethodPost, "/v1/enrollments/"+id+"/bills", fine(fineID, 100000, 50000, start, "2027-03-20", "2027-05-09"))
+	status, _ = b.callAs(t, mallory, http.MethodPost, "/v1/enrollments/"+id+"/bills/"+fineID+"/confirm", nil)
+	require.Equal(t, http.StatusNotFound, status)
+	require.Equal(t, "awaiting_confirmation", b.bills(t, id)[0]["status"])
+	status, _ = b.callAs(t, alice, http.MethodPost, "/v1/enrollments/"+id+"/bills/"+fineID+"/confirm", nil)
+	require.Equal(t, http.StatusOK, status)
+	b.waitBill(t, id, fineID, "paid")
+	status, list := b.callAs(t, alice, http.MethodGet, "/v1/enrollments", nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Len(t, list["data"], 1)
 }
