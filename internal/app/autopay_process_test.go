@@ -117,11 +117,11 @@ func TestCrashMidChargingPaysEachBillOnce(t *testing.T) {
 	require.Equal(t, bills, count(`SELECT count(*) FROM bills`))
 	require.Zero(t, count(`SELECT count(*) FROM charges`), "nothing is due before the pay day")
 
-	a.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", key, map[string]any{"latency_ms": 20}, http.StatusOK)
-	a.call(t, http.MethodPost, "/v1/dev/clock", key, map[string]any{"advance": "96h"}, http.StatusOK)
+	a.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", key, map[string]any{"latency_ms": 50}, http.StatusOK)
 	for _, enr := range fineEnrollments {
 		a.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/resume", key, nil, http.StatusOK)
 	}
+	a.call(t, http.MethodPost, "/v1/dev/clock", key, map[string]any{"advance": "96h"}, http.StatusOK)
 	var seen int
 	require.Eventually(t, func() bool {
 		seen = count(capturesSQL)
