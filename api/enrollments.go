@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -163,19 +164,13 @@ type createEnrollmentRequest struct {
 }
 
 // domain is the request as the use case validates it. A fines
-// enrollment given a string, or a housing one given an object, is
-// refused by that validation (the shape does not match the kind).
+// enrollment given a string (an ELS), or a housing one given an object, is
+// refused by that validation: the shape does not match the kind.
 func (req createEnrollmentRequest) domain() enrollments.New {
 	n := enrollments.New{CustomerID: req.CustomerID, Kind: enrollments.Kind(req.Kind), Currency: req.Currency,
 		MaxAmount: req.MaxAmount, Description: req.Description, Metadata: req.Metadata}
 	if req.AccountRef != nil {
 		n.AccountRef = req.AccountRef.ref
-		if req.AccountRef.object && n.Kind == enrollments.Housing {
-			n.AccountRef = enrollments.AccountRef{}
-		}
-		if !req.AccountRef.object && n.Kind == enrollments.Fines {
-			n.AccountRef = enrollments.AccountRef{ELS: "-"}
-		}
 	}
 	if req.PayDay != nil {
 		n.PayDay = *req.PayDay
@@ -476,8 +471,9 @@ func (s *Server) publishDevBill(w http.ResponseWriter, r *http.Request) {
 	default:
 		ref = req.AccountRef.ref
 	}
-	if err := in.Validate(kind, s.now()); err != nil {
-		errs = append(errs, err.(validate.Errors)...)
+	var billErrs validate.Errors
+	if err := in.Validate(kind, s.now()); errors.As(err, &billErrs) {
+		errs = append(errs, billErrs...)
 	}
 	if err := errs.Err(); err != nil {
 		s.fail(w, r, err)

@@ -152,13 +152,14 @@ func (a *Autopay) deliver(ctx context.Context, kind enrollments.Kind, sb Sourced
 		if e.Status == enrollments.Cancelled {
 			continue
 		}
-		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
-			_, isNew, err := a.Push(ctx, tx, e.ID, sb.Bill)
-			if isNew {
-				created++
-			}
+		isNew := false
+		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) (err error) {
+			_, isNew, err = a.Push(ctx, tx, e.ID, sb.Bill)
 			return err
 		})
+		if err == nil && isNew {
+			created++
+		}
 		var fields validate.Errors
 		var transition *enrollments.TransitionError
 		switch {

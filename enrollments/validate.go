@@ -1,6 +1,7 @@
 package enrollments
 
 import (
+	"errors"
 	"time"
 	"unicode/utf8"
 
@@ -76,11 +77,9 @@ func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 	}
 	if n.PaymentMethod == (subscriptions.PaymentMethod{}) {
 		errs.Add("payment_method", "is required")
-	} else if err := n.PaymentMethod.Validate(now, knownGateway); err != nil {
-		if fields, ok := err.(validate.Errors); ok {
-			for _, f := range fields {
-				errs.Add("payment_method."+f.Field, "%s", f.Message)
-			}
+	} else if fields := (validate.Errors{}); errors.As(n.PaymentMethod.Validate(now, knownGateway), &fields) {
+		for _, f := range fields {
+			errs.Add("payment_method."+f.Field, "%s", f.Message)
 		}
 	}
 	if utf8.RuneCountInString(n.Description) > maxDescription {

@@ -364,6 +364,8 @@ func TestBadEnrollmentsAndBillsAreRefused(t *testing.T) {
 		"Cyrillic ELS":     {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "12345678УА", "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
 		"lower-case STS":   {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": map[string]any{"sts": "77уа123456"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref.sts"},
 		"short licence":    {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": map[string]any{"driver_license": "77123"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref.driver_license"},
+		"fines by ELS":     {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": "1234567890", "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
+		"housing by STS":   {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": map[string]any{"sts": "77УА123456"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
 		"USD":              {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "1234567890", "currency": "USD", "max_amount": 1, "payment_method": pm}, "currency"},
 		"zero max_amount":  {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "1234567890", "currency": "RUB", "max_amount": 0, "payment_method": pm}, "max_amount"},
 		"pay_day 29":       {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "1234567890", "currency": "RUB", "max_amount": 1, "pay_day": 29, "payment_method": pm}, "pay_day"},
