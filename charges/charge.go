@@ -42,6 +42,18 @@
 // waiting ones), so the guard reads only the charge row and a concurrent
 // event is either seen or sees the step in flight.
 //
+// # Bills
+//
+// A charge may belong to an autopay enrollment's bill instead of a
+// subscription period (EnrollmentID set, PeriodKey the bill id, one per
+// bill by a unique index). Its outcomes go to Pipeline.Enrollments, which
+// may fit dunning to the bill's deadlines (Subscription.NextAttempt). A
+// fine's price drops until its discount deadline: the amount is fixed when
+// an attempt's hold is first sent, and a discounted hold not captured by
+// the deadline is voided and followed by a new attempt at the full price
+// (Charge.FullAmount, Charge.DiscountUntil). A fine's hold is posted to the
+// state payment registry before its capture (Postings).
+//
 // # Gateway keys
 //
 // A technical retry (timeout, 5xx, crash) repeats the same gateway call
