@@ -135,6 +135,18 @@ func TestPostingThatFailsForGoodVoidsTheHold(t *testing.T) {
 	require.Empty(t, b.registryLedger(t, id))
 	queue := b.call(t, http.MethodGet, "/v1/review-queue", nil)["data"].([]any)
 	require.Equal(t, cs[0]["id"], queue[0].(map[string]any)["id"], "the fine's charge is in the review queue")
+
+	// A person settles it as failed: the bill is failed, told to its
+	// enrollment like a period's charge to its subscription.
+	b.call(t, http.MethodPost, "/v1/charges/"+cs[0]["id"].(string)+"/resolve",
+		map[string]any{"outcome": "failed", "evidence": "registry gmp1/gmp2 down; sim1 shows the hold voided"})
+	require.Equal(t, "failed", b.bills(t, enr)[0]["status"])
+	events := b.call(t, http.MethodGet, "/v1/events?object_id="+enr+"&limit=100", nil)["data"].([]any)
+	var types []string
+	for _, e := range events {
+		types = append(types, e.(map[string]any)["type"].(string))
+	}
+	require.Subset(t, types, []string{"enrollment.created", "bill.received", "charge.requires_review", "charge.resolved", "bill.failed"})
 }
 
 // A fine withdrawn while its posting is under way: the hold is voided,
