@@ -132,7 +132,7 @@ func TestOpenAPICheckerCatchesMismatches(t *testing.T) {
 
 	const id = "0193a5c2-7f1e-7d3a-9c1b-2f4e6a8b0c1d"
 	charge := map[string]any{
-		"id": id, "subscription_id": id, "period_key": "2026-12-01", "key": id + ":2026-12-01",
+		"id": id, "subscription_id": id, "enrollment_id": nil, "period_key": "2026-12-01", "key": id + ":2026-12-01",
 		"amount": 49900, "currency": "RUB", "gateway": "sim1", "status": "succeeded", "attempt_count": 1,
 		"next_attempt_at": nil, "failure_code": nil, "review_reason": nil,
 		"created_at": "2026-12-01T00:00:00Z", "updated_at": "2026-12-01T00:00:00Z",

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/subscriptions"
@@ -98,6 +99,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		card             *cardNumberError
 		transition       *subscriptions.TransitionError
 		chargeTransition *charges.TransitionError
+		// enrollments' and bills' forbidden changes
+		enrollmentTransition *enrollments.TransitionError
 	)
 	switch {
 	case errors.As(err, &fields):
@@ -121,6 +124,13 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", transition.Error()))
 	case errors.As(err, &chargeTransition):
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", chargeTransition.Error()))
+	case errors.Is(err, enrollments.ErrNotFound), errors.Is(err, enrollments.ErrBillNotFound):
+		writeProblem(w, problemNotFound)
+	case errors.As(err, &enrollmentTransition):
+		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", enrollmentTransition.Error()))
+	case errors.Is(err, enrollments.ErrBillConflict):
+		writeProblem(w, newProblem(http.StatusConflict, "bill-conflict", "Bill conflict",
+			"A bill with this bill_id exists with a different amount or dates; the issuer must send a new bill_id."))
 	case errors.Is(err, notify.ErrEndpointDisabled):
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", err.Error()))
 	case errors.Is(err, charges.ErrRetryRefused):

@@ -42,6 +42,10 @@ type Dev struct {
 	// work at once.
 	ClockMoved func(ctx context.Context)
 	Gateways   DevGateways
+	// BillSources are the simulated bill sources (nil: none).
+	BillSources *DevBillSources
+	// Registry is the simulated state payment registry (nil: none).
+	Registry DevRegistry
 }
 
 // Billing is the use cases the HTTP layer calls: one per request, the
@@ -91,6 +95,10 @@ type Deps struct {
 	// MetricsElsewhere: /metrics has a listener of its own
 	// (REBILL_METRICS_ADDR), so this handler does not serve it.
 	MetricsElsewhere bool
+	// Autopay is the enrollments' use cases (nil: no /v1/enrollments).
+	Autopay Autopay
+	// Clock is the service clock (bills' amount_due is read at its now).
+	Clock clock.Clock
 }
 
 // Server is the HTTP handler of rebill.
@@ -173,6 +181,7 @@ func (s *Server) routes() *chi.Mux {
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Get("/v1/review-queue", s.reviewQueue)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/resolve", s.resolveCharge)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/retry", s.retryCharge)
+		s.enrollmentRoutes(r)
 
 		if s.Dev != nil {
 			// The clock and the simulated gateways are shared by every

@@ -20,10 +20,13 @@ import (
 	"context"
 	"errors"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
@@ -64,10 +67,24 @@ type Service struct {
 	// KnownGateway tells whether a payment method may name a gateway.
 	KnownGateway func(name string) bool
 	Clock        clock.Clock
+	// Enrollments and Autopay are the autopay enrollments and the charging
+	// of their bills; BillOutcomes is what bills' charges report to.
+	Enrollments  *enrollments.Store
+	Autopay      *autopay.Autopay
+	BillOutcomes charges.Subscriptions
 }
 
 func (s *Service) outcomes() scheduler.Outcomes {
 	return scheduler.Outcomes{Subscriptions: s.Subscriptions, Clock: s.Clock}
+}
+
+// ownerOf is who c's outcomes are reported to: its subscription or its
+// enrollment.
+func (s *Service) ownerOf(c charges.Charge) charges.Subscriptions {
+	if c.EnrollmentID != uuid.Nil {
+		return s.BillOutcomes
+	}
+	return s.outcomes()
 }
 
 // db is the caller's transaction when there is one, else the pool.

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/subscriptions"
 )
 
 // SubscriptionCharges lists a visible subscription's charges newest first,
@@ -52,8 +51,8 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 	if err != nil {
 		return charges.Charge{}, err
 	}
-	events := s.outcomes()
-	if _, err := events.Lock(ctx, tx, c.SubscriptionID); err != nil { // the subscription before the charge
+	events := s.ownerOf(c)
+	if _, err := events.Lock(ctx, tx, c.OwnerID()); err != nil { // the subscription (or enrollment) before the charge
 		return charges.Charge{}, err
 	}
 	if c, err = charges.Resolve(ctx, tx, id, r, s.Clock.Now()); err != nil {
@@ -101,19 +100,24 @@ func (s *Service) RetryCharge(ctx context.Context, tx pgx.Tx, caller Caller, id 
 	if found != "" {
 		return refuse("the gateway shows " + found + ": resolve it instead")
 	}
-	sub, err := s.Subscriptions.GetForUpdate(ctx, tx, c.SubscriptionID)
+	owner, err := s.ownerOf(c).Lock(ctx, tx, c.OwnerID())
 	if err != nil {
 		return charges.Charge{}, err
 	}
-	if sub.Status == subscriptions.Cancelled {
-		return refuse("the subscription is cancelled")
+	if owner.Cancelled {
+		return refuse("the subscription or enrollment is cancelled")
 	}
-	next, err := charges.RetryFromReview(ctx, tx, c, sub.PaymentMethod.Gateway, sub.PaymentMethod.Token, s.Clock.Now())
+	next, err := charges.RetryFromReview(ctx, tx, c, owner.Gateway, owner.Token, s.Clock.Now())
 	if errors.Is(err, charges.ErrStale) {
 		return refuse("the charge changed meanwhile")
 	}
 	if err != nil {
 		return charges.Charge{}, err
+	}
+	if next.EnrollmentID != uuid.Nil {
+		if err := s.Autopay.Retried(ctx, tx, next); err != nil {
+			return charges.Charge{}, err
+		}
 	}
 	return next, s.Biller.EnqueueAuthorize(ctx, tx, []charges.Charge{next})
 }

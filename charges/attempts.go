@@ -76,9 +76,17 @@ func (c Charge) sameCardRetryAllowed(token string, now time.Time) error {
 // place a second hold. Returns an error wrapping ErrRetryRefused, and
 // changes nothing, when the same card may not be tried again.
 func PaymentMethodChanged(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, gateway, token string, now time.Time) ([]Charge, error) {
+	return paymentMethodChanged(ctx, tx, "subscription_id", subscriptionID, nil, gateway, token, now)
+}
+
+// paymentMethodChanged is PaymentMethodChanged for the charges whose
+// owner column (subscription_id or enrollment_id) is id; when only is not
+// nil, for those of its charges only.
+func paymentMethodChanged(ctx context.Context, tx pgx.Tx, owner string, id uuid.UUID, only []uuid.UUID, gateway, token string,
+	now time.Time) ([]Charge, error) {
 	waiting, err := collect(tx.Query(ctx, `SELECT `+columns+` FROM charges
-		WHERE subscription_id = $1 AND (status = $2 OR (status = $3 AND resolution IS NULL))
-		ORDER BY period_start FOR UPDATE`, subscriptionID, string(Declined), string(Failed)))
+		WHERE `+owner+` = $1 AND (status = $2 OR (status = $3 AND resolution IS NULL)) AND ($4::uuid[] IS NULL OR id = ANY($4))
+		ORDER BY period_start FOR UPDATE`, id, string(Declined), string(Failed), only))
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +96,7 @@ func PaymentMethodChanged(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UU
 		}
 	}
 	if _, err := tx.Exec(ctx, `UPDATE charges SET gateway = $2, pm_token = $3, updated_at = $4
-		WHERE subscription_id = $1 AND status = $5`, subscriptionID, gateway, token, now, string(Scheduled)); err != nil {
+		WHERE `+owner+` = $1 AND status = $5`, id, gateway, token, now, string(Scheduled)); err != nil {
 		return nil, fmt.Errorf("new card for scheduled charges: %w", err)
 	}
 	retried := make([]Charge, 0, len(waiting))

@@ -72,6 +72,10 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 			switch {
 			case next.VoidRequested:
 				_, err = client.InsertTx(ctx, tx, VoidArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
+			case next.RegistryUIN != "" && p.Postings != nil:
+				// A fine is posted to the registry between hold and
+				// capture: its capture job comes after the posting.
+				err = p.Postings.Held(ctx, tx, next)
 			case p.CaptureInline && !s.reconcile:
 				// The capture's "about to call", in the transaction that
 				// read the charge's void flag under its row lock.
@@ -112,7 +116,8 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 //   - otherwise a hard decline fails the charge and a soft one is dunned on
 //     the service clock until the schedule is exhausted.
 func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Status, code string, hard bool, now time.Time) error {
-	sub, err := p.Subscriptions.Lock(ctx, tx, c.SubscriptionID)
+	owner := p.owner(c)
+	sub, err := owner.Lock(ctx, tx, c.OwnerID())
 	if err != nil {
 		return err
 	}
@@ -151,7 +156,7 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 			return err
 		}
 		p.transitioned(declined, "")
-		if err := p.Subscriptions.ChargeDeclined(ctx, tx, c.SubscriptionID); err != nil {
+		if err := owner.ChargeDeclined(ctx, tx, c.OwnerID()); err != nil {
 			return err
 		}
 		retry, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Declined}, Scheduled, now,
@@ -165,6 +170,9 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		return err
 	}
 	at, dun := p.Dunning.NextAttempt(first, c.AttemptCount)
+	if sub.NextAttempt != nil {
+		at, dun = sub.NextAttempt(c, first)
+	}
 	if hard || !dun || unpaid {
 		failed, err := move(ctx, tx, c.ID, c.AttemptCount, from, Failed, now, `failure_code = $1, unknown_phase = NULL`, code)
 		if err != nil {
@@ -174,7 +182,7 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		if unpaid {
 			return nil
 		}
-		return p.Subscriptions.ChargeFailed(ctx, tx, failed)
+		return owner.ChargeFailed(ctx, tx, failed)
 	}
 	next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Declined, now,
 		`failure_code = $1, first_declined_at = $2, next_attempt_at = $3, unknown_phase = NULL`, code, first, at)
@@ -182,5 +190,5 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		return err
 	}
 	p.transitioned(next, "")
-	return p.Subscriptions.ChargeDeclined(ctx, tx, c.SubscriptionID)
+	return owner.ChargeDeclined(ctx, tx, c.OwnerID())
 }

@@ -59,7 +59,9 @@ func (p *Pipeline) captureInline(ctx context.Context, s stageRun, c Charge) erro
 // charge).
 func (p *Pipeline) voidInstead(ctx context.Context, s stageRun) error {
 	c, err := Get(ctx, p.Pool, s.chargeID)
-	if err != nil || c.Status != Authorized || !c.VoidRequested || c.AttemptCount != s.attempt {
+	if err == nil && c.Status == Authorized && !c.VoidRequested && c.AttemptCount == s.attempt && c.discountMissed(p.Clock.Now()) {
+		metrics.StageRuns.WithLabelValues(s.stage, "discount_missed").Inc()
+	} else if err != nil || c.Status != Authorized || !c.VoidRequested || c.AttemptCount != s.attempt {
 		return err
 	}
 	return p.record(ctx, s, func(tx pgx.Tx) error {
@@ -79,7 +81,8 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 	metrics.StageRuns.WithLabelValues(s.stage, "succeeded").Inc()
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		if _, err := p.Subscriptions.Lock(ctx, tx, c.SubscriptionID); err != nil {
+		owner := p.owner(c)
+		if _, err := owner.Lock(ctx, tx, c.OwnerID()); err != nil {
 			return err
 		}
 		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Succeeded, now, `unknown_phase = NULL, failure_code = NULL`)
@@ -87,6 +90,6 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 			return err
 		}
 		p.transitioned(next, "")
-		return p.Subscriptions.ChargePaid(ctx, tx, next)
+		return owner.ChargePaid(ctx, tx, next)
 	})
 }

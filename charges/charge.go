@@ -42,6 +42,18 @@
 // waiting ones), so the guard reads only the charge row and a concurrent
 // event is either seen or sees the step in flight.
 //
+// # Bills
+//
+// A charge may belong to an autopay enrollment's bill instead of a
+// subscription period (EnrollmentID set, PeriodKey the bill id, one per
+// bill by a unique index). Its outcomes go to Pipeline.Enrollments, which
+// may fit dunning to the bill's deadlines (Subscription.NextAttempt). A
+// fine's price drops until its discount deadline: the amount is fixed when
+// an attempt's hold is first sent, and a discounted hold not captured by
+// the deadline is voided and followed by a new attempt at the full price
+// (Charge.FullAmount, Charge.DiscountUntil). A fine's hold is posted to the
+// state payment registry before its capture (Postings).
+//
 // # Gateway keys
 //
 // A technical retry (timeout, 5xx, crash) repeats the same gateway call
@@ -95,10 +107,13 @@ const (
 	Voided Status = "voided"
 )
 
-// Charge is one period's payment.
+// Charge is one period's payment, or one bill's.
 type Charge struct {
-	ID               uuid.UUID
+	ID uuid.UUID
+	// SubscriptionID owns a period's charge; EnrollmentID a bill's (whose
+	// PeriodKey is then the bill_id). Exactly one is set.
 	SubscriptionID   uuid.UUID
+	EnrollmentID     uuid.UUID
 	CustomerID       string
 	PeriodKey        string
 	PeriodStart      time.Time
@@ -127,12 +142,38 @@ type Charge struct {
 	HoldReleasedAt *time.Time
 	// Resolved: a person settled it.
 	Resolved bool
+	// FullAmount and DiscountUntil price a charge whose amount rises at a
+	// moment (a fine's discount deadline): Amount is the lower price; an
+	// attempt whose hold starts at or after DiscountUntil is placed for
+	// FullAmount, and a lower hold not captured by then is voided and made
+	// again at FullAmount. Zero and nil for a fixed price.
+	FullAmount    int64
+	DiscountUntil *time.Time
+	// RegistryUIN, when set, is the payment identifier under which the
+	// charge's payment is posted to the state payment registry between
+	// its hold and its capture (fines).
+	RegistryUIN string
 
 	token string // the attempt's payment token: sent to the gateway only
 }
 
-// Key is the charge's deterministic business key.
-func (c Charge) Key() string { return Key(c.SubscriptionID, c.PeriodKey) }
+// Key is the charge's deterministic business key: its owner (the
+// subscription or the enrollment) and its period key (or bill id).
+func (c Charge) Key() string { return Key(c.OwnerID(), c.PeriodKey) }
+
+// OwnerID is the subscription or enrollment the charge bills.
+func (c Charge) OwnerID() uuid.UUID {
+	if c.EnrollmentID != uuid.Nil {
+		return c.EnrollmentID
+	}
+	return c.SubscriptionID
+}
+
+// discountMissed reports whether c holds (or would hold) the lower price
+// of a discount that has ended at now.
+func (c Charge) discountMissed(now time.Time) bool {
+	return c.DiscountUntil != nil && c.Amount < c.FullAmount && !now.Before(*c.DiscountUntil)
+}
 
 // Key builds the business key `<subscription_id>:<period_key>`.
 func Key(subscriptionID uuid.UUID, periodKey string) string {

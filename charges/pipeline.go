@@ -31,6 +31,11 @@ type Subscription struct {
 	UnpaidSince *time.Time
 	// Cancelled: nothing more may be taken.
 	Cancelled bool
+	// NextAttempt, when set, replaces the pipeline's dunning schedule for
+	// this owner's charge: when the attempt of c just declined, whose
+	// first decline was at first, is followed by another (ok false: none).
+	// Bills use it to fit dunning before their deadlines.
+	NextAttempt func(c Charge, first time.Time) (at time.Time, ok bool)
 }
 
 // Subscriptions is what the pipeline tells the subscription a charge
@@ -58,8 +63,17 @@ type Pipeline struct {
 	Pool          *pgxpool.Pool
 	Gateways      *Gateways
 	Subscriptions Subscriptions
-	Clock         clock.Clock
-	Dunning       Dunning
+	// Enrollments is told about the charges of enrollments' bills, in the
+	// same terms (the id it gets is the enrollment's); nil when no
+	// enrollment exists.
+	Enrollments Subscriptions
+	// Postings posts holds to the state payment registry before their
+	// capture (charges with a RegistryUIN); nil: such charges are captured
+	// without posting.
+	Postings Postings
+
+	Clock   clock.Clock
+	Dunning Dunning
 	// CallTimeout bounds every gateway call; past it the outcome is unknown.
 	CallTimeout time.Duration
 	// Retry spaces the waits of a step whose gateway answered that it did
@@ -80,6 +94,15 @@ type Pipeline struct {
 	Logger        zerolog.Logger
 	// Tracer spans each gateway call; nil traces nothing.
 	Tracer trace.Tracer
+}
+
+// owner is who c's outcome is reported to: its subscription, or its
+// enrollment.
+func (p *Pipeline) owner(c Charge) Subscriptions {
+	if c.EnrollmentID != uuid.Nil && p.Enrollments != nil {
+		return p.Enrollments
+	}
+	return p.Subscriptions
 }
 
 // stageRun is one run of a pipeline stage's job: the charge it works on
@@ -133,7 +156,7 @@ func (p *Pipeline) transitioned(c Charge, reason string) {
 	metrics.ChargeTransitions.WithLabelValues(string(c.Status)).Inc()
 	switch c.Status {
 	case Unknown, RequiresReview, Failed:
-		p.Logger.Warn().Str("charge_id", c.ID.String()).Str("subscription_id", c.SubscriptionID.String()).
+		p.Logger.Warn().Str("charge_id", c.ID.String()).Str("owner_id", c.OwnerID().String()).
 			Str("gateway", c.Gateway).Int("attempt", c.AttemptCount).Str("status", string(c.Status)).
 			Str("unknown_phase", string(c.UnknownOp)).Str("failure_code", c.FailureCode).Str("reason", reason).
 			Msg("charge status")
@@ -164,7 +187,7 @@ func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ct
 		outcome = "error"
 	}
 	endCall(span, c, op, outcome, res.DeclineCode, time.Since(start))
-	p.Logger.Info().Str("charge_id", c.ID.String()).Str("subscription_id", c.SubscriptionID.String()).
+	p.Logger.Info().Str("charge_id", c.ID.String()).Str("owner_id", c.OwnerID().String()).
 		Str("gateway", c.Gateway).Str("op", string(op)).Int("attempt", c.AttemptCount).
 		Str("outcome", outcome).Int64("latency_ms", time.Since(start).Milliseconds()).
 		Str("decline_code", res.DeclineCode).Msg("gateway call")
@@ -178,7 +201,12 @@ func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ct
 // gateway with a nil error means the charge went to review (its gateway is
 // not configured).
 func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Status) (Charge, gateway.Gateway, error) {
-	c, err := moveWhere(ctx, p.Pool, s.chargeID, s.attempt, from, to, p.Clock.Now(), "NOT void_requested")
+	now := p.Clock.Now()
+	where := "NOT void_requested"
+	if s.stage == "capture" {
+		where += " AND NOT " + discountMissedSQL
+	}
+	c, err := guardedUpdate(ctx, p.Pool, s.chargeID, s.attempt, from, to, "", now, where, repriceSQL, now, string(Scheduled))
 	if err != nil {
 		return Charge{}, nil, err
 	}

@@ -18,17 +18,20 @@ type DBTX interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-const columns = `id, subscription_id, customer_id, period_key, period_start, amount, currency, gateway, status,
+const columns = `id, coalesce(subscription_id, '00000000-0000-0000-0000-000000000000'), customer_id, period_key, period_start, amount, currency, gateway, status,
 	attempt_count, coalesce(unknown_phase, ''), coalesce(authorization_ref, ''), void_requested, first_declined_at,
 	next_attempt_at, coalesce(failure_code, ''), coalesce(review_reason, ''), created_at, updated_at, pm_token,
-	attempt_due_at, attempt_times, hold_released_at, resolution IS NOT NULL`
+	attempt_due_at, attempt_times, hold_released_at, resolution IS NOT NULL,
+	coalesce(enrollment_id, '00000000-0000-0000-0000-000000000000'), coalesce(full_amount, 0), discount_until,
+	coalesce(registry_uin, '')`
 
 func scan(row pgx.Row) (Charge, error) {
 	var c Charge
 	err := row.Scan(&c.ID, &c.SubscriptionID, &c.CustomerID, &c.PeriodKey, &c.PeriodStart, &c.Amount, &c.Currency,
 		&c.Gateway, &c.Status, &c.AttemptCount, &c.UnknownOp, &c.AuthorizationRef, &c.VoidRequested,
 		&c.FirstDeclinedAt, &c.NextAttemptAt, &c.FailureCode, &c.ReviewReason, &c.CreatedAt, &c.UpdatedAt, &c.token,
-		&c.AttemptDueAt, &c.AttemptTimes, &c.HoldReleasedAt, &c.Resolved)
+		&c.AttemptDueAt, &c.AttemptTimes, &c.HoldReleasedAt, &c.Resolved,
+		&c.EnrollmentID, &c.FullAmount, &c.DiscountUntil, &c.RegistryUIN)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Charge{}, ErrNotFound
 	}
@@ -137,11 +140,6 @@ func CreateMany(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Ch
 // next_attempt_at. Returns ErrStale when the guard fails.
 func move(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time, set string, args ...any) (Charge, error) {
 	return guardedUpdate(ctx, db, id, attempt, from, to, "", now, "", set, args...)
-}
-
-// moveWhere is move with one more condition on the row.
-func moveWhere(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time, where string) (Charge, error) {
-	return guardedUpdate(ctx, db, id, attempt, from, to, "", now, where, "")
 }
 
 // guardedUpdate is move with an event type to publish instead of the one

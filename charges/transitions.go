@@ -12,8 +12,10 @@ var transitions = map[Status][]Status{
 	// The authorize answer; or an unknown outcome; or the attempt that was
 	// sent before a cancel is looked up rather than repeated.
 	Authorizing: {Authorized, Declined, Failed, Unknown, Voided, RequiresReview},
-	// The capture step begins; or the hold is released after a cancel.
-	Authorized: {Capturing, Voided, RequiresReview},
+	// The capture step begins; or the hold is released after a cancel; or
+	// a hold at a discounted price was released once the discount ended,
+	// and a new attempt at the full price follows (declined, due now).
+	Authorized: {Capturing, Voided, Declined, RequiresReview},
 	// The capture answer, or an unknown outcome.
 	Capturing: {Succeeded, Unknown, RequiresReview},
 	// Dunning or a card change starts a new attempt; the subscription's

@@ -20,7 +20,7 @@ func TestCanTransition(t *testing.T) {
 	allowed := map[charges.Status][]charges.Status{
 		charges.Scheduled:      {charges.Authorizing, charges.Voided, charges.RequiresReview},
 		charges.Authorizing:    {charges.Authorized, charges.Declined, charges.Failed, charges.Unknown, charges.Voided, charges.RequiresReview},
-		charges.Authorized:     {charges.Capturing, charges.Voided, charges.RequiresReview},
+		charges.Authorized:     {charges.Capturing, charges.Voided, charges.Declined, charges.RequiresReview},
 		charges.Capturing:      {charges.Succeeded, charges.Unknown, charges.RequiresReview},
 		charges.Declined:       {charges.Scheduled, charges.Failed, charges.Voided},
 		charges.Failed:         {charges.Scheduled},

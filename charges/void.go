@@ -11,8 +11,9 @@ import (
 	"github.com/rebill/rebill/internal/metrics"
 )
 
-// Void runs a void job: the subscription was cancelled while the charge
-// held money that was not captured.
+// Void runs a void job: the subscription was cancelled (or the bill
+// withdrawn) while the charge held money that was not captured, or the
+// discount of the held price ended before its capture.
 func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 	s := newStep("void", job, job.Args.ChargeID, job.Args.Attempt)
 	defer metrics.TimeStage(s.stage)()
@@ -20,7 +21,7 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 	if err != nil {
 		return err
 	}
-	if c.Status != Authorized || !c.VoidRequested || c.AttemptCount != s.attempt {
+	if c.Status != Authorized || !(c.VoidRequested || c.discountMissed(p.Clock.Now())) || c.AttemptCount != s.attempt {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return nil
 	}
@@ -40,6 +41,9 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 	metrics.StageRuns.WithLabelValues(s.stage, "voided").Inc()
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
+		if !c.VoidRequested {
+			return p.discountReleased(ctx, tx, c, now)
+		}
 		next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = 'subscription_cancelled'`)
 		if err == nil {
 			p.transitioned(next, "")

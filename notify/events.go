@@ -51,6 +51,9 @@ var Types = []string{
 	"subscription.payment_method_updated",
 	"charge.succeeded", "charge.declined", "charge.failed", "charge.requires_review", "charge.resolved", "charge.voided",
 	TypeChargeUpcoming, TypePaymentMethodExpiring,
+	"enrollment.created", "enrollment.paused", "enrollment.resumed", "enrollment.cancelled",
+	"enrollment.payment_method_updated",
+	"bill.received", "bill.awaiting_confirmation", "bill.paid", "bill.failed", "bill.withdrawn", "bill.expired",
 }
 
 // KnownType reports whether t is one of Types.
@@ -127,9 +130,9 @@ func (r *Recorder) SubscriptionChanged(ctx context.Context, tx pgx.Tx, eventType
 }
 
 // ChargeChanged records charge.<eventType>; its parent is the charge's
-// subscription.
+// subscription or enrollment.
 func (r *Recorder) ChargeChanged(ctx context.Context, tx pgx.Tx, eventType string, c charges.Charge, at time.Time) error {
-	parent := c.SubscriptionID
+	parent := c.OwnerID()
 	_, err := r.Record(ctx, tx, chargePrefix+eventType, c.ID, &parent, c.CustomerID, objects.FromCharge(c), at, "")
 	return err
 }

@@ -17,11 +17,11 @@ const module = "github.com/rebill/rebill/"
 // subscriptions and charges; domain packages never import the HTTP layer,
 // and subscriptions and charges know nothing of each other's tables.
 var allowedImports = map[string][]string{
-	"api":                               {"api/idempotency", "apikeys", "billing", "charges", "charges/gateway/sim", "notify", "notify/objects", "subscriptions", "subscriptions/period"},
+	"api":                               {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/sim", "enrollments", "notify", "notify/objects", "registry", "subscriptions", "subscriptions/period"},
 	"api/idempotency":                   nil,
 	"api/openapitest":                   nil,
 	"apikeys":                           {"subscriptions"},
-	"billing":                           {"charges", "notify", "scheduler", "subscriptions"},
+	"billing":                           {"autopay", "charges", "enrollments", "notify", "scheduler", "subscriptions"},
 	"scheduler":                         {"charges", "subscriptions", "subscriptions/period"},
 	"subscriptions":                     {"subscriptions/period"},
 	"subscriptions/period":              nil,
@@ -29,13 +29,16 @@ var allowedImports = map[string][]string{
 	"charges/gateway":                   nil,
 	"charges/gateway/sim":               {"charges/gateway"},
 	"migrations":                        nil,
-	"notify":                            {"charges", "notify/objects", "subscriptions"},
-	"notify/objects":                    {"charges", "subscriptions"},
+	"notify":                            {"charges", "enrollments", "notify/objects", "subscriptions"},
+	"notify/objects":                    {"charges", "enrollments", "subscriptions"},
 	"cmd/rebill":                        {"internal/app"},
 	"ops":                               nil,
 	"charges/gateway/yookassa":          {"charges/gateway"},
 	"charges/gateway/stripe":            {"charges/gateway"},
 	"charges/gateway/stripe/stripetest": nil,
+	"enrollments":                       {"subscriptions"},
+	"autopay":                           {"charges", "enrollments", "subscriptions"},
+	"registry":                          {"charges"},
 }
 
 type listedPackage struct {

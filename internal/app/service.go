@@ -101,10 +101,15 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	subs.SetEventSink(recorder)
 	charges.SetEventSink(recorder)
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
+	poster, registrySim := buildRegistry(cfg, pool, svc.Clock, retry, log)
+	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, log)
 	pipeline := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock},
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
 		UnavailableFor: cfg.UnavailableFor, CaptureInline: true, Logger: log.With().Str("component", "charges").Logger(),
-		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges")}
+		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges"), Enrollments: billOutcomes}
+	if poster != nil {
+		pipeline.Postings = poster
+	}
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
@@ -135,6 +140,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
 	charges.Register(workers, pipeline)
+	registerAutopay(workers, bills, poster)
 
 	jobTimeout := charges.JobTimeout(cfg.GatewayTimeout)
 	if cfg.RescueAfter <= jobTimeout+5*time.Second {
@@ -153,7 +159,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		CompletedJobRetentionPeriod: time.Hour,
 		FetchCooldown:               cfg.FetchCooldown,
 		FetchPollInterval:           cfg.FetchPollInterval,
-		PeriodicJobs:                periodicJobs(cfg),
+		PeriodicJobs:                append(periodicJobs(cfg), autopayPeriodicJobs(cfg)...),
 		Logger:                      riverLogger(log),
 		Middleware:                  riverMiddleware(),
 	})
@@ -161,6 +167,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
 	biller.Client = client
+	bills.Client = client
 	recorder.Enqueue = client
 	svc.River = client
 	svc.Biller = biller
@@ -169,16 +176,22 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 			if _, err := client.Insert(ctx, scheduler.ScanArgs{}, nil); err != nil {
 				log.Error().Err(err).Msg("enqueue scan after clock move")
 			}
+			billsMoved(ctx, client, log)
 		}
 	}
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, Attempts: pipeline,
-		KnownGateway: breakers.Known, Clock: svc.Clock}
+		KnownGateway: breakers.Known, Clock: svc.Clock, Enrollments: bills.Enrollments, Autopay: bills, BillOutcomes: billOutcomes}
+	if dev != nil {
+		dev.BillSources = devBillSources(bills, client, log)
+		dev.Registry = registrySim
+	}
 	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())
 	svc.Handler = tracing.Handler(api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: breakers.Known, Dev: dev, Logger: log,
 		Webhooks:         &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
 		MetricsElsewhere: cfg.MetricsAddr != "",
+		Autopay:          uses, Clock: svc.Clock,
 	}), tracerProvider())
 	return svc, nil
 }

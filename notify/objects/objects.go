@@ -105,7 +105,8 @@ func FromSubscription(s subscriptions.Subscription) Subscription {
 // Charge is GET /v1/charges/{id}.
 type Charge struct {
 	ID             uuid.UUID  `json:"id"`
-	SubscriptionID uuid.UUID  `json:"subscription_id"`
+	SubscriptionID *uuid.UUID `json:"subscription_id"`
+	EnrollmentID   *uuid.UUID `json:"enrollment_id"`
 	PeriodKey      string     `json:"period_key"`
 	Key            string     `json:"key"`
 	Amount         int64      `json:"amount"`
@@ -122,8 +123,15 @@ type Charge struct {
 
 // FromCharge is c as its GET returns it.
 func FromCharge(c charges.Charge) Charge {
-	return Charge{ID: c.ID, SubscriptionID: c.SubscriptionID, PeriodKey: c.PeriodKey, Key: c.Key(),
+	out := Charge{ID: c.ID, PeriodKey: c.PeriodKey, Key: c.Key(),
 		Amount: c.Amount, Currency: c.Currency, Gateway: c.Gateway, Status: string(c.Status),
 		AttemptCount: c.AttemptCount, NextAttemptAt: UTCPtr(c.NextAttemptAt), FailureCode: Optional(c.FailureCode),
 		ReviewReason: Optional(c.ReviewReason), CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+	owner := c.OwnerID()
+	if c.EnrollmentID != uuid.Nil {
+		out.EnrollmentID = &owner
+	} else {
+		out.SubscriptionID = &owner
+	}
+	return out
 }

@@ -1,0 +1,145 @@
+// Package autopay charges the bills of autopay enrollments on the charges
+// pipeline. It composes enrollments (bills, their rules) and charges (the
+// exactly-once engine) the way scheduler composes subscriptions and
+// charges: a bill is a period whose key is `<enrollment_id>:<bill_id>`.
+//
+// # Where bills come from
+//
+// Bills are pushed through the API (Push) or pulled by a periodic River
+// job from each kind's BillSource (Pull). Both end in Push, which stores
+// one bill per enrollment and bill id, so the same bill from both paths,
+// or from twenty concurrent pushes, is one bill with one charge.
+//
+// # When bills are charged
+//
+// A bill is charged when its pay_at comes (the Scan job, and at once when
+// it is due on arrival): its charge is created under the bill's unique key
+// in the transaction that moves the bill to paying, with its authorize job.
+// The charge's outcome comes back through Outcomes (paid, failed), which
+// the pipeline calls with the enrollment's row locked first, like a
+// subscription's.
+package autopay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/internal/clock"
+)
+
+// Autopay charges bills.
+type Autopay struct {
+	Pool        *pgxpool.Pool
+	Enrollments *enrollments.Store
+	Clock       clock.Clock
+	Rules       enrollments.Rules
+	// Client enqueues jobs in the caller's transaction; set once the River
+	// client exists.
+	Client    *river.Client[pgx.Tx]
+	Sources   map[enrollments.Kind]BillSource
+	BatchSize int
+	Logger    zerolog.Logger
+}
+
+// Push stores a bill for the enrollment (its row locked in tx first, so
+// that concurrent pushes of one bill serialise) and, when it is due at
+// once, creates its charge in tx. Returns the bill and whether this call
+// created it; validate.Errors for a bad bill; enrollments.ErrBillConflict
+// when the bill id exists with other content; a
+// *enrollments.TransitionError for a cancelled enrollment.
+func (a *Autopay) Push(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, in enrollments.BillInput) (enrollments.Bill, bool, error) {
+	e, err := a.Enrollments.GetForUpdate(ctx, tx, enrollmentID)
+	if err != nil {
+		return enrollments.Bill{}, false, err
+	}
+	if err := in.Validate(e.Kind, a.Clock.Now()); err != nil {
+		return enrollments.Bill{}, false, err
+	}
+	b, created, err := a.Enrollments.Push(ctx, tx, e, in, a.Rules)
+	if err != nil || !created {
+		return b, created, err
+	}
+	b, err = a.ChargeIfDue(ctx, tx, e, b)
+	return b, true, err
+}
+
+// ChargeIfDue creates the charge of a scheduled bill whose pay_at has come
+// and enqueues its authorize job, in tx (the enrollment's row locked by
+// the caller); other bills are returned unchanged.
+func (a *Autopay) ChargeIfDue(ctx context.Context, tx pgx.Tx, e enrollments.Enrollment, b enrollments.Bill) (enrollments.Bill, error) {
+	now := a.Clock.Now()
+	if b.Status != enrollments.BillScheduled || b.PayAt.After(now) || e.Status != enrollments.Active {
+		return b, nil
+	}
+	return a.charge(ctx, tx, e, b, now)
+}
+
+func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollment, b enrollments.Bill, now time.Time) (enrollments.Bill, error) {
+	n := charges.NewBillCharge{EnrollmentID: e.ID, CustomerID: e.CustomerID, BillID: b.BillID, Due: b.PayAt,
+		Amount: b.Amount, Currency: e.Currency, Gateway: e.PaymentMethod.Gateway, Token: e.PaymentMethod.Token}
+	if e.Kind == enrollments.Fines {
+		n.RegistryUIN = b.BillID // a fine is paid once posted to the state registry under its UIN
+	}
+	if ends := b.DiscountEnds(); ends != nil && now.Before(*ends) {
+		n.Amount, n.FullAmount, n.DiscountUntil = *b.DiscountedAmount, b.Amount, ends
+	}
+	c, created, err := charges.CreateForBill(ctx, tx, n, now)
+	if err != nil {
+		return enrollments.Bill{}, err
+	}
+	b, err = a.Enrollments.Charging(ctx, tx, b.ID, c.ID)
+	if err != nil {
+		return enrollments.Bill{}, fmt.Errorf("bill %s to paying: %w", n.BillID, err)
+	}
+	if created {
+		if err := a.enqueue(ctx, tx, []charges.Charge{c}); err != nil {
+			return enrollments.Bill{}, err
+		}
+	}
+	return b, nil
+}
+
+// enqueue inserts the authorize jobs of the charges' current attempts.
+func (a *Autopay) enqueue(ctx context.Context, tx pgx.Tx, cs []charges.Charge) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	if a.Client == nil {
+		return errors.New("autopay: River client not set")
+	}
+	jobs := make([]river.InsertManyParams, len(cs))
+	for i, c := range cs {
+		jobs[i] = river.InsertManyParams{Args: charges.AuthorizeArgs{ChargeID: c.ID, Attempt: c.AttemptCount}}
+	}
+	if _, err := a.Client.InsertManyTx(ctx, tx, jobs); err != nil {
+		return fmt.Errorf("enqueue %d bill charges: %w", len(jobs), err)
+	}
+	return nil
+}
+
+// voids enqueues the void jobs of the held charges among cs.
+func (a *Autopay) voids(ctx context.Context, tx pgx.Tx, cs []charges.Charge) error {
+	var jobs []river.InsertManyParams
+	for _, c := range cs {
+		if c.Status == charges.Authorized {
+			jobs = append(jobs, river.InsertManyParams{Args: charges.VoidArgs{ChargeID: c.ID, Attempt: c.AttemptCount}})
+		}
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	if _, err := a.Client.InsertManyTx(ctx, tx, jobs); err != nil {
+		return fmt.Errorf("enqueue %d voids: %w", len(jobs), err)
+	}
+	return nil
+}

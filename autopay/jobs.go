@@ -1,0 +1,174 @@
+package autopay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/internal/validate"
+)
+
+// oneAtATime allows one pending or running job of a kind: a trigger while
+// one runs is absorbed, and the running one works from database state.
+var oneAtATime = river.UniqueOpts{ByState: []rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+	rivertype.JobStateScheduled, rivertype.JobStateRetryable,
+}}
+
+// ScanArgs charges the bills whose pay_at has come and expires those
+// whose last payable day is over.
+type ScanArgs struct{}
+
+// Kind names the job in River.
+func (ScanArgs) Kind() string { return "bills_scan" }
+
+// InsertOpts allows one pending or running scan.
+func (ScanArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: oneAtATime}
+}
+
+// ScanWorker runs ScanArgs jobs.
+type ScanWorker struct {
+	river.WorkerDefaults[ScanArgs]
+	Autopay *Autopay
+}
+
+// Work scans at the service clock's now.
+func (w *ScanWorker) Work(ctx context.Context, _ *river.Job[ScanArgs]) error {
+	_, err := w.Autopay.Scan(ctx, w.Autopay.Clock.Now())
+	return err
+}
+
+// ScanResult counts what one scan did.
+type ScanResult struct {
+	Charged int
+	Expired int
+}
+
+// Scan charges due bills and expires lapsed ones, in batches of BatchSize,
+// each its own transaction. Safe on several nodes at once: rows are
+// claimed with SKIP LOCKED and each charge is created under its bill's
+// unique key.
+func (a *Autopay) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
+	var res ScanResult
+	batch := max(a.BatchSize, 1)
+	for {
+		n := 0
+		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
+			bills, enrolled, err := a.Enrollments.LockDue(ctx, tx, now, batch)
+			if err != nil {
+				return err
+			}
+			n = len(bills)
+			for _, b := range bills {
+				if _, err := a.charge(ctx, tx, enrolled[b.EnrollmentID], b, now); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return res, fmt.Errorf("charge due bills: %w", err)
+		}
+		res.Charged += n
+		if n < batch {
+			break
+		}
+	}
+	for {
+		n := 0
+		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) (err error) {
+			n, err = a.Enrollments.ExpireDue(ctx, tx, now, batch)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("expire bills: %w", err)
+		}
+		res.Expired += n
+		if n < batch {
+			return res, nil
+		}
+	}
+}
+
+// PullArgs pulls every bill source.
+type PullArgs struct{}
+
+// Kind names the job in River.
+func (PullArgs) Kind() string { return "bills_pull" }
+
+// InsertOpts allows one pending or running pull.
+func (PullArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: oneAtATime}
+}
+
+// PullWorker runs PullArgs jobs.
+type PullWorker struct {
+	river.WorkerDefaults[PullArgs]
+	Autopay *Autopay
+}
+
+// Work pulls.
+func (w *PullWorker) Work(ctx context.Context, _ *river.Job[PullArgs]) error {
+	_, err := w.Autopay.Pull(ctx)
+	return err
+}
+
+// Pull fetches every source's bills and pushes each to the enrollments of
+// its account (cancelled ones take none). A bill already stored is a
+// no-op; a bill the source got wrong (bad UIN, dates) is logged and
+// skipped, never stored. Returns how many bills were new.
+func (a *Autopay) Pull(ctx context.Context) (int, error) {
+	created := 0
+	for kind, src := range a.Sources {
+		bills, err := src.Pull(ctx)
+		if err != nil {
+			return created, err
+		}
+		for _, sb := range bills {
+			n, err := a.deliver(ctx, kind, sb)
+			created += n
+			if err != nil {
+				return created, err
+			}
+		}
+	}
+	return created, nil
+}
+
+func (a *Autopay) deliver(ctx context.Context, kind enrollments.Kind, sb SourcedBill) (int, error) {
+	matched, err := a.Enrollments.ByAccount(ctx, a.Pool, kind, sb.Account)
+	if err != nil {
+		return 0, err
+	}
+	created := 0
+	for _, e := range matched {
+		if e.Status == enrollments.Cancelled {
+			continue
+		}
+		isNew := false
+		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) (err error) {
+			_, isNew, err = a.Push(ctx, tx, e.ID, sb.Bill)
+			return err
+		})
+		if err == nil && isNew {
+			created++
+		}
+		var fields validate.Errors
+		var transition *enrollments.TransitionError
+		switch {
+		case errors.As(err, &fields), errors.Is(err, enrollments.ErrBillConflict), errors.As(err, &transition):
+			a.Logger.Warn().Str("enrollment_id", e.ID.String()).Str("bill_id", sb.Bill.BillID).Err(err).
+				Msg("pulled bill skipped")
+		case err != nil:
+			return created, fmt.Errorf("push pulled bill %s: %w", sb.Bill.BillID, err)
+		}
+	}
+	return created, nil
+}

@@ -1,0 +1,76 @@
+package autopay
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/enrollments"
+)
+
+// Outcomes moves bills as their charges settle; it is the
+// charges.Subscriptions the pipeline reports enrollments' charges to (the
+// ids it gets are enrollments').
+type Outcomes struct {
+	Enrollments *enrollments.Store
+	Rules       enrollments.Rules
+}
+
+// Lock locks the enrollment's row and returns what a charge outcome needs
+// of it: its card, whether it is cancelled, and the bills' dunning (fitted
+// to each bill's discount deadline and last payable day).
+func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Subscription, error) {
+	e, err := o.Enrollments.GetForUpdate(ctx, tx, id)
+	if err != nil {
+		return charges.Subscription{}, err
+	}
+	expiries, err := o.expiries(ctx, tx, id)
+	if err != nil {
+		return charges.Subscription{}, err
+	}
+	rules := o.Rules
+	return charges.Subscription{Gateway: e.PaymentMethod.Gateway, Token: e.PaymentMethod.Token,
+		Cancelled: e.Status == enrollments.Cancelled,
+		NextAttempt: func(c charges.Charge, first time.Time) (time.Time, bool) {
+			expires, ok := expiries[c.ID]
+			if !ok {
+				return time.Time{}, false // the bill is no longer being paid (withdrawn, expired)
+			}
+			return rules.NextAttempt(c.AttemptCount, c.AttemptTimes, first, c.DiscountUntil, expires)
+		}}, nil
+}
+
+// expiries maps the charges of the enrollment's bills being paid to the
+// ends of their last payable days.
+func (o Outcomes) expiries(ctx context.Context, tx pgx.Tx, id uuid.UUID) (map[uuid.UUID]time.Time, error) {
+	bills, err := o.Enrollments.Payable(ctx, tx, id, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("bills of enrollment %s: %w", id, err)
+	}
+	out := make(map[uuid.UUID]time.Time, len(bills))
+	for _, b := range bills {
+		if b.Status == enrollments.BillPaying {
+			out[*b.ChargeID] = b.ExpiresAt
+		}
+	}
+	return out, nil
+}
+
+// ChargePaid marks the charge's bill paid.
+func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+	return o.Enrollments.ChargeOutcome(ctx, tx, c.ID, true)
+}
+
+// ChargeDeclined changes nothing: the bill stays paying while dunning
+// retries it.
+func (o Outcomes) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error { return nil }
+
+// ChargeFailed marks the charge's bill failed: a payment-method change
+// retries it while it may still be paid.
+func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+	return o.Enrollments.ChargeOutcome(ctx, tx, c.ID, false)
+}

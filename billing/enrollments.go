@@ -1,0 +1,141 @@
+package billing
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// CreateEnrollment validates n and creates the enrollment. Returns
+// validate.Errors, or ErrForbidden when a customer enrols another
+// customer.
+func (s *Service) CreateEnrollment(ctx context.Context, tx pgx.Tx, caller Caller, n enrollments.New) (enrollments.Enrollment, error) {
+	if err := n.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
+		return enrollments.Enrollment{}, err
+	}
+	if !caller.canSee(n.CustomerID) {
+		return enrollments.Enrollment{}, ErrForbidden
+	}
+	return s.Enrollments.Create(ctx, tx, n)
+}
+
+// Enrollment returns an enrollment the caller may see. Returns
+// enrollments.ErrNotFound.
+func (s *Service) Enrollment(ctx context.Context, caller Caller, id uuid.UUID) (enrollments.Enrollment, error) {
+	return s.visibleEnrollment(ctx, nil, caller, id)
+}
+
+func (s *Service) visibleEnrollment(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (enrollments.Enrollment, error) {
+	e, err := s.Enrollments.Get(ctx, s.db(tx), id)
+	if err == nil && !caller.canSee(e.CustomerID) {
+		err = enrollments.ErrNotFound // its existence is not revealed
+	}
+	return e, err
+}
+
+// ListEnrollments lists enrollments newest first; a customer lists its own.
+// Returns ErrForbidden when a customer asks for another customer's.
+func (s *Service) ListEnrollments(ctx context.Context, caller Caller, p enrollments.ListParams) ([]enrollments.Enrollment, error) {
+	if caller.CustomerID != "" {
+		if p.CustomerID != "" && p.CustomerID != caller.CustomerID {
+			return nil, ErrForbidden
+		}
+		p.CustomerID = caller.CustomerID
+	}
+	return s.Enrollments.List(ctx, s.Pool, p)
+}
+
+// PauseEnrollment keeps the enrollment's bills pending until resume.
+// Pausing a paused one returns it unchanged; a cancelled one is a
+// *enrollments.TransitionError.
+func (s *Service) PauseEnrollment(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (enrollments.Enrollment, error) {
+	if _, err := s.visibleEnrollment(ctx, tx, caller, id); err != nil {
+		return enrollments.Enrollment{}, err
+	}
+	return s.Autopay.Pause(ctx, tx, id)
+}
+
+// ResumeEnrollment schedules its pending bills again; those due are
+// charged at once (enqueued in tx).
+func (s *Service) ResumeEnrollment(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (enrollments.Enrollment, error) {
+	if _, err := s.visibleEnrollment(ctx, tx, caller, id); err != nil {
+		return enrollments.Enrollment{}, err
+	}
+	return s.Autopay.Resume(ctx, tx, id)
+}
+
+// CancelEnrollment ends it: nothing more is charged and held money is
+// released (void jobs enqueued in tx).
+func (s *Service) CancelEnrollment(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (enrollments.Enrollment, error) {
+	if _, err := s.visibleEnrollment(ctx, tx, caller, id); err != nil {
+		return enrollments.Enrollment{}, err
+	}
+	return s.Autopay.Cancel(ctx, tx, id)
+}
+
+// ChangeEnrollmentPaymentMethod validates pm and gives it to the
+// enrollment; its declined or failed bills still payable are retried at
+// once. Returns validate.Errors, a *enrollments.TransitionError for a
+// cancelled enrollment, or an error wrapping charges.ErrRetryRefused.
+func (s *Service) ChangeEnrollmentPaymentMethod(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID,
+	pm subscriptions.PaymentMethod) (enrollments.Enrollment, error) {
+	if err := pm.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
+		return enrollments.Enrollment{}, err
+	}
+	if _, err := s.visibleEnrollment(ctx, tx, caller, id); err != nil {
+		return enrollments.Enrollment{}, err
+	}
+	return s.Autopay.ChangePaymentMethod(ctx, tx, id, pm)
+}
+
+// PushBill stores a bill an issuer sent for the enrollment (and charges it
+// at once when due). created is false when the bill was there already
+// with the same content. Returns validate.Errors,
+// enrollments.ErrBillConflict, or a *enrollments.TransitionError for a
+// cancelled enrollment.
+func (s *Service) PushBill(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, in enrollments.BillInput) (enrollments.Bill, bool, error) {
+	if _, err := s.visibleEnrollment(ctx, tx, caller, id); err != nil {
+		return enrollments.Bill{}, false, err
+	}
+	return s.Autopay.Push(ctx, tx, id, in)
+}
+
+// Bills lists a visible enrollment's bills newest first.
+func (s *Service) Bills(ctx context.Context, caller Caller, id, before uuid.UUID, limit int) ([]enrollments.Bill, error) {
+	if _, err := s.visibleEnrollment(ctx, nil, caller, id); err != nil {
+		return nil, err
+	}
+	return s.Enrollments.ListBills(ctx, s.Pool, id, before, limit)
+}
+
+// ConfirmBill records the customer's consent to a bill above max_amount.
+// Returns enrollments.ErrBillNotFound or a *enrollments.TransitionError.
+func (s *Service) ConfirmBill(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, billID string) (enrollments.Bill, error) {
+	if _, err := s.visibleEnrollment(ctx, tx, caller, id); err != nil {
+		return enrollments.Bill{}, err
+	}
+	return s.Autopay.Confirm(ctx, tx, id, billID)
+}
+
+// WithdrawBill marks a bill the issuer annulled; it is never charged.
+// Returns enrollments.ErrBillNotFound or a *enrollments.TransitionError.
+func (s *Service) WithdrawBill(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, billID string) (enrollments.Bill, error) {
+	if _, err := s.visibleEnrollment(ctx, tx, caller, id); err != nil {
+		return enrollments.Bill{}, err
+	}
+	return s.Autopay.Withdraw(ctx, tx, id, billID)
+}
+
+// EnrollmentCharges lists a visible enrollment's bill charges newest
+// first.
+func (s *Service) EnrollmentCharges(ctx context.Context, caller Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error) {
+	if _, err := s.visibleEnrollment(ctx, nil, caller, id); err != nil {
+		return nil, err
+	}
+	return charges.ListByEnrollment(ctx, s.Pool, id, before, limit)
+}

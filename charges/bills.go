@@ -1,0 +1,173 @@
+package charges
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+)
+
+// A bill's charge is a period's charge owned by an enrollment: its period
+// key is the bill's id, unique per enrollment, and it runs through the
+// same pipeline. What differs is the price of a fine, which rises at its
+// discount deadline (Charge.FullAmount, Charge.DiscountUntil).
+
+// repriceSQL is the assignment, in the guarded move that starts a first
+// authorize call ($1 the time, $2 the scheduled status), that fixes the
+// attempt's amount: the full price once the discount has ended. A rerun of
+// an attempt already sent keeps its amount, and so its gateway request.
+const repriceSQL = `amount = CASE WHEN status = $2 AND discount_until <= $1 THEN full_amount ELSE amount END`
+
+// discountMissedSQL holds for a charge at the lower price of a discount
+// that has ended at $1: its hold must not be captured.
+const discountMissedSQL = `(discount_until IS NOT NULL AND amount < full_amount AND discount_until <= $1)`
+
+// NewBillCharge is the charge of one bill.
+type NewBillCharge struct {
+	EnrollmentID uuid.UUID
+	CustomerID   string
+	BillID       string
+	// Due is when the bill is paid (its period start).
+	Due      time.Time
+	Amount   int64
+	Currency string
+	Gateway  string
+	Token    string
+	// FullAmount and DiscountUntil, when set, make Amount a discounted
+	// price that ends at DiscountUntil.
+	FullAmount    int64
+	DiscountUntil *time.Time
+	// RegistryUIN, when set, has each hold posted to the state payment
+	// registry under it before the capture (see Postings).
+	RegistryUIN string
+}
+
+// CreateForBill creates the charge of a bill, or returns the one it has
+// (created false): one charge per enrollment and bill id, whoever asks.
+// The caller enqueues the authorize job of a new one in tx.
+func CreateForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Time) (Charge, bool, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Charge{}, false, fmt.Errorf("new charge id: %w", err)
+	}
+	var full *int64
+	if n.DiscountUntil != nil {
+		full = &n.FullAmount
+	}
+	var uin *string
+	if n.RegistryUIN != "" {
+		uin = &n.RegistryUIN
+	}
+	c, err := scan(tx.QueryRow(ctx, `INSERT INTO charges (id, enrollment_id, customer_id, period_key, period_start, amount,
+			currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, full_amount, discount_until,
+			registry_uin)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, ARRAY[$11::timestamptz], $12, $13, $14)
+		ON CONFLICT (enrollment_id, period_key) WHERE enrollment_id IS NOT NULL DO NOTHING
+		RETURNING `+columns, id, n.EnrollmentID, n.CustomerID, n.BillID, n.Due, n.Amount, n.Currency, n.Gateway, n.Token,
+		string(Scheduled), now, full, n.DiscountUntil, uin))
+	if errors.Is(err, ErrNotFound) {
+		existing, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM charges WHERE enrollment_id = $1 AND period_key = $2`,
+			n.EnrollmentID, n.BillID))
+		return existing, false, err
+	}
+	if err != nil {
+		return Charge{}, false, fmt.Errorf("insert bill charge: %w", err)
+	}
+	return c, true, nil
+}
+
+// ListByEnrollment returns an enrollment's charges newest first, before
+// the keyset cursor id (uuid.Nil for the first page).
+func ListByEnrollment(ctx context.Context, db DBTX, enrollmentID, before uuid.UUID, limit int) ([]Charge, error) {
+	var cursor *uuid.UUID
+	if before != uuid.Nil {
+		cursor = &before
+	}
+	return collect(db.Query(ctx, `SELECT `+columns+` FROM charges
+		WHERE enrollment_id = $1 AND ($2::uuid IS NULL OR id < $2) ORDER BY id DESC LIMIT $3`, enrollmentID, cursor, limit))
+}
+
+// RequestBillVoid stops the charges of an enrollment (all of them, or the
+// one with id chargeID when it is not uuid.Nil) from taking money: those
+// no attempt works on are voided at once with code; those that may hold
+// money are flagged so that no capture starts, and returned (the caller
+// enqueues the void jobs of the authorized ones). A capture in flight
+// finishes.
+func RequestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, chargeID uuid.UUID, code string, now time.Time) ([]Charge, error) {
+	for _, from := range []Status{Scheduled, Declined} {
+		if !CanTransition(from, Voided) {
+			return nil, &TransitionError{From: from, To: Voided}
+		}
+	}
+	var one *uuid.UUID
+	if chargeID != uuid.Nil {
+		one = &chargeID
+	}
+	voided, err := collect(tx.Query(ctx, `UPDATE charges SET status = $4, failure_code = $5, next_attempt_at = NULL, updated_at = $3
+		WHERE enrollment_id = $1 AND ($2::uuid IS NULL OR id = $2) AND status = ANY($6) RETURNING `+columns,
+		enrollmentID, one, now, string(Voided), code, texts([]Status{Scheduled, Declined})))
+	if err != nil {
+		return nil, fmt.Errorf("void waiting bill charges: %w", err)
+	}
+	if err := publishAll(ctx, tx, voided, now); err != nil {
+		return nil, err
+	}
+	return collect(tx.Query(ctx, `UPDATE charges SET void_requested = true, updated_at = $3
+		WHERE enrollment_id = $1 AND ($2::uuid IS NULL OR id = $2) AND status = ANY($4) AND NOT void_requested
+		RETURNING `+columns, enrollmentID, one, now, texts([]Status{Authorizing, Authorized, Unknown})))
+}
+
+// EnrollmentPaymentMethodChanged is PaymentMethodChanged for an
+// enrollment's bill charges: those of bills still payable (the ids in
+// payable) are retried.
+func EnrollmentPaymentMethodChanged(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, payable []uuid.UUID, gateway, token string,
+	now time.Time) ([]Charge, error) {
+	if payable == nil {
+		payable = []uuid.UUID{}
+	}
+	return paymentMethodChanged(ctx, tx, "enrollment_id", enrollmentID, payable, gateway, token, now)
+}
+
+// discountReleased records the void of a hold placed at a discounted price
+// that was not captured before the discount ended: the charge waits
+// (declined, due now) for a new attempt, which the scan starts with a new
+// key and the full price. A cancel or withdrawal that asked for the void
+// meanwhile wins: the charge is voided.
+func (p *Pipeline) discountReleased(ctx context.Context, tx pgx.Tx, c Charge, now time.Time) error {
+	next, err := guardedUpdate(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Declined, "", now, "NOT void_requested",
+		`failure_code = 'discount_ended', next_attempt_at = $1, first_declined_at = coalesce(first_declined_at, $1)`, now)
+	if errors.Is(err, ErrStale) {
+		next, err = move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = 'subscription_cancelled'`)
+	}
+	if err == nil {
+		p.transitioned(next, "the discount ended before the capture")
+	}
+	return err
+}
+
+// Postings posts the holds of charges with a RegistryUIN to the state
+// payment registry before they are captured: the registry is told only of
+// money that is held. The pipeline calls Held, in the transaction that
+// records the hold, instead of enqueueing the capture; the posting side
+// enqueues the capture (CaptureArgs) once the registry accepted the
+// payment, or sends the charge to review (HoldToReview) when it never does.
+type Postings interface {
+	Held(ctx context.Context, tx pgx.Tx, c Charge) error
+}
+
+// HoldToReview sends an authorized charge whose hold may not be captured
+// (its posting to the registry failed for good) to review, and enqueues
+// the release of its hold in tx (the job's River client from ctx).
+// Returns ErrStale when the charge left that attempt's authorized status.
+func HoldToReview(ctx context.Context, tx pgx.Tx, id uuid.UUID, attempt int, reason string, now time.Time) (Charge, error) {
+	c, err := move(ctx, tx, id, attempt, []Status{Authorized}, RequiresReview, now, `review_reason = $1`, reason)
+	if err != nil {
+		return Charge{}, err
+	}
+	_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, ReleaseHoldArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
+	return c, err
+}

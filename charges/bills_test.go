@@ -1,0 +1,167 @@
+package charges_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertest"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
+)
+
+// fakeEnrollments is the enrollment side of the pipeline for bills'
+// charges: Lock locks the real enrollment row; outcomes are recorded.
+type fakeEnrollments struct {
+	mu       sync.Mutex
+	recorded []string
+}
+
+func (e *fakeEnrollments) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Subscription, error) {
+	var found uuid.UUID
+	if err := tx.QueryRow(ctx, `SELECT id FROM enrollments WHERE id = $1 FOR UPDATE`, id).Scan(&found); err != nil {
+		return charges.Subscription{}, fmt.Errorf("lock enrollment: %w", err)
+	}
+	return charges.Subscription{Gateway: "fake", Token: currentCard}, nil
+}
+
+func (e *fakeEnrollments) record(s string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.recorded = append(e.recorded, s)
+}
+
+func (e *fakeEnrollments) ChargePaid(_ context.Context, _ pgx.Tx, c charges.Charge) error {
+	e.record("paid")
+	return nil
+}
+
+func (e *fakeEnrollments) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error {
+	e.record("declined")
+	return nil
+}
+
+func (e *fakeEnrollments) ChargeFailed(context.Context, pgx.Tx, charges.Charge) error {
+	e.record("failed")
+	return nil
+}
+
+// newBillCharge inserts an enrollment and the charge of its fine, held
+// at 500 until deadline and at 1000 after.
+func newBillCharge(ctx context.Context, t *testing.T, b *testBundle, deadline time.Time) (charges.Charge, bool) {
+	t.Helper()
+	enrollmentID := uuid.New()
+	_, err := b.pool.Exec(ctx, `INSERT INTO enrollments (id, customer_id, kind, sts, status, currency, max_amount, pm_gateway,
+			pm_token, pm_exp_month, pm_exp_year, created_at, updated_at)
+		VALUES ($1, 'cus_1', 'fines', '77УА123456', 'active', 'RUB', 100000, 'fake', $2, 12, 2030, $3, $3)`,
+		enrollmentID, currentCard, start)
+	require.NoError(t, err)
+	var c charges.Charge
+	var created bool
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
+		c, created, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
+			BillID: "18800000000000000008", Due: start, Amount: 500, FullAmount: 1000, DiscountUntil: &deadline,
+			Currency: "RUB", Gateway: "fake", Token: currentCard}, start)
+		return err
+	}))
+	return c, created
+}
+
+// A bill's charge is one per enrollment and bill id.
+func TestCreateForBillIsOnePerBill(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	c, created := newBillCharge(ctx, t, b, start.Add(time.Hour))
+	require.True(t, created)
+	require.Equal(t, c.EnrollmentID.String()+":18800000000000000008", c.Key())
+	var again charges.Charge
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
+		again, created, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: c.EnrollmentID, CustomerID: "cus_1",
+			BillID: "18800000000000000008", Due: start, Amount: 700, Currency: "RUB", Gateway: "fake", Token: currentCard}, start)
+		return err
+	}))
+	require.False(t, created)
+	require.Equal(t, c.ID, again.ID)
+	require.EqualValues(t, 500, again.Amount, "the first charge stands")
+}
+
+// A hold placed at the discounted price that is not captured by the
+// deadline is voided, never captured; the new attempt (a new key) is held
+// and captured at the full price.
+func TestDiscountedHoldNotCapturedByTheDeadlineIsMadeAgainInFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	owner := &fakeEnrollments{}
+	b.pipeline.Enrollments = owner
+	deadline := start.Add(time.Hour)
+	c, _ := newBillCharge(ctx, t, b, deadline)
+
+	var mu sync.Mutex
+	amounts := map[string]int64{}
+	b.gateway.AuthorizeFunc = func(_ context.Context, req gateway.Request) (gateway.Result, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		amounts[req.IdempotencyKey] = req.Amount
+		return succeeded, nil
+	}
+	b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+
+	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	held := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Authorized, held.Status)
+	require.EqualValues(t, 500, held.Amount)
+
+	b.clock.Advance(2 * time.Hour) // the capture comes after the deadline
+	capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
+	_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status, "not captured")
+	rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, b.driver, charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
+
+	void := newWorker(t, b, &charges.VoidWorker{Pipeline: b.pipeline})
+	_, err = void.Work(ctx, t, b.tx, charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	waiting := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Declined, waiting.Status)
+	require.Equal(t, "discount_ended", waiting.FailureCode)
+	require.True(t, waiting.NextAttemptAt.Equal(b.clock.Now()), "a new attempt is due at once")
+
+	var retried []charges.Charge
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
+		retried, err = charges.DueRetries(ctx, tx, b.clock.Now(), 10)
+		return err
+	}))
+	require.Len(t, retried, 1)
+	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+	require.NoError(t, err)
+	full := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Authorized, full.Status)
+	require.EqualValues(t, 1000, full.Amount, "the amount is fixed when the hold is placed")
+
+	b.gateway.CaptureFunc = answer(succeeded, nil)
+	_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 2}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Succeeded, b.get(ctx, t, c.ID).Status)
+
+	key := c.Key()
+	require.Equal(t, map[string]int64{key + ":a1:authorize": 500, key + ":a2:authorize": 1000}, amounts)
+	var captures []string
+	for _, call := range b.gateway.calls() {
+		if call.Op == string(gateway.OpCapture) {
+			captures = append(captures, call.Key)
+		}
+	}
+	require.Equal(t, []string{key + ":a2:capture"}, captures, "only the full-price hold was captured")
+	require.Equal(t, []string{"paid"}, owner.recorded)
+}

@@ -1,0 +1,433 @@
+package enrollments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// BillStatus is where a bill stands (see the package doc's diagram).
+type BillStatus string
+
+const (
+	// BillPending: arrived while the enrollment was paused; scheduled (or
+	// awaiting confirmation) on resume.
+	BillPending BillStatus = "pending"
+	// BillAwaitingConfirmation: its amount due is above the enrollment's
+	// max_amount; charged once the customer confirms it.
+	BillAwaitingConfirmation BillStatus = "awaiting_confirmation"
+	// BillScheduled: charged at pay_at.
+	BillScheduled BillStatus = "scheduled"
+	// BillPaying: its charge exists and is being collected (hold, capture,
+	// dunning).
+	BillPaying BillStatus = "paying"
+	// BillPaid: its charge succeeded. Final.
+	BillPaid BillStatus = "paid"
+	// BillFailed: its charge failed (hard decline, dunning exhausted, a
+	// person's verdict); a payment-method change retries it while it is
+	// payable.
+	BillFailed BillStatus = "failed"
+	// BillWithdrawn: the issuer annulled it; never charged. Final.
+	BillWithdrawn BillStatus = "withdrawn"
+	// BillExpired: its last payable day passed unpaid. Final.
+	BillExpired BillStatus = "expired"
+)
+
+// Bill events, published as bill.<type>.
+const (
+	BillEventReceived             = "received"
+	BillEventAwaitingConfirmation = "awaiting_confirmation"
+	BillEventPaid                 = "paid"
+	BillEventFailed               = "failed"
+	BillEventWithdrawn            = "withdrawn"
+	BillEventExpired              = "expired"
+)
+
+// Bill is one amount owed by an enrollment's payer.
+type Bill struct {
+	ID               uuid.UUID
+	EnrollmentID     uuid.UUID
+	CustomerID       string
+	BillID           string
+	Amount           int64
+	DiscountedAmount *int64
+	DiscountDeadline *Date
+	IssuedAt         time.Time
+	DueDate          Date
+	Status           BillStatus
+	PayAt            time.Time
+	ExpiresAt        time.Time
+	ConfirmedAt      *time.Time
+	ChargeID         *uuid.UUID
+	PaidAt           *time.Time
+	ReceivedAt       time.Time
+	UpdatedAt        time.Time
+}
+
+// DiscountEnds is the end of the discount deadline's day, nil without a
+// discount.
+func (b Bill) DiscountEnds() *time.Time {
+	if b.DiscountDeadline == nil {
+		return nil
+	}
+	end := b.DiscountDeadline.End()
+	return &end
+}
+
+// AmountDue is what the bill costs when captured at t.
+func (b Bill) AmountDue(t time.Time) int64 {
+	return AmountDue(b.Amount, b.DiscountedAmount, b.DiscountEnds(), t)
+}
+
+// sameContent reports whether in is the bill as it was first pushed.
+func (b Bill) sameContent(in BillInput) bool {
+	sameDate := func(a, c *Date) bool { return (a == nil) == (c == nil) && (a == nil || a.String() == c.String()) }
+	sameAmount := func(a, c *int64) bool { return (a == nil) == (c == nil) && (a == nil || *a == *c) }
+	return b.Amount == in.Amount && b.IssuedAt.Equal(in.IssuedAt.Truncate(time.Microsecond)) &&
+		b.DueDate.String() == in.DueDate.String() && sameDate(b.DiscountDeadline, in.DiscountDeadline) &&
+		sameAmount(b.DiscountedAmount, in.DiscountedAmount)
+}
+
+const billColumns = `id, enrollment_id, customer_id, bill_id, amount, discounted_amount, discount_deadline, issued_at, due_date,
+	status, pay_at, expires_at, confirmed_at, charge_id, paid_at, received_at, updated_at`
+
+func scanBill(row pgx.Row) (Bill, error) {
+	var b Bill
+	var deadline *time.Time
+	var due time.Time
+	err := row.Scan(&b.ID, &b.EnrollmentID, &b.CustomerID, &b.BillID, &b.Amount, &b.DiscountedAmount, &deadline, &b.IssuedAt,
+		&due, &b.Status, &b.PayAt, &b.ExpiresAt, &b.ConfirmedAt, &b.ChargeID, &b.PaidAt, &b.ReceivedAt, &b.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Bill{}, ErrBillNotFound
+	}
+	if err != nil {
+		return Bill{}, fmt.Errorf("scan bill: %w", err)
+	}
+	b.DueDate = NewDate(due)
+	if deadline != nil {
+		d := NewDate(*deadline)
+		b.DiscountDeadline = &d
+	}
+	b.IssuedAt, b.PayAt, b.ExpiresAt = b.IssuedAt.UTC(), b.PayAt.UTC(), b.ExpiresAt.UTC()
+	b.ReceivedAt, b.UpdatedAt = b.ReceivedAt.UTC(), b.UpdatedAt.UTC()
+	return b, nil
+}
+
+func collectBills(rows pgx.Rows, err error) ([]Bill, error) {
+	if err != nil {
+		return nil, fmt.Errorf("query bills: %w", err)
+	}
+	defer rows.Close()
+	var out []Bill
+	for rows.Next() {
+		b, err := scanBill(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query bills: %w", err)
+	}
+	return out, nil
+}
+
+func (st *Store) publishBill(ctx context.Context, tx pgx.Tx, typ string, b Bill, at time.Time) error {
+	if st.events == nil {
+		return nil
+	}
+	if err := st.events.BillChanged(ctx, tx, typ, b, at); err != nil {
+		return fmt.Errorf("publish bill.%s: %w", typ, err)
+	}
+	return nil
+}
+
+func dateOrNil(d *Date) *time.Time {
+	if d == nil {
+		return nil
+	}
+	t := d.Time()
+	return &t
+}
+
+// Push stores a bill for the enrollment e, whose row the caller locked
+// (GetForUpdate): one bill per enrollment and bill id, whichever path
+// brings it and however often. Returns the bill and whether this call
+// created it; ErrBillConflict when the bill id exists with other content;
+// a *TransitionError for a cancelled enrollment. A new bill is scheduled
+// per rules, kept pending while the enrollment is paused, and awaits
+// confirmation when its amount due at pay_at is above max_amount.
+func (st *Store) Push(ctx context.Context, tx pgx.Tx, e Enrollment, in BillInput, rules Rules) (Bill, bool, error) {
+	existing, err := scanBill(tx.QueryRow(ctx, `SELECT `+billColumns+` FROM bills WHERE enrollment_id = $1 AND bill_id = $2`,
+		e.ID, in.BillID))
+	switch {
+	case err == nil && existing.sameContent(in):
+		return existing, false, nil
+	case err == nil:
+		return existing, false, ErrBillConflict
+	case !errors.Is(err, ErrBillNotFound):
+		return Bill{}, false, err
+	}
+	if e.Status == Cancelled {
+		return Bill{}, false, &TransitionError{Object: "enrollment", From: string(Cancelled), To: string(Cancelled),
+			Reason: "a cancelled enrollment takes no bills"}
+	}
+	now := st.clock.Now()
+	plan := rules.PlanBill(e.Kind, e.PayDay, in, now)
+	status := BillScheduled
+	switch {
+	case e.Status == Paused:
+		status = BillPending
+	case AmountDue(in.Amount, in.DiscountedAmount, plan.DiscountEnds, plan.PayAt) > e.MaxAmount:
+		status = BillAwaitingConfirmation
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Bill{}, false, fmt.Errorf("new bill id: %w", err)
+	}
+	b, err := scanBill(tx.QueryRow(ctx, `INSERT INTO bills (id, enrollment_id, customer_id, bill_id, amount, discounted_amount,
+			discount_deadline, issued_at, due_date, status, pay_at, expires_at, received_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
+		ON CONFLICT (enrollment_id, bill_id) DO NOTHING
+		RETURNING `+billColumns, id, e.ID, e.CustomerID, in.BillID, in.Amount, in.DiscountedAmount, dateOrNil(in.DiscountDeadline),
+		in.IssuedAt, in.DueDate.Time(), status, plan.PayAt, plan.ExpiresAt, now))
+	if err != nil {
+		return Bill{}, false, fmt.Errorf("insert bill: %w", err)
+	}
+	if err := st.publishBill(ctx, tx, BillEventReceived, b, now); err != nil {
+		return Bill{}, false, err
+	}
+	if status == BillAwaitingConfirmation {
+		if err := st.publishBill(ctx, tx, BillEventAwaitingConfirmation, b, now); err != nil {
+			return Bill{}, false, err
+		}
+	}
+	return b, true, nil
+}
+
+// GetBill returns the enrollment's bill with the issuer's bill id.
+// Returns ErrBillNotFound.
+func (st *Store) GetBill(ctx context.Context, db DBTX, enrollmentID uuid.UUID, billID string) (Bill, error) {
+	return scanBill(db.QueryRow(ctx, `SELECT `+billColumns+` FROM bills WHERE enrollment_id = $1 AND bill_id = $2`,
+		enrollmentID, billID))
+}
+
+// BillByCharge returns the bill whose charge is chargeID. Returns
+// ErrBillNotFound.
+func (st *Store) BillByCharge(ctx context.Context, db DBTX, chargeID uuid.UUID) (Bill, error) {
+	return scanBill(db.QueryRow(ctx, `SELECT `+billColumns+` FROM bills WHERE charge_id = $1`, chargeID))
+}
+
+// ListBills returns an enrollment's bills newest first, before the keyset
+// cursor id (uuid.Nil: from the newest).
+func (st *Store) ListBills(ctx context.Context, db DBTX, enrollmentID, before uuid.UUID, limit int) ([]Bill, error) {
+	var cursor *uuid.UUID
+	if before != uuid.Nil {
+		cursor = &before
+	}
+	return collectBills(db.Query(ctx, `SELECT `+billColumns+` FROM bills
+		WHERE enrollment_id = $1 AND ($2::uuid IS NULL OR id < $2) ORDER BY id DESC LIMIT $3`, enrollmentID, cursor, limit))
+}
+
+func texts(statuses ...BillStatus) []string {
+	out := make([]string, len(statuses))
+	for i, s := range statuses {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// moveBill is the guarded move of one bill: from one of from to to, with
+// extra assignments (parameters from $1), publishing event ("" for none).
+// Returns ErrBillNotFound when the guard fails.
+func (st *Store) moveBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, from []BillStatus, to BillStatus, event string,
+	set string, args ...any) (Bill, error) {
+	now := st.clock.Now()
+	n := len(args)
+	query := fmt.Sprintf(`UPDATE bills SET status = $%d, updated_at = $%d`, n+1, n+2)
+	if set != "" {
+		query += ", " + set
+	}
+	query += fmt.Sprintf(` WHERE id = $%d AND status = ANY($%d) RETURNING `, n+3, n+4) + billColumns
+	b, err := scanBill(tx.QueryRow(ctx, query, append(args, to, now, id, texts(from...))...))
+	if err != nil {
+		return Bill{}, err
+	}
+	if event != "" {
+		if err := st.publishBill(ctx, tx, event, b, now); err != nil {
+			return Bill{}, err
+		}
+	}
+	return b, nil
+}
+
+// Confirm records the customer's consent to pay a bill above max_amount:
+// it is scheduled (kept pending while the enrollment is paused). A bill
+// already confirmed, or not awaiting confirmation but on its way, is
+// returned unchanged; a withdrawn or expired one is a *TransitionError.
+// The caller locked the enrollment.
+func (st *Store) Confirm(ctx context.Context, tx pgx.Tx, e Enrollment, billID string) (Bill, error) {
+	b, err := st.GetBill(ctx, tx, e.ID, billID)
+	if err != nil {
+		return Bill{}, err
+	}
+	switch b.Status {
+	case BillWithdrawn, BillExpired:
+		return b, &TransitionError{Object: "bill", From: string(b.Status), To: string(BillScheduled)}
+	case BillAwaitingConfirmation:
+		to := BillScheduled
+		if e.Status == Paused {
+			to = BillPending
+		}
+		return st.moveBill(ctx, tx, b.ID, []BillStatus{BillAwaitingConfirmation}, to, "", `confirmed_at = $1`, st.clock.Now())
+	case BillPending:
+		if b.ConfirmedAt != nil {
+			return b, nil
+		}
+		return st.moveBill(ctx, tx, b.ID, []BillStatus{BillPending}, BillPending, "", `confirmed_at = $1`, st.clock.Now())
+	}
+	return b, nil
+}
+
+// Withdraw marks a bill the issuer annulled: it is never charged. The
+// caller voids its charge. Withdrawing twice returns it unchanged; a paid
+// bill is a *TransitionError. The caller locked the enrollment.
+func (st *Store) Withdraw(ctx context.Context, tx pgx.Tx, e Enrollment, billID string) (Bill, bool, error) {
+	b, err := st.GetBill(ctx, tx, e.ID, billID)
+	if err != nil {
+		return Bill{}, false, err
+	}
+	switch b.Status {
+	case BillWithdrawn:
+		return b, false, nil
+	case BillPaid:
+		return b, false, &TransitionError{Object: "bill", From: string(b.Status), To: string(BillWithdrawn),
+			Reason: "the bill is paid"}
+	}
+	b, err = st.moveBill(ctx, tx, b.ID, []BillStatus{b.Status}, BillWithdrawn, BillEventWithdrawn, "")
+	return b, err == nil, err
+}
+
+// LockDue claims up to limit scheduled bills whose pay_at has come, of
+// active enrollments, with their enrollments, skipping rows another scan
+// or request holds: each is charged by whoever holds it. Locks the
+// enrollment rows too, so that a card change or a pause serialises with
+// the charge being created.
+func (st *Store) LockDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Bill, map[uuid.UUID]Enrollment, error) {
+	rows, err := tx.Query(ctx, `SELECT b.id, e.id FROM bills b JOIN enrollments e ON e.id = b.enrollment_id
+		WHERE b.status = $1 AND b.pay_at <= $2 AND e.status = $3
+		ORDER BY b.pay_at, b.id LIMIT $4 FOR UPDATE OF e, b SKIP LOCKED`, string(BillScheduled), now, string(Active), limit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock due bills: %w", err)
+	}
+	var billIDs, enrollmentIDs []uuid.UUID
+	var billID, enrollmentID uuid.UUID
+	if _, err := pgx.ForEachRow(rows, []any{&billID, &enrollmentID}, func() error {
+		billIDs, enrollmentIDs = append(billIDs, billID), append(enrollmentIDs, enrollmentID)
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("lock due bills: %w", err)
+	}
+	if len(billIDs) == 0 {
+		return nil, nil, nil
+	}
+	enrolled, err := collect(tx.Query(ctx, `SELECT `+columns+` FROM enrollments WHERE id = ANY($1)`, enrollmentIDs))
+	if err != nil {
+		return nil, nil, err
+	}
+	byID := make(map[uuid.UUID]Enrollment, len(enrolled))
+	for _, e := range enrolled {
+		byID[e.ID] = e
+	}
+	bills, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills WHERE id = ANY($1) ORDER BY pay_at, id`, billIDs))
+	return bills, byID, err
+}
+
+// Charging records that the bill's charge exists: scheduled -> paying.
+func (st *Store) Charging(ctx context.Context, tx pgx.Tx, id, chargeID uuid.UUID) (Bill, error) {
+	return st.moveBill(ctx, tx, id, []BillStatus{BillScheduled, BillFailed}, BillPaying, "", `charge_id = $1`, chargeID)
+}
+
+// ChargeOutcome moves the bill of charge chargeID to paid or failed as
+// its charge settled (a bill withdrawn or expired meanwhile stays so). A
+// failed bill that a person then resolved as paid becomes paid.
+func (st *Store) ChargeOutcome(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, paid bool) error {
+	b, err := st.BillByCharge(ctx, tx, chargeID)
+	if errors.Is(err, ErrBillNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if paid {
+		_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying, BillFailed, BillExpired}, BillPaid, BillEventPaid,
+			`paid_at = $1`, st.clock.Now())
+	} else {
+		_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying}, BillFailed, BillEventFailed, "")
+	}
+	if errors.Is(err, ErrBillNotFound) {
+		return nil // the bill left those statuses: nothing to record
+	}
+	return err
+}
+
+// Paused keeps the enrollment's scheduled bills pending.
+func (st *Store) Paused(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID) error {
+	_, err := tx.Exec(ctx, `UPDATE bills SET status = $2, updated_at = $3 WHERE enrollment_id = $1 AND status = $4`,
+		enrollmentID, string(BillPending), st.clock.Now(), string(BillScheduled))
+	if err != nil {
+		return fmt.Errorf("keep bills pending: %w", err)
+	}
+	return nil
+}
+
+// Resumed schedules the enrollment's pending bills again (those above
+// max_amount and not confirmed await confirmation): a pay_at that passed
+// meanwhile is due at once.
+func (st *Store) Resumed(ctx context.Context, tx pgx.Tx, e Enrollment) error {
+	pending, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills WHERE enrollment_id = $1 AND status = $2
+		ORDER BY id`, e.ID, string(BillPending)))
+	if err != nil {
+		return err
+	}
+	for _, b := range pending {
+		to, event := BillScheduled, ""
+		if b.ConfirmedAt == nil && b.AmountDue(b.PayAt) > e.MaxAmount {
+			to, event = BillAwaitingConfirmation, BillEventAwaitingConfirmation
+		}
+		if _, err := st.moveBill(ctx, tx, b.ID, []BillStatus{BillPending}, to, event, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Payable returns the enrollment's bills being paid or failed that may
+// still be paid at now: a payment-method change retries their charges
+// that wait (declined, failed).
+func (st *Store) Payable(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, now time.Time) ([]Bill, error) {
+	return collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills
+		WHERE enrollment_id = $1 AND status = ANY($2) AND expires_at > $3 AND charge_id IS NOT NULL ORDER BY id`,
+		enrollmentID, texts(BillPaying, BillFailed), now))
+}
+
+// ExpireDue marks up to limit bills whose last payable day is over, and
+// that are not being paid, expired. Returns how many.
+func (st *Store) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int) (int, error) {
+	due, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills
+		WHERE status = ANY($1) AND expires_at <= $2 ORDER BY expires_at, id LIMIT $3 FOR UPDATE SKIP LOCKED`,
+		texts(BillPending, BillAwaitingConfirmation, BillScheduled, BillFailed), now, limit))
+	if err != nil {
+		return 0, err
+	}
+	for _, b := range due {
+		if _, err := st.moveBill(ctx, tx, b.ID, []BillStatus{b.Status}, BillExpired, BillEventExpired, ""); err != nil {
+			return 0, err
+		}
+	}
+	return len(due), nil
+}

@@ -1,0 +1,146 @@
+// Package enrollments holds autopay enrollments (housing bills, traffic
+// fines) and their bills: validation of the payer's identifiers, the
+// enrollment state machine, the bill life cycle, the scheduling rules that
+// decide when and how much a bill is charged, and their store.
+//
+// The charging itself is the charges pipeline's: a bill's charge is keyed
+// `<enrollment_id>:<bill_id>` and runs hold, capture, dunning and
+// reconciliation like a subscription period's. Package autopay composes
+// the two.
+//
+// # Enrollment statuses
+//
+//	active --pause--> paused --resume--> active
+//	active|paused --cancel--> cancelled (final)
+//
+// Every transition is a guarded UPDATE in the caller's transaction that
+// publishes its event there; reaching a status already reached is a no-op
+// that writes nothing, as for subscriptions.
+//
+// # Bill statuses
+//
+//	pending ----------------(resume)----------> scheduled | awaiting_confirmation
+//	awaiting_confirmation --(confirm)---------> scheduled
+//	scheduled --------------(pay_at reached)--> paying (its charge exists)
+//	paying -----------------(charge outcome)--> paid | failed
+//	failed -----------------(card change)-----> paying
+//	any but paid -----------(issuer annuls)---> withdrawn
+//	pending|awaiting_confirmation|scheduled|failed --(last payable day over)--> expired
+package enrollments
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	_ "time/tzdata" // Europe/Moscow on machines without tzdata
+
+	"github.com/google/uuid"
+
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// Kind is what an enrollment pays.
+type Kind string
+
+const (
+	// Housing pays housing and utility bills (GIS ZhKKh) by the payer's
+	// single personal account number (ELS).
+	Housing Kind = "housing"
+	// Fines pays traffic fines (GIS GMP) found by the vehicle registration
+	// certificate (STS) and/or the driving licence.
+	Fines Kind = "fines"
+)
+
+// Status is where an enrollment stands.
+type Status string
+
+const (
+	// Active: bills are paid as they fall due.
+	Active Status = "active"
+	// Paused: bills are kept pending; nothing new is charged until resume.
+	Paused Status = "paused"
+	// Cancelled: final; bills that arrive are left unpaid.
+	Cancelled Status = "cancelled"
+)
+
+// Event types of enrollments, published as enrollment.<type>.
+const (
+	EventCreated              = "created"
+	EventPaused               = "paused"
+	EventResumed              = "resumed"
+	EventCancelled            = "cancelled"
+	EventPaymentMethodUpdated = "payment_method_updated"
+)
+
+var transitions = map[Status][]Status{
+	Active:    {Paused, Cancelled},
+	Paused:    {Active, Cancelled},
+	Cancelled: nil,
+}
+
+// CanTransition reports whether an enrollment in status from may move to
+// status to. Staying in the same status is not a transition.
+func CanTransition(from, to Status) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// AccountRef is who the bill sources know the payer as: the ELS for
+// housing; the STS and/or the driving licence for fines.
+type AccountRef struct {
+	ELS           string
+	STS           string
+	DriverLicense string
+}
+
+// Enrollment is a customer's consent to pay one kind of bill
+// automatically, up to MaxAmount per bill without asking.
+type Enrollment struct {
+	ID         uuid.UUID
+	CustomerID string
+	Kind       Kind
+	AccountRef AccountRef
+	Status     Status
+	Currency   string
+	MaxAmount  int64
+	// PayDay (housing, 1..28) is the day of the month to pay on; 0: on
+	// arrival.
+	PayDay        int
+	PaymentMethod subscriptions.PaymentMethod
+	Description   string
+	Metadata      map[string]string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	CancelledAt   *time.Time
+}
+
+var (
+	// ErrNotFound: no enrollment (or bill) with that id.
+	ErrNotFound = errors.New("enrollment not found")
+	// ErrBillNotFound: the enrollment has no bill with that bill_id.
+	ErrBillNotFound = errors.New("bill not found")
+	// ErrBillConflict: a bill with this bill_id exists with other content
+	// (amount or dates): the issuer must use a new id.
+	ErrBillConflict = errors.New("a bill with this bill_id exists with different content")
+)
+
+// TransitionError is a change the enrollment or bill state machine
+// forbids.
+type TransitionError struct {
+	Object string // "enrollment" or "bill"
+	From   string
+	To     string
+	Reason string
+}
+
+func (e *TransitionError) Error() string {
+	msg := fmt.Sprintf("%s cannot move from %s to %s", e.Object, e.From, e.To)
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
+}

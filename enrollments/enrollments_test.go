@@ -1,0 +1,150 @@
+package enrollments_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+func TestValidUIN(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		uin  string
+		want bool
+	}{
+		{"first pass", "18800000000000000008", true},
+		{"second pass (weights 3..12)", "18810000000000000014", true},
+		{"both passes give 10: check digit 0", "18800000000000001870", true},
+		{"25 digits", "0001111111111111111111114", true},
+		{"wrong check digit", "18800000000000000009", false},
+		{"19 digits", "1880000000000000000", false},
+		{"21 digits", "188000000000000000008", false},
+		{"a letter", "1880000000000000000A", false},
+		{"empty", "", false},
+	} {
+		require.Equal(t, tc.want, enrollments.ValidUIN(tc.uin), tc.name)
+	}
+}
+
+func TestAccountReferences(t *testing.T) {
+	t.Parallel()
+	require.True(t, enrollments.ValidELS("12345ABCDE"))
+	require.False(t, enrollments.ValidELS("12345abcde"), "capital letters only")
+	require.False(t, enrollments.ValidELS("12345АБВГД"), "Latin letters only")
+	require.False(t, enrollments.ValidELS("123456789"))
+
+	require.True(t, enrollments.ValidVehicleDocument("77УА123456"), "Cyrillic capitals")
+	require.True(t, enrollments.ValidVehicleDocument("7712345678"))
+	require.True(t, enrollments.ValidVehicleDocument("77ЁЖ123456"))
+	require.False(t, enrollments.ValidVehicleDocument("77уа123456"), "lower case")
+	require.False(t, enrollments.ValidVehicleDocument("77УА12345"), "9 characters")
+	require.False(t, enrollments.ValidVehicleDocument("77 А123456"))
+}
+
+func TestNewValidateNamesEveryField(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2027, 3, 1, 9, 0, 0, 0, time.UTC)
+	known := func(string) bool { return true }
+	err := enrollments.New{Kind: enrollments.Fines, Currency: "USD", PayDay: 3,
+		AccountRef: enrollments.AccountRef{STS: "bad"}}.Validate(now, known)
+	var fields validate.Errors
+	require.ErrorAs(t, err, &fields)
+	var names []string
+	for _, f := range fields {
+		names = append(names, f.Field)
+	}
+	require.ElementsMatch(t, []string{"customer_id", "account_ref.sts", "pay_day", "currency", "max_amount", "payment_method"}, names)
+
+	ok := enrollments.New{CustomerID: "c", Kind: enrollments.Housing, AccountRef: enrollments.AccountRef{ELS: "1234567890"},
+		Currency: "RUB", MaxAmount: 1, PayDay: 28,
+		PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 1, ExpYear: 2030}}
+	require.NoError(t, ok.Validate(now, known))
+}
+
+func date(t *testing.T, s string) enrollments.Date {
+	t.Helper()
+	d, err := enrollments.ParseDate(s)
+	require.NoError(t, err)
+	return d
+}
+
+func TestPlanBill(t *testing.T) {
+	t.Parallel()
+	rules := enrollments.Rules{Dunning: []time.Duration{24 * time.Hour, 72 * time.Hour, 120 * time.Hour, 168 * time.Hour},
+		CaptureMargin: time.Hour}
+	arrival := time.Date(2027, 3, 1, 9, 0, 0, 0, time.UTC) // 12:00 in Moscow
+	bill := enrollments.BillInput{Amount: 1000, IssuedAt: arrival, DueDate: date(t, "2027-03-25")}
+	for _, tc := range []struct {
+		name   string
+		payDay int
+		due    string
+		want   time.Time
+	}{
+		{"no pay day: on arrival", 0, "2027-03-25", arrival},
+		{"pay day later this month", 10, "2027-03-25", time.Date(2027, 3, 9, 21, 0, 0, 0, time.UTC)},
+		{"pay day today: on arrival", 1, "2027-03-25", arrival},
+		{"pay day passed: next month", 28, "2027-04-30", time.Date(2027, 3, 27, 21, 0, 0, 0, time.UTC)},
+		{"pay day inside the dunning room: on arrival", 10, "2027-03-15", arrival},
+		{"pay day exactly the dunning room before the due end", 9, "2027-03-15", time.Date(2027, 3, 8, 21, 0, 0, 0, time.UTC)},
+	} {
+		b := bill
+		b.DueDate = date(t, tc.due)
+		plan := rules.PlanBill(enrollments.Housing, tc.payDay, b, arrival)
+		require.Equal(t, tc.want, plan.PayAt, tc.name)
+		require.Equal(t, b.DueDate.End(), plan.ExpiresAt, tc.name)
+	}
+
+	deadline := date(t, "2027-03-20")
+	discounted := int64(500)
+	issued := time.Date(2027, 2, 28, 10, 0, 0, 0, time.UTC)
+	fine := enrollments.BillInput{Amount: 1000, IssuedAt: issued, DueDate: date(t, "2027-03-30"), DiscountDeadline: &deadline,
+		DiscountedAmount: &discounted}
+	plan := rules.PlanBill(enrollments.Fines, 0, fine, arrival)
+	require.Equal(t, arrival, plan.PayAt, "fines are paid on arrival")
+	require.Equal(t, time.Date(2027, 3, 20, 21, 0, 0, 0, time.UTC), *plan.DiscountEnds, "the end of the deadline in Moscow")
+	require.Equal(t, time.Date(2027, 4, 29, 21, 0, 0, 0, time.UTC), plan.ExpiresAt, "60 days after the ruling, later than the due date")
+	require.EqualValues(t, 500, enrollments.AmountDue(1000, &discounted, plan.DiscountEnds, plan.DiscountEnds.Add(-time.Microsecond)))
+	require.EqualValues(t, 1000, enrollments.AmountDue(1000, &discounted, plan.DiscountEnds, *plan.DiscountEnds))
+}
+
+func TestNextAttemptFitsDunningBeforeTheDeadlines(t *testing.T) {
+	t.Parallel()
+	day := 24 * time.Hour
+	rules := enrollments.Rules{Dunning: []time.Duration{day, 3 * day, 5 * day, 7 * day}, CaptureMargin: time.Hour}
+	first := time.Date(2027, 3, 1, 9, 0, 0, 0, time.UTC)
+	ends := first.Add(71 * time.Hour) // 70 hours of room before the margin
+	expires := first.Add(60 * day)
+	times := []time.Time{first}
+
+	// Discounted attempts: the 7-day schedule squeezed into 70 hours.
+	at, ok := rules.NextAttempt(1, times, first, &ends, expires)
+	require.True(t, ok)
+	require.Equal(t, first.Add(10*time.Hour), at, "1 day of 7, scaled to 70 hours")
+	at, _ = rules.NextAttempt(4, []time.Time{first, first, first, first}, first, &ends, expires)
+	require.Equal(t, first.Add(70*time.Hour), at, "the last retry an hour before the deadline")
+	at, ok = rules.NextAttempt(5, []time.Time{first, first, first, first, first}, first, &ends, expires)
+	require.True(t, ok)
+	require.Equal(t, ends, at, "schedule exhausted: the next attempt at the deadline, at the full amount")
+
+	// Full-amount attempts: the schedule again, from the deadline.
+	full := []time.Time{first, first, first, first, first, ends}
+	at, _ = rules.NextAttempt(6, full, first, &ends, expires)
+	require.Equal(t, ends.Add(day), at)
+	at, _ = rules.NextAttempt(9, append(full, ends, ends, ends), first, &ends, expires)
+	require.Equal(t, ends.Add(7*day), at, "the fourth full-amount retry")
+	_, ok = rules.NextAttempt(10, append(full, ends, ends, ends, ends), first, &ends, expires)
+	require.False(t, ok, "the full-amount schedule is exhausted")
+
+	// A bill without a discount: the plain schedule, never past its expiry.
+	at, ok = rules.NextAttempt(2, times, first, nil, expires)
+	require.True(t, ok)
+	require.Equal(t, first.Add(3*day), at)
+	_, ok = rules.NextAttempt(2, times, first, nil, first.Add(3*day))
+	require.False(t, ok, "a retry after the last payable moment is not made")
+}

@@ -1,0 +1,110 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/api"
+	"github.com/rebill/rebill/autopay"
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/registry"
+)
+
+// billCaptureMargin is how long before a fine's discount deadline its
+// last discounted attempt starts, leaving time for hold and capture.
+const billCaptureMargin = time.Hour
+
+// billPullInterval is how often the bill sources are pulled (real time);
+// dev mode also pulls at every clock move and every publish.
+const billPullInterval = time.Minute
+
+// buildAutopay wires enrollments and the charging of their bills: the
+// store publishing through recorder, the outcomes the pipeline reports
+// bills' charges to, and, in dev mode, the simulated bill sources.
+func buildAutopay(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, recorder *notify.Recorder, log zerolog.Logger) (*autopay.Autopay, autopay.Outcomes) {
+	store := enrollments.NewStore(clk)
+	store.SetEventSink(recorder)
+	rules := enrollments.Rules{Dunning: cfg.DunningSchedule, CaptureMargin: billCaptureMargin}
+	a := &autopay.Autopay{Pool: pool, Enrollments: store, Clock: clk, Rules: rules, BatchSize: cfg.ScanBatch,
+		Sources: map[enrollments.Kind]autopay.BillSource{}, Logger: log.With().Str("component", "autopay").Logger()}
+	if cfg.Dev {
+		for _, kind := range []enrollments.Kind{enrollments.Housing, enrollments.Fines} {
+			a.Sources[kind] = autopay.DevSource{Pool: pool, Kind: kind}
+		}
+	}
+	return a, autopay.Outcomes{Enrollments: store, Rules: rules}
+}
+
+// registerAutopay adds the bill scan and pull workers, and the registry's
+// when fines are posted.
+func registerAutopay(workers *river.Workers, a *autopay.Autopay, poster *registry.Poster) {
+	river.AddWorker(workers, &autopay.ScanWorker{Autopay: a})
+	river.AddWorker(workers, &autopay.PullWorker{Autopay: a})
+	if poster != nil {
+		registry.Register(workers, poster)
+	}
+}
+
+// buildRegistry is the poster of fines to the state payment registry: in
+// dev mode through the simulated gateways gmp1 and gmp2; nil outside it
+// (no production registry adapter yet: fines are captured unposted).
+func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, retry charges.RetryPolicy, log zerolog.Logger) (*registry.Poster, *registry.Sim) {
+	if !cfg.Dev {
+		return nil, nil
+	}
+	sim := &registry.Sim{Pool: pool}
+	return &registry.Poster{Pool: pool, Gateways: registry.NewBalancer(sim.Gateways(), cfg.GatewayTimeout), Clock: clk,
+		GiveUpAfter: cfg.UnavailableFor, Retry: retry, Logger: log.With().Str("component", "registry").Logger()}, sim
+}
+
+// autopayPeriodicJobs scans bills (and the registry postings to annul) as
+// often as periods, and pulls the bill sources every minute.
+func autopayPeriodicJobs(cfg config.Config) []*river.PeriodicJob {
+	jobs := []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(billPullInterval),
+		func() (river.JobArgs, *river.InsertOpts) { return autopay.PullArgs{}, nil },
+		&river.PeriodicJobOpts{ID: "bills_pull", RunOnStart: true})}
+	if cfg.ScanInterval > 0 {
+		jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ScanInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return autopay.ScanArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "bills_scan", RunOnStart: true}))
+		if cfg.Dev {
+			jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ScanInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return registry.SweepArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "registry_sweep", RunOnStart: true}))
+		}
+	}
+	return jobs
+}
+
+// billsMoved pulls the bill sources and scans bills at once: the dev
+// clock moved, or a bill was published.
+func billsMoved(ctx context.Context, client *river.Client[pgx.Tx], log zerolog.Logger) {
+	jobs := []river.InsertManyParams{{Args: autopay.PullArgs{}}, {Args: autopay.ScanArgs{}}, {Args: registry.SweepArgs{}}}
+	if _, err := client.InsertMany(ctx, jobs); err != nil {
+		log.Error().Err(err).Msg("enqueue bill pull and scan")
+	}
+}
+
+// devBillSources is what the dev endpoints publish to.
+func devBillSources(a *autopay.Autopay, client *river.Client[pgx.Tx], log zerolog.Logger) *api.DevBillSources {
+	return &api.DevBillSources{
+		Publish: func(ctx context.Context, tx pgx.Tx, kind enrollments.Kind, b autopay.SourcedBill) (bool, error) {
+			src, ok := a.Sources[kind].(autopay.DevSource)
+			if !ok {
+				return false, fmt.Errorf("no simulated %s bill source", kind)
+			}
+			return src.Publish(ctx, tx, b, a.Clock.Now())
+		},
+		Published: func(ctx context.Context) { billsMoved(ctx, client, log) },
+	}
+}

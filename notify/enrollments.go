@@ -1,0 +1,31 @@
+package notify
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/notify/objects"
+)
+
+// Event type prefixes of enrollments and bills.
+const (
+	enrollmentPrefix = "enrollment."
+	billPrefix       = "bill."
+)
+
+// EnrollmentChanged records enrollment.<eventType>.
+func (r *Recorder) EnrollmentChanged(ctx context.Context, tx pgx.Tx, eventType string, e enrollments.Enrollment, at time.Time) error {
+	_, err := r.Record(ctx, tx, enrollmentPrefix+eventType, e.ID, nil, e.CustomerID, objects.FromEnrollment(e), at, "")
+	return err
+}
+
+// BillChanged records bill.<eventType>; its parent is the bill's
+// enrollment.
+func (r *Recorder) BillChanged(ctx context.Context, tx pgx.Tx, eventType string, b enrollments.Bill, at time.Time) error {
+	parent := b.EnrollmentID
+	_, err := r.Record(ctx, tx, billPrefix+eventType, b.ID, &parent, b.CustomerID, objects.FromBill(b, at), at, "")
+	return err
+}

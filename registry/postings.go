@@ -1,0 +1,333 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/metrics"
+)
+
+// Posting statuses.
+const (
+	// StatusPosting: the hold is placed; the payment is being posted.
+	StatusPosting = "posting"
+	// StatusAccepted: the registry holds the payment; the capture follows.
+	StatusAccepted = "accepted"
+	// StatusFailed: the registry never accepted it; the charge went to
+	// review and its hold is released.
+	StatusFailed = "failed"
+	// StatusCancelled: not posted, the charge no longer wanted it.
+	StatusCancelled = "cancelled"
+	// StatusAnnulled: posted, then annulled because its money was not
+	// captured.
+	StatusAnnulled = "annulled"
+)
+
+// Poster posts holds to the registry; it implements charges.Postings.
+type Poster struct {
+	Pool     *pgxpool.Pool
+	Gateways *Balancer
+	Clock    clock.Clock
+	// GiveUpAfter bounds, in real time from the posting's job creation,
+	// how long a posting waits for a registry that does nothing; then it
+	// fails for good.
+	GiveUpAfter time.Duration
+	// Retry spaces the waits and retries (real time).
+	Retry  charges.RetryPolicy
+	Logger zerolog.Logger
+}
+
+// Held stores the posting of c's hold and enqueues its job, in tx (the
+// transaction that records the hold).
+func (p *Poster) Held(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+	id := PaymentID(c.Key(), c.AttemptCount, c.Amount)
+	now := p.Clock.Now()
+	if _, err := tx.Exec(ctx, `INSERT INTO registry_postings (payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT DO NOTHING`,
+		id, c.ID, c.AttemptCount, c.RegistryUIN, c.Amount, StatusPosting, now); err != nil {
+		return fmt.Errorf("store posting: %w", err)
+	}
+	_, err := river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, PostArgs{PaymentID: id}, nil)
+	return err
+}
+
+type posting struct {
+	PaymentID string
+	ChargeID  uuid.UUID
+	Attempt   int
+	UIN       string
+	Amount    int64
+	Status    string
+}
+
+func getPosting(ctx context.Context, db charges.DBTX, paymentID string) (posting, error) {
+	var ps posting
+	err := db.QueryRow(ctx, `SELECT payment_id, charge_id, attempt, uin, amount, status FROM registry_postings WHERE payment_id = $1`,
+		paymentID).Scan(&ps.PaymentID, &ps.ChargeID, &ps.Attempt, &ps.UIN, &ps.Amount, &ps.Status)
+	if err != nil {
+		return posting{}, fmt.Errorf("posting %s: %w", paymentID, err)
+	}
+	return ps, nil
+}
+
+// setStatus moves a posting from one of from to to; false when it was not
+// in from.
+func setStatus(ctx context.Context, db charges.DBTX, paymentID string, from []string, to, gateway, lastError string, now time.Time) (bool, error) {
+	tag, err := db.Exec(ctx, `UPDATE registry_postings SET status = $3, gateway = coalesce(nullif($4, ''), gateway),
+			last_error = nullif($5, ''), updated_at = $6
+		WHERE payment_id = $1 AND status = ANY($2)`, paymentID, from, to, gateway, lastError, now)
+	if err != nil {
+		return false, fmt.Errorf("posting %s to %s: %w", paymentID, to, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// PostArgs posts one hold.
+type PostArgs struct {
+	PaymentID string `json:"payment_id" river:"unique"`
+}
+
+// Kind names the job in River.
+func (PostArgs) Kind() string { return "registry_post" }
+
+// InsertOpts makes the job unique per posting in every state.
+func (PostArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{UniqueOpts: uniqueForever} }
+
+var uniqueForever = river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStateCancelled, rivertype.JobStateCompleted, rivertype.JobStateDiscarded,
+	rivertype.JobStatePending, rivertype.JobStateRetryable, rivertype.JobStateRunning, rivertype.JobStateScheduled,
+}}
+
+// PostWorker runs PostArgs jobs.
+type PostWorker struct {
+	river.WorkerDefaults[PostArgs]
+	Poster *Poster
+}
+
+// Work posts the hold and enqueues the capture, or gives up for good.
+func (w *PostWorker) Work(ctx context.Context, job *river.Job[PostArgs]) error {
+	return w.Poster.post(ctx, job)
+}
+
+func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
+	defer metrics.TimeStage("posting")()
+	ps, err := getPosting(ctx, p.Pool, job.Args.PaymentID)
+	if err != nil {
+		return err
+	}
+	if ps.Status != StatusPosting {
+		metrics.StageRuns.WithLabelValues("posting", "stale").Inc()
+		return nil
+	}
+	c, err := charges.Get(ctx, p.Pool, ps.ChargeID)
+	if err != nil {
+		return err
+	}
+	now := p.Clock.Now()
+	if c.Status != charges.Authorized || c.AttemptCount != ps.Attempt || c.VoidRequested {
+		// The charge moved on (cancelled, withdrawn, superseded): nothing is
+		// posted for it, and its own flow releases the hold.
+		metrics.StageRuns.WithLabelValues("posting", "not_wanted").Inc()
+		_, err := setStatus(ctx, p.Pool, ps.PaymentID, []string{StatusPosting}, StatusCancelled, "", "", now)
+		return err
+	}
+	// The registry hears of this attempt only once the older ones of the
+	// charge that it accepted are annulled.
+	if err := p.annulOlder(ctx, ps); err != nil {
+		return p.retryOrGiveUp(ctx, job, ps, c, err)
+	}
+	pay := Payment{PaymentID: ps.PaymentID, UIN: ps.UIN, Amount: ps.Amount}
+	gateway, err := p.Gateways.Post(ctx, pay)
+	if errors.Is(err, ErrUnknownOutcome) {
+		metrics.Retries.WithLabelValues("posting", "unknown_outcome").Inc()
+		found, _, lerr := p.Gateways.Lookup(ctx, ps.PaymentID)
+		switch {
+		case lerr != nil:
+			return p.retryOrGiveUp(ctx, job, ps, c, fmt.Errorf("%w; lookup: %w", err, lerr))
+		case !found:
+			return p.retryOrGiveUp(ctx, job, ps, c, err) // never arrived: posted again, same id
+		}
+		err = nil
+	}
+	if err != nil {
+		return p.retryOrGiveUp(ctx, job, ps, c, err)
+	}
+	metrics.StageRuns.WithLabelValues("posting", "accepted").Inc()
+	p.Logger.Info().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Str("gateway", gateway).
+		Int64("amount", ps.Amount).Msg("posted to the registry")
+	return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
+		moved, err := setStatus(ctx, tx, ps.PaymentID, []string{StatusPosting}, StatusAccepted, gateway, "", p.Clock.Now())
+		if err != nil || !moved {
+			return err
+		}
+		_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: ps.Attempt}, nil)
+		return err
+	})
+}
+
+// annulOlder annuls the accepted postings of earlier attempts of ps's
+// charge.
+func (p *Poster) annulOlder(ctx context.Context, ps posting) error {
+	rows, err := p.Pool.Query(ctx, `SELECT payment_id FROM registry_postings WHERE charge_id = $1 AND attempt < $2 AND status = $3`,
+		ps.ChargeID, ps.Attempt, StatusAccepted)
+	if err != nil {
+		return fmt.Errorf("older postings: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("older postings: %w", err)
+	}
+	for _, id := range ids {
+		if err := p.annul(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// annul annuls an accepted posting at the registry and records it.
+func (p *Poster) annul(ctx context.Context, paymentID string) error {
+	defer metrics.TimeStage("annulment")()
+	_, err := p.Gateways.Annul(ctx, paymentID)
+	if errors.Is(err, ErrUnknownOutcome) {
+		found, annulled, lerr := p.Gateways.Lookup(ctx, paymentID)
+		if lerr != nil || (found && !annulled) {
+			return fmt.Errorf("annul %s: %w", paymentID, err)
+		}
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("annul %s: %w", paymentID, err)
+	}
+	metrics.StageRuns.WithLabelValues("annulment", "annulled").Inc()
+	_, err = setStatus(ctx, p.Pool, paymentID, []string{StatusAccepted}, StatusAnnulled, "", "", p.Clock.Now())
+	return err
+}
+
+// retryOrGiveUp waits for a registry that did not take the posting, or,
+// past GiveUpAfter, on a rejection, or on the job's last attempt, fails
+// the posting for good: the charge goes to review and its hold is
+// released.
+func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps posting, c charges.Charge, cause error) error {
+	final := errors.Is(cause, ErrRejected) || job.Attempt >= job.MaxAttempts || p.Retry.Now().Sub(job.CreatedAt) > p.GiveUpAfter
+	if !final {
+		if errors.Is(cause, ErrUnavailable) {
+			metrics.Retries.WithLabelValues("posting", "unavailable").Inc()
+			return river.JobSnooze(p.Retry.Delay(max(job.Attempt, 1)))
+		}
+		metrics.Retries.WithLabelValues("posting", "error").Inc()
+		return fmt.Errorf("post %s: %w", ps.PaymentID, cause)
+	}
+	metrics.StageRuns.WithLabelValues("posting", "failed").Inc()
+	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Err(cause).Msg("registry posting failed for good")
+	reason := "the state payment registry did not accept the posting: " + cause.Error()
+	return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
+		moved, err := setStatus(ctx, tx, ps.PaymentID, []string{StatusPosting}, StatusFailed, "", cause.Error(), p.Clock.Now())
+		if err != nil || !moved {
+			return err
+		}
+		_, err = charges.HoldToReview(ctx, tx, c.ID, ps.Attempt, reason, p.Clock.Now())
+		if errors.Is(err, charges.ErrStale) {
+			return nil // the charge moved on meanwhile; its own flow settles the hold
+		}
+		return err
+	})
+}
+
+// AnnulArgs annuls one accepted posting whose money was not captured.
+type AnnulArgs struct {
+	PaymentID string `json:"payment_id" river:"unique"`
+}
+
+// Kind names the job in River.
+func (AnnulArgs) Kind() string { return "registry_annul" }
+
+// InsertOpts makes the job unique per posting while it is pending or
+// running (a failed annulment can be tried again by a later sweep).
+func (AnnulArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
+}
+
+// AnnulWorker runs AnnulArgs jobs.
+type AnnulWorker struct {
+	river.WorkerDefaults[AnnulArgs]
+	Poster *Poster
+}
+
+// Work annuls the posting unless it is no longer accepted.
+func (w *AnnulWorker) Work(ctx context.Context, job *river.Job[AnnulArgs]) error {
+	ps, err := getPosting(ctx, w.Poster.Pool, job.Args.PaymentID)
+	if err != nil || ps.Status != StatusAccepted {
+		return err
+	}
+	return w.Poster.annul(ctx, ps.PaymentID)
+}
+
+// SweepArgs finds the accepted postings whose money was not captured.
+type SweepArgs struct{}
+
+// Kind names the job in River.
+func (SweepArgs) Kind() string { return "registry_sweep" }
+
+// InsertOpts allows one pending or running sweep.
+func (SweepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+		rivertype.JobStateScheduled, rivertype.JobStateRetryable,
+	}}}
+}
+
+// SweepWorker runs SweepArgs jobs.
+type SweepWorker struct {
+	river.WorkerDefaults[SweepArgs]
+	Poster *Poster
+}
+
+// Work enqueues the annulment of every accepted posting whose hold will
+// not be captured: its attempt was superseded, or its charge was voided,
+// declined (a discounted hold voided at the deadline), or is in review or
+// failed with its hold released.
+func (w *SweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
+	return pgx.BeginFunc(ctx, w.Poster.Pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT p.payment_id FROM registry_postings p JOIN charges c ON c.id = p.charge_id
+			WHERE p.status = $1 AND (c.attempt_count > p.attempt OR c.status = ANY($2)
+				OR (c.status = ANY($3) AND c.hold_released_at IS NOT NULL))
+			ORDER BY p.payment_id LIMIT 1000`, StatusAccepted,
+			[]string{string(charges.Voided), string(charges.Declined)},
+			[]string{string(charges.RequiresReview), string(charges.Failed)})
+		if err != nil {
+			return fmt.Errorf("postings to annul: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("postings to annul: %w", err)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		jobs := make([]river.InsertManyParams, len(ids))
+		for i, id := range ids {
+			jobs[i] = river.InsertManyParams{Args: AnnulArgs{PaymentID: id}}
+		}
+		_, err = river.ClientFromContext[pgx.Tx](ctx).InsertManyTx(ctx, tx, jobs)
+		return err
+	})
+}
+
+// Register adds the registry's workers.
+func Register(workers *river.Workers, p *Poster) {
+	river.AddWorker(workers, &PostWorker{Poster: p})
+	river.AddWorker(workers, &AnnulWorker{Poster: p})
+	river.AddWorker(workers, &SweepWorker{Poster: p})
+}

@@ -1,0 +1,81 @@
+// Package registry posts the payments of fines to the state payment
+// registry (GIS GMP): a fine counts as paid only once its payment is
+// posted there with the fine's UIN.
+//
+// # Flow
+//
+// A fine's charge is held, then posted, then captured: the registry is
+// told only of money that is held. When the charges pipeline records a
+// hold of a charge with a UIN it calls [Poster.Held], which stores a
+// posting and enqueues its [PostArgs] job in the same transaction; the job
+// posts through the registry gateways (asynchronously: the registry is not
+// built for synchronous traffic) and, once the registry accepted the
+// payment, enqueues the charge's capture. A posting that fails for good
+// sends the charge to review, whose hold check voids the hold.
+//
+// # Exactly once at the registry
+//
+// A posting's payment_id is derived from the charge's key, the attempt and
+// its amount, so a retry of the same posting (a timeout, a crash, another
+// gateway) is a replay the registry recognises, while a full-amount
+// attempt after a voided discounted hold is a new payment. A posting whose
+// answer was lost is looked up by its payment_id before it is sent again.
+// A posting whose money was not captured (the hold was voided, the capture
+// failed for good, the attempt was superseded) is annulled, an idempotent
+// operation of its own: by the sweep, and before a newer attempt of the
+// same charge is posted.
+//
+// # Gateways
+//
+// The registry is reached through one or more gateways, tried in turn
+// starting from a rotating one (balancing), skipping gateways that failed
+// recently (moving traffic off a degraded one) unless all did.
+package registry
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+)
+
+// Gateway is one way into the registry.
+type Gateway interface {
+	Name() string
+	// Post records a payment. Posting a payment_id the registry holds is
+	// a replay: it answers as for the first and records nothing new.
+	// Returns ErrUnavailable (nothing was done), ErrUnknownOutcome (the
+	// answer was lost), or ErrRejected (the registry refuses it for good).
+	Post(ctx context.Context, p Payment) error
+	// Annul cancels a posted payment; annulling one that is annulled or
+	// unknown changes nothing. Returns ErrUnavailable or ErrUnknownOutcome.
+	Annul(ctx context.Context, paymentID string) error
+	// Lookup tells whether the registry holds the payment (found) and
+	// whether it is annulled. Returns ErrUnavailable.
+	Lookup(ctx context.Context, paymentID string) (found, annulled bool, err error)
+}
+
+// Payment is what is posted.
+type Payment struct {
+	PaymentID string
+	UIN       string
+	Amount    int64
+}
+
+var (
+	// ErrUnavailable: the gateway did nothing (down, overloaded).
+	ErrUnavailable = errors.New("registry gateway unavailable")
+	// ErrUnknownOutcome: the call may or may not have been carried out.
+	ErrUnknownOutcome = errors.New("registry answer lost")
+	// ErrRejected: the registry refuses the payment for good.
+	ErrRejected = errors.New("registry rejected the payment")
+)
+
+// PaymentID derives the registry's payment identifier of one attempt of a
+// charge at one amount: the same for every retry of that posting, new for
+// a new attempt or a new amount.
+func PaymentID(chargeKey string, attempt int, amount int64) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s:a%d:%d", chargeKey, attempt, amount))
+	return hex.EncodeToString(sum[:16])
+}

@@ -1,0 +1,182 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// SimNames are dev mode's simulated registry gateways.
+var SimNames = []string{"gmp1", "gmp2"}
+
+// Sim is dev mode's simulated registry: one book of payments (the
+// dev_registry_ledger table, shared by every node) reached through named
+// gateways with fault switches, like the simulated payment gateways.
+type Sim struct {
+	Pool *pgxpool.Pool
+}
+
+// Gateways returns the simulated gateways.
+func (s Sim) Gateways() []Gateway {
+	out := make([]Gateway, len(SimNames))
+	for i, name := range SimNames {
+		out[i] = simGateway{name: name, pool: s.Pool}
+	}
+	return out
+}
+
+// Known reports whether name is a simulated registry gateway.
+func (Sim) Known(name string) bool {
+	for _, n := range SimNames {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// LedgerEntry is one payment in the simulated registry's book.
+type LedgerEntry struct {
+	Gateway   string    `json:"gateway"`
+	PaymentID string    `json:"payment_id"`
+	UIN       string    `json:"uin"`
+	Amount    int64     `json:"amount"`
+	Status    string    `json:"status"`
+	At        time.Time `json:"at"`
+}
+
+// Ledger lists the book, oldest first.
+func (s Sim) Ledger(ctx context.Context) ([]LedgerEntry, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT gateway, payment_id, uin, amount, status, at FROM dev_registry_ledger ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("registry ledger: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (LedgerEntry, error) {
+		var e LedgerEntry
+		err := row.Scan(&e.Gateway, &e.PaymentID, &e.UIN, &e.Amount, &e.Status, &e.At)
+		e.At = e.At.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("registry ledger: %w", err)
+	}
+	return out, nil
+}
+
+// Faults are a simulated registry gateway's switches.
+type Faults struct {
+	Down         bool    `json:"down"`
+	LatencyMS    int     `json:"latency_ms"`
+	ErrorRate    float64 `json:"error_rate"`
+	LoseResponse bool    `json:"lose_response"`
+}
+
+// FaultsPatch changes the given switches.
+type FaultsPatch struct {
+	Down         *bool    `json:"down"`
+	LatencyMS    *int     `json:"latency_ms"`
+	ErrorRate    *float64 `json:"error_rate"`
+	LoseResponse *bool    `json:"lose_response"`
+}
+
+// SetFaults applies patch to gateway's switches and returns them.
+func (s Sim) SetFaults(ctx context.Context, gateway string, patch FaultsPatch) (Faults, error) {
+	var f Faults
+	err := s.Pool.QueryRow(ctx, `INSERT INTO dev_registry_faults AS f (gateway, down, latency_ms, error_rate, lose_response)
+		VALUES ($1, coalesce($2, false), coalesce($3, 0), coalesce($4, 0), coalesce($5, false))
+		ON CONFLICT (gateway) DO UPDATE SET down = coalesce($2, f.down), latency_ms = coalesce($3, f.latency_ms),
+			error_rate = coalesce($4, f.error_rate), lose_response = coalesce($5, f.lose_response)
+		RETURNING down, latency_ms, error_rate, lose_response`,
+		gateway, patch.Down, patch.LatencyMS, patch.ErrorRate, patch.LoseResponse).
+		Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.LoseResponse)
+	if err != nil {
+		return Faults{}, fmt.Errorf("set registry faults: %w", err)
+	}
+	return f, nil
+}
+
+type simGateway struct {
+	name string
+	pool *pgxpool.Pool
+}
+
+func (g simGateway) Name() string { return g.name }
+
+// enter applies the faults before a call: down or an injected error does
+// nothing; latency waits (a caller that hangs up meanwhile gets nothing
+// done). It returns whether the answer is to be lost.
+func (g simGateway) enter(ctx context.Context) (lose bool, err error) {
+	var f Faults
+	err = g.pool.QueryRow(ctx, `SELECT down, latency_ms, error_rate, lose_response FROM dev_registry_faults WHERE gateway = $1`,
+		g.name).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.LoseResponse)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+	}
+	if f.Down || (f.ErrorRate > 0 && rand.Float64() < f.ErrorRate) {
+		return false, fmt.Errorf("%w: %s is down", ErrUnavailable, g.name)
+	}
+	if f.LatencyMS > 0 {
+		select {
+		case <-time.After(time.Duration(f.LatencyMS) * time.Millisecond):
+		case <-ctx.Done():
+			return false, fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, ctx.Err())
+		}
+	}
+	return f.LoseResponse, nil
+}
+
+func (g simGateway) Post(ctx context.Context, p Payment) error {
+	lose, err := g.enter(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := g.pool.Exec(context.WithoutCancel(ctx), `INSERT INTO dev_registry_ledger (payment_id, gateway, uin, amount, status, at)
+		VALUES ($1, $2, $3, $4, 'accepted', $5) ON CONFLICT (payment_id) DO NOTHING`,
+		p.PaymentID, g.name, p.UIN, p.Amount, time.Now().UTC()); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, err)
+	}
+	if lose {
+		return fmt.Errorf("%w: %s lost the answer", ErrUnknownOutcome, g.name)
+	}
+	return nil
+}
+
+func (g simGateway) Annul(ctx context.Context, paymentID string) error {
+	lose, err := g.enter(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := g.pool.Exec(context.WithoutCancel(ctx), `UPDATE dev_registry_ledger SET status = 'annulled', annulled_at = $2
+		WHERE payment_id = $1 AND status = 'accepted'`, paymentID, time.Now().UTC()); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, err)
+	}
+	if lose {
+		return fmt.Errorf("%w: %s lost the answer", ErrUnknownOutcome, g.name)
+	}
+	return nil
+}
+
+func (g simGateway) Lookup(ctx context.Context, paymentID string) (found, annulled bool, err error) {
+	var f Faults
+	err = g.pool.QueryRow(ctx, `SELECT down FROM dev_registry_faults WHERE gateway = $1`, g.name).Scan(&f.Down)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, false, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+	}
+	if f.Down {
+		return false, false, fmt.Errorf("%w: %s is down", ErrUnavailable, g.name)
+	}
+	var status string
+	err = g.pool.QueryRow(ctx, `SELECT status FROM dev_registry_ledger WHERE payment_id = $1`, paymentID).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+	}
+	return true, status == "annulled", nil
+}
