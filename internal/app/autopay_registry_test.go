@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -153,17 +154,23 @@ func TestPostingThatFailsForGoodVoidsTheHold(t *testing.T) {
 // nothing is captured, and the accepted posting is annulled.
 func TestWithdrawnFineHasItsPostingAnnulled(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1, map[string]string{"REBILL_GATEWAY_TIMEOUT": "3s", "REBILL_RESCUE_AFTER": "30s"})
+	b := setup(t, 1, map[string]string{"REBILL_GATEWAY_TIMEOUT": "5s", "REBILL_RESCUE_AFTER": "30s"})
 	start := b.autopayStart(t)
 	enr := b.createFinesEnrollment(t, "tok_ok", 500000)
-	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"latency_ms": 1500})
-	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"latency_ms": 1500})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"latency_ms": 3000})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"latency_ms": 3000})
 	id := uin(15)
 	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
+	// Withdrawn while the posting is on its way to the registry (3 s): a
+	// withdraw before it is sent posts nothing at all, and one after its
+	// capture began is refused.
 	require.Eventually(t, func() bool {
-		cs := b.enrollmentCharges(t, enr)
-		return len(cs) == 1 && cs[0]["status"] == "authorized"
-	}, 20*time.Second, 20*time.Millisecond, "held, posting")
+		var running bool
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM river_job
+			WHERE kind = 'registry_post' AND state = 'running')`).Scan(&running))
+		return running
+	}, 20*time.Second, 10*time.Millisecond, "held, posting")
+	time.Sleep(500 * time.Millisecond) // past the posting's last look at the charge
 	require.Equal(t, "withdrawn", b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills/"+id+"/withdraw", nil)["status"])
 	require.Eventually(t, func() bool {
 		posted := b.registryLedger(t, id)
