@@ -17,7 +17,7 @@ const module = "github.com/rebill/rebill/"
 // subscriptions and charges; domain packages never import the HTTP layer,
 // and subscriptions and charges know nothing of each other's tables.
 var allowedImports = map[string][]string{
-	"api":                  {"api/idempotency", "apikeys", "billing", "charges", "charges/gateway/sim", "notify", "notify/objects", "subscriptions", "subscriptions/period"},
+	"api":                  {"api/idempotency", "apikeys", "billing", "charges", "charges/gateway/sim", "notify", "notify/objects", "reconcile", "reports", "subscriptions", "subscriptions/period"},
 	"api/idempotency":      nil,
 	"api/openapitest":      nil,
 	"apikeys":              {"subscriptions"},
@@ -32,6 +32,9 @@ var allowedImports = map[string][]string{
 	"notify":               {"charges", "notify/objects", "subscriptions"},
 	"notify/objects":       {"charges", "subscriptions"},
 	"cmd/rebill":           {"internal/app"},
+	"reconcile":            {"charges", "charges/gateway"},
+	"reports":              {"charges"},
+	"inspector":            {"charges"},
 }
 
 type listedPackage struct {

@@ -21,9 +21,11 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 )
@@ -35,7 +37,10 @@ type Service struct {
 	River   *river.Client[pgx.Tx]
 	Biller  *scheduler.Biller
 	Clock   clock.Clock
-	closers []func()
+	// Inspector and Reconciler run periodically; tests call them directly.
+	Inspector  *inspector.Inspector
+	Reconciler *reconcile.Reconciler
+	closers    []func()
 }
 
 // Close releases what Build started besides River (the in-process
@@ -131,6 +136,12 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
 	charges.Register(workers, pipeline)
+	ops, err := buildOps(ctx, cfg, svc, pool, gateways, log)
+	if err != nil {
+		svc.Close()
+		return nil, err
+	}
+	ops.register(workers)
 
 	jobTimeout := charges.JobTimeout(cfg.GatewayTimeout)
 	if cfg.RescueAfter <= jobTimeout+5*time.Second {
@@ -149,7 +160,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		CompletedJobRetentionPeriod: time.Hour,
 		FetchCooldown:               cfg.FetchCooldown,
 		FetchPollInterval:           cfg.FetchPollInterval,
-		PeriodicJobs:                periodicJobs(cfg),
+		PeriodicJobs:                append(periodicJobs(cfg), ops.periodicJobs(cfg)...),
 		Logger:                      riverLogger(log),
 	})
 	if err != nil {
@@ -157,6 +168,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	}
 	biller.Client = client
 	recorder.Enqueue = client
+	svc.Inspector.Jobs = client
 	svc.River = client
 	svc.Biller = biller
 	if dev != nil {
@@ -171,7 +183,8 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	svc.Handler = api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: breakers.Known, Dev: dev, Logger: log,
-		Webhooks: &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
+		Webhooks:       &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
+		Reconciliation: ops.reconciliation, Reports: ops.reports,
 	})
 	return svc, nil
 }

@@ -31,9 +31,10 @@ CREATE INDEX reconciliation_discrepancies_day_idx ON reconciliation_discrepancie
 CREATE INDEX reconciliation_discrepancies_open_idx ON reconciliation_discrepancies (id) WHERE reviewed_at IS NULL;
 
 -- The daily report and reconciliation read the charges that reached a
--- final status on one day. The index holds final rows only, which are not
--- updated again, so the charge pipeline's updates do not maintain it.
-CREATE INDEX charges_settled_idx ON charges (updated_at) WHERE status IN ('succeeded', 'failed', 'voided');
+-- final status (or a soft decline) on one day. The index holds only those
+-- rows, which change at most once more, so the pipeline's many updates of
+-- charges in flight do not maintain it.
+CREATE INDEX charges_settled_idx ON charges (updated_at) WHERE status IN ('succeeded', 'failed', 'voided', 'declined');
 
 -- +goose Down
 DROP INDEX charges_settled_idx;
