@@ -32,6 +32,7 @@ var allowedImports = map[string][]string{
 	"notify":               {"charges", "notify/objects", "subscriptions"},
 	"notify/objects":       {"charges", "subscriptions"},
 	"cmd/rebill":           {"internal/app"},
+	"audit":                {"charges", "charges/gateway", "subscriptions"},
 	"reconcile":            {"charges", "charges/gateway"},
 	"reports":              {"charges"},
 	"inspector":            {"charges"},
