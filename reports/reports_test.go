@@ -95,19 +95,6 @@ func BenchmarkDailyReport(b *testing.B) {
 	_, err = pool.Exec(ctx, `ANALYZE charges`)
 	require.NoError(b, err)
 	b.Logf("generated %d charges (%d on the day) in %s", n+n/10, n, time.Since(start).Round(time.Millisecond))
-	if os.Getenv("REBILL_REPORT_BENCH_EXPLAIN") != "" {
-		rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) SELECT gateway, currency, count(*) FILTER (WHERE status = 'succeeded'),
-			coalesce(sum(amount) FILTER (WHERE status = 'succeeded'), 0)::bigint FROM charges
-			WHERE status IN ('succeeded', 'failed', 'voided', 'declined') AND updated_at >= $1 AND updated_at < $2 GROUP BY 1, 2`,
-			day, day.Add(24*time.Hour))
-		require.NoError(b, err)
-		for rows.Next() {
-			var line string
-			require.NoError(b, rows.Scan(&line))
-			b.Log(line)
-		}
-		rows.Close()
-	}
 	b.ResetTimer()
 	for b.Loop() {
 		rep, err := reports.Build(ctx, pool, day, reports.NoCommission)
