@@ -57,6 +57,9 @@ var chargeJobKinds = []string{
 	AuthorizeArgs{}.Kind(), CaptureArgs{}.Kind(), VoidArgs{}.Kind(), ReconcileArgs{}.Kind(),
 }
 
+// inFlightSteps are the statuses in which a step's job must be alive.
+var inFlightSteps = []Status{Authorizing, Capturing, Authorized}
+
 // liveJobStates are the River states of a job that will still run.
 var liveJobStates = []string{
 	string(rivertype.JobStateAvailable), string(rivertype.JobStatePending), string(rivertype.JobStateRunning),
@@ -75,20 +78,21 @@ func FindStuck(ctx context.Context, db DBTX, p StuckParams) ([]Stuck, error) {
 		), candidates AS (
 			SELECT c.*, live.charge_id IS NOT NULL AS has_job, live.scheduled_at AS job_scheduled_at
 			FROM charges c LEFT JOIN live ON live.charge_id = c.id AND live.attempt = c.attempt_count
-			WHERE c.status IN ('authorizing', 'capturing', 'authorized', 'unknown')
+			WHERE c.status = ANY($8) OR c.status = $9
 		)
 		SELECT `+columns+`,
-			CASE WHEN status = 'unknown' THEN 'unknown_overdue'
-				WHEN NOT has_job AND updated_at < $3::timestamptz - $4::interval THEN 'no_job'
-				ELSE 'hold_expiring' END
+			CASE WHEN status = $9 THEN $10
+				WHEN NOT has_job AND updated_at < $3::timestamptz - $4::interval THEN $11
+				ELSE $12 END
 		FROM candidates
-		WHERE (status IN ('authorizing', 'capturing', 'authorized') AND NOT has_job
-				AND updated_at < $3::timestamptz - $4::interval)
-		   OR (status = 'unknown' AND updated_at < $3::timestamptz - $5::interval
+		WHERE (status = ANY($8) AND NOT has_job AND updated_at < $3::timestamptz - $4::interval)
+		   OR (status = $9 AND updated_at < $3::timestamptz - $5::interval
 				AND (NOT has_job OR job_scheduled_at < now() - $5::interval))
-		   OR ($6::interval > '0'::interval AND status = 'authorized' AND updated_at < $3::timestamptz - $6::interval)
+		   OR ($6::interval > '0'::interval AND status = $13 AND updated_at < $3::timestamptz - $6::interval)
 		ORDER BY updated_at, id LIMIT $7`,
-		chargeJobKinds, liveJobStates, p.Now, p.NoJobAfter, p.UnknownAfter, p.HoldWarnAfter, p.Limit)
+		chargeJobKinds, liveJobStates, p.Now, p.NoJobAfter, p.UnknownAfter, p.HoldWarnAfter, p.Limit,
+		texts(inFlightSteps), string(Unknown), string(StuckUnknown), string(StuckNoJob), string(StuckHoldExpiring),
+		string(Authorized))
 	if err != nil {
 		return nil, fmt.Errorf("find stuck charges: %w", err)
 	}

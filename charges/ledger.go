@@ -76,9 +76,9 @@ func ByKeys(ctx context.Context, db DBTX, keys []string) ([]Charge, error) {
 // know about.
 func SettledOn(ctx context.Context, db DBTX, gw string, from, to time.Time) ([]Charge, error) {
 	return collect(db.Query(ctx, `SELECT `+columns+` FROM charges
-		WHERE status IN ('succeeded', 'failed', 'voided') AND updated_at >= $1 AND updated_at < $2
+		WHERE status = ANY($4) AND updated_at >= $1 AND updated_at < $2
 		  AND ($3 = '' OR gateway = $3)
-		ORDER BY updated_at, id`, from, to, gw))
+		ORDER BY updated_at, id`, from, to, gw, texts([]Status{Succeeded, Failed, Voided})))
 }
 
 // ByPeriodStart returns the charges of periods that began in [from, to),
@@ -110,14 +110,14 @@ type DayTotals struct {
 // dunning counts as captured on the day of the capture.
 func TotalsOn(ctx context.Context, db DBTX, from, to time.Time) ([]DayTotals, error) {
 	rows, err := db.Query(ctx, `SELECT gateway, currency,
-			count(*) FILTER (WHERE status = 'succeeded'),
-			coalesce(sum(amount) FILTER (WHERE status = 'succeeded'), 0)::bigint,
-			count(*) FILTER (WHERE status = 'declined'),
-			count(*) FILTER (WHERE status = 'failed'),
-			count(*) FILTER (WHERE status = 'voided')
+			count(*) FILTER (WHERE status = $3),
+			coalesce(sum(amount) FILTER (WHERE status = $3), 0)::bigint,
+			count(*) FILTER (WHERE status = $4),
+			count(*) FILTER (WHERE status = $5),
+			count(*) FILTER (WHERE status = $6)
 		FROM charges
-		WHERE status IN ('succeeded', 'failed', 'voided', 'declined') AND updated_at >= $1 AND updated_at < $2
-		GROUP BY 1, 2 ORDER BY 1, 2`, from, to)
+		WHERE status = ANY(ARRAY[$3, $4, $5, $6]) AND updated_at >= $1 AND updated_at < $2
+		GROUP BY 1, 2 ORDER BY 1, 2`, from, to, string(Succeeded), string(Declined), string(Failed), string(Voided))
 	if err != nil {
 		return nil, fmt.Errorf("charge totals: %w", err)
 	}
