@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/opstest"
 	"github.com/rebill/rebill/reconcile"
 )
@@ -200,4 +201,22 @@ func TestReconciliationAndDailyReportEndpoints(t *testing.T) {
 		status, _, _ := b.getRaw(t, p, customer, "")
 		require.Equal(t, http.StatusForbidden, status, p)
 	}
+}
+
+// With REBILL_REPLICA_URL the operators' reads go to the replica: here a
+// second database whose books say something the primary's do not.
+func TestOperatorReadsGoToTheReplica(t *testing.T) {
+	t.Parallel()
+	replica := dbtest.Pool(t)
+	_, err := replica.Exec(context.Background(), `INSERT INTO reconciliation_days (gateway, day, status, operations, checked_at)
+		VALUES ('sim1', '2026-11-30', 'matched', 42, now())`)
+	require.NoError(t, err)
+	b := setup(t, 1, map[string]string{"REBILL_REPLICA_URL": replica.Config().ConnString()})
+	got := b.call(t, http.MethodGet, "/v1/reconciliation?gateway=sim1&date=2026-11-30", nil)
+	require.Equal(t, "matched", got["status"])
+	require.EqualValues(t, 42, got["operations"])
+
+	var onPrimary int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM reconciliation_days`).Scan(&onPrimary))
+	require.Zero(t, onPrimary)
 }
