@@ -71,6 +71,9 @@ func (r *Reconciler) Enqueue(ctx context.Context, client *river.Client[pgx.Tx]) 
 	sort.Strings(names)
 	var params []river.InsertManyParams
 	for _, name := range names {
+		if err := r.refreshGauges(ctx, name); err != nil {
+			return 0, err
+		}
 		days, err := unchecked(ctx, r.Pool, name, from, end)
 		if err != nil {
 			return 0, err
@@ -114,9 +117,26 @@ func (r *Reconciler) RunDay(ctx context.Context, name string, day time.Time) (Re
 	return Get(ctx, r.Pool, name, day)
 }
 
+// refreshGauges sets the gateway's alert gauges from the database, so
+// that they survive restarts and leader changes.
+func (r *Reconciler) refreshGauges(ctx context.Context, name string) error {
+	open, err := openCount(ctx, r.Pool, name)
+	if err != nil {
+		return err
+	}
+	metrics.ReconciliationOpen.WithLabelValues(name).Set(float64(open))
+	last, err := lastDay(ctx, r.Pool, name)
+	if err != nil {
+		return err
+	}
+	if !last.IsZero() {
+		metrics.ReconciliationLastDay.WithLabelValues(name).Set(float64(last.Unix()))
+	}
+	return nil
+}
+
 // report counts, logs and raises the alert gauges of a freshly checked day.
 func (r *Reconciler) report(ctx context.Context, name string, day time.Time, ops int, found []Discrepancy) {
-	metrics.ReconciliationLastDay.WithLabelValues(name).Set(float64(day.Unix()))
 	for _, d := range found {
 		metrics.ReconciliationDiscrepancies.WithLabelValues(name, string(d.Kind)).Inc()
 		ev := r.Logger.Warn().Str("gateway", name).Str("day", day.Format(time.DateOnly)).Str("kind", string(d.Kind)).
@@ -128,8 +148,8 @@ func (r *Reconciler) report(ctx context.Context, name string, day time.Time, ops
 	}
 	r.Logger.Info().Str("gateway", name).Str("day", day.Format(time.DateOnly)).Int("operations", ops).
 		Int("discrepancies", len(found)).Msg("gateway day reconciled")
-	if open, err := openCount(ctx, r.Pool, name); err == nil {
-		metrics.ReconciliationOpen.WithLabelValues(name).Set(float64(open))
+	if err := r.refreshGauges(ctx, name); err != nil {
+		r.Logger.Error().Err(err).Str("gateway", name).Msg("reconciliation gauges")
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/rs/zerolog"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/internal/opstest"
 	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/reconcile"
@@ -180,4 +183,32 @@ func TestMissedDaysAreCaughtUp(t *testing.T) {
 	days = listDays()
 	require.Len(t, days, 6)
 	require.NotContains(t, days, day.Format(time.DateOnly))
+}
+
+func TestDiscrepanciesRaiseTheAlertMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.rec.Gateways = map[string]gateway.Gateway{"simr-metrics": b.rec.Gateways[gw]}
+	// Two operations no charge of rebill's knows about.
+	for range 2 {
+		opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: uuid.NewString() + ":2026-11-01", Op: "capture",
+			At: day.Add(time.Hour)})
+	}
+	before := value(t, metrics.ReconciliationDiscrepancies.WithLabelValues("simr-metrics", "unknown_at_rebill"))
+	_, err := b.rec.RunDay(context.Background(), "simr-metrics", day)
+	require.NoError(t, err)
+	require.Equal(t, before+2, value(t, metrics.ReconciliationDiscrepancies.WithLabelValues("simr-metrics", "unknown_at_rebill")))
+	require.Equal(t, 2.0, value(t, metrics.ReconciliationOpen.WithLabelValues("simr-metrics")))
+	require.Equal(t, float64(day.Unix()), value(t, metrics.ReconciliationLastDay.WithLabelValues("simr-metrics")))
+}
+
+// value reads a counter's or gauge's current value.
+func value(t *testing.T, c prometheus.Metric) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, c.Write(&m))
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
 }

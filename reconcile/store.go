@@ -123,3 +123,16 @@ func openCount(ctx context.Context, db charges.DBTX, gw string) (int, error) {
 	}
 	return n, nil
 }
+
+// lastDay is the latest day checked for gw (zero when none).
+func lastDay(ctx context.Context, db charges.DBTX, gw string) (time.Time, error) {
+	var last *time.Time
+	err := db.QueryRow(ctx, `SELECT max(day)::timestamp AT TIME ZONE 'UTC' FROM reconciliation_days WHERE gateway = $1`, gw).Scan(&last)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("latest reconciled day of %s: %w", gw, err)
+	}
+	if last == nil {
+		return time.Time{}, nil
+	}
+	return last.UTC(), nil
+}
