@@ -52,10 +52,10 @@ type StuckParams struct {
 	Limit         int
 }
 
-// chargeJobKinds are the River jobs that move a charge's attempt on.
-var chargeJobKinds = []string{
-	AuthorizeArgs{}.Kind(), CaptureArgs{}.Kind(), VoidArgs{}.Kind(), ReconcileArgs{}.Kind(),
-}
+// notMoving are jobs that name a charge without moving it on: the hold
+// check of a charge already in review. Any other live job of the charge's
+// attempt, of any kind (a step added later included), counts as alive.
+var notMoving = []string{ReleaseHoldArgs{}.Kind()}
 
 // inFlightSteps are the statuses in which a step's job must be alive.
 var inFlightSteps = []Status{Authorizing, Capturing, Authorized}
@@ -68,16 +68,18 @@ var liveJobStates = []string{
 
 // FindStuck returns the charges that are stuck by p's thresholds, oldest
 // first. It reads River's job table (the one place that knows whether a
-// job is alive) in one statement with the charges.
+// job is alive) in one statement with the charges: a job is the charge's
+// when its args name the charge (charge_id) and, if they name one, its
+// attempt.
 func FindStuck(ctx context.Context, db DBTX, p StuckParams) ([]Stuck, error) {
 	rows, err := db.Query(ctx, `WITH live AS (
 			SELECT (args ->> 'charge_id')::uuid AS charge_id, (args ->> 'attempt')::int AS attempt,
 				min(scheduled_at) AS scheduled_at
-			FROM river_job WHERE kind = ANY($1) AND state = ANY($2)
+			FROM river_job WHERE args ? 'charge_id' AND state = ANY($2) AND kind <> ALL($1)
 			GROUP BY 1, 2
 		), candidates AS (
 			SELECT c.*, live.charge_id IS NOT NULL AS has_job, live.scheduled_at AS job_scheduled_at
-			FROM charges c LEFT JOIN live ON live.charge_id = c.id AND live.attempt = c.attempt_count
+			FROM charges c LEFT JOIN live ON live.charge_id = c.id AND coalesce(live.attempt, c.attempt_count) = c.attempt_count
 			WHERE c.status = ANY($8) OR c.status = $9
 		)
 		SELECT `+columns+`,
@@ -90,7 +92,7 @@ func FindStuck(ctx context.Context, db DBTX, p StuckParams) ([]Stuck, error) {
 				AND (NOT has_job OR job_scheduled_at < now() - $5::interval))
 		   OR ($6::interval > '0'::interval AND status = $13 AND updated_at < $3::timestamptz - $6::interval)
 		ORDER BY updated_at, id LIMIT $7`,
-		chargeJobKinds, liveJobStates, p.Now, p.NoJobAfter, p.UnknownAfter, p.HoldWarnAfter, p.Limit,
+		notMoving, liveJobStates, p.Now, p.NoJobAfter, p.UnknownAfter, p.HoldWarnAfter, p.Limit,
 		texts(inFlightSteps), string(Unknown), string(StuckUnknown), string(StuckNoJob), string(StuckHoldExpiring),
 		string(Authorized))
 	if err != nil {

@@ -46,6 +46,11 @@ func TestInspectorKicksTheStepItStandsInAndReportsOldHolds(t *testing.T) {
 	_, err = pool.Exec(ctx, `UPDATE charges SET unknown_phase = 'authorize' WHERE id = $1`, resend)
 	require.NoError(t, err)
 	recent := charge(5, "capturing", 30*time.Second)
+	// Authorized, with a job of a step the inspector does not know (one
+	// added later, such as a posting to a payment registry): alive.
+	posting := charge(7, "authorized", 2*time.Minute)
+	_, err = client.Insert(ctx, laterStepArgs{ChargeID: uuid.MustParse(posting), Attempt: 1}, nil)
+	require.NoError(t, err)
 	// Held for four days, its capture job alive (waiting on the gateway).
 	held := charge(6, "authorized", 96*time.Hour)
 	_, err = client.Insert(ctx, charges.CaptureArgs{ChargeID: uuid.MustParse(held), Attempt: 1}, &river.InsertOpts{ScheduledAt: now.Add(time.Hour)})
@@ -72,6 +77,7 @@ func TestInspectorKicksTheStepItStandsInAndReportsOldHolds(t *testing.T) {
 		cancelled:  "charge_void",
 		resend:     "charge_reconcile:authorize",
 		held:       "charge_capture",
+		posting:    "test_later_step",
 	}, jobs, "recent (%s) is left alone", recent)
 
 	// The kicked jobs are alive now: nothing more to do but report the hold.
@@ -79,3 +85,11 @@ func TestInspectorKicksTheStepItStandsInAndReportsOldHolds(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, inspector.Summary{Reported: 1}, sum)
 }
+
+// laterStepArgs stands for a charge step added after the inspector.
+type laterStepArgs struct {
+	ChargeID uuid.UUID `json:"charge_id"`
+	Attempt  int       `json:"attempt"`
+}
+
+func (laterStepArgs) Kind() string { return "test_later_step" }

@@ -50,7 +50,7 @@ type Lookup func(ctx context.Context, idempotencyKey string) (gateway.Result, er
 
 // Check compares one gateway's operations of one UTC day with rebill's
 // charges, read from db (the replica when there is one). It returns the
-// discrepancies, worst first in a stable order, and how many operations
+// discrepancies in a stable order (kind, charge, reference) and how many operations
 // the gateway listed. An error means the day could not be checked (the
 // gateway did not answer): nothing is concluded from it.
 func Check(ctx context.Context, db charges.DBTX, g gateway.Gateway, lookup Lookup, day time.Time) ([]Discrepancy, int, error) {
