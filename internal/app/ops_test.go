@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -211,7 +212,12 @@ func TestOperatorReadsGoToTheReplica(t *testing.T) {
 	_, err := replica.Exec(context.Background(), `INSERT INTO reconciliation_days (gateway, day, status, operations, checked_at)
 		VALUES ('sim1', '2026-11-30', 'matched', 42, now())`)
 	require.NoError(t, err)
-	b := setup(t, 1, map[string]string{"REBILL_REPLICA_URL": replica.Config().ConnString()})
+	replicaURL, err := url.Parse(replica.Config().ConnString())
+	require.NoError(t, err)
+	q := replicaURL.Query()
+	q.Set("pool_max_conns", "1") // the suite shares the server
+	replicaURL.RawQuery = q.Encode()
+	b := setup(t, 1, map[string]string{"REBILL_REPLICA_URL": replicaURL.String()})
 	got := b.call(t, http.MethodGet, "/v1/reconciliation?gateway=sim1&date=2026-11-30", nil)
 	require.Equal(t, "matched", got["status"])
 	require.EqualValues(t, 42, got["operations"])
