@@ -5,33 +5,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// Daily reconciliation with the gateways' books (package reconcile). A
-// discrepancy is recorded once, when its day is checked; alert on an
-// increase of the counter or on the open gauge.
-var (
-	ReconciliationDiscrepancies = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "rebill_reconciliation_discrepancies_total",
-		Help: "Discrepancies found by the daily reconciliation, by gateway and kind.",
-	}, []string{"gateway", "kind"})
-	ReconciliationOpen = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "rebill_reconciliation_open_discrepancies",
-		Help: "Discrepancies of the gateway no person has reviewed yet, as of its last reconciled day.",
-	}, []string{"gateway"})
-	ReconciliationLastDay = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "rebill_reconciliation_last_day_timestamp_seconds",
-		Help: "Start (Unix seconds, UTC) of the latest day reconciled for the gateway.",
-	}, []string{"gateway"})
-)
-
-// The inspector of stuck operations (package inspector). Alert rules use
-// these exact names and labels.
-var (
-	InspectorStuck = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "rebill_inspector_stuck_total",
-		Help: "Stuck operations the inspector found, by kind (no_job, unknown_overdue, hold_expiring).",
-	}, []string{"kind"})
-	InspectorActions = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "rebill_inspector_actions_total",
-		Help: "What the inspector did with stuck operations, by action (kicked, review, reported).",
-	}, []string{"action"})
-)
+// InspectorStuck counts operations the inspector found stuck, by kind; the
+// name is fixed here so the alert rules and the inspector agree on it.
+var InspectorStuck = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "rebill_inspector_stuck_total",
+	Help: "Operations the inspector found stuck (kicked or sent to review), by kind.",
+}, []string{"kind"})
