@@ -245,7 +245,7 @@ func (a *Auditor) judge(ctx context.Context, c charges.Charge, listed []capture,
 			if slices.ContainsFunc(found, func(x capture) bool { return x.op.IdempotencyKey == key }) {
 				continue
 			}
-			res, err := g.Lookup(ctx, key)
+			res, err := lookupByKey(ctx, g, key)
 			if errors.Is(err, gateway.ErrNotFound) {
 				continue
 			}
@@ -317,4 +317,10 @@ func (a *Auditor) strays(ctx context.Context, captures map[string][]capture, own
 		}
 	}
 	return nil
+}
+
+// lookupByKey asks g about the operation sent under key, without ever
+// sending it again: the audit only reads.
+func lookupByKey(ctx context.Context, g gateway.Gateway, key string) (gateway.Result, error) {
+	return g.Lookup(ctx, key)
 }

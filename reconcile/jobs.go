@@ -99,7 +99,9 @@ func (r *Reconciler) RunDay(ctx context.Context, name string, day time.Time) (Re
 		return Result{}, fmt.Errorf("reconcile: gateway %q is not configured", name)
 	}
 	day = Day(day)
-	found, ops, err := Check(ctx, r.Read, g, g.Lookup, day)
+	found, ops, err := Check(ctx, r.Read, g, func(ctx context.Context, key string) (gateway.Result, error) {
+		return lookupByKey(ctx, g, key)
+	}, day)
 	if err != nil {
 		return Result{}, err
 	}
@@ -199,4 +201,10 @@ func PeriodicJob() *river.PeriodicJob {
 	return river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 		func() (river.JobArgs, *river.InsertOpts) { return TickArgs{}, nil },
 		&river.PeriodicJobOpts{ID: "reconcile_tick", RunOnStart: true})
+}
+
+// lookupByKey asks g about the operation sent under key, without ever
+// sending it again: reconciliation only reads.
+func lookupByKey(ctx context.Context, g gateway.Gateway, key string) (gateway.Result, error) {
+	return g.Lookup(ctx, key)
 }
