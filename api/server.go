@@ -99,6 +99,9 @@ type Deps struct {
 	Autopay Autopay
 	// Clock is the service clock (bills' amount_due is read at its now).
 	Clock clock.Clock
+	// Reconciliation and Reports are the operators' reads (support, admin).
+	Reconciliation Reconciliation
+	Reports        Reports
 }
 
 // Server is the HTTP handler of rebill.
@@ -178,6 +181,8 @@ func (s *Server) routes() *chi.Mux {
 		admin.Post("/v1/webhook-endpoints/{id}/enable", s.setWebhookEndpointStatus(notify.Enabled))
 		staff.Get("/v1/webhook-endpoints/{id}/deliveries", s.listDeliveries)
 		admin.Post("/v1/webhook-endpoints/{id}/redeliver", s.redeliver)
+		staff.Get("/v1/reconciliation", s.getReconciliation)
+		staff.Get("/v1/reports/daily", s.getDailyReport)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Get("/v1/review-queue", s.reviewQueue)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/resolve", s.resolveCharge)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/retry", s.retryCharge)

@@ -232,6 +232,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 	sampler()
 	d := r.collect()
 	all := append(soak.CheckAll(d), r.driverViolations...)
+	all = append(all, r.selfAudit(clock.Now, d.Now)...)
 	var violations []soak.Violation
 	known := map[string]int{}
 	for _, v := range all {

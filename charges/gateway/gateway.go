@@ -99,6 +99,14 @@ type LookupRequest struct {
 	MayReplay bool
 }
 
+// ByKey is a look-up of op by its idempotency key alone, never replayed:
+// what readers (reconciliation, the audit) know of an operation. Providers
+// that do not index operations by key answer ErrNotFound or ErrUnprovable
+// where they would need the reference or a replay.
+func ByKey(op Op, key string) LookupRequest {
+	return LookupRequest{Op: op, Request: Request{IdempotencyKey: key}}
+}
+
 // Gateway is a payment provider account. Every method is safe to call again
 // with the same idempotency key: the provider returns the first result and
 // performs nothing new.

@@ -42,6 +42,8 @@ Usage:
                                 measure River's bare throughput and billing end to end
                                 (creates and drops database rebill_bench)
   rebill version                print the module version and VCS commit
+  rebill audit [--from DATE] [--to DATE] [--json]
+                                check every owed period against the gateways' captures
 
 Run 'rebill serve --help' for the environment variables, and
 'rebill COMMAND --help' for a command's flags.
@@ -114,6 +116,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return gatewaysim(ctx, cfg, log, args[2:], stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, cfg, log, args[2:], stdout, stderr)
+	case "audit":
+		return auditCommand(ctx, cfg, log, args[2:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", args[1])

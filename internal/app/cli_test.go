@@ -49,6 +49,7 @@ func TestHelpOnEveryCommandDoesNothingElse(t *testing.T) {
 		{"apikey", "--help"}, {"apikey", "create", "--help"}, {"apikey", "create", "--role", "admin", "-h"},
 		{"gatewaysim", "--help"},
 		{"bench", "--help"},
+		{"audit", "--help"},
 		{"version", "--help"},
 		{"--help"}, {"help"},
 	} {
@@ -88,6 +89,7 @@ func TestCLIRefusesBadArguments(t *testing.T) {
 		{[]string{"migrate", "now"}, `unexpected argument "now"`},
 		{[]string{"serve", "--port", "1"}, "flag provided but not defined: -port"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"audit", "--from", "yesterday"}, `--from "yesterday": want a day as YYYY-MM-DD`},
 	} {
 		_, _, err := runCLI(t, env, tc.args...)
 		require.ErrorContains(t, err, tc.want, "%v", tc.args)

@@ -17,7 +17,7 @@ const module = "github.com/rebill/rebill/"
 // subscriptions and charges; domain packages never import the HTTP layer,
 // and subscriptions and charges know nothing of each other's tables.
 var allowedImports = map[string][]string{
-	"api":                               {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/sim", "enrollments", "notify", "notify/objects", "registry", "subscriptions", "subscriptions/period"},
+	"api":                               {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/sim", "enrollments", "notify", "notify/objects", "reconcile", "registry", "reports", "subscriptions", "subscriptions/period"},
 	"api/idempotency":                   nil,
 	"api/openapitest":                   nil,
 	"apikeys":                           {"subscriptions"},
@@ -39,6 +39,10 @@ var allowedImports = map[string][]string{
 	"enrollments":                       {"subscriptions"},
 	"autopay":                           {"charges", "enrollments", "subscriptions"},
 	"registry":                          {"charges"},
+	"audit":                             {"charges", "charges/gateway", "subscriptions"},
+	"reconcile":                         {"charges", "charges/gateway"},
+	"reports":                           {"charges"},
+	"inspector":                         {"charges"},
 }
 
 type listedPackage struct {

@@ -67,6 +67,11 @@ func TestThreeNodesScanConcurrentlyChargeOncePerPeriod(t *testing.T) {
 	require.Equal(t, 2*charges, ops, "one authorize and one capture per charge")
 	require.Equal(t, ops, distinctOps)
 	require.Equal(t, charges, captures)
+
+	out, err := auditInProcess(t, b.pool)
+	require.NoError(t, err, out)
+	requireAuditCount(t, out, "captured", charges)
+	requireAuditCount(t, out, "gateway_captures", charges)
 }
 
 // The durable dead-letter backstop: a charge whose job River discarded

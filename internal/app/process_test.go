@@ -577,6 +577,29 @@ func TestCrashMidChargingChargesEachPeriodOnce(t *testing.T) {
 
 	stopTook := b.terminate(t, 30*time.Second)
 	t.Logf("B stopped on SIGTERM in %s", stopTook.Round(time.Millisecond))
+
+	// The self-audit agrees and exits 0; a second capture of one period
+	// slipped into the gateway's books makes it exit 1, naming it.
+	code, out := procAudit(t, env)
+	require.Equal(t, 0, code, out)
+	requireAuditCount(t, out, "captured", subscriptions)
+	requireAuditCount(t, out, "discrepancies", 0)
+	var dupKey string
+	require.NoError(t, db.QueryRow(ctx, `SELECT subscription_id::text || ':' || period_key FROM charges LIMIT 1`).Scan(&dupKey))
+	_, err = db.Exec(ctx, `INSERT INTO gatewaysim.operations (gateway, op, idempotency_key, reference, token_last4, token_kind,
+			charge_key, amount, currency, status)
+		SELECT gateway, 'capture', charge_key || ':a2:capture', 'sim1_op_injected', token_last4, token_kind, charge_key, amount,
+			currency, 'succeeded'
+		FROM gatewaysim.operations WHERE charge_key = $1 AND op = 'capture'`, dupKey)
+	require.NoError(t, err)
+	code, out = procAudit(t, env, "--json")
+	require.Equal(t, 1, code, out)
+	var report auditReport
+	require.NoError(t, json.Unmarshal([]byte(out), &report), out)
+	require.Equal(t, subscriptions, report.Periods)
+	require.Len(t, report.Discrepancies, 1, out)
+	require.Equal(t, "duplicate_capture", report.Discrepancies[0].Kind)
+	require.Equal(t, dupKey, report.Discrepancies[0].ChargeKey)
 }
 
 // procEventually polls cond every 200ms until it holds or limit passes.

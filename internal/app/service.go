@@ -21,11 +21,13 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/internal/tracing"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 )
@@ -37,7 +39,10 @@ type Service struct {
 	River   *river.Client[pgx.Tx]
 	Biller  *scheduler.Biller
 	Clock   clock.Clock
-	closers []func()
+	// Inspector and Reconciler run periodically; tests call them directly.
+	Inspector  *inspector.Inspector
+	Reconciler *reconcile.Reconciler
+	closers    []func()
 }
 
 // Close releases what Build started besides River (the in-process
@@ -141,6 +146,12 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
 	charges.Register(workers, pipeline)
 	registerAutopay(workers, bills, poster)
+	ops, err := buildOps(ctx, cfg, svc, pool, gateways, log)
+	if err != nil {
+		svc.Close()
+		return nil, err
+	}
+	ops.register(workers)
 
 	jobTimeout := charges.JobTimeout(cfg.GatewayTimeout)
 	if cfg.RescueAfter <= jobTimeout+5*time.Second {
@@ -159,7 +170,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		CompletedJobRetentionPeriod: time.Hour,
 		FetchCooldown:               cfg.FetchCooldown,
 		FetchPollInterval:           cfg.FetchPollInterval,
-		PeriodicJobs:                append(periodicJobs(cfg), autopayPeriodicJobs(cfg)...),
+		PeriodicJobs:                append(append(periodicJobs(cfg), autopayPeriodicJobs(cfg)...), ops.periodicJobs(cfg)...),
 		Logger:                      riverLogger(log),
 		Middleware:                  riverMiddleware(),
 	})
@@ -169,6 +180,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	biller.Client = client
 	bills.Client = client
 	recorder.Enqueue = client
+	svc.Inspector.Jobs = client
 	svc.River = client
 	svc.Biller = biller
 	if dev != nil {
@@ -192,6 +204,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		Webhooks:         &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
 		MetricsElsewhere: cfg.MetricsAddr != "",
 		Autopay:          uses, Clock: svc.Clock,
+		Reconciliation: ops.reconciliation, Reports: ops.reports,
 	}), tracerProvider())
 	return svc, nil
 }

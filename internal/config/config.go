@@ -55,6 +55,14 @@ type Config struct {
 	MetricsAddr string
 	// OTLPEndpoint, when set, exports traces there (OTLP over HTTP).
 	OTLPEndpoint string
+	// Operations (issue 12): the read replica, the inspector's thresholds
+	// and the reconciliation's catch-up window.
+	ReplicaURL          string
+	InspectInterval     time.Duration
+	InspectNoJobAfter   time.Duration // 0: twice the gateway timeout plus the rescue time
+	InspectUnknownAfter time.Duration
+	InspectHoldWarn     time.Duration
+	ReconcileDays       int
 }
 
 // variable documents one environment variable.
@@ -172,6 +180,18 @@ var variables = []variable{
 		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318): traces of requests, jobs and gateway calls go to its /v1/traces; empty: no tracing. The other OTEL_EXPORTER_OTLP_* variables (headers, timeout) apply",
 		func(c *Config, v string) error { c.OTLPEndpoint = v; return nil }},
+	{"REBILL_REPLICA_URL", "", "PostgreSQL URL of a read replica for reconciliation and reports (a second pool); empty: they read the primary",
+		func(c *Config, v string) error { c.ReplicaURL = v; return nil }},
+	{"REBILL_INSPECT_INTERVAL", "1m", "how often the inspector looks for stuck charges",
+		durationInto(func(c *Config) *time.Duration { return &c.InspectInterval })},
+	{"REBILL_INSPECT_NO_JOB_AFTER", "2 x REBILL_GATEWAY_TIMEOUT + REBILL_RESCUE_AFTER", "a charge authorizing, capturing or authorized this long with no live job is kicked (its job enqueued again, same key)",
+		durationInto(func(c *Config) *time.Duration { return &c.InspectNoJobAfter })},
+	{"REBILL_INSPECT_UNKNOWN_AFTER", "1h", "a charge whose outcome is unknown this long past its reconcile schedule goes to review",
+		durationInto(func(c *Config) *time.Duration { return &c.InspectUnknownAfter })},
+	{"REBILL_INSPECT_HOLD_WARN", "72h", "an authorized charge held this long is reported: its hold nears expiry (the gateways re-authorize)",
+		durationInto(func(c *Config) *time.Duration { return &c.InspectHoldWarn })},
+	{"REBILL_RECONCILE_DAYS", "7", "finished UTC days back that the daily reconciliation catches up",
+		intInto(func(c *Config) *int { return &c.ReconcileDays })},
 }
 
 func durationInto(field func(*Config) *time.Duration) func(*Config, string) error {
@@ -217,6 +237,7 @@ func Load(getenv func(string) string) (Config, error) {
 		BreakerOpenFor:  5 * time.Second, UnavailableFor: 24 * time.Hour,
 		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
 		DBMaxConns: 25, WebhookRetryBase: 5 * time.Second, WebhookWorkers: 20, UpcomingNotice: 72 * time.Hour,
+		InspectInterval: time.Minute, InspectUnknownAfter: time.Hour, InspectHoldWarn: 72 * time.Hour, ReconcileDays: 7,
 	}
 	for _, v := range variables {
 		value := getenv(v.name)
@@ -244,6 +265,9 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.Workers == 0 {
 		c.Workers = LittlesLawWorkers(c.TargetChargeRate, c.GatewayLatency)
+	}
+	if c.InspectNoJobAfter == 0 {
+		c.InspectNoJobAfter = 2*c.GatewayTimeout + c.RescueAfter
 	}
 	return c, nil
 }

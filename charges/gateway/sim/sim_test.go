@@ -604,6 +604,4 @@ func TestInvalidRequests(t *testing.T) {
 
 // lookupOf names the operation sent under key: the simulator looks
 // operations up by key alone.
-func lookupOf(key string) gateway.LookupRequest {
-	return gateway.LookupRequest{Request: gateway.Request{IdempotencyKey: key}}
-}
+func lookupOf(key string) gateway.LookupRequest { return gateway.ByKey("", key) }

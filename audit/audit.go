@@ -1,0 +1,321 @@
+// Package audit is rebill's self-audit (`rebill audit`, docs/API.md
+// "Reconciliation and audit"): over a range of days it checks that every
+// owed item has at most one capture at the gateways, and one unless it
+// failed for good or waits in review, and that every capture the gateways
+// hold belongs to exactly one item.
+//
+// # Sources
+//
+// What is owed comes from a [Source]. [Periods] yields the subscription
+// periods that began in the range (each period's charge, and the periods
+// the billing scan left without one). Payable bills of autopay enrollments
+// join as another Source once they exist: the checks work on charges and
+// their keys, whatever owed them.
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// Kinds of discrepancy.
+const (
+	// DuplicateCapture: an item has more than one succeeded capture.
+	DuplicateCapture = "duplicate_capture"
+	// MissingAtGateway: the charge succeeded but no gateway has its capture.
+	MissingAtGateway = "missing_at_gateway"
+	// UnknownAtRebill: a capture whose key names no charge.
+	UnknownAtRebill = "unknown_at_rebill"
+	// StatusMismatch: a capture exists but the charge failed or was voided.
+	StatusMismatch = "status_mismatch"
+	// AmountMismatch: the capture's amount or currency is not the charge's.
+	AmountMismatch = "amount_mismatch"
+	// NotCharged: an owed item has no charge although it is due.
+	NotCharged = "not_charged"
+)
+
+// Discrepancy is one broken rule.
+type Discrepancy struct {
+	Kind             string     `json:"kind"`
+	ChargeID         *uuid.UUID `json:"charge_id"`
+	ChargeKey        string     `json:"charge_key"`
+	Gateway          string     `json:"gateway"`
+	GatewayReference string     `json:"gateway_reference"`
+	Detail           string     `json:"detail"`
+}
+
+func (d Discrepancy) String() string {
+	var b strings.Builder
+	b.WriteString(d.Kind)
+	if d.ChargeID != nil {
+		b.WriteString(" charge=" + d.ChargeID.String())
+	}
+	if d.ChargeKey != "" {
+		b.WriteString(" key=" + d.ChargeKey)
+	}
+	if d.Gateway != "" {
+		b.WriteString(" gateway=" + d.Gateway)
+	}
+	if d.GatewayReference != "" {
+		b.WriteString(" ref=" + d.GatewayReference)
+	}
+	return b.String() + ": " + d.Detail
+}
+
+// Report is an audit's outcome; its JSON is `rebill audit --json`.
+type Report struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Periods  int    `json:"periods"`
+	Captured int    `json:"captured"`
+	Failed   int    `json:"failed"`
+	InReview int    `json:"in_review"`
+	NotOwed  int    `json:"not_owed"`
+	// Open items are still being charged (in flight, or dunning).
+	Open int `json:"open"`
+	// GatewayCaptures counts the succeeded captures the gateways listed
+	// for the days searched.
+	GatewayCaptures int           `json:"gateway_captures"`
+	Discrepancies   []Discrepancy `json:"discrepancies"`
+}
+
+// Item is one owed thing: its charge, or, when the scan left it without
+// one, nil and what it is.
+type Item struct {
+	Charge *charges.Charge
+	Key    string // the charge key it has or would have
+	Detail string // for an item without a charge
+}
+
+// Source yields the owed items whose due time is in [from, to).
+type Source interface {
+	Items(ctx context.Context, from, to time.Time) ([]Item, error)
+}
+
+// Periods is the Source of subscription periods, read from db.
+type Periods struct {
+	DB charges.DBTX
+	// Now is the service clock; a period due more than Grace before it
+	// and still without a charge is reported.
+	Now   time.Time
+	Grace time.Duration
+}
+
+// Items returns the charges of the periods that began in [from, to) and the
+// periods due in it that have none.
+func (p Periods) Items(ctx context.Context, from, to time.Time) ([]Item, error) {
+	cs, err := charges.ByPeriodStart(ctx, p.DB, from, to)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]Item, 0, len(cs))
+	for i := range cs {
+		items = append(items, Item{Charge: &cs[i], Key: cs[i].Key()})
+	}
+	before := p.Now.Add(-p.Grace)
+	if to.Before(before) {
+		before = to
+	}
+	overdue, err := subscriptions.Overdue(ctx, p.DB, from, before)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range overdue {
+		items = append(items, Item{Key: o.SubscriptionID.String(),
+			Detail: fmt.Sprintf("the period that began at %s has no charge", o.Start.Format(time.RFC3339))})
+	}
+	return items, nil
+}
+
+// Auditor checks items against the gateways' books.
+type Auditor struct {
+	DB       charges.DBTX
+	Gateways []gateway.Gateway
+	Sources  []Source
+	// SettleDays are searched past the range for captures of its items
+	// (dunning retries for days after a period begins).
+	SettleDays int
+}
+
+type capture struct {
+	gateway string
+	op      gateway.Result
+}
+
+// Run audits the items due in [from, to): days, UTC.
+func (a *Auditor) Run(ctx context.Context, from, to time.Time) (Report, error) {
+	r := Report{From: from.Format(time.DateOnly), To: to.AddDate(0, 0, -1).Format(time.DateOnly), Discrepancies: []Discrepancy{}}
+	var items []Item
+	for _, s := range a.Sources {
+		got, err := s.Items(ctx, from, to)
+		if err != nil {
+			return Report{}, fmt.Errorf("audit: %w", err)
+		}
+		items = append(items, got...)
+	}
+	captures, err := a.captures(ctx, from, to, &r)
+	if err != nil {
+		return Report{}, err
+	}
+	owned := map[string]bool{}
+	for _, it := range items {
+		r.Periods++
+		owned[it.Key] = true
+		if it.Charge == nil {
+			r.Discrepancies = append(r.Discrepancies, Discrepancy{Kind: NotCharged, ChargeKey: it.Key, Detail: it.Detail})
+			continue
+		}
+		if err := a.judge(ctx, *it.Charge, captures[it.Key], &r); err != nil {
+			return Report{}, err
+		}
+	}
+	if err := a.strays(ctx, captures, owned, from, to, &r); err != nil {
+		return Report{}, err
+	}
+	return r, nil
+}
+
+// captures lists the gateways' succeeded captures from the range's first
+// day to SettleDays past its end, by charge key ("" for keys rebill did
+// not make).
+func (a *Auditor) captures(ctx context.Context, from, to time.Time, r *Report) (map[string][]capture, error) {
+	out := map[string][]capture{}
+	for _, g := range a.Gateways {
+		for d := from; d.Before(to.AddDate(0, 0, a.SettleDays)); d = d.AddDate(0, 0, 1) {
+			ops, err := g.Operations(ctx, d)
+			if err != nil {
+				return nil, fmt.Errorf("audit: %w", err)
+			}
+			for _, op := range ops {
+				if op.Op != gateway.OpCapture || op.Status != gateway.StatusSucceeded {
+					continue
+				}
+				r.GatewayCaptures++
+				key, _, _, _ := charges.ParseGatewayKey(op.IdempotencyKey)
+				out[key] = append(out[key], capture{gateway: g.Name(), op: op})
+			}
+		}
+	}
+	return out, nil
+}
+
+func (a *Auditor) gateway(name string) gateway.Gateway {
+	for _, g := range a.Gateways {
+		if g.Name() == name {
+			return g
+		}
+	}
+	return nil
+}
+
+// inFlight are statuses in which a capture may exist that rebill has not
+// recorded yet, or that a person is settling.
+var inFlight = []charges.Status{charges.Capturing, charges.Unknown, charges.RequiresReview}
+
+// judge counts one charge and checks its captures: those listed, and those
+// of its attempts looked up by key (a capture filed under a day outside
+// the search).
+func (a *Auditor) judge(ctx context.Context, c charges.Charge, listed []capture, r *Report) error {
+	switch c.Status {
+	case charges.Succeeded:
+		r.Captured++
+	case charges.Failed:
+		r.Failed++
+	case charges.Unknown, charges.RequiresReview:
+		r.InReview++
+	case charges.Voided:
+		r.NotOwed++
+	default:
+		r.Open++
+	}
+	found := slices.Clone(listed)
+	if g := a.gateway(c.Gateway); g != nil {
+		for n := 1; n <= c.AttemptCount; n++ {
+			key := fmt.Sprintf("%s:a%d:%s", c.Key(), n, gateway.OpCapture)
+			if slices.ContainsFunc(found, func(x capture) bool { return x.op.IdempotencyKey == key }) {
+				continue
+			}
+			res, err := g.Lookup(ctx, gateway.ByKey(gateway.OpCapture, key))
+			if errors.Is(err, gateway.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("audit: look up %s: %w", key, err)
+			}
+			if res.Status == gateway.StatusSucceeded {
+				found = append(found, capture{gateway: g.Name(), op: res})
+			}
+		}
+	}
+	id := c.ID
+	add := func(kind string, cp *capture, format string, args ...any) {
+		d := Discrepancy{Kind: kind, ChargeID: &id, ChargeKey: c.Key(), Gateway: c.Gateway, Detail: fmt.Sprintf(format, args...)}
+		if cp != nil {
+			d.Gateway, d.GatewayReference = cp.gateway, cp.op.Reference
+		}
+		r.Discrepancies = append(r.Discrepancies, d)
+	}
+	for i := range found {
+		cp := &found[i]
+		if i > 0 {
+			add(DuplicateCapture, cp, "capture %d of the charge: %d %s under key %q", i+1, cp.op.Amount, cp.op.Currency, cp.op.IdempotencyKey)
+		}
+		if _, attempt, _, _ := charges.ParseGatewayKey(cp.op.IdempotencyKey); attempt == c.AttemptCount &&
+			(cp.op.Amount != c.Amount || cp.op.Currency != c.Currency) {
+			add(AmountMismatch, cp, "captured %d %s, the charge is %d %s", cp.op.Amount, cp.op.Currency, c.Amount, c.Currency)
+		}
+	}
+	switch {
+	case len(found) == 0 && c.Status == charges.Succeeded:
+		add(MissingAtGateway, nil, "the charge succeeded but no gateway has its capture")
+	case len(found) > 0 && c.Status != charges.Succeeded && !slices.Contains(inFlight, c.Status):
+		add(StatusMismatch, &found[0], "captured at the gateway but the charge is %s", c.Status)
+	}
+	return nil
+}
+
+// strays reports captures of the range's days that belong to no charge:
+// captures of charges outside the range belong to their own range's items.
+func (a *Auditor) strays(ctx context.Context, captures map[string][]capture, owned map[string]bool, from, to time.Time, r *Report) error {
+	var keys []string
+	for key := range captures {
+		if key != "" && !owned[key] {
+			keys = append(keys, key)
+		}
+	}
+	known, err := charges.ByKeys(ctx, a.DB, keys)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	exists := map[string]bool{}
+	for _, c := range known {
+		exists[c.Key()] = true
+	}
+	slices.Sort(keys)
+	keys = append([]string{""}, keys...)
+	for _, key := range keys {
+		if exists[key] {
+			continue
+		}
+		for _, cp := range captures[key] {
+			if cp.op.At.Before(from) || !cp.op.At.Before(to) {
+				continue
+			}
+			r.Discrepancies = append(r.Discrepancies, Discrepancy{Kind: UnknownAtRebill, ChargeKey: key, Gateway: cp.gateway,
+				GatewayReference: cp.op.Reference, Detail: fmt.Sprintf("a capture of %d %s under key %q names no charge",
+					cp.op.Amount, cp.op.Currency, cp.op.IdempotencyKey)})
+		}
+	}
+	return nil
+}
+

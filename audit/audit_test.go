@@ -1,0 +1,138 @@
+package audit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/audit"
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/opstest"
+)
+
+const gw = "sima"
+
+// The audited range is November 2026; the clock stands on December 2.
+var (
+	from = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	to   = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	now  = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+)
+
+type testBundle struct {
+	pool    *pgxpool.Pool
+	auditor *audit.Auditor
+	sub     uuid.UUID
+}
+
+func setup(t *testing.T) testBundle {
+	t.Helper()
+	pool := dbtest.Pool(t)
+	g := opstest.Gateway(t, pool, gw)
+	sub := opstest.Subscription(t, pool, gw, from.AddDate(0, -1, 0))
+	// The subscription's next period is not due yet.
+	_, err := pool.Exec(context.Background(), `UPDATE subscriptions SET next_charge_at = $2 WHERE id = $1`, sub, now.AddDate(0, 1, 0))
+	require.NoError(t, err)
+	return testBundle{pool: pool, sub: sub, auditor: &audit.Auditor{DB: pool, Gateways: []gateway.Gateway{g}, SettleDays: 8,
+		Sources: []audit.Source{audit.Periods{DB: pool, Now: now, Grace: time.Hour}}}}
+}
+
+// periods inserts one charge per day of November from the 1st, in each
+// status given, paid ones with their authorize and capture in the ledger.
+func (b testBundle) periods(t *testing.T, statuses ...string) []string {
+	t.Helper()
+	var keys []string
+	for i, st := range statuses {
+		c := opstest.Charge{Subscription: b.sub, PeriodStart: from.AddDate(0, 0, i), Gateway: gw, Status: st}
+		var key string
+		if st == "succeeded" {
+			_, key = opstest.Paid(t, b.pool, c)
+		} else {
+			_, key = opstest.InsertCharge(t, b.pool, c)
+		}
+		keys = append(keys, key)
+	}
+	return keys
+}
+
+func kinds(r audit.Report) []string {
+	var out []string
+	for _, d := range r.Discrepancies {
+		out = append(out, d.Kind)
+	}
+	return out
+}
+
+func TestCleanBooksPass(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.periods(t, "succeeded", "succeeded", "failed", "requires_review", "voided", "declined", "succeeded")
+	// A period of October, captured in November, is not this range's.
+	opstest.Paid(t, b.pool, opstest.Charge{Subscription: b.sub, PeriodStart: from.AddDate(0, 0, -3), Gateway: gw,
+		UpdatedAt: from.Add(time.Hour)})
+	r, err := b.auditor.Run(context.Background(), from, to)
+	require.NoError(t, err)
+	require.Empty(t, r.Discrepancies)
+	require.Equal(t, audit.Report{From: "2026-11-01", To: "2026-11-30", Periods: 7, Captured: 3, Failed: 1, InReview: 1,
+		NotOwed: 1, Open: 1, GatewayCaptures: 4, Discrepancies: []audit.Discrepancy{}}, r)
+}
+
+func TestEveryBrokenRuleIsListed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	keys := b.periods(t, "succeeded", "succeeded", "failed", "succeeded")
+	at := from.Add(12 * time.Hour)
+	// Period 0 captured a second time under a later attempt's key.
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: keys[0], Attempt: 2, Op: "capture", At: at})
+	// Period 1's capture vanished from the gateway's books.
+	_, err := b.pool.Exec(context.Background(), `DELETE FROM gatewaysim.operations WHERE idempotency_key = $1`, keys[1]+":a1:capture")
+	require.NoError(t, err)
+	// Period 2 failed, yet the gateway captured it.
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: keys[2], Op: "capture", At: at})
+	// A capture that belongs to no charge at all.
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: uuid.NewString() + ":2026-11-05", Op: "capture", At: at})
+	// Another subscription's period began on November 20 and was never charged.
+	late := opstest.Subscription(t, b.pool, gw, from)
+	_, err = b.pool.Exec(context.Background(), `UPDATE subscriptions SET next_charge_at = $2 WHERE id = $1`, late,
+		from.AddDate(0, 0, 19))
+	require.NoError(t, err)
+
+	r, err := b.auditor.Run(context.Background(), from, to)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{audit.DuplicateCapture, audit.MissingAtGateway, audit.StatusMismatch,
+		audit.UnknownAtRebill, audit.NotCharged}, kinds(r), "%v", r.Discrepancies)
+	require.Equal(t, 5, r.Periods)
+	for _, d := range r.Discrepancies {
+		switch d.Kind {
+		case audit.DuplicateCapture:
+			require.Equal(t, keys[0], d.ChargeKey)
+		case audit.MissingAtGateway:
+			require.Equal(t, keys[1], d.ChargeKey)
+		case audit.StatusMismatch:
+			require.Equal(t, keys[2], d.ChargeKey)
+		case audit.NotCharged:
+			require.Equal(t, late.String(), d.ChargeKey)
+		}
+	}
+}
+
+func TestDuplicateFiledOutsideTheSearchedDaysIsFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, key := opstest.InsertCharge(t, b.pool, opstest.Charge{Subscription: b.sub, PeriodStart: from, Gateway: gw,
+		Status: "succeeded", Attempt: 2})
+	// Both captures were stamped a year later (a gateway on another clock):
+	// only look-ups by key find them.
+	later := from.AddDate(1, 0, 0)
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Attempt: 1, Op: "capture", At: later})
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Attempt: 2, Op: "capture", At: later})
+	r, err := b.auditor.Run(context.Background(), from, to)
+	require.NoError(t, err)
+	require.Equal(t, []string{audit.DuplicateCapture}, kinds(r))
+	require.Zero(t, r.GatewayCaptures)
+}

@@ -1,0 +1,143 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/audit"
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/config"
+)
+
+// errDiscrepancies makes `rebill audit` exit 1 once the report is printed.
+var errDiscrepancies = errors.New("audit found discrepancies")
+
+// auditGrace is how long a due period may wait for its charge before the
+// audit calls it not charged: a few scans, a clock move being scanned.
+const auditGrace = time.Hour
+
+// auditSettleDays are searched past the range for captures of its periods:
+// dunning retries for a week after a period begins.
+const auditSettleDays = 8
+
+func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("audit", "Usage: rebill audit [--from DATE] [--to DATE] [--json]\n\n"+
+		"Checks that every period owed from --from to --to (UTC days, inclusive; default the last 30\n"+
+		"days of the service clock) has at most one capture at the gateways, and one unless it\n"+
+		"failed for good or waits in review, and that every capture belongs to exactly one period.\n"+
+		"Prints the counts; exits 1 listing every discrepancy. Reads REBILL_REPLICA_URL when set.")
+	fromFlag := fs.String("from", "", "first day, YYYY-MM-DD")
+	toFlag := fs.String("to", "", "last day, YYYY-MM-DD")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if done, err := parseFlags(fs, args, stdout, stderr); done || err != nil {
+		return err
+	}
+	parse := func(name, v string) (time.Time, error) {
+		t, err := time.Parse(time.DateOnly, v)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("audit: --%s %q: want a day as YYYY-MM-DD", name, v)
+		}
+		return t, nil
+	}
+	var from, to time.Time
+	var err error
+	if *fromFlag != "" {
+		if from, err = parse("from", *fromFlag); err != nil {
+			return err
+		}
+	}
+	if *toFlag != "" {
+		if to, err = parse("to", *toFlag); err != nil {
+			return err
+		}
+	}
+
+	pool, stop, err := openMigrated(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	now := time.Now().UTC()
+	var gateways []gateway.Gateway
+	for name, url := range cfg.Gateways {
+		gateways = append(gateways, sim.NewClient(name, url, sim.ClientOptions{Timeout: cfg.GatewayTimeout}))
+	}
+	if cfg.Dev {
+		manual, err := clock.NewManual(ctx, pool, now)
+		if err != nil {
+			return err
+		}
+		now = manual.Now()
+		baseURL, stopSim, err := sim.Start(ctx, pool, simNames, log.Level(zerolog.WarnLevel))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = stopSim(context.Background()) }()
+		for _, name := range simNames {
+			gateways = append(gateways, sim.NewClient(name, baseURL+"/"+name, sim.ClientOptions{Timeout: cfg.GatewayTimeout}))
+		}
+	}
+	if to.IsZero() {
+		to = now.Truncate(24 * time.Hour)
+	}
+	if from.IsZero() {
+		from = to.AddDate(0, 0, -29)
+	}
+	if to.Before(from) {
+		return fmt.Errorf("audit: --from %s is after --to %s", from.Format(time.DateOnly), to.Format(time.DateOnly))
+	}
+	read := charges.DBTX(pool)
+	if cfg.ReplicaURL != "" {
+		replica, err := openReplica(ctx, cfg.ReplicaURL)
+		if err != nil {
+			return err
+		}
+		defer replica.Close()
+		read = replica
+	}
+	a := &audit.Auditor{DB: read, Gateways: gateways, SettleDays: auditSettleDays,
+		Sources: []audit.Source{audit.Periods{DB: read, Now: now, Grace: auditGrace}}}
+	report, err := a.Run(ctx, from, to.AddDate(0, 0, 1))
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+	} else {
+		printAudit(stdout, report)
+	}
+	if n := len(report.Discrepancies); n > 0 {
+		return fmt.Errorf("%w: %d", errDiscrepancies, n)
+	}
+	return nil
+}
+
+func printAudit(w io.Writer, r audit.Report) {
+	fmt.Fprintf(w, "rebill audit from %s to %s (periods that began on those days, UTC)\n", r.From, r.To)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, line := range []struct {
+		name string
+		n    int
+	}{{"periods", r.Periods}, {"captured", r.Captured}, {"failed", r.Failed}, {"in_review", r.InReview},
+		{"not_owed", r.NotOwed}, {"open", r.Open}, {"gateway_captures", r.GatewayCaptures}, {"discrepancies", len(r.Discrepancies)}} {
+		fmt.Fprintf(tw, "%s\t%d\n", line.name, line.n)
+	}
+	_ = tw.Flush()
+	for _, d := range r.Discrepancies {
+		fmt.Fprintln(w, d.String())
+	}
+}

@@ -1,0 +1,104 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/inspector"
+	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/reconcile"
+	"github.com/rebill/rebill/reports"
+)
+
+// ops are the operators' pieces of a node: the inspector, the daily
+// reconciliation and the reads behind /v1/reconciliation and
+// /v1/reports/daily, which go to the replica when REBILL_REPLICA_URL is set.
+type ops struct {
+	inspector      *inspector.Inspector
+	reconciler     *reconcile.Reconciler
+	reconciliation reconciliationReads
+	reports        reportReads
+}
+
+// buildOps wires them; the inspector's job inserter is the River client,
+// set once it exists.
+func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpool.Pool, gateways []gateway.Gateway,
+	log zerolog.Logger) (ops, error) {
+	read := charges.DBTX(pool)
+	if cfg.ReplicaURL != "" {
+		replica, err := openReplica(ctx, cfg.ReplicaURL)
+		if err != nil {
+			return ops{}, err
+		}
+		svc.closers = append(svc.closers, replica.Close)
+		read = replica
+	}
+	byName := make(map[string]gateway.Gateway, len(gateways))
+	for _, g := range gateways {
+		byName[g.Name()] = g
+	}
+	o := ops{
+		inspector: &inspector.Inspector{Pool: pool, Clock: svc.Clock, Logger: log.With().Str("component", "inspector").Logger(),
+			Thresholds: inspector.Thresholds{NoJobAfter: cfg.InspectNoJobAfter, UnknownAfter: cfg.InspectUnknownAfter,
+				HoldWarnAfter: cfg.InspectHoldWarn}},
+		reconciler: &reconcile.Reconciler{Pool: pool, Read: read, Gateways: byName, Clock: svc.Clock, Days: cfg.ReconcileDays,
+			JobTimeout: cfg.RescueAfter - 5*time.Second, Logger: log.With().Str("component", "reconcile").Logger()},
+		reconciliation: reconciliationReads{read: read, gateways: byName},
+		// The gateways' commission_bps come with their configuration
+		// file; until then the report shows no commission.
+		reports: reportReads{read: read, rates: reports.NoCommission},
+	}
+	svc.Inspector, svc.Reconciler = o.inspector, o.reconciler
+	return o, nil
+}
+
+// openReplica opens the read replica's pool: a few connections, for
+// reports and reconciliation only.
+func openReplica(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse REBILL_REPLICA_URL: %w", err)
+	}
+	cfg.MaxConns = min(cfg.MaxConns, 4)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open REBILL_REPLICA_URL: %w", err)
+	}
+	return pool, nil
+}
+
+func (o ops) register(workers *river.Workers) {
+	reconcile.Register(workers, o.reconciler)
+	river.AddWorker(workers, &inspector.Worker{Inspector: o.inspector})
+}
+
+func (o ops) periodicJobs(cfg config.Config) []*river.PeriodicJob {
+	return []*river.PeriodicJob{reconcile.PeriodicJob(), inspector.PeriodicJob(cfg.InspectInterval)}
+}
+
+type reconciliationReads struct {
+	read     charges.DBTX
+	gateways map[string]gateway.Gateway
+}
+
+func (r reconciliationReads) Day(ctx context.Context, gw string, day time.Time) (reconcile.Result, error) {
+	return reconcile.Get(ctx, r.read, gw, day)
+}
+
+func (r reconciliationReads) Known(gw string) bool { _, ok := r.gateways[gw]; return ok }
+
+type reportReads struct {
+	read  charges.DBTX
+	rates reports.Rates
+}
+
+func (r reportReads) Daily(ctx context.Context, day time.Time) (reports.Daily, error) {
+	return reports.Build(ctx, r.read, day, r.rates)
+}

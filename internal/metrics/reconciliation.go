@@ -1,0 +1,32 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Daily reconciliation with the gateways' books (package reconcile). A
+// discrepancy is recorded once, when its day is checked; alert on an
+// increase of the counter or on the open gauge.
+var (
+	ReconciliationDiscrepancies = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rebill_reconciliation_discrepancies_total",
+		Help: "Discrepancies found by the daily reconciliation, by gateway and kind.",
+	}, []string{"gateway", "kind"})
+	ReconciliationOpen = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebill_reconciliation_open_discrepancies",
+		Help: "Discrepancies of the gateway no person has reviewed yet, as of its last reconciled day.",
+	}, []string{"gateway"})
+	ReconciliationLastDay = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebill_reconciliation_last_day_timestamp_seconds",
+		Help: "Start (Unix seconds, UTC) of the latest day reconciled for the gateway.",
+	}, []string{"gateway"})
+)
+
+// InspectorActions counts what the inspector did with the stuck operations
+// of rebill_inspector_stuck_total (ops.go), by action (kicked, review,
+// reported).
+var InspectorActions = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "rebill_inspector_actions_total",
+	Help: "What the inspector did with stuck operations, by action (kicked, review, reported).",
+}, []string{"action"})

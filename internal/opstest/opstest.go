@@ -1,0 +1,154 @@
+// Package opstest writes charges and simulated-gateway ledger entries
+// straight into a test database, so that reconciliation, the self-audit
+// and the reports can be tested on exactly the books a case needs
+// (a duplicate capture, a capture nobody asked for) without driving the
+// pipeline into producing them.
+package opstest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/charges/gateway/sim"
+)
+
+// Gateway starts the simulated gateway name on pool (its ledger in the
+// gatewaysim schema of the test's database) and returns its client.
+func Gateway(t testing.TB, pool *pgxpool.Pool, name string) *sim.Client {
+	t.Helper()
+	ctx := context.Background()
+	baseURL, stop, err := sim.Start(ctx, pool, []string{name}, zerolog.New(io.Discard))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stop(context.Background()) })
+	return sim.NewClient(name, baseURL+"/"+name, sim.ClientOptions{Timeout: 5 * time.Second})
+}
+
+// Subscription inserts an active monthly subscription on gateway gw and
+// returns its id.
+func Subscription(t testing.TB, pool *pgxpool.Pool, gw string, at time.Time) uuid.UUID {
+	t.Helper()
+	id := uuid.New()
+	_, err := pool.Exec(context.Background(), `INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval,
+			interval_count, timezone, billing_anchor, next_charge_at, pm_gateway, pm_token, pm_exp_month, pm_exp_year,
+			created_at, updated_at)
+		VALUES ($1, 'cust-ops', 'active', 1000, 'RUB', 'month', 1, 'UTC', $2, $3, $4, 'tok_ok', 12, 2030, $2, $2)`,
+		id, at, at.AddDate(0, 1, 0), gw)
+	require.NoError(t, err)
+	return id
+}
+
+// Charge is a charge row to insert.
+type Charge struct {
+	Subscription uuid.UUID
+	PeriodStart  time.Time
+	Amount       int64  // default 1000
+	Currency     string // default RUB
+	Gateway      string
+	Status       string
+	Attempt      int       // default 1
+	UpdatedAt    time.Time // default PeriodStart
+	Resolution   string    // "succeeded" or "failed" for a person's resolution
+}
+
+// InsertCharge inserts c and returns its id and business key.
+func InsertCharge(t testing.TB, pool *pgxpool.Pool, c Charge) (uuid.UUID, string) {
+	t.Helper()
+	if c.Amount == 0 {
+		c.Amount = 1000
+	}
+	if c.Currency == "" {
+		c.Currency = "RUB"
+	}
+	if c.Attempt == 0 {
+		c.Attempt = 1
+	}
+	if c.UpdatedAt.IsZero() {
+		c.UpdatedAt = c.PeriodStart
+	}
+	id := uuid.New()
+	periodKey := c.PeriodStart.UTC().Format(time.DateOnly)
+	var next *time.Time
+	if c.Status == "declined" {
+		at := c.UpdatedAt.Add(24 * time.Hour)
+		next = &at
+	}
+	var resolution *string
+	if c.Resolution != "" {
+		resolution = &c.Resolution
+	}
+	_, err := pool.Exec(context.Background(), `INSERT INTO charges (id, subscription_id, customer_id, period_key, period_start,
+			amount, currency, gateway, pm_token, status, attempt_count, next_attempt_at, resolution, created_at, updated_at,
+			attempt_due_at, attempt_times)
+		VALUES ($1, $2, 'cust-ops', $3, $4, $5, $6, $7, 'tok_ok', $8, $9, $10, $11, $4, $12, $4, ARRAY[$4::timestamptz])`,
+		id, c.Subscription, periodKey, c.PeriodStart, c.Amount, c.Currency, c.Gateway, c.Status, c.Attempt, next,
+		resolution, c.UpdatedAt)
+	require.NoError(t, err)
+	return id, c.Subscription.String() + ":" + periodKey
+}
+
+// Op is a ledger entry of a simulated gateway.
+type Op struct {
+	Gateway   string
+	ChargeKey string
+	Attempt   int    // default 1
+	Op        string // authorize, capture, void
+	Amount    int64  // default 1000
+	Currency  string // default RUB
+	Status    string // default succeeded
+	At        time.Time
+	// Key overrides the idempotency key built from ChargeKey and Attempt.
+	Key string
+}
+
+// InsertOp writes o into the gateway's ledger as if the gateway had
+// processed it, and returns its reference.
+func InsertOp(t testing.TB, pool *pgxpool.Pool, o Op) string {
+	t.Helper()
+	if o.Attempt == 0 {
+		o.Attempt = 1
+	}
+	if o.Amount == 0 {
+		o.Amount = 1000
+	}
+	if o.Currency == "" {
+		o.Currency = "RUB"
+	}
+	if o.Status == "" {
+		o.Status = "succeeded"
+	}
+	if o.Key == "" {
+		o.Key = fmt.Sprintf("%s:a%d:%s", o.ChargeKey, o.Attempt, o.Op)
+	}
+	ref := o.Gateway + "_op_" + uuid.NewString()
+	_, err := pool.Exec(context.Background(), `INSERT INTO gatewaysim.operations (gateway, op, idempotency_key, reference,
+			token_last4, token_kind, charge_key, amount, currency, status, at)
+		VALUES ($1, $2, $3, $4, 'k_ok', 'ok', $5, $6, $7, $8, $9)`,
+		o.Gateway, o.Op, o.Key, ref, o.ChargeKey, o.Amount, o.Currency, o.Status, o.At)
+	require.NoError(t, err)
+	return ref
+}
+
+// Paid inserts a succeeded charge of one period and its authorize and
+// capture in the ledger at its UpdatedAt, and returns the charge's id and
+// key.
+func Paid(t testing.TB, pool *pgxpool.Pool, c Charge) (uuid.UUID, string) {
+	t.Helper()
+	c.Status = "succeeded"
+	id, key := InsertCharge(t, pool, c)
+	at := c.UpdatedAt
+	if at.IsZero() {
+		at = c.PeriodStart
+	}
+	attempt := max(c.Attempt, 1)
+	InsertOp(t, pool, Op{Gateway: c.Gateway, ChargeKey: key, Attempt: attempt, Op: "authorize", Amount: c.Amount, Currency: c.Currency, At: at})
+	InsertOp(t, pool, Op{Gateway: c.Gateway, ChargeKey: key, Attempt: attempt, Op: "capture", Amount: c.Amount, Currency: c.Currency, At: at})
+	return id, key
+}

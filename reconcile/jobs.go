@@ -1,0 +1,205 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/metrics"
+)
+
+// Settle is how long after a UTC day ends it is checked: operations in
+// flight at midnight have settled by then.
+const Settle = time.Hour
+
+// Reconciler runs the daily reconciliation of every gateway.
+type Reconciler struct {
+	// Pool is the primary: results are written there.
+	Pool *pgxpool.Pool
+	// Read is where charges and results are read: the replica when one
+	// is configured (REBILL_REPLICA_URL), else the primary.
+	Read charges.DBTX
+	// Gateways are the gateways to reconcile, by name.
+	Gateways map[string]gateway.Gateway
+	Clock    clock.Clock
+	// Days is how far back finished days are caught up.
+	Days int
+	// JobTimeout bounds one day's check (0: River's default).
+	JobTimeout time.Duration
+	Logger     zerolog.Logger
+}
+
+// TickArgs is the periodic job that enqueues the days to check.
+type TickArgs struct{}
+
+// Kind names the job in River.
+func (TickArgs) Kind() string { return "reconcile_tick" }
+
+// DayArgs checks one gateway's UTC day.
+type DayArgs struct {
+	Gateway string `json:"gateway" river:"unique"`
+	Day     string `json:"day" river:"unique"` // YYYY-MM-DD, UTC
+}
+
+// Kind names the job in River.
+func (DayArgs) Kind() string { return "reconcile_day" }
+
+// InsertOpts makes the job unique per gateway and day while it waits or
+// runs; once it is done the day has a result and is not enqueued again.
+func (DayArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{MaxAttempts: 10, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+}
+
+// Enqueue inserts a DayArgs job for every finished day of the last Days
+// days that a gateway has no result for, and returns how many.
+func (r *Reconciler) Enqueue(ctx context.Context, client *river.Client[pgx.Tx]) (int, error) {
+	end := Day(r.Clock.Now().Add(-Settle)) // the first day not finished
+	from := end.AddDate(0, 0, -r.Days)
+	names := make([]string, 0, len(r.Gateways))
+	for name := range r.Gateways {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var params []river.InsertManyParams
+	for _, name := range names {
+		if err := r.refreshGauges(ctx, name); err != nil {
+			return 0, err
+		}
+		days, err := unchecked(ctx, r.Pool, name, from, end)
+		if err != nil {
+			return 0, err
+		}
+		for _, d := range days {
+			params = append(params, river.InsertManyParams{Args: DayArgs{Gateway: name, Day: d.Format(time.DateOnly)}})
+		}
+	}
+	if len(params) == 0 {
+		return 0, nil
+	}
+	if _, err := client.InsertMany(ctx, params); err != nil {
+		return 0, fmt.Errorf("enqueue reconciliation days: %w", err)
+	}
+	return len(params), nil
+}
+
+// RunDay checks one gateway's day and records the result once. Returns an
+// error (River retries) when the gateway or the database did not answer.
+func (r *Reconciler) RunDay(ctx context.Context, name string, day time.Time) (Result, error) {
+	g, ok := r.Gateways[name]
+	if !ok {
+		return Result{}, fmt.Errorf("reconcile: gateway %q is not configured", name)
+	}
+	day = Day(day)
+	found, ops, err := Check(ctx, r.Read, g, func(ctx context.Context, key string) (gateway.Result, error) {
+		return g.Lookup(ctx, gateway.ByKey(gateway.OpCapture, key))
+	}, day)
+	if err != nil {
+		return Result{}, err
+	}
+	var saved bool
+	err = pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
+		saved, err = save(ctx, tx, name, day, ops, found, r.Clock.Now())
+		return err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if saved {
+		r.report(ctx, name, day, ops, found)
+	}
+	return Get(ctx, r.Pool, name, day)
+}
+
+// refreshGauges sets the gateway's alert gauges from the database, so
+// that they survive restarts and leader changes.
+func (r *Reconciler) refreshGauges(ctx context.Context, name string) error {
+	open, err := openCount(ctx, r.Pool, name)
+	if err != nil {
+		return err
+	}
+	metrics.ReconciliationOpen.WithLabelValues(name).Set(float64(open))
+	last, err := lastDay(ctx, r.Pool, name)
+	if err != nil {
+		return err
+	}
+	if !last.IsZero() {
+		metrics.ReconciliationLastDay.WithLabelValues(name).Set(float64(last.Unix()))
+	}
+	return nil
+}
+
+// report counts, logs and raises the alert gauges of a freshly checked day.
+func (r *Reconciler) report(ctx context.Context, name string, day time.Time, ops int, found []Discrepancy) {
+	for _, d := range found {
+		metrics.ReconciliationDiscrepancies.WithLabelValues(name, string(d.Kind)).Inc()
+		ev := r.Logger.Warn().Str("gateway", name).Str("day", day.Format(time.DateOnly)).Str("kind", string(d.Kind)).
+			Str("gateway_reference", d.GatewayReference).Str("detail", d.Detail)
+		if d.ChargeID != nil {
+			ev = ev.Str("charge_id", d.ChargeID.String())
+		}
+		ev.Msg("reconciliation discrepancy")
+	}
+	r.Logger.Info().Str("gateway", name).Str("day", day.Format(time.DateOnly)).Int("operations", ops).
+		Int("discrepancies", len(found)).Msg("gateway day reconciled")
+	if err := r.refreshGauges(ctx, name); err != nil {
+		r.Logger.Error().Err(err).Str("gateway", name).Msg("reconciliation gauges")
+	}
+}
+
+// TickWorker runs TickArgs.
+type TickWorker struct {
+	river.WorkerDefaults[TickArgs]
+	Reconciler *Reconciler
+}
+
+// Work enqueues the days to check.
+func (w *TickWorker) Work(ctx context.Context, _ *river.Job[TickArgs]) error {
+	n, err := w.Reconciler.Enqueue(ctx, river.ClientFromContext[pgx.Tx](ctx))
+	if n > 0 {
+		w.Reconciler.Logger.Info().Int("days", n).Msg("gateway days to reconcile enqueued")
+	}
+	return err
+}
+
+// DayWorker runs DayArgs.
+type DayWorker struct {
+	river.WorkerDefaults[DayArgs]
+	Reconciler *Reconciler
+}
+
+// Work checks the day.
+func (w *DayWorker) Work(ctx context.Context, job *river.Job[DayArgs]) error {
+	day, err := time.Parse(time.DateOnly, job.Args.Day)
+	if err != nil {
+		return river.JobCancel(fmt.Errorf("reconcile: bad day %q: %w", job.Args.Day, err))
+	}
+	_, err = w.Reconciler.RunDay(ctx, job.Args.Gateway, day)
+	return err
+}
+
+// Timeout allows a day of many operations and look-ups, within River's
+// rescue time (a rescued run that finishes too records nothing twice).
+func (w *DayWorker) Timeout(*river.Job[DayArgs]) time.Duration { return w.Reconciler.JobTimeout }
+
+// Register adds the reconciliation workers.
+func Register(workers *river.Workers, r *Reconciler) {
+	river.AddWorker(workers, &TickWorker{Reconciler: r})
+	river.AddWorker(workers, &DayWorker{Reconciler: r})
+}
+
+// PeriodicJob is the tick, run hourly and at every leader's start.
+func PeriodicJob() *river.PeriodicJob {
+	return river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
+		func() (river.JobArgs, *river.InsertOpts) { return TickArgs{}, nil },
+		&river.PeriodicJobOpts{ID: "reconcile_tick", RunOnStart: true})
+}
+

@@ -1,0 +1,214 @@
+package reconcile_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/internal/opstest"
+	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/reconcile"
+)
+
+const gw = "simr"
+
+// day is the UTC day the tests reconcile; the clock stands two days on.
+var day = time.Date(2026, 11, 10, 0, 0, 0, 0, time.UTC)
+
+type testBundle struct {
+	pool *pgxpool.Pool
+	rec  *reconcile.Reconciler
+	sub  uuid.UUID
+}
+
+func setup(t *testing.T) testBundle {
+	t.Helper()
+	pool := dbtest.Pool(t)
+	g := opstest.Gateway(t, pool, gw)
+	rec := &reconcile.Reconciler{Pool: pool, Read: pool, Gateways: map[string]gateway.Gateway{gw: g},
+		Clock: testsupport.NewClock(day.Add(50 * time.Hour)), Days: 7, Logger: zerolog.New(io.Discard)}
+	return testBundle{pool: pool, rec: rec, sub: opstest.Subscription(t, pool, gw, day.AddDate(0, -6, 0))}
+}
+
+// period returns the start of the subscription's n-th period: one charge
+// per period, at noon of day.
+func period(n int) time.Time { return day.AddDate(0, -n, 0) }
+
+func TestCleanDayIsMatched(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for n := range 3 {
+		opstest.Paid(t, b.pool, opstest.Charge{Subscription: b.sub, PeriodStart: period(n), Gateway: gw,
+			UpdatedAt: day.Add(time.Duration(n+1) * time.Hour), Amount: int64(1000 + n)})
+	}
+	// A soft decline that day and a charge captured the day before are no
+	// discrepancy either.
+	_, declined := opstest.InsertCharge(t, b.pool, opstest.Charge{Subscription: b.sub, PeriodStart: period(3), Gateway: gw,
+		Status: "declined", UpdatedAt: day.Add(5 * time.Hour)})
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: declined, Op: "authorize", Status: "declined", At: day.Add(5 * time.Hour)})
+	opstest.Paid(t, b.pool, opstest.Charge{Subscription: b.sub, PeriodStart: period(4), Gateway: gw, UpdatedAt: day.Add(-time.Hour)})
+
+	pending, err := reconcile.Get(ctx, b.pool, gw, day)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.Pending, pending.Status)
+
+	res, err := b.rec.RunDay(ctx, gw, day)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.Matched, res.Status, "%+v", res.Discrepancies)
+	require.Empty(t, res.Discrepancies)
+	require.Equal(t, 7, res.Operations)
+	require.NotNil(t, res.CheckedAt)
+}
+
+func TestEachDiscrepancyKindIsReported(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	at := day.Add(10 * time.Hour)
+	ids := map[reconcile.Kind]uuid.UUID{}
+
+	// Settled as succeeded by rebill; the gateway never captured it.
+	ids[reconcile.MissingAtGateway], _ = opstest.InsertCharge(t, b.pool, opstest.Charge{Subscription: b.sub,
+		PeriodStart: period(0), Gateway: gw, Status: "succeeded", UpdatedAt: at})
+	// A capture under a key that names no charge of rebill's.
+	ghost := opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: uuid.NewString() + ":2026-11-01", Op: "capture", At: at})
+	// Captured for less than the charge.
+	var key string
+	ids[reconcile.AmountMismatch], key = opstest.InsertCharge(t, b.pool, opstest.Charge{Subscription: b.sub,
+		PeriodStart: period(1), Gateway: gw, Status: "succeeded", UpdatedAt: at})
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Op: "authorize", At: at})
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Op: "capture", Amount: 999, At: at})
+	// Captured at the gateway while rebill says it failed.
+	ids[reconcile.StatusMismatch], key = opstest.InsertCharge(t, b.pool, opstest.Charge{Subscription: b.sub,
+		PeriodStart: period(2), Gateway: gw, Status: "failed", UpdatedAt: at})
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Op: "authorize", At: at})
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Op: "capture", At: at})
+	// Captured twice: attempt 1 (filed the day before) and attempt 2.
+	ids[reconcile.DuplicateCapture], key = opstest.InsertCharge(t, b.pool, opstest.Charge{Subscription: b.sub,
+		PeriodStart: period(3), Gateway: gw, Status: "succeeded", Attempt: 2, UpdatedAt: at})
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Attempt: 1, Op: "capture", At: day.Add(-time.Hour)})
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Attempt: 2, Op: "capture", At: at})
+
+	res, err := b.rec.RunDay(ctx, gw, day)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.Discrepancies, res.Status)
+	got := map[reconcile.Kind][]reconcile.Discrepancy{}
+	for _, d := range res.Discrepancies {
+		got[d.Kind] = append(got[d.Kind], d)
+	}
+	require.Len(t, got, 5, "%+v", res.Discrepancies)
+	for kind, want := range ids {
+		require.Len(t, got[kind], 1, "%s: %+v", kind, got[kind])
+		require.NotNil(t, got[kind][0].ChargeID, kind)
+		require.Equal(t, want, *got[kind][0].ChargeID, kind)
+	}
+	require.Len(t, got[reconcile.UnknownAtRebill], 1)
+	require.Nil(t, got[reconcile.UnknownAtRebill][0].ChargeID)
+	require.Equal(t, ghost, got[reconcile.UnknownAtRebill][0].GatewayReference)
+
+	// A second run of the same day (a job run twice) records nothing more.
+	again, err := b.rec.RunDay(ctx, gw, day)
+	require.NoError(t, err)
+	require.Equal(t, res.Discrepancies, again.Discrepancies)
+	var rows int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM reconciliation_discrepancies`).Scan(&rows))
+	require.Equal(t, 5, rows)
+}
+
+func TestCaptureFiledUnderAnotherDayIsNotMissing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// rebill recorded the success just after midnight; the gateway stamped
+	// its capture just before.
+	_, key := opstest.InsertCharge(t, b.pool, opstest.Charge{Subscription: b.sub, PeriodStart: period(0), Gateway: gw,
+		Status: "succeeded", UpdatedAt: day.Add(time.Minute)})
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Op: "capture", At: day.Add(-time.Minute)})
+	res, err := b.rec.RunDay(context.Background(), gw, day)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.Matched, res.Status, "%+v", res.Discrepancies)
+}
+
+func TestMissedDaysAreCaughtUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	listDays := func() []string {
+		rows, err := b.pool.Query(ctx, `SELECT args->>'day' FROM river_job WHERE kind = 'reconcile_day' AND state = 'available' ORDER BY 1`)
+		require.NoError(t, err)
+		days, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return days
+	}
+
+	// The clock stands on day+2 02:00: the finished days of the last
+	// week are due, today is not.
+	n, err := b.rec.Enqueue(ctx, client)
+	require.NoError(t, err)
+	require.Equal(t, 7, n)
+	days := listDays()
+	require.Len(t, days, 7)
+	require.Equal(t, day.AddDate(0, 0, 1).Format(time.DateOnly), days[6])
+
+	// Enqueuing again adds nothing while they wait.
+	n, err = b.rec.Enqueue(ctx, client)
+	require.NoError(t, err)
+	require.Equal(t, 7, n)
+	require.Len(t, listDays(), 7)
+
+	// Once a day has a result it is not enqueued again; the others are.
+	_, err = b.pool.Exec(ctx, `DELETE FROM river_job WHERE kind = 'reconcile_day'`)
+	require.NoError(t, err)
+	_, err = b.rec.RunDay(ctx, gw, day)
+	require.NoError(t, err)
+	_, err = b.rec.Enqueue(ctx, client)
+	require.NoError(t, err)
+	days = listDays()
+	require.Len(t, days, 6)
+	require.NotContains(t, days, day.Format(time.DateOnly))
+}
+
+func TestDiscrepanciesRaiseTheAlertMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.rec.Gateways = map[string]gateway.Gateway{"simr-metrics": b.rec.Gateways[gw]}
+	// Two operations no charge of rebill's knows about.
+	for range 2 {
+		opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: uuid.NewString() + ":2026-11-01", Op: "capture",
+			At: day.Add(time.Hour)})
+	}
+	before := value(t, metrics.ReconciliationDiscrepancies.WithLabelValues("simr-metrics", "unknown_at_rebill"))
+	_, err := b.rec.RunDay(context.Background(), "simr-metrics", day)
+	require.NoError(t, err)
+	require.Equal(t, before+2, value(t, metrics.ReconciliationDiscrepancies.WithLabelValues("simr-metrics", "unknown_at_rebill")))
+	require.Equal(t, 2.0, value(t, metrics.ReconciliationOpen.WithLabelValues("simr-metrics")))
+	require.Equal(t, float64(day.Unix()), value(t, metrics.ReconciliationLastDay.WithLabelValues("simr-metrics")))
+}
+
+// value reads a counter's or gauge's current value.
+func value(t *testing.T, c prometheus.Metric) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, c.Write(&m))
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
+}
