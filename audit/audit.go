@@ -318,4 +318,3 @@ func (a *Auditor) strays(ctx context.Context, captures map[string][]capture, own
 	}
 	return nil
 }
-

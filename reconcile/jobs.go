@@ -202,4 +202,3 @@ func PeriodicJob() *river.PeriodicJob {
 		func() (river.JobArgs, *river.InsertOpts) { return TickArgs{}, nil },
 		&river.PeriodicJobOpts{ID: "reconcile_tick", RunOnStart: true})
 }
-
