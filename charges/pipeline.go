@@ -129,10 +129,11 @@ func (p *Pipeline) transitioned(c Charge, reason string) {
 	}
 }
 
-// call runs one gateway call under the call timeout and logs its outcome:
-// ids, gateway, op, attempt, outcome, latency; never the token.
+// call runs one gateway call under its gateway's timeout (CallTimeout
+// unless the gateway has its own) and logs its outcome: ids, gateway, op,
+// attempt, outcome, latency; never the token.
 func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ctx context.Context) (gateway.Result, error)) (gateway.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.CallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.Gateways.Timeout(c.Gateway, p.CallTimeout))
 	defer cancel()
 	start := time.Now()
 	res, err := fn(ctx)

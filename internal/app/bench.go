@@ -76,7 +76,7 @@ func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n,
 	defer stopSim()
 
 	cfg.Dev = false
-	cfg.Gateways = map[string]string{"sim1": baseURL + "/sim1"}
+	cfg.Gateways = config.DevGateways(baseURL)[:1]
 	cfg.Workers = workers
 	cfg.ScanInterval = 0 // the timed scan below is the only one
 	cfg.GatewayTimeout = 10 * time.Second
