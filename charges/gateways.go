@@ -177,6 +177,21 @@ func (r *Gateways) Health(name string) (Health, bool) {
 	return h, true
 }
 
+// ReportHealth makes these gateways the source of the rebill_gateway_*
+// gauges of this process.
+func (r *Gateways) ReportHealth() {
+	metrics.ReportGatewayHealth(func() []metrics.GatewayHealth {
+		list := r.List()
+		out := make([]metrics.GatewayHealth, len(list))
+		for i, g := range list {
+			out[i] = metrics.GatewayHealth{Gateway: g.Name, Calls: g.Health.Calls, ErrorRate: g.Health.ErrorRate,
+				TimeoutRate: g.Health.TimeoutRate, P50Seconds: g.Health.P50.Seconds(), P95Seconds: g.Health.P95.Seconds(),
+				CircuitOpen: g.Health.Circuit == CircuitOpen, HalfOpen: g.Health.Circuit == CircuitHalfOpen}
+		}
+		return out
+	})
+}
+
 // GatewayStatus is a configured gateway with its settings and health.
 type GatewayStatus struct {
 	Name string

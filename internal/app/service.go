@@ -87,6 +87,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	breaker := charges.DefaultBreaker
 	breaker.OpenFor = cfg.BreakerOpenFor
 	breakers := charges.Configure(gateways, breaker)
+	breakers.ReportHealth()
 
 	// Every transition publishes its event through the recorder, in its
 	// own transaction (notify).
@@ -166,7 +167,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		KnownGateway: breakers.Known, Clock: svc.Clock}
 	svc.Handler = api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
-		KnownGateway: breakers.Known, Dev: dev, Logger: log,
+		KnownGateway: breakers.Known, Gateways: breakers, Dev: dev, Logger: log,
 		Webhooks: &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
 	})
 	return svc, nil
