@@ -84,8 +84,8 @@ type Deps struct {
 	// Gateways are the configured gateways with this node's view of
 	// their health (GET /v1/gateways, GET /v1/routing/binding).
 	Gateways *charges.Gateways
-	Dev          *Dev // nil outside dev mode: /v1/dev/* answers 404
-	Logger       zerolog.Logger
+	Dev      *Dev // nil outside dev mode: /v1/dev/* answers 404
+	Logger   zerolog.Logger
 	// Webhooks are the webhook endpoints' use cases (admin changes them,
 	// support and admin read them).
 	Webhooks *notify.Webhooks
