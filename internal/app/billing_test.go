@@ -114,8 +114,22 @@ func TestGatewayDownChargesWaitAndResume(t *testing.T) {
 		require.Contains(t, []any{"scheduled", "authorizing"}, c["status"], "waiting, not failed or re-routed")
 		require.Contains(t, []any{"gateway_unavailable", "gateway_circuit_open"}, c["failure_code"], "and why")
 	}
+	// The node sees sim1 fail: its circuit opens and new bindings go to
+	// the next cheapest gateway, while sim1's charges stay where they are.
+	require.Eventually(t, func() bool {
+		route := b.call(t, http.MethodGet, "/v1/routing/binding?currency=RUB&amount=49900", nil)
+		return route["gateway"] == "sim2"
+	}, 15*time.Second, 100*time.Millisecond, "routing avoids the failing gateway")
+	gws := b.call(t, http.MethodGet, "/v1/gateways", nil)["data"].([]any)
+	sim1 := gws[0].(map[string]any)
+	require.Equal(t, "sim1", sim1["name"])
+	health := sim1["health"].(map[string]any)
+	require.Greater(t, health["error_rate"], 0.5)
 	for _, gw := range []string{"sim2", "sim3", "sim4", "sim5"} {
 		require.Empty(t, b.ledger(t, gw), "never re-routed to %s", gw)
+	}
+	for _, sub := range subs {
+		require.Equal(t, "sim1", b.charges(t, sub)[0]["gateway"], "the charge stays on its token's gateway")
 	}
 	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": false})
 	ledger := func() []ledgerEntry { return b.ledger(t, "sim1") }
