@@ -24,6 +24,10 @@ func (p *Pipeline) Capture(ctx context.Context, job *river.Job[CaptureArgs]) err
 	if g == nil {
 		return err
 	}
+	if p.holdExpired(c, p.Clock.Now()) {
+		// An earlier run may have sent the capture: look it up first.
+		return p.replaceExpiredHold(ctx, s, c, g, true)
+	}
 	res, err := p.call(ctx, c, gateway.OpCapture, func(ctx context.Context) (gateway.Result, error) {
 		return g.Capture(ctx, p.request(c, gateway.OpCapture))
 	})
@@ -47,6 +51,10 @@ func (p *Pipeline) voidInstead(ctx context.Context, s stageRun) error {
 func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from []Status, res gateway.Result, callErr error) error {
 	if callErr != nil {
 		return p.technicalFailure(ctx, s, c, gateway.OpCapture, callErr)
+	}
+	if res.Status == gateway.StatusFailed && res.DeclineCode == DeclineExpiredOnCapture {
+		metrics.StageRuns.WithLabelValues(s.stage, "hold_expired").Inc()
+		return p.reauthorize(ctx, s, c, from, "the gateway refused the capture: "+DeclineExpiredOnCapture)
 	}
 	if res.Status != gateway.StatusSucceeded {
 		metrics.StageRuns.WithLabelValues(s.stage, "refused").Inc()

@@ -178,9 +178,21 @@ func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Stat
 	return c, g, nil
 }
 
-func (Pipeline) request(c Charge, op gateway.Op) gateway.Request {
-	return gateway.Request{IdempotencyKey: c.GatewayKey(op), Token: c.token, Amount: c.Amount, Currency: c.Currency,
+// request is c's op as sent to its gateway, with the charge's fiscal
+// receipt on the hold and the capture (a receipt that cannot be read was
+// refused when the subscription was created, so none is sent instead).
+func (p Pipeline) request(c Charge, op gateway.Op) gateway.Request {
+	req := gateway.Request{IdempotencyKey: c.GatewayKey(op), Token: c.token, Amount: c.Amount, Currency: c.Currency,
 		ChargeKey: c.Key(), AuthorizationID: c.AuthorizationRef}
+	if c.receipt != nil && (op == gateway.OpAuthorize || op == gateway.OpCapture) {
+		var r gateway.Receipt
+		if err := json.Unmarshal(c.receipt, &r); err != nil {
+			p.Logger.Error().Err(err).Str("charge_id", c.ID.String()).Msg("unreadable fiscal receipt: sent without it")
+		} else {
+			req.Receipt = &r
+		}
+	}
+	return req
 }
 
 // lookup asks g what became of c's current attempt's op. The attempt's

@@ -14,8 +14,9 @@ var transitions = map[Status][]Status{
 	Authorizing: {Authorized, Declined, Failed, Unknown, Voided, RequiresReview},
 	// The capture step begins; or the hold is released after a cancel.
 	Authorized: {Capturing, Voided, RequiresReview},
-	// The capture answer, or an unknown outcome.
-	Capturing: {Succeeded, Unknown, RequiresReview},
+	// The capture answer, or an unknown outcome; or the hold expired
+	// before the capture: released, it is placed again by a new attempt.
+	Capturing: {Succeeded, Unknown, RequiresReview, Scheduled},
 	// Dunning or a card change starts a new attempt; the subscription's
 	// dunning ends (unpaid); or it is cancelled.
 	Declined: {Scheduled, Failed, Voided},
@@ -23,8 +24,9 @@ var transitions = map[Status][]Status{
 	Failed: {Scheduled},
 	// Reconciliation found the answer, or found nothing and resends the
 	// same call (same key), or found nothing and the charge is no longer
-	// wanted; or it gave up.
-	Unknown: {Authorizing, Authorized, Declined, Failed, Capturing, Succeeded, Voided, RequiresReview},
+	// wanted; or it gave up. A capture found refused because the hold had
+	// lapsed starts a new attempt.
+	Unknown: {Authorizing, Authorized, Declined, Failed, Capturing, Succeeded, Voided, RequiresReview, Scheduled},
 	// A person resolves it, or retries it with a new attempt.
 	RequiresReview: {Succeeded, Failed, Scheduled},
 	Succeeded:      nil,
