@@ -1,10 +1,13 @@
 package app_test
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -244,4 +247,33 @@ func TestCancelVoidsAndStopsCharging(t *testing.T) {
 	b.advance(t, "72h")
 	b.scanNow(t)
 	require.Len(t, b.charges(t, sub), 1)
+}
+
+// A subscription's receipt reaches each of its charges, which send it with
+// their hold and capture.
+func TestReceiptIsKeptOnEveryCharge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	body := subscriptionBody("tok_ok_receipt", "month")
+	receipt := map[string]any{"customer": map[string]any{"phone": "79001234567"},
+		"items": []any{map[string]any{"description": "Plan", "quantity": "3", "amount": 500, "vat_code": 4}}}
+	body["receipt"] = receipt
+	sub := b.call(t, http.MethodPost, "/v1/subscriptions", body)["id"].(string)
+	b.waitCharges(t, sub, 1, "succeeded")
+	b.advance(t, "744h")
+	b.waitCharges(t, sub, 2, "succeeded")
+	rows, err := b.pool.Query(context.Background(), `SELECT receipt FROM charges WHERE subscription_id = $1`, sub)
+	require.NoError(t, err)
+	stored, err := pgx.CollectRows(rows, pgx.RowTo[map[string]any])
+	require.NoError(t, err)
+	require.Equal(t, jsonRoundTrip(t, []map[string]any{receipt, receipt}), jsonRoundTrip(t, stored))
+}
+
+func jsonRoundTrip(t *testing.T, v []map[string]any) []map[string]any {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	require.NoError(t, err)
+	var out []map[string]any
+	require.NoError(t, json.Unmarshal(raw, &out))
+	return out
 }
