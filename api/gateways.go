@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/validate"
@@ -46,10 +47,19 @@ func toGatewayJSON(g charges.GatewayStatus) gatewayJSON {
 		out.Currencies = []string{}
 	}
 	if g.HoldLifetime > 0 {
-		d := g.HoldLifetime.String()
+		d := formatDuration(g.HoldLifetime)
 		out.HoldLifetime = &d
 	}
 	return out
+}
+
+// formatDuration writes whole hours as the configuration does ("96h"),
+// anything else as Go does ("90m0s").
+func formatDuration(d time.Duration) string {
+	if d%time.Hour == 0 {
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	}
+	return d.String()
 }
 
 func round4(f float64) float64 { return math.Round(f*10_000) / 10_000 }

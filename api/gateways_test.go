@@ -73,7 +73,7 @@ func TestGatewaysListShowsTermsAndLiveHealth(t *testing.T) {
 	require.NoError(t, json.Unmarshal(res.body, &body))
 	require.Len(t, body.Data, 3)
 	require.Equal(t, "cheap", body.Data[0].Name, "configuration order")
-	require.Equal(t, "168h0m0s", *body.Data[0].HoldLifetime)
+	require.Equal(t, "168h", *body.Data[0].HoldLifetime)
 	require.Equal(t, 12, body.Data[0].Health.Calls)
 	require.Zero(t, body.Data[0].Health.ErrorRate)
 	broken := body.Data[1].Health
