@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,4 +277,43 @@ func jsonRoundTrip(t *testing.T, v []map[string]any) []map[string]any {
 	var out []map[string]any
 	require.NoError(t, json.Unmarshal(raw, &out))
 	return out
+}
+
+// A hold that could not be captured within its gateway's hold lifetime (7
+// days for dev mode's simulators) is never captured late: moving the dev
+// clock past it makes the waiting capture void the old hold first, then a
+// new attempt holds and captures. The simulator's ledger shows one capture
+// and never two live holds.
+func TestHoldPastItsLifetimeIsVoidedThenPlacedAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, map[string]string{"REBILL_BREAKER_OPEN_FOR": "1s"})
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"captures_down": true})
+	sub := b.createSubscription(t, "tok_ok_hold", "month")
+	var key string
+	require.Eventually(t, func() bool {
+		cs := b.charges(t, sub)
+		if len(cs) == 0 || cs[0]["next_attempt_at"] == nil {
+			return false
+		}
+		key = cs[0]["key"].(string)
+		return cs[0]["status"] == "capturing" || cs[0]["status"] == "authorized"
+	}, 15*time.Second, 50*time.Millisecond, "the hold is placed and its capture waits")
+	require.Equal(t, map[string]int{"authorize:succeeded": 1}, opsFor(b.ledger(t, "sim1"), key))
+
+	b.advance(t, "167h") // 7 days less an hour: the old hold is voided, a new one placed
+	require.Eventually(t, func() bool {
+		return opsFor(b.ledger(t, "sim1"), key)["authorize:succeeded"] == 2
+	}, 20*time.Second, 100*time.Millisecond, "a new hold after the old one is voided")
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"captures_down": false})
+	cs := b.waitCharges(t, sub, 1, "succeeded")
+	require.EqualValues(t, 2, cs[0]["attempt_count"], "the second attempt, with new keys")
+
+	var ops []string
+	for _, e := range b.ledger(t, "sim1") {
+		if strings.HasPrefix(e.IdempotencyKey, key+":") {
+			ops = append(ops, strings.TrimPrefix(e.IdempotencyKey, key+":")+" "+e.Status)
+		}
+	}
+	require.Equal(t, []string{"a1:authorize succeeded", "a1:void succeeded", "a2:authorize succeeded", "a2:capture succeeded"},
+		ops, "the old hold is released before the new one is placed; one capture")
 }
