@@ -21,6 +21,7 @@ import (
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/billing"
+	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
@@ -47,6 +48,8 @@ type setupOpts struct {
 	allowPrivate bool
 	// dev, when set, builds the dev-mode dependencies on the test's pool.
 	dev func(t *testing.T, pool *pgxpool.Pool) *api.Dev
+	// gateways are the configured gateways of GET /v1/gateways.
+	gateways *charges.Gateways
 }
 
 func setup(t *testing.T, opts ...setupOpts) testBundle {
@@ -76,7 +79,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk}
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
-		Billing: uses, Ready: pool.Ping, KnownGateway: known,
+		Billing: uses, Ready: pool.Ping, KnownGateway: known, Gateways: o.gateways,
 		Dev:    dev,
 		Logger: zerolog.New(logs),
 		Webhooks: &notify.Webhooks{Pool: pool, Keys: keys, Policy: notify.URLPolicy{AllowPrivate: o.allowPrivate}, Clock: clk,

@@ -87,8 +87,11 @@ type Deps struct {
 	Ready func(ctx context.Context) error
 	// KnownGateway reports whether a dev endpoint may name gateway.
 	KnownGateway func(name string) bool
-	Dev          *Dev // nil outside dev mode: /v1/dev/* answers 404
-	Logger       zerolog.Logger
+	// Gateways are the configured gateways with this node's view of
+	// their health (GET /v1/gateways, GET /v1/routing/binding).
+	Gateways *charges.Gateways
+	Dev      *Dev // nil outside dev mode: /v1/dev/* answers 404
+	Logger   zerolog.Logger
 	// Webhooks are the webhook endpoints' use cases (admin changes them,
 	// support and admin read them).
 	Webhooks *notify.Webhooks
@@ -187,6 +190,8 @@ func (s *Server) routes() *chi.Mux {
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/resolve", s.resolveCharge)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/retry", s.retryCharge)
 		s.enrollmentRoutes(r)
+		staff.Get("/v1/gateways", s.listGateways)
+		r.Get("/v1/routing/binding", s.routeBinding)
 
 		if s.Dev != nil {
 			// The clock and the simulated gateways are shared by every

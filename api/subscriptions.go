@@ -33,16 +33,17 @@ type paymentMethodRequest struct {
 }
 
 type createSubscriptionRequest struct {
-	CustomerID    string                `json:"customer_id"`
-	Amount        int64                 `json:"amount"`
-	Currency      string                `json:"currency"`
-	Interval      string                `json:"interval"`
-	IntervalCount *int                  `json:"interval_count"`
-	TimeZone      *string               `json:"timezone"`
-	BillingAnchor *time.Time            `json:"billing_anchor"`
-	PaymentMethod *paymentMethodRequest `json:"payment_method"`
-	Description   string                `json:"description"`
-	Metadata      map[string]string     `json:"metadata"`
+	CustomerID    string                 `json:"customer_id"`
+	Amount        int64                  `json:"amount"`
+	Currency      string                 `json:"currency"`
+	Interval      string                 `json:"interval"`
+	IntervalCount *int                   `json:"interval_count"`
+	TimeZone      *string                `json:"timezone"`
+	BillingAnchor *time.Time             `json:"billing_anchor"`
+	PaymentMethod *paymentMethodRequest  `json:"payment_method"`
+	Description   string                 `json:"description"`
+	Metadata      map[string]string      `json:"metadata"`
+	Receipt       *subscriptions.Receipt `json:"receipt"`
 }
 
 func (pm paymentMethodRequest) domain() subscriptions.PaymentMethod {
@@ -56,7 +57,7 @@ func (pm paymentMethodRequest) domain() subscriptions.PaymentMethod {
 func (req createSubscriptionRequest) domain() subscriptions.New {
 	n := subscriptions.New{CustomerID: req.CustomerID, Amount: req.Amount, Currency: req.Currency,
 		Interval: period.Interval(req.Interval), IntervalCount: 1, TimeZone: "UTC", BillingAnchor: req.BillingAnchor,
-		Description: req.Description, Metadata: req.Metadata}
+		Description: req.Description, Metadata: req.Metadata, Receipt: req.Receipt}
 	if req.IntervalCount != nil {
 		n.IntervalCount = *req.IntervalCount
 	}

@@ -63,7 +63,7 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 		var capturing Charge // set when this run goes on to capture
 		err := p.record(ctx, s, func(tx pgx.Tx) error {
 			next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Authorized, now,
-				`authorization_ref = $1, unknown_phase = NULL, failure_code = NULL`, res.Reference)
+				`authorization_ref = $1, authorized_at = $2, unknown_phase = NULL, failure_code = NULL`, res.Reference, now)
 			if err != nil {
 				return err
 			}

@@ -30,6 +30,10 @@ func (p *Pipeline) captureStep(ctx context.Context, s stageRun) error {
 	if g == nil {
 		return err
 	}
+	if p.holdExpired(c, p.Clock.Now()) {
+		// An earlier run may have sent the capture: look it up first.
+		return p.replaceExpiredHold(ctx, s, c, g, true)
+	}
 	return p.sendCapture(ctx, s, c, g)
 }
 
@@ -73,6 +77,10 @@ func (p *Pipeline) voidInstead(ctx context.Context, s stageRun) error {
 func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from []Status, res gateway.Result, callErr error) error {
 	if callErr != nil {
 		return p.technicalFailure(ctx, s, c, gateway.OpCapture, callErr)
+	}
+	if res.Status == gateway.StatusFailed && res.DeclineCode == DeclineExpiredOnCapture {
+		metrics.StageRuns.WithLabelValues(s.stage, "hold_expired").Inc()
+		return p.reauthorize(ctx, s, c, from, "the gateway refused the capture: "+DeclineExpiredOnCapture)
 	}
 	if res.Status != gateway.StatusSucceeded {
 		metrics.StageRuns.WithLabelValues(s.stage, "refused").Inc()

@@ -25,7 +25,9 @@
 // hold voided after a cancel. Declined and failed charges start a new
 // attempt (a new gateway key) on a dunning date, a card change or a
 // support retry; a declined charge fails when its subscription's dunning
-// ends. Every step that automation cannot finish goes to requires_review,
+// ends. A hold that outlived its gateway's hold lifetime before its capture
+// is released first and placed again by a new attempt (capturing or
+// unknown -> scheduled; see holdexpiry.go): never captured late. Every step that automation cannot finish goes to requires_review,
 // where a person resolves it or retries it.
 //
 // Every change is a guarded UPDATE (`WHERE status = ANY(from)`), so a job
@@ -153,8 +155,12 @@ type Charge struct {
 	// charge's payment is posted to the state payment registry between
 	// its hold and its capture (fines).
 	RegistryUIN string
+	// AuthorizedAt is when the current attempt's hold was placed (service
+	// clock); a hold older than its gateway's HoldLifetime is not captured.
+	AuthorizedAt *time.Time
 
-	token string // the attempt's payment token: sent to the gateway only
+	token   string // the attempt's payment token: sent to the gateway only
+	receipt []byte // the fiscal receipt (gateway.Receipt as JSON), nil when none
 }
 
 // Key is the charge's deterministic business key: its owner (the

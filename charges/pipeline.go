@@ -163,10 +163,11 @@ func (p *Pipeline) transitioned(c Charge, reason string) {
 	}
 }
 
-// call runs one gateway call under the call timeout and logs its outcome:
-// ids, gateway, op, attempt, outcome, latency; never the token.
+// call runs one gateway call under its gateway's timeout (CallTimeout
+// unless the gateway has its own) and logs its outcome: ids, gateway, op,
+// attempt, outcome, latency; never the token.
 func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ctx context.Context) (gateway.Result, error)) (gateway.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.CallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.Gateways.Timeout(c.Gateway, p.CallTimeout))
 	defer cancel()
 	ctx, span := p.startCall(ctx, c, op)
 	start := time.Now()
@@ -218,9 +219,21 @@ func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Stat
 	return c, g, nil
 }
 
-func (Pipeline) request(c Charge, op gateway.Op) gateway.Request {
-	return gateway.Request{IdempotencyKey: c.GatewayKey(op), Token: c.token, Amount: c.Amount, Currency: c.Currency,
+// request is c's op as sent to its gateway, with the charge's fiscal
+// receipt on the hold and the capture (a receipt that cannot be read was
+// refused when the subscription was created, so none is sent instead).
+func (p Pipeline) request(c Charge, op gateway.Op) gateway.Request {
+	req := gateway.Request{IdempotencyKey: c.GatewayKey(op), Token: c.token, Amount: c.Amount, Currency: c.Currency,
 		ChargeKey: c.Key(), AuthorizationID: c.AuthorizationRef}
+	if c.receipt != nil && (op == gateway.OpAuthorize || op == gateway.OpCapture) {
+		var r gateway.Receipt
+		if err := json.Unmarshal(c.receipt, &r); err != nil {
+			p.Logger.Error().Err(err).Str("charge_id", c.ID.String()).Msg("unreadable fiscal receipt: sent without it")
+		} else {
+			req.Receipt = &r
+		}
+	}
+	return req
 }
 
 // lookup asks g what became of c's current attempt's op; mayReplay: see

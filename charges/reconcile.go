@@ -66,6 +66,10 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 	if g == nil {
 		return err
 	}
+	if op == gateway.OpCapture && p.holdExpired(resend, p.Clock.Now()) {
+		// The capture was just looked up and not found: release the hold.
+		return p.replaceExpiredHold(ctx, s, resend, g, false)
+	}
 	metrics.StageRuns.WithLabelValues(s.stage, "resent").Inc()
 	if op == gateway.OpCapture {
 		res, err = p.call(ctx, resend, op, func(ctx context.Context) (gateway.Result, error) {

@@ -23,7 +23,7 @@ const columns = `id, coalesce(subscription_id, '00000000-0000-0000-0000-00000000
 	next_attempt_at, coalesce(failure_code, ''), coalesce(review_reason, ''), created_at, updated_at, pm_token,
 	attempt_due_at, attempt_times, hold_released_at, resolution IS NOT NULL,
 	coalesce(enrollment_id, '00000000-0000-0000-0000-000000000000'), coalesce(full_amount, 0), discount_until,
-	coalesce(registry_uin, '')`
+	coalesce(registry_uin, ''), authorized_at, receipt`
 
 func scan(row pgx.Row) (Charge, error) {
 	var c Charge
@@ -31,7 +31,7 @@ func scan(row pgx.Row) (Charge, error) {
 		&c.Gateway, &c.Status, &c.AttemptCount, &c.UnknownOp, &c.AuthorizationRef, &c.VoidRequested,
 		&c.FirstDeclinedAt, &c.NextAttemptAt, &c.FailureCode, &c.ReviewReason, &c.CreatedAt, &c.UpdatedAt, &c.token,
 		&c.AttemptDueAt, &c.AttemptTimes, &c.HoldReleasedAt, &c.Resolved,
-		&c.EnrollmentID, &c.FullAmount, &c.DiscountUntil, &c.RegistryUIN)
+		&c.EnrollmentID, &c.FullAmount, &c.DiscountUntil, &c.RegistryUIN, &c.AuthorizedAt, &c.receipt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Charge{}, ErrNotFound
 	}
@@ -97,6 +97,9 @@ type New struct {
 	Currency       string
 	Gateway        string
 	Token          string
+	// Receipt is the fiscal receipt the charge's calls carry, as JSON in
+	// the shape of gateway.Receipt; nil when none.
+	Receipt []byte
 }
 
 // CreateMany inserts charges for due periods and returns those that did
@@ -115,6 +118,7 @@ func CreateMany(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Ch
 	currencies := make([]string, len(news))
 	gateways := make([]string, len(news))
 	tokens := make([]string, len(news))
+	receipts := make([]*string, len(news))
 	for i, n := range news {
 		id, err := uuid.NewV7()
 		if err != nil {
@@ -122,15 +126,20 @@ func CreateMany(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Ch
 		}
 		ids[i], subs[i], customers[i], keys[i], starts[i] = id, n.SubscriptionID, n.CustomerID, n.PeriodKey, n.PeriodStart
 		amounts[i], currencies[i], gateways[i], tokens[i] = n.Amount, n.Currency, n.Gateway, n.Token
+		if n.Receipt != nil {
+			receipts[i] = new(string(n.Receipt))
+		}
 	}
 	return collect(tx.Query(ctx, `INSERT INTO charges (id, subscription_id, customer_id, period_key, period_start, amount,
-			currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times)
-		SELECT id, sub, cust, key, start, amount, currency, gateway, token, $11, $10, $10, $10, ARRAY[$10::timestamptz]
+			currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, receipt)
+		SELECT id, sub, cust, key, start, amount, currency, gateway, token, $11, $10, $10, $10, ARRAY[$10::timestamptz],
+			receipt::jsonb
 		FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::text[], $8::text[],
-			$9::text[]) AS t(id, sub, cust, key, start, amount, currency, gateway, token)
+			$9::text[], $12::text[]) AS t(id, sub, cust, key, start, amount, currency, gateway, token, receipt)
 		ORDER BY start
 		ON CONFLICT (subscription_id, period_key) DO NOTHING
-		RETURNING `+columns, ids, subs, customers, keys, starts, amounts, currencies, gateways, tokens, now, string(Scheduled)))
+		RETURNING `+columns, ids, subs, customers, keys, starts, amounts, currencies, gateways, tokens, now, string(Scheduled),
+		receipts))
 }
 
 // move is the one guarded transition: it changes the charge only if its

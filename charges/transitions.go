@@ -16,8 +16,9 @@ var transitions = map[Status][]Status{
 	// a hold at a discounted price was released once the discount ended,
 	// and a new attempt at the full price follows (declined, due now).
 	Authorized: {Capturing, Voided, Declined, RequiresReview},
-	// The capture answer, or an unknown outcome.
-	Capturing: {Succeeded, Unknown, RequiresReview},
+	// The capture answer, or an unknown outcome; or the hold expired
+	// before the capture: released, it is placed again by a new attempt.
+	Capturing: {Succeeded, Unknown, RequiresReview, Scheduled},
 	// Dunning or a card change starts a new attempt; the subscription's
 	// dunning ends (unpaid); or it is cancelled.
 	Declined: {Scheduled, Failed, Voided},
@@ -25,8 +26,9 @@ var transitions = map[Status][]Status{
 	Failed: {Scheduled},
 	// Reconciliation found the answer, or found nothing and resends the
 	// same call (same key), or found nothing and the charge is no longer
-	// wanted; or it gave up.
-	Unknown: {Authorizing, Authorized, Declined, Failed, Capturing, Succeeded, Voided, RequiresReview},
+	// wanted; or it gave up. A capture found refused because the hold had
+	// lapsed starts a new attempt.
+	Unknown: {Authorizing, Authorized, Declined, Failed, Capturing, Succeeded, Voided, RequiresReview, Scheduled},
 	// A person resolves it, or retries it with a new attempt.
 	RequiresReview: {Succeeded, Failed, Scheduled},
 	Succeeded:      nil,

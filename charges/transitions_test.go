@@ -21,10 +21,10 @@ func TestCanTransition(t *testing.T) {
 		charges.Scheduled:      {charges.Authorizing, charges.Voided, charges.RequiresReview},
 		charges.Authorizing:    {charges.Authorized, charges.Declined, charges.Failed, charges.Unknown, charges.Voided, charges.RequiresReview},
 		charges.Authorized:     {charges.Capturing, charges.Voided, charges.Declined, charges.RequiresReview},
-		charges.Capturing:      {charges.Succeeded, charges.Unknown, charges.RequiresReview},
+		charges.Capturing:      {charges.Succeeded, charges.Unknown, charges.RequiresReview, charges.Scheduled},
 		charges.Declined:       {charges.Scheduled, charges.Failed, charges.Voided},
 		charges.Failed:         {charges.Scheduled},
-		charges.Unknown:        {charges.Authorizing, charges.Authorized, charges.Declined, charges.Failed, charges.Capturing, charges.Succeeded, charges.Voided, charges.RequiresReview},
+		charges.Unknown:        {charges.Authorizing, charges.Authorized, charges.Declined, charges.Failed, charges.Capturing, charges.Succeeded, charges.Voided, charges.RequiresReview, charges.Scheduled},
 		charges.RequiresReview: {charges.Succeeded, charges.Failed, charges.Scheduled},
 		charges.Succeeded:      nil,
 		charges.Voided:         nil,
@@ -44,6 +44,7 @@ func TestCanTransition(t *testing.T) {
 	require.False(t, charges.CanTransition(charges.Declined, charges.Authorizing), "a new attempt starts scheduled, with a new key")
 	require.False(t, charges.CanTransition(charges.Succeeded, charges.Scheduled), "a paid period is never retried")
 	require.False(t, charges.CanTransition(charges.Capturing, charges.Voided), "a capture in flight finishes first")
+	require.False(t, charges.CanTransition(charges.Capturing, charges.Authorizing), "an expired hold is placed again by a new attempt, with new keys")
 }
 
 // chargeStatusLiteral matches a charge status written as an SQL string

@@ -12,7 +12,9 @@ import (
 // job's context past it, and River's rescue threshold must exceed it.
 func JobTimeout(callTimeout time.Duration) time.Duration { return 3*callTimeout + 5*time.Second }
 
-func (p *Pipeline) jobTimeout() time.Duration { return JobTimeout(p.CallTimeout) }
+func (p *Pipeline) jobTimeout() time.Duration {
+	return JobTimeout(p.Gateways.MaxTimeout(p.CallTimeout))
+}
 
 // AuthorizeWorker runs AuthorizeArgs jobs.
 type AuthorizeWorker struct {

@@ -19,8 +19,7 @@ import (
 )
 
 // Rates gives a gateway's commission on a currency in basis points (1/100
-// of a percent). The gateway configuration supplies it (commission_bps);
-// until then [NoCommission] reports 0.
+// of a percent), from the gateway configuration (commission_bps).
 type Rates func(gateway, currency string) int64
 
 // NoCommission is the rate of a gateway whose commission is not configured.

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -43,11 +44,18 @@ func (b *Biller) bill(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subsc
 				Msg("missed periods older than the catch-up window were skipped, not charged")
 			from = first
 		}
+		var receipt []byte // the subscription's fiscal receipt, carried by each charge
+		if sub.Receipt != nil {
+			var err error
+			if receipt, err = json.Marshal(sub.Receipt); err != nil {
+				return 0, nil, fmt.Errorf("encode receipt of subscription %s: %w", sub.ID, err)
+			}
+		}
 		for i := from; i <= last; i++ {
 			p := sched.Period(i)
 			news = append(news, charges.New{SubscriptionID: sub.ID, CustomerID: sub.CustomerID, PeriodKey: p.Key,
 				PeriodStart: p.Start, Amount: sub.Amount, Currency: sub.Currency,
-				Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token})
+				Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token, Receipt: receipt})
 		}
 		advanced = append(advanced, subscriptions.Advance{ID: sub.ID, NextPeriodIndex: last + 1, NextChargeAt: sched.Start(last + 1)})
 	}

@@ -76,21 +76,22 @@ type New struct {
 	PaymentMethod PaymentMethod
 	Description   string
 	Metadata      map[string]string
+	Receipt       *Receipt // nil: the payments carry no fiscal receipt
 }
 
 const columns = `id, customer_id, status, amount, currency, interval, interval_count, timezone,
 	billing_anchor, next_period_index, next_charge_at, cancel_at_period_end, paused_at, resume_at,
 	pm_gateway, pm_token, coalesce(pm_brand, ''), coalesce(pm_last4, ''), pm_exp_month, pm_exp_year,
-	coalesce(description, ''), metadata, created_at, updated_at, cancelled_at, unpaid_since`
+	coalesce(description, ''), metadata, created_at, updated_at, cancelled_at, unpaid_since, receipt`
 
 func scan(row pgx.Row) (Subscription, error) {
 	var s Subscription
-	var meta []byte
+	var meta, receipt []byte
 	err := row.Scan(&s.ID, &s.CustomerID, &s.Status, &s.Amount, &s.Currency, &s.Interval, &s.IntervalCount, &s.TimeZone,
 		&s.BillingAnchor, &s.NextPeriodIndex, &s.NextChargeAt, &s.CancelAtPeriodEnd, &s.PausedAt, &s.ResumeAt,
 		&s.PaymentMethod.Gateway, &s.PaymentMethod.Token, &s.PaymentMethod.Brand, &s.PaymentMethod.Last4,
 		&s.PaymentMethod.ExpMonth, &s.PaymentMethod.ExpYear,
-		&s.Description, &meta, &s.CreatedAt, &s.UpdatedAt, &s.CancelledAt, &s.UnpaidSince)
+		&s.Description, &meta, &s.CreatedAt, &s.UpdatedAt, &s.CancelledAt, &s.UnpaidSince, &receipt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Subscription{}, ErrNotFound
 	}
@@ -99,6 +100,12 @@ func scan(row pgx.Row) (Subscription, error) {
 	}
 	if err := json.Unmarshal(meta, &s.Metadata); err != nil {
 		return Subscription{}, fmt.Errorf("decode subscription metadata: %w", err)
+	}
+	if receipt != nil {
+		s.Receipt = &Receipt{}
+		if err := json.Unmarshal(receipt, s.Receipt); err != nil {
+			return Subscription{}, fmt.Errorf("decode subscription receipt: %w", err)
+		}
 	}
 	s.BillingAnchor = s.BillingAnchor.UTC()
 	s.NextChargeAt = s.NextChargeAt.UTC()
@@ -127,13 +134,19 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor) (Sub
 	if err != nil {
 		return Subscription{}, fmt.Errorf("encode metadata: %w", err)
 	}
+	var receiptJSON []byte // NULL without a receipt
+	if n.Receipt != nil {
+		if receiptJSON, err = json.Marshal(n.Receipt); err != nil {
+			return Subscription{}, fmt.Errorf("encode receipt: %w", err)
+		}
+	}
 	// The row and its "created" event in one statement: one round trip.
 	row := tx.QueryRow(ctx, `WITH s AS (
 			INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval, interval_count,
 				timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token, pm_brand, pm_last4,
-				pm_exp_month, pm_exp_year, description, metadata, created_at, updated_at)
+				pm_exp_month, pm_exp_year, description, metadata, created_at, updated_at, receipt)
 			VALUES ($1, $2, 'active', $3, $4, $5, $6, $7, $8, 0, $8, $9, $10, nullif($11, ''), nullif($12, ''), $13, $14,
-				nullif($15, ''), $16, $17, $17)
+				nullif($15, ''), $16, $17, $17, $21)
 			RETURNING *
 		), e AS (
 			INSERT INTO subscription_events (subscription_id, type, from_status, to_status, actor_id, actor_role, at)
@@ -143,7 +156,7 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor) (Sub
 		id, n.CustomerID, n.Amount, n.Currency, n.Interval, n.IntervalCount, n.TimeZone, anchor,
 		n.PaymentMethod.Gateway, n.PaymentMethod.Token, n.PaymentMethod.Brand, n.PaymentMethod.Last4,
 		n.PaymentMethod.ExpMonth, n.PaymentMethod.ExpYear, n.Description, metaJSON, now,
-		EventCreated, actor.ID, actor.Role)
+		EventCreated, actor.ID, actor.Role, receiptJSON)
 	sub, err := scan(row)
 	if err != nil {
 		return Subscription{}, fmt.Errorf("insert subscription: %w", err)

@@ -150,6 +150,8 @@ type Subscription struct {
 	// UnpaidSince is when the dunning of an unpaid subscription ended:
 	// periods that begin at or after it are not owed.
 	UnpaidSince *time.Time
+	// Receipt is the fiscal receipt its payments carry; nil when none.
+	Receipt *Receipt
 }
 
 // Schedule is the subscription's period arithmetic. The zone was validated

@@ -66,6 +66,9 @@ func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 	if len(n.Metadata) > maxMetadataKeys {
 		errs.Add("metadata", "at most %d keys", maxMetadataKeys)
 	}
+	if n.Receipt != nil {
+		n.Receipt.validate(&errs, "receipt.", n.Amount)
+	}
 	for k, v := range n.Metadata {
 		if k == "" || utf8.RuneCountInString(k) > maxMetadataKey {
 			errs.Add("metadata", "keys must be 1..%d characters", maxMetadataKey)

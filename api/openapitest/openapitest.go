@@ -100,9 +100,10 @@ func For(document []byte) (*Checker, error) {
 		config.WithStrictMode(),
 		// GET ignores Idempotency-Key (documented); a client may send it anyway.
 		config.WithStrictIgnoredHeadersExtra("Idempotency-Key", "Content-Encoding", "X-Content-Type-Options"),
-		// metadata is a free-form map (additionalProperties with a schema),
-		// which strict mode would report key by key.
-		config.WithStrictIgnorePaths("$.body.metadata.*", "$.body.**.metadata.*"),
+		// metadata and a gateway's commission_bps are maps
+		// (additionalProperties with a schema), which strict mode would
+		// report key by key.
+		config.WithStrictIgnorePaths("$.body.metadata.*", "$.body.**.metadata.*", "$.body.**.commission_bps.*"),
 	)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("build validator: %v", errs)

@@ -49,20 +49,32 @@ Run 'rebill serve --help' for the environment variables, and
 'rebill COMMAND --help' for a command's flags.
 `
 
-// gatewaysHelp explains REBILL_GATEWAYS beyond its line in the table.
+// gatewaysHelp explains the gateways' configuration beyond the table.
 const gatewaysHelp = `
-Gateways outside dev mode: REBILL_GATEWAYS lists name=URL pairs, comma
-separated. The name is what subscriptions give as payment_method.gateway;
-the URL is a simulator's root followed by /<gateway it hosts>. For example,
-with 'rebill gatewaysim --addr 127.0.0.1:8090' (it hosts sim1..sim5):
+Gateways outside dev mode: REBILL_GATEWAYS_FILE names a JSON or YAML list of
+gateways; the name is what subscriptions give as payment_method.gateway.
+Secrets are read from the environment variables that credentials names:
+
+    - name: yookassa
+      kind: yookassa                 # sim, stripe or yookassa
+      priority: 1                    # lower wins among equally cheap gateways
+      commission_bps: {RUB: 280, "*": 300}
+      currencies: [RUB]
+      hold_lifetime: 168h            # optional: the kind's default
+      timeout: 15s                   # optional: REBILL_GATEWAY_TIMEOUT
+      credentials: {shop_id: YOOKASSA_SHOP_ID, secret_key: YOOKASSA_SECRET_KEY}
+
+A bad file stops the start, naming each entry and field at fault. For
+simulators only, REBILL_GATEWAYS is a shorthand: name=URL pairs, comma
+separated, the URL a simulator's root followed by /<gateway it hosts>:
 
     REBILL_GATEWAYS=sim1=http://127.0.0.1:8090/sim1,sim2=http://127.0.0.1:8090/sim2
 
-At start each gateway is probed once on URL/health: no answer, or an answer
-other than 200 or 503 (a 404 means the URL names no gateway), stops the
-start with an error naming the gateway; 503 (down) only logs a warning.
-With no gateway configured, production mode starts but warns: nothing can
-be charged.
+At start each simulated gateway is probed once on URL/health: no answer, or
+an answer other than 200 or 503 (a 404 means the URL names no gateway),
+stops the start with an error naming the gateway; 503 (down) only logs a
+warning. With no gateway configured, production mode starts but warns:
+nothing can be charged.
 `
 
 // Run executes one rebill command. It returns when the command is done or

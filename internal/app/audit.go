@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -13,7 +14,6 @@ import (
 
 	"github.com/rebill/rebill/audit"
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
@@ -67,26 +67,27 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		return err
 	}
 	defer stop()
-	now := time.Now().UTC()
-	var gateways []gateway.Gateway
-	for name, url := range cfg.Gateways {
-		gateways = append(gateways, sim.NewClient(name, url, sim.ClientOptions{Timeout: cfg.GatewayTimeout}))
-	}
+	var clk clock.Clock = clock.Wall{}
+	configs := slices.Clone(cfg.Gateways)
 	if cfg.Dev {
-		manual, err := clock.NewManual(ctx, pool, now)
+		manual, err := clock.NewManual(ctx, pool, time.Now())
 		if err != nil {
 			return err
 		}
-		now = manual.Now()
+		clk = manual
 		baseURL, stopSim, err := sim.Start(ctx, pool, simNames, log.Level(zerolog.WarnLevel))
 		if err != nil {
 			return err
 		}
 		defer func() { _ = stopSim(context.Background()) }()
-		for _, name := range simNames {
-			gateways = append(gateways, sim.NewClient(name, baseURL+"/"+name, sim.ClientOptions{Timeout: cfg.GatewayTimeout}))
-		}
+		configs = append(config.DevGateways(baseURL), configs...)
 	}
+	now := clk.Now()
+	built, err := buildGateways(configs, cfg.GatewayTimeout, clk)
+	if err != nil {
+		return err
+	}
+	gateways := adapters(built)
 	if to.IsZero() {
 		to = now.Truncate(24 * time.Hour)
 	}

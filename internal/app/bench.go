@@ -117,7 +117,7 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 	scanOnly, webhook := o.scanOnly, o.webhook
 
 	cfg.Dev = false
-	cfg.Gateways = map[string]string{"sim1": baseURL + "/sim1"}
+	cfg.Gateways = config.DevGateways(baseURL)[:1]
 	cfg.ScanInterval = 0 // the timed scan below is the only one
 	cfg.GatewayTimeout = 10 * time.Second
 	cfg.RescueAfter = time.Minute

@@ -1,10 +1,14 @@
 package app_test
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -114,8 +118,22 @@ func TestGatewayDownChargesWaitAndResume(t *testing.T) {
 		require.Contains(t, []any{"scheduled", "authorizing"}, c["status"], "waiting, not failed or re-routed")
 		require.Contains(t, []any{"gateway_unavailable", "gateway_circuit_open"}, c["failure_code"], "and why")
 	}
+	// The node sees sim1 fail: its circuit opens and new bindings go to
+	// the next cheapest gateway, while sim1's charges stay where they are.
+	require.Eventually(t, func() bool {
+		route := b.call(t, http.MethodGet, "/v1/routing/binding?currency=RUB&amount=49900", nil)
+		return route["gateway"] == "sim2"
+	}, 15*time.Second, 100*time.Millisecond, "routing avoids the failing gateway")
+	gws := b.call(t, http.MethodGet, "/v1/gateways", nil)["data"].([]any)
+	sim1 := gws[0].(map[string]any)
+	require.Equal(t, "sim1", sim1["name"])
+	health := sim1["health"].(map[string]any)
+	require.Greater(t, health["error_rate"], 0.5)
 	for _, gw := range []string{"sim2", "sim3", "sim4", "sim5"} {
 		require.Empty(t, b.ledger(t, gw), "never re-routed to %s", gw)
+	}
+	for _, sub := range subs {
+		require.Equal(t, "sim1", b.charges(t, sub)[0]["gateway"], "the charge stays on its token's gateway")
 	}
 	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": false})
 	ledger := func() []ledgerEntry { return b.ledger(t, "sim1") }
@@ -230,4 +248,72 @@ func TestCancelVoidsAndStopsCharging(t *testing.T) {
 	b.advance(t, "72h")
 	b.scanNow(t)
 	require.Len(t, b.charges(t, sub), 1)
+}
+
+// A subscription's receipt reaches each of its charges, which send it with
+// their hold and capture.
+func TestReceiptIsKeptOnEveryCharge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	body := subscriptionBody("tok_ok_receipt", "month")
+	receipt := map[string]any{"customer": map[string]any{"phone": "79001234567"},
+		"items": []any{map[string]any{"description": "Plan", "quantity": "3", "amount": 500, "vat_code": 4}}}
+	body["receipt"] = receipt
+	sub := b.call(t, http.MethodPost, "/v1/subscriptions", body)["id"].(string)
+	b.waitCharges(t, sub, 1, "succeeded")
+	b.advance(t, "744h")
+	b.waitCharges(t, sub, 2, "succeeded")
+	rows, err := b.pool.Query(context.Background(), `SELECT receipt FROM charges WHERE subscription_id = $1`, sub)
+	require.NoError(t, err)
+	stored, err := pgx.CollectRows(rows, pgx.RowTo[map[string]any])
+	require.NoError(t, err)
+	require.Equal(t, jsonRoundTrip(t, []map[string]any{receipt, receipt}), jsonRoundTrip(t, stored))
+}
+
+func jsonRoundTrip(t *testing.T, v []map[string]any) []map[string]any {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	require.NoError(t, err)
+	var out []map[string]any
+	require.NoError(t, json.Unmarshal(raw, &out))
+	return out
+}
+
+// A hold that could not be captured within its gateway's hold lifetime (7
+// days for dev mode's simulators) is never captured late: moving the dev
+// clock past it makes the waiting capture void the old hold first, then a
+// new attempt holds and captures. The simulator's ledger shows one capture
+// and never two live holds.
+func TestHoldPastItsLifetimeIsVoidedThenPlacedAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, map[string]string{"REBILL_BREAKER_OPEN_FOR": "1s"})
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"captures_down": true})
+	sub := b.createSubscription(t, "tok_ok_hold", "month")
+	var key string
+	require.Eventually(t, func() bool {
+		cs := b.charges(t, sub)
+		if len(cs) == 0 || cs[0]["next_attempt_at"] == nil {
+			return false
+		}
+		key = cs[0]["key"].(string)
+		return cs[0]["status"] == "capturing" || cs[0]["status"] == "authorized"
+	}, 15*time.Second, 50*time.Millisecond, "the hold is placed and its capture waits")
+	require.Equal(t, map[string]int{"authorize:succeeded": 1}, opsFor(b.ledger(t, "sim1"), key))
+
+	b.advance(t, "167h") // 7 days less an hour: the old hold is voided, a new one placed
+	require.Eventually(t, func() bool {
+		return opsFor(b.ledger(t, "sim1"), key)["authorize:succeeded"] == 2
+	}, 20*time.Second, 100*time.Millisecond, "a new hold after the old one is voided")
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"captures_down": false})
+	cs := b.waitCharges(t, sub, 1, "succeeded")
+	require.EqualValues(t, 2, cs[0]["attempt_count"], "the second attempt, with new keys")
+
+	var ops []string
+	for _, e := range b.ledger(t, "sim1") {
+		if strings.HasPrefix(e.IdempotencyKey, key+":") {
+			ops = append(ops, strings.TrimPrefix(e.IdempotencyKey, key+":")+" "+e.Status)
+		}
+	}
+	require.Equal(t, []string{"a1:authorize succeeded", "a1:void succeeded", "a2:authorize succeeded", "a2:capture succeeded"},
+		ops, "the old hold is released before the new one is placed; one capture")
 }

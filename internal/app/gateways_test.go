@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -118,4 +120,57 @@ func TestServeRefusesABadGatewayURL(t *testing.T) {
 	err := app.Run(ctx, []string{"rebill", "serve"}, env, io.Discard, &stderr)
 	require.ErrorContains(t, err, "gateway sim1")
 	require.NotContains(t, stderr.String(), "rebill listening")
+}
+
+// A gateways file whose entries name an unknown kind, lack what their kind
+// needs, or give a credential the kind does not take stops the start with
+// every entry and field at fault named.
+func TestServeRefusesABadGatewaysFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "gateways.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+- {name: pp, kind: paypal, priority: 1, commission_bps: {"*": 100}, currencies: [USD]}
+- {name: nourl, kind: sim, priority: 2, commission_bps: {"*": 100}, currencies: [USD]}
+- {name: keyed, kind: sim, base_url: "http://127.0.0.1:1/sim1", priority: 3, commission_bps: {"*": 100},
+   currencies: [USD], credentials: {api_key: SOME_KEY}}
+`), 0o600))
+	env := productionEnv(map[string]string{
+		"DATABASE_URL":         dbtest.URL(t),
+		"REBILL_ADDR":          "127.0.0.1:0",
+		"REBILL_GATEWAYS_FILE": path,
+		"SOME_KEY":             "k",
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stderr strings.Builder
+	err := app.Run(ctx, []string{"rebill", "serve"}, env, io.Discard, &stderr)
+	require.Error(t, err)
+	msg := err.Error()
+	require.Contains(t, msg, "REBILL_GATEWAYS_FILE")
+	require.Contains(t, msg, `gateway "pp": kind: "paypal" is not one of sim`)
+	require.Contains(t, msg, `gateway "nourl": base_url: required for kind sim`)
+	require.Contains(t, msg, `gateway "keyed": credentials.api_key: kind sim takes no such credential (it takes none)`)
+	require.NotContains(t, stderr.String(), "rebill listening")
+}
+
+// A gateways file with a working simulator starts, and the gateway takes
+// the file's settings.
+func TestServeStartsWithAGatewaysFile(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	ctx := context.Background()
+	root, stop, err := sim.Start(ctx, pool, []string{"sim1"}, zerolog.Nop())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stop(context.Background()) })
+	path := filepath.Join(t.TempDir(), "gateways.json")
+	require.NoError(t, os.WriteFile(path, []byte(`[{"name": "acme", "kind": "sim", "base_url": "`+root+`/sim1",
+		"priority": 1, "commission_bps": {"RUB": 250}, "currencies": ["RUB"], "timeout": "3s"}]`), 0o600))
+	cfg, err := config.Load(productionEnv(map[string]string{"REBILL_GATEWAYS_FILE": path}))
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	svc, err := app.Build(ctx, cfg, pool, zerolog.New(&logs))
+	require.NoError(t, err)
+	svc.Close()
+	require.Contains(t, logs.String(), `"gateway":"acme"`)
+	require.Contains(t, logs.String(), "gateway answers its health probe")
 }

@@ -29,7 +29,7 @@ type ops struct {
 
 // buildOps wires them; the inspector's job inserter is the River client,
 // set once it exists.
-func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpool.Pool, gateways []gateway.Gateway,
+func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpool.Pool, gateways []charges.Configured,
 	log zerolog.Logger) (ops, error) {
 	read := charges.DBTX(pool)
 	if cfg.ReplicaURL != "" {
@@ -41,8 +41,14 @@ func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpoo
 		read = replica
 	}
 	byName := make(map[string]gateway.Gateway, len(gateways))
+	settings := make(map[string]charges.Settings, len(gateways))
 	for _, g := range gateways {
-		byName[g.Name()] = g
+		byName[g.Gateway.Name()] = g.Gateway
+		settings[g.Gateway.Name()] = g.Settings
+	}
+	rates := func(gateway, currency string) int64 {
+		bps, _ := settings[gateway].Commission(currency)
+		return bps
 	}
 	o := ops{
 		inspector: &inspector.Inspector{Pool: pool, Clock: svc.Clock, Logger: log.With().Str("component", "inspector").Logger(),
@@ -51,9 +57,7 @@ func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpoo
 		reconciler: &reconcile.Reconciler{Pool: pool, Read: read, Gateways: byName, Clock: svc.Clock, Days: cfg.ReconcileDays,
 			JobTimeout: cfg.RescueAfter - 5*time.Second, Logger: log.With().Str("component", "reconcile").Logger()},
 		reconciliation: reconciliationReads{read: read, gateways: byName},
-		// The gateways' commission_bps come with their configuration
-		// file; until then the report shows no commission.
-		reports: reportReads{read: read, rates: reports.NoCommission},
+		reports:        reportReads{read: read, rates: rates},
 	}
 	svc.Inspector, svc.Reconciler = o.inspector, o.reconciler
 	return o, nil

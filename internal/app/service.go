@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,7 +20,6 @@ import (
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/clock"
@@ -54,17 +54,14 @@ func (s *Service) Close() {
 }
 
 // Build wires a node. In dev mode it uses the shared manual clock and
-// starts the simulated gateways on loopback. Each gateway of
-// REBILL_GATEWAYS is probed first (see checkGateways).
+// starts the simulated gateways on loopback. The configured gateways are
+// checked first (see checkGateways).
 func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerolog.Logger) (*Service, error) {
 	if err := checkGateways(ctx, cfg, log); err != nil {
 		return nil, err
 	}
 	svc := &Service{Clock: clock.Wall{}}
-	gatewayURLs := map[string]string{}
-	for name, url := range cfg.Gateways {
-		gatewayURLs[name] = url
-	}
+	gatewayConfigs := slices.Clone(cfg.Gateways)
 	var dev *api.Dev
 	if cfg.Dev {
 		_, simConns, clockConns := poolSizes(cfg)
@@ -85,19 +82,19 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 			return nil, err
 		}
 		svc.closers = append(svc.closers, stopSim)
-		for _, name := range simNames {
-			gatewayURLs[name] = baseURL + "/" + name
-		}
+		gatewayConfigs = append(config.DevGateways(baseURL), gatewayConfigs...)
 		dev = &api.Dev{Clock: manual, Gateways: sim.NewStore(pool)}
 		log.Warn().Msg("dev mode: manual clock, /v1/dev/* endpoints and simulated gateways sim1..sim5")
 	}
-	var gateways []gateway.Gateway
-	for name, url := range gatewayURLs {
-		gateways = append(gateways, sim.NewClient(name, url, sim.ClientOptions{Timeout: cfg.GatewayTimeout}))
+	gateways, err := buildGateways(gatewayConfigs, cfg.GatewayTimeout, svc.Clock)
+	if err != nil {
+		svc.Close()
+		return nil, err
 	}
 	breaker := charges.DefaultBreaker
 	breaker.OpenFor = cfg.BreakerOpenFor
-	breakers := charges.NewGateways(gateways, breaker)
+	breakers := charges.Configure(gateways, breaker)
+	breakers.ReportHealth()
 
 	// Every transition publishes its event through the recorder, in its
 	// own transaction (notify).
@@ -153,7 +150,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	}
 	ops.register(workers)
 
-	jobTimeout := charges.JobTimeout(cfg.GatewayTimeout)
+	jobTimeout := charges.JobTimeout(breakers.MaxTimeout(cfg.GatewayTimeout))
 	if cfg.RescueAfter <= jobTimeout+5*time.Second {
 		return nil, fmt.Errorf("REBILL_RESCUE_AFTER (%s) must exceed a charge job's timeout (%s) by more than 5s", cfg.RescueAfter, jobTimeout)
 	}
@@ -200,7 +197,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())
 	svc.Handler = tracing.Handler(api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
-		KnownGateway: breakers.Known, Dev: dev, Logger: log,
+		KnownGateway: breakers.Known, Gateways: breakers, Dev: dev, Logger: log,
 		Webhooks:         &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
 		MetricsElsewhere: cfg.MetricsAddr != "",
 		Autopay:          uses, Clock: svc.Clock,

@@ -36,9 +36,12 @@ type Config struct {
 	RetryBase         time.Duration
 	RetryMax          time.Duration
 	Workers           int
-	TargetChargeRate  int               // sizes Workers when it is not set
-	GatewayLatency    time.Duration     // expected latency of a gateway call; sizes Workers
-	Gateways          map[string]string // name -> simulator base URL
+	TargetChargeRate  int           // sizes Workers when it is not set
+	GatewayLatency    time.Duration // expected latency of a gateway call; sizes Workers
+	// Gateways are the configured gateways besides dev mode's simulators:
+	// REBILL_GATEWAYS_FILE's, or REBILL_GATEWAYS's simulators.
+	Gateways          []Gateway
+	GatewaysFile      string
 	ShutdownTimeout   time.Duration
 	RescueAfter       time.Duration
 	FetchCooldown     time.Duration
@@ -134,9 +137,12 @@ var variables = []variable{
 		intInto(func(c *Config) *int { return &c.TargetChargeRate })},
 	{"REBILL_GATEWAY_LATENCY", "300ms", "expected latency of one gateway call; sizes REBILL_WORKERS",
 		durationInto(func(c *Config) *time.Duration { return &c.GatewayLatency })},
-	{"REBILL_GATEWAYS", "", "gateways outside dev mode: name=URL pairs, comma separated; URL is a simulator's root plus /<its gateway>, e.g. sim1=http://127.0.0.1:8090/sim1; each is probed on URL/health at start, and a 404 or no answer stops the start",
+	{"REBILL_GATEWAYS_FILE", "", "path of the gateways file (JSON or YAML; see below): stripe, yookassa and sim gateways with their priority, commissions, currencies, hold lifetime, timeout and the environment variables that hold their credentials",
+		func(c *Config, v string) error { c.GatewaysFile = v; return nil }},
+	{"REBILL_GATEWAYS", "", "shorthand for simulated gateways only (not with REBILL_GATEWAYS_FILE): name=URL pairs, comma separated, priority in the order listed, no commission; URL is a simulator's root plus /<its gateway>, e.g. sim1=http://127.0.0.1:8090/sim1",
 		func(c *Config, v string) error {
-			c.Gateways = map[string]string{}
+			var pairs [][2]string
+			seen := map[string]bool{}
 			for _, part := range strings.Split(v, ",") {
 				if part = strings.TrimSpace(part); part == "" {
 					continue
@@ -145,8 +151,13 @@ var variables = []variable{
 				if !ok || name == "" || url == "" {
 					return fmt.Errorf("want name=URL pairs")
 				}
-				c.Gateways[name] = url
+				if seen[name] {
+					return fmt.Errorf("gateway %q is listed twice", name)
+				}
+				seen[name] = true
+				pairs = append(pairs, [2]string{name, url})
 			}
+			c.Gateways = simShorthand(pairs)
 			return nil
 		}},
 	{"REBILL_RESCUE_AFTER", "5m (30s in dev mode)", "a job running this long belonged to a crashed node: River runs it again (same gateway key)",
@@ -247,6 +258,16 @@ func Load(getenv func(string) string) (Config, error) {
 		if err := v.set(&c, value); err != nil {
 			return Config{}, fmt.Errorf("%s=%q: %w", v.name, value, err)
 		}
+	}
+	if c.GatewaysFile != "" {
+		if len(c.Gateways) > 0 {
+			return Config{}, errors.New("REBILL_GATEWAYS_FILE and REBILL_GATEWAYS are both set: list the simulators in the file (kind: sim)")
+		}
+		gateways, err := LoadGatewaysFile(c.GatewaysFile, getenv)
+		if err != nil {
+			return Config{}, fmt.Errorf("REBILL_GATEWAYS_FILE=%q: %w", c.GatewaysFile, err)
+		}
+		c.Gateways = gateways
 	}
 	defaults := map[*time.Duration][2]time.Duration{ // [production, dev]
 		&c.ScanInterval:   {time.Minute, time.Second},

@@ -57,6 +57,8 @@ type Subscription struct {
 	CreatedAt         time.Time         `json:"created_at"`
 	UpdatedAt         time.Time         `json:"updated_at"`
 	CancelledAt       *time.Time        `json:"cancelled_at"`
+	// Receipt is the 54-FZ fiscal receipt its payments carry; null when none.
+	Receipt *subscriptions.Receipt `json:"receipt"`
 }
 
 // Optional is nil for the empty string.
@@ -90,7 +92,7 @@ func FromSubscription(s subscriptions.Subscription) Subscription {
 			ExpMonth: s.PaymentMethod.ExpMonth, ExpYear: s.PaymentMethod.ExpYear,
 		},
 		Description: Optional(s.Description), Metadata: s.Metadata,
-		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, CancelledAt: UTCPtr(s.CancelledAt),
+		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, CancelledAt: UTCPtr(s.CancelledAt), Receipt: s.Receipt,
 	}
 	if s.Status != subscriptions.Cancelled && s.Status != subscriptions.Paused && s.Status != subscriptions.Unpaid {
 		next := s.NextChargeAt

@@ -54,3 +54,7 @@ CREATE TABLE IF NOT EXISTS gatewaysim.faults (
     latency_ms integer          NOT NULL DEFAULT 0 CHECK (latency_ms >= 0),
     error_rate double precision NOT NULL DEFAULT 0 CHECK (error_rate >= 0 AND error_rate <= 1)
 );
+-- Captures answer 503 (and do nothing) while the rest works: holds are
+-- placed but cannot be collected, as when a provider's capture endpoint
+-- fails; this is how a hold outlives its lifetime in tests.
+ALTER TABLE gatewaysim.faults ADD COLUMN IF NOT EXISTS captures_down boolean NOT NULL DEFAULT false;

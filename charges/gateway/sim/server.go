@@ -94,8 +94,10 @@ func (s *server) handle(pattern string, h func(w http.ResponseWriter, r *http.Re
 }
 
 // admit applies gw's faults to a call of the provider's API and reports
-// whether to go on. isOperation: error_rate applies to operations only.
-func (s *server) admit(w http.ResponseWriter, r *http.Request, gw string, isOperation bool) bool {
+// whether to go on. op is the operation called, empty for other calls:
+// error_rate applies to operations only, captures_down to captures.
+func (s *server) admit(w http.ResponseWriter, r *http.Request, gw string, op gateway.Op) bool {
+	isOperation := op != ""
 	f, err := s.store.Faults(r.Context(), gw)
 	if err != nil {
 		s.internalError(w, r, err)
@@ -103,6 +105,10 @@ func (s *server) admit(w http.ResponseWriter, r *http.Request, gw string, isOper
 	}
 	if f.Down {
 		writeError(w, http.StatusServiceUnavailable, codeUnavailable, gw+" is down")
+		return false
+	}
+	if op == gateway.OpCapture && f.CapturesDown {
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable, gw+" captures are down")
 		return false
 	}
 	if f.LatencyMS > 0 {
@@ -128,7 +134,7 @@ func (s *server) handleOperation(op gateway.Op) func(http.ResponseWriter, *http.
 			writeError(w, http.StatusBadRequest, "invalid_request", problem)
 			return
 		}
-		if !s.admit(w, r, gw, true) {
+		if !s.admit(w, r, gw, op) {
 			return
 		}
 		// Once accepted, an operation is carried through even if the caller
@@ -228,7 +234,7 @@ func decodeOpRequest(w http.ResponseWriter, r *http.Request, op gateway.Op) (opR
 }
 
 func (s *server) handleLookup(w http.ResponseWriter, r *http.Request, gw string) {
-	if !s.admit(w, r, gw, false) {
+	if !s.admit(w, r, gw, "") {
 		return
 	}
 	o, err := s.store.lookup(r.Context(), gw, r.PathValue("key"))
@@ -244,7 +250,7 @@ func (s *server) handleLookup(w http.ResponseWriter, r *http.Request, gw string)
 }
 
 func (s *server) handleOperations(w http.ResponseWriter, r *http.Request, gw string) {
-	if !s.admit(w, r, gw, false) {
+	if !s.admit(w, r, gw, "") {
 		return
 	}
 	day, err := time.Parse(time.DateOnly, r.URL.Query().Get("day"))

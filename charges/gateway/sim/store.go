@@ -75,16 +75,18 @@ type LedgerEntry struct {
 
 // Faults are a gateway's fault switches.
 type Faults struct {
-	Down      bool    `json:"down"`
-	LatencyMS int     `json:"latency_ms"`
-	ErrorRate float64 `json:"error_rate"`
+	Down         bool    `json:"down"`
+	LatencyMS    int     `json:"latency_ms"`
+	ErrorRate    float64 `json:"error_rate"`
+	CapturesDown bool    `json:"captures_down"`
 }
 
 // FaultsPatch changes only the switches that are set.
 type FaultsPatch struct {
-	Down      *bool    `json:"down,omitempty"`
-	LatencyMS *int     `json:"latency_ms,omitempty"`
-	ErrorRate *float64 `json:"error_rate,omitempty"`
+	Down         *bool    `json:"down,omitempty"`
+	LatencyMS    *int     `json:"latency_ms,omitempty"`
+	ErrorRate    *float64 `json:"error_rate,omitempty"`
+	CapturesDown *bool    `json:"captures_down,omitempty"`
 }
 
 // validate returns ErrInvalidFaults for a negative latency or an error rate
@@ -270,8 +272,8 @@ func (s *Store) lookup(ctx context.Context, gw, key string) (operation, error) {
 // Faults returns gw's fault switches; a gateway never configured has none.
 func (s *Store) Faults(ctx context.Context, gw string) (Faults, error) {
 	var f Faults
-	err := s.pool.QueryRow(ctx, `SELECT down, latency_ms, error_rate
-		FROM gatewaysim.faults WHERE gateway = $1`, gw).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate)
+	err := s.pool.QueryRow(ctx, `SELECT down, latency_ms, error_rate, captures_down
+		FROM gatewaysim.faults WHERE gateway = $1`, gw).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.CapturesDown)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Faults{}, nil
 	}
@@ -290,14 +292,16 @@ func (s *Store) SetFaults(ctx context.Context, gw string, p FaultsPatch) (Faults
 	}
 	var f Faults
 	err := s.pool.QueryRow(ctx, `
-		INSERT INTO gatewaysim.faults AS f (gateway, down, latency_ms, error_rate)
-		VALUES ($1, coalesce($2::boolean, false), coalesce($3::integer, 0), coalesce($4::double precision, 0))
+		INSERT INTO gatewaysim.faults AS f (gateway, down, latency_ms, error_rate, captures_down)
+		VALUES ($1, coalesce($2::boolean, false), coalesce($3::integer, 0), coalesce($4::double precision, 0),
+			coalesce($5::boolean, false))
 		ON CONFLICT (gateway) DO UPDATE SET
-			down       = coalesce($2::boolean, f.down),
-			latency_ms = coalesce($3::integer, f.latency_ms),
-			error_rate = coalesce($4::double precision, f.error_rate)
-		RETURNING down, latency_ms, error_rate`,
-		gw, p.Down, p.LatencyMS, p.ErrorRate).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate)
+			down          = coalesce($2::boolean, f.down),
+			latency_ms    = coalesce($3::integer, f.latency_ms),
+			error_rate    = coalesce($4::double precision, f.error_rate),
+			captures_down = coalesce($5::boolean, f.captures_down)
+		RETURNING down, latency_ms, error_rate, captures_down`,
+		gw, p.Down, p.LatencyMS, p.ErrorRate, p.CapturesDown).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.CapturesDown)
 	if err != nil {
 		return Faults{}, fmt.Errorf("set faults of %s: %w", gw, err)
 	}

@@ -1,0 +1,129 @@
+package api
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/internal/validate"
+)
+
+// maxRoutedAmount is the largest amount a subscription may have.
+const maxRoutedAmount = 999_999_999_999
+
+type gatewayHealthJSON struct {
+	Circuit     string  `json:"circuit"`
+	Calls       int     `json:"calls"`
+	ErrorRate   float64 `json:"error_rate"`
+	TimeoutRate float64 `json:"timeout_rate"`
+	P50MS       float64 `json:"p50_ms"`
+	P95MS       float64 `json:"p95_ms"`
+	Window      string  `json:"window"`
+}
+
+type gatewayJSON struct {
+	Name          string            `json:"name"`
+	Kind          string            `json:"kind"`
+	Priority      int               `json:"priority"`
+	CommissionBPS map[string]int64  `json:"commission_bps"`
+	Currencies    []string          `json:"currencies"`
+	HoldLifetime  *string           `json:"hold_lifetime"`
+	Health        gatewayHealthJSON `json:"health"`
+}
+
+func toGatewayJSON(g charges.GatewayStatus) gatewayJSON {
+	out := gatewayJSON{Name: g.Name, Kind: g.Kind, Priority: g.Priority, CommissionBPS: g.CommissionBPS,
+		Currencies: g.Currencies, Health: gatewayHealthJSON{
+			Circuit: g.Health.Circuit, Calls: g.Health.Calls, ErrorRate: round4(g.Health.ErrorRate),
+			TimeoutRate: round4(g.Health.TimeoutRate), P50MS: millis(g.Health.P50.Seconds()),
+			P95MS: millis(g.Health.P95.Seconds()), Window: "5m",
+		}}
+	if out.CommissionBPS == nil {
+		out.CommissionBPS = map[string]int64{}
+	}
+	if out.Currencies == nil {
+		out.Currencies = []string{}
+	}
+	if g.HoldLifetime > 0 {
+		d := formatDuration(g.HoldLifetime)
+		out.HoldLifetime = &d
+	}
+	return out
+}
+
+// formatDuration writes whole hours as the configuration does ("96h"),
+// anything else as Go does ("90m0s").
+func formatDuration(d time.Duration) string {
+	if d%time.Hour == 0 {
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	}
+	return d.String()
+}
+
+func round4(f float64) float64 { return math.Round(f*10_000) / 10_000 }
+
+func millis(seconds float64) float64 { return math.Round(seconds*1_000_000) / 1_000 }
+
+// listGateways answers GET /v1/gateways: every configured gateway with
+// this node's view of its health.
+func (s *Server) listGateways(w http.ResponseWriter, _ *http.Request) {
+	var list []charges.GatewayStatus
+	if s.Gateways != nil {
+		list = s.Gateways.List()
+	}
+	data := make([]gatewayJSON, len(list))
+	for i, g := range list {
+		data[i] = toGatewayJSON(g)
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Data []gatewayJSON `json:"data"`
+	}{data})
+}
+
+type verdictJSON struct {
+	Name     string `json:"name"`
+	Eligible bool   `json:"eligible"`
+	Cost     *int64 `json:"cost"`
+	Reason   string `json:"reason"`
+}
+
+type routeJSON struct {
+	Gateway    *string       `json:"gateway"`
+	Reason     string        `json:"reason"`
+	Candidates []verdictJSON `json:"candidates"`
+}
+
+// routeBinding answers GET /v1/routing/binding: where a client should bind
+// a new card for currency and amount.
+func (s *Server) routeBinding(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var errs validate.Errors
+	currency := q.Get("currency")
+	if _, ok := validate.Currency(currency); !ok {
+		errs.Add("currency", "must be an active ISO 4217 code in upper case, e.g. RUB")
+	}
+	amount, err := strconv.ParseInt(q.Get("amount"), 10, 64)
+	if err != nil || amount < 1 || amount > maxRoutedAmount {
+		errs.Add("amount", "must be an integer number of minor units between 1 and %d", int64(maxRoutedAmount))
+	}
+	if err := errs.Err(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var route charges.Route
+	if s.Gateways != nil {
+		route = s.Gateways.RouteBinding(currency, amount)
+	} else {
+		route = charges.ChooseBinding(nil, currency, amount)
+	}
+	out := routeJSON{Reason: route.Reason, Candidates: make([]verdictJSON, len(route.Candidates))}
+	if route.Gateway != "" {
+		out.Gateway = &route.Gateway
+	}
+	for i, v := range route.Candidates {
+		out.Candidates[i] = verdictJSON{Name: v.Name, Eligible: v.Eligible, Cost: v.Cost, Reason: v.Reason}
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,286 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/rebill/rebill/internal/validate"
+)
+
+// Gateway is one payment gateway as configured: REBILL_GATEWAYS_FILE's
+// entries, REBILL_GATEWAYS's shorthand, or dev mode's simulators. What a
+// kind requires (credentials, a base URL) is checked where the kinds are
+// known, in internal/app.
+type Gateway struct {
+	Name     string
+	Kind     string
+	BaseURL  string
+	Priority int // lower first among equally cheap gateways
+	// CommissionBPS is the commission in basis points by currency; "*"
+	// stands for every currency without its own entry.
+	CommissionBPS map[string]int64
+	// Currencies are the currencies the gateway takes; empty: any (the
+	// REBILL_GATEWAYS shorthand and dev mode's simulators).
+	Currencies   []string
+	HoldLifetime time.Duration // zero: the kind's default
+	Timeout      time.Duration // zero: REBILL_GATEWAY_TIMEOUT
+	// Credentials maps each credential the kind needs to the name of the
+	// environment variable that holds it, as written in the file.
+	Credentials map[string]string
+	// Secrets are the credentials' values, read from those variables.
+	Secrets map[string]string
+}
+
+// commission returns the gateway's commission on currency in basis points;
+// ok is false when the gateway does not take the currency.
+func (g Gateway) commission(currency string) (bps int64, ok bool) {
+	if len(g.Currencies) > 0 && !slices.Contains(g.Currencies, currency) {
+		return 0, false
+	}
+	if bps, ok := g.CommissionBPS[currency]; ok {
+		return bps, true
+	}
+	bps, ok = g.CommissionBPS["*"]
+	return bps, ok
+}
+
+// gatewayEntry is an entry of the file as written. Pointers tell a field
+// left out from a zero.
+type gatewayEntry struct {
+	Name          string            `json:"name"`
+	Kind          string            `json:"kind"`
+	BaseURL       string            `json:"base_url"`
+	Priority      *int              `json:"priority"`
+	CommissionBPS map[string]int64  `json:"commission_bps"`
+	Currencies    []string          `json:"currencies"`
+	HoldLifetime  string            `json:"hold_lifetime"`
+	Timeout       string            `json:"timeout"`
+	Credentials   map[string]string `json:"credentials"`
+}
+
+// MaxCommissionBPS is 100 %: a larger commission is a typing error.
+const MaxCommissionBPS = 10_000
+
+// LoadGatewaysFile reads REBILL_GATEWAYS_FILE: a JSON or YAML list of
+// gateways (YAML is converted to JSON first, so both obey the same field
+// names and refuse the same unknown fields). Secrets come from the
+// environment variables that credentials name, through getenv. Every error
+// names the entry (by its name, or its position when it has none) and the
+// field at fault.
+func LoadGatewaysFile(path string, getenv func(string) string) ([]Gateway, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read gateways file: %w", err)
+	}
+	return ParseGateways(raw, getenv)
+}
+
+// ParseGateways is LoadGatewaysFile on the file's contents.
+func ParseGateways(raw []byte, getenv func(string) string) ([]Gateway, error) {
+	data, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return nil, fmt.Errorf("gateways file is neither JSON nor YAML: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var entries []json.RawMessage
+	if err := dec.Decode(&entries); err != nil {
+		return nil, fmt.Errorf("gateways file: want a list of gateways: %w", err)
+	}
+	if len(entries) == 0 {
+		return nil, errors.New("gateways file: the list is empty")
+	}
+	out := make([]Gateway, 0, len(entries))
+	seen := map[string]int{}
+	var errs []error
+	for i, raw := range entries {
+		g, err := parseEntry(raw, getenv)
+		where := fmt.Sprintf("gateway #%d", i+1)
+		if g.Name != "" {
+			where = fmt.Sprintf("gateway %q", g.Name)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			continue
+		}
+		if first, dup := seen[g.Name]; dup {
+			errs = append(errs, fmt.Errorf("%s: name: already used by gateway #%d", where, first+1))
+			continue
+		}
+		seen[g.Name] = i
+		out = append(out, g)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// parseEntry decodes and checks one entry. The returned Gateway carries
+// the name even on error, so that the message can name the entry.
+func parseEntry(raw json.RawMessage, getenv func(string) string) (Gateway, error) {
+	var e gatewayEntry
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		// Name the entry if its name at least decodes.
+		var named struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(raw, &named)
+		return Gateway{Name: named.Name}, fieldError(err)
+	}
+	g := Gateway{Name: e.Name, Kind: e.Kind, BaseURL: e.BaseURL, CommissionBPS: e.CommissionBPS,
+		Currencies: e.Currencies, Credentials: e.Credentials}
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if !validName(e.Name) {
+		bad("name", "want 1..64 letters, digits, '-' or '_' (what subscriptions give as payment_method.gateway)")
+	}
+	if e.Kind == "" {
+		bad("kind", "required")
+	}
+	if e.BaseURL != "" {
+		if u, err := url.Parse(e.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("base_url", "want an absolute http or https URL, got %q", e.BaseURL)
+		}
+	}
+	switch {
+	case e.Priority == nil:
+		bad("priority", "required: an integer of at least 1 (lower is preferred among equally cheap gateways)")
+	case *e.Priority < 1:
+		bad("priority", "want an integer of at least 1, got %d", *e.Priority)
+	default:
+		g.Priority = *e.Priority
+	}
+	if len(e.Currencies) == 0 {
+		bad("currencies", "required: the ISO 4217 codes the gateway takes, e.g. [\"RUB\"]")
+	}
+	for i, c := range e.Currencies {
+		if _, ok := validate.Currency(c); !ok {
+			bad(fmt.Sprintf("currencies[%d]", i), "%q is not an ISO 4217 currency code in upper case", c)
+		} else if slices.Index(e.Currencies, c) != i {
+			bad(fmt.Sprintf("currencies[%d]", i), "%q is listed twice", c)
+		}
+	}
+	if len(e.CommissionBPS) == 0 {
+		bad("commission_bps", "required: basis points by currency, \"*\" for the rest, e.g. {\"RUB\": 250}")
+	}
+	for _, c := range sortedKeys(e.CommissionBPS) {
+		bps := e.CommissionBPS[c]
+		switch {
+		case c != "*" && !slices.Contains(e.Currencies, c):
+			bad("commission_bps."+c, "not one of the gateway's currencies (or \"*\")")
+		case bps < 0 || bps > MaxCommissionBPS:
+			bad("commission_bps."+c, "want basis points between 0 and %d, got %d", MaxCommissionBPS, bps)
+		}
+	}
+	for _, c := range e.Currencies {
+		if _, ok := g.commission(c); !ok && len(e.CommissionBPS) > 0 {
+			bad("commission_bps", "no commission for %s: give it one or a \"*\" entry", c)
+		}
+	}
+	var err error
+	if g.HoldLifetime, err = positiveDuration(e.HoldLifetime); err != nil {
+		bad("hold_lifetime", "%v", err)
+	}
+	if g.Timeout, err = positiveDuration(e.Timeout); err != nil {
+		bad("timeout", "%v", err)
+	}
+	g.Secrets = map[string]string{}
+	for _, name := range sortedKeys(e.Credentials) {
+		env := e.Credentials[name]
+		switch value := getenv(env); {
+		case env == "":
+			bad("credentials."+name, "want the name of the environment variable that holds it")
+		case value == "":
+			bad("credentials."+name, "environment variable %s is not set or empty", env)
+		default:
+			g.Secrets[name] = value
+		}
+	}
+	return g, errors.Join(errs...)
+}
+
+// fieldError turns encoding/json's messages into ones that name the field.
+func fieldError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		return fmt.Errorf("%s: want %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value)
+	}
+	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return fmt.Errorf("%s: unknown field", strings.Trim(field, `"`))
+	}
+	return err
+}
+
+// positiveDuration parses an optional Go duration ("96h", "10s"); empty is
+// zero (the default applies).
+func positiveDuration(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("want a positive duration such as 96h or 10s, got %q", v)
+	}
+	return d, nil
+}
+
+func validName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// simShorthand turns REBILL_GATEWAYS's name=URL pairs into simulated
+// gateways, in the order listed: priority by position, no commission, any
+// currency.
+func simShorthand(pairs [][2]string) []Gateway {
+	out := make([]Gateway, len(pairs))
+	for i, p := range pairs {
+		out[i] = Gateway{Name: p[0], Kind: "sim", BaseURL: p[1], Priority: i + 1, CommissionBPS: map[string]int64{"*": 0}}
+	}
+	return out
+}
+
+// DevGateways are dev mode's simulated gateways sim1..sim5, at API.md's
+// commissions (1.5, 1.8, 2.0, 2.5, 3.0 %) and priorities, taking any
+// currency, with a card hold that lasts 7 days as at YooKassa and T-Bank.
+// Their URLs are known once the simulator runs.
+func DevGateways(baseURL string) []Gateway {
+	bps := []int64{150, 180, 200, 250, 300}
+	out := make([]Gateway, len(bps))
+	for i, b := range bps {
+		name := fmt.Sprintf("sim%d", i+1)
+		out[i] = Gateway{Name: name, Kind: "sim", BaseURL: baseURL + "/" + name, Priority: i + 1,
+			CommissionBPS: map[string]int64{"*": b}, HoldLifetime: 7 * 24 * time.Hour}
+	}
+	return out
+}
