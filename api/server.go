@@ -86,6 +86,9 @@ type Deps struct {
 	// Webhooks are the webhook endpoints' use cases (admin changes them,
 	// support and admin read them).
 	Webhooks *notify.Webhooks
+	// RiverUI is River's job console, served under /riverui/ to staff
+	// (see riverUI); nil leaves the path out.
+	RiverUI http.Handler
 }
 
 // Server is the HTTP handler of rebill.
@@ -134,6 +137,10 @@ func (s *Server) routes() *chi.Mux {
 			},
 			InternalFailed: func(w http.ResponseWriter) { writeProblem(w, problemInternal) },
 		}, s.Logger)
+
+	if s.RiverUI != nil {
+		r.Handle("/riverui/*", s.riverUI(s.RiverUI))
+	}
 
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate, idem)

@@ -166,12 +166,19 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 			}
 		}
 	}
+	ui, stopUI, err := startRiverUI(ctx, client, log)
+	if err != nil {
+		svc.Close()
+		return nil, err
+	}
+	svc.closers = append(svc.closers, stopUI)
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, Attempts: pipeline,
 		KnownGateway: breakers.Known, Clock: svc.Clock}
 	svc.Handler = api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: breakers.Known, Dev: dev, Logger: log,
 		Webhooks: &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
+		RiverUI:  ui,
 	})
 	return svc, nil
 }
