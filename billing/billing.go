@@ -27,6 +27,7 @@ import (
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/velocity"
 )
 
 // ErrForbidden: the caller may not act for that customer (a customer key
@@ -64,6 +65,8 @@ type Service struct {
 	// KnownGateway tells whether a payment method may name a gateway.
 	KnownGateway func(name string) bool
 	Clock        clock.Clock
+	// Velocity limits customer keys (nil: no limits).
+	Velocity *velocity.Limiter
 }
 
 func (s *Service) outcomes() scheduler.Outcomes {

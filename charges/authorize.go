@@ -17,6 +17,9 @@ import (
 func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs]) error {
 	s := newStep("authorize", job, job.Args.ChargeID, job.Args.Attempt)
 	defer metrics.TimeStage(s.stage)()
+	if held, err := p.heldForDeclines(ctx, s); held || err != nil {
+		return err
+	}
 	c, g, err := p.begin(ctx, s, []Status{Scheduled, Authorizing}, Authorizing)
 	if errors.Is(err, ErrStale) {
 		return p.authorizeNotWanted(ctx, s)
@@ -93,6 +96,9 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Status, code string, hard bool, now time.Time) error {
 	sub, err := p.Subscriptions.Lock(ctx, tx, c.SubscriptionID)
 	if err != nil {
+		return err
+	}
+	if err := p.countDecline(ctx, tx, c); err != nil {
 		return err
 	}
 	current, err := Get(ctx, tx, c.ID)

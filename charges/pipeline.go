@@ -69,6 +69,9 @@ type Pipeline struct {
 	// creation); past it the charge goes to review.
 	UnavailableFor time.Duration
 	Logger         zerolog.Logger
+	// Declines holds subscription charges for review once their customer
+	// reached the declines-per-day limit (nil: no limit).
+	Declines DeclineLimit
 }
 
 // stageRun is one run of a pipeline stage's job: the charge it works on

@@ -17,11 +17,11 @@ const module = "github.com/rebill/rebill/"
 // subscriptions and charges; domain packages never import the HTTP layer,
 // and subscriptions and charges know nothing of each other's tables.
 var allowedImports = map[string][]string{
-	"api":                  {"api/idempotency", "apikeys", "billing", "charges", "charges/gateway/sim", "notify", "notify/objects", "subscriptions", "subscriptions/period"},
+	"api":                  {"api/idempotency", "apikeys", "billing", "charges", "charges/gateway/sim", "notify", "notify/objects", "subscriptions", "subscriptions/period", "velocity"},
 	"api/idempotency":      nil,
 	"api/openapitest":      nil,
 	"apikeys":              {"subscriptions"},
-	"billing":              {"charges", "notify", "scheduler", "subscriptions"},
+	"billing":              {"charges", "notify", "scheduler", "subscriptions", "velocity"},
 	"scheduler":            {"charges", "subscriptions", "subscriptions/period"},
 	"subscriptions":        {"subscriptions/period"},
 	"subscriptions/period": nil,
@@ -32,6 +32,7 @@ var allowedImports = map[string][]string{
 	"notify":               {"charges", "notify/objects", "subscriptions"},
 	"notify/objects":       {"charges", "subscriptions"},
 	"cmd/rebill":           {"internal/app"},
+	"velocity":             nil,
 }
 
 type listedPackage struct {

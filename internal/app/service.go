@@ -102,6 +102,8 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	pipeline := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock},
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
 		UnavailableFor: cfg.UnavailableFor, Logger: log.With().Str("component", "charges").Logger()}
+	limiter := newLimiter(cfg, svc.Clock)
+	pipeline.Declines = declineLimit{limiter: limiter, pool: pool}
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, Logger: log.With().Str("component", "scheduler").Logger()}
@@ -173,7 +175,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	}
 	svc.closers = append(svc.closers, stopUI)
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, Attempts: pipeline,
-		KnownGateway: breakers.Known, Clock: svc.Clock}
+		KnownGateway: breakers.Known, Clock: svc.Clock, Velocity: limiter}
 	svc.Handler = api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: breakers.Known, Dev: dev, Logger: log,
