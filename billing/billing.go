@@ -27,6 +27,7 @@ import (
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/vault"
 	"github.com/rebill/rebill/velocity"
 )
 
@@ -67,6 +68,9 @@ type Service struct {
 	Clock        clock.Clock
 	// Velocity limits customer keys (nil: no limits).
 	Velocity *velocity.Limiter
+	// Tokens keeps payment tokens at rest (nil: tokens are stored as
+	// given, as in tests of other matters).
+	Tokens *vault.Vault
 }
 
 func (s *Service) outcomes() scheduler.Outcomes {

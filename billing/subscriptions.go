@@ -26,6 +26,10 @@ func (s *Service) CreateSubscription(ctx context.Context, tx pgx.Tx, caller Call
 	if err := s.limit(ctx, tx, caller, velocity.Creations); err != nil {
 		return subscriptions.Subscription{}, err
 	}
+	var err error
+	if n.PaymentMethod, err = s.seal(ctx, tx, n.PaymentMethod); err != nil {
+		return subscriptions.Subscription{}, err
+	}
 	sub, err := s.Subscriptions.Create(ctx, tx, n, caller.Actor)
 	if err != nil {
 		return subscriptions.Subscription{}, err
@@ -145,6 +149,9 @@ func (s *Service) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller Cal
 		if err := charges.NotOwedSince(ctx, tx, id, *before.UnpaidSince, s.Clock.Now()); err != nil {
 			return subscriptions.Subscription{}, err
 		}
+	}
+	if pm, err = s.seal(ctx, tx, pm); err != nil {
+		return subscriptions.Subscription{}, err
 	}
 	sub, changed, err := s.Subscriptions.ChangePaymentMethod(ctx, tx, id, pm, caller.Actor)
 	if err != nil {

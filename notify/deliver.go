@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+
+	"github.com/rebill/rebill/internal/secrets"
 )
 
 // Delivery limits (API.md).
@@ -36,7 +38,7 @@ const (
 type DeliverWorker struct {
 	river.WorkerDefaults[DeliverArgs]
 	Pool      *pgxpool.Pool
-	Keys      *Keyring
+	Keys      *secrets.Keyring
 	Policy    URLPolicy
 	RetryBase time.Duration // first retry after about this (REBILL_WEBHOOK_RETRY_BASE)
 	Now       func() time.Time
@@ -79,7 +81,7 @@ func (w *DeliverWorker) release(id uuid.UUID) {
 
 // NewDeliverWorker returns a worker whose HTTP client dials through the
 // URL policy, follows no redirect and gives up after DeliveryTimeout.
-func NewDeliverWorker(pool *pgxpool.Pool, keys *Keyring, policy URLPolicy, retryBase time.Duration) *DeliverWorker {
+func NewDeliverWorker(pool *pgxpool.Pool, keys *secrets.Keyring, policy URLPolicy, retryBase time.Duration) *DeliverWorker {
 	transport := &http.Transport{
 		Proxy:                 nil, // a proxy would dial for us, past the address check
 		DialContext:           policy.Dialer().DialContext,

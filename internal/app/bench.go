@@ -19,6 +19,7 @@ import (
 	"github.com/rebill/rebill/internal/bench"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/notify"
 )
 
@@ -84,7 +85,7 @@ func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n,
 	cfg.RetryBase, cfg.RetryMax = 100*time.Millisecond, time.Second
 	cfg.FetchCooldown, cfg.FetchPollInterval = 2*time.Millisecond, 50*time.Millisecond
 	if cfg.EncryptionKey == nil { // the bench database is thrown away
-		if cfg.EncryptionKey, err = notify.ParseKey(notify.NewKey()); err != nil {
+		if cfg.EncryptionKey, err = secrets.ParseKey(secrets.NewKey()); err != nil {
 			return bench.BillingResult{}, err
 		}
 	}
@@ -97,7 +98,7 @@ func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n,
 		}))
 		defer receiver.Close()
 		cfg.WebhookAllowPrivate = true
-		keys, err := notify.NewKeyring(cfg.EncryptionKey)
+		keys, err := secrets.NewKeyring(cfg.EncryptionKey)
 		if err != nil {
 			return bench.BillingResult{}, err
 		}

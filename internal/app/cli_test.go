@@ -49,6 +49,7 @@ func TestHelpOnEveryCommandDoesNothingElse(t *testing.T) {
 		{"apikey", "--help"}, {"apikey", "create", "--help"}, {"apikey", "create", "--role", "admin", "-h"},
 		{"gatewaysim", "--help"},
 		{"bench", "--help"},
+		{"secrets", "--help"}, {"secrets", "rotate", "--help"},
 		{"version", "--help"},
 		{"--help"}, {"help"},
 	} {

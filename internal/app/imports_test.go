@@ -21,7 +21,7 @@ var allowedImports = map[string][]string{
 	"api/idempotency":      nil,
 	"api/openapitest":      nil,
 	"apikeys":              {"subscriptions"},
-	"billing":              {"charges", "notify", "scheduler", "subscriptions", "velocity"},
+	"billing":              {"charges", "notify", "scheduler", "subscriptions", "vault", "velocity"},
 	"scheduler":            {"charges", "subscriptions", "subscriptions/period"},
 	"subscriptions":        {"subscriptions/period"},
 	"subscriptions/period": nil,
@@ -33,6 +33,7 @@ var allowedImports = map[string][]string{
 	"notify/objects":       {"charges", "subscriptions"},
 	"cmd/rebill":           {"internal/app"},
 	"velocity":             nil,
+	"vault":                {"charges/gateway"},
 }
 
 type listedPackage struct {

@@ -2,8 +2,6 @@ package app
 
 import (
 	"context"
-	"crypto/rand"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -26,6 +24,7 @@ import (
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/vault"
 )
 
 // Service is one rebill node over a migrated database: the HTTP handler
@@ -84,9 +83,15 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		dev = &api.Dev{Clock: manual, Gateways: sim.NewStore(pool)}
 		log.Warn().Msg("dev mode: manual clock, /v1/dev/* endpoints and simulated gateways sim1..sim5")
 	}
+	keys, err := keyring(cfg, log)
+	if err != nil {
+		svc.Close()
+		return nil, err
+	}
+	tokens := &vault.Vault{Pool: pool, Keys: keys}
 	var gateways []gateway.Gateway
 	for name, url := range gatewayURLs {
-		gateways = append(gateways, sim.NewClient(name, url, sim.ClientOptions{Timeout: cfg.GatewayTimeout}))
+		gateways = append(gateways, tokens.Gateway(sim.NewClient(name, url, sim.ClientOptions{Timeout: cfg.GatewayTimeout})))
 	}
 	breaker := charges.DefaultBreaker
 	breaker.OpenFor = cfg.BreakerOpenFor
@@ -111,19 +116,6 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		BatchSize: cfg.ScanBatch}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
 
-	key := cfg.EncryptionKey
-	if key == nil {
-		if !cfg.Dev {
-			return nil, errors.New("REBILL_ENCRYPTION_KEY is required outside dev mode (openssl rand -base64 32): it encrypts webhook secrets")
-		}
-		key = make([]byte, notify.KeySize)
-		_, _ = rand.Read(key)
-		log.Warn().Msg("dev mode without REBILL_ENCRYPTION_KEY: webhook secrets are encrypted under a key of this process only")
-	}
-	keys, err := notify.NewKeyring(key)
-	if err != nil {
-		return nil, err
-	}
 	policy := notify.URLPolicy{AllowPrivate: cfg.Dev || cfg.WebhookAllowPrivate}
 
 	workers := river.NewWorkers()
@@ -132,6 +124,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	river.AddWorker(workers, deliver)
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
+	river.AddWorker(workers, resealWorker(pool, tokens))
 	charges.Register(workers, pipeline)
 
 	jobTimeout := charges.JobTimeout(cfg.GatewayTimeout)
@@ -175,7 +168,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	}
 	svc.closers = append(svc.closers, stopUI)
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, Attempts: pipeline,
-		KnownGateway: breakers.Known, Clock: svc.Clock, Velocity: limiter}
+		KnownGateway: breakers.Known, Clock: svc.Clock, Velocity: limiter, Tokens: tokens}
 	svc.Handler = api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: breakers.Known, Dev: dev, Logger: log,
@@ -228,6 +221,7 @@ func periodicJobs(cfg config.Config) []*river.PeriodicJob {
 		river.NewPeriodicJob(river.PeriodicInterval(10*time.Minute),
 			func() (river.JobArgs, *river.InsertOpts) { return idempotency.CleanupArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "idempotency_cleanup", RunOnStart: true}),
+		resealJob(),
 	}
 	if cfg.ScanInterval > 0 {
 		jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ScanInterval),

@@ -20,12 +20,8 @@ var (
 
 // Secrets at rest (package vault and notify's webhook secrets).
 var (
-	SecretsReencrypted = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "rebill_secrets_reencrypted_total",
+	SecretsResealed = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rebill_secrets_resealed_total",
 		Help: "Secrets sealed again under the current REBILL_ENCRYPTION_KEY, by kind (payment_token, webhook_secret, clear_token: a token found in clear and moved to the vault).",
-	}, []string{"kind"})
-	SecretsUnderOldKeys = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "rebill_secrets_under_old_keys",
-		Help: "Secrets not yet under the current key (or still in clear) after the last re-encryption run, by kind.",
 	}, []string{"kind"})
 )
