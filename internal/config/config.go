@@ -153,7 +153,7 @@ var variables = []variable{
 			c.DBMaxConns = n
 			return nil
 		}},
-	{"REBILL_ENCRYPTION_KEY", "", "32 bytes, base64 (openssl rand -base64 32): encrypts webhook secrets at rest; required outside dev mode, where it is generated into REBILL_DATA_DIR",
+	{"REBILL_ENCRYPTION_KEY", "", "32 bytes, base64 (openssl rand -base64 32): encrypts payment tokens and webhook secrets at rest; required outside dev mode, where it is generated into REBILL_DATA_DIR",
 		func(c *Config, v string) (err error) { c.EncryptionKey, err = notifyKey(v); return }},
 	{"REBILL_WEBHOOK_RETRY_BASE", "5s", "first webhook retry after about this, then 5x longer each time up to 1h, for 3 days",
 		durationInto(func(c *Config) *time.Duration { return &c.WebhookRetryBase })},
