@@ -12,9 +12,9 @@ import (
 	"github.com/rebill/rebill/internal/metrics"
 )
 
-// clearToken matches pm_token values that are no reference: tokens in
-// clear. The partial indexes of migration 00007 use the same predicate, so
-// finding them reads only such rows.
+// clearToken matches pm_token values that are no reference (refPattern):
+// tokens in clear. The partial indexes of migration 00007 use the same
+// predicate, so finding them reads only such rows.
 const clearToken = `pm_token !~ '^ptok_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'`
 
 // ResealTokens seals again, under the current key, up to limit tokens

@@ -24,7 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"regexp"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -54,11 +54,12 @@ type Vault struct {
 	Keys *secrets.Keyring
 }
 
+// refPattern is a reference exactly as Seal writes it (the canonical
+// UUID form); clearToken in SQL is its negation.
+var refPattern = regexp.MustCompile(`^ptok_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
 // IsRef reports whether v is a vault reference rather than a token.
-func IsRef(v string) bool {
-	_, err := uuid.Parse(strings.TrimPrefix(v, refPrefix))
-	return strings.HasPrefix(v, refPrefix) && err == nil
-}
+func IsRef(v string) bool { return refPattern.MatchString(v) }
 
 // aad binds a ciphertext to its row: one copied to another row (another
 // card's reference) does not open.

@@ -247,3 +247,17 @@ func TestGatewayGetsTheToken(t *testing.T) {
 	require.Equal(t, []string{"tok_ok_for_the_gateway", "tok_still_clear"}, inner.tokens, "nothing is sent for a token that cannot be opened")
 	require.False(t, strings.HasPrefix(inner.tokens[0], "ptok_"))
 }
+
+func TestIsRef(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{
+		"ptok_0190a4b2-1c3d-7e4f-8a9b-0c1d2e3f4a5b":   true,
+		"ptok_0190A4B2-1C3D-7E4F-8A9B-0C1D2E3F4A5B":   false, // not as Seal writes it: a token
+		"ptok_{0190a4b2-1c3d-7e4f-8a9b-0c1d2e3f4a5b}": false,
+		"ptok_0190a4b21c3d7e4f8a9b0c1d2e3f4a5b":       false,
+		"tok_ok":                                      false,
+		"":                                            false,
+	} {
+		require.Equal(t, want, vault.IsRef(v), v)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/vault"
 )
 
 // benchCommand runs `rebill bench`: see package bench. Without DATABASE_URL
@@ -118,6 +119,11 @@ func benchBilling(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, n,
 
 	due := time.Now()
 	if err := bench.InsertSubscriptions(ctx, pool, n, due); err != nil {
+		return bench.BillingResult{}, err
+	}
+	// The seeded rows hold their token in clear: seal it now, not in the
+	// secrets_reseal job that River's start would run during the timing.
+	if _, err := vault.RunSteps(ctx, svc.reseal, resealBatch); err != nil {
 		return bench.BillingResult{}, err
 	}
 

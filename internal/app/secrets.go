@@ -50,10 +50,6 @@ func resealSteps(pool *pgxpool.Pool, tokens *vault.Vault) []vault.Step {
 	}
 }
 
-func resealWorker(pool *pgxpool.Pool, tokens *vault.Vault) *vault.ResealWorker {
-	return &vault.ResealWorker{Steps: resealSteps(pool, tokens), Batch: resealBatch}
-}
-
 // resealJob runs on every new leader (a restart with a new key starts the
 // rotation at once) and hourly.
 func resealJob() *river.PeriodicJob {

@@ -35,6 +35,8 @@ type Service struct {
 	Biller  *scheduler.Biller
 	Clock   clock.Clock
 	closers []func()
+	// reseal seals every secret under the current key (job secrets_reseal).
+	reseal []vault.Step
 }
 
 // Close releases what Build started besides River (the in-process
@@ -124,7 +126,8 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	river.AddWorker(workers, deliver)
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
-	river.AddWorker(workers, resealWorker(pool, tokens))
+	svc.reseal = resealSteps(pool, tokens)
+	river.AddWorker(workers, &vault.ResealWorker{Steps: svc.reseal, Batch: resealBatch})
 	charges.Register(workers, pipeline)
 
 	jobTimeout := charges.JobTimeout(cfg.GatewayTimeout)
