@@ -17,14 +17,14 @@ import (
 func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs]) error {
 	s := newStep("authorize", job, job.Args.ChargeID, job.Args.Attempt)
 	defer metrics.TimeStage(s.stage)()
-	if held, err := p.heldForDeclines(ctx, s); held || err != nil {
-		return err
-	}
 	c, g, err := p.begin(ctx, s, []Status{Scheduled, Authorizing}, Authorizing)
 	if errors.Is(err, ErrStale) {
 		return p.authorizeNotWanted(ctx, s)
 	}
 	if g == nil {
+		return err
+	}
+	if held, err := p.heldForDeclines(ctx, s, c); held || err != nil {
 		return err
 	}
 	res, err := p.call(ctx, c, gateway.OpAuthorize, func(ctx context.Context) (gateway.Result, error) {

@@ -2,7 +2,6 @@ package charges
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -36,23 +35,16 @@ func (p *Pipeline) countDecline(ctx context.Context, tx pgx.Tx, c Charge) error 
 // declines limit.
 const reasonDeclineLimit = "velocity limit: the customer reached the declined charges allowed per day; POST /v1/charges/{id}/retry sends it to the gateway"
 
-// heldForDeclines sends an authorize step to review instead of the gateway
-// when its customer reached the declines limit, and reports whether it
-// did. Only a new charge's first attempt, still scheduled, is held: no
-// authorize of it was ever sent, so review need not look for a hold; and
+// heldForDeclines sends a new charge to review instead of the gateway,
+// right before its authorize would be sent, when its customer reached the
+// declines limit, and reports whether it did. Only the first run of a
+// charge's first attempt is held: nothing of it was ever sent (a rerun
+// may have sent it, and goes on), so review need not look for a hold; and
 // later attempts (dunning, a new card, a person's retry from review) go
-// on, so that a retry approves the charge. Anything else is left for
-// begin to judge.
-func (p *Pipeline) heldForDeclines(ctx context.Context, s stageRun) (bool, error) {
-	if p.Declines == nil {
+// on, so that a retry approves the charge.
+func (p *Pipeline) heldForDeclines(ctx context.Context, s stageRun, c Charge) (bool, error) {
+	if p.Declines == nil || s.run != 1 || c.AttemptCount != 1 || c.Status != Authorizing {
 		return false, nil
-	}
-	c, err := Get(ctx, p.Pool, s.chargeID)
-	if errors.Is(err, ErrNotFound) || (err == nil && (c.Status != Scheduled || c.AttemptCount != s.attempt || c.AttemptCount != 1 || c.VoidRequested)) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
 	}
 	reached, err := p.Declines.Reached(ctx, c.CustomerID)
 	if err != nil || !reached {
@@ -60,5 +52,13 @@ func (p *Pipeline) heldForDeclines(ctx context.Context, s stageRun) (bool, error
 	}
 	metrics.VelocityReviewed.Inc()
 	metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
-	return true, p.review(ctx, s, c, reasonDeclineLimit)
+	now := p.Clock.Now()
+	return true, p.record(ctx, s, func(tx pgx.Tx) error {
+		next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorizing}, RequiresReview, now,
+			`review_reason = $1`, reasonDeclineLimit)
+		if err == nil {
+			p.transitioned(next, reasonDeclineLimit)
+		}
+		return err
+	})
 }
