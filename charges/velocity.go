@@ -50,7 +50,7 @@ func (p *Pipeline) heldForDeclines(ctx context.Context, s stageRun, c Charge) (b
 	if err != nil || !reached {
 		return false, err
 	}
-	metrics.VelocityReviewed.Inc()
+	metrics.VelocityLimited.WithLabelValues("declines").Inc()
 	metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
 	now := p.Clock.Now()
 	return true, p.record(ctx, s, func(tx pgx.Tx) error {

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/internal/metrics"
 )
 
 // callAs sends a request with key to node n under idempotencyKey (POSTs)
@@ -69,6 +72,7 @@ func TestVelocityLimitsCreationsAcrossNodes(t *testing.T) {
 	}
 	require.Equal(t, 4, created)
 	require.Len(t, limited, 6)
+	require.GreaterOrEqual(t, testutil.ToFloat64(metrics.VelocityLimited.WithLabelValues("creations")), 6.0)
 	require.Equal(t, 4, b.customerSubscriptions(t, "cust-e2e"))
 
 	now := b.clockNow(t)
@@ -135,6 +139,7 @@ func TestVelocityDeclinesSendNewChargesToReview(t *testing.T) {
 	held := b.createSubscription(t, "tok_ok", "month")
 	cs := b.waitCharges(t, held, 1, "requires_review")
 	require.Contains(t, cs[0]["review_reason"], "velocity limit")
+	require.GreaterOrEqual(t, testutil.ToFloat64(metrics.VelocityLimited.WithLabelValues("declines")), 1.0)
 	key := held + ":" + cs[0]["period_key"].(string)
 	require.Empty(t, opsFor(b.ledger(t, "sim1"), key), "the held charge never reached the gateway")
 

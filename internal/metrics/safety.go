@@ -5,18 +5,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// Velocity limits (package velocity), by limit: creations,
-// payment_method_changes, declines.
-var (
-	VelocityLimited = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "rebill_velocity_limited_total",
-		Help: "Requests refused with 429 velocity-limit, by limit (creations, payment_method_changes).",
-	}, []string{"limit"})
-	VelocityReviewed = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "rebill_velocity_declines_reviewed_total",
-		Help: "Subscription charges sent to review instead of the gateway because their customer reached the declines-per-day limit.",
-	})
-)
+// Velocity limits (package velocity), by limit.
+var VelocityLimited = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "rebill_velocity_limited_total",
+	Help: "What velocity limits stopped, by limit: requests refused with 429 (creations, payment_method_changes) and new charges sent to review instead of the gateway (declines).",
+}, []string{"limit"})
 
 // Secrets at rest (package vault and notify's webhook secrets).
 var (
