@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -100,4 +101,30 @@ func TestSecretsRotateCommand(t *testing.T) {
 	b.advance(t, "744h")
 	b.waitCharges(t, sub, 2, "succeeded")
 	b.waitCharges(t, legacy, 2, "succeeded")
+}
+
+// A restart with a new key (the old one kept for reading) rotates by
+// itself: the new leader runs the secrets_reseal job on start.
+func TestNewKeyIsRolledOutOnStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	b.call(t, http.MethodPost, "/v1/webhook-endpoints", map[string]any{"url": "http://127.0.0.1:9/hooks", "events": []string{"*"}})
+	sub := b.createSubscription(t, "tok_ok_restart", "month")
+	b.waitCharges(t, sub, 1, "succeeded")
+	require.NoError(t, b.nodes[0].svc.River.Stop(t.Context()))
+
+	raw := make([]byte, secrets.KeySize)
+	_, err := rand.Read(raw)
+	require.NoError(t, err)
+	b.nodes = []*node{startNode(t, b.pool, map[string]string{
+		"REBILL_ENCRYPTION_KEY": base64.StdEncoding.EncodeToString(raw), "REBILL_ENCRYPTION_OLD_KEYS": testEncryptionKey})}
+	newID := secrets.KeyID(raw)
+	require.Eventually(t, func() bool {
+		var old int
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM payment_tokens WHERE key_id <> $1)
+			+ (SELECT count(*) FROM webhook_endpoints WHERE NOT starts_with(secret, $1 || ':'))`, newID).Scan(&old))
+		return old == 0
+	}, 60*time.Second, 100*time.Millisecond)
+	b.advance(t, "744h")
+	b.waitCharges(t, sub, 2, "succeeded")
 }
