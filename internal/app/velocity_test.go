@@ -154,8 +154,11 @@ func TestVelocityDeclinesSendNewChargesToReview(t *testing.T) {
 	b.waitCharges(t, held, 1, "succeeded")
 	require.Equal(t, map[string]int{"authorize:succeeded": 1, "capture:succeeded": 1}, opsFor(b.ledger(t, "sim1"), key))
 
-	// The next UTC day counts afresh.
-	b.advance(t, "24h")
+	// The next UTC day counts afresh (just past midnight: the dunning
+	// attempts of the declined charges, a day after them, would decline
+	// again and count in the new day).
+	now := b.clockNow(t)
+	b.advance(t, now.Truncate(24*time.Hour).Add(24*time.Hour+time.Second).Sub(now).String())
 	fresh := b.createSubscription(t, "tok_ok", "month")
 	b.waitCharges(t, fresh, 1, "succeeded")
 }
