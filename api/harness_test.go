@@ -27,6 +27,7 @@ import (
 	"github.com/rebill/rebill/subscriptions"
 
 	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/internal/testsupport"
 )
 
@@ -74,7 +75,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 		dev = o.dev(t, pool)
 	}
 	known := func(name string) bool { return name == "sim1" || name == "sim2" }
-	keys, err := notify.NewKeyring(testEncryptionKey)
+	keys, err := secrets.NewKeyring(testEncryptionKey)
 	require.NoError(t, err)
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk}
 	srv := api.NewServer(api.Deps{

@@ -19,6 +19,7 @@ import (
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/velocity"
 )
 
 // problemBase prefixes every problem type URI.
@@ -101,6 +102,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		chargeTransition *charges.TransitionError
 		// enrollments' and bills' forbidden changes
 		enrollmentTransition *enrollments.TransitionError
+		velocityExceeded *velocity.ExceededError
 	)
 	switch {
 	case errors.As(err, &fields):
@@ -135,6 +137,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", err.Error()))
 	case errors.Is(err, charges.ErrRetryRefused):
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", err.Error()))
+	case errors.As(err, &velocityExceeded):
+		writeVelocityProblem(w, velocityExceeded)
 	case errors.Is(err, charges.ErrGatewayUnreachable):
 		w.Header().Set("Retry-After", "5")
 		writeProblem(w, newProblem(http.StatusServiceUnavailable, "gateway-unavailable", "Gateway unavailable",

@@ -105,6 +105,9 @@ type Deps struct {
 	// Reconciliation and Reports are the operators' reads (support, admin).
 	Reconciliation Reconciliation
 	Reports        Reports
+	// RiverUI is River's job console, served under /riverui/ to staff
+	// (see riverUI); nil leaves the path out.
+	RiverUI http.Handler
 }
 
 // Server is the HTTP handler of rebill.
@@ -155,6 +158,10 @@ func (s *Server) routes() *chi.Mux {
 			},
 			InternalFailed: func(w http.ResponseWriter) { writeProblem(w, problemInternal) },
 		}, s.Logger)
+
+	if s.RiverUI != nil {
+		r.Handle("/riverui/*", s.riverUI(s.RiverUI))
+	}
 
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate, idem)

@@ -65,16 +65,17 @@ func (a *Autopay) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID) (enrollme
 
 // ChangePaymentMethod gives the enrollment a new card (or the same: the
 // customer's "try again"); its bills that wait on a declined or failed
-// charge and may still be paid are retried at once with it.
-func (a *Autopay) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUID, pm subscriptions.PaymentMethod) (enrollments.Enrollment, error) {
-	e, _, err := a.Enrollments.ChangePaymentMethod(ctx, tx, id, pm)
+// charge and may still be paid are retried at once with it. changed
+// reports whether the card differs from the one it had.
+func (a *Autopay) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUID, pm subscriptions.PaymentMethod) (enrollments.Enrollment, bool, error) {
+	e, changed, err := a.Enrollments.ChangePaymentMethod(ctx, tx, id, pm)
 	if err != nil {
-		return e, err
+		return e, changed, err
 	}
 	now := a.Clock.Now()
 	payable, err := a.Enrollments.Payable(ctx, tx, id, now)
 	if err != nil {
-		return e, err
+		return e, changed, err
 	}
 	chargeIDs := make([]uuid.UUID, 0, len(payable))
 	for _, b := range payable {
@@ -82,20 +83,20 @@ func (a *Autopay) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UU
 	}
 	retried, err := charges.EnrollmentPaymentMethodChanged(ctx, tx, id, chargeIDs, pm.Gateway, pm.Token, now)
 	if err != nil {
-		return e, err
+		return e, changed, err
 	}
 	for _, c := range retried {
 		b, err := a.Enrollments.BillByCharge(ctx, tx, c.ID)
 		if err != nil {
-			return e, err
+			return e, changed, err
 		}
 		if b.Status == enrollments.BillFailed {
 			if _, err := a.Enrollments.Charging(ctx, tx, b.ID, c.ID); err != nil {
-				return e, err
+				return e, changed, err
 			}
 		}
 	}
-	return e, a.enqueue(ctx, tx, retried)
+	return e, changed, a.enqueue(ctx, tx, retried)
 }
 
 // Confirm records the customer's consent to a bill above max_amount and

@@ -30,6 +30,8 @@ import (
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/vault"
+	"github.com/rebill/rebill/velocity"
 )
 
 // ErrForbidden: the caller may not act for that customer (a customer key
@@ -72,6 +74,11 @@ type Service struct {
 	Enrollments  *enrollments.Store
 	Autopay      *autopay.Autopay
 	BillOutcomes charges.Subscriptions
+	// Velocity limits customer keys (nil: no limits).
+	Velocity *velocity.Limiter
+	// Tokens keeps payment tokens at rest (nil: tokens are stored as
+	// given, as in tests of other matters).
+	Tokens *vault.Vault
 }
 
 func (s *Service) outcomes() scheduler.Outcomes {

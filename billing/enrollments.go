@@ -9,6 +9,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/velocity"
 )
 
 // CreateEnrollment validates n and creates the enrollment. Returns
@@ -20,6 +21,13 @@ func (s *Service) CreateEnrollment(ctx context.Context, tx pgx.Tx, caller Caller
 	}
 	if !caller.canSee(n.CustomerID) {
 		return enrollments.Enrollment{}, ErrForbidden
+	}
+	if err := s.limit(ctx, tx, caller, velocity.Creations); err != nil {
+		return enrollments.Enrollment{}, err
+	}
+	var err error
+	if n.PaymentMethod, err = s.seal(ctx, tx, n.PaymentMethod); err != nil {
+		return enrollments.Enrollment{}, err
 	}
 	return s.Enrollments.Create(ctx, tx, n)
 }
@@ -90,7 +98,15 @@ func (s *Service) ChangeEnrollmentPaymentMethod(ctx context.Context, tx pgx.Tx, 
 	if _, err := s.visibleEnrollment(ctx, tx, caller, id); err != nil {
 		return enrollments.Enrollment{}, err
 	}
-	return s.Autopay.ChangePaymentMethod(ctx, tx, id, pm)
+	pm, err := s.seal(ctx, tx, pm)
+	if err != nil {
+		return enrollments.Enrollment{}, err
+	}
+	e, changed, err := s.Autopay.ChangePaymentMethod(ctx, tx, id, pm)
+	if err != nil || !changed { // the same card again is a retry, not a change
+		return e, err
+	}
+	return e, s.limit(ctx, tx, caller, velocity.PaymentMethodChanges)
 }
 
 // PushBill stores a bill an issuer sent for the enrollment (and charges it

@@ -9,18 +9,26 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/velocity"
 )
 
 // CreateSubscription validates n and creates the subscription; when its
 // first period is due at once, that period's charge is enqueued in tx too.
-// Returns validate.Errors, or ErrForbidden when a customer creates for
-// another customer.
+// Returns validate.Errors, ErrForbidden when a customer creates for
+// another customer, or a *velocity.ExceededError.
 func (s *Service) CreateSubscription(ctx context.Context, tx pgx.Tx, caller Caller, n subscriptions.New) (subscriptions.Subscription, error) {
 	if err := n.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
 		return subscriptions.Subscription{}, err
 	}
 	if !caller.canSee(n.CustomerID) {
 		return subscriptions.Subscription{}, ErrForbidden
+	}
+	if err := s.limit(ctx, tx, caller, velocity.Creations); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	var err error
+	if n.PaymentMethod, err = s.seal(ctx, tx, n.PaymentMethod); err != nil {
+		return subscriptions.Subscription{}, err
 	}
 	sub, err := s.Subscriptions.Create(ctx, tx, n, caller.Actor)
 	if err != nil {
@@ -127,7 +135,7 @@ func (s *Service) Cancel(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.
 // charges are retried becomes past due; a past-due one with nothing left
 // to collect becomes active. Returns validate.Errors, or an error wrapping
 // charges.ErrRetryRefused when card-network rules forbid trying the same
-// card again.
+// card again, or a *velocity.ExceededError for a customer key's change.
 func (s *Service) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, pm subscriptions.PaymentMethod) (subscriptions.Subscription, error) {
 	if err := pm.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
 		return subscriptions.Subscription{}, err
@@ -142,9 +150,17 @@ func (s *Service) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller Cal
 			return subscriptions.Subscription{}, err
 		}
 	}
-	sub, _, err := s.Subscriptions.ChangePaymentMethod(ctx, tx, id, pm, caller.Actor)
+	if pm, err = s.seal(ctx, tx, pm); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	sub, changed, err := s.Subscriptions.ChangePaymentMethod(ctx, tx, id, pm, caller.Actor)
 	if err != nil {
 		return subscriptions.Subscription{}, err
+	}
+	if changed { // the same card again is a retry, not a change
+		if err := s.limit(ctx, tx, caller, velocity.PaymentMethodChanges); err != nil {
+			return subscriptions.Subscription{}, err
+		}
 	}
 	retried, err := charges.PaymentMethodChanged(ctx, tx, sub.ID, sub.PaymentMethod.Gateway, sub.PaymentMethod.Token, s.Clock.Now())
 	if err != nil {

@@ -25,6 +25,9 @@ func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs])
 	if g == nil {
 		return err
 	}
+	if held, err := p.heldForDeclines(ctx, s, c); held || err != nil {
+		return err
+	}
 	res, err := p.call(ctx, c, gateway.OpAuthorize, func(ctx context.Context) (gateway.Result, error) {
 		return g.Authorize(ctx, p.request(c, gateway.OpAuthorize))
 	})
@@ -119,6 +122,9 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 	owner := p.owner(c)
 	sub, err := owner.Lock(ctx, tx, c.OwnerID())
 	if err != nil {
+		return err
+	}
+	if err := p.countDecline(ctx, tx, c); err != nil {
 		return err
 	}
 	current, err := Get(ctx, tx, c.ID)

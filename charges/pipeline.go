@@ -94,6 +94,9 @@ type Pipeline struct {
 	Logger        zerolog.Logger
 	// Tracer spans each gateway call; nil traces nothing.
 	Tracer trace.Tracer
+	// Declines holds subscription charges for review once their customer
+	// reached the declines-per-day limit (nil: no limit).
+	Declines DeclineLimit
 }
 
 // owner is who c's outcome is reported to: its subscription, or its

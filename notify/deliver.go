@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/internal/secrets"
 )
 
 // Delivery limits (API.md).
@@ -38,7 +39,7 @@ const (
 type DeliverWorker struct {
 	river.WorkerDefaults[DeliverArgs]
 	Pool      *pgxpool.Pool
-	Keys      *Keyring
+	Keys      *secrets.Keyring
 	Policy    URLPolicy
 	RetryBase time.Duration // first retry after about this (REBILL_WEBHOOK_RETRY_BASE)
 	Now       func() time.Time
@@ -81,7 +82,7 @@ func (w *DeliverWorker) release(id uuid.UUID) {
 
 // NewDeliverWorker returns a worker whose HTTP client dials through the
 // URL policy, follows no redirect and gives up after DeliveryTimeout.
-func NewDeliverWorker(pool *pgxpool.Pool, keys *Keyring, policy URLPolicy, retryBase time.Duration) *DeliverWorker {
+func NewDeliverWorker(pool *pgxpool.Pool, keys *secrets.Keyring, policy URLPolicy, retryBase time.Duration) *DeliverWorker {
 	transport := &http.Transport{
 		Proxy:                 nil, // a proxy would dial for us, past the address check
 		DialContext:           policy.Dialer().DialContext,

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/notify"
 )
@@ -37,7 +38,7 @@ func startDeliveries(t *testing.T, allowPrivate bool, tweak ...func(*notify.Deli
 	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
-	keys, err := notify.NewKeyring(testKey)
+	keys, err := secrets.NewKeyring(testKey)
 	require.NoError(t, err)
 	policy := notify.URLPolicy{AllowPrivate: allowPrivate}
 	workers := river.NewWorkers()
@@ -204,7 +205,7 @@ func TestDeliveryRefusesPrivateAddressAfterResolution(t *testing.T) {
 	t.Cleanup(srv.Close)
 	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
 	// Stored as if the name had resolved to a public address at creation.
-	keys, err := notify.NewKeyring(testKey)
+	keys, err := secrets.NewKeyring(testKey)
 	require.NoError(t, err)
 	id := uuid.New()
 	_, err = b.pool.Exec(context.Background(), `INSERT INTO webhook_endpoints (id, url, events, status, secret, created_at, updated_at)

@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/internal/validate"
 )
 
@@ -60,7 +61,7 @@ type Attempt struct {
 // support and admin read them (the API checks roles).
 type Webhooks struct {
 	Pool    *pgxpool.Pool
-	Keys    *Keyring
+	Keys    *secrets.Keyring
 	Policy  URLPolicy
 	Clock   clock.Clock
 	Enqueue Enqueuer // redeliveries

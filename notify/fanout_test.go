@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/notify"
 )
@@ -26,7 +27,7 @@ func TestFanOutIsInTheEventsTransaction(t *testing.T) {
 	pool := dbtest.Pool(t)
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	keys, err := notify.NewKeyring(testKey)
+	keys, err := secrets.NewKeyring(testKey)
 	require.NoError(t, err)
 	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	wh := &notify.Webhooks{Pool: pool, Keys: keys, Policy: notify.URLPolicy{AllowPrivate: true}, Clock: clk, Enqueue: insertOnly}

@@ -27,8 +27,8 @@ import (
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pgembed"
 	"github.com/rebill/rebill/internal/tracing"
+	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/migrations"
-	"github.com/rebill/rebill/notify"
 )
 
 const usage = `rebill: recurring payments, exactly one charge per period.
@@ -41,6 +41,7 @@ Usage:
   rebill bench [-n 20000] [-noop 100000] [-workers 400]
                                 measure River's bare throughput and billing end to end
                                 (creates and drops database rebill_bench)
+  rebill secrets rotate         seal payment tokens and webhook secrets under the current key
   rebill version                print the module version and VCS commit
   rebill audit [--from DATE] [--to DATE] [--json]
                                 check every owed period against the gateways' captures
@@ -130,6 +131,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return benchCommand(ctx, cfg, log, args[2:], stdout, stderr)
 	case "audit":
 		return auditCommand(ctx, cfg, log, args[2:], stdout, stderr)
+	case "secrets":
+		return secretsCommand(ctx, cfg, log, args[2:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", args[1])
@@ -499,20 +502,37 @@ func Main() {
 
 // devEncryptionKey is dev mode's REBILL_ENCRYPTION_KEY: kept in the data
 // folder (encryption.key, mode 0600), generated on the first start, so
-// that webhook secrets survive restarts.
+// that payment tokens and webhook secrets survive restarts. Nodes started
+// at once on one folder agree on it: the file appears whole and only once
+// (a hard link, which fails if another node made it first).
 func devEncryptionKey(dataDir string) ([]byte, error) {
 	path := filepath.Join(dataDir, "encryption.key")
 	if raw, err := os.ReadFile(path); err == nil {
-		return notify.ParseKey(string(raw))
+		return secrets.ParseKey(string(raw))
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("read dev encryption key: %w", err)
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data folder: %w", err)
 	}
-	key := notify.NewKey()
-	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+	tmp, err := os.CreateTemp(dataDir, "encryption.key.*")
+	if err != nil {
 		return nil, fmt.Errorf("write dev encryption key: %w", err)
 	}
-	return notify.ParseKey(key)
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(secrets.NewKey() + "\n")
+	if closeErr := tmp.Close(); err == nil {
+		err = closeErr
+	}
+	if err == nil {
+		err = os.Link(tmp.Name(), path)
+	}
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("write dev encryption key: %w", err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read dev encryption key: %w", err)
+	}
+	return secrets.ParseKey(string(raw))
 }

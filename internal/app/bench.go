@@ -22,7 +22,9 @@ import (
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pgembed"
+	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/vault"
 )
 
 // benchCommand runs `rebill bench`: see package bench. Without DATABASE_URL
@@ -124,7 +126,7 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 	cfg.RetryBase, cfg.RetryMax = 100*time.Millisecond, time.Second
 	cfg.FetchCooldown, cfg.FetchPollInterval = 2*time.Millisecond, 50*time.Millisecond
 	if cfg.EncryptionKey == nil { // the bench database is thrown away
-		if cfg.EncryptionKey, err = notify.ParseKey(notify.NewKey()); err != nil {
+		if cfg.EncryptionKey, err = secrets.ParseKey(secrets.NewKey()); err != nil {
 			return bench.BillingResult{}, err
 		}
 	}
@@ -137,7 +139,7 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 		}))
 		defer receiver.Close()
 		cfg.WebhookAllowPrivate = true
-		keys, err := notify.NewKeyring(cfg.EncryptionKey)
+		keys, err := secrets.NewKeyring(cfg.EncryptionKey)
 		if err != nil {
 			return bench.BillingResult{}, err
 		}
@@ -157,6 +159,11 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 
 	due := time.Now()
 	if err := bench.InsertSubscriptions(ctx, pool, n, due); err != nil {
+		return bench.BillingResult{}, err
+	}
+	// The seeded rows hold their token in clear: seal it now, not in the
+	// secrets_reseal job that River's start would run during the timing.
+	if _, err := vault.RunSteps(ctx, svc.reseal, resealBatch); err != nil {
 		return bench.BillingResult{}, err
 	}
 

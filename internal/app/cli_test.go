@@ -50,6 +50,7 @@ func TestHelpOnEveryCommandDoesNothingElse(t *testing.T) {
 		{"gatewaysim", "--help"},
 		{"bench", "--help"},
 		{"audit", "--help"},
+		{"secrets", "--help"}, {"secrets", "rotate", "--help"},
 		{"version", "--help"},
 		{"--help"}, {"help"},
 	} {

@@ -23,6 +23,8 @@ import (
 
 const adminKey = "e2e-admin-key-0123456789abcdefghij" // REBILL_ADMIN_KEY needs 32 characters
 
+const testEncryptionKey = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=" // 32 bytes, base64
+
 // testEnv is the environment of a fast dev-mode node: short gateway
 // timeouts and backoff so fault paths finish in seconds.
 func testEnv(overrides map[string]string) func(string) string {
@@ -39,6 +41,8 @@ func testEnv(overrides map[string]string) func(string) string {
 		// Nodes share dbtest's small pool; this sizes each node's simulator
 		// pool (2), so the suite fits a server others use too.
 		"REBILL_DB_MAX_CONNS": "10",
+		// Nodes on one database share the key that seals payment tokens.
+		"REBILL_ENCRYPTION_KEY": testEncryptionKey,
 	}
 	for k, v := range overrides {
 		env[k] = v

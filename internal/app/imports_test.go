@@ -17,11 +17,11 @@ const module = "github.com/rebill/rebill/"
 // subscriptions and charges; domain packages never import the HTTP layer,
 // and subscriptions and charges know nothing of each other's tables.
 var allowedImports = map[string][]string{
-	"api":                               {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/sim", "enrollments", "notify", "notify/objects", "reconcile", "registry", "reports", "subscriptions", "subscriptions/period"},
+	"api":                               {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/sim", "enrollments", "notify", "notify/objects", "reconcile", "registry", "reports", "subscriptions", "subscriptions/period", "velocity"},
 	"api/idempotency":                   nil,
 	"api/openapitest":                   nil,
 	"apikeys":                           {"subscriptions"},
-	"billing":                           {"autopay", "charges", "enrollments", "notify", "scheduler", "subscriptions"},
+	"billing":                           {"autopay", "charges", "enrollments", "notify", "scheduler", "subscriptions", "vault", "velocity"},
 	"scheduler":                         {"charges", "subscriptions", "subscriptions/period"},
 	"subscriptions":                     {"subscriptions/period"},
 	"subscriptions/period":              nil,
@@ -43,6 +43,8 @@ var allowedImports = map[string][]string{
 	"reconcile":                         {"charges", "charges/gateway"},
 	"reports":                           {"charges"},
 	"inspector":                         {"charges"},
+	"velocity":                          nil,
+	"vault":                             {"charges/gateway"},
 }
 
 type listedPackage struct {

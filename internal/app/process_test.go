@@ -411,6 +411,9 @@ func TestCrashMidChargingChargesEachPeriodOnce(t *testing.T) {
 		"REBILL_RESCUE_AFTER":    "12s",
 		"REBILL_LOG_LEVEL":       "info",
 		"REBILL_DB_MAX_CONNS":    "10", // the suite shares the server
+		// Both nodes open the payment tokens: one key (dev mode would
+		// give each data folder its own).
+		"REBILL_ENCRYPTION_KEY": testEncryptionKey,
 	}
 	ctx := context.Background()
 	count := func(query string, args ...any) int {

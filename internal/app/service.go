@@ -2,8 +2,6 @@ package app
 
 import (
 	"context"
-	"crypto/rand"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -30,6 +28,7 @@ import (
 	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/vault"
 )
 
 // Service is one rebill node over a migrated database: the HTTP handler
@@ -43,6 +42,8 @@ type Service struct {
 	Inspector  *inspector.Inspector
 	Reconciler *reconcile.Reconciler
 	closers    []func()
+	// reseal seals every secret under the current key (job secrets_reseal).
+	reseal []vault.Step
 }
 
 // Close releases what Build started besides River (the in-process
@@ -86,10 +87,20 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		dev = &api.Dev{Clock: manual, Gateways: sim.NewStore(pool)}
 		log.Warn().Msg("dev mode: manual clock, /v1/dev/* endpoints and simulated gateways sim1..sim5")
 	}
+	keys, err := keyring(cfg, log)
+	if err != nil {
+		svc.Close()
+		return nil, err
+	}
+	tokens := &vault.Vault{Pool: pool, Keys: keys}
 	gateways, err := buildGateways(gatewayConfigs, cfg.GatewayTimeout, svc.Clock)
 	if err != nil {
 		svc.Close()
 		return nil, err
+	}
+	for i := range gateways {
+		// Tokens are sealed at rest; only the gateway call opens them.
+		gateways[i].Gateway = tokens.Gateway(gateways[i].Gateway)
 	}
 	breaker := charges.DefaultBreaker
 	breaker.OpenFor = cfg.BreakerOpenFor
@@ -112,6 +123,8 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	if poster != nil {
 		pipeline.Postings = poster
 	}
+	limiter := newLimiter(cfg, svc.Clock)
+	pipeline.Declines = declineLimit{limiter: limiter, pool: pool}
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
@@ -120,19 +133,6 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		BatchSize: cfg.ScanBatch}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
 
-	key := cfg.EncryptionKey
-	if key == nil {
-		if !cfg.Dev {
-			return nil, errors.New("REBILL_ENCRYPTION_KEY is required outside dev mode (openssl rand -base64 32): it encrypts webhook secrets")
-		}
-		key = make([]byte, notify.KeySize)
-		_, _ = rand.Read(key)
-		log.Warn().Msg("dev mode without REBILL_ENCRYPTION_KEY: webhook secrets are encrypted under a key of this process only")
-	}
-	keys, err := notify.NewKeyring(key)
-	if err != nil {
-		return nil, err
-	}
 	policy := notify.URLPolicy{AllowPrivate: cfg.Dev || cfg.WebhookAllowPrivate}
 
 	workers := river.NewWorkers()
@@ -141,6 +141,8 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	river.AddWorker(workers, deliver)
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
+	svc.reseal = resealSteps(pool, tokens)
+	river.AddWorker(workers, &vault.ResealWorker{Steps: svc.reseal, Batch: resealBatch})
 	charges.Register(workers, pipeline)
 	registerAutopay(workers, bills, poster)
 	ops, err := buildOps(ctx, cfg, svc, pool, gateways, log)
@@ -188,8 +190,15 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 			billsMoved(ctx, client, log)
 		}
 	}
+	ui, stopUI, err := startRiverUI(ctx, client, log)
+	if err != nil {
+		svc.Close()
+		return nil, err
+	}
+	svc.closers = append(svc.closers, stopUI)
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, Attempts: pipeline,
-		KnownGateway: breakers.Known, Clock: svc.Clock, Enrollments: bills.Enrollments, Autopay: bills, BillOutcomes: billOutcomes}
+		KnownGateway: breakers.Known, Clock: svc.Clock, Enrollments: bills.Enrollments, Autopay: bills, BillOutcomes: billOutcomes,
+		Velocity: limiter, Tokens: tokens}
 	if dev != nil {
 		dev.BillSources = devBillSources(bills, client, log)
 		dev.Registry = registrySim
@@ -202,6 +211,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		MetricsElsewhere: cfg.MetricsAddr != "",
 		Autopay:          uses, Clock: svc.Clock,
 		Reconciliation: ops.reconciliation, Reports: ops.reports,
+		RiverUI: ui,
 	}), tracerProvider())
 	return svc, nil
 }
@@ -249,6 +259,7 @@ func periodicJobs(cfg config.Config) []*river.PeriodicJob {
 		river.NewPeriodicJob(river.PeriodicInterval(10*time.Minute),
 			func() (river.JobArgs, *river.InsertOpts) { return idempotency.CleanupArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "idempotency_cleanup", RunOnStart: true}),
+		resealJob(),
 	}
 	if cfg.ScanInterval > 0 {
 		jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ScanInterval),

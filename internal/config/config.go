@@ -66,6 +66,12 @@ type Config struct {
 	InspectUnknownAfter time.Duration
 	InspectHoldWarn     time.Duration
 	ReconcileDays       int
+	// Velocity limits of customer keys and of declines (0: off).
+	VelocityCreationsPerHour  int
+	VelocityCardChangesPerDay int
+	VelocityDeclinesPerDay    int
+	// EncryptionOldKeys still decrypt secrets sealed before a rotation.
+	EncryptionOldKeys [][]byte
 }
 
 // variable documents one environment variable.
@@ -177,7 +183,7 @@ var variables = []variable{
 			c.DBMaxConns = n
 			return nil
 		}},
-	{"REBILL_ENCRYPTION_KEY", "", "32 bytes, base64 (openssl rand -base64 32): encrypts webhook secrets at rest; required outside dev mode, where it is generated into REBILL_DATA_DIR",
+	{"REBILL_ENCRYPTION_KEY", "", "32 bytes, base64 (openssl rand -base64 32): encrypts payment tokens and webhook secrets at rest; required outside dev mode, where it is generated into REBILL_DATA_DIR",
 		func(c *Config, v string) (err error) { c.EncryptionKey, err = notifyKey(v); return }},
 	{"REBILL_WEBHOOK_RETRY_BASE", "5s", "first webhook retry after about this, then 5x longer each time up to 1h, for 3 days",
 		durationInto(func(c *Config) *time.Duration { return &c.WebhookRetryBase })},
@@ -203,6 +209,38 @@ var variables = []variable{
 		durationInto(func(c *Config) *time.Duration { return &c.InspectHoldWarn })},
 	{"REBILL_RECONCILE_DAYS", "7", "finished UTC days back that the daily reconciliation catches up",
 		intInto(func(c *Config) *int { return &c.ReconcileDays })},
+	{"REBILL_VELOCITY_CREATIONS_PER_HOUR", "20", "subscriptions a customer key may create per clock hour (service clock; 0: no limit); over it: 429 velocity-limit",
+		countInto(func(c *Config) *int { return &c.VelocityCreationsPerHour })},
+	{"REBILL_VELOCITY_CARD_CHANGES_PER_DAY", "10", "payment-method changes a customer key may make per UTC day (the card given at creation and the same card again do not count; 0: no limit)",
+		countInto(func(c *Config) *int { return &c.VelocityCardChangesPerDay })},
+	{"REBILL_VELOCITY_DECLINES_PER_DAY", "5", "declined charges of a customer per UTC day past which its new subscription charges go to review instead of the gateway (0: no limit)",
+		countInto(func(c *Config) *int { return &c.VelocityDeclinesPerDay })},
+	{"REBILL_ENCRYPTION_OLD_KEYS", "", "previous REBILL_ENCRYPTION_KEYs, comma separated: they still decrypt until `rebill secrets rotate` (or the hourly job) has sealed everything under the current key",
+		func(c *Config, v string) error {
+			c.EncryptionOldKeys = nil
+			for _, part := range strings.Split(v, ",") {
+				if part = strings.TrimSpace(part); part == "" {
+					continue
+				}
+				key, err := notifyKey(part)
+				if err != nil {
+					return err
+				}
+				c.EncryptionOldKeys = append(c.EncryptionOldKeys, key)
+			}
+			return nil
+		}},
+}
+
+func countInto(field func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return errors.New("want an integer of at least 0 (0 turns the limit off)")
+		}
+		*field(c) = n
+		return nil
+	}
 }
 
 func durationInto(field func(*Config) *time.Duration) func(*Config, string) error {
@@ -249,6 +287,7 @@ func Load(getenv func(string) string) (Config, error) {
 		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
 		DBMaxConns: 25, WebhookRetryBase: 5 * time.Second, WebhookWorkers: 20, UpcomingNotice: 72 * time.Hour,
 		InspectInterval: time.Minute, InspectUnknownAfter: time.Hour, InspectHoldWarn: 72 * time.Hour, ReconcileDays: 7,
+		VelocityCreationsPerHour: 20, VelocityCardChangesPerDay: 10, VelocityDeclinesPerDay: 5,
 	}
 	for _, v := range variables {
 		value := getenv(v.name)

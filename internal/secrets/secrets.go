@@ -1,8 +1,21 @@
-package notify
+// Package secrets seals what rebill keeps secret at rest (webhook signing
+// secrets, payment tokens) with AES-256-GCM under REBILL_ENCRYPTION_KEY,
+// so that a database dump alone yields nothing usable.
+//
+// # Rotation
+//
+// Each ciphertext names its key, "<key id>:<base64 nonce||ciphertext>".
+// A [Keyring] seals with its current key and opens with any of its keys,
+// so a new key can be deployed with the old ones kept for reading
+// (REBILL_ENCRYPTION_OLD_KEYS) while stored secrets are sealed again
+// under the new one; [Keyring.Current] tells which rows are done.
+package secrets
 
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -15,14 +28,13 @@ import (
 // KeySize is the size of REBILL_ENCRYPTION_KEY: AES-256.
 const KeySize = 32
 
-// Keyring encrypts secrets at rest (webhook signing secrets; later payment
-// tokens) with AES-GCM, so that a database dump alone cannot forge
-// signatures. Each ciphertext starts with the id of its key,
-// "<key id>:<base64 nonce||ciphertext>", so that keys can be rotated: a
-// ring with several keys decrypts with the one named.
+// Keyring seals with its current key and opens with any of its keys.
 type Keyring struct {
 	current string
 	keys    map[string]cipher.AEAD
+	// fingerprint holds, per key id, a key derived from that key for
+	// Fingerprint: an HMAC that finds equal secrets without opening them.
+	fingerprint map[string][]byte
 }
 
 // ParseKey decodes a base64 key of KeySize bytes (standard or URL
@@ -55,7 +67,7 @@ func KeyID(key []byte) string {
 
 // NewKeyring encrypts with key; older keys still decrypt.
 func NewKeyring(key []byte, older ...[]byte) (*Keyring, error) {
-	k := &Keyring{keys: map[string]cipher.AEAD{}}
+	k := &Keyring{keys: map[string]cipher.AEAD{}, fingerprint: map[string][]byte{}}
 	for i, raw := range append([][]byte{key}, older...) {
 		if len(raw) != KeySize {
 			return nil, fmt.Errorf("encryption key must be %d bytes", KeySize)
@@ -73,8 +85,43 @@ func NewKeyring(key []byte, older ...[]byte) (*Keyring, error) {
 			k.current = id
 		}
 		k.keys[id] = aead
+		derived, err := hkdf.Key(sha256.New, raw, nil, "rebill fingerprint v1", sha256.Size)
+		if err != nil {
+			return nil, fmt.Errorf("derive fingerprint key: %w", err)
+		}
+		k.fingerprint[id] = derived
 	}
 	return k, nil
+}
+
+// Current is the id of the key that seals; a ciphertext not starting with
+// it is to be sealed again.
+func (k *Keyring) Current() string { return k.current }
+
+// Fingerprint is HMAC-SHA256 of data under a key derived from the key
+// keyID names (not the sealing key itself), for finding a secret given
+// again without storing it in clear or opening every row. Returns nil for
+// a key the ring does not have.
+func (k *Keyring) Fingerprint(keyID string, data []byte) []byte {
+	key, ok := k.fingerprint[keyID]
+	if !ok {
+		return nil
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write(data)
+	return mac.Sum(nil)
+}
+
+// Fingerprints are data's fingerprints under every key of the ring, the
+// current one first: a secret sealed before a rotation still matches.
+func (k *Keyring) Fingerprints(data []byte) [][]byte {
+	out := [][]byte{k.Fingerprint(k.current, data)}
+	for id := range k.fingerprint {
+		if id != k.current {
+			out = append(out, k.Fingerprint(id, data))
+		}
+	}
+	return out
 }
 
 // Encrypt seals plain, bound to aad (the row's id: a ciphertext copied to

@@ -1,0 +1,164 @@
+package app_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/internal/metrics"
+)
+
+// callNodeAs sends a request with key to node n under idempotencyKey (POSTs)
+// and returns the status, the headers and the decoded body.
+func (b testBundle) callNodeAs(t *testing.T, n int, key, method, path, idempotencyKey string, body any) (int, http.Header, map[string]any) {
+	t.Helper()
+	data, err := json.Marshal(body)
+	require.NoError(t, err)
+	req, err := http.NewRequest(method, b.nodes[n].server.URL+path, bytes.NewReader(data))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if method == http.MethodPost {
+		req.Header.Set("Idempotency-Key", idempotencyKey)
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&out))
+	return res.StatusCode, res.Header, out
+}
+
+func (b testBundle) customerSubscriptions(t *testing.T, customerID string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM subscriptions WHERE customer_id = $1`, customerID).Scan(&n))
+	return n
+}
+
+func TestVelocityLimitsCreationsAcrossNodes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, map[string]string{"REBILL_VELOCITY_CREATIONS_PER_HOUR": "4"})
+	customer := b.newKey(t, "customer", "cust-e2e")
+
+	// Ten creations at once, spread over both nodes: exactly four pass.
+	statuses := make([]int, 10)
+	headers := make([]http.Header, 10)
+	var wg sync.WaitGroup
+	for i := range statuses {
+		wg.Go(func() {
+			statuses[i], headers[i], _ = b.callNodeAs(t, i%2, customer, http.MethodPost, "/v1/subscriptions",
+				fmt.Sprintf("burst-%d", i), subscriptionBody("tok_ok", "month"))
+		})
+	}
+	wg.Wait()
+	created, limited := 0, []int{}
+	for i, status := range statuses {
+		switch status {
+		case http.StatusCreated:
+			created++
+		case http.StatusTooManyRequests:
+			limited = append(limited, i)
+		default:
+			t.Fatalf("request %d: status %d", i, status)
+		}
+	}
+	require.Equal(t, 4, created)
+	require.Len(t, limited, 6)
+	require.GreaterOrEqual(t, testutil.ToFloat64(metrics.VelocityLimited.WithLabelValues("creations")), 6.0)
+	require.Equal(t, 4, b.customerSubscriptions(t, "cust-e2e"))
+
+	now := b.clockNow(t)
+	untilHour := int(now.Truncate(time.Hour).Add(time.Hour).Sub(now).Seconds())
+	retryAfter, err := strconv.Atoi(headers[limited[0]].Get("Retry-After"))
+	require.NoError(t, err)
+	require.InDelta(t, untilHour, retryAfter, 1, "Retry-After is the end of the clock hour")
+
+	t.Run("staff keys are exempt", func(t *testing.T) {
+		status, _, _ := b.callNodeAs(t, 1, adminKey, http.MethodPost, "/v1/subscriptions", "staff-1", subscriptionBody("tok_ok", "month"))
+		require.Equal(t, http.StatusCreated, status)
+	})
+
+	t.Run("a 429 is not stored under its key", func(t *testing.T) {
+		key := fmt.Sprintf("burst-%d", limited[0])
+		status, _, body := b.callNodeAs(t, 0, customer, http.MethodPost, "/v1/subscriptions", key, subscriptionBody("tok_ok", "month"))
+		require.Equal(t, http.StatusTooManyRequests, status, "still limited: %v", body)
+		require.Equal(t, "https://rebill.dev/problems/velocity-limit", body["type"])
+		b.advance(t, fmt.Sprintf("%ds", retryAfter))
+		status, header, _ := b.callNodeAs(t, 1, customer, http.MethodPost, "/v1/subscriptions", key, subscriptionBody("tok_ok", "month"))
+		require.Equal(t, http.StatusCreated, status, "the next hour runs the refused key")
+		require.Empty(t, header.Get("Idempotent-Replayed"))
+		require.Equal(t, 6, b.customerSubscriptions(t, "cust-e2e"))
+	})
+}
+
+func TestVelocityLimitsPaymentMethodChanges(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, map[string]string{"REBILL_VELOCITY_CARD_CHANGES_PER_DAY": "2"})
+	customer := b.newKey(t, "customer", "cust-e2e")
+	status, _, sub := b.callNodeAs(t, 0, customer, http.MethodPost, "/v1/subscriptions", "create", subscriptionBody("tok_ok", "month"))
+	require.Equal(t, http.StatusCreated, status)
+	path := "/v1/subscriptions/" + sub["id"].(string) + "/payment-method"
+	card := func(token string) map[string]any {
+		return map[string]any{"gateway": "sim1", "token": token, "exp_month": 12, "exp_year": 2035}
+	}
+	// The card given at creation was no change; two changes pass, and the
+	// same card again is a retry, not a change.
+	for i, token := range []string{"tok_ok_2", "tok_ok_3", "tok_ok_3"} {
+		status, _, body := b.callNodeAs(t, i%2, customer, http.MethodPost, path, fmt.Sprintf("change-%d", i), card(token))
+		require.Equal(t, http.StatusOK, status, "change %d: %v", i, body)
+	}
+	storedToken := func() string {
+		var token string
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT pm_token FROM subscriptions WHERE id = $1`, sub["id"]).Scan(&token))
+		return token
+	}
+	before := storedToken()
+	status, header, body := b.callNodeAs(t, 1, customer, http.MethodPost, path, "change-3", card("tok_ok_4"))
+	require.Equal(t, http.StatusTooManyRequests, status, "%v", body)
+	require.NotEmpty(t, header.Get("Retry-After"))
+	require.Equal(t, before, storedToken(), "the refused change changed nothing")
+	status, _, _ = b.callNodeAs(t, 0, adminKey, http.MethodPost, path, "staff-change", card("tok_ok_5"))
+	require.Equal(t, http.StatusOK, status, "staff keys are exempt")
+}
+
+func TestVelocityDeclinesSendNewChargesToReview(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, map[string]string{"REBILL_VELOCITY_DECLINES_PER_DAY": "2"})
+	for range 2 {
+		sub := b.createSubscription(t, "tok_decline_funds", "month")
+		b.waitCharges(t, sub, 1, "declined")
+	}
+	held := b.createSubscription(t, "tok_ok", "month")
+	cs := b.waitCharges(t, held, 1, "requires_review")
+	require.Contains(t, cs[0]["review_reason"], "velocity limit")
+	require.GreaterOrEqual(t, testutil.ToFloat64(metrics.VelocityLimited.WithLabelValues("declines")), 1.0)
+	key := held + ":" + cs[0]["period_key"].(string)
+	require.Empty(t, opsFor(b.ledger(t, "sim1"), key), "the held charge never reached the gateway")
+
+	// Another customer is not affected.
+	other := subscriptionBody("tok_ok", "month")
+	other["customer_id"] = "cust-other"
+	otherSub := b.call(t, http.MethodPost, "/v1/subscriptions", other)["id"].(string)
+	b.waitCharges(t, otherSub, 1, "succeeded")
+
+	// A person's retry sends it to the gateway.
+	b.call(t, http.MethodPost, "/v1/charges/"+cs[0]["id"].(string)+"/retry", map[string]any{})
+	b.waitCharges(t, held, 1, "succeeded")
+	require.Equal(t, map[string]int{"authorize:succeeded": 1, "capture:succeeded": 1}, opsFor(b.ledger(t, "sim1"), key))
+
+	// The next UTC day counts afresh (just past midnight: the dunning
+	// attempts of the declined charges, a day after them, would decline
+	// again and count in the new day).
+	now := b.clockNow(t)
+	b.advance(t, now.Truncate(24*time.Hour).Add(24*time.Hour+time.Second).Sub(now).String())
+	fresh := b.createSubscription(t, "tok_ok", "month")
+	b.waitCharges(t, fresh, 1, "succeeded")
+}

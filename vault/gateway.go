@@ -1,0 +1,53 @@
+package vault
+
+import (
+	"context"
+
+	"github.com/rebill/rebill/charges/gateway"
+)
+
+// Gateway wraps g so that the token reference of each request is opened
+// just before the call: the one place a token is in clear, besides the
+// request that brought it. An error opening it comes back as the call's
+// error before anything is sent, which the charge pipeline retries.
+func (v *Vault) Gateway(g gateway.Gateway) gateway.Gateway {
+	return &openingGateway{Gateway: g, vault: v}
+}
+
+type openingGateway struct {
+	gateway.Gateway
+	vault *Vault
+}
+
+func (o *openingGateway) open(ctx context.Context, req gateway.Request) (gateway.Request, error) {
+	if req.Token == "" {
+		return req, nil
+	}
+	token, err := o.vault.Open(ctx, o.vault.Pool, req.Token)
+	req.Token = token
+	return req, err
+}
+
+func (o *openingGateway) Authorize(ctx context.Context, req gateway.Request) (gateway.Result, error) {
+	req, err := o.open(ctx, req)
+	if err != nil {
+		return gateway.Result{}, err
+	}
+	return o.Gateway.Authorize(ctx, req)
+}
+
+func (o *openingGateway) Capture(ctx context.Context, req gateway.Request) (gateway.Result, error) {
+	req, err := o.open(ctx, req)
+	if err != nil {
+		return gateway.Result{}, err
+	}
+	return o.Gateway.Capture(ctx, req)
+}
+
+func (o *openingGateway) Void(ctx context.Context, req gateway.Request) (gateway.Result, error) {
+	req, err := o.open(ctx, req)
+	if err != nil {
+		return gateway.Result{}, err
+	}
+	return o.Gateway.Void(ctx, req)
+}

@@ -1,0 +1,127 @@
+// Package vault keeps payment tokens at rest: subscriptions and charges
+// hold a reference (ptok_<uuid>) in pm_token, and the token itself lives
+// only in payment_tokens, sealed with AES-GCM under REBILL_ENCRYPTION_KEY
+// (internal/secrets). A database dump alone yields no usable token.
+//
+// # One reference per card
+//
+// [Vault.Seal] returns the reference a token already has (found by its
+// fingerprint, an HMAC under a key derived from the encryption key, never
+// the token in clear), so the same card given again keeps its reference
+// and the comparisons of references in billing and charges (same card,
+// card changed) still hold.
+//
+// # Opening
+//
+// Tokens are opened at the gateway edge only: [Vault.Gateway] wraps a
+// gateway and replaces the reference of each request by the token. A value
+// that is not a reference is a token written in clear before the vault
+// (or by code that bypassed it): it is passed as it is, and [Vault.Reseal]
+// moves it into the vault.
+package vault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rebill/rebill/internal/secrets"
+)
+
+// refPrefix starts every reference; payment_tokens.id is one.
+const refPrefix = "ptok_"
+
+// ErrNotFound: a reference names no sealed token.
+var ErrNotFound = errors.New("payment token not found")
+
+// DBTX is what the vault needs of a pool, a connection or a transaction.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Vault seals and opens payment tokens.
+type Vault struct {
+	// Pool opens tokens for gateway calls and runs Reseal.
+	Pool *pgxpool.Pool
+	Keys *secrets.Keyring
+}
+
+// refPattern is a reference exactly as Seal writes it (the canonical
+// UUID form); clearToken in SQL is its negation.
+var refPattern = regexp.MustCompile(`^ptok_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// IsRef reports whether v is a vault reference rather than a token.
+func IsRef(v string) bool { return refPattern.MatchString(v) }
+
+// aad binds a ciphertext to its row: one copied to another row (another
+// card's reference) does not open.
+func aad(id, gateway string) []byte { return []byte(id + "\x00" + gateway) }
+
+func fingerprintInput(gateway, token string) []byte { return []byte(gateway + "\x00" + token) }
+
+// Seal stores token, issued by gateway, in db (the caller's transaction)
+// and returns its reference: the existing one when the vault has the
+// token already, under any key of the ring.
+func (v *Vault) Seal(ctx context.Context, db DBTX, gateway, token string) (string, error) {
+	data := fingerprintInput(gateway, token)
+	var ref string
+	err := db.QueryRow(ctx, `SELECT id FROM payment_tokens WHERE gateway = $1 AND fingerprint = ANY($2) LIMIT 1`,
+		gateway, v.Keys.Fingerprints(data)).Scan(&ref)
+	if err == nil {
+		return ref, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("find payment token: %w", err)
+	}
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return "", fmt.Errorf("new payment token id: %w", err)
+	}
+	ref = refPrefix + id.String()
+	current := v.Keys.Current()
+	fingerprint := v.Keys.Fingerprint(current, data)
+	// A concurrent Seal of the same token waits on the unique index, then
+	// inserts nothing; the next statement (a new snapshot: READ COMMITTED)
+	// sees the reference the other one committed.
+	err = db.QueryRow(ctx, `INSERT INTO payment_tokens (id, gateway, fingerprint, key_id, ciphertext)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (gateway, fingerprint) DO NOTHING RETURNING id`,
+		ref, gateway, fingerprint, current, v.Keys.Encrypt([]byte(token), aad(ref, gateway))).Scan(&ref)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = db.QueryRow(ctx, `SELECT id FROM payment_tokens WHERE gateway = $1 AND fingerprint = $2`,
+			gateway, fingerprint).Scan(&ref)
+	}
+	if err != nil {
+		return "", fmt.Errorf("store payment token: %w", err)
+	}
+	return ref, nil
+}
+
+// Open returns the token a reference names; a value that is no reference
+// is a token in clear and is returned as it is. Returns ErrNotFound.
+func (v *Vault) Open(ctx context.Context, db DBTX, ref string) (string, error) {
+	if !IsRef(ref) {
+		return ref, nil
+	}
+	var gateway, sealed string
+	err := db.QueryRow(ctx, `SELECT gateway, ciphertext FROM payment_tokens WHERE id = $1`, ref).Scan(&gateway, &sealed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("%w: %s", ErrNotFound, ref)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read payment token: %w", err)
+	}
+	token, err := v.Keys.Decrypt(sealed, aad(ref, gateway))
+	if err != nil {
+		return "", fmt.Errorf("open payment token %s: %w", ref, err)
+	}
+	return string(token), nil
+}

@@ -1,0 +1,263 @@
+package vault_test
+
+import (
+	"context"
+	"crypto/rand"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/secrets"
+	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/subscriptions/period"
+	"github.com/rebill/rebill/vault"
+)
+
+func newKey(t *testing.T) []byte {
+	t.Helper()
+	key := make([]byte, secrets.KeySize)
+	_, err := rand.Read(key)
+	require.NoError(t, err)
+	return key
+}
+
+func newVault(t *testing.T, pool *pgxpool.Pool, key []byte, old ...[]byte) *vault.Vault {
+	t.Helper()
+	keys, err := secrets.NewKeyring(key, old...)
+	require.NoError(t, err)
+	return &vault.Vault{Pool: pool, Keys: keys}
+}
+
+func seal(t *testing.T, v *vault.Vault, gw, token string) string {
+	t.Helper()
+	var ref string
+	require.NoError(t, pgx.BeginFunc(t.Context(), v.Pool, func(tx pgx.Tx) (err error) {
+		ref, err = v.Seal(t.Context(), tx, gw, token)
+		return err
+	}))
+	return ref
+}
+
+func open(t *testing.T, v *vault.Vault, ref string) string {
+	t.Helper()
+	token, err := v.Open(t.Context(), v.Pool, ref)
+	require.NoError(t, err)
+	return token
+}
+
+// tableText is every row of payment_tokens as text: what a dump shows.
+func tableText(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var text string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT coalesce(string_agg(p::text, E'\n'), '') FROM payment_tokens p`).Scan(&text))
+	return text
+}
+
+func TestSealKeepsOneReferencePerCard(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	v := newVault(t, pool, newKey(t))
+
+	ref := seal(t, v, "sim1", "tok_ok_secret_4242")
+	require.True(t, vault.IsRef(ref), ref)
+	require.Equal(t, ref, seal(t, v, "sim1", "tok_ok_secret_4242"), "the same card keeps its reference")
+	require.NotEqual(t, ref, seal(t, v, "sim2", "tok_ok_secret_4242"), "a token is a card only at its gateway")
+	require.NotEqual(t, ref, seal(t, v, "sim1", "tok_ok_secret_4243"))
+	require.Equal(t, "tok_ok_secret_4242", open(t, v, ref))
+	require.NotContains(t, tableText(t, pool), "secret_4242")
+
+	t.Run("a value that is no reference is a token in clear", func(t *testing.T) {
+		require.Equal(t, "tok_legacy", open(t, v, "tok_legacy"))
+	})
+	t.Run("an unknown reference is an error", func(t *testing.T) {
+		_, err := v.Open(t.Context(), pool, "ptok_00000000-0000-4000-8000-000000000000")
+		require.ErrorIs(t, err, vault.ErrNotFound)
+	})
+	t.Run("another key opens nothing", func(t *testing.T) {
+		_, err := newVault(t, pool, newKey(t)).Open(t.Context(), pool, ref)
+		require.Error(t, err)
+	})
+	t.Run("a ciphertext copied to another row does not open", func(t *testing.T) {
+		other := seal(t, v, "sim1", "tok_other")
+		_, err := pool.Exec(t.Context(), `UPDATE payment_tokens SET ciphertext = (SELECT ciphertext FROM payment_tokens WHERE id = $1)
+			WHERE id = $2`, ref, other)
+		require.NoError(t, err)
+		_, err = v.Open(t.Context(), pool, other)
+		require.Error(t, err)
+	})
+}
+
+func TestConcurrentSealsOfOneCardAgree(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	v := newVault(t, pool, newKey(t))
+	refs := make([]string, 4)
+	var wg sync.WaitGroup
+	for i := range refs {
+		wg.Go(func() { refs[i] = seal(t, v, "sim1", "tok_race") })
+	}
+	wg.Wait()
+	for _, ref := range refs {
+		require.Equal(t, refs[0], ref)
+	}
+	var n int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM payment_tokens`).Scan(&n))
+	require.Equal(t, 1, n)
+}
+
+func TestRotation(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	oldKey, newKey_ := newKey(t), newKey(t)
+	before := newVault(t, pool, oldKey)
+	refs := map[string]string{}
+	for _, tok := range []string{"tok_a", "tok_b", "tok_c", "tok_d", "tok_e"} {
+		refs[tok] = seal(t, before, "sim1", tok)
+	}
+
+	during := newVault(t, pool, newKey_, oldKey)
+	for tok, ref := range refs {
+		require.Equal(t, tok, open(t, during, ref), "old keys still open")
+	}
+	require.Equal(t, refs["tok_a"], seal(t, during, "sim1", "tok_a"), "a card sealed under the old key keeps its reference")
+
+	t.Run("without the old key nothing moves and the key is named", func(t *testing.T) {
+		_, err := newVault(t, pool, newKey_).ResealTokens(t.Context(), 10)
+		require.ErrorContains(t, err, secrets.KeyID(oldKey))
+	})
+
+	// Two runs at once, one token per transaction, the first stopped
+	// after one batch: resumable, and they share the work.
+	n, err := during.ResealTokens(t.Context(), 1)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			_, err := vault.RunSteps(context.Background(), []vault.Step{{Kind: "payment_token", Run: during.ResealTokens}}, 1)
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	old, clear, err := during.Remaining(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, old)
+	require.Zero(t, clear)
+	n, err = during.ResealTokens(t.Context(), 10)
+	require.NoError(t, err)
+	require.Zero(t, n, "a finished rotation does nothing")
+
+	after := newVault(t, pool, newKey_) // the old key dropped
+	for tok, ref := range refs {
+		require.Equal(t, tok, open(t, after, ref))
+	}
+	require.Equal(t, refs["tok_b"], seal(t, after, "sim1", "tok_b"), "the fingerprint moved to the new key")
+}
+
+func TestSealClearMovesTokensOutOfTheTables(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	ctx := t.Context()
+	v := newVault(t, pool, newKey(t))
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	subs := subscriptions.NewStore(testsupport.NewClock(now))
+
+	// Rows as written before the vault: tokens in clear, a card shared by
+	// two subscriptions, a charge on a card its subscription left since.
+	var ids []subscriptions.Subscription
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for _, tok := range []string{"tok_clear_1", "tok_clear_1", "tok_clear_2"} {
+			sub, err := subs.Create(ctx, tx, subscriptions.New{CustomerID: "c1", Amount: 100, Currency: "USD",
+				Interval: period.Month, IntervalCount: 1, TimeZone: "UTC",
+				PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: tok, ExpMonth: 12, ExpYear: 2035}}, subscriptions.System)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, sub)
+		}
+		_, err := charges.CreateMany(ctx, tx, []charges.New{
+			{SubscriptionID: ids[0].ID, CustomerID: "c1", PeriodKey: "p1", PeriodStart: now, Amount: 100, Currency: "USD", Gateway: "sim1", Token: "tok_clear_1"},
+			{SubscriptionID: ids[2].ID, CustomerID: "c1", PeriodKey: "p1", PeriodStart: now, Amount: 100, Currency: "USD", Gateway: "sim1", Token: "tok_clear_old"},
+		}, now)
+		return err
+	}))
+	_, clear, err := v.Remaining(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, clear)
+
+	counts, err := vault.RunSteps(ctx, []vault.Step{{Kind: "clear_token", Run: v.SealClear}}, 1)
+	require.NoError(t, err)
+	require.Equal(t, 3, counts["clear_token"])
+	_, clear, err = v.Remaining(ctx)
+	require.NoError(t, err)
+	require.Zero(t, clear)
+
+	tokenOf := func(query string, id any) string {
+		var ref string
+		require.NoError(t, pool.QueryRow(ctx, query, id).Scan(&ref))
+		require.True(t, vault.IsRef(ref), ref)
+		return open(t, v, ref)
+	}
+	require.Equal(t, "tok_clear_1", tokenOf(`SELECT pm_token FROM subscriptions WHERE id = $1`, ids[0].ID))
+	require.Equal(t, "tok_clear_1", tokenOf(`SELECT pm_token FROM subscriptions WHERE id = $1`, ids[1].ID))
+	require.Equal(t, "tok_clear_2", tokenOf(`SELECT pm_token FROM subscriptions WHERE id = $1`, ids[2].ID))
+	require.Equal(t, "tok_clear_1", tokenOf(`SELECT pm_token FROM charges WHERE subscription_id = $1`, ids[0].ID))
+	require.Equal(t, "tok_clear_old", tokenOf(`SELECT pm_token FROM charges WHERE subscription_id = $1`, ids[2].ID))
+	var same bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT pm_token FROM subscriptions WHERE id = $1) = (SELECT pm_token FROM charges WHERE subscription_id = $1)`,
+		ids[0].ID).Scan(&same))
+	require.True(t, same, "a charge and its subscription on one card hold one reference: same-card rules still compare them")
+}
+
+type recordingGateway struct {
+	gateway.Gateway
+	mu     sync.Mutex
+	tokens []string
+}
+
+func (g *recordingGateway) Authorize(_ context.Context, req gateway.Request) (gateway.Result, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.tokens = append(g.tokens, req.Token)
+	return gateway.Result{Status: gateway.StatusSucceeded}, nil
+}
+
+func TestGatewayGetsTheToken(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	v := newVault(t, pool, newKey(t))
+	inner := &recordingGateway{}
+	g := v.Gateway(inner)
+	ref := seal(t, v, "sim1", "tok_ok_for_the_gateway")
+	_, err := g.Authorize(t.Context(), gateway.Request{Token: ref})
+	require.NoError(t, err)
+	_, err = g.Authorize(t.Context(), gateway.Request{Token: "tok_still_clear"})
+	require.NoError(t, err)
+	_, err = g.Authorize(t.Context(), gateway.Request{Token: "ptok_00000000-0000-4000-8000-000000000000"})
+	require.ErrorIs(t, err, vault.ErrNotFound)
+	require.Equal(t, []string{"tok_ok_for_the_gateway", "tok_still_clear"}, inner.tokens, "nothing is sent for a token that cannot be opened")
+	require.False(t, strings.HasPrefix(inner.tokens[0], "ptok_"))
+}
+
+func TestIsRef(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{
+		"ptok_0190a4b2-1c3d-7e4f-8a9b-0c1d2e3f4a5b":   true,
+		"ptok_0190A4B2-1C3D-7E4F-8A9B-0C1D2E3F4A5B":   false, // not as Seal writes it: a token
+		"ptok_{0190a4b2-1c3d-7e4f-8a9b-0c1d2e3f4a5b}": false,
+		"ptok_0190a4b21c3d7e4f8a9b0c1d2e3f4a5b":       false,
+		"tok_ok":                                      false,
+		"":                                            false,
+	} {
+		require.Equal(t, want, vault.IsRef(v), v)
+	}
+}

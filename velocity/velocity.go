@@ -1,0 +1,156 @@
+// Package velocity limits how fast one customer may act, to blunt card
+// testing and runaway clients: subscriptions created per hour and
+// payment-method changes per day through customer keys, and declined
+// charges per day, past which further charges go to review instead of the
+// gateway.
+//
+// # Counting across nodes
+//
+// Counters live in PostgreSQL (velocity_counters), one row per customer and
+// limit holding the count of the current window. Windows are fixed and on
+// the service clock: the clock hour, or the UTC day. [Limiter.Take] counts
+// in the caller's transaction with one upsert, so a request that is
+// refused or rolled back counts nothing, and the row lock orders one
+// customer's concurrent requests on every node: of N at once, exactly the
+// limit pass.
+package velocity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/metrics"
+)
+
+// DBTX is what the counters need of a pool, a connection or a transaction.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Limit names a counter and its window.
+type Limit struct {
+	Name   string
+	Window time.Duration // time.Hour or 24 * time.Hour; a day is the UTC day
+}
+
+// The limits of API.md ("Support and safety").
+var (
+	Creations            = Limit{Name: "creations", Window: time.Hour}
+	PaymentMethodChanges = Limit{Name: "payment_method_changes", Window: 24 * time.Hour}
+	Declines             = Limit{Name: "declines", Window: 24 * time.Hour}
+)
+
+// ExceededError refuses an action over its limit until RetryAfter has
+// passed (the end of the window).
+type ExceededError struct {
+	Limit      Limit
+	Max        int
+	RetryAfter time.Duration
+}
+
+func (e *ExceededError) Error() string {
+	return fmt.Sprintf("velocity limit %s: at most %d per %s; retry in %s", e.Limit.Name, e.Max, windowName(e.Limit), e.RetryAfter)
+}
+
+// RetryAfterSeconds rounds RetryAfter up to whole seconds, at least 1, for
+// the Retry-After header.
+func (e *ExceededError) RetryAfterSeconds() int {
+	return max(1, int(math.Ceil(e.RetryAfter.Seconds())))
+}
+
+func windowName(l Limit) string {
+	if l.Window == time.Hour {
+		return "hour"
+	}
+	return "day"
+}
+
+// Limiter applies the configured maxima; a maximum of 0 turns its limit
+// off.
+type Limiter struct {
+	Clock clock.Clock
+	Max   map[Limit]int
+}
+
+// window returns the start and end of l's window containing now.
+func window(l Limit, now time.Time) (time.Time, time.Time) {
+	start := now.UTC().Truncate(l.Window) // whole hours and days since the Unix epoch: UTC-aligned
+	return start, start.Add(l.Window)
+}
+
+// Take counts one action of customerID against l in tx. Over the maximum
+// it returns an *ExceededError, and tx must be rolled back, which undoes
+// the count: refused requests do not extend the wait.
+func (lim *Limiter) Take(ctx context.Context, tx DBTX, customerID string, l Limit) error {
+	maximum := lim.Max[l]
+	if maximum <= 0 {
+		return nil
+	}
+	now := lim.Clock.Now()
+	start, end := window(l, now)
+	count, err := count(ctx, tx, customerID, l, start)
+	if err != nil {
+		return err
+	}
+	if count > maximum {
+		metrics.VelocityLimited.WithLabelValues(l.Name).Inc()
+		return &ExceededError{Limit: l, Max: maximum, RetryAfter: end.Sub(now)}
+	}
+	return nil
+}
+
+// Count records one event of customerID against l (a decline) without
+// refusing anything; Reached tells when the count has got to the maximum.
+func (lim *Limiter) Count(ctx context.Context, tx DBTX, customerID string, l Limit) error {
+	if lim.Max[l] <= 0 {
+		return nil
+	}
+	start, _ := window(l, lim.Clock.Now())
+	_, err := count(ctx, tx, customerID, l, start)
+	return err
+}
+
+// Reached reports whether customerID's count against l in the current
+// window has got to the maximum.
+func (lim *Limiter) Reached(ctx context.Context, db DBTX, customerID string, l Limit) (bool, error) {
+	maximum := lim.Max[l]
+	if maximum <= 0 {
+		return false, nil
+	}
+	start, _ := window(l, lim.Clock.Now())
+	var n int
+	err := db.QueryRow(ctx, `SELECT count FROM velocity_counters
+		WHERE customer_id = $1 AND name = $2 AND window_start = $3`, customerID, l.Name, start).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read velocity counter %s: %w", l.Name, err)
+	}
+	return n >= maximum, nil
+}
+
+// count adds one to the counter of the window opening at start and returns
+// the new count. A row of an older window starts over; one of a later
+// window (a node whose clock ran ahead) keeps counting there.
+func count(ctx context.Context, db DBTX, customerID string, l Limit, start time.Time) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `INSERT INTO velocity_counters AS v (customer_id, name, window_start, count)
+		VALUES ($1, $2, $3, 1)
+		ON CONFLICT (customer_id, name) DO UPDATE
+		SET count = CASE WHEN v.window_start >= excluded.window_start THEN v.count + 1 ELSE 1 END,
+			window_start = greatest(v.window_start, excluded.window_start)
+		RETURNING count`, customerID, l.Name, start).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count velocity %s: %w", l.Name, err)
+	}
+	return n, nil
+}
