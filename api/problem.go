@@ -102,7 +102,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		chargeTransition *charges.TransitionError
 		// enrollments' and bills' forbidden changes
 		enrollmentTransition *enrollments.TransitionError
-		velocityExceeded *velocity.ExceededError
+		velocityExceeded     *velocity.ExceededError
 	)
 	switch {
 	case errors.As(err, &fields):

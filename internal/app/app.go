@@ -26,8 +26,8 @@ import (
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pgembed"
-	"github.com/rebill/rebill/internal/tracing"
 	"github.com/rebill/rebill/internal/secrets"
+	"github.com/rebill/rebill/internal/tracing"
 	"github.com/rebill/rebill/migrations"
 )
 
