@@ -38,6 +38,9 @@ func TestCrashMidChargingPaysEachBillOnce(t *testing.T) {
 		"DATABASE_URL": dbURL, "REBILL_DEV": "1", "REBILL_ADMIN_KEY": key, "REBILL_GATEWAY_TIMEOUT": "500ms",
 		"REBILL_RETRY_BASE": "100ms", "REBILL_RETRY_MAX": "1s", "REBILL_SCAN_INTERVAL": "500ms", "REBILL_RESCUE_AFTER": "12s",
 		"REBILL_LOG_LEVEL": "warn", "REBILL_DB_MAX_CONNS": "10",
+		// Both nodes open the payment tokens: one key (dev mode would
+		// give each data folder its own).
+		"REBILL_ENCRYPTION_KEY": testEncryptionKey,
 	}
 	ctx := context.Background()
 	count := func(query string) int {

@@ -187,7 +187,7 @@ func TestReconciliationAndDailyReportEndpoints(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	require.True(t, strings.HasPrefix(ctype, "text/csv"), ctype)
 	require.Equal(t, "date,gateway,currency,captured_count,captured_amount,declined_count,failed_count,voided_count,commission_bps,commission\n"+
-		date+",sim1,USD,2,3000,0,0,0,0,0\n", body)
+		date+",sim1,USD,2,3000,0,0,0,150,45\n", body) // sim1 takes 150 bps: 45 of 3000
 	status, _, csvBody := b.getRaw(t, "/v1/reports/daily?format=csv&date="+date, adminKey, "")
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, body, csvBody)
