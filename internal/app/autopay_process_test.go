@@ -22,6 +22,7 @@ func TestCrashMidChargingPaysEachBillOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the rebill binary twice and kills one")
 	}
+	t.Parallel()
 	const (
 		enrolled    = 30
 		billsEach   = 10

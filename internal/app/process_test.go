@@ -391,6 +391,7 @@ func TestCrashMidChargingChargesEachPeriodOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the rebill binary twice and kills one")
 	}
+	t.Parallel()
 	const (
 		subscriptions = 300
 		creators      = 16
