@@ -38,7 +38,9 @@
 // [gateway.ErrUnprovable] and the charge goes to review instead of risking
 // a second PaymentIntent. If the first send never reached Stripe, the
 // replay places the hold, exactly as the resend that would follow a
-// not-found would. Stripe also keeps a 500 under the key, so an authorize
+// not-found would; so the replay is sent only when the caller allows it
+// (LookupRequest.MayReplay: reconcile, the hold check), and a look that
+// must not move money gets ErrUnprovable. Stripe also keeps a 500 under the key, so an authorize
 // that got one answers 500 to every replay: it stays unknown and ends in
 // review. A capture or void without a reference was never sent (rebill
 // sends neither without one): ErrNotFound. A PaymentIntent whose metadata

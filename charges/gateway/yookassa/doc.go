@@ -75,4 +75,10 @@
 // (or several) is ErrUnprovable, and the charge goes to review. The scan
 // reads every page of that day within the call's timeout: a shop with
 // very many payments a day may need a longer one.
+//
+// A replay is sent only when the caller allows it (LookupRequest.MayReplay:
+// the reconcile job, which would send the create again anyway, and the
+// hold check, which releases what it finds). A look that must not move
+// money (before a support retry) only scans, and answers ErrUnprovable
+// when no payment carries the key: the first send may still arrive.
 package yookassa
