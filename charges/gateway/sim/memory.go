@@ -115,7 +115,7 @@ func (m *memoryBooks) perform(_ context.Context, gw string, req opRequest, kind 
 	defer m.mu.Unlock()
 	o, ok := m.ops[opKey(gw, req.IdempotencyKey)]
 	if !ok {
-		o = &memoryOp{gw: gw, operation: m.decide(gw, req, kind)}
+		o = &memoryOp{gw: gw, operation: verdict(req, kind, m.authorization(gw, req.AuthorizationID), m.settled[req.AuthorizationID])}
 		o.Reference = gw + "_op_" + uuid.NewString()
 		o.At = time.Now().UTC()
 		m.ops[opKey(gw, req.IdempotencyKey)] = o
@@ -129,51 +129,6 @@ func (m *memoryBooks) perform(_ context.Context, gw string, req opRequest, kind 
 		return operation{}, fmt.Errorf("%s %s %q: %w", gw, req.Op, req.IdempotencyKey, errKeyReused)
 	}
 	return o.operation, nil
-}
-
-// decide is [decide]'s verdict, on the books in memory; m.mu is held.
-func (m *memoryBooks) decide(gw string, req opRequest, kind tokenKind) operation {
-	o := operation{Op: req.Op, IdempotencyKey: req.IdempotencyKey, AuthorizationID: req.AuthorizationID,
-		TokenLast4: last4(req.Token), Kind: kind, ChargeKey: req.ChargeKey, Amount: req.Amount,
-		Currency: req.Currency, Status: gateway.StatusSucceeded}
-	fail := func(code string) operation {
-		o.Status, o.DeclineCode = gateway.StatusFailed, code
-		return o
-	}
-	if req.Op == gateway.OpAuthorize {
-		switch kind {
-		case kindDeclineFunds:
-			o.Status, o.DeclineCode = gateway.StatusDeclined, "insufficient_funds"
-		case kindDeclineHard:
-			o.Status, o.DeclineCode, o.Hard = gateway.StatusDeclined, "stolen_card", true
-		case kindInvalid:
-			return fail("invalid_token")
-		}
-		return o
-	}
-	auth := m.authorization(gw, req.AuthorizationID)
-	if auth == nil {
-		return fail("invalid_authorization")
-	}
-	if o.TokenLast4 == "" {
-		o.TokenLast4 = auth.TokenLast4
-	}
-	if req.Op == gateway.OpVoid {
-		o.Amount, o.Currency = auth.Amount, auth.Currency
-	}
-	if auth.Status != gateway.StatusSucceeded ||
-		(req.Op == gateway.OpCapture && (req.Amount != auth.Amount || req.Currency != auth.Currency)) {
-		return fail("invalid_authorization")
-	}
-	settledBy, settled := m.settled[req.AuthorizationID]
-	switch {
-	case !settled:
-		return o
-	case settledBy == gateway.OpCapture:
-		return fail("already_captured")
-	default:
-		return fail("already_voided")
-	}
 }
 
 // authorization is gw's authorization with reference ref, or nil; m.mu is

@@ -398,6 +398,35 @@ func performTx(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind to
 // decide is the provider's verdict on a new operation. A capture or void
 // locks its authorization so that two of them cannot both settle it.
 func decide(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind tokenKind) (operation, error) {
+	if req.Op == gateway.OpAuthorize {
+		return verdict(req, kind, nil, ""), nil
+	}
+	auth, err := scanOperation(tx.QueryRow(ctx, `SELECT `+operationColumns+`
+		FROM gatewaysim.operations
+		WHERE gateway = $1 AND reference = $2 AND op = 'authorize'
+		FOR UPDATE`, gw, req.AuthorizationID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return verdict(req, kind, nil, ""), nil
+	}
+	if err != nil {
+		return operation{}, fmt.Errorf("lock authorization %q: %w", req.AuthorizationID, err)
+	}
+	var settledBy gateway.Op
+	err = tx.QueryRow(ctx, `SELECT op FROM gatewaysim.operations
+		WHERE gateway = $1 AND authorization_id = $2 AND status = 'succeeded'
+		LIMIT 1`, gw, req.AuthorizationID).Scan(&settledBy)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return operation{}, fmt.Errorf("read settlement of %q: %w", req.AuthorizationID, err)
+	}
+	return verdict(req, kind, &auth, settledBy), nil
+}
+
+// verdict is the provider's rules for a new operation, whichever books
+// keep it: an authorize follows the token's class; a capture or void
+// needs auth, the succeeded authorization it names (nil: none), not yet
+// settled by another capture or void (settledBy, empty when none), and a
+// capture its exact amount.
+func verdict(req opRequest, kind tokenKind, auth *operation, settledBy gateway.Op) operation {
 	o := operation{
 		Op:              req.Op,
 		IdempotencyKey:  req.IdempotencyKey,
@@ -409,9 +438,9 @@ func decide(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind token
 		Currency:        req.Currency,
 		Status:          gateway.StatusSucceeded,
 	}
-	fail := func(code string) (operation, error) {
+	fail := func(code string) operation {
 		o.Status, o.DeclineCode = gateway.StatusFailed, code
-		return o, nil
+		return o
 	}
 	if req.Op == gateway.OpAuthorize {
 		switch kind {
@@ -422,18 +451,10 @@ func decide(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind token
 		case kindInvalid:
 			return fail("invalid_token")
 		}
-		return o, nil
+		return o
 	}
-
-	auth, err := scanOperation(tx.QueryRow(ctx, `SELECT `+operationColumns+`
-		FROM gatewaysim.operations
-		WHERE gateway = $1 AND reference = $2 AND op = 'authorize'
-		FOR UPDATE`, gw, req.AuthorizationID))
-	if errors.Is(err, pgx.ErrNoRows) {
+	if auth == nil {
 		return fail("invalid_authorization")
-	}
-	if err != nil {
-		return operation{}, fmt.Errorf("lock authorization %q: %w", req.AuthorizationID, err)
 	}
 	if o.TokenLast4 == "" {
 		o.TokenLast4 = auth.TokenLast4
@@ -445,16 +466,10 @@ func decide(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind token
 		(req.Op == gateway.OpCapture && (req.Amount != auth.Amount || req.Currency != auth.Currency)) {
 		return fail("invalid_authorization")
 	}
-	var settledBy gateway.Op
-	err = tx.QueryRow(ctx, `SELECT op FROM gatewaysim.operations
-		WHERE gateway = $1 AND authorization_id = $2 AND status = 'succeeded'
-		LIMIT 1`, gw, req.AuthorizationID).Scan(&settledBy)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return o, nil
-	case err != nil:
-		return operation{}, fmt.Errorf("read settlement of %q: %w", req.AuthorizationID, err)
-	case settledBy == gateway.OpCapture:
+	switch settledBy {
+	case "":
+		return o
+	case gateway.OpCapture:
 		return fail("already_captured")
 	default:
 		return fail("already_voided")
