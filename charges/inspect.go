@@ -67,7 +67,10 @@ var liveJobStates = []string{
 }
 
 // FindStuck returns the charges that are stuck by p's thresholds, oldest
-// first. It reads River's job table (the one place that knows whether a
+// first. A fine's hold waits on its registry posting, whose jobs name the
+// posting and not the charge and which sends the charge to review itself
+// when it fails for good: it is not kicked (a capture job now would
+// capture a fine never posted). It reads River's job table (the one place that knows whether a
 // job is alive) in one statement with the charges: a job is the charge's
 // when its args name the charge (charge_id) and, if they name one, its
 // attempt.
@@ -87,7 +90,8 @@ func FindStuck(ctx context.Context, db DBTX, p StuckParams) ([]Stuck, error) {
 				WHEN NOT has_job AND updated_at < $3::timestamptz - $4::interval THEN $11
 				ELSE $12 END
 		FROM candidates
-		WHERE (status = ANY($8) AND NOT has_job AND updated_at < $3::timestamptz - $4::interval)
+		WHERE (status = ANY($8) AND NOT has_job AND updated_at < $3::timestamptz - $4::interval
+				AND NOT (status = $13 AND registry_uin IS NOT NULL AND NOT void_requested))
 		   OR (status = $9 AND updated_at < $3::timestamptz - $5::interval
 				AND (NOT has_job OR job_scheduled_at < now() - $5::interval))
 		   OR ($6::interval > '0'::interval AND status = $13 AND updated_at < $3::timestamptz - $6::interval)

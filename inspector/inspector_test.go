@@ -51,6 +51,12 @@ func TestInspectorKicksTheStepItStandsInAndReportsOldHolds(t *testing.T) {
 	posting := charge(7, "authorized", 2*time.Minute)
 	_, err = client.Insert(ctx, laterStepArgs{ChargeID: uuid.MustParse(posting), Attempt: 1}, nil)
 	require.NoError(t, err)
+	// A fine's hold waiting on its registry posting, whose jobs name the
+	// posting and not the charge: not kicked (a capture now would take a
+	// fine never posted).
+	fine := charge(8, "authorized", 2*time.Minute)
+	_, err = pool.Exec(ctx, `UPDATE charges SET registry_uin = '18810000000000000001' WHERE id = $1`, fine)
+	require.NoError(t, err)
 	// Held for four days, its capture job alive (waiting on the gateway).
 	held := charge(6, "authorized", 96*time.Hour)
 	_, err = client.Insert(ctx, charges.CaptureArgs{ChargeID: uuid.MustParse(held), Attempt: 1}, &river.InsertOpts{ScheduledAt: now.Add(time.Hour)})
@@ -78,7 +84,7 @@ func TestInspectorKicksTheStepItStandsInAndReportsOldHolds(t *testing.T) {
 		resend:     "charge_reconcile:authorize",
 		held:       "charge_capture",
 		posting:    "test_later_step",
-	}, jobs, "recent (%s) is left alone", recent)
+	}, jobs, "recent (%s) and the fine waiting on its posting (%s) are left alone", recent, fine)
 
 	// The kicked jobs are alive now: nothing more to do but report the hold.
 	sum, err = insp.Run(ctx)
