@@ -389,3 +389,30 @@ func TestDiscardedHoldCheckStillReleasesTheHold(t *testing.T) {
 	}
 	require.Empty(t, s.liveHolds(), "the hold is voided once the gateway answers")
 }
+
+// Soak seed 300, on this session's code: seven weekly periods of an active
+// subscription were never charged. Minimal sequence: a daily subscription's
+// first charge goes to review; the clock moves three days and, before the
+// scan reaches the periods that began meanwhile, a person resolves the
+// charge as failed. The subscription became unpaid as of the resolution,
+// and nothing charges an unpaid subscription's periods: those that began
+// while it was still active were lost (and a later recovery skips every
+// period that has begun). They are owed: the end of dunning now charges
+// them first.
+func TestPeriodsBeforeTheEndOfDunningAreChargedWhenTheScanLagged(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	id := s.create(period.Day, "tok_1")
+	c := s.reviewWithHold(id)
+	s.advance(3 * 24 * time.Hour) // no scan: it lags behind
+	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
+		_, err := s.w.svc.ResolveCharge(s.ctx, tx, staff, c.ID, charges.Resolution{Outcome: charges.Failed,
+			Evidence: "fake ledger: no capture under " + c.GatewayKey(gateway.OpCapture), Actor: "support"})
+		return err
+	}))
+	require.Equal(t, subscriptions.Unpaid, s.sub(id).Status)
+	require.Equal(t, []string{"2027-01-30", "2027-01-31", "2027-02-01", "2027-02-02"}, s.periodKeys(id),
+		"the periods that began while it was active are charged")
+	s.scan()
+	require.Len(t, s.periodKeys(id), 4, "and none that begins while unpaid")
+}

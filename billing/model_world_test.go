@@ -136,6 +136,7 @@ func newWorld(t *testing.T) *world {
 	}
 	w.biller = &scheduler.Biller{Pool: w.pool, Subscriptions: subs, Clock: w.clock, CatchUpWindow: modelCatchUp,
 		BatchSize: 2, ScanWorkers: 1, ScanInterval: time.Minute, Logger: zerolog.Nop()}
+	w.pipeline.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Clock: w.clock, Biller: w.biller}
 	w.svc = &billing.Service{Pool: w.pool, Subscriptions: subs, Biller: w.biller, Attempts: w.pipeline, Clock: w.clock}
 	w.newGateways()
 

@@ -71,6 +71,17 @@ func (b *Biller) Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscript
 	return sub, nil
 }
 
+// dueBefore charges, in tx, the periods of the locked subscription sub that
+// began before until and that no scan has reached: an active or past-due
+// subscription's periods, up to the end of its dunning.
+func (b *Biller) dueBefore(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription, until time.Time) error {
+	if !sub.NextChargeAt.Before(until) || (sub.Status != subscriptions.Active && sub.Status != subscriptions.PastDue) {
+		return nil
+	}
+	_, _, err := b.billUpTo(ctx, tx, []subscriptions.Subscription{sub}, until.Add(-time.Nanosecond), b.Clock.Now())
+	return err
+}
+
 // Cancelled stops the cancelled subscription's charges: unstarted ones are
 // voided, held money is released by void jobs, and nothing is captured.
 func (b *Biller) Cancelled(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID) error {

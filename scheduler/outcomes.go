@@ -16,6 +16,10 @@ import (
 type Outcomes struct {
 	Subscriptions *subscriptions.Store
 	Clock         clock.Clock
+	// Biller charges the periods that began before a subscription's
+	// dunning ended, when it ends (nil: they are not, as in tests of
+	// other matters).
+	Biller *Biller
 }
 
 // Lock locks the subscription's row and returns what a charge outcome
@@ -75,6 +79,19 @@ func (o Outcomes) ChargeDeclined(ctx context.Context, tx pgx.Tx, id uuid.UUID) e
 // when c's last attempt was due: charges of periods that began since are
 // voided (not owed), and its other declined charges stop retrying.
 func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+	if o.Biller != nil {
+		// Periods that began before the end of dunning are owed; those the
+		// scan had not reached yet (it ran late, or the clock jumped) are
+		// charged now: nothing charges an unpaid subscription, and leaving
+		// unpaid skips every period that has begun.
+		sub, err := o.Subscriptions.GetForUpdate(ctx, tx, c.SubscriptionID)
+		if err != nil {
+			return err
+		}
+		if err := o.Biller.dueBefore(ctx, tx, sub, c.AttemptDueAt); err != nil {
+			return err
+		}
+	}
 	_, moved, err := o.Subscriptions.MarkUnpaid(ctx, tx, c.SubscriptionID, c.AttemptDueAt)
 	if err != nil || !moved {
 		return err

@@ -17,13 +17,18 @@ import (
 // bill creates the charges of every due period of subs (rows locked by
 // the caller) and advances each subscription past them, in tx.
 func (b *Biller) bill(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subscription, now time.Time) (int, []subscriptions.Advance, error) {
+	return b.billUpTo(ctx, tx, subs, now, now)
+}
+
+// billUpTo is bill for the periods that began by upTo, written at now.
+func (b *Biller) billUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subscription, upTo, now time.Time) (int, []subscriptions.Advance, error) {
 	var (
 		news     []charges.New
 		advanced []subscriptions.Advance
 	)
 	for _, sub := range subs {
 		sched := sub.Schedule()
-		last := sched.IndexAt(now)
+		last := sched.IndexAt(upTo)
 		from := sub.NextPeriodIndex
 		if last < from {
 			continue

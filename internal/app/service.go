@@ -116,7 +116,11 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
 	poster, registrySim := buildRegistry(cfg, pool, svc.Clock, retry, log)
 	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, log)
-	pipeline := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock},
+	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
+		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
+		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
+		Logger: log.With().Str("component", "scheduler").Logger()}
+	pipeline := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock, Biller: biller},
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
 		UnavailableFor: cfg.UnavailableFor, CaptureInline: true, Logger: log.With().Str("component", "charges").Logger(),
 		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges"), Enrollments: billOutcomes}
@@ -125,10 +129,6 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	}
 	limiter := newLimiter(cfg, svc.Clock)
 	pipeline.Declines = declineLimit{limiter: limiter, pool: pool}
-	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
-		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
-		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
-		Logger: log.With().Str("component", "scheduler").Logger()}
 	biller.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
 		BatchSize: cfg.ScanBatch}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
