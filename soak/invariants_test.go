@@ -304,3 +304,17 @@ func TestResolvedFailedMakesUnpaidFromThen(t *testing.T) {
 	r.obs.Resolves = []ObservedResolve{{ChargeID: c.ID, Outcome: "failed", Clock: day(65)}}
 	expect(t, OwedPeriodsSettled(r.d), "period 2027-03-10", "voided (subscription_unpaid) although the subscription was never cancelled")
 }
+
+func TestResumeInTheInstantOfTheAnchorIsNoMove(t *testing.T) {
+	r := newRecord(day(5))
+	r.event("cancel_scheduled", "active", "active", t0, false)
+	r.event("paused", "active", "paused", t0, false)
+	r.event("resumed", "paused", "active", t0, false)
+	r.obs.Resumes = []ObservedResume{{When: Interval{rt(900), rt(910)}, BillingAnchor: t0}}
+	r.paid(t0, 20, "0001")
+	for _, v := range OwedPeriodsSettled(r.d) {
+		if strings.Contains(v.Detail, "moved the anchor") {
+			t.Errorf("a resume in the anchor's instant kept it: %v", v)
+		}
+	}
+}

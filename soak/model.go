@@ -173,7 +173,9 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 			default:
 				tl.Problems = append(tl.Problems, fmt.Sprintf("event %d: a scheduled resume whose resume_at was not observed moved the anchor to an unknown time", e.ID))
 			}
-			if !e.System() && obs != nil {
+			// A resume in the very instant of the anchor answers the same
+			// anchor whether it kept it or moved it there: nothing to tell.
+			if !e.System() && obs != nil && !cur.grid.Anchor.Equal(eff) {
 				tl.checkResumeAnswer(obs, e, keep, eff)
 			}
 		case "cancel_scheduled":
