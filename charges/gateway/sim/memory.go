@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/clock"
 )
 
 // books are where a simulated provider keeps its operations, call counts
@@ -38,6 +39,9 @@ type memoryBooks struct {
 	order   []*memoryOp           // oldest first
 	calls   map[string]int        // by opKey(gateway, idempotency key)
 	faults  map[string]Faults
+	// clock stamps operations: the provider's own time, never rebill's
+	// dev clock (as the PostgreSQL books stamp clock_timestamp()).
+	clock clock.Clock
 }
 
 // memoryOp is an operation and the gateway that processed it.
@@ -46,8 +50,8 @@ type memoryOp struct {
 	operation
 }
 
-func newMemoryBooks() *memoryBooks {
-	return &memoryBooks{ops: map[string]*memoryOp{}, refs: map[string]*memoryOp{}, settled: map[string]gateway.Op{},
+func newMemoryBooks(clk clock.Clock) *memoryBooks {
+	return &memoryBooks{clock: clk, ops: map[string]*memoryOp{}, refs: map[string]*memoryOp{}, settled: map[string]gateway.Op{},
 		calls: map[string]int{}, faults: map[string]Faults{}}
 }
 
@@ -117,7 +121,7 @@ func (m *memoryBooks) perform(_ context.Context, gw string, req opRequest, kind 
 	if !ok {
 		o = &memoryOp{gw: gw, operation: verdict(req, kind, m.authorization(gw, req.AuthorizationID), m.settled[req.AuthorizationID])}
 		o.Reference = gw + "_op_" + uuid.NewString()
-		o.At = time.Now().UTC()
+		o.At = m.clock.Now().UTC()
 		m.ops[opKey(gw, req.IdempotencyKey)] = o
 		m.refs[o.Reference] = o
 		m.order = append(m.order, o)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rebill/rebill/internal/clock"
 	"github.com/rs/zerolog"
 )
 
@@ -53,7 +54,7 @@ func Start(ctx context.Context, pool *pgxpool.Pool, names []string, logger zerol
 // provider's. The ledger is gone when the process ends, and other
 // processes cannot see it or its fault switches.
 func StartInMemory(ctx context.Context, names []string, logger zerolog.Logger) (baseURL string, stop func(context.Context) error, err error) {
-	return startOn(ctx, newMemoryBooks(), names, logger)
+	return startOn(ctx, newMemoryBooks(clock.Wall{}), names, logger)
 }
 
 func startOn(ctx context.Context, store books, names []string, logger zerolog.Logger) (string, func(context.Context) error, error) {
