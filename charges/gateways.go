@@ -230,7 +230,7 @@ type breakerGateway struct {
 // window; a call the open circuit refused was not made and is not counted.
 func (b *breakerGateway) guard(fn func() (gateway.Result, error)) (gateway.Result, error) {
 	res, err := b.breaker.Execute(func() (gateway.Result, error) {
-		start := time.Now()
+		start := time.Now() // a latency: elapsed real time, which the dev clock does not measure
 		res, err := fn()
 		b.health.observe(time.Since(start), err)
 		return res, err

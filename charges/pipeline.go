@@ -173,7 +173,7 @@ func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ct
 	ctx, cancel := context.WithTimeout(ctx, p.Gateways.Timeout(c.Gateway, p.CallTimeout))
 	defer cancel()
 	ctx, span := p.startCall(ctx, c, op)
-	start := time.Now()
+	start := time.Now() // the call's latency: elapsed real time, not the service clock
 	res, err := fn(ctx)
 	outcome := string(res.Status)
 	switch {
