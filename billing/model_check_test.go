@@ -129,8 +129,9 @@ func (m *machine) check(t *rapid.T) {
 			}
 			continue
 		}
-		if mv.from != mv.to && !charges.CanTransition(charges.Status(mv.from), charges.Status(mv.to)) {
-			t.Fatalf("charge %s moved %s -> %s: not allowed by charges.CanTransition", mv.charge, mv.from, mv.to)
+		from, to := charges.Status(mv.from), charges.Status(mv.to)
+		if _, through := charges.PassesThrough(from, to); from != to && !charges.CanTransition(from, to) && !through {
+			t.Fatalf("charge %s moved %s -> %s: not allowed by charges.CanTransition nor charges.PassesThrough", mv.charge, mv.from, mv.to)
 		}
 		if mv.toAttempt != mv.fromAttempt && (mv.to != string(charges.Scheduled) || mv.toAttempt != mv.fromAttempt+1) {
 			t.Fatalf("charge %s went from a%d (%s) to a%d (%s): a new attempt starts scheduled, one at a time",

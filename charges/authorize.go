@@ -63,6 +63,12 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 	switch {
 	case res.Status == gateway.StatusSucceeded:
 		metrics.StageRuns.WithLabelValues(s.stage, "authorized").Inc()
+		if capturing, err := p.holdThenCapture(ctx, s, c, from, res, now); !errors.Is(err, ErrStale) {
+			if err != nil {
+				return fmt.Errorf("%s: record outcome: %w", s.stage, err)
+			}
+			return p.captureInline(ctx, s, capturing)
+		}
 		var capturing Charge // set when this run goes on to capture
 		err := p.record(ctx, s, func(tx pgx.Tx) error {
 			next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Authorized, now,
@@ -107,6 +113,27 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 		}
 		return p.record(ctx, s, func(tx pgx.Tx) error { return p.declined(ctx, tx, c, from, code, true, now) })
 	}
+}
+
+// holdThenCapture records the hold and the capture's "about to call" in one
+// guarded statement, when nothing stands between them: no void requested
+// (read under the row's lock by the same statement), no registry posting,
+// the capture inline. ErrStale sends the caller to the general path, which
+// sorts out why (a void, a fine, another run that got there first).
+func (p *Pipeline) holdThenCapture(ctx context.Context, s stageRun, c Charge, from []Status, res gateway.Result, now time.Time) (Charge, error) {
+	if !p.CaptureInline || s.reconcile || (c.RegistryUIN != "" && p.Postings != nil) {
+		return Charge{}, ErrStale
+	}
+	next, err := moveThrough(ctx, p.Pool, c.ID, c.AttemptCount, from, Capturing, now, "NOT void_requested",
+		`authorization_ref = $1, authorized_at = $2, unknown_phase = NULL, failure_code = NULL`, res.Reference, now)
+	if err != nil {
+		return Charge{}, err
+	}
+	held := next
+	held.Status = Authorized
+	p.transitioned(held, "")
+	p.transitioned(next, "")
+	return next, nil
 }
 
 // declined records an attempt the issuer or gateway refused. What follows

@@ -90,7 +90,8 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
 		owner := p.owner(c)
-		if _, err := owner.Lock(ctx, tx, c.OwnerID()); err != nil {
+		locked, err := owner.Lock(ctx, tx, c.OwnerID())
+		if err != nil {
 			return err
 		}
 		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Succeeded, now, `unknown_phase = NULL, failure_code = NULL`)
@@ -98,6 +99,9 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 			return err
 		}
 		p.transitioned(next, "")
+		if locked.PaidChangesNothing {
+			return nil
+		}
 		return owner.ChargePaid(ctx, tx, next)
 	})
 }

@@ -21,7 +21,7 @@ func TestCaptureInline(t *testing.T) {
 	t.Parallel()
 	const (
 		authorize = "authorize K:a1:authorize " + currentCard
-		capture   = "capture K:a1:capture " + currentCard + " " + holdRef
+		capture   = "capture K:a1:capture " + holdRef
 	)
 	inline := func(t *testing.T) (*testBundle, charges.Charge, *rivertest.Worker[charges.AuthorizeArgs, pgx.Tx]) {
 		t.Helper()
@@ -57,7 +57,7 @@ func TestCaptureInline(t *testing.T) {
 		require.Empty(t, b.subs.calls())
 
 		res, err = w.WorkJob(ctx, t, b.tx, res.Job)
-		const resent = "capture K:a1:capture " + currentCard + " op_1" // the hold's reference at this gateway
+		const resent = "capture K:a1:capture op_1" // the hold's reference at this gateway
 		b.requireOutcome(ctx, t, c.ID, res, err, outcome{status: charges.Succeeded, authorizationRef: "op_1",
 			calls: []string{authorize, resent, resent}, subCalls: []string{"paid(succeeded)"}})
 		require.Len(t, holds.operations(), 1, "the rerun placed no second hold")

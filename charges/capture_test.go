@@ -15,7 +15,7 @@ import (
 func TestCaptureWorker(t *testing.T) {
 	t.Parallel()
 
-	const capture = "capture K:a1:capture " + currentCard + " " + holdRef
+	const capture = "capture K:a1:capture " + holdRef
 	authorized := fixture{status: charges.Authorized, authorizationRef: holdRef}
 
 	for _, tc := range []stepCase{

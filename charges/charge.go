@@ -5,7 +5,10 @@
 // # States
 //
 // Every allowed move is listed once, in [CanTransition]'s table
-// (transitions.go); the store refuses any other.
+// (transitions.go); the store refuses any other. A hold whose capture goes
+// on in the same run is recorded together with the capture's "about to
+// call", authorizing --> capturing in one statement through authorized
+// ([PassesThrough]).
 //
 //	scheduled --> authorizing --> authorized --> capturing --> succeeded
 //	   |  ^          |  |  |           |    |           |

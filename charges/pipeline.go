@@ -36,6 +36,10 @@ type Subscription struct {
 	// first decline was at first, is followed by another (ok false: none).
 	// Bills use it to fit dunning before their deadlines.
 	NextAttempt func(c Charge, first time.Time) (at time.Time, ok bool)
+	// PaidChangesNothing: a paid charge leaves this owner as it is locked
+	// (an active subscription), so ChargePaid is not called and its reads
+	// are spared on the path every successful charge takes.
+	PaidChangesNothing bool
 }
 
 // Subscriptions is what the pipeline tells the subscription a charge
@@ -225,9 +229,15 @@ func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Stat
 // request is c's op as sent to its gateway, with the charge's fiscal
 // receipt on the hold and the capture (a receipt that cannot be read was
 // refused when the subscription was created, so none is sent instead).
+// Only the hold carries the payment token: a capture or void names the
+// hold, so the token is opened from the vault for the one call that needs
+// it, and never travels with the others.
 func (p Pipeline) request(c Charge, op gateway.Op) gateway.Request {
-	req := gateway.Request{IdempotencyKey: c.GatewayKey(op), Token: c.token, Amount: c.Amount, Currency: c.Currency,
+	req := gateway.Request{IdempotencyKey: c.GatewayKey(op), Amount: c.Amount, Currency: c.Currency,
 		ChargeKey: c.Key(), AuthorizationID: c.AuthorizationRef}
+	if op == gateway.OpAuthorize {
+		req.Token = c.token
+	}
 	if c.receipt != nil && (op == gateway.OpAuthorize || op == gateway.OpCapture) {
 		var r gateway.Receipt
 		if err := json.Unmarshal(c.receipt, &r); err != nil {

@@ -308,7 +308,7 @@ func (b *testBundle) requireNextJobs(ctx context.Context, t *testing.T, want ...
 
 // requireCalls requires that the gateway received exactly want, written
 // "op key token authorization" with the charge's business key as K and
-// empty fields left out: "capture K:a1:capture tok_1 auth_1".
+// empty fields left out: "capture K:a1:capture auth_1".
 func (b *testBundle) requireCalls(t *testing.T, want ...string) {
 	t.Helper()
 	var got []string

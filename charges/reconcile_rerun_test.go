@@ -45,10 +45,10 @@ func TestReconcileRerun(t *testing.T) {
 		{"AuthorizeResendCrashed", gateway.OpAuthorize, crash, river.EventKindJobFailed,
 			[]string{"lookup K:a1:authorize", "authorize K:a1:authorize " + currentCard, "lookup K:a1:authorize"}},
 		{"CaptureResendUnavailable", gateway.OpCapture, unavailable, river.EventKindJobSnoozed,
-			[]string{"lookup K:a1:capture", "capture K:a1:capture " + currentCard + " " + holdRef,
-				"lookup K:a1:capture", "capture K:a1:capture " + currentCard + " " + holdRef}},
+			[]string{"lookup K:a1:capture", "capture K:a1:capture " + holdRef,
+				"lookup K:a1:capture", "capture K:a1:capture " + holdRef}},
 		{"CaptureResendLost", gateway.OpCapture, lost, river.EventKindJobFailed,
-			[]string{"lookup K:a1:capture", "capture K:a1:capture " + currentCard + " " + holdRef, "lookup K:a1:capture"}},
+			[]string{"lookup K:a1:capture", "capture K:a1:capture " + holdRef, "lookup K:a1:capture"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

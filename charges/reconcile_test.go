@@ -134,7 +134,7 @@ func TestReconcileWorker(t *testing.T) {
 		t.Parallel()
 		const (
 			lookup  = "lookup K:a1:capture"
-			capture = "capture K:a1:capture " + currentCard + " " + holdRef
+			capture = "capture K:a1:capture " + holdRef
 		)
 		for _, tc := range []stepCase{
 			{

@@ -22,7 +22,7 @@ func TestReleaseHoldWorker(t *testing.T) {
 		hold            = "auth_9"
 	)
 	held := gateway.Result{Status: gateway.StatusSucceeded, Reference: hold}
-	void := "void K:a1:void " + currentCard + " " + hold // the attempt's void key, naming the hold found
+	void := "void K:a1:void " + hold // the attempt's void key, naming the hold found
 
 	for _, tc := range []stepCase{
 		{

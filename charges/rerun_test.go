@@ -125,7 +125,7 @@ func TestStepRerun(t *testing.T) {
 
 		res, err = w.WorkJob(ctx, t, b.tx, res.Job)
 		require.NoError(t, err)
-		capture := "capture K:a1:capture " + currentCard + " " + holdRef
+		capture := "capture K:a1:capture " + holdRef
 		b.requireCalls(t, capture, capture)
 		require.Len(t, g.operations(), 1, "one capture at the gateway")
 		after := b.get(ctx, t, c.ID)
@@ -155,7 +155,7 @@ func TestStepRerun(t *testing.T) {
 
 		res, err = w.WorkJob(ctx, t, b.tx, res.Job)
 		require.NoError(t, err)
-		void := "void K:a1:void " + currentCard + " " + holdRef
+		void := "void K:a1:void " + holdRef
 		b.requireCalls(t, void, void)
 		require.Len(t, g.operations(), 1)
 		after := b.get(ctx, t, c.ID)
@@ -207,7 +207,7 @@ func TestGatewayBackAfterAWait(t *testing.T) {
 		b.gateway.CaptureFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "cap_1"}, nil)
 		res, err = w.WorkJob(ctx, t, b.tx, res.Job)
 		b.requireOutcome(ctx, t, c.ID, res, err, outcome{status: charges.Succeeded, authorizationRef: holdRef,
-			calls:    slices.Repeat([]string{"capture K:a1:capture " + currentCard + " " + holdRef}, 2),
+			calls:    slices.Repeat([]string{"capture K:a1:capture " + holdRef}, 2),
 			subCalls: []string{"paid(succeeded)"}})
 	})
 }

@@ -46,6 +46,19 @@ func CanTransition(from, to Status) bool {
 	return false
 }
 
+// passes lists the moves the store makes in one statement through a status
+// in between, each leg allowed on its own: a hold recorded together with
+// its capture's "about to call", when nothing needs to happen between them.
+// An observer of the rows sees only the two ends.
+var passes = map[[2]Status]Status{{Authorizing, Capturing}: Authorized}
+
+// PassesThrough reports the status a one-statement move from from to to
+// passes through; ok is false when the store makes no such move.
+func PassesThrough(from, to Status) (via Status, ok bool) {
+	via, ok = passes[[2]Status{from, to}]
+	return via, ok && CanTransition(from, via) && CanTransition(via, to)
+}
+
 // Statuses lists every status, in the order of the life cycle.
 var Statuses = []Status{Scheduled, Authorizing, Authorized, Capturing, Succeeded, Declined, Failed, Unknown,
 	RequiresReview, Voided}

@@ -90,3 +90,21 @@ func TestNoChargeStatusLiteralOutsideTheStore(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, offenders, "charge status literals in SQL; use the charges constants")
 }
+
+// The one-statement moves pass only through statuses each leg allows: a
+// hold and its capture's "about to call" recorded together, nothing else.
+func TestPassesThrough(t *testing.T) {
+	t.Parallel()
+	via, ok := charges.PassesThrough(charges.Authorizing, charges.Capturing)
+	require.True(t, ok)
+	require.Equal(t, charges.Authorized, via)
+	for _, from := range charges.Statuses {
+		for _, to := range charges.Statuses {
+			if from == charges.Authorizing && to == charges.Capturing {
+				continue
+			}
+			_, ok := charges.PassesThrough(from, to)
+			require.False(t, ok, "%s -> %s in one statement", from, to)
+		}
+	}
+}

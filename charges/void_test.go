@@ -14,7 +14,7 @@ import (
 func TestVoidWorker(t *testing.T) {
 	t.Parallel()
 
-	const void = "void K:a1:void " + currentCard + " " + holdRef
+	const void = "void K:a1:void " + holdRef
 	cancelled := fixture{status: charges.Authorized, authorizationRef: holdRef, voidRequested: true}
 
 	for _, tc := range []stepCase{

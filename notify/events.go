@@ -155,16 +155,23 @@ func (r *Recorder) Record(ctx context.Context, tx pgx.Tx, typ string, objectID u
 	if noticeKey != "" {
 		key = &noticeKey
 	}
-	tag, err := tx.Exec(ctx, `INSERT INTO events (id, type, object_id, parent_id, customer_id, created_at, data, notice_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (notice_key) DO NOTHING`,
-		id, typ, objectID, parentID, customerID, at.UTC(), string(data), key)
+	// The event and the endpoints to deliver it to, in one round trip. The
+	// endpoints are read in the statement's snapshot, as a statement of
+	// their own right after the insert would read them.
+	var endpoints []uuid.UUID
+	err = tx.QueryRow(ctx, `WITH e AS (
+			INSERT INTO events (id, type, object_id, parent_id, customer_id, created_at, data, notice_key)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (notice_key) DO NOTHING RETURNING id
+		)
+		SELECT `+endpointsSQL+` FROM e`,
+		id, typ, objectID, parentID, customerID, at.UTC(), string(data), key).Scan(&endpoints)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // another event with the same notice key was written
+	}
 	if err != nil {
 		return false, fmt.Errorf("insert %s event: %w", typ, err)
 	}
-	if tag.RowsAffected() == 0 {
-		return false, nil
-	}
-	if err := fanOut(ctx, tx, r.Enqueue, id, typ); err != nil {
+	if err := fanOut(ctx, tx, r.Enqueue, id, typ, endpoints); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -30,7 +30,10 @@ func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Su
 		return charges.Subscription{}, err
 	}
 	state := charges.Subscription{Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token,
-		Cancelled: sub.Status == subscriptions.Cancelled}
+		Cancelled: sub.Status == subscriptions.Cancelled,
+		// What ChargePaid would find: only a past-due or unpaid
+		// subscription is moved by a paid charge.
+		PaidChangesNothing: sub.Status != subscriptions.PastDue && sub.Status != subscriptions.Unpaid}
 	if sub.Status == subscriptions.Unpaid {
 		state.UnpaidSince = sub.UnpaidSince
 		if state.UnpaidSince == nil {

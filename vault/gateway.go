@@ -51,3 +51,17 @@ func (o *openingGateway) Void(ctx context.Context, req gateway.Request) (gateway
 	}
 	return o.Gateway.Void(ctx, req)
 }
+
+// Lookup opens the token of a lookup that may replay the hold it looks
+// for: a provider that finds a lost create by sending it again with the
+// same key must send it as it was first sent, with the card's token, not
+// the vault's reference to it.
+func (o *openingGateway) Lookup(ctx context.Context, req gateway.LookupRequest) (gateway.Result, error) {
+	if req.MayReplay && req.Op == gateway.OpAuthorize {
+		var err error
+		if req.Request, err = o.open(ctx, req.Request); err != nil {
+			return gateway.Result{}, err
+		}
+	}
+	return o.Gateway.Lookup(ctx, req)
+}

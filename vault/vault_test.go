@@ -220,8 +220,9 @@ func TestSealClearMovesTokensOutOfTheTables(t *testing.T) {
 
 type recordingGateway struct {
 	gateway.Gateway
-	mu     sync.Mutex
-	tokens []string
+	mu      sync.Mutex
+	tokens  []string
+	lookups []string // the token of each lookup's request
 }
 
 func (g *recordingGateway) Authorize(_ context.Context, req gateway.Request) (gateway.Result, error) {
@@ -229,6 +230,35 @@ func (g *recordingGateway) Authorize(_ context.Context, req gateway.Request) (ga
 	defer g.mu.Unlock()
 	g.tokens = append(g.tokens, req.Token)
 	return gateway.Result{Status: gateway.StatusSucceeded}, nil
+}
+
+func (g *recordingGateway) Lookup(_ context.Context, req gateway.LookupRequest) (gateway.Result, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lookups = append(g.lookups, req.Request.Token)
+	return gateway.Result{Status: gateway.StatusSucceeded}, nil
+}
+
+// A provider finds a lost hold by sending its create again under the same
+// key, which it answers only for the same request: the replay carries the
+// card's token, as the first send did. A look that may not replay, or
+// looks for a capture, never has the token opened.
+func TestLookupThatMayReplayAHoldGetsTheToken(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	v := newVault(t, pool, newKey(t))
+	inner := &recordingGateway{}
+	g := v.Gateway(inner)
+	ref := seal(t, v, "sim1", "tok_ok_replayed")
+	for _, look := range []gateway.LookupRequest{
+		{Op: gateway.OpAuthorize, MayReplay: true, Request: gateway.Request{Token: ref}},
+		{Op: gateway.OpAuthorize, Request: gateway.Request{Token: ref}},
+		{Op: gateway.OpCapture, MayReplay: true, Request: gateway.Request{Token: ref}},
+	} {
+		_, err := g.Lookup(t.Context(), look)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []string{"tok_ok_replayed", ref, ref}, inner.lookups)
 }
 
 func TestGatewayGetsTheToken(t *testing.T) {

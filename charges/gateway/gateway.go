@@ -6,6 +6,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 )
 
@@ -128,3 +129,19 @@ type Gateway interface {
 	// day that contains day, oldest first, for reconciliation.
 	Operations(ctx context.Context, day time.Time) ([]Result, error)
 }
+
+// Transport is the HTTP transport of an adapter that is given none: one
+// that keeps a connection open for each call in flight. rebill keeps as
+// many calls in flight as it has charge workers (hundreds, sized by
+// Little's law); net/http's default keeps 100 idle connections in all and
+// 2 per host, so nearly every call would open a connection and close it.
+func Transport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 0 // no bound in all; the bound per host applies
+	t.MaxIdleConnsPerHost = maxIdlePerProvider
+	return t
+}
+
+// maxIdlePerProvider bounds the idle connections kept to one provider:
+// above any worker count a node is configured with in practice.
+const maxIdlePerProvider = 4096

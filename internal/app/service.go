@@ -77,7 +77,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 			return nil, err
 		}
 		svc.Clock = manual
-		baseURL, stopSim, err := startSim(ctx, pool, simConns, simNames, log.With().Str("component", "gatewaysim").Logger())
+		baseURL, stopSim, err := startSim(ctx, pool, simConns, simNames, false, log.With().Str("component", "gatewaysim").Logger())
 		if err != nil {
 			svc.Close()
 			return nil, err
@@ -219,7 +219,9 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 // startSim runs the simulated gateways on loopback with a pool of their
 // own: they stand for another company, and must not queue for connections
 // behind rebill's workers (a slow answer would look like a lost one).
-func startSim(ctx context.Context, pool *pgxpool.Pool, maxConns int32, names []string, log zerolog.Logger) (string, func(), error) {
+// soleWriter: nothing else changes their fault switches (a benchmark's
+// own database), so they may cache them; dev mode's nodes share theirs.
+func startSim(ctx context.Context, pool *pgxpool.Pool, maxConns int32, names []string, soleWriter bool, log zerolog.Logger) (string, func(), error) {
 	cfg := pool.Config().Copy()
 	cfg.MaxConns = maxConns
 	// The simulated provider's ledger need not survive a crash of the
@@ -230,7 +232,11 @@ func startSim(ctx context.Context, pool *pgxpool.Pool, maxConns int32, names []s
 	if err != nil {
 		return "", nil, fmt.Errorf("open simulator pool: %w", err)
 	}
-	baseURL, stop, err := sim.Start(ctx, simPool, names, log)
+	start := sim.Start
+	if soleWriter {
+		start = sim.StartSoleWriter
+	}
+	baseURL, stop, err := start(ctx, simPool, names, log)
 	if err != nil {
 		simPool.Close()
 		return "", nil, err

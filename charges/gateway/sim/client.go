@@ -59,12 +59,7 @@ func NewClient(name, baseURL string, opts ClientOptions) *Client {
 		c.timeout = defaultTimeout
 	}
 	if c.http == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		// rebill keeps hundreds of calls in flight per gateway; with the
-		// default of two idle connections per host nearly every call
-		// would open a new one.
-		t.MaxIdleConnsPerHost = 256
-		c.http = &http.Client{Transport: t}
+		c.http = &http.Client{Transport: gateway.Transport()}
 	}
 	return c
 }

@@ -16,6 +16,11 @@ import (
 // shutdownTimeout bounds the graceful shutdown of ListenAndServe.
 const shutdownTimeout = 10 * time.Second
 
+// soleWriterFaultsTTL is how long a sim that is the one writer of its
+// switches keeps them: a switch flipped by another writer of the same
+// database (which a standalone sim does not expect) takes this long.
+const soleWriterFaultsTTL = time.Second
+
 // ListenAndServe runs the sim as its own process (`rebill gatewaysim`): it
 // migrates the gatewaysim schema, serves the gateways in names on addr until
 // ctx is done, then shuts down gracefully.
@@ -23,7 +28,7 @@ func ListenAndServe(ctx context.Context, addr string, pool *pgxpool.Pool, names 
 	if err := Migrate(ctx, pool); err != nil {
 		return err
 	}
-	srv, ln, errc, err := start(ctx, addr, NewStore(pool), names, logger)
+	srv, ln, errc, err := start(ctx, addr, NewStore(pool).CacheFaults(soleWriterFaultsTTL), names, logger)
 	if err != nil {
 		return err
 	}
@@ -47,6 +52,16 @@ func Start(ctx context.Context, pool *pgxpool.Pool, names []string, logger zerol
 		return "", nil, err
 	}
 	return startOn(ctx, NewStore(pool), names, logger)
+}
+
+// StartSoleWriter is [Start] for a sim that is the one writer of its
+// database's fault switches (a benchmark's): it reads them from the
+// database only when a second has passed (see [Store.CacheFaults]).
+func StartSoleWriter(ctx context.Context, pool *pgxpool.Pool, names []string, logger zerolog.Logger) (baseURL string, stop func(context.Context) error, err error) {
+	if err := Migrate(ctx, pool); err != nil {
+		return "", nil, err
+	}
+	return startOn(ctx, NewStore(pool).CacheFaults(soleWriterFaultsTTL), names, logger)
 }
 
 // StartInMemory is [Start] with the books in this process's memory: for

@@ -605,3 +605,38 @@ func TestInvalidRequests(t *testing.T) {
 // lookupOf names the operation sent under key: the simulator looks
 // operations up by key alone.
 func lookupOf(key string) gateway.LookupRequest { return gateway.ByKey("", key) }
+
+// A store that caches its switches sees its own changes at once, and a
+// change by another writer of the same database once the cache lapses,
+// never later.
+func TestCachedFaults(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	ctx := context.Background()
+	require.NoError(t, sim.Migrate(ctx, pool))
+	const ttl = 300 * time.Millisecond
+	cached, other := sim.NewStore(pool).CacheFaults(ttl), sim.NewStore(pool)
+
+	f, err := cached.Faults(ctx, "sim1")
+	require.NoError(t, err)
+	require.False(t, f.Down)
+	_, err = cached.SetFaults(ctx, "sim1", sim.FaultsPatch{Down: ptr(true)})
+	require.NoError(t, err)
+	f, err = cached.Faults(ctx, "sim1")
+	require.NoError(t, err)
+	require.True(t, f.Down, "its own change is seen at once")
+
+	changed := time.Now()
+	_, err = other.SetFaults(ctx, "sim1", sim.FaultsPatch{Down: ptr(false), LatencyMS: ptr(5)})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		f, err := cached.Faults(ctx, "sim1")
+		require.NoError(t, err)
+		return !f.Down && f.LatencyMS == 5
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Less(t, time.Since(changed), ttl+time.Second, "another writer's change is seen once the cache lapses")
+
+	f, err = cached.Faults(ctx, "sim2")
+	require.NoError(t, err)
+	require.Equal(t, sim.Faults{}, f, "a gateway never configured has none")
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,11 +54,52 @@ var errKeyReused = errors.New("idempotency key already used for a different requ
 // server uses it, and so can rebill's dev endpoints, without a round trip.
 type Store struct {
 	pool *pgxpool.Pool
+	// faultsTTL > 0 keeps each gateway's switches that long (see
+	// CacheFaults); cached holds them.
+	faultsTTL time.Duration
+	mu        sync.Mutex
+	cached    map[string]cachedFaults
+}
+
+type cachedFaults struct {
+	faults Faults
+	read   time.Time // real time: the cache's age, not the service clock
 }
 
 // NewStore returns a Store on pool. [Migrate] must have run.
 func NewStore(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool}
+}
+
+// CacheFaults makes s keep each gateway's fault switches for ttl instead of
+// reading them on every call (two reads a charge), and returns s. Only for
+// a store that is the one writer of its database's switches (the
+// `rebill gatewaysim` process, a benchmark): a change made through s is
+// seen at once, one made by another writer within ttl. Dev mode's in-process
+// sims share rebill's database across nodes and do not cache.
+func (s *Store) CacheFaults(ttl time.Duration) *Store {
+	s.faultsTTL = ttl
+	s.cached = map[string]cachedFaults{}
+	return s
+}
+
+func (s *Store) remember(gw string, f Faults) {
+	if s.faultsTTL <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cached[gw] = cachedFaults{faults: f, read: time.Now()}
+}
+
+func (s *Store) recalled(gw string) (Faults, bool) {
+	if s.faultsTTL <= 0 {
+		return Faults{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.cached[gw]
+	return c.faults, ok && time.Since(c.read) < s.faultsTTL
 }
 
 // LedgerEntry is one operation as the dev ledger shows it.
@@ -271,15 +313,19 @@ func (s *Store) lookup(ctx context.Context, gw, key string) (operation, error) {
 
 // Faults returns gw's fault switches; a gateway never configured has none.
 func (s *Store) Faults(ctx context.Context, gw string) (Faults, error) {
+	if f, ok := s.recalled(gw); ok {
+		return f, nil
+	}
 	var f Faults
 	err := s.pool.QueryRow(ctx, `SELECT down, latency_ms, error_rate, captures_down
 		FROM gatewaysim.faults WHERE gateway = $1`, gw).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.CapturesDown)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Faults{}, nil
+		err = nil // a gateway never configured has none
 	}
 	if err != nil {
 		return Faults{}, fmt.Errorf("read faults of %s: %w", gw, err)
 	}
+	s.remember(gw, f)
 	return f, nil
 }
 
@@ -305,6 +351,7 @@ func (s *Store) SetFaults(ctx context.Context, gw string, p FaultsPatch) (Faults
 	if err != nil {
 		return Faults{}, fmt.Errorf("set faults of %s: %w", gw, err)
 	}
+	s.remember(gw, f)
 	return f, nil
 }
 
@@ -347,11 +394,17 @@ func (s *Store) kindOf(ctx context.Context, gw string, req opRequest) (tokenKind
 // when that row is not the operation req asks for.
 func (s *Store) perform(ctx context.Context, gw string, req opRequest, kind tokenKind) (operation, error) {
 	var o operation
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		o, err = performTx(ctx, tx, gw, req, kind)
-		return err
-	})
+	var err error
+	if req.Op == gateway.OpAuthorize {
+		// Decided without reading anything: its insert is the whole of it,
+		// one statement that needs no transaction around it.
+		o, err = record(ctx, s.pool, gw, verdict(req, kind, nil, ""))
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			o, err = settle(ctx, tx, gw, req, kind)
+			return err
+		})
+	}
 	if err != nil {
 		return operation{}, fmt.Errorf("%s %s %q: %w", gw, req.Op, req.IdempotencyKey, err)
 	}
@@ -361,25 +414,24 @@ func (s *Store) perform(ctx context.Context, gw string, req opRequest, kind toke
 	return o, nil
 }
 
-func performTx(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind tokenKind) (operation, error) {
-	const byKey = `SELECT ` + operationColumns + ` FROM gatewaysim.operations
-		WHERE gateway = $1 AND idempotency_key = $2`
-	// An authorization is decided without reading anything, so it goes
-	// straight to the insert; a capture or void first looks for its key.
-	if req.Op != gateway.OpAuthorize {
-		o, err := scanOperation(tx.QueryRow(ctx, byKey, gw, req.IdempotencyKey))
-		if err == nil || !errors.Is(err, pgx.ErrNoRows) {
-			return o, err
-		}
-	}
+// settle decides a capture or void and records it. A repeated key is not
+// looked up first: its decision finds the authorization already settled
+// (by this very key), and the insert, finding the key taken, returns the
+// operation recorded under it.
+func settle(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind tokenKind) (operation, error) {
 	o, err := decide(ctx, tx, gw, req, kind)
 	if err != nil {
 		return operation{}, err
 	}
-	// A concurrent call with the same key blocks here on the unique index
-	// until the first commits, then inserts nothing; the winner's row is
-	// visible to the next statement.
-	inserted, err := scanOperation(tx.QueryRow(ctx, `
+	return record(ctx, tx, gw, o)
+}
+
+// record inserts o unless its idempotency key already has an operation,
+// and returns the operation the key stands for. A concurrent call with the
+// same key blocks on the unique index until the first commits, then
+// inserts nothing; the winner's row is visible to the next statement.
+func record(ctx context.Context, db dbtx, gw string, o operation) (operation, error) {
+	inserted, err := scanOperation(db.QueryRow(ctx, `
 		INSERT INTO gatewaysim.operations (gateway, op, idempotency_key, reference,
 			authorization_id, token_last4, token_kind, charge_key, amount, currency,
 			status, decline_code, hard)
@@ -390,9 +442,15 @@ func performTx(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind to
 		gw, o.Op, o.IdempotencyKey, o.AuthorizationID, o.TokenLast4, o.Kind,
 		o.ChargeKey, o.Amount, o.Currency, o.Status, o.DeclineCode, o.Hard))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return scanOperation(tx.QueryRow(ctx, byKey, gw, req.IdempotencyKey))
+		return scanOperation(db.QueryRow(ctx, `SELECT `+operationColumns+` FROM gatewaysim.operations
+			WHERE gateway = $1 AND idempotency_key = $2`, gw, o.IdempotencyKey))
 	}
 	return inserted, err
+}
+
+// dbtx is a pool or a transaction.
+type dbtx interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // decide is the provider's verdict on a new operation. A capture or void

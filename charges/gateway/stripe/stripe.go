@@ -90,12 +90,7 @@ func New(cfg Config) (*Gateway, error) {
 		hc = *cfg.HTTPClient
 	}
 	if hc.Transport == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		// rebill keeps hundreds of calls in flight per gateway; with the
-		// default of two idle connections per host nearly every call
-		// would open a new one.
-		t.MaxIdleConnsPerHost = 256
-		hc.Transport = t
+		hc.Transport = gateway.Transport()
 	}
 	hc.Transport = tracingTransport{base: hc.Transport}
 	backend := stripeapi.GetBackendWithConfig(stripeapi.APIBackend, &stripeapi.BackendConfig{

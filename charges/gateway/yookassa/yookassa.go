@@ -103,9 +103,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.timeout = defaultTimeout
 	}
 	if g.http == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = 64 // many charges in flight share the one host
-		g.http = &http.Client{Transport: t}
+		g.http = &http.Client{Transport: gateway.Transport()}
 	}
 	if g.clock == nil {
 		g.clock = clock.Wall{}
