@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,11 +15,15 @@ import (
 	"github.com/rebill/rebill/internal/metrics"
 )
 
+// authorizeFrom are the statuses an authorize job's step begins from: a
+// scheduled charge, or one a run before this one began.
+var authorizeFrom = []Status{Scheduled, Authorizing}
+
 // Authorize runs an authorize job.
 func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs]) error {
 	s := newStep("authorize", job, job.Args.ChargeID, job.Args.Attempt)
 	defer metrics.TimeStage(s.stage)()
-	c, g, err := p.begin(ctx, s, []Status{Scheduled, Authorizing}, Authorizing)
+	c, g, err := p.beginAuthorize(ctx, s)
 	if errors.Is(err, ErrStale) {
 		return p.authorizeNotWanted(ctx, s)
 	}
@@ -63,7 +68,7 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 	switch {
 	case res.Status == gateway.StatusSucceeded:
 		metrics.StageRuns.WithLabelValues(s.stage, "authorized").Inc()
-		if capturing, err := p.holdThenCapture(ctx, s, c, from, res, now); !errors.Is(err, ErrStale) {
+		if capturing, err := p.holdThenCapture(ctx, s, c, from, res); !errors.Is(err, ErrStale) {
 			if err != nil {
 				return fmt.Errorf("%s: record outcome: %w", s.stage, err)
 			}
@@ -116,16 +121,15 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 }
 
 // holdThenCapture records the hold and the capture's "about to call" in one
-// guarded statement, when nothing stands between them: no void requested
+// guarded statement (shared with other runs'), when nothing stands between them: no void requested
 // (read under the row's lock by the same statement), no registry posting,
 // the capture inline. ErrStale sends the caller to the general path, which
 // sorts out why (a void, a fine, another run that got there first).
-func (p *Pipeline) holdThenCapture(ctx context.Context, s stageRun, c Charge, from []Status, res gateway.Result, now time.Time) (Charge, error) {
-	if !p.CaptureInline || s.reconcile || (c.RegistryUIN != "" && p.Postings != nil) {
+func (p *Pipeline) holdThenCapture(ctx context.Context, s stageRun, c Charge, from []Status, res gateway.Result) (Charge, error) {
+	if !p.CaptureInline || s.reconcile || (c.RegistryUIN != "" && p.Postings != nil) || !slices.Equal(from, []Status{Authorizing}) {
 		return Charge{}, ErrStale
 	}
-	next, err := moveThrough(ctx, p.Pool, c.ID, c.AttemptCount, from, Capturing, now, "NOT void_requested",
-		`authorization_ref = $1, authorized_at = $2, unknown_phase = NULL, failure_code = NULL`, res.Reference, now)
+	next, err := p.batched().holdThenCapture.do(ctx, &guardedMove{id: c.ID, attempt: c.AttemptCount, reference: res.Reference})
 	if err != nil {
 		return Charge{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -101,6 +102,16 @@ type Pipeline struct {
 	// Declines holds subscription charges for review once their customer
 	// reached the declines-per-day limit (nil: no limit).
 	Declines DeclineLimit
+
+	batchesOnce sync.Once
+	batches     *pipelineBatches
+}
+
+// batched returns the statements the runs of p share (made on first use:
+// a Pipeline is wired as a struct literal).
+func (p *Pipeline) batched() *pipelineBatches {
+	p.batchesOnce.Do(func() { p.batches = newPipelineBatches(p.Pool, p.Clock) })
+	return p.batches
 }
 
 // owner is who c's outcome is reported to: its subscription, or its
@@ -215,6 +226,20 @@ func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Stat
 		where += " AND NOT " + discountMissedSQL
 	}
 	c, err := guardedUpdate(ctx, p.Pool, s.chargeID, s.attempt, from, to, "", now, where, repriceSQL, now, string(Scheduled))
+	return p.begun(ctx, s, c, err)
+}
+
+// beginAuthorize is begin for an authorize job's step, from scheduled (or
+// a rerun's authorizing): the runs of many charges send their "about to
+// call" in one statement, each row under its own guard.
+func (p *Pipeline) beginAuthorize(ctx context.Context, s stageRun) (Charge, gateway.Gateway, error) {
+	c, err := p.batched().authorizing.do(ctx, &guardedMove{id: s.chargeID, attempt: s.attempt})
+	return p.begun(ctx, s, c, err)
+}
+
+// begun finds the gateway of c, just moved by a step's guard (err: the
+// guard's error).
+func (p *Pipeline) begun(ctx context.Context, s stageRun, c Charge, err error) (Charge, gateway.Gateway, error) {
 	if err != nil {
 		return Charge{}, nil, err
 	}
@@ -232,7 +257,7 @@ func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Stat
 // Only the hold carries the payment token: a capture or void names the
 // hold, so the token is opened from the vault for the one call that needs
 // it, and never travels with the others.
-func (p Pipeline) request(c Charge, op gateway.Op) gateway.Request {
+func (p *Pipeline) request(c Charge, op gateway.Op) gateway.Request {
 	req := gateway.Request{IdempotencyKey: c.GatewayKey(op), Amount: c.Amount, Currency: c.Currency,
 		ChargeKey: c.Key(), AuthorizationID: c.AuthorizationRef}
 	if op == gateway.OpAuthorize {
@@ -253,7 +278,7 @@ func (p Pipeline) request(c Charge, op gateway.Op) gateway.Request {
 // gateway.LookupRequest. The attempt's start stands for when the call was
 // first sent: no later than it, so a provider that bounds replays by time
 // errs on the safe side.
-func (p Pipeline) lookup(ctx context.Context, g gateway.Gateway, c Charge, op gateway.Op, mayReplay bool) (gateway.Result, error) {
+func (p *Pipeline) lookup(ctx context.Context, g gateway.Gateway, c Charge, op gateway.Op, mayReplay bool) (gateway.Result, error) {
 	req := gateway.LookupRequest{Op: op, Request: p.request(c, op), MayReplay: mayReplay}
 	if n := len(c.AttemptTimes); n > 0 {
 		req.SentAt = c.AttemptTimes[n-1]

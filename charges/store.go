@@ -170,33 +170,6 @@ func guardedUpdate(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from
 	return c, nil
 }
 
-// moveThrough makes two moves in one guarded statement, from one of from
-// through a status in between to to: one of the moves [PassesThrough]
-// lists. Both are published as two moves would be.
-func moveThrough(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time,
-	where, set string, args ...any) (Charge, error) {
-	var via Status
-	for _, f := range from {
-		v, ok := PassesThrough(f, to)
-		if !ok || (via != "" && v != via) {
-			return Charge{}, &TransitionError{From: f, To: to}
-		}
-		via = v
-	}
-	c, err := update(ctx, db, id, attempt, from, to, now, where, set, args...)
-	if err != nil {
-		return Charge{}, err
-	}
-	passed := c
-	passed.Status = via
-	for _, step := range []Charge{passed, c} {
-		if err := publish(ctx, db, "", step, now); err != nil {
-			return Charge{}, err
-		}
-	}
-	return c, nil
-}
-
 // allowed checks every move from one of from to to against the table.
 func allowed(from []Status, to Status) error {
 	for _, f := range from {
@@ -238,15 +211,33 @@ func update(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Stat
 // written out from the constants so that the planner can use that index.
 var inFlightSQL = "status IN ('" + strings.Join(texts([]Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}), "', '") + "')"
 
-// CountInFlight counts the charges the pipeline is still working on, for a
-// benchmark waiting for them to drain: it reads the partial index of open
-// charges, so its cost follows the charges in flight, not all charges.
-func CountInFlight(ctx context.Context, db DBTX) (int64, error) {
-	var n int64
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM charges WHERE `+inFlightSQL).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count charges in flight: %w", err)
+// settledSQL is the predicate of the partial index charges_settled_idx.
+var settledSQL = "status IN ('" + strings.Join(texts([]Status{Succeeded, Failed, Voided, Declined}), "', '") + "')"
+
+// AnyInFlight reports whether the pipeline is still working on a charge,
+// for a benchmark waiting for them all to settle: it stops at the first one
+// the partial index of open charges names, so a poll costs little however
+// many charges there are.
+func AnyInFlight(ctx context.Context, db DBTX) (bool, error) {
+	var found bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM charges WHERE `+inFlightSQL+`)`).Scan(&found); err != nil {
+		return false, fmt.Errorf("look for charges in flight: %w", err)
 	}
-	return n, nil
+	return found, nil
+}
+
+// LastSettled is when the last charge was settled (zero: none was), read
+// from the settled charges' index: a benchmark's end, to the microsecond,
+// however seldom it polls.
+func LastSettled(ctx context.Context, db DBTX) (time.Time, error) {
+	var at *time.Time
+	if err := db.QueryRow(ctx, `SELECT max(updated_at) FROM charges WHERE `+settledSQL).Scan(&at); err != nil {
+		return time.Time{}, fmt.Errorf("read the last settlement: %w", err)
+	}
+	if at == nil {
+		return time.Time{}, nil
+	}
+	return *at, nil
 }
 
 // CountByStatus counts the charges in status, for benchmarks and reports.

@@ -190,23 +190,27 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 		defer cancel()
 		_ = svc.River.Stop(stopCtx)
 	}()
-	// Waiting reads the charges in flight (an index of them), not all the
-	// charges: at a million, counting every row each poll would be a load
-	// of its own.
+	// Waiting looks for one charge in flight, not at all the charges (at a
+	// million, a count every poll would be a load of its own); the end is
+	// when the last charge settled, read once they all have.
 	for {
-		inFlight, err := charges.CountInFlight(ctx, pool)
+		inFlight, err := charges.AnyInFlight(ctx, pool)
 		if err != nil {
 			return bench.BillingResult{}, err
 		}
-		if inFlight == 0 {
+		if !inFlight {
 			break
 		}
 		if ctx.Err() != nil {
 			return bench.BillingResult{}, ctx.Err()
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond)
 	}
-	res := bench.BillingResult{ScanDuration: scanned, EndToEnd: time.Since(start), Charges: n}
+	end, err := charges.LastSettled(ctx, pool)
+	if err != nil {
+		return bench.BillingResult{}, err
+	}
+	res := bench.BillingResult{ScanDuration: scanned, EndToEnd: end.Sub(start), Charges: n}
 	succeeded, err := charges.CountByStatus(ctx, pool, charges.Succeeded)
 	if err != nil {
 		return res, err

@@ -235,7 +235,12 @@ func TestPrivateClusterStopsAfterLastUser(t *testing.T) {
 		b, _ := os.ReadFile(dataDir + ".reaper.log")
 		t.Fatalf("reaper log:\n%s", b)
 	}
-	require.NoFileExists(t, filepath.Join(dataDir, "postmaster.pid"))
+	// The server refuses connections as soon as it begins to shut down,
+	// and removes its pid file when it has finished.
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dataDir, "postmaster.pid"))
+		return os.IsNotExist(err)
+	}, 30*time.Second, 100*time.Millisecond, "the cluster left its pid file behind")
 
 	// A later run starts it again, and a new reaper stops it again.
 	url, release, err = usePrivateCluster(ctx, dataDir)
