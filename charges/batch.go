@@ -3,12 +3,14 @@ package charges
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // batchTimeout bounds one batched statement. It does not follow the
@@ -26,6 +28,7 @@ type guardedMove struct {
 	id        uuid.UUID
 	attempt   int
 	reference string
+	owner     uuid.UUID // the subscription a captured charge bills
 
 	done   chan struct{} // closed when the batch that carried it ran
 	lead   chan struct{} // closed when this move's run is to send the next batch
@@ -113,13 +116,14 @@ func batchArgs(batch []*guardedMove) (ids []uuid.UUID, attempts []int32, referen
 }
 
 // pipelineBatches are the moves of the pipeline's hot path that runs
-// share statements for: the hold's "about to call", and the hold recorded
-// with its capture's "about to call".
+// share statements for: the hold's "about to call", the hold recorded with
+// its capture's "about to call", and the capture's success.
 type pipelineBatches struct {
-	authorizing, holdThenCapture moveBatcher
+	authorizing, holdThenCapture, captured moveBatcher
 }
 
-func newPipelineBatches(db DBTX, clk interface{ Now() time.Time }) *pipelineBatches {
+func newPipelineBatches(p *Pipeline) *pipelineBatches {
+	db, clk := p.Pool, p.Clock
 	// Both are moves of the table, checked as every move is; and like every
 	// move they publish their events, though these statuses have none.
 	authorizing := allowed(authorizeFrom, Authorizing)
@@ -154,7 +158,64 @@ func newPipelineBatches(db DBTX, clk interface{ Now() time.Time }) *pipelineBatc
 				RETURNING `+columns,
 				string(Capturing), now, ids, attempts, references, string(Authorizing))
 		}},
+		captured: moveBatcher{send: p.recordCaptures},
 	}
+}
+
+// recordCaptures records the captures of a batch of subscriptions'
+// charges in one transaction, as afterCapture records one: their
+// subscriptions locked first (all of them, in the order of their ids),
+// then each charge moved to succeeded under its guard, with its event,
+// and its subscription told when the payment can change it.
+func (p *Pipeline) recordCaptures(ctx context.Context, batch []*guardedMove) (map[uuid.UUID]Charge, error) {
+	locker, ok := p.Subscriptions.(ManyLocker)
+	if !ok {
+		return nil, errors.New("the subscriptions cannot be locked together")
+	}
+	if err := allowed([]Status{Capturing}, Succeeded); err != nil {
+		return nil, err
+	}
+	owners := make([]uuid.UUID, 0, len(batch))
+	for _, m := range batch {
+		owners = append(owners, m.owner)
+	}
+	slices.SortFunc(owners, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	owners = slices.Compact(owners)
+	ids, attempts, _ := batchArgs(batch)
+	moved := map[uuid.UUID]Charge{}
+	err := pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
+		locked, err := locker.LockMany(ctx, tx, owners)
+		if err != nil {
+			return err
+		}
+		now := p.Clock.Now()
+		cs, err := collect(tx.Query(ctx, `UPDATE charges SET status = $1, updated_at = $2, next_attempt_at = NULL,
+				unknown_phase = NULL, failure_code = NULL
+			FROM unnest($3::uuid[], $4::int[]) AS b(bid, battempt)
+			WHERE id = b.bid AND status = $5 AND (b.battempt = 0 OR attempt_count = b.battempt)
+			RETURNING `+columns,
+			string(Succeeded), now, ids, attempts, string(Capturing)))
+		if err != nil {
+			return err
+		}
+		for _, c := range cs {
+			p.transitioned(c, "")
+			if err := publish(ctx, tx, "", c, now); err != nil {
+				return err
+			}
+			if owner, ok := locked[c.OwnerID()]; !ok || !owner.PaidChangesNothing {
+				if err := p.Subscriptions.ChargePaid(ctx, tx, c); err != nil {
+					return err
+				}
+			}
+			moved[c.ID] = c
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record captures: %w", err)
+	}
+	return moved, nil
 }
 
 // sendMoves runs a batched guarded UPDATE at now and returns the charges

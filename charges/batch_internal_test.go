@@ -1,13 +1,17 @@
 package charges
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/internal/clock"
@@ -33,7 +37,7 @@ func TestBatchedMovesKeepEachChargesGuard(t *testing.T) {
 	}
 	before := snapshot(ctx, t, pool)
 
-	batches := newPipelineBatches(pool, clock.Wall{})
+	batches := (&Pipeline{Pool: pool, Clock: clock.Wall{}}).batched()
 	var mu sync.Mutex
 	var sizes []int
 	send := batches.authorizing.send
@@ -89,7 +93,7 @@ func TestBatchedMovesOfOneChargeTwice(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.Pool(t)
 	id := insertCharge(ctx, t, pool, "twice", "wanted")
-	batches := newPipelineBatches(pool, clock.Wall{})
+	batches := (&Pipeline{Pool: pool, Clock: clock.Wall{}}).batched()
 	batch := []*guardedMove{{id: id, attempt: 1}, {id: id, attempt: 1}, {id: id, attempt: 2}}
 	for _, m := range batch {
 		m.done = make(chan struct{})
@@ -140,4 +144,88 @@ func snapshot(ctx context.Context, t *testing.T, pool DBTX) map[uuid.UUID]Charge
 		out[c.ID] = c
 	}
 	return out
+}
+
+// lockingOwners is Subscriptions that locks many at once, recording what
+// it was asked.
+type lockingOwners struct {
+	mu     sync.Mutex
+	locked [][]uuid.UUID
+	paid   []uuid.UUID
+	// recovering owners are past due: a paid charge may change them.
+	recovering map[uuid.UUID]bool
+}
+
+func (o *lockingOwners) Lock(context.Context, pgx.Tx, uuid.UUID) (Subscription, error) {
+	return Subscription{}, errors.New("locked one by one")
+}
+
+func (o *lockingOwners) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]Subscription, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.locked = append(o.locked, ids)
+	out := map[uuid.UUID]Subscription{}
+	for _, id := range ids {
+		out[id] = Subscription{PaidChangesNothing: !o.recovering[id]}
+	}
+	return out, nil
+}
+
+func (o *lockingOwners) ChargePaid(_ context.Context, _ pgx.Tx, c Charge) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.paid = append(o.paid, c.ID)
+	return nil
+}
+
+func (o *lockingOwners) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error { return nil }
+func (o *lockingOwners) ChargeFailed(context.Context, pgx.Tx, Charge) error      { return nil }
+
+// Captures recorded together lock their subscriptions first, all in one
+// statement and in the order of their ids; each charge capturing for its
+// attempt succeeds, any other is left as it was; and only a subscription
+// the payment can change (past due) is told of it.
+func TestBatchedCapturesLockOwnersInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	var batch []*guardedMove
+	owners := &lockingOwners{recovering: map[uuid.UUID]bool{}}
+	want := map[uuid.UUID]Status{}
+	for i, kind := range []string{"capturing", "capturing", "recovering", "other_attempt", "settled"} {
+		id := insertCharge(ctx, t, pool, fmt.Sprintf("captured-%d", i), kind)
+		var owner uuid.UUID
+		require.NoError(t, pool.QueryRow(ctx, `SELECT subscription_id FROM charges WHERE id = $1`, id).Scan(&owner))
+		status := Succeeded
+		switch kind {
+		case "capturing", "recovering":
+			_, err := pool.Exec(ctx, `UPDATE charges SET status = $2 WHERE id = $1`, id, string(Capturing))
+			require.NoError(t, err)
+			owners.recovering[owner] = kind == "recovering"
+		case "other_attempt":
+			_, err := pool.Exec(ctx, `UPDATE charges SET status = $2 WHERE id = $1`, id, string(Capturing))
+			require.NoError(t, err)
+			status = Capturing
+		}
+		want[id] = status
+		batch = append(batch, &guardedMove{id: id, attempt: 1, owner: owner, done: make(chan struct{})})
+	}
+	p := &Pipeline{Pool: pool, Clock: clock.Wall{}, Subscriptions: owners}
+	p.batched().captured.run(ctx, batch)
+
+	for _, m := range batch {
+		if want[m.id] == Succeeded && m.err == nil {
+			require.Equal(t, Succeeded, m.charge.Status)
+		}
+	}
+	after := snapshot(ctx, t, pool)
+	for id, status := range want {
+		require.Equal(t, status, after[id].Status)
+	}
+	require.ErrorIs(t, batch[3].err, ErrStale, "another attempt's charge")
+	require.ErrorIs(t, batch[4].err, ErrStale, "a charge already settled")
+	require.Len(t, owners.locked, 1, "one statement locks them all")
+	require.True(t, slices.IsSortedFunc(owners.locked[0], func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }))
+	require.Len(t, owners.locked[0], len(batch))
+	require.Equal(t, []uuid.UUID{batch[2].id}, owners.paid, "only the past-due subscription hears of its payment")
 }

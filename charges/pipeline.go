@@ -60,6 +60,13 @@ type Subscriptions interface {
 	ChargeFailed(ctx context.Context, tx pgx.Tx, c Charge) error
 }
 
+// ManyLocker is Subscriptions that can lock many subscriptions in one
+// statement, in the order of their ids: the pipeline then records the
+// captures of many charges in one transaction.
+type ManyLocker interface {
+	LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]Subscription, error)
+}
+
 // Pipeline runs the gateway steps of charges. Each step persists that it is
 // about to call the gateway (a guarded move), calls it holding no
 // transaction or connection, and records the outcome together with the
@@ -110,7 +117,7 @@ type Pipeline struct {
 // batched returns the statements the runs of p share (made on first use:
 // a Pipeline is wired as a struct literal).
 func (p *Pipeline) batched() *pipelineBatches {
-	p.batchesOnce.Do(func() { p.batches = newPipelineBatches(p.Pool, p.Clock) })
+	p.batchesOnce.Do(func() { p.batches = newPipelineBatches(p) })
 	return p.batches
 }
 

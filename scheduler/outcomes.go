@@ -29,6 +29,25 @@ func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Su
 	if err != nil {
 		return charges.Subscription{}, err
 	}
+	return outcomeState(sub), nil
+}
+
+// LockMany is Lock for many subscriptions in one statement, their rows
+// locked in the order of their ids.
+func (o Outcomes) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]charges.Subscription, error) {
+	subs, err := o.Subscriptions.GetManyForUpdate(ctx, tx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uuid.UUID]charges.Subscription, len(subs))
+	for _, sub := range subs {
+		out[sub.ID] = outcomeState(sub)
+	}
+	return out, nil
+}
+
+// outcomeState is what a charge outcome needs of sub.
+func outcomeState(sub subscriptions.Subscription) charges.Subscription {
 	state := charges.Subscription{Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token,
 		Cancelled: sub.Status == subscriptions.Cancelled,
 		// What ChargePaid would find: only a past-due or unpaid
@@ -40,7 +59,7 @@ func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Su
 			state.UnpaidSince = &sub.UpdatedAt
 		}
 	}
-	return state, nil
+	return state
 }
 
 // ChargePaid returns a past-due or unpaid subscription to active once no

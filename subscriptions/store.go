@@ -178,6 +178,13 @@ func (st *Store) GetForUpdate(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Sub
 	return scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM subscriptions WHERE id = $1 FOR UPDATE`, id))
 }
 
+// GetManyForUpdate returns the subscriptions of ids and locks their rows
+// until tx ends, in the order of their ids: two transactions locking
+// overlapping sets wait for each other and never deadlock.
+func (st *Store) GetManyForUpdate(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) ([]Subscription, error) {
+	return collect(tx.Query(ctx, `SELECT `+columns+` FROM subscriptions WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids))
+}
+
 // ListParams filters and pages a list. Empty filters match everything;
 // Before is the keyset cursor (the last id of the previous page).
 type ListParams struct {

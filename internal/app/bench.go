@@ -124,7 +124,6 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 	cfg.GatewayTimeout = 10 * time.Second
 	cfg.RescueAfter = time.Minute
 	cfg.RetryBase, cfg.RetryMax = 100*time.Millisecond, time.Second
-	cfg.FetchCooldown, cfg.FetchPollInterval = 2*time.Millisecond, 50*time.Millisecond
 	if cfg.EncryptionKey == nil { // the bench database is thrown away
 		if cfg.EncryptionKey, err = secrets.ParseKey(secrets.NewKey()); err != nil {
 			return bench.BillingResult{}, err
