@@ -155,16 +155,26 @@ func (r *Recorder) Record(ctx context.Context, tx pgx.Tx, typ string, objectID u
 	if noticeKey != "" {
 		key = &noticeKey
 	}
-	tag, err := tx.Exec(ctx, `INSERT INTO events (id, type, object_id, parent_id, customer_id, created_at, data, notice_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (notice_key) DO NOTHING`,
-		id, typ, objectID, parentID, customerID, at.UTC(), string(data), key)
+	// The event and the endpoints it goes to in one statement: one round
+	// trip per event, whatever the transition that publishes it.
+	var (
+		inserted  bool
+		endpoints []uuid.UUID
+	)
+	err = tx.QueryRow(ctx, `WITH e AS (
+			INSERT INTO events (id, type, object_id, parent_id, customer_id, created_at, data, notice_key)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (notice_key) DO NOTHING RETURNING id
+		)
+		SELECT EXISTS (SELECT FROM e), ARRAY(SELECT id FROM webhook_endpoints
+			WHERE EXISTS (SELECT FROM e) AND status = 'enabled' AND (events @> ARRAY[$2] OR events @> ARRAY['*']))`,
+		id, typ, objectID, parentID, customerID, at.UTC(), string(data), key).Scan(&inserted, &endpoints)
 	if err != nil {
 		return false, fmt.Errorf("insert %s event: %w", typ, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !inserted {
 		return false, nil
 	}
-	if err := fanOut(ctx, tx, r.Enqueue, id, typ); err != nil {
+	if err := fanOut(ctx, tx, r.Enqueue, id, typ, endpoints); err != nil {
 		return false, err
 	}
 	return true, nil

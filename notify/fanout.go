@@ -37,27 +37,17 @@ type Enqueuer interface {
 	InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)
 }
 
-// fanOut queues one delivery per enabled endpoint subscribed to typ, in
-// the event's transaction: no event without its deliveries, and an
-// endpoint disabled now gets nothing of it, ever.
-func fanOut(ctx context.Context, tx pgx.Tx, enq Enqueuer, eventID uuid.UUID, typ string) error {
-	if enq == nil {
+// fanOut queues one delivery of the event per endpoint, in the event's
+// transaction: no event without its deliveries. endpoints are the enabled
+// ones subscribed to typ when the event was written (Recorder.Record reads
+// them in the event's statement), so an endpoint disabled by then gets
+// nothing of it, ever.
+func fanOut(ctx context.Context, tx pgx.Tx, enq Enqueuer, eventID uuid.UUID, typ string, endpoints []uuid.UUID) error {
+	if enq == nil || len(endpoints) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, `SELECT id FROM webhook_endpoints
-		WHERE status = 'enabled' AND (events @> ARRAY[$1] OR events @> ARRAY['*'])`, typ)
-	if err != nil {
-		return fmt.Errorf("find endpoints for %s: %w", typ, err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return fmt.Errorf("find endpoints for %s: %w", typ, err)
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	params := make([]river.InsertManyParams, len(ids))
-	for i, id := range ids {
+	params := make([]river.InsertManyParams, len(endpoints))
+	for i, id := range endpoints {
 		params[i] = river.InsertManyParams{Args: DeliverArgs{EventID: eventID, EndpointID: id}}
 	}
 	if _, err := enq.InsertManyTx(ctx, tx, params); err != nil {
