@@ -30,11 +30,7 @@ func (s *Service) CreateSubscription(ctx context.Context, tx pgx.Tx, caller Call
 	if n.PaymentMethod, err = s.seal(ctx, tx, n.PaymentMethod); err != nil {
 		return subscriptions.Subscription{}, err
 	}
-	sub, err := s.Subscriptions.Create(ctx, tx, n, caller.Actor)
-	if err != nil {
-		return subscriptions.Subscription{}, err
-	}
-	return s.Biller.Due(ctx, tx, sub)
+	return s.Biller.Create(ctx, tx, n, caller.Actor)
 }
 
 // Subscription returns a subscription the caller may see. Returns

@@ -110,6 +110,47 @@ func CreateMany(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Ch
 	if len(news) == 0 {
 		return nil, nil
 	}
+	args, err := createManyArgs(news, now)
+	if err != nil {
+		return nil, err
+	}
+	return collect(tx.Query(ctx, createManySQL, args...))
+}
+
+// QueueCreateMany is CreateMany queued on batch, for a caller that sends
+// the charges with other writes in one round trip (a subscription and the
+// charges of its periods due at once). created receives the charges when
+// the batch has run.
+func QueueCreateMany(batch *pgx.Batch, news []New, now time.Time, created func([]Charge)) error {
+	if len(news) == 0 {
+		return nil
+	}
+	args, err := createManyArgs(news, now)
+	if err != nil {
+		return err
+	}
+	batch.Queue(createManySQL, args...).Query(func(rows pgx.Rows) error {
+		cs, err := collect(rows, nil)
+		if err == nil {
+			created(cs)
+		}
+		return err
+	})
+	return nil
+}
+
+const createManySQL = `INSERT INTO charges (id, subscription_id, customer_id, period_key, period_start, amount,
+		currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, receipt)
+	SELECT id, sub, cust, key, start, amount, currency, gateway, token, $11, $10, $10, $10, ARRAY[$10::timestamptz],
+		receipt::jsonb
+	FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::text[], $8::text[],
+		$9::text[], $12::text[]) AS t(id, sub, cust, key, start, amount, currency, gateway, token, receipt)
+	ORDER BY start
+	ON CONFLICT (subscription_id, period_key) DO NOTHING
+	RETURNING ` + columns
+
+// createManyArgs are the arguments of createManySQL: one array per column.
+func createManyArgs(news []New, now time.Time) ([]any, error) {
 	ids := make([][16]byte, len(news)) // binary uuid[]: no text round trip
 	subs := make([][16]byte, len(news))
 	customers := make([]string, len(news))
@@ -131,16 +172,7 @@ func CreateMany(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Ch
 			receipts[i] = new(string(n.Receipt))
 		}
 	}
-	return collect(tx.Query(ctx, `INSERT INTO charges (id, subscription_id, customer_id, period_key, period_start, amount,
-			currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, receipt)
-		SELECT id, sub, cust, key, start, amount, currency, gateway, token, $11, $10, $10, $10, ARRAY[$10::timestamptz],
-			receipt::jsonb
-		FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::text[], $8::text[],
-			$9::text[], $12::text[]) AS t(id, sub, cust, key, start, amount, currency, gateway, token, receipt)
-		ORDER BY start
-		ON CONFLICT (subscription_id, period_key) DO NOTHING
-		RETURNING `+columns, ids, subs, customers, keys, starts, amounts, currencies, gateways, tokens, now, string(Scheduled),
-		receipts))
+	return []any{ids, subs, customers, keys, starts, amounts, currencies, gateways, tokens, now, string(Scheduled), receipts}, nil
 }
 
 // move is the one guarded transition: it changes the charge only if its

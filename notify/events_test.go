@@ -37,7 +37,7 @@ func TestSubscriptionTransitionsPublishOnce(t *testing.T) {
 	var sub subscriptions.Subscription
 	in(func(tx pgx.Tx) (err error) {
 		sub, err = st.Create(ctx, tx, subscriptions.New{CustomerID: "cust-1", Amount: 100, Currency: "RUB",
-			Interval: period.Month, IntervalCount: 1, TimeZone: "UTC", PaymentMethod: card("tok_1")}, admin)
+			Interval: period.Month, IntervalCount: 1, TimeZone: "UTC", PaymentMethod: card("tok_1")}, admin, nil)
 		return err
 	})
 	step := func(fn func(tx pgx.Tx) (subscriptions.Subscription, bool, error)) {
@@ -118,7 +118,7 @@ func TestNoEventWithoutItsChange(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	_, err = st.Create(ctx, tx, subscriptions.New{CustomerID: "cust-1", Amount: 100, Currency: "RUB",
-		Interval: period.Month, IntervalCount: 1, TimeZone: "UTC", PaymentMethod: card("tok_1")}, admin)
+		Interval: period.Month, IntervalCount: 1, TimeZone: "UTC", PaymentMethod: card("tok_1")}, admin, nil)
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(ctx))
 	var n int

@@ -36,7 +36,7 @@ func TestNoticesFireOnce(t *testing.T) {
 		var sub subscriptions.Subscription
 		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
 			sub, err = st.Create(ctx, tx, subscriptions.New{CustomerID: "cust-1", Amount: 100, Currency: "RUB",
-				Interval: period.Month, IntervalCount: 1, TimeZone: "UTC", PaymentMethod: pm}, admin)
+				Interval: period.Month, IntervalCount: 1, TimeZone: "UTC", PaymentMethod: pm}, admin, nil)
 			return err
 		}))
 		// As if its first period had been charged: the renewal is ahead.

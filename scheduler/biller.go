@@ -12,6 +12,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -51,9 +52,45 @@ type Notifier interface {
 	SendNotices(ctx context.Context, now time.Time) (int, error)
 }
 
+// Create creates the subscription n describes, in tx, billed for the
+// periods due at once (the first one, unless the billing anchor is in the
+// future): it is inserted already advanced past them, their charges are
+// written in the same round trip, and their authorize jobs are enqueued.
+// The periods are those due at the subscription's creation time.
+func (b *Biller) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, actor subscriptions.Actor) (subscriptions.Subscription, error) {
+	var created []charges.Charge
+	sub, err := b.Subscriptions.Create(ctx, tx, n, actor,
+		func(sub subscriptions.Subscription, batch *pgx.Batch) (*subscriptions.Advance, error) {
+			now := sub.CreatedAt
+			sched := sub.Schedule()
+			last := sched.IndexAt(now)
+			if last < sub.NextPeriodIndex {
+				return nil, nil
+			}
+			news, adv, err := b.periodsDue(nil, sub, sched, sub.NextPeriodIndex, last, now)
+			if err != nil {
+				return nil, err
+			}
+			if err := charges.QueueCreateMany(batch, news, now, func(cs []charges.Charge) { created = cs }); err != nil {
+				return nil, err
+			}
+			return &adv, nil
+		})
+	if err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	if err := b.EnqueueAuthorize(ctx, tx, created); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	metrics.PeriodsEnqueued.Add(float64(len(created)))
+	metrics.ChargeTransitions.WithLabelValues(string(charges.Scheduled)).Add(float64(len(created)))
+	return sub, nil
+}
+
 // Due charges every period of sub that is due now, in tx: the API calls it
-// after creating or resuming a subscription so that a period due at once
-// is enqueued in the same transaction. Returns the updated subscription.
+// after resuming a subscription, and before pausing or cancelling one, so
+// that a period due at once is enqueued in the same transaction. Returns
+// the updated subscription.
 func (b *Biller) Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) (subscriptions.Subscription, error) {
 	now := b.Clock.Now()
 	if sub.NextChargeAt.After(now) || (sub.Status != subscriptions.Active && sub.Status != subscriptions.PastDue) {

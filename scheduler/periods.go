@@ -41,28 +41,14 @@ func (b *Biller) billUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptions.S
 			}
 			continue
 		}
-		if first := b.firstCaughtUp(sched, from, last, now); first > from {
-			skipped := first - from
-			metrics.PeriodsSkipped.Add(float64(skipped))
-			b.Logger.Warn().Str("subscription_id", sub.ID.String()).Int("skipped_periods", skipped).
-				Dur("catch_up_window", b.CatchUpWindow).
-				Msg("missed periods older than the catch-up window were skipped, not charged")
-			from = first
+		var (
+			adv subscriptions.Advance
+			err error
+		)
+		if news, adv, err = b.periodsDue(news, sub, sched, from, last, now); err != nil {
+			return 0, nil, err
 		}
-		var receipt []byte // the subscription's fiscal receipt, carried by each charge
-		if sub.Receipt != nil {
-			var err error
-			if receipt, err = json.Marshal(sub.Receipt); err != nil {
-				return 0, nil, fmt.Errorf("encode receipt of subscription %s: %w", sub.ID, err)
-			}
-		}
-		for i := from; i <= last; i++ {
-			p := sched.Period(i)
-			news = append(news, charges.New{SubscriptionID: sub.ID, CustomerID: sub.CustomerID, PeriodKey: p.Key,
-				PeriodStart: p.Start, Amount: sub.Amount, Currency: sub.Currency,
-				Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token, Receipt: receipt})
-		}
-		advanced = append(advanced, subscriptions.Advance{ID: sub.ID, NextPeriodIndex: last + 1, NextChargeAt: sched.Start(last + 1)})
+		advanced = append(advanced, adv)
 	}
 	created, err := charges.CreateMany(ctx, tx, news, now)
 	if err != nil {
@@ -77,6 +63,35 @@ func (b *Biller) billUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptions.S
 	metrics.PeriodsEnqueued.Add(float64(len(created)))
 	metrics.ChargeTransitions.WithLabelValues(string(charges.Scheduled)).Add(float64(len(created)))
 	return len(created), advanced, nil
+}
+
+// periodsDue appends to news the charges of sub's periods from..last that
+// catch-up charges (older ones are skipped and logged), and returns the
+// advance of sub past last.
+func (b *Biller) periodsDue(news []charges.New, sub subscriptions.Subscription, sched period.Schedule, from, last int,
+	now time.Time) ([]charges.New, subscriptions.Advance, error) {
+	if first := b.firstCaughtUp(sched, from, last, now); first > from {
+		skipped := first - from
+		metrics.PeriodsSkipped.Add(float64(skipped))
+		b.Logger.Warn().Str("subscription_id", sub.ID.String()).Int("skipped_periods", skipped).
+			Dur("catch_up_window", b.CatchUpWindow).
+			Msg("missed periods older than the catch-up window were skipped, not charged")
+		from = first
+	}
+	var receipt []byte // the subscription's fiscal receipt, carried by each charge
+	if sub.Receipt != nil {
+		var err error
+		if receipt, err = json.Marshal(sub.Receipt); err != nil {
+			return news, subscriptions.Advance{}, fmt.Errorf("encode receipt of subscription %s: %w", sub.ID, err)
+		}
+	}
+	for i := from; i <= last; i++ {
+		p := sched.Period(i)
+		news = append(news, charges.New{SubscriptionID: sub.ID, CustomerID: sub.CustomerID, PeriodKey: p.Key,
+			PeriodStart: p.Start, Amount: sub.Amount, Currency: sub.Currency,
+			Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token, Receipt: receipt})
+	}
+	return news, subscriptions.Advance{ID: sub.ID, NextPeriodIndex: last + 1, NextChargeAt: sched.Start(last + 1)}, nil
 }
 
 // firstCaughtUp is the first period in [from, last] that catch-up charges:

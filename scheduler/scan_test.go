@@ -51,7 +51,7 @@ func (b testBundle) create(t *testing.T, interval period.Interval, anchor *time.
 			CustomerID: "cust-1", Amount: 1500, Currency: "USD", Interval: interval, IntervalCount: 1, TimeZone: "UTC",
 			BillingAnchor: anchor,
 			PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 12, ExpYear: 2035},
-		}, subscriptions.System)
+		}, subscriptions.System, nil)
 		return err
 	}))
 	return sub

@@ -114,9 +114,19 @@ func scan(row pgx.Row) (Subscription, error) {
 	return s, nil
 }
 
+// FirstBilling bills a subscription as it is created. Given the
+// subscription about to be inserted, it queues on batch the writes of the
+// periods due at once (their charges) and returns how far that bills it;
+// nil when none is due.
+type FirstBilling func(sub Subscription, batch *pgx.Batch) (*Advance, error)
+
 // Create inserts an active subscription whose first period starts at the
-// billing anchor, and logs its creation.
-func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor) (Subscription, error) {
+// billing anchor, logs its creation and publishes it. bill, when not nil,
+// bills the periods due at once: the row is inserted already advanced past
+// them and bill's writes follow it in the same round trip. An insert and a
+// later advance would write the row twice, and that second write is never
+// a HOT update (next_charge_at is indexed).
+func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill FirstBilling) (Subscription, error) {
 	now := st.clock.Now()
 	anchor := now
 	if n.BillingAnchor != nil {
@@ -140,12 +150,32 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor) (Sub
 			return Subscription{}, fmt.Errorf("encode receipt: %w", err)
 		}
 	}
-	// The row and its "created" event in one statement: one round trip.
-	row := tx.QueryRow(ctx, `WITH s AS (
+	// The row as it will be stored (timestamps keep microseconds), for
+	// bill to compute its periods from before it exists.
+	draft := Subscription{ID: id, CustomerID: n.CustomerID, Status: Active, Amount: n.Amount, Currency: n.Currency,
+		Interval: n.Interval, IntervalCount: n.IntervalCount, TimeZone: n.TimeZone,
+		BillingAnchor: anchor.Truncate(time.Microsecond), NextChargeAt: anchor.Truncate(time.Microsecond),
+		PaymentMethod: n.PaymentMethod, Description: n.Description, Metadata: meta, CreatedAt: now, UpdatedAt: now,
+		Receipt: n.Receipt}
+	var billed pgx.Batch
+	if bill != nil {
+		adv, err := bill(draft, &billed)
+		if err != nil {
+			return Subscription{}, err
+		}
+		if adv != nil {
+			draft.NextPeriodIndex, draft.NextChargeAt = adv.NextPeriodIndex, adv.NextChargeAt
+		}
+	}
+	// The row and its "created" event in one statement, bill's writes
+	// after it in the same round trip.
+	var sub Subscription
+	batch := &pgx.Batch{}
+	batch.Queue(`WITH s AS (
 			INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval, interval_count,
 				timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token, pm_brand, pm_last4,
 				pm_exp_month, pm_exp_year, description, metadata, created_at, updated_at, receipt)
-			VALUES ($1, $2, 'active', $3, $4, $5, $6, $7, $8, 0, $8, $9, $10, nullif($11, ''), nullif($12, ''), $13, $14,
+			VALUES ($1, $2, 'active', $3, $4, $5, $6, $7, $8, $22, $23, $9, $10, nullif($11, ''), nullif($12, ''), $13, $14,
 				nullif($15, ''), $16, $17, $17, $21)
 			RETURNING *
 		), e AS (
@@ -153,12 +183,16 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor) (Sub
 			SELECT id, $18, NULL, 'active', $19, $20, $17 FROM s
 		)
 		SELECT `+columns+` FROM s`,
-		id, n.CustomerID, n.Amount, n.Currency, n.Interval, n.IntervalCount, n.TimeZone, anchor,
+		id, n.CustomerID, n.Amount, n.Currency, n.Interval, n.IntervalCount, n.TimeZone, draft.BillingAnchor,
 		n.PaymentMethod.Gateway, n.PaymentMethod.Token, n.PaymentMethod.Brand, n.PaymentMethod.Last4,
 		n.PaymentMethod.ExpMonth, n.PaymentMethod.ExpYear, n.Description, metaJSON, now,
-		EventCreated, actor.ID, actor.Role, receiptJSON)
-	sub, err := scan(row)
-	if err != nil {
+		EventCreated, actor.ID, actor.Role, receiptJSON, draft.NextPeriodIndex, draft.NextChargeAt,
+	).QueryRow(func(row pgx.Row) error {
+		sub, err = scan(row)
+		return err
+	})
+	batch.QueuedQueries = append(batch.QueuedQueries, billed.QueuedQueries...)
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return Subscription{}, fmt.Errorf("insert subscription: %w", err)
 	}
 	if err := st.publish(ctx, tx, sub, EventCreated, now); err != nil {

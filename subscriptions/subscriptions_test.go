@@ -69,7 +69,7 @@ func (b testBundle) create(t *testing.T) subscriptions.Subscription {
 			CustomerID: "cust-1", Amount: 49900, Currency: "RUB", Interval: period.Month, IntervalCount: 1,
 			TimeZone:      "Europe/Moscow",
 			PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok_1", Last4: "4242", ExpMonth: 12, ExpYear: 2030},
-		}, actor)
+		}, actor, nil)
 		return err
 	})
 	return sub

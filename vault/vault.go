@@ -69,38 +69,37 @@ func fingerprintInput(gateway, token string) []byte { return []byte(gateway + "\
 
 // Seal stores token, issued by gateway, in db (the caller's transaction)
 // and returns its reference: the existing one when the vault has the
-// token already, under any key of the ring.
+// token already, under any key of the ring. Looking the token up and
+// sealing it is one statement, so a create pays one round trip for its
+// card, new or known.
 func (v *Vault) Seal(ctx context.Context, db DBTX, gateway, token string) (string, error) {
 	data := fingerprintInput(gateway, token)
-	var ref string
-	err := db.QueryRow(ctx, `SELECT id FROM payment_tokens WHERE gateway = $1 AND fingerprint = ANY($2) LIMIT 1`,
-		gateway, v.Keys.Fingerprints(data)).Scan(&ref)
-	if err == nil {
-		return ref, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("find payment token: %w", err)
-	}
 	id, err := uuid.NewRandom()
 	if err != nil {
 		return "", fmt.Errorf("new payment token id: %w", err)
 	}
-	ref = refPrefix + id.String()
+	ref := refPrefix + id.String()
 	current := v.Keys.Current()
 	fingerprint := v.Keys.Fingerprint(current, data)
 	// A concurrent Seal of the same token waits on the unique index, then
-	// inserts nothing; the next statement (a new snapshot: READ COMMITTED)
-	// sees the reference the other one committed.
-	err = db.QueryRow(ctx, `INSERT INTO payment_tokens (id, gateway, fingerprint, key_id, ciphertext)
-		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (gateway, fingerprint) DO NOTHING RETURNING id`,
-		ref, gateway, fingerprint, current, v.Keys.Encrypt([]byte(token), aad(ref, gateway))).Scan(&ref)
+	// inserts nothing and returns no row; the next statement (a new
+	// snapshot: READ COMMITTED) sees the reference the other one committed.
+	err = db.QueryRow(ctx, `WITH found AS (
+			SELECT id FROM payment_tokens WHERE gateway = $2 AND fingerprint = ANY($6) LIMIT 1
+		), sealed AS (
+			INSERT INTO payment_tokens (id, gateway, fingerprint, key_id, ciphertext)
+			SELECT $1::text, $2, $3::bytea, $4::text, $5::text WHERE NOT EXISTS (SELECT FROM found)
+			ON CONFLICT (gateway, fingerprint) DO NOTHING RETURNING id
+		)
+		SELECT id FROM found UNION ALL SELECT id FROM sealed`,
+		ref, gateway, fingerprint, current, v.Keys.Encrypt([]byte(token), aad(ref, gateway)),
+		v.Keys.Fingerprints(data)).Scan(&ref)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = db.QueryRow(ctx, `SELECT id FROM payment_tokens WHERE gateway = $1 AND fingerprint = $2`,
 			gateway, fingerprint).Scan(&ref)
 	}
 	if err != nil {
-		return "", fmt.Errorf("store payment token: %w", err)
+		return "", fmt.Errorf("seal payment token: %w", err)
 	}
 	return ref, nil
 }

@@ -178,7 +178,7 @@ func TestSealClearMovesTokensOutOfTheTables(t *testing.T) {
 		for _, tok := range []string{"tok_clear_1", "tok_clear_1", "tok_clear_2"} {
 			sub, err := subs.Create(ctx, tx, subscriptions.New{CustomerID: "c1", Amount: 100, Currency: "USD",
 				Interval: period.Month, IntervalCount: 1, TimeZone: "UTC",
-				PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: tok, ExpMonth: 12, ExpYear: 2035}}, subscriptions.System)
+				PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: tok, ExpMonth: 12, ExpYear: 2035}}, subscriptions.System, nil)
 			if err != nil {
 				return err
 			}

@@ -71,6 +71,9 @@ func FuzzDecode(f *testing.F) {
 		if !found {
 			require.Empty(t, field)
 		}
+		if LooksLikeCardNumber(string(body)) || found {
+			require.True(t, mayHoldCardNumber(body), "the quick check must not miss what the search finds")
+		}
 		LooksLikeCardNumber(string(body))
 
 		var dst fuzzTarget
