@@ -89,7 +89,7 @@ func (b *moveBatcher) do(ctx context.Context, m *guardedMove) (Charge, error) {
 func (b *moveBatcher) run(ctx context.Context, batch []*guardedMove) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
 	defer cancel()
-	moved, err := b.send(ctx, batch)
+	moved, err := b.sendSafely(ctx, batch)
 	for _, m := range batch {
 		switch c, ok := moved[m.id]; {
 		case err != nil:
@@ -101,6 +101,18 @@ func (b *moveBatcher) run(ctx context.Context, batch []*guardedMove) {
 		}
 		close(m.done)
 	}
+}
+
+// sendSafely sends batch, turning a panic into the error of every move in
+// it: the runs waiting on the batch, and the ones queued behind it, must
+// hear back whatever happens to the run that sends it.
+func (b *moveBatcher) sendSafely(ctx context.Context, batch []*guardedMove) (moved map[uuid.UUID]Charge, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			moved, err = nil, fmt.Errorf("batched move panicked: %v", r)
+		}
+	}()
+	return b.send(ctx, batch)
 }
 
 // batchArgs are a batch's moves as the arrays its statement unnests, in

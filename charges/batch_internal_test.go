@@ -229,3 +229,27 @@ func TestBatchedCapturesLockOwnersInOrder(t *testing.T) {
 	require.Len(t, owners.locked[0], len(batch))
 	require.Equal(t, []uuid.UUID{batch[2].id}, owners.paid, "only the past-due subscription hears of its payment")
 }
+
+// A batch whose statement panics answers every run in it with an error,
+// and the runs queued behind it still get their own batch.
+func TestBatchThatPanicsAnswersEveryRun(t *testing.T) {
+	t.Parallel()
+	var calls int
+	b := &moveBatcher{send: func(_ context.Context, batch []*guardedMove) (map[uuid.UUID]Charge, error) {
+		calls++
+		if calls == 1 {
+			panic("boom")
+		}
+		moved := map[uuid.UUID]Charge{}
+		for _, m := range batch {
+			moved[m.id] = Charge{ID: m.id, AttemptCount: 1}
+		}
+		return moved, nil
+	}}
+	_, err := b.do(context.Background(), &guardedMove{id: uuid.New(), attempt: 1})
+	require.ErrorContains(t, err, "panicked")
+	id := uuid.New()
+	c, err := b.do(context.Background(), &guardedMove{id: id, attempt: 1})
+	require.NoError(t, err)
+	require.Equal(t, id, c.ID)
+}

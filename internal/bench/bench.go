@@ -76,7 +76,15 @@ func Run(ctx context.Context, o Options) error {
 		if baseline, err = insertBaseline(ctx, pool.Config().ConnString(), o.Baseline); err != nil {
 			return fmt.Errorf("insert baseline: %w", err)
 		}
-		fmt.Fprintf(o.Out, "baseline single-row INSERT: %5.0f tps (%d clients, %s)\n", baseline, baselineClients, o.Baseline)
+		fmt.Fprintf(o.Out, "baseline single-row INSERT: %5.0f tps (Go, %d clients, %s)\n", baseline, baselineClients, o.Baseline)
+		// pgbench's figure, when pgbench is here, is the one the ratios
+		// use: no Go client shares the cores with the server.
+		if tps, err := pgbenchBaseline(ctx, pool.Config().ConnString(), o.Baseline); err != nil {
+			fmt.Fprintf(o.Out, "baseline with pgbench:      not measured: %v\n", err)
+		} else {
+			baseline = tps
+			fmt.Fprintf(o.Out, "baseline with pgbench:      %5.0f tps (%d clients, %s; the ratios use it)\n", tps, baselineClients, o.Baseline)
+		}
 	}
 
 	noopRate, err := riverNoop(ctx, pool, o.NoopJobs, o.Workers)

@@ -3,12 +3,18 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rebill/rebill/internal/pgembed"
 )
 
 // baselineClients matches the API benchmark's 32 clients.
@@ -54,6 +60,56 @@ func insertBaseline(ctx context.Context, connString string, d time.Duration) (fl
 	}
 	return float64(done.Load()) / d.Seconds(), nil
 }
+
+// pgbenchBaseline is insertBaseline measured by pgbench instead of Go: the
+// yardstick the issue's targets are stated in (pgbench's single-row INSERT
+// from 32 clients, no Go client sharing the cores). It returns pgbench's
+// tps, or an error when pgbench cannot be found or run.
+func pgbenchBaseline(ctx context.Context, connString string, d time.Duration) (float64, error) {
+	pgbench, err := pgembed.Program(ctx, "pgbench")
+	if err != nil {
+		return 0, err
+	}
+	pool, err := pgxpool.New(ctx, connString)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE bench_pgbench (id uuid PRIMARY KEY, n bigint NOT NULL)`); err != nil {
+		return 0, err
+	}
+	defer func() { _, _ = pool.Exec(context.WithoutCancel(ctx), `DROP TABLE bench_pgbench`) }()
+	script, err := os.CreateTemp("", "rebill-bench-*.sql")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(script.Name())
+	if _, err := script.WriteString("INSERT INTO bench_pgbench (id, n) VALUES (gen_random_uuid(), 1);\n"); err != nil {
+		return 0, err
+	}
+	if err := script.Close(); err != nil {
+		return 0, err
+	}
+	cfg := pool.Config().ConnConfig
+	cmd := exec.CommandContext(ctx, pgbench, "-n", "-c", fmt.Sprint(baselineClients), "-j", "2",
+		"-T", fmt.Sprint(int(d.Seconds())), "-f", script.Name(),
+		"-h", cfg.Host, "-p", fmt.Sprint(cfg.Port), "-U", cfg.User, cfg.Database)
+	if cfg.Password != "" {
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+cfg.Password)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("pgbench: %w: %s", err, out)
+	}
+	m := pgbenchTPS.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench printed no tps: %s", out)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+// pgbenchTPS is pgbench's result line.
+var pgbenchTPS = regexp.MustCompile(`tps = ([0-9.]+)`)
 
 // dbStats are cumulative counters of one database.
 type dbStats struct {

@@ -249,6 +249,23 @@ func findBinaries(ctx context.Context) (binaries, error) {
 	return binaries{}, fmt.Errorf("looked on PATH, in `pg_config --bindir`, /usr/lib/postgresql/*/bin and /usr/local/pgsql/bin: %w", ErrNoBinaries)
 }
 
+// Program finds one of PostgreSQL's client programs (pgbench, psql) where
+// the server programs are found: on PATH, or beside them.
+func Program(ctx context.Context, name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	bins, err := findBinaries(ctx)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(filepath.Dir(bins.pgCtl), name)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s is not beside pg_ctl: %w", name, err)
+	}
+	return p, nil
+}
+
 // debianBinDirs lists /usr/lib/postgresql/<version>/bin, newest first.
 func debianBinDirs() []string {
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin") // the pattern is valid
