@@ -69,8 +69,9 @@ var liveJobStates = []string{
 // FindStuck returns the charges that are stuck by p's thresholds, oldest
 // first. A fine's hold waits on its registry posting, whose jobs name the
 // posting and not the charge and which sends the charge to review itself
-// when it fails for good: it is not kicked (a capture job now would
-// capture a fine never posted). It reads River's job table (the one place that knows whether a
+// when it fails for good: it is never found to have no job (a capture job
+// now would capture a fine never posted), however long it has waited; a
+// hold that nears its expiry is reported, for a fine too. It reads River's job table (the one place that knows whether a
 // job is alive) in one statement with the charges: a job is the charge's
 // when its args name the charge (charge_id) and, if they name one, its
 // attempt.
@@ -81,17 +82,17 @@ func FindStuck(ctx context.Context, db DBTX, p StuckParams) ([]Stuck, error) {
 			FROM river_job WHERE args ? 'charge_id' AND state = ANY($2) AND kind <> ALL($1)
 			GROUP BY 1, 2
 		), candidates AS (
-			SELECT c.*, live.charge_id IS NOT NULL AS has_job, live.scheduled_at AS job_scheduled_at
+			SELECT c.*, live.charge_id IS NOT NULL AS has_job, live.scheduled_at AS job_scheduled_at,
+				(c.status = $13 AND c.registry_uin IS NOT NULL AND NOT c.void_requested) AS awaits_posting
 			FROM charges c LEFT JOIN live ON live.charge_id = c.id AND coalesce(live.attempt, c.attempt_count) = c.attempt_count
 			WHERE c.status = ANY($8) OR c.status = $9
 		)
 		SELECT `+columns+`,
 			CASE WHEN status = $9 THEN $10
-				WHEN NOT has_job AND updated_at < $3::timestamptz - $4::interval THEN $11
+				WHEN NOT has_job AND NOT awaits_posting AND updated_at < $3::timestamptz - $4::interval THEN $11
 				ELSE $12 END
 		FROM candidates
-		WHERE (status = ANY($8) AND NOT has_job AND updated_at < $3::timestamptz - $4::interval
-				AND NOT (status = $13 AND registry_uin IS NOT NULL AND NOT void_requested))
+		WHERE (status = ANY($8) AND NOT has_job AND NOT awaits_posting AND updated_at < $3::timestamptz - $4::interval)
 		   OR (status = $9 AND updated_at < $3::timestamptz - $5::interval
 				AND (NOT has_job OR job_scheduled_at < now() - $5::interval))
 		   OR ($6::interval > '0'::interval AND status = $13 AND updated_at < $3::timestamptz - $6::interval)

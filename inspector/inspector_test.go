@@ -57,6 +57,12 @@ func TestInspectorKicksTheStepItStandsInAndReportsOldHolds(t *testing.T) {
 	fine := charge(8, "authorized", 2*time.Minute)
 	_, err = pool.Exec(ctx, `UPDATE charges SET registry_uin = '18810000000000000001' WHERE id = $1`, fine)
 	require.NoError(t, err)
+	// The same, waiting long enough for its hold to near expiry (a clock
+	// jump in dev mode, a registry down for days): reported, never kicked
+	// into a capture either.
+	oldFine := charge(9, "authorized", 96*time.Hour)
+	_, err = pool.Exec(ctx, `UPDATE charges SET registry_uin = '18810000000000000002' WHERE id = $1`, oldFine)
+	require.NoError(t, err)
 	// Held for four days, its capture job alive (waiting on the gateway).
 	held := charge(6, "authorized", 96*time.Hour)
 	_, err = client.Insert(ctx, charges.CaptureArgs{ChargeID: uuid.MustParse(held), Attempt: 1}, &river.InsertOpts{ScheduledAt: now.Add(time.Hour)})
@@ -64,7 +70,7 @@ func TestInspectorKicksTheStepItStandsInAndReportsOldHolds(t *testing.T) {
 
 	sum, err := insp.Run(ctx)
 	require.NoError(t, err)
-	require.Equal(t, inspector.Summary{Kicked: 4, Reported: 1}, sum)
+	require.Equal(t, inspector.Summary{Kicked: 4, Reported: 2}, sum)
 
 	jobs := map[string]string{}
 	rows, err := pool.Query(ctx, `SELECT args->>'charge_id', kind || coalesce(':' || (args->>'phase'), '') FROM river_job`)
@@ -84,12 +90,12 @@ func TestInspectorKicksTheStepItStandsInAndReportsOldHolds(t *testing.T) {
 		resend:     "charge_reconcile:authorize",
 		held:       "charge_capture",
 		posting:    "test_later_step",
-	}, jobs, "recent (%s) and the fine waiting on its posting (%s) are left alone", recent, fine)
+	}, jobs, "recent (%s) and the fines waiting on their postings (%s, %s) are left alone", recent, fine, oldFine)
 
-	// The kicked jobs are alive now: nothing more to do but report the hold.
+	// The kicked jobs are alive now: nothing more to do but report the holds.
 	sum, err = insp.Run(ctx)
 	require.NoError(t, err)
-	require.Equal(t, inspector.Summary{Reported: 1}, sum)
+	require.Equal(t, inspector.Summary{Reported: 2}, sum)
 }
 
 // laterStepArgs stands for a charge step added after the inspector.

@@ -38,9 +38,9 @@ Usage:
   rebill migrate                apply migrations and print their status
   rebill apikey create --role admin|support|customer [--customer ID]
   rebill gatewaysim [--addr ADDR]  run the simulated gateways sim1..sim5 standalone
-  rebill bench [-n 20000] [-noop 100000] [-workers 400]
-                                measure River's bare throughput and billing end to end
-                                (creates and drops database rebill_bench)
+  rebill bench [-n 20000] [-private] [-latency 250ms] [-sim-ledger memory]
+                                measure billing end to end beside a pgbench INSERT baseline
+                                (creates and drops database rebill_bench; see BENCHMARKS.md)
   rebill secrets rotate         seal payment tokens and webhook secrets under the current key
   rebill version                print the module version and VCS commit
   rebill audit [--from DATE] [--to DATE] [--json]

@@ -164,7 +164,24 @@ func TestCrashMidChargingPaysEachBillOnce(t *testing.T) {
 	require.Equal(t, bills, count(capturesSQL), "captures in the ledger")
 	// Each fine posted to the registry exactly once, before its capture.
 	fines := enrolled / 2 * billsEach
-	require.Equal(t, fines, count(`SELECT count(*) FROM dev_registry_ledger WHERE status = 'accepted'`))
+	if accepted := count(`SELECT count(*) FROM dev_registry_ledger WHERE status = 'accepted'`); accepted != fines {
+		// Say which fines, and what their charges and postings went through.
+		rows, err := db.Query(ctx, `SELECT c.registry_uin, c.status, c.attempt_count, c.void_requested,
+				coalesce((SELECT string_agg(p.payment_id || ' ' || p.status || ' a' || p.attempt, '; ') FROM registry_postings p WHERE p.charge_id = c.id), 'no posting'),
+				coalesce((SELECT string_agg(r.gateway || ' ' || r.status, '; ') FROM dev_registry_ledger r WHERE r.uin = c.registry_uin), 'not in the registry')
+			FROM charges c WHERE c.registry_uin IS NOT NULL
+				AND NOT EXISTS (SELECT 1 FROM dev_registry_ledger r WHERE r.uin = c.registry_uin AND r.status = 'accepted')`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var uin, status, postings, ledger string
+			var attempt int
+			var void bool
+			require.NoError(t, rows.Scan(&uin, &status, &attempt, &void, &postings, &ledger))
+			t.Logf("fine %s: charge %s a%d void_requested=%v; postings: %s; registry: %s", uin, status, attempt, void, postings, ledger)
+		}
+		rows.Close()
+		t.Fatalf("%d of %d fines accepted by the registry", accepted, fines)
+	}
 	require.Equal(t, fines, count(`SELECT count(DISTINCT uin) FROM dev_registry_ledger`))
 	require.Zero(t, count(`SELECT count(*) FROM dev_registry_ledger r JOIN gatewaysim.operations o
 		ON o.charge_key LIKE '%:' || r.uin AND o.op = 'capture' WHERE o.at < r.at`), "no capture before its posting")

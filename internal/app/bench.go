@@ -39,7 +39,7 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	conns := fs.Int("conns", cfg.DBMaxConns, "connections of the service's pool (REBILL_DB_MAX_CONNS)")
 	latency := fs.Duration("latency", 0, "latency the simulated gateway adds to every call")
 	simLedger := fs.String("sim-ledger", "postgres", "where the simulated gateway keeps its ledger: postgres (its own database on the same server) or memory")
-	baseline := fs.Duration("baseline", 5*time.Second, "single-row INSERT baseline from 32 clients for this long (0: skip)")
+	baseline := fs.Duration("baseline", 5*time.Second, "single-row INSERT baselines from 32 clients, pgbench's (the ratios use it) and Go's, each for this long (0: skip)")
 	private := fs.Bool("private", false, "run on a private PostgreSQL (this machine's binaries, a temporary folder) that preloads pg_stat_statements, to count statements per charge")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	scanOnly := fs.Bool("scan-only", false, "measure the scan and stop (for very large -n)")
