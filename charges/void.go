@@ -3,7 +3,9 @@ package charges
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
@@ -44,10 +46,42 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 		if !c.VoidRequested {
 			return p.discountReleased(ctx, tx, c, now)
 		}
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = 'subscription_cancelled'`)
-		if err == nil {
-			p.transitioned(next, "")
+		if c.EnrollmentID != uuid.Nil {
+			// A bill's hold, released because its enrollment or the bill
+			// was cancelled or withdrawn.
+			next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = 'subscription_cancelled'`)
+			if err == nil {
+				p.transitioned(next, "")
+			}
+			return err
 		}
-		return err
+		return p.voidedNotWanted(ctx, tx, c, now)
 	})
+}
+
+// voidedNotWanted records the release of a subscription charge's hold that
+// was no longer wanted: its subscription was cancelled, or its period began
+// while the subscription was unpaid (not owed). The subscription, locked
+// first, says which, and is then told as when a charge is paid: a past-due
+// subscription that owes nothing else any more is active again, not left
+// past due with nothing to collect.
+func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, now time.Time) error {
+	owner := p.owner(c)
+	sub, err := owner.Lock(ctx, tx, c.OwnerID())
+	if err != nil {
+		return err
+	}
+	code := "subscription_cancelled"
+	if !sub.Cancelled {
+		code = "subscription_unpaid"
+	}
+	next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = $1`, code)
+	if err != nil {
+		return err
+	}
+	p.transitioned(next, "")
+	if sub.Cancelled || sub.PaidChangesNothing {
+		return nil
+	}
+	return owner.ChargePaid(ctx, tx, next)
 }

@@ -25,6 +25,15 @@ func TestVoidWorker(t *testing.T) {
 				calls: []string{void}},
 		},
 		{
+			// Its period began while the subscription was unpaid: not owed,
+			// and a past-due subscription owing nothing else is told.
+			name: "SucceededNotOwed",
+			sub:  func(s *charges.Subscription) { s.Cancelled = false },
+			res:  gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"},
+			want: outcome{status: charges.Voided, authorizationRef: holdRef, failureCode: "subscription_unpaid",
+				calls: []string{void}, subCalls: []string{"paid(voided)"}},
+		},
+		{
 			name: "Refused",
 			res:  refused,
 			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef,
@@ -69,6 +78,7 @@ func TestVoidWorker(t *testing.T) {
 				f = cancelled
 			}
 			c := b.newCharge(ctx, t, f)
+			b.subs.update(func(s *charges.Subscription) { s.Cancelled = true }) // what requested the void; tc.sub may say otherwise
 			b.gateway.VoidFunc = tc.call(t, b)
 			attempt := c.AttemptCount
 			if tc.jobAttempt != 0 {
