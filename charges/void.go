@@ -62,9 +62,9 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 // voidedNotWanted records the release of a subscription charge's hold that
 // was no longer wanted: its subscription was cancelled, or its period began
 // while the subscription was unpaid (not owed). The subscription, locked
-// first, says which, and is then told as when a charge is paid: a past-due
-// subscription that owes nothing else any more is active again, not left
-// past due with nothing to collect.
+// first, says which; a past-due one is then told as when a charge is paid,
+// so that, owing nothing else any more, it is active again rather than
+// left past due with nothing to collect. An unpaid one waits for its card.
 func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, now time.Time) error {
 	owner := p.owner(c)
 	sub, err := owner.Lock(ctx, tx, c.OwnerID())
@@ -80,7 +80,7 @@ func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, now
 		return err
 	}
 	p.transitioned(next, "")
-	if sub.Cancelled || sub.PaidChangesNothing {
+	if sub.Cancelled || sub.PaidChangesNothing || sub.UnpaidSince != nil {
 		return nil
 	}
 	return owner.ChargePaid(ctx, tx, next)
