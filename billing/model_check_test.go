@@ -11,6 +11,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -199,12 +200,28 @@ func (m *machine) checkSub(t *rapid.T, s *modelSub, smoves []subMove, cmoves []c
 			switch {
 			case to == predicted && from != predicted:
 				// The move the model predicted (a scan's cancel or resume).
+			case from == subscriptions.Unpaid && to == subscriptions.PastDue && predicted == subscriptions.Active:
+				// A card change made meanwhile, with nothing left to
+				// retry, leaves unpaid through past due on its way to the
+				// active the model predicted.
 			case from == subscriptions.Active && to == subscriptions.PastDue && chargeTo(charges.Declined):
 			case billable(from) && to == subscriptions.Unpaid && chargeTo(charges.Failed):
 				if db.UnpaidSince == nil {
 					t.Fatalf("%s is unpaid without unpaid_since (moves %v, predicted %s, checked %s)", s, smoves, predicted, s.checked)
 				}
+				// The periods that began before the end of dunning are
+				// owed, also those no scan had reached yet.
+				m.bill(t, s, db.UnpaidSince.Add(-time.Nanosecond))
 				s.unpaidSince = append(s.unpaidSince, *db.UnpaidSince)
+			case billable(from) && to == subscriptions.Cancelled && s.cancelAtPeriodEnd && chargeTo(charges.Failed):
+				// The end of dunning first carries out what a scan at
+				// that moment would: here, the cancel at the end of a
+				// period that ended by then.
+				end := m.dunningEnd(t, s, cmoves)
+				if !s.nextChargeAt().Before(end) {
+					t.Fatalf("%s cancelled at the end of dunning (%s), before its period ended (%s)", s, end, s.nextChargeAt())
+				}
+				m.bill(t, s, end.Add(-time.Nanosecond))
 			case (from == subscriptions.PastDue || from == subscriptions.Unpaid) && to == subscriptions.Active && chargeTo(charges.Succeeded):
 				if from == subscriptions.Unpaid {
 					// Periods that began while unpaid are not owed
@@ -255,6 +272,27 @@ func (m *machine) checkSub(t *rapid.T, s *modelSub, smoves []subMove, cmoves []c
 		slices.Sort(diffs)
 		t.Fatalf("%s differs from the model:\n  %s", s, strings.Join(diffs, "\n  "))
 	}
+}
+
+// dunningEnd is when the dunning of s ended in this step
+// (scheduler.DunningEnd): after the due time of the last attempt of the
+// charge of s that failed, or the moment a person resolved it as failed.
+func (m *machine) dunningEnd(t *rapid.T, s *modelSub, cmoves []chargeMove) time.Time {
+	for _, mv := range cmoves {
+		if mv.sub != s.id || mv.to != string(charges.Failed) || mv.from == mv.to {
+			continue
+		}
+		c, err := charges.Get(m.ctx, m.w.pool, mv.charge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Resolved {
+			c.AttemptDueAt = c.UpdatedAt
+		}
+		return scheduler.DunningEnd(c)
+	}
+	t.Fatalf("%s: no charge of it failed in this step", s)
+	return time.Time{}
 }
 
 func fmtTime(t *time.Time) string {

@@ -416,3 +416,64 @@ func TestPeriodsBeforeTheEndOfDunningAreChargedWhenTheScanLagged(t *testing.T) {
 	s.scan()
 	require.Len(t, s.periodKeys(id), 4, "and none that begins while unpaid")
 }
+
+// Found by TestModel (seed 4075221517044812439) in CI. Minimal sequence: a
+// daily subscription's first attempt is declined for good, so it was
+// unpaid as of that attempt's due time, which is its period's start;
+// support retries the charge; the customer gives a new card. The card
+// change voided the retried charge as "began while unpaid" and made the
+// subscription active: the one period it owed was never charged. The
+// dunning of a period ends after the period began (scheduler.DunningEnd).
+func TestPeriodThatMadeTheSubscriptionUnpaidStaysOwed(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	id := s.create(period.Day, "tok_1")
+	s.run(charges.AuthorizeArgs{}.Kind(), answers{verdict: verdictHardDecline})
+	sub := s.sub(id)
+	require.Equal(t, subscriptions.Unpaid, sub.Status)
+	first := s.charges(id)[0]
+	require.True(t, sub.UnpaidSince.After(first.PeriodStart), "unpaid just after the period it was collecting began")
+	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
+		_, err := s.w.svc.RetryCharge(s.ctx, tx, staff, first.ID)
+		return err
+	}))
+	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
+		_, err := s.w.svc.ChangePaymentMethod(s.ctx, tx, staff, id, card("tok_2"))
+		return err
+	}))
+	c := s.charges(id)[0]
+	require.Equal(t, charges.Scheduled, c.Status, "the retried charge is still owed (%s)", c.FailureCode)
+	require.Equal(t, subscriptions.PastDue, s.sub(id).Status)
+	s.pay()
+	require.Equal(t, charges.Succeeded, s.charges(id)[0].Status)
+	require.Equal(t, subscriptions.Active, s.sub(id).Status)
+	require.Len(t, s.w.gw.view().captures()[c.Key()], 1, "one capture for the period")
+}
+
+// The same period retried by support while the subscription is still
+// unpaid, with no new card, and declined again: the charge fails and waits
+// for a new card. It was voided as not owed, so the card change that
+// followed had nothing to retry and the period was never charged.
+func TestDeclinedRetryOfThePeriodThatMadeTheSubscriptionUnpaidWaitsForACard(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t)
+	id := s.create(period.Day, "tok_1")
+	s.run(charges.AuthorizeArgs{}.Kind(), answers{verdict: verdictHardDecline})
+	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
+		_, err := s.w.svc.RetryCharge(s.ctx, tx, staff, s.charges(id)[0].ID)
+		return err
+	}))
+	s.run(charges.AuthorizeArgs{}.Kind(), answers{verdict: verdictSoftDecline})
+	c := s.charges(id)[0]
+	require.Equal(t, charges.Failed, c.Status, "%s", c.FailureCode)
+	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
+		_, err := s.w.svc.ChangePaymentMethod(s.ctx, tx, staff, id, card("tok_2"))
+		return err
+	}))
+	require.Equal(t, subscriptions.PastDue, s.sub(id).Status)
+	s.pay()
+	c = s.charges(id)[0]
+	require.Equal(t, charges.Succeeded, c.Status)
+	require.Len(t, s.w.gw.view().captures()[c.Key()], 1)
+	require.Equal(t, subscriptions.Active, s.sub(id).Status)
+}

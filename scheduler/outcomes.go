@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -98,9 +99,11 @@ func (o Outcomes) ChargeDeclined(ctx context.Context, tx pgx.Tx, id uuid.UUID) e
 
 // ChargeFailed makes an active or past-due subscription unpaid: no new
 // period is charged until the payment method changes. Its dunning ended
-// when c's last attempt was due: charges of periods that began since are
-// voided (not owed), and its other declined charges stop retrying.
+// when c's last attempt was due (see DunningEnd): charges of periods that
+// began since are voided (not owed), and its other declined charges stop
+// retrying.
 func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+	end := DunningEnd(c)
 	if o.Biller != nil {
 		// Periods that began before the end of dunning are owed; those the
 		// scan had not reached yet (it ran late, or the clock jumped) are
@@ -110,15 +113,31 @@ func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge)
 		if err != nil {
 			return err
 		}
-		if err := o.Biller.dueBefore(ctx, tx, sub, c.AttemptDueAt); err != nil {
+		if err := o.Biller.dueBefore(ctx, tx, sub, end); err != nil {
 			return err
 		}
 	}
-	_, moved, err := o.Subscriptions.MarkUnpaid(ctx, tx, c.SubscriptionID, c.AttemptDueAt)
+	_, moved, err := o.Subscriptions.MarkUnpaid(ctx, tx, c.SubscriptionID, end)
 	if err != nil || !moved {
 		return err
 	}
-	return charges.DunningEnded(ctx, tx, c.SubscriptionID, c.AttemptDueAt, o.Clock.Now())
+	return charges.DunningEnded(ctx, tx, c.SubscriptionID, end, o.Clock.Now())
+}
+
+// DunningEnd is when the dunning that failed charge c ended: when its last
+// attempt was due, but always after its own period began. A first attempt
+// is due at its period's start (a subscription anchored at its creation,
+// a scan on time), and the periods that begin at or after the end of
+// dunning are not owed: ending it at that same instant would disown the
+// very period c was collecting, and a support retry or a card change would
+// then void it unpaid. Such a dunning ends one microsecond, PostgreSQL's
+// resolution, after the period began. A later period that began at the
+// moment a retry failed for good is still not owed (issue 6, defect 5).
+func DunningEnd(c charges.Charge) time.Time {
+	if c.AttemptDueAt.After(c.PeriodStart) {
+		return c.AttemptDueAt
+	}
+	return c.PeriodStart.Add(time.Microsecond)
 }
 
 func (o Outcomes) moveFrom(ctx context.Context, tx pgx.Tx, id uuid.UUID, from []subscriptions.Status, to subscriptions.Status, event string) error {
