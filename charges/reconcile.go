@@ -61,7 +61,7 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 	metrics.StageRuns.WithLabelValues(s.stage, "not_found").Inc()
 	resend, g, err := p.begin(ctx, s, []Status{Unknown, inFlight}, inFlight)
 	if errors.Is(err, ErrStale) {
-		return p.notSentNotWanted(ctx, s, op)
+		return p.notSentNotWanted(ctx, s, c, op)
 	}
 	if g == nil {
 		return err
@@ -83,22 +83,17 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 	return p.afterAuthorize(ctx, s, resend, []Status{Authorizing}, res, err)
 }
 
-// notSentNotWanted settles a charge whose lost call never reached the
-// gateway and whose subscription was cancelled meanwhile: an authorize
-// that never happened leaves nothing to release; a capture that never
-// happened leaves the hold, which is voided.
-func (p *Pipeline) notSentNotWanted(ctx context.Context, s stageRun, op gateway.Op) error {
+// notSentNotWanted settles charge c, whose lost call never reached the
+// gateway and which is no longer wanted (cancelled meanwhile, or its
+// period not owed): an authorize that never happened leaves nothing to
+// release; a capture that never happened leaves the hold, which is voided.
+func (p *Pipeline) notSentNotWanted(ctx context.Context, s stageRun, c Charge, op gateway.Op) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
 		if op == gateway.OpAuthorize {
 			// Authorizing: a resend of this job's that never reached the
-			// gateway, cancelled since.
-			next, err := move(ctx, tx, s.chargeID, s.attempt, []Status{Unknown, Authorizing}, Voided, now,
-				`unknown_phase = NULL, failure_code = 'subscription_cancelled'`)
-			if err == nil {
-				p.transitioned(next, "")
-			}
-			return err
+			// gateway, not wanted since.
+			return p.voidedNotWanted(ctx, tx, c, []Status{Unknown, Authorizing}, now)
 		}
 		next, err := move(ctx, tx, s.chargeID, s.attempt, []Status{Unknown}, Authorized, now, `unknown_phase = NULL`)
 		if err != nil {

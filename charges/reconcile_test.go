@@ -91,7 +91,18 @@ func TestReconcileWorker(t *testing.T) {
 			{
 				name:    "NotFoundVoidRequested",
 				fixture: fixture{voidRequested: true}, // nothing was held: nothing to release, nothing sent
+				sub:     func(s *charges.Subscription) { s.Cancelled = true },
 				want:    outcome{status: charges.Voided, failureCode: "subscription_cancelled", calls: []string{lookup}},
+			},
+			{
+				// Its period began while the subscription was unpaid (not
+				// owed): voided as such, not as cancelled, and a past-due
+				// subscription owing nothing else is told. Found by
+				// TestModel (seed 16253447052034525865).
+				name:    "NotFoundVoidRequestedNotOwed",
+				fixture: fixture{voidRequested: true},
+				want: outcome{status: charges.Voided, failureCode: "subscription_unpaid", calls: []string{lookup},
+					subCalls: []string{"paid(voided)"}},
 			},
 			{
 				name:      "LookupUnavailable",

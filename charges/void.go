@@ -46,26 +46,27 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 		if !c.VoidRequested {
 			return p.discountReleased(ctx, tx, c, now)
 		}
-		if c.EnrollmentID != uuid.Nil {
-			// A bill's hold, released because its enrollment or the bill
-			// was cancelled or withdrawn.
-			next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = 'subscription_cancelled'`)
-			if err == nil {
-				p.transitioned(next, "")
-			}
-			return err
-		}
-		return p.voidedNotWanted(ctx, tx, c, now)
+		return p.voidedNotWanted(ctx, tx, c, []Status{Authorized}, now)
 	})
 }
 
-// voidedNotWanted records the release of a subscription charge's hold that
-// was no longer wanted: its subscription was cancelled, or its period began
-// while the subscription was unpaid (not owed). The subscription, locked
-// first, says which; a past-due one is then told as when a charge is paid,
-// so that, owing nothing else any more, it is active again rather than
-// left past due with nothing to collect. An unpaid one waits for its card.
-func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, now time.Time) error {
+// voidedNotWanted voids, from one of from, a charge no longer wanted whose
+// hold was released or whose authorize never reached the gateway. A
+// bill's: its enrollment or the bill was cancelled or withdrawn. A
+// subscription's: the subscription was cancelled, or the charge's period
+// began while it was unpaid (not owed). The subscription, locked first,
+// says which; a past-due one is then told as when a charge is paid, so
+// that, owing nothing else any more, it is active again rather than left
+// past due with nothing to collect. An unpaid one waits for its card.
+func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, from []Status, now time.Time) error {
+	const unknownCleared = `, unknown_phase = NULL`
+	if c.EnrollmentID != uuid.Nil {
+		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = 'subscription_cancelled'`+unknownCleared)
+		if err == nil {
+			p.transitioned(next, "")
+		}
+		return err
+	}
 	owner := p.owner(c)
 	sub, err := owner.Lock(ctx, tx, c.OwnerID())
 	if err != nil {
@@ -75,7 +76,7 @@ func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, now
 	if !sub.Cancelled {
 		code = "subscription_unpaid"
 	}
-	next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = $1`, code)
+	next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = $1`+unknownCleared, code)
 	if err != nil {
 		return err
 	}
