@@ -163,15 +163,7 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		return err
 	}
 	if sub.Cancelled || current.VoidRequested {
-		code := "subscription_cancelled"
-		if !sub.Cancelled {
-			code = "subscription_unpaid" // its period began while the subscription was unpaid
-		}
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = $1, unknown_phase = NULL`, code)
-		if err == nil {
-			p.transitioned(next, "")
-		}
-		return err
+		return p.voidedNotWanted(ctx, tx, c, from, now)
 	}
 	first := now
 	if c.FirstDeclinedAt != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
@@ -174,6 +175,20 @@ func TestAuthorizeWorker(t *testing.T) {
 			fixture:    fixture{attempt: 2},
 			jobAttempt: 1,
 			want:       outcome{status: charges.Scheduled, attempt: 2},
+		},
+		{
+			// Flagged not owed (its period began while the subscription
+			// was unpaid) while in flight, then declined: voided as such,
+			// and a past-due subscription owing nothing else is told.
+			name: "NotOwedSinceThenDeclined",
+			meanwhile: func(ctx context.Context, t *testing.T, b *testBundle) {
+				require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+					return charges.NotOwedSince(ctx, tx, b.subscriptionID, periodStart, b.clock.Now())
+				}))
+			},
+			res: softDecline,
+			want: outcome{status: charges.Voided, failureCode: "subscription_unpaid", calls: []string{authorize},
+				subCalls: []string{"paid(voided)"}},
 		},
 		{
 			name:    "RerunCancelledSinceIsLookedUpNotResent",
