@@ -51,7 +51,8 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 }
 
 // voidedNotWanted voids, from one of from, a charge no longer wanted whose
-// hold was released or whose authorize never reached the gateway. A
+// hold was released, whose authorize never reached the gateway, or whose
+// attempt was declined. A
 // bill's: its enrollment or the bill was cancelled or withdrawn. A
 // subscription's: the subscription was cancelled, or the charge's period
 // began while it was unpaid (not owed). The subscription, locked first,
