@@ -165,3 +165,60 @@ func TestDiscountedHoldNotCapturedByTheDeadlineIsMadeAgainInFull(t *testing.T) {
 	require.Equal(t, []string{key + ":a2:capture"}, captures, "only the full-price hold was captured")
 	require.Equal(t, []string{"paid"}, owner.recorded)
 }
+
+// A bill's hold that lapsed before its capture is released and made again
+// on the enrollment's card, as a subscription's is. The new attempt read
+// the card from the subscriptions, by the bill charge's empty subscription
+// id, so the step failed after the void at every run until the charge went
+// to review.
+func TestBillsExpiredHoldIsAuthorizedAgainOnTheEnrollmentsCard(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.withHoldLifetime()
+	b.pipeline.UnavailableFor = 2 * holdLifetime
+	owner := &fakeEnrollments{}
+	b.pipeline.Enrollments = owner
+	c, _ := newBillCharge(ctx, t, b, start.Add(3*holdLifetime)) // the discount outlasts the test
+
+	b.gateway.AuthorizeFunc = answer(succeeded, nil)
+	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status)
+
+	b.gateway.CaptureFunc = answer(gateway.Result{}, gateway.ErrUnavailable)
+	capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
+	res, err := capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Capturing, b.get(ctx, t, c.ID).Status)
+
+	b.clock.Advance(holdLifetime)
+	b.gateway.LookupFunc = func(context.Context, string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrNotFound }
+	b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+	_, err = capture.WorkJob(ctx, t, b.tx, res.Job)
+	require.NoError(t, err)
+	again := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Scheduled, again.Status)
+	require.Equal(t, 2, again.AttemptCount)
+	require.Equal(t, charges.FailureHoldExpired, again.FailureCode)
+
+	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+	require.NoError(t, err)
+	b.gateway.CaptureFunc = answer(succeeded, nil)
+	_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 2}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Succeeded, b.get(ctx, t, c.ID).Status)
+	var captures, voids []string
+	for _, call := range b.gateway.calls() {
+		switch call.Op {
+		case string(gateway.OpCapture):
+			captures = append(captures, call.Key)
+		case string(gateway.OpVoid):
+			voids = append(voids, call.Key)
+		}
+	}
+	require.Equal(t, []string{c.Key() + ":a1:void"}, voids, "the lapsed hold is released once")
+	require.Equal(t, c.Key()+":a2:capture", captures[len(captures)-1])
+	require.Equal(t, []string{"paid"}, owner.recorded)
+}

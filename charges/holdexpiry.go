@@ -81,13 +81,14 @@ func (p *Pipeline) replaceExpiredHold(ctx context.Context, s stageRun, c Charge,
 }
 
 // reauthorize starts a new attempt of a charge whose hold is gone (voided,
-// or lapsed at the gateway), on the subscription's current payment method,
-// with new gateway keys. A charge no longer wanted (its subscription
-// cancelled meanwhile) is voided before the new attempt makes any call.
+// or lapsed at the gateway), on its subscription's or enrollment's current
+// payment method, with new gateway keys. A charge no longer wanted (its
+// owner cancelled, its period not owed, its bill withdrawn meanwhile) is
+// voided before the new attempt makes any call.
 func (p *Pipeline) reauthorize(ctx context.Context, s stageRun, c Charge, from []Status, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		sub, err := p.Subscriptions.Lock(ctx, tx, c.SubscriptionID)
+		sub, err := p.owner(c).Lock(ctx, tx, c.OwnerID())
 		if err != nil {
 			return err
 		}
@@ -99,15 +100,7 @@ func (p *Pipeline) reauthorize(ctx context.Context, s stageRun, c Charge, from [
 		}
 		p.transitioned(next, "hold expired: "+reason)
 		if sub.Cancelled || next.VoidRequested {
-			code := "subscription_cancelled"
-			if !sub.Cancelled {
-				code = "subscription_unpaid"
-			}
-			voided, err := move(ctx, tx, c.ID, next.AttemptCount, []Status{Scheduled}, Voided, now, `failure_code = $1`, code)
-			if err == nil {
-				p.transitioned(voided, "")
-			}
-			return err
+			return p.voidedNotWanted(ctx, tx, next, []Status{Scheduled}, now)
 		}
 		p.Logger.Warn().Str("charge_id", c.ID.String()).Str("gateway", c.Gateway).Int("attempt", c.AttemptCount).
 			Str("reason", reason).Msg("hold expired before capture; authorizing again")
