@@ -50,7 +50,11 @@ func TestCardChangeDuringAuthorizeIsUsedByTheNextAttempt(t *testing.T) {
 	b := setup(t, 1, map[string]string{"REBILL_GATEWAY_TIMEOUT": "4s", "REBILL_RESCUE_AFTER": "40s"})
 	b.faults(t, map[string]any{"latency_ms": 1500})
 	sub := b.createSubscription(t, "tok_decline_funds_0001", "month")
-	time.Sleep(300 * time.Millisecond) // the first authorize is at the gateway
+	// Once the charge is authorizing, its first attempt's card is fixed.
+	require.Eventually(t, func() bool {
+		cs := b.charges(t, sub)
+		return len(cs) == 1 && cs[0]["status"] == "authorizing"
+	}, 20*time.Second, 20*time.Millisecond)
 	b.call(t, http.MethodPost, "/v1/subscriptions/"+sub+"/payment-method", card("tok_ok_0002"))
 
 	cs := b.waitCharges(t, sub, 1, "succeeded")
@@ -93,11 +97,18 @@ func TestSameCardAgainRetriesUnlessLostOrStolen(t *testing.T) {
 func TestCancelWhileCaptureIsUnknownVoidsTheHold(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, map[string]string{"REBILL_GATEWAY_TIMEOUT": "2s", "REBILL_RESCUE_AFTER": "40s", "REBILL_CHARGE_MAX_ATTEMPTS": "50"})
-	b.faults(t, map[string]any{"latency_ms": 1000})
+	b.faults(t, map[string]any{"captures_down": true})
 	sub := b.createSubscription(t, "tok_ok_0005", "month")
-	time.Sleep(300 * time.Millisecond)
-	b.faults(t, map[string]any{"latency_ms": 6000}) // the capture and its lookups time out
 	var key string
+	require.Eventually(t, func() bool {
+		cs := b.charges(t, sub)
+		if len(cs) == 0 || cs[0]["status"] != "capturing" || cs[0]["next_attempt_at"] == nil {
+			return false
+		}
+		key = cs[0]["key"].(string)
+		return len(b.gatewayOps(t, "sim1", key)) == 1
+	}, 20*time.Second, 50*time.Millisecond, "the hold is placed and its capture waits")
+	b.faults(t, map[string]any{"captures_down": false, "latency_ms": 6000}) // the capture and its lookups time out
 	require.Eventually(t, func() bool {
 		c := b.charges(t, sub)[0]
 		key = c["key"].(string)
