@@ -136,3 +136,23 @@ func TestDuplicateFiledOutsideTheSearchedDaysIsFound(t *testing.T) {
 	require.Equal(t, []string{audit.DuplicateCapture}, kinds(r))
 	require.Zero(t, r.GatewayCaptures)
 }
+
+// Captures of bill charges judged in another range (a bill's charge due
+// in October, captured in November) are the bills' own, not strays;
+// a bill key that names no charge still is one.
+func TestBillCapturesAreNotStrays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	enr := opstest.Enrollment(t, b.pool, gw, from.AddDate(0, -2, 0))
+	at := from.Add(36 * time.Hour)
+	for _, billID := range []string{"2026-10", "inv:77:2026-10"} {
+		opstest.Paid(t, b.pool, opstest.Charge{Enrollment: enr, BillID: billID, PeriodStart: from.AddDate(0, 0, -5), Gateway: gw,
+			UpdatedAt: at})
+	}
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: enr.String() + ":inv:77", Op: "capture", At: at})
+	r, err := b.auditor.Run(context.Background(), from, to)
+	require.NoError(t, err)
+	require.Equal(t, []string{audit.UnknownAtRebill}, kinds(r), "%v", r.Discrepancies)
+	require.Equal(t, enr.String()+":inv:77", r.Discrepancies[0].ChargeKey)
+	require.Equal(t, 3, r.GatewayCaptures)
+}
