@@ -8,9 +8,11 @@
 //
 // What is owed comes from a [Source]. [Periods] yields the subscription
 // periods that began in the range (each period's charge, and the periods
-// the billing scan left without one). Payable bills of autopay enrollments
-// join as another Source once they exist: the checks work on charges and
-// their keys, whatever owed them.
+// the billing scan left without one); it includes bill charges, whose
+// period start is when the bill was first charged. Autopay bills are also
+// judged by their own money rules (package billcheck, shared with the
+// chaos soak) when Auditor.Bills is set: their discrepancies carry the
+// rule's name as their kind.
 package audit
 
 import (
@@ -23,6 +25,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/rebill/rebill/audit/billcheck"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/subscriptions"
@@ -85,8 +88,10 @@ type Report struct {
 	Open int `json:"open"`
 	// GatewayCaptures counts the succeeded captures the gateways listed
 	// for the days searched.
-	GatewayCaptures int           `json:"gateway_captures"`
-	Discrepancies   []Discrepancy `json:"discrepancies"`
+	GatewayCaptures int `json:"gateway_captures"`
+	// Bills counts the autopay bills judged by their own rules.
+	Bills         int           `json:"bills"`
+	Discrepancies []Discrepancy `json:"discrepancies"`
 }
 
 // Item is one owed thing: its charge, or, when the scan left it without
@@ -145,6 +150,9 @@ type Auditor struct {
 	// SettleDays are searched past the range for captures of its items
 	// (dunning retries for days after a period begins).
 	SettleDays int
+	// Bills, when set, has the bills received in the range judged by the
+	// rules of package billcheck.
+	Bills *Bills
 }
 
 type capture struct {
@@ -181,6 +189,17 @@ func (a *Auditor) Run(ctx context.Context, from, to time.Time) (Report, error) {
 	}
 	if err := a.strays(ctx, captures, owned, from, to, &r); err != nil {
 		return Report{}, err
+	}
+	if a.Bills != nil {
+		d, err := BillData(ctx, a.DB, a.Gateways, from, to, *a.Bills)
+		if err != nil {
+			return Report{}, err
+		}
+		r.Bills = len(d.Bills)
+		for _, v := range billcheck.Check(d) {
+			r.Discrepancies = append(r.Discrepancies, Discrepancy{Kind: v.Invariant, ChargeKey: v.Charge,
+				Detail: fmt.Sprintf("bill %q: %s", v.Bill, v.Detail)})
+		}
 	}
 	return r, nil
 }

@@ -136,3 +136,70 @@ func TestDuplicateFiledOutsideTheSearchedDaysIsFound(t *testing.T) {
 	require.Equal(t, []string{audit.DuplicateCapture}, kinds(r))
 	require.Zero(t, r.GatewayCaptures)
 }
+
+// Captures of bill charges judged in another range (a bill's charge due
+// in October, captured in November) are the bills' own, not strays;
+// a bill key that names no charge still is one.
+func TestBillCapturesAreNotStrays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	enr := opstest.Enrollment(t, b.pool, gw, from.AddDate(0, -2, 0))
+	at := from.Add(36 * time.Hour)
+	for _, billID := range []string{"2026-10", "inv:77:2026-10"} {
+		opstest.Paid(t, b.pool, opstest.Charge{Enrollment: enr, BillID: billID, PeriodStart: from.AddDate(0, 0, -5), Gateway: gw,
+			UpdatedAt: at})
+	}
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: enr.String() + ":inv:77", Op: "capture", At: at})
+	r, err := b.auditor.Run(context.Background(), from, to)
+	require.NoError(t, err)
+	require.Equal(t, []string{audit.UnknownAtRebill}, kinds(r), "%v", r.Discrepancies)
+	require.Equal(t, enr.String()+":inv:77", r.Discrepancies[0].ChargeKey)
+	require.Equal(t, 3, r.GatewayCaptures)
+}
+
+// insertBill files bill billID of enrollment enr, received at at, with
+// its charge (captured when paid) and returns the charge's key.
+func (b testBundle) insertBill(t *testing.T, enr uuid.UUID, billID string, amount int64, at time.Time, paid bool) (uuid.UUID, string) {
+	t.Helper()
+	st := "failed"
+	if paid {
+		st = "succeeded"
+	}
+	c := opstest.Charge{Enrollment: enr, BillID: billID, PeriodStart: at, Gateway: gw, Amount: amount, Status: st}
+	var id uuid.UUID
+	var key string
+	if paid {
+		id, key = opstest.Paid(t, b.pool, c)
+	} else {
+		id, key = opstest.InsertCharge(t, b.pool, c)
+	}
+	_, err := b.pool.Exec(context.Background(), `INSERT INTO bills (id, enrollment_id, customer_id, bill_id, amount, issued_at,
+			due_date, status, pay_at, expires_at, charge_id, received_at, updated_at)
+		VALUES ($1, $2, 'cust-ops', $3, $4, $5, $6, 'paid', $5, $7, $8, $5, $5)`,
+		uuid.New(), enr, billID, amount, at, at.AddDate(0, 0, 20), at.AddDate(0, 0, 21), id)
+	require.NoError(t, err)
+	return id, key
+}
+
+// The audit judges bills by the rules the soak judges them with: here one
+// housing bill, its account enrolled twice, captured through both.
+func TestBillPaidTwiceAcrossEnrollmentsIsReported(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.auditor.Bills = &audit.Bills{Now: now}
+	first := opstest.Enrollment(t, b.pool, gw, from.AddDate(0, -1, 0))
+	second := opstest.Enrollment(t, b.pool, gw, from.AddDate(0, -1, 0))
+	_, key1 := b.insertBill(t, first, "2026-11:77", 5000, from.Add(time.Hour), true)
+	_, key2 := b.insertBill(t, second, "2026-11:77", 5000, from.Add(2*time.Hour), true)
+	// Another bill of the same account, paid once, is fine.
+	b.insertBill(t, first, "2026-12:77", 5000, from.Add(3*time.Hour), true)
+	b.insertBill(t, second, "2026-12:77", 5000, from.Add(3*time.Hour), false)
+
+	r, err := b.auditor.Run(context.Background(), from, to)
+	require.NoError(t, err)
+	require.Equal(t, 4, r.Bills)
+	require.Equal(t, []string{"bill-one-capture-per-identity"}, kinds(r), "%v", r.Discrepancies)
+	require.Contains(t, []string{key1, key2}, r.Discrepancies[0].ChargeKey)
+	require.Contains(t, r.Discrepancies[0].Detail, key1)
+	require.Contains(t, r.Discrepancies[0].Detail, key2)
+}

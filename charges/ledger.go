@@ -50,24 +50,27 @@ func cutLast(s string) (before, after string, found bool) {
 }
 
 // ByKeys returns the charges with these business keys
-// (`<subscription_id>:<period_key>`); keys that name no charge, or are
-// malformed, are left out.
+// (`<owner_id>:<period_key>`, the owner a subscription or an enrollment);
+// keys that name no charge, or are malformed, are left out. The owner is a
+// UUID, which holds no ':', so the key splits at its first ':' and the
+// rest is the period key or bill id whatever ':' a bill id holds.
 func ByKeys(ctx context.Context, db DBTX, keys []string) ([]Charge, error) {
-	subs := make([][16]byte, 0, len(keys))
+	owners := make([][16]byte, 0, len(keys))
 	periods := make([]string, 0, len(keys))
 	for _, k := range keys {
-		sub, period, ok := strings.Cut(k, ":")
-		id, err := uuid.Parse(sub)
-		if !ok || err != nil {
+		owner, period, ok := strings.Cut(k, ":")
+		id, err := uuid.Parse(owner)
+		if !ok || err != nil || len(owner) != 36 {
 			continue
 		}
-		subs, periods = append(subs, id), append(periods, period)
+		owners, periods = append(owners, id), append(periods, period)
 	}
-	if len(subs) == 0 {
+	if len(owners) == 0 {
 		return nil, nil
 	}
 	return collect(db.Query(ctx, `SELECT `+columns+` FROM charges
-		WHERE (subscription_id, period_key) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))`, subs, periods))
+		WHERE (subscription_id, period_key) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))
+		   OR (enrollment_id, period_key) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))`, owners, periods))
 }
 
 // SettledOn returns the charges of gateway (every gateway for "") that

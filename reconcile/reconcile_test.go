@@ -212,3 +212,27 @@ func value(t *testing.T, c prometheus.Metric) float64 {
 	}
 	return m.Gauge.GetValue()
 }
+
+// A day with bill traffic matches like a day of periods: every operation
+// of an enrollment's bill charge, whatever ':' its bill id holds, belongs
+// to that charge and none is reported unknown.
+func TestBillOperationsAreMatched(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	enr := opstest.Enrollment(t, b.pool, gw, day.AddDate(0, -1, 0))
+	for i, billID := range []string{"2026-11", "inv:77:2026-11"} {
+		opstest.Paid(t, b.pool, opstest.Charge{Enrollment: enr, BillID: billID, PeriodStart: day.Add(-time.Hour), Gateway: gw,
+			UpdatedAt: day.Add(time.Duration(i+1) * time.Hour), Amount: int64(5000 + i)})
+	}
+	// A bill's capture for less than its charge is still found wrong.
+	id, key := opstest.InsertCharge(t, b.pool, opstest.Charge{Enrollment: enr, BillID: "inv:77:2026-12", PeriodStart: day,
+		Gateway: gw, Status: "succeeded", UpdatedAt: day.Add(5 * time.Hour)})
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Op: "capture", Amount: 999, At: day.Add(5 * time.Hour)})
+
+	res, err := b.rec.RunDay(context.Background(), gw, day)
+	require.NoError(t, err)
+	require.Equal(t, 5, res.Operations)
+	require.Len(t, res.Discrepancies, 1, "%+v", res.Discrepancies)
+	require.Equal(t, reconcile.AmountMismatch, res.Discrepancies[0].Kind)
+	require.Equal(t, id, *res.Discrepancies[0].ChargeID)
+}

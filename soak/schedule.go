@@ -74,6 +74,8 @@ type Step struct {
 
 	// wait
 	Wait string `json:"wait,omitempty"`
+
+	AutopayStep
 }
 
 // Barrier reports whether the step runs alone: everything launched before
@@ -138,6 +140,8 @@ func (s Step) String() string {
 		return "wait " + s.Wait
 	case KindSettle:
 		return "settle (wait until charging is quiet)"
+	case KindEnrol, KindBill, KindWithdraw, KindEnrolAction, KindEnrolCard, KindRegistryFault:
+		return s.autopayString() + via
 	}
 	return s.Kind
 }
@@ -201,6 +205,10 @@ type Generator struct {
 	down  [2]bool
 	fault map[string]bool
 	cards int
+
+	enrs    []genEnrollment
+	bills   int
+	regDown map[string]bool
 }
 
 // GeneratorConfig bounds what a schedule does.
@@ -210,6 +218,10 @@ type GeneratorConfig struct {
 	MaxSubscriptions, LiveSubscriptions int
 	// Chaos enables node kills and connection terminations.
 	Chaos bool
+	// Autopay is the share (0..1) of steps about autopay enrollments,
+	// bills and the registry; MaxEnrollments caps the enrollments.
+	Autopay        float64
+	MaxEnrollments int
 }
 
 type genSub struct {
@@ -219,7 +231,8 @@ type genSub struct {
 
 // NewGenerator returns the generator of seed.
 func NewGenerator(seed uint64, cfg GeneratorConfig) *Generator {
-	return &Generator{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, fault: map[string]bool{}}
+	return &Generator{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, fault: map[string]bool{},
+		regDown: map[string]bool{}}
 }
 
 var tokenKinds = []struct {
@@ -322,7 +335,7 @@ func (g *Generator) Next() Step {
 	for {
 		if s := g.choose(Step{N: g.n, Node: g.rng.IntN(2)}); s.Kind != "" {
 			switch s.Kind {
-			case KindCreate, KindPause, KindResume, KindCancel, KindCard:
+			case KindCreate, KindPause, KindResume, KindCancel, KindCard, KindEnrol, KindBill, KindEnrolAction, KindEnrolCard:
 				s.Twice = g.chance(0.1)
 			}
 			return s
@@ -331,6 +344,9 @@ func (g *Generator) Next() Step {
 }
 
 func (g *Generator) choose(s Step) Step {
+	if g.cfg.Autopay > 0 && g.chance(g.cfg.Autopay) {
+		return g.autopay(s)
+	}
 	live := g.live()
 	canCreate := len(g.subs) < g.cfg.MaxSubscriptions && live < g.cfg.LiveSubscriptions
 	if len(g.subs) < 3 && canCreate {

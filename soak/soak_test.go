@@ -109,7 +109,8 @@ func generatorConfig(length time.Duration) *soak.GeneratorConfig {
 	if maxSubs == 0 {
 		maxSubs = min(150, 10+int(length/(3*time.Second)))
 	}
-	return &soak.GeneratorConfig{MaxSubscriptions: maxSubs, LiveSubscriptions: min(40, maxSubs), Chaos: true}
+	return &soak.GeneratorConfig{MaxSubscriptions: maxSubs, LiveSubscriptions: min(40, maxSubs), Chaos: true,
+		Autopay: 0.2, MaxEnrollments: min(60, 6+int(length/(5*time.Second)))}
 }
 
 // runner runs one schedule against two nodes on a fresh database.
@@ -131,8 +132,12 @@ type runner struct {
 	obsMu  sync.Mutex
 	obs    soak.Observations
 	subIDs map[int]string
-	cards  map[int]soak.Card // each subscription's card, as rebill last confirmed it
-	devNow time.Time
+	// enrIDs and enrSteps are the enrollments created, by number, and
+	// the steps that created them.
+	enrIDs   map[int]string
+	enrSteps map[int]soak.Step
+	cards    map[int]soak.Card // each subscription's card, as rebill last confirmed it
+	devNow   time.Time
 
 	notes            []string // what the driver could not do, for the report
 	counts           map[string]int
@@ -173,7 +178,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 			"REBILL_LOG_LEVEL":         "warn",
 			"REBILL_DB_MAX_CONNS":      fmt.Sprint(*connsFlag),
 		},
-		subIDs: map[int]string{},
+		subIDs: map[int]string{}, enrIDs: map[int]string{}, enrSteps: map[int]soak.Step{},
 		cards:  map[int]soak.Card{},
 		counts: map[string]int{},
 		obs:    soak.Observations{Subscriptions: map[string]*soak.ObservedSubscription{}},
@@ -231,7 +236,9 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 	r.drain()
 	sampler()
 	d := r.collect()
+	bills := r.collectBills(d)
 	all := append(soak.CheckAll(d), r.driverViolations...)
+	all = append(all, billViolations(bills)...)
 	all = append(all, r.selfAudit(clock.Now, d.Now)...)
 	var violations []soak.Violation
 	known := map[string]int{}
@@ -441,9 +448,9 @@ func (r *runner) execute(next func() (soak.Step, bool), sched *soak.Schedule) {
 		}
 		var prev chan struct{}
 		done := make(chan struct{})
-		if step.Sub > 0 {
-			prev = last[step.Sub]
-			last[step.Sub] = done
+		if lane := step.Sub + 100000*step.Enr; lane > 0 {
+			prev = last[lane]
+			last[lane] = done
 		}
 		sem <- struct{}{}
 		wg.Add(1)
@@ -544,6 +551,8 @@ func (r *runner) run(step soak.Step) {
 		r.support(step)
 	case soak.KindSettle:
 		r.waitQuiet(90 * time.Second)
+	case soak.KindEnrol, soak.KindBill, soak.KindWithdraw, soak.KindEnrolAction, soak.KindEnrolCard, soak.KindRegistryFault:
+		r.runAutopay(step)
 	}
 }
 
@@ -824,6 +833,10 @@ func (r *runner) drain() {
 		r.request(0, http.MethodPost, "/v1/dev/gateways/"+gw+"/faults", fmt.Sprintf("soak-%d-drain-%s", r.seed, gw),
 			map[string]any{"down": false, "latency_ms": 0, "error_rate": 0}, 120*time.Second)
 	}
+	for _, gw := range []string{"gmp1", "gmp2"} {
+		r.request(0, http.MethodPost, "/v1/dev/registry/"+gw+"/faults", fmt.Sprintf("soak-%d-drain-%s", r.seed, gw),
+			map[string]any{"down": false}, 120*time.Second)
+	}
 	for i := range r.nodes {
 		r.nodesMu.Lock()
 		p := r.nodes[i]
@@ -1005,7 +1018,8 @@ func (r *runner) collect() *soak.Data {
 	}
 	rows, err := r.db.Query(r.ctx, `SELECT id::text, subscription_id::text, period_key, period_start, amount, currency, gateway,
 		status, attempt_count, next_attempt_at, coalesce(failure_code, ''), coalesce(review_reason, ''),
-		coalesce(unknown_phase, ''), coalesce(resolution, '') FROM charges ORDER BY period_start, id`)
+		coalesce(unknown_phase, ''), coalesce(resolution, '') FROM charges WHERE subscription_id IS NOT NULL
+		ORDER BY period_start, id`)
 	if err != nil {
 		t.Fatalf("read charges: %v", err)
 	}

@@ -26,6 +26,12 @@ var errDiscrepancies = errors.New("audit found discrepancies")
 // audit calls it not charged: a few scans, a clock move being scanned.
 const auditGrace = time.Hour
 
+// auditAnnulWithin bounds how long (service clock) after a fine's charge
+// last changed an accepted registry posting of money it did not capture
+// may stand before the audit reports it: the annulment is a job that
+// retries for hours while the registry is down.
+const auditAnnulWithin = 24 * time.Hour
+
 // auditSettleDays are searched past the range for captures of its periods:
 // dunning retries for a week after a period begins.
 const auditSettleDays = 8
@@ -107,7 +113,8 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		read = replica
 	}
 	a := &audit.Auditor{DB: read, Gateways: gateways, SettleDays: auditSettleDays,
-		Sources: []audit.Source{audit.Periods{DB: read, Now: now, Grace: auditGrace}}}
+		Sources: []audit.Source{audit.Periods{DB: read, Now: now, Grace: auditGrace}},
+		Bills:   &audit.Bills{Now: now, AnnulWithin: auditAnnulWithin}}
 	report, err := a.Run(ctx, from, to.AddDate(0, 0, 1))
 	if err != nil {
 		return err
@@ -134,7 +141,7 @@ func printAudit(w io.Writer, r audit.Report) {
 		name string
 		n    int
 	}{{"periods", r.Periods}, {"captured", r.Captured}, {"failed", r.Failed}, {"in_review", r.InReview},
-		{"not_owed", r.NotOwed}, {"open", r.Open}, {"gateway_captures", r.GatewayCaptures}, {"discrepancies", len(r.Discrepancies)}} {
+		{"not_owed", r.NotOwed}, {"open", r.Open}, {"gateway_captures", r.GatewayCaptures}, {"bills", r.Bills}, {"discrepancies", len(r.Discrepancies)}} {
 		fmt.Fprintf(tw, "%s\t%d\n", line.name, line.n)
 	}
 	_ = tw.Flush()

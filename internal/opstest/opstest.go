@@ -45,9 +45,24 @@ func Subscription(t testing.TB, pool *pgxpool.Pool, gw string, at time.Time) uui
 	return id
 }
 
-// Charge is a charge row to insert.
+// Enrollment inserts an active housing enrollment paying with a card on
+// gateway gw and returns its id.
+func Enrollment(t testing.TB, pool *pgxpool.Pool, gw string, at time.Time) uuid.UUID {
+	t.Helper()
+	id := uuid.New()
+	_, err := pool.Exec(context.Background(), `INSERT INTO enrollments (id, customer_id, kind, els, status, currency, max_amount,
+			pm_gateway, pm_token, pm_exp_month, pm_exp_year, created_at, updated_at)
+		VALUES ($1, 'cust-ops', 'housing', '75AB533315', 'active', 'RUB', 1000000, $2, 'tok_ok', 12, 2030, $3, $3)`, id, gw, at)
+	require.NoError(t, err)
+	return id
+}
+
+// Charge is a charge row to insert: a subscription period's, or, with
+// Enrollment set, the charge of the bill BillID.
 type Charge struct {
 	Subscription uuid.UUID
+	Enrollment   uuid.UUID
+	BillID       string
 	PeriodStart  time.Time
 	Amount       int64  // default 1000
 	Currency     string // default RUB
@@ -74,7 +89,13 @@ func InsertCharge(t testing.TB, pool *pgxpool.Pool, c Charge) (uuid.UUID, string
 		c.UpdatedAt = c.PeriodStart
 	}
 	id := uuid.New()
-	periodKey := c.PeriodStart.UTC().Format(time.DateOnly)
+	owner, periodKey := c.Subscription, c.PeriodStart.UTC().Format(time.DateOnly)
+	var sub, enrollment *uuid.UUID
+	if c.Enrollment != uuid.Nil {
+		owner, periodKey, enrollment = c.Enrollment, c.BillID, &c.Enrollment
+	} else {
+		sub = &c.Subscription
+	}
 	var next *time.Time
 	if c.Status == "declined" {
 		at := c.UpdatedAt.Add(24 * time.Hour)
@@ -84,14 +105,14 @@ func InsertCharge(t testing.TB, pool *pgxpool.Pool, c Charge) (uuid.UUID, string
 	if c.Resolution != "" {
 		resolution = &c.Resolution
 	}
-	_, err := pool.Exec(context.Background(), `INSERT INTO charges (id, subscription_id, customer_id, period_key, period_start,
-			amount, currency, gateway, pm_token, status, attempt_count, next_attempt_at, resolution, created_at, updated_at,
-			attempt_due_at, attempt_times)
-		VALUES ($1, $2, 'cust-ops', $3, $4, $5, $6, $7, 'tok_ok', $8, $9, $10, $11, $4, $12, $4, ARRAY[$4::timestamptz])`,
-		id, c.Subscription, periodKey, c.PeriodStart, c.Amount, c.Currency, c.Gateway, c.Status, c.Attempt, next,
-		resolution, c.UpdatedAt)
+	_, err := pool.Exec(context.Background(), `INSERT INTO charges (id, subscription_id, enrollment_id, customer_id, period_key,
+			period_start, amount, currency, gateway, pm_token, status, attempt_count, next_attempt_at, resolution, created_at,
+			updated_at, attempt_due_at, attempt_times)
+		VALUES ($1, $2, $13, 'cust-ops', $3, $4, $5, $6, $7, 'tok_ok', $8, $9, $10, $11, $4, $12, $4, ARRAY[$4::timestamptz])`,
+		id, sub, periodKey, c.PeriodStart, c.Amount, c.Currency, c.Gateway, c.Status, c.Attempt, next,
+		resolution, c.UpdatedAt, enrollment)
 	require.NoError(t, err)
-	return id, c.Subscription.String() + ":" + periodKey
+	return id, owner.String() + ":" + periodKey
 }
 
 // Op is a ledger entry of a simulated gateway.

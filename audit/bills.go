@@ -1,0 +1,151 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/audit/billcheck"
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/enrollments"
+)
+
+// Bills judges autopay bills by the rules of package billcheck, the same
+// code the chaos soak judges them with. The bills judged are those
+// received in the range and every other copy of the same issuer bill id
+// (another enrollment of the same account or car), whenever it came: a
+// bill is paid once across the service.
+type Bills struct {
+	// Now is the service clock.
+	Now time.Time
+	// AnnulWithin bounds how long an accepted posting of money not
+	// captured may stand (billcheck.Data.AnnulWithin).
+	AnnulWithin time.Duration
+}
+
+// BillData reads what billcheck judges for the bills received in [from,
+// to) and their copies: rows from db, and each bill charge's captures
+// looked up at its gateway attempt by attempt.
+func BillData(ctx context.Context, db charges.DBTX, gateways []gateway.Gateway, from, to time.Time, rules Bills) (*billcheck.Data, error) {
+	d := &billcheck.Data{Now: rules.Now, AnnulWithin: rules.AnnulWithin}
+	rows, err := db.Query(ctx, `SELECT b.id, b.enrollment_id, b.bill_id, b.amount, b.discounted_amount, b.discount_deadline,
+			b.expires_at, b.status, b.confirmed_at, b.charge_id
+		FROM bills b WHERE b.bill_id IN (SELECT bill_id FROM bills WHERE received_at >= $1 AND received_at < $2)
+		ORDER BY b.bill_id, b.id`, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("audit bills: %w", err)
+	}
+	var enrollmentIDs []uuid.UUID
+	var keys []string
+	for rows.Next() {
+		var b billcheck.Bill
+		var id, enrollment uuid.UUID
+		var charge *uuid.UUID
+		var deadline *time.Time
+		if err := rows.Scan(&id, &enrollment, &b.BillID, &b.Amount, &b.DiscountedAmount, &deadline, &b.ExpiresAt, &b.Status,
+			&b.ConfirmedAt, &charge); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("audit bills: %w", err)
+		}
+		b.ID, b.EnrollmentID = id.String(), enrollment.String()
+		if charge != nil {
+			b.ChargeID = charge.String()
+		}
+		if deadline != nil {
+			end := enrollments.NewDate(*deadline).End()
+			b.DiscountEnds = &end
+		}
+		d.Bills = append(d.Bills, b)
+		enrollmentIDs = append(enrollmentIDs, enrollment)
+		keys = append(keys, charges.Key(enrollment, b.BillID))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("audit bills: %w", err)
+	}
+	if len(d.Bills) == 0 {
+		return d, nil
+	}
+	if err := readEnrollments(ctx, db, enrollmentIDs, d); err != nil {
+		return nil, err
+	}
+	cs, err := charges.ByKeys(ctx, db, keys)
+	if err != nil {
+		return nil, fmt.Errorf("audit bills: %w", err)
+	}
+	byName := map[string]gateway.Gateway{}
+	for _, g := range gateways {
+		byName[g.Name()] = g
+	}
+	chargeIDs := make([]uuid.UUID, 0, len(cs))
+	for _, c := range cs {
+		if c.EnrollmentID == uuid.Nil {
+			continue
+		}
+		chargeIDs = append(chargeIDs, c.ID)
+		d.Charges = append(d.Charges, billcheck.Charge{ID: c.ID.String(), EnrollmentID: c.EnrollmentID.String(), BillID: c.PeriodKey,
+			Status: string(c.Status), AttemptCount: c.AttemptCount, AttemptTimes: c.AttemptTimes, UpdatedAt: c.UpdatedAt})
+		g := byName[c.Gateway]
+		if g == nil {
+			continue
+		}
+		for n := 1; n <= c.AttemptCount; n++ {
+			key := fmt.Sprintf("%s:a%d:%s", c.Key(), n, gateway.OpCapture)
+			res, err := g.Lookup(ctx, gateway.ByKey(gateway.OpCapture, key))
+			if errors.Is(err, gateway.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("audit: look up %s: %w", key, err)
+			}
+			d.Ops = append(d.Ops, billcheck.Op{Gateway: g.Name(), Op: string(gateway.OpCapture), IdempotencyKey: key,
+				Status: string(res.Status), Amount: res.Amount, At: res.At})
+		}
+	}
+	return d, readPostings(ctx, db, chargeIDs, d)
+}
+
+func readEnrollments(ctx context.Context, db charges.DBTX, ids []uuid.UUID, d *billcheck.Data) error {
+	rows, err := db.Query(ctx, `SELECT id, customer_id, kind, coalesce(els, ''), max_amount FROM enrollments WHERE id = ANY($1)
+		ORDER BY id`, ids)
+	if err != nil {
+		return fmt.Errorf("audit enrollments: %w", err)
+	}
+	es, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (billcheck.Enrollment, error) {
+		var e billcheck.Enrollment
+		var id uuid.UUID
+		err := row.Scan(&id, &e.CustomerID, &e.Kind, &e.ELS, &e.MaxAmount)
+		e.ID = id.String()
+		return e, err
+	})
+	if err != nil {
+		return fmt.Errorf("audit enrollments: %w", err)
+	}
+	d.Enrollments = es
+	return nil
+}
+
+func readPostings(ctx context.Context, db charges.DBTX, chargeIDs []uuid.UUID, d *billcheck.Data) error {
+	rows, err := db.Query(ctx, `SELECT payment_id, charge_id, attempt, uin, amount, status FROM registry_postings
+		WHERE charge_id = ANY($1) ORDER BY charge_id, attempt`, chargeIDs)
+	if err != nil {
+		return fmt.Errorf("audit postings: %w", err)
+	}
+	ps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (billcheck.Posting, error) {
+		var p billcheck.Posting
+		var charge uuid.UUID
+		err := row.Scan(&p.PaymentID, &charge, &p.Attempt, &p.UIN, &p.Amount, &p.Status)
+		p.ChargeID = charge.String()
+		return p, err
+	})
+	if err != nil {
+		return fmt.Errorf("audit postings: %w", err)
+	}
+	d.Postings = ps
+	return nil
+}
