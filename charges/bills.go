@@ -259,20 +259,14 @@ func (p *Pipeline) heldBack(ctx context.Context, s stageRun, c Charge) (bool, er
 
 // Confirm records the customer's confirmation of a bill's charge that
 // awaits one: it may be sent for up to amount (the bill's amount due at
-// the confirmation), the flag is cleared, and the charge is returned for
-// the caller to enqueue its authorize job in tx. A price above amount
-// later needs a new confirmation. Returns ErrStale when the charge awaits
-// no confirmation.
+// the confirmation), the flag is cleared, and a new attempt starts (the
+// held-back one's authorize job has run; nothing was sent under its key),
+// returned for the caller to enqueue its authorize job in tx. A price
+// above amount later needs a new confirmation. Returns ErrStale when the
+// charge awaits no confirmation.
 func Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, amount int64, now time.Time) (Charge, error) {
-	c, err := scan(tx.QueryRow(ctx, `UPDATE charges SET confirmed_amount = $2, confirmation_required = false, updated_at = $3
-		WHERE id = $1 AND status = $4 AND confirmation_required RETURNING `+columns, id, amount, now, string(Scheduled)))
-	if errors.Is(err, ErrNotFound) {
-		return Charge{}, ErrStale
-	}
-	if err != nil {
-		return Charge{}, fmt.Errorf("confirm charge: %w", err)
-	}
-	return c, nil
+	return update(ctx, tx, id, 0, []Status{Scheduled}, Scheduled, now, "confirmation_required",
+		newAttempt+`, confirmed_amount = $3, confirmation_required = false`, now, now, amount)
 }
 
 // Postings posts the holds of charges with a RegistryUIN to the state

@@ -325,7 +325,7 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 		_, err := charges.Confirm(ctx, tx, c.ID, 900, b.clock.Now())
 		return err
 	}))
-	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 3}, nil)
 	require.NoError(t, err)
 	require.True(t, b.get(ctx, t, c.ID).ConfirmationRequired, "900 confirmed does not cover 1000")
 	require.Equal(t, []int64{500}, authorizeAmounts(b))
@@ -339,10 +339,13 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 		require.ErrorIs(t, err, charges.ErrStale, "confirming a charge that awaits nothing changes nothing")
 		return nil
 	}))
-	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 4}, nil)
 	require.NoError(t, err)
 	require.Equal(t, []int64{500, 1000}, authorizeAmounts(b), "the confirmed full price is sent")
-	require.EqualValues(t, 1000, b.get(ctx, t, c.ID).ConfirmedAmount)
+	confirmed := b.get(ctx, t, c.ID)
+	require.EqualValues(t, 1000, confirmed.ConfirmedAmount)
+	require.Equal(t, charges.Authorized, confirmed.Status)
+	require.Equal(t, 4, confirmed.AttemptCount, "a confirmation starts a new attempt with new keys")
 }
 
 // No attempt of a bill starts at or after its last moment: the scheduled
