@@ -86,7 +86,11 @@ func (a *Autopay) ChargeIfDue(ctx context.Context, tx pgx.Tx, e enrollments.Enro
 
 func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollment, b enrollments.Bill, now time.Time) (enrollments.Bill, error) {
 	n := charges.NewBillCharge{EnrollmentID: e.ID, CustomerID: e.CustomerID, BillID: b.BillID, Due: b.PayAt,
-		Amount: b.Amount, Currency: e.Currency, Gateway: e.PaymentMethod.Gateway, Token: e.PaymentMethod.Token}
+		Amount: b.Amount, Currency: e.Currency, Gateway: e.PaymentMethod.Gateway, Token: e.PaymentMethod.Token,
+		MaxAmount: e.MaxAmount, PayUntil: a.Rules.LastStart(b.ExpiresAt)}
+	if b.ConfirmedAmount != nil {
+		n.ConfirmedAmount = *b.ConfirmedAmount
+	}
 	if e.Kind == enrollments.Fines {
 		n.RegistryUIN = b.BillID // a fine is paid once posted to the state registry under its UIN
 	}
@@ -123,6 +127,24 @@ func (a *Autopay) enqueue(ctx context.Context, tx pgx.Tx, cs []charges.Charge) e
 	}
 	if _, err := a.Client.InsertManyTx(ctx, tx, jobs); err != nil {
 		return fmt.Errorf("enqueue %d bill charges: %w", len(jobs), err)
+	}
+	return nil
+}
+
+// voidCharges stops the charges of bills (those that have one) from taking
+// money, for the reason code, and enqueues the voids of their holds.
+func (a *Autopay) voidCharges(ctx context.Context, tx pgx.Tx, bills []enrollments.Bill, code string) error {
+	for _, b := range bills {
+		if b.ChargeID == nil {
+			continue
+		}
+		held, err := charges.RequestBillVoid(ctx, tx, b.EnrollmentID, *b.ChargeID, code, a.Clock.Now())
+		if err != nil {
+			return err
+		}
+		if err := a.voids(ctx, tx, held); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -83,9 +83,13 @@ func (a *Autopay) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 	}
 	for {
 		n := 0
-		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) (err error) {
-			n, err = a.Enrollments.ExpireDue(ctx, tx, now, batch)
-			return err
+		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
+			expired, err := a.Enrollments.ExpireDue(ctx, tx, now, batch)
+			n = len(expired)
+			if err != nil {
+				return err
+			}
+			return a.voidCharges(ctx, tx, expired, "bill_expired")
 		})
 		if err != nil {
 			return res, fmt.Errorf("expire bills: %w", err)

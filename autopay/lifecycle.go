@@ -2,6 +2,7 @@ package autopay
 
 import (
 	"context"
+	"errors"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -99,8 +100,9 @@ func (a *Autopay) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UU
 	return e, changed, a.enqueue(ctx, tx, retried)
 }
 
-// Confirm records the customer's consent to a bill above max_amount and
-// charges it if due.
+// Confirm records the customer's consent to a bill above max_amount, up
+// to its amount due now, and charges it if due; a charge whose new attempt
+// awaited the consent starts it.
 func (a *Autopay) Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, billID string) (enrollments.Bill, error) {
 	e, err := a.Enrollments.GetForUpdate(ctx, tx, id)
 	if err != nil {
@@ -109,6 +111,16 @@ func (a *Autopay) Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, billID s
 	b, err := a.Enrollments.Confirm(ctx, tx, e, billID)
 	if err != nil {
 		return b, err
+	}
+	if b.Status == enrollments.BillPaying && b.ChargeID != nil && b.ConfirmedAmount != nil {
+		c, err := charges.Confirm(ctx, tx, *b.ChargeID, *b.ConfirmedAmount, a.Clock.Now())
+		if errors.Is(err, charges.ErrStale) {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		return b, a.enqueue(ctx, tx, []charges.Charge{c})
 	}
 	return a.ChargeIfDue(ctx, tx, e, b)
 }

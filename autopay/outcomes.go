@@ -62,7 +62,7 @@ func (o Outcomes) expiries(ctx context.Context, tx pgx.Tx, id uuid.UUID) (map[uu
 
 // ChargePaid marks the charge's bill paid.
 func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
-	return o.Enrollments.ChargeOutcome(ctx, tx, c.ID, true)
+	return o.Enrollments.ChargeOutcome(ctx, tx, c.ID, true, c.Amount)
 }
 
 // ChargeDeclined changes nothing: the bill stays paying while dunning
@@ -72,5 +72,17 @@ func (o Outcomes) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error { ret
 // ChargeFailed marks the charge's bill failed: a payment-method change
 // retries it while it may still be paid.
 func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
-	return o.Enrollments.ChargeOutcome(ctx, tx, c.ID, false)
+	return o.Enrollments.ChargeOutcome(ctx, tx, c.ID, false, 0)
+}
+
+// ConfirmationRequired marks the charge's bill awaiting confirmation: its
+// new attempt costs more than the customer allowed.
+func (o Outcomes) ConfirmationRequired(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+	return o.Enrollments.AwaitConfirmation(ctx, tx, c.ID)
+}
+
+// ChargeExpired marks the charge's bill expired: its last moment to start
+// an attempt passed.
+func (o Outcomes) ChargeExpired(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+	return o.Enrollments.ChargeExpired(ctx, tx, c.ID)
 }

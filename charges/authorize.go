@@ -47,6 +47,11 @@ func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs])
 // after the capture's "about to call") sends the same capture again.
 func (p *Pipeline) authorizeNotWanted(ctx context.Context, s stageRun) error {
 	c, err := Get(ctx, p.Pool, s.chargeID)
+	if err == nil {
+		if held, err := p.heldBack(ctx, s, c); held || err != nil {
+			return err
+		}
+	}
 	if err == nil && p.CaptureInline && c.Status == Capturing && c.AttemptCount == s.attempt {
 		s.stage = "capture"
 		return p.captureStep(ctx, s)

@@ -150,12 +150,13 @@ func newPipelineBatches(p *Pipeline) *pipelineBatches {
 			}
 			ids, attempts, _ := batchArgs(batch)
 			now := clk.Now()
-			return sendMoves(ctx, db, now, nil, `UPDATE charges SET status = $1, updated_at = $2, next_attempt_at = NULL,
-					amount = CASE WHEN status = $3 AND discount_until <= $2 THEN full_amount ELSE amount END
+			return sendMoves(ctx, db, now, nil, `UPDATE charges SET status = $3, updated_at = $1, next_attempt_at = NULL,
+					`+repriceSQL+`
 				FROM unnest($4::uuid[], $5::int[]) AS b(bid, battempt)
 				WHERE id = b.bid AND status = ANY($6) AND (b.battempt = 0 OR attempt_count = b.battempt) AND NOT void_requested
+					AND `+startableSQL+`
 				RETURNING `+columns,
-				string(Authorizing), now, string(Scheduled), ids, attempts, texts(authorizeFrom))
+				now, string(Scheduled), string(Authorizing), ids, attempts, texts(authorizeFrom))
 		}},
 		holdThenCapture: moveBatcher{send: func(ctx context.Context, batch []*guardedMove) (map[uuid.UUID]Charge, error) {
 			if holdThenCapture != nil {

@@ -22,6 +22,23 @@ import (
 // an attempt already sent keeps its amount, and so its gateway request.
 const repriceSQL = `amount = CASE WHEN status = $2 AND discount_until <= $1 THEN full_amount ELSE amount END`
 
+// startableSQL holds, in the guarded move that starts a first authorize
+// call ($1 the time, $2 the scheduled status), for a charge whose new
+// attempt may be sent: its price at $1 is within what the customer
+// allowed (the cap, or the amount they confirmed) and no confirmation is
+// awaited, and its bill's last moment to start an attempt has not come.
+// A rerun of an attempt already sent is not held back: its call may have
+// reached the gateway, and it keeps the amount it was sent for.
+const startableSQL = `(status <> $2 OR (NOT confirmation_required AND ` + withinCapSQL + ` AND (pay_until IS NULL OR $1 < pay_until)))`
+
+// withinCapSQL holds for a charge whose price at $1 is within what may be
+// taken without asking.
+const withinCapSQL = `(max_amount IS NULL OR ` + priceSQL + ` <= GREATEST(max_amount, coalesce(confirmed_amount, 0)))`
+
+// priceSQL is a scheduled charge's price at $1: what a hold sent then is
+// placed for.
+const priceSQL = `(CASE WHEN discount_until <= $1 THEN full_amount ELSE amount END)`
+
 // discountMissedSQL holds for a charge at the lower price of a discount
 // that has ended at $1: its hold must not be captured.
 const discountMissedSQL = `(discount_until IS NOT NULL AND amount < full_amount AND discount_until <= $1)`
@@ -44,6 +61,12 @@ type NewBillCharge struct {
 	// RegistryUIN, when set, has each hold posted to the state payment
 	// registry under it before the capture (see Postings).
 	RegistryUIN string
+	// MaxAmount caps what an attempt may be sent for without asking;
+	// ConfirmedAmount is what the customer confirmed above it (0: none).
+	MaxAmount       int64
+	ConfirmedAmount int64
+	// PayUntil is the bill's last moment to start an attempt.
+	PayUntil time.Time
 }
 
 // CreateForBill creates the charge of a bill, or returns the one it has
@@ -64,11 +87,11 @@ func CreateForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Tim
 	}
 	c, err := scan(tx.QueryRow(ctx, `INSERT INTO charges (id, enrollment_id, customer_id, period_key, period_start, amount,
 			currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, full_amount, discount_until,
-			registry_uin)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, ARRAY[$11::timestamptz], $12, $13, $14)
+			registry_uin, max_amount, confirmed_amount, pay_until)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, ARRAY[$11::timestamptz], $12, $13, $14, $15, $16, $17)
 		ON CONFLICT (enrollment_id, period_key) WHERE enrollment_id IS NOT NULL DO NOTHING
 		RETURNING `+columns, id, n.EnrollmentID, n.CustomerID, n.BillID, n.Due, n.Amount, n.Currency, n.Gateway, n.Token,
-		string(Scheduled), now, full, n.DiscountUntil, uin))
+		string(Scheduled), now, full, n.DiscountUntil, uin, nonZero(n.MaxAmount), nonZero(n.ConfirmedAmount), payUntil(n.PayUntil)))
 	if errors.Is(err, ErrNotFound) {
 		existing, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM charges WHERE enrollment_id = $1 AND period_key = $2`,
 			n.EnrollmentID, n.BillID))
@@ -78,6 +101,20 @@ func CreateForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Tim
 		return Charge{}, false, fmt.Errorf("insert bill charge: %w", err)
 	}
 	return c, true, nil
+}
+
+func nonZero(v int64) *int64 {
+	if v == 0 {
+		return nil
+	}
+	return &v
+}
+
+func payUntil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // ListByEnrollment returns an enrollment's charges newest first, before
@@ -95,8 +132,8 @@ func ListByEnrollment(ctx context.Context, db DBTX, enrollmentID, before uuid.UU
 // one with id chargeID when it is not uuid.Nil) from taking money: those
 // no attempt works on are voided at once with code; those that may hold
 // money are flagged so that no capture starts, and returned (the caller
-// enqueues the void jobs of the authorized ones). A capture in flight
-// finishes.
+// enqueues the void jobs of the authorized ones), remembering code as the
+// reason their void will record. A capture in flight finishes.
 func RequestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, chargeID uuid.UUID, code string, now time.Time) ([]Charge, error) {
 	for _, from := range []Status{Scheduled, Declined} {
 		if !CanTransition(from, Voided) {
@@ -116,9 +153,9 @@ func RequestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, chargeID uuid
 	if err := publishAll(ctx, tx, voided, now); err != nil {
 		return nil, err
 	}
-	return collect(tx.Query(ctx, `UPDATE charges SET void_requested = true, updated_at = $3
+	return collect(tx.Query(ctx, `UPDATE charges SET void_requested = true, void_reason = $5, updated_at = $3
 		WHERE enrollment_id = $1 AND ($2::uuid IS NULL OR id = $2) AND status = ANY($4) AND NOT void_requested
-		RETURNING `+columns, enrollmentID, one, now, texts([]Status{Authorizing, Authorized, Unknown})))
+		RETURNING `+columns, enrollmentID, one, now, texts([]Status{Authorizing, Authorized, Unknown}), code))
 }
 
 // EnrollmentPaymentMethodChanged is PaymentMethodChanged for an
@@ -141,12 +178,95 @@ func (p *Pipeline) discountReleased(ctx context.Context, tx pgx.Tx, c Charge, no
 	next, err := guardedUpdate(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Declined, "", now, "NOT void_requested",
 		`failure_code = 'discount_ended', next_attempt_at = $1, first_declined_at = coalesce(first_declined_at, $1)`, now)
 	if errors.Is(err, ErrStale) {
-		next, err = move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = 'subscription_cancelled'`)
+		next, err = move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = `+billVoidCodeSQL)
 	}
 	if err == nil {
 		p.transitioned(next, "the discount ended before the capture")
 	}
 	return err
+}
+
+// billVoidCodeSQL is the failure code of a bill's charge voided at its
+// owner's request: the reason the owner gave.
+const billVoidCodeSQL = `coalesce(void_reason, 'enrollment_cancelled')`
+
+// BillOwner is the owner of charges with a cap and a last moment to start
+// (an enrollment's bills), told in the transaction that records it, its
+// row locked first (Subscriptions.Lock), when the start of an attempt was
+// held back.
+type BillOwner interface {
+	// ConfirmationRequired: c's new attempt would be sent above what the
+	// customer allowed; it waits, scheduled and flagged, for Confirm.
+	ConfirmationRequired(ctx context.Context, tx pgx.Tx, c Charge) error
+	// ChargeExpired: c was voided (bill_expired) because its last moment
+	// to start an attempt came before the attempt started.
+	ChargeExpired(ctx context.Context, tx pgx.Tx, c Charge) error
+}
+
+// overCap reports whether c's new attempt, starting at now, would be sent
+// above what may be taken without asking.
+func (c Charge) overCap(now time.Time) bool {
+	if c.MaxAmount == 0 {
+		return false
+	}
+	price := c.Amount
+	if c.DiscountUntil != nil && !now.Before(*c.DiscountUntil) {
+		price = c.FullAmount
+	}
+	return price > max(c.MaxAmount, c.ConfirmedAmount)
+}
+
+// heldBack handles an authorize step of c's scheduled attempt whose guard
+// held it back for its price or its bill's last moment, and reports
+// whether it did: the charge is flagged to await the customer's
+// confirmation (repriced, so that it shows what would be taken), or
+// voided as expired, and its owner told, in one transaction with the
+// owner's row locked first. Nothing is sent to the gateway.
+func (p *Pipeline) heldBack(ctx context.Context, s stageRun, c Charge) (bool, error) {
+	now := p.Clock.Now()
+	expired := c.PayUntil != nil && !now.Before(*c.PayUntil)
+	if c.Status != Scheduled || c.AttemptCount != s.attempt || c.VoidRequested || c.ConfirmationRequired ||
+		(!expired && !c.overCap(now)) {
+		return false, nil
+	}
+	owner, ok := p.owner(c).(BillOwner)
+	if !ok {
+		return false, nil
+	}
+	err := p.record(ctx, s, func(tx pgx.Tx) error {
+		if _, err := p.owner(c).Lock(ctx, tx, c.OwnerID()); err != nil {
+			return err
+		}
+		if expired {
+			next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled}, Voided, now,
+				`failure_code = 'bill_expired'`)
+			if err != nil {
+				return err
+			}
+			p.transitioned(next, "the bill's last moment to start an attempt passed")
+			return owner.ChargeExpired(ctx, tx, next)
+		}
+		next, err := update(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled}, Scheduled, now,
+			`NOT void_requested AND NOT confirmation_required AND NOT `+withinCapSQL,
+			`confirmation_required = true, amount = `+priceSQL, now)
+		if err != nil {
+			return err
+		}
+		return owner.ConfirmationRequired(ctx, tx, next)
+	})
+	return err == nil, err
+}
+
+// Confirm records the customer's confirmation of a bill's charge that
+// awaits one: it may be sent for up to amount (the bill's amount due at
+// the confirmation), the flag is cleared, and a new attempt starts (the
+// held-back one's authorize job has run; nothing was sent under its key),
+// returned for the caller to enqueue its authorize job in tx. A price
+// above amount later needs a new confirmation. Returns ErrStale when the
+// charge awaits no confirmation.
+func Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, amount int64, now time.Time) (Charge, error) {
+	return update(ctx, tx, id, 0, []Status{Scheduled}, Scheduled, now, "confirmation_required",
+		newAttempt+`, confirmed_amount = $3, confirmation_required = false`, now, now, amount)
 }
 
 // Postings posts the holds of charges with a RegistryUIN to the state

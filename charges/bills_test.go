@@ -222,3 +222,150 @@ func TestBillsExpiredHoldIsAuthorizedAgainOnTheEnrollmentsCard(t *testing.T) {
 	require.Equal(t, c.Key()+":a2:capture", captures[len(captures)-1])
 	require.Equal(t, []string{"paid"}, owner.recorded)
 }
+
+func (e *fakeEnrollments) ConfirmationRequired(_ context.Context, _ pgx.Tx, c charges.Charge) error {
+	e.record(fmt.Sprintf("confirmation_required:%d", c.Amount))
+	return nil
+}
+
+func (e *fakeEnrollments) ChargeExpired(context.Context, pgx.Tx, charges.Charge) error {
+	e.record("expired")
+	return nil
+}
+
+// newCappedBillCharge is newBillCharge for an enrollment whose cap is
+// maxAmount (the fine costs 500 until deadline, 1000 after) and whose
+// attempts may start until payUntil.
+func newCappedBillCharge(ctx context.Context, t *testing.T, b *testBundle, deadline time.Time, maxAmount int64, payUntil time.Time) charges.Charge {
+	t.Helper()
+	enrollmentID := uuid.New()
+	_, err := b.pool.Exec(ctx, `INSERT INTO enrollments (id, customer_id, kind, sts, status, currency, max_amount, pm_gateway,
+			pm_token, pm_exp_month, pm_exp_year, created_at, updated_at)
+		VALUES ($1, 'cus_1', 'fines', '77УА123456', 'active', 'RUB', $4, 'fake', $2, 12, 2030, $3, $3)`,
+		enrollmentID, currentCard, start, maxAmount)
+	require.NoError(t, err)
+	var c charges.Charge
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
+		c, _, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
+			BillID: "18800000000000000008", Due: start, Amount: 500, FullAmount: 1000, DiscountUntil: &deadline,
+			Currency: "RUB", Gateway: "fake", Token: currentCard, MaxAmount: maxAmount, PayUntil: payUntil}, start)
+		return err
+	}))
+	return c
+}
+
+// authorizeAmounts lists the amounts of the authorize calls the gateway got.
+func authorizeAmounts(b *testBundle) []int64 {
+	var out []int64
+	for _, call := range b.gateway.calls() {
+		if call.Op == string(gateway.OpAuthorize) {
+			out = append(out, call.Amount)
+		}
+	}
+	return out
+}
+
+// The cap holds at the full price: an authorize whose outcome was unknown
+// while the discount deadline passed is found held at the discounted price,
+// released, and its new attempt, at the full price above the cap, is not
+// sent: it waits, flagged, for the customer's confirmation. A confirmation
+// at the full price lets it go; a confirmation covers only the amount
+// confirmed.
+func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	owner := &fakeEnrollments{}
+	b.pipeline.Enrollments = owner
+	deadline := start.Add(time.Hour)
+	c := newCappedBillCharge(ctx, t, b, deadline, 600, start.Add(30*24*time.Hour))
+
+	b.gateway.AuthorizeFunc = answer(gateway.Result{}, gateway.ErrUnknownOutcome)
+	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Unknown, b.get(ctx, t, c.ID).Status)
+
+	b.clock.Advance(2 * time.Hour) // the deadline passes while the outcome is unknown
+	b.gateway.LookupFunc = func(context.Context, string) (gateway.Result, error) { return succeeded, nil }
+	reconcile := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
+	_, err = reconcile.Work(ctx, t, b.tx, charges.ReconcileArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpAuthorize}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status)
+	capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
+	_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+	void := newWorker(t, b, &charges.VoidWorker{Pipeline: b.pipeline})
+	_, err = void.Work(ctx, t, b.tx, charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Declined, b.get(ctx, t, c.ID).Status)
+
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := charges.DueRetries(ctx, tx, b.clock.Now(), 10)
+		return err
+	}))
+	b.gateway.AuthorizeFunc = answer(succeeded, nil)
+	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+	require.NoError(t, err)
+	waiting := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Scheduled, waiting.Status, "the attempt above the cap did not start")
+	require.True(t, waiting.ConfirmationRequired)
+	require.EqualValues(t, 1000, waiting.Amount, "it shows what it would take")
+	require.Equal(t, []int64{500}, authorizeAmounts(b), "no authorize above the cap was sent")
+	require.Equal(t, []string{"confirmation_required:1000"}, owner.recorded)
+
+	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+	require.NoError(t, err)
+	require.Equal(t, []int64{500}, authorizeAmounts(b), "a rerun sends nothing either")
+	require.Len(t, owner.recorded, 1, "and tells the owner once")
+
+	// A confirmation of less than the price does not let it go.
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := charges.Confirm(ctx, tx, c.ID, 900, b.clock.Now())
+		return err
+	}))
+	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 3}, nil)
+	require.NoError(t, err)
+	require.True(t, b.get(ctx, t, c.ID).ConfirmationRequired, "900 confirmed does not cover 1000")
+	require.Equal(t, []int64{500}, authorizeAmounts(b))
+
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := charges.Confirm(ctx, tx, c.ID, 1000, b.clock.Now())
+		return err
+	}))
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := charges.Confirm(ctx, tx, c.ID, 1000, b.clock.Now())
+		require.ErrorIs(t, err, charges.ErrStale, "confirming a charge that awaits nothing changes nothing")
+		return nil
+	}))
+	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 4}, nil)
+	require.NoError(t, err)
+	require.Equal(t, []int64{500, 1000}, authorizeAmounts(b), "the confirmed full price is sent")
+	confirmed := b.get(ctx, t, c.ID)
+	require.EqualValues(t, 1000, confirmed.ConfirmedAmount)
+	require.Equal(t, charges.Authorized, confirmed.Status)
+	require.Equal(t, 4, confirmed.AttemptCount, "a confirmation starts a new attempt with new keys")
+}
+
+// No attempt of a bill starts at or after its last moment: the scheduled
+// charge that reaches it is voided as bill_expired, nothing is sent, and
+// the owner is told.
+func TestNoBillAttemptStartsAfterItsLastMoment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	owner := &fakeEnrollments{}
+	b.pipeline.Enrollments = owner
+	c := newCappedBillCharge(ctx, t, b, start.Add(240*time.Hour), 100000, start.Add(time.Hour))
+	b.gateway.AuthorizeFunc = answer(succeeded, nil)
+	b.clock.Advance(time.Hour)
+	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	got := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Voided, got.Status)
+	require.Equal(t, "bill_expired", got.FailureCode)
+	require.Empty(t, authorizeAmounts(b))
+	require.Equal(t, []string{"expired"}, owner.recorded)
+}

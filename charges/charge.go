@@ -161,6 +161,18 @@ type Charge struct {
 	// AuthorizedAt is when the current attempt's hold was placed (service
 	// clock); a hold older than its gateway's HoldLifetime is not captured.
 	AuthorizedAt *time.Time
+	// MaxAmount, when not zero, caps what an attempt may be sent for
+	// without the customer's confirmation (an enrollment's max_amount);
+	// ConfirmedAmount raises it to what the customer last confirmed. An
+	// attempt above both does not start: the charge stays scheduled with
+	// ConfirmationRequired set until a confirmation clears it.
+	MaxAmount            int64
+	ConfirmedAmount      int64
+	ConfirmationRequired bool
+	// PayUntil, when set, is the last moment an attempt may start (a
+	// bill's expires_at less an hour): a scheduled charge reaching it is
+	// voided (bill_expired) instead.
+	PayUntil *time.Time
 
 	token   string // the attempt's payment token: sent to the gateway only
 	receipt []byte // the fiscal receipt (gateway.Receipt as JSON), nil when none

@@ -228,7 +228,7 @@ func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ct
 // not configured).
 func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Status) (Charge, gateway.Gateway, error) {
 	now := p.Clock.Now()
-	where := "NOT void_requested"
+	where := "NOT void_requested AND " + startableSQL
 	if s.stage == "capture" {
 		where += " AND NOT " + discountMissedSQL
 	}

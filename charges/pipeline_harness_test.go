@@ -350,6 +350,7 @@ type gatewayCall struct {
 	Key             string
 	Token           string
 	AuthorizationID string
+	Amount          int64
 }
 
 // fakeGateway answers through its Func fields and records every call. A
@@ -389,7 +390,7 @@ func (g *fakeGateway) reset() {
 
 func (g *fakeGateway) do(op gateway.Op, fn func(context.Context, gateway.Request) (gateway.Result, error),
 	ctx context.Context, req gateway.Request) (gateway.Result, error) {
-	g.record(gatewayCall{Op: string(op), Key: req.IdempotencyKey, Token: req.Token, AuthorizationID: req.AuthorizationID})
+	g.record(gatewayCall{Op: string(op), Key: req.IdempotencyKey, Token: req.Token, AuthorizationID: req.AuthorizationID, Amount: req.Amount})
 	if fn == nil {
 		g.t.Errorf("fake gateway: unexpected %s %s", op, req.IdempotencyKey)
 		return gateway.Result{}, errUnexpectedCall

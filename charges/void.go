@@ -62,7 +62,7 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, from []Status, now time.Time) error {
 	const unknownCleared = `, unknown_phase = NULL`
 	if c.EnrollmentID != uuid.Nil {
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = 'subscription_cancelled'`+unknownCleared)
+		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = `+billVoidCodeSQL+unknownCleared)
 		if err == nil {
 			p.transitioned(next, "")
 		}

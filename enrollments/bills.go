@@ -62,10 +62,15 @@ type Bill struct {
 	PayAt            time.Time
 	ExpiresAt        time.Time
 	ConfirmedAt      *time.Time
-	ChargeID         *uuid.UUID
-	PaidAt           *time.Time
-	ReceivedAt       time.Time
-	UpdatedAt        time.Time
+	// ConfirmedAmount is what the customer's confirmation covers: the
+	// amount due when they confirmed. A higher price needs a new one.
+	ConfirmedAmount *int64
+	// PaidAmount is what its charge captured.
+	PaidAmount *int64
+	ChargeID   *uuid.UUID
+	PaidAt     *time.Time
+	ReceivedAt time.Time
+	UpdatedAt  time.Time
 }
 
 // DiscountEnds is the end of the discount deadline's day, nil without a
@@ -78,9 +83,23 @@ func (b Bill) DiscountEnds() *time.Time {
 	return &end
 }
 
-// AmountDue is what the bill costs when captured at t.
+// AmountDue is what the bill costs when captured at t; a paid bill's is
+// what was captured, whenever it is read.
 func (b Bill) AmountDue(t time.Time) int64 {
+	if b.Status == BillPaid && b.PaidAmount != nil {
+		return *b.PaidAmount
+	}
 	return AmountDue(b.Amount, b.DiscountedAmount, b.DiscountEnds(), t)
+}
+
+// overCap reports whether b, charged at t, costs more than the
+// enrollment's max_amount and than what its confirmation covers.
+func (b Bill) overCap(e Enrollment, t time.Time) bool {
+	allowed := e.MaxAmount
+	if b.ConfirmedAmount != nil {
+		allowed = max(allowed, *b.ConfirmedAmount)
+	}
+	return b.AmountDue(t) > allowed
 }
 
 // sameContent reports whether in is the bill as it was first pushed.
@@ -93,14 +112,15 @@ func (b Bill) sameContent(in BillInput) bool {
 }
 
 const billColumns = `id, enrollment_id, customer_id, bill_id, amount, discounted_amount, discount_deadline, issued_at, due_date,
-	status, pay_at, expires_at, confirmed_at, charge_id, paid_at, received_at, updated_at`
+	status, pay_at, expires_at, confirmed_at, charge_id, paid_at, received_at, updated_at, confirmed_amount, paid_amount`
 
 func scanBill(row pgx.Row) (Bill, error) {
 	var b Bill
 	var deadline *time.Time
 	var due time.Time
 	err := row.Scan(&b.ID, &b.EnrollmentID, &b.CustomerID, &b.BillID, &b.Amount, &b.DiscountedAmount, &deadline, &b.IssuedAt,
-		&due, &b.Status, &b.PayAt, &b.ExpiresAt, &b.ConfirmedAt, &b.ChargeID, &b.PaidAt, &b.ReceivedAt, &b.UpdatedAt)
+		&due, &b.Status, &b.PayAt, &b.ExpiresAt, &b.ConfirmedAt, &b.ChargeID, &b.PaidAt, &b.ReceivedAt, &b.UpdatedAt,
+		&b.ConfirmedAmount, &b.PaidAmount)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Bill{}, ErrBillNotFound
 	}
@@ -160,7 +180,9 @@ func dateOrNil(d *Date) *time.Time {
 // created it; ErrBillConflict when the bill id exists with other content;
 // a *TransitionError for a cancelled enrollment. A new bill is scheduled
 // per rules, kept pending while the enrollment is paused, and awaits
-// confirmation when its amount due at pay_at is above max_amount.
+// confirmation when its amount due at pay_at is above max_amount; one
+// that arrives at or after its last moment to start an attempt
+// (Rules.LastStart) is stored expired and never charged.
 func (st *Store) Push(ctx context.Context, tx pgx.Tx, e Enrollment, in BillInput, rules Rules) (Bill, bool, error) {
 	existing, err := scanBill(tx.QueryRow(ctx, `SELECT `+billColumns+` FROM bills WHERE enrollment_id = $1 AND bill_id = $2`,
 		e.ID, in.BillID))
@@ -180,6 +202,8 @@ func (st *Store) Push(ctx context.Context, tx pgx.Tx, e Enrollment, in BillInput
 	plan := rules.PlanBill(e.Kind, e.PayDay, in, now)
 	status := BillScheduled
 	switch {
+	case !now.Before(rules.LastStart(plan.ExpiresAt)):
+		status = BillExpired
 	case e.Status == Paused:
 		status = BillPending
 	case AmountDue(in.Amount, in.DiscountedAmount, plan.DiscountEnds, plan.PayAt) > e.MaxAmount:
@@ -201,10 +225,14 @@ func (st *Store) Push(ctx context.Context, tx pgx.Tx, e Enrollment, in BillInput
 	if err := st.publishBill(ctx, tx, BillEventReceived, b, now); err != nil {
 		return Bill{}, false, err
 	}
-	if status == BillAwaitingConfirmation {
-		if err := st.publishBill(ctx, tx, BillEventAwaitingConfirmation, b, now); err != nil {
-			return Bill{}, false, err
-		}
+	switch status {
+	case BillAwaitingConfirmation:
+		err = st.publishBill(ctx, tx, BillEventAwaitingConfirmation, b, now)
+	case BillExpired:
+		err = st.publishBill(ctx, tx, BillEventExpired, b, now)
+	}
+	if err != nil {
+		return Bill{}, false, err
 	}
 	return b, true, nil
 }
@@ -265,32 +293,88 @@ func (st *Store) moveBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, from []B
 	return b, nil
 }
 
-// Confirm records the customer's consent to pay a bill above max_amount:
-// it is scheduled (kept pending while the enrollment is paused). A bill
-// already confirmed, or not awaiting confirmation but on its way, is
-// returned unchanged; a withdrawn or expired one is a *TransitionError.
-// The caller locked the enrollment.
+// Confirm records the customer's consent to pay a bill above max_amount,
+// up to its amount due now (or at pay_at, if later): ConfirmedAmount. A
+// bill without a charge is scheduled (kept pending while the enrollment is
+// paused); one whose charge's new attempt awaits the confirmation is
+// paying again, and the caller confirms the charge (charges.Confirm) and
+// starts it. A bill whose confirmation already covers its amount due, or
+// not awaiting confirmation but on its way, is returned unchanged; a
+// withdrawn or expired one is a *TransitionError. The caller locked the
+// enrollment.
 func (st *Store) Confirm(ctx context.Context, tx pgx.Tx, e Enrollment, billID string) (Bill, error) {
 	b, err := st.GetBill(ctx, tx, e.ID, billID)
 	if err != nil {
 		return Bill{}, err
 	}
+	now := st.clock.Now()
+	at := now
+	if b.PayAt.After(at) {
+		at = b.PayAt
+	}
+	amount := b.AmountDue(at)
+	const confirmed = `confirmed_at = $1, confirmed_amount = $2`
 	switch b.Status {
 	case BillWithdrawn, BillExpired:
 		return b, &TransitionError{Object: "bill", From: string(b.Status), To: string(BillScheduled)}
 	case BillAwaitingConfirmation:
 		to := BillScheduled
-		if e.Status == Paused {
+		switch {
+		case b.ChargeID != nil && e.Status == Cancelled:
+			return b, &TransitionError{Object: "bill", From: string(b.Status), To: string(BillPaying),
+				Reason: "the enrollment is cancelled"}
+		case b.ChargeID != nil:
+			to = BillPaying
+		case e.Status == Paused:
 			to = BillPending
 		}
-		return st.moveBill(ctx, tx, b.ID, []BillStatus{BillAwaitingConfirmation}, to, "", `confirmed_at = $1`, st.clock.Now())
+		return st.moveBill(ctx, tx, b.ID, []BillStatus{BillAwaitingConfirmation}, to, "", confirmed, now, amount)
 	case BillPending:
-		if b.ConfirmedAt != nil {
+		if !b.overCap(e, at) {
 			return b, nil
 		}
-		return st.moveBill(ctx, tx, b.ID, []BillStatus{BillPending}, BillPending, "", `confirmed_at = $1`, st.clock.Now())
+		return st.moveBill(ctx, tx, b.ID, []BillStatus{BillPending}, BillPending, "", confirmed, now, amount)
 	}
 	return b, nil
+}
+
+// AwaitConfirmation records that the new attempt of the charge chargeID
+// would cost more than the customer allowed: its bill, being paid, awaits
+// their confirmation (event bill.awaiting_confirmation). A bill in
+// another status is left as it is.
+func (st *Store) AwaitConfirmation(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID) error {
+	b, err := st.BillByCharge(ctx, tx, chargeID)
+	if errors.Is(err, ErrBillNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying, BillFailed}, BillAwaitingConfirmation,
+		BillEventAwaitingConfirmation, "")
+	if errors.Is(err, ErrBillNotFound) {
+		return nil
+	}
+	return err
+}
+
+// ChargeExpired records that the charge chargeID was voided because its
+// bill's last moment to start an attempt passed: the bill is expired
+// (event bill.expired) unless it is already settled otherwise.
+func (st *Store) ChargeExpired(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID) error {
+	b, err := st.BillByCharge(ctx, tx, chargeID)
+	if errors.Is(err, ErrBillNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying, BillFailed, BillAwaitingConfirmation}, BillExpired,
+		BillEventExpired, "")
+	if errors.Is(err, ErrBillNotFound) {
+		return nil
+	}
+	return err
 }
 
 // Withdraw marks a bill the issuer annulled: it is never charged. The
@@ -352,10 +436,11 @@ func (st *Store) Charging(ctx context.Context, tx pgx.Tx, id, chargeID uuid.UUID
 	return st.moveBill(ctx, tx, id, []BillStatus{BillScheduled, BillFailed}, BillPaying, "", `charge_id = $1`, chargeID)
 }
 
-// ChargeOutcome moves the bill of charge chargeID to paid or failed as
-// its charge settled (a bill withdrawn or expired meanwhile stays so). A
-// failed bill that a person then resolved as paid becomes paid.
-func (st *Store) ChargeOutcome(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, paid bool) error {
+// ChargeOutcome moves the bill of charge chargeID to paid (having cost
+// paidAmount) or failed as its charge settled (a bill withdrawn or expired
+// meanwhile stays so). A failed bill that a person then resolved as paid
+// becomes paid.
+func (st *Store) ChargeOutcome(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, paid bool, paidAmount int64) error {
 	b, err := st.BillByCharge(ctx, tx, chargeID)
 	if errors.Is(err, ErrBillNotFound) {
 		return nil
@@ -365,7 +450,7 @@ func (st *Store) ChargeOutcome(ctx context.Context, tx pgx.Tx, chargeID uuid.UUI
 	}
 	if paid {
 		_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying, BillFailed, BillExpired}, BillPaid, BillEventPaid,
-			`paid_at = $1`, st.clock.Now())
+			`paid_at = $1, paid_amount = $2`, st.clock.Now(), paidAmount)
 	} else {
 		_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying}, BillFailed, BillEventFailed, "")
 	}
@@ -394,9 +479,14 @@ func (st *Store) Resumed(ctx context.Context, tx pgx.Tx, e Enrollment) error {
 	if err != nil {
 		return err
 	}
+	now := st.clock.Now()
 	for _, b := range pending {
 		to, event := BillScheduled, ""
-		if b.ConfirmedAt == nil && b.AmountDue(b.PayAt) > e.MaxAmount {
+		at := now
+		if b.PayAt.After(at) {
+			at = b.PayAt
+		}
+		if b.overCap(e, at) {
 			to, event = BillAwaitingConfirmation, BillEventAwaitingConfirmation
 		}
 		if _, err := st.moveBill(ctx, tx, b.ID, []BillStatus{BillPending}, to, event, ""); err != nil {
@@ -416,18 +506,19 @@ func (st *Store) Payable(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID,
 }
 
 // ExpireDue marks up to limit bills whose last payable day is over, and
-// that are not being paid, expired. Returns how many.
-func (st *Store) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int) (int, error) {
+// that are not being paid, expired, and returns them: the caller voids
+// the charge of one that has one waiting (a confirmation never given).
+func (st *Store) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Bill, error) {
 	due, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills
 		WHERE status = ANY($1) AND expires_at <= $2 ORDER BY expires_at, id LIMIT $3 FOR UPDATE SKIP LOCKED`,
 		texts(BillPending, BillAwaitingConfirmation, BillScheduled, BillFailed), now, limit))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	for _, b := range due {
-		if _, err := st.moveBill(ctx, tx, b.ID, []BillStatus{b.Status}, BillExpired, BillEventExpired, ""); err != nil {
-			return 0, err
+	for i, b := range due {
+		if due[i], err = st.moveBill(ctx, tx, b.ID, []BillStatus{b.Status}, BillExpired, BillEventExpired, ""); err != nil {
+			return nil, err
 		}
 	}
-	return len(due), nil
+	return due, nil
 }

@@ -90,7 +90,8 @@ func TestPlanBill(t *testing.T) {
 		{"pay day later this month", 10, "2027-03-25", time.Date(2027, 3, 9, 21, 0, 0, 0, time.UTC)},
 		{"pay day today: on arrival", 1, "2027-03-25", arrival},
 		{"pay day passed: next month", 28, "2027-04-30", time.Date(2027, 3, 27, 21, 0, 0, 0, time.UTC)},
-		{"pay day inside the dunning room: on arrival", 10, "2027-03-15", arrival},
+		{"pay day inside the dunning room: the due end less the room", 10, "2027-03-15", time.Date(2027, 3, 8, 21, 0, 0, 0, time.UTC)},
+		{"arrival inside the dunning room: on arrival", 10, "2027-03-05", arrival},
 		{"pay day exactly the dunning room before the due end", 9, "2027-03-15", time.Date(2027, 3, 8, 21, 0, 0, 0, time.UTC)},
 	} {
 		b := bill
@@ -99,6 +100,9 @@ func TestPlanBill(t *testing.T) {
 		require.Equal(t, tc.want, plan.PayAt, tc.name)
 		require.Equal(t, b.DueDate.End(), plan.ExpiresAt, tc.name)
 	}
+
+	require.Equal(t, time.Date(2027, 3, 25, 20, 0, 0, 0, time.UTC), rules.LastStart(date(t, "2027-03-25").End()),
+		"no attempt starts in the last hour of the last payable day")
 
 	deadline := date(t, "2027-03-20")
 	discounted := int64(500)

@@ -103,6 +103,12 @@ type Plan struct {
 	DiscountEnds *time.Time
 }
 
+// LastStart is the last moment an attempt of a bill that may be paid
+// until expires may start: CaptureMargin before it, so that its hold,
+// posting and capture finish in time. A bill that arrives at or after it
+// is expired on arrival.
+func (r Rules) LastStart(expires time.Time) time.Time { return expires.Add(-r.CaptureMargin) }
+
 // PlanBill decides when a bill that arrived at arrival is charged, for an
 // enrollment of kind paying on payDay (0: on arrival):
 //   - fines are paid on arrival, so that dunning fits before the
@@ -110,9 +116,10 @@ type Plan struct {
 //     date and FineExpiryDays after the ruling (issued_at);
 //   - housing bills are paid at the start of the first pay day (Moscow)
 //     on or after arrival, or on arrival without a pay day, and never
-//     later than the due date's end minus the dunning room: a pay day
-//     closer than that to the due date is replaced by the arrival. They
-//     may be paid until the end of their due date.
+//     later than the due date's end minus the dunning room (or the
+//     arrival, if later): a pay day closer than that to the due date is
+//     replaced by that moment, so that the whole dunning fits before the
+//     due date. They may be paid until the end of their due date.
 func (r Rules) PlanBill(kind Kind, payDay int, b BillInput, arrival time.Time) Plan {
 	p := Plan{PayAt: arrival, ExpiresAt: b.DueDate.End()}
 	if kind == Fines {
@@ -139,8 +146,11 @@ func (r Rules) PlanBill(kind Kind, payDay int, b BillInput, arrival time.Time) P
 	if payAt.Before(arrival) {
 		payAt = arrival
 	}
-	if payAt.After(p.ExpiresAt.Add(-r.Room())) {
-		payAt = arrival
+	if latest := p.ExpiresAt.Add(-r.Room()); payAt.After(latest) {
+		payAt = latest
+		if payAt.Before(arrival) {
+			payAt = arrival
+		}
 	}
 	p.PayAt = payAt
 	return p

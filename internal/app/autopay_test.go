@@ -156,15 +156,18 @@ func TestHousingBillPaidOnItsPayDay(t *testing.T) {
 }
 
 // A pay day closer to the due date than the dunning room (7 days) is
-// replaced by the arrival.
-func TestHousingPayDayTooCloseToTheDueDatePaysOnArrival(t *testing.T) {
+// replaced by the due date's end less the room.
+func TestHousingPayDayTooCloseToTheDueDatePaysAtTheLatestMoment(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
 	start := b.autopayStart(t)
 	enr := b.createHousingEnrollment(t, "A234567890", 12, 1000000)
 	_, pushed := b.callStatus(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", map[string]any{
 		"bill_id": "ZHKU-1", "amount": 1000, "issued_at": start.Format(time.RFC3339), "due_date": "2027-03-15"})
-	require.Equal(t, start.Format(time.RFC3339), pushed["pay_at"])
+	require.Equal(t, "2027-03-08T21:00:00Z", pushed["pay_at"], "00:00 on 9 March in Moscow: 15 March's end less 7 days")
+	require.True(t, start.Before(time.Date(2027, 3, 8, 21, 0, 0, 0, time.UTC)))
+	b.advance(t, "180h")
+	b.scanNow(t)
 	b.waitBill(t, enr, "ZHKU-1", "paid")
 }
 

@@ -71,6 +71,7 @@ type Bill struct {
 	ChargeID         *uuid.UUID `json:"charge_id"`
 	PaidAt           *time.Time `json:"paid_at"`
 	ConfirmedAt      *time.Time `json:"confirmed_at"`
+	ConfirmedAmount  *int64     `json:"confirmed_amount"`
 	ReceivedAt       time.Time  `json:"received_at"`
 	UpdatedAt        time.Time  `json:"updated_at"`
 }
@@ -85,7 +86,7 @@ func FromBill(b enrollments.Bill, now time.Time) Bill {
 	out := Bill{ID: b.ID, EnrollmentID: b.EnrollmentID, BillID: b.BillID, Amount: b.Amount, DiscountedAmount: b.DiscountedAmount,
 		IssuedAt: b.IssuedAt, DueDate: b.DueDate.String(), Status: string(b.Status), PayAt: b.PayAt, AmountDue: b.AmountDue(at),
 		ExpiresAt: b.ExpiresAt, ChargeID: b.ChargeID, PaidAt: UTCPtr(b.PaidAt), ConfirmedAt: UTCPtr(b.ConfirmedAt),
-		ReceivedAt: b.ReceivedAt, UpdatedAt: b.UpdatedAt}
+		ConfirmedAmount: b.ConfirmedAmount, ReceivedAt: b.ReceivedAt, UpdatedAt: b.UpdatedAt}
 	if b.DiscountDeadline != nil {
 		d := b.DiscountDeadline.String()
 		out.DiscountDeadline = &d

@@ -119,8 +119,12 @@ type Charge struct {
 	NextAttemptAt  *time.Time `json:"next_attempt_at"`
 	FailureCode    *string    `json:"failure_code"`
 	ReviewReason   *string    `json:"review_reason"`
-	CreatedAt      time.Time  `json:"created_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
+	// ConfirmationRequired and ConfirmedAmount: a bill's charge whose new
+	// attempt awaits the customer's confirmation, and what they confirmed.
+	ConfirmationRequired bool      `json:"confirmation_required"`
+	ConfirmedAmount      *int64    `json:"confirmed_amount"`
+	CreatedAt            time.Time `json:"created_at"`
+	UpdatedAt            time.Time `json:"updated_at"`
 }
 
 // FromCharge is c as its GET returns it.
@@ -128,7 +132,12 @@ func FromCharge(c charges.Charge) Charge {
 	out := Charge{ID: c.ID, PeriodKey: c.PeriodKey, Key: c.Key(),
 		Amount: c.Amount, Currency: c.Currency, Gateway: c.Gateway, Status: string(c.Status),
 		AttemptCount: c.AttemptCount, NextAttemptAt: UTCPtr(c.NextAttemptAt), FailureCode: Optional(c.FailureCode),
-		ReviewReason: Optional(c.ReviewReason), CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+		ReviewReason: Optional(c.ReviewReason), ConfirmationRequired: c.ConfirmationRequired,
+		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+	if c.ConfirmedAmount != 0 {
+		confirmed := c.ConfirmedAmount
+		out.ConfirmedAmount = &confirmed
+	}
 	owner := c.OwnerID()
 	if c.EnrollmentID != uuid.Nil {
 		out.EnrollmentID = &owner
