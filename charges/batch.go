@@ -154,6 +154,7 @@ func newPipelineBatches(p *Pipeline) *pipelineBatches {
 					amount = CASE WHEN status = $3 AND discount_until <= $2 THEN full_amount ELSE amount END
 				FROM unnest($4::uuid[], $5::int[]) AS b(bid, battempt)
 				WHERE id = b.bid AND status = ANY($6) AND (b.battempt = 0 OR attempt_count = b.battempt) AND NOT void_requested
+					AND `+p.registryGuard()+`
 				RETURNING `+columns,
 				string(Authorizing), now, string(Scheduled), ids, attempts, texts(authorizeFrom))
 		}},
@@ -167,6 +168,7 @@ func newPipelineBatches(p *Pipeline) *pipelineBatches {
 					authorization_ref = b.bref, authorized_at = $2, unknown_phase = NULL, failure_code = NULL
 				FROM unnest($3::uuid[], $4::int[], $5::text[]) AS b(bid, battempt, bref)
 				WHERE id = b.bid AND status = $6 AND (b.battempt = 0 OR attempt_count = b.battempt) AND NOT void_requested
+					AND registry_uin IS NULL
 				RETURNING `+columns,
 				string(Capturing), now, ids, attempts, references, string(Authorizing))
 		}},
