@@ -200,7 +200,7 @@ func TestDiscountedCaptureOvertakenByTheDeadline(t *testing.T) {
 			require.Equal(t, charges.Capturing, b.get(ctx, t, c.ID).Status)
 
 			b.clock.Advance(3 * time.Hour) // past the deadline
-			b.gateway.CaptureFunc = nil     // a late capture fails the test
+			b.gateway.CaptureFunc = nil    // a late capture fails the test
 			b.gateway.LookupFunc = func(_ context.Context, key string) (gateway.Result, error) {
 				require.Equal(t, c.Key()+":a1:capture", key)
 				return tc.lookup(key)
