@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/puddle/v2"
 
+	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
@@ -130,6 +131,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, problemNotFound)
 	case errors.As(err, &enrollmentTransition):
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", enrollmentTransition.Error()))
+	case errors.Is(err, autopay.ErrRegistryNotConfigured):
+		writeProblem(w, newProblem(http.StatusConflict, "registry-not-configured", "Registry not configured",
+			"No state payment registry is configured, so fines cannot be paid: a fine is paid only once the registry accepted its payment. Nothing was created."))
 	case errors.Is(err, enrollments.ErrBillConflict):
 		writeProblem(w, newProblem(http.StatusConflict, "bill-conflict", "Bill conflict",
 			"A bill with this bill_id exists with a different amount or dates; the issuer must send a new bill_id."))

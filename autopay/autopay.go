@@ -48,8 +48,16 @@ type Autopay struct {
 	Client    *river.Client[pgx.Tx]
 	Sources   map[enrollments.Kind]BillSource
 	BatchSize int
-	Logger    zerolog.Logger
+	// Registry: a state payment registry is configured, so fines may be
+	// charged (each is posted before its capture). Without one, fines
+	// enrollments are refused and fines' bills await one.
+	Registry bool
+	Logger   zerolog.Logger
 }
+
+// ErrRegistryNotConfigured: a fines enrollment cannot be created, because
+// no state payment registry is configured to post its fines to.
+var ErrRegistryNotConfigured = errors.New("no state payment registry is configured: fines cannot be paid")
 
 // Push stores a bill for the enrollment (its row locked in tx first, so
 // that concurrent pushes of one bill serialise) and, when it is due at
@@ -85,6 +93,9 @@ func (a *Autopay) ChargeIfDue(ctx context.Context, tx pgx.Tx, e enrollments.Enro
 }
 
 func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollment, b enrollments.Bill, now time.Time) (enrollments.Bill, error) {
+	if e.Kind == enrollments.Fines && !a.Registry {
+		return a.Enrollments.AwaitRegistry(ctx, tx, b.ID)
+	}
 	n := charges.NewBillCharge{EnrollmentID: e.ID, CustomerID: e.CustomerID, BillID: b.BillID, Due: b.PayAt,
 		Amount: b.Amount, Currency: e.Currency, Gateway: e.PaymentMethod.Gateway, Token: e.PaymentMethod.Token,
 		MaxAmount: e.MaxAmount, PayUntil: a.Rules.LastStart(b.ExpiresAt)}

@@ -51,13 +51,27 @@ type ScanResult struct {
 	Expired int
 }
 
-// Scan charges due bills and expires lapsed ones, in batches of BatchSize,
-// each its own transaction. Safe on several nodes at once: rows are
-// claimed with SKIP LOCKED and each charge is created under its bill's
+// Scan schedules the fines that awaited a registry once one is
+// configured, charges due bills and expires lapsed ones, in batches of
+// BatchSize, each its own transaction. Safe on several nodes at once: rows
+// are claimed with SKIP LOCKED and each charge is created under its bill's
 // unique key.
 func (a *Autopay) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 	var res ScanResult
 	batch := max(a.BatchSize, 1)
+	for a.Registry {
+		n := 0
+		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) (err error) {
+			n, err = a.Enrollments.RegistryReady(ctx, tx, batch)
+			return err
+		})
+		if err != nil {
+			return res, err
+		}
+		if n < batch {
+			break
+		}
+	}
 	for {
 		n := 0
 		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {

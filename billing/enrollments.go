@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/subscriptions"
@@ -21,6 +22,9 @@ func (s *Service) CreateEnrollment(ctx context.Context, tx pgx.Tx, caller Caller
 	}
 	if !caller.canSee(n.CustomerID) {
 		return enrollments.Enrollment{}, ErrForbidden
+	}
+	if n.Kind == enrollments.Fines && (s.Autopay == nil || !s.Autopay.Registry) {
+		return enrollments.Enrollment{}, autopay.ErrRegistryNotConfigured
 	}
 	if err := s.limit(ctx, tx, caller, velocity.Creations); err != nil {
 		return enrollments.Enrollment{}, err

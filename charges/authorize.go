@@ -56,6 +56,9 @@ func (p *Pipeline) authorizeNotWanted(ctx context.Context, s stageRun) error {
 		s.stage = "capture"
 		return p.captureStep(ctx, s)
 	}
+	if err == nil && c.Status == Scheduled && c.RegistryUIN != "" && p.Postings == nil && c.AttemptCount == s.attempt && !c.VoidRequested {
+		return p.waitForRegistry(ctx, s, c)
+	}
 	if err != nil || c.Status != Authorizing || !c.VoidRequested || c.AttemptCount != s.attempt {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return err
@@ -95,10 +98,14 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 				// A fine is posted to the registry between hold and
 				// capture: its capture job comes after the posting.
 				err = p.Postings.Held(ctx, tx, next)
+			case next.RegistryUIN != "":
+				// A fine held with no registry to post it to (authorized
+				// before the registry was removed): never captured.
+				next, err = HoldToReview(ctx, tx, c.ID, c.AttemptCount, "a fine was held but no payment registry is configured to post it to", now)
 			case p.CaptureInline && !s.reconcile:
 				// The capture's "about to call", in the transaction that
 				// read the charge's void flag under its row lock.
-				next, err = move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Capturing, now, "")
+				next, err = guardedUpdate(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Capturing, "", now, postedSQL, "")
 				if err == nil {
 					p.transitioned(next, "")
 					capturing = next

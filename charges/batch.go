@@ -154,7 +154,7 @@ func newPipelineBatches(p *Pipeline) *pipelineBatches {
 					`+repriceSQL+`
 				FROM unnest($4::uuid[], $5::int[]) AS b(bid, battempt)
 				WHERE id = b.bid AND status = ANY($6) AND (b.battempt = 0 OR attempt_count = b.battempt) AND NOT void_requested
-					AND `+startableSQL+`
+					AND `+startableSQL+` AND `+p.registryGuard()+`
 				RETURNING `+columns,
 				now, string(Scheduled), string(Authorizing), ids, attempts, texts(authorizeFrom))
 		}},
@@ -168,6 +168,7 @@ func newPipelineBatches(p *Pipeline) *pipelineBatches {
 					authorization_ref = b.bref, authorized_at = $2, unknown_phase = NULL, failure_code = NULL
 				FROM unnest($3::uuid[], $4::int[], $5::text[]) AS b(bid, battempt, bref)
 				WHERE id = b.bid AND status = $6 AND (b.battempt = 0 OR attempt_count = b.battempt) AND NOT void_requested
+					AND registry_uin IS NULL
 				RETURNING `+columns,
 				string(Capturing), now, ids, attempts, references, string(Authorizing))
 		}},

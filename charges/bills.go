@@ -9,6 +9,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/metrics"
 )
 
 // A bill's charge is a period's charge owned by an enrollment: its period
@@ -170,13 +173,23 @@ func EnrollmentPaymentMethodChanged(ctx context.Context, tx pgx.Tx, enrollmentID
 }
 
 // discountReleased records the void of a hold placed at a discounted price
-// that was not captured before the discount ended: the charge waits
-// (declined, due now) for a new attempt, which the scan starts with a new
-// key and the full price. A cancel or withdrawal that asked for the void
-// meanwhile wins: the charge is voided.
+// that was not captured before the discount ended, or of a fine's hold
+// that could no longer be posted to the registry in time: the charge waits
+// (declined) for a new attempt, which the scan starts with a new key: due
+// now, or, for a discounted hold released before its discount ended, at
+// the discount's end, so that it is at the full price. A cancel or
+// withdrawal that asked for the void meanwhile wins: the charge is voided.
 func (p *Pipeline) discountReleased(ctx context.Context, tx pgx.Tx, c Charge, now time.Time) error {
+	code, at := FailureDiscountEnded, now
+	switch {
+	case c.discountMissed(now):
+	case c.DiscountUntil != nil && c.Amount < c.FullAmount:
+		at = *c.DiscountUntil
+	default:
+		code = FailureHoldExpired
+	}
 	next, err := guardedUpdate(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Declined, "", now, "NOT void_requested",
-		`failure_code = 'discount_ended', next_attempt_at = $1, first_declined_at = coalesce(first_declined_at, $1)`, now)
+		`failure_code = $2, next_attempt_at = $3, first_declined_at = coalesce(first_declined_at, $1)`, now, code, at)
 	if errors.Is(err, ErrStale) {
 		next, err = move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = `+billVoidCodeSQL)
 	}
@@ -290,4 +303,48 @@ func HoldToReview(ctx context.Context, tx pgx.Tx, id uuid.UUID, attempt int, rea
 	}
 	_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, ReleaseHoldArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
 	return c, err
+}
+
+// FailureDiscountEnded is the failure code of an attempt at the discounted
+// price whose hold was released because the discount ended (or was about
+// to) before its capture; the next attempt is at the full price.
+const FailureDiscountEnded = "discount_ended"
+
+// discountEndedInFlight settles c, capturing or with its capture's outcome
+// unknown, whose discount ended meanwhile: the capture may have been sent,
+// so the attempt is looked up by its keys first (never replayed: no
+// capture is sent late). Captured: it succeeded at the discounted price,
+// and its registry posting stands. Proven not captured: the hold is
+// voided and a new attempt starts, repriced in full by the authorize's
+// guard; the sweep annuls the old attempt's posting. No answer: review,
+// which releases the hold; never a new attempt while money may be live.
+func (p *Pipeline) discountEndedInFlight(ctx context.Context, s stageRun, c Charge) error {
+	metrics.StageRuns.WithLabelValues(s.stage, "discount_missed").Inc()
+	g, err := p.Gateways.Gateway(c.Gateway)
+	if err != nil {
+		return p.review(ctx, s, c, err.Error())
+	}
+	from := []Status{c.Status}
+	res, err := p.call(ctx, c, gateway.OpCapture, func(ctx context.Context) (gateway.Result, error) {
+		return p.lookup(ctx, g, c, gateway.OpCapture, false)
+	})
+	switch {
+	case errors.Is(err, gateway.ErrNotFound):
+	case errors.Is(err, gateway.ErrUnprovable):
+		return p.review(ctx, s, c, fmt.Sprintf("the discount of attempt %d ended while its capture was under way and %s can no longer tell whether it happened", c.AttemptCount, c.Gateway))
+	case err != nil:
+		return p.technicalFailure(ctx, s, c, gateway.OpCapture, err)
+	case res.Status == gateway.StatusSucceeded:
+		return p.afterCapture(ctx, s, c, from, res, nil)
+	}
+	res, err = p.call(ctx, c, gateway.OpVoid, func(ctx context.Context) (gateway.Result, error) {
+		return g.Void(ctx, p.request(c, gateway.OpVoid))
+	})
+	if err != nil {
+		return p.technicalFailure(ctx, s, c, gateway.OpVoid, err)
+	}
+	if res.Status != gateway.StatusSucceeded {
+		return p.review(ctx, s, c, fmt.Sprintf("the gateway refused to void a hold whose discount ended: %s %s", res.Status, res.DeclineCode))
+	}
+	return p.reauthorize(ctx, s, c, from, FailureDiscountEnded, "the discount ended before the capture; hold voided")
 }

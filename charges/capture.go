@@ -60,15 +60,30 @@ func (p *Pipeline) captureInline(ctx context.Context, s stageRun, c Charge) erro
 	return p.sendCapture(ctx, s, c, g)
 }
 
-// voidInstead enqueues the release of a hold whose subscription was
-// cancelled before its capture started (the capture guard refuses such a
-// charge).
+// voidInstead settles a charge whose capture the guard refused: a hold
+// whose subscription was cancelled, or whose discount ended, before its
+// capture started is released; a capture that began before the discount
+// ended is looked up first (discountEndedInFlight); and a fine's hold the
+// registry did not accept goes to review with its hold released.
 func (p *Pipeline) voidInstead(ctx context.Context, s stageRun) error {
 	c, err := Get(ctx, p.Pool, s.chargeID)
-	if err == nil && c.Status == Authorized && !c.VoidRequested && c.AttemptCount == s.attempt && c.discountMissed(p.Clock.Now()) {
-		metrics.StageRuns.WithLabelValues(s.stage, "discount_missed").Inc()
-	} else if err != nil || c.Status != Authorized || !c.VoidRequested || c.AttemptCount != s.attempt {
+	if err != nil || c.AttemptCount != s.attempt {
 		return err
+	}
+	switch {
+	case c.Status == Capturing && c.discountMissed(p.Clock.Now()):
+		return p.discountEndedInFlight(ctx, s, c)
+	case c.Status == Authorized && !c.VoidRequested && c.discountMissed(p.Clock.Now()):
+		metrics.StageRuns.WithLabelValues(s.stage, "discount_missed").Inc()
+	case c.Status == Authorized && !c.VoidRequested && c.RegistryUIN != "":
+		accepted, err := posted(ctx, p.Pool, c)
+		if err != nil || accepted {
+			return err
+		}
+		metrics.StageRuns.WithLabelValues(s.stage, "not_posted").Inc()
+		return p.review(ctx, s, c, "the capture of a fine the payment registry did not accept was refused")
+	case c.Status != Authorized || !c.VoidRequested:
+		return nil
 	}
 	return p.record(ctx, s, func(tx pgx.Tx) error {
 		_, err := river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, VoidArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
@@ -82,7 +97,7 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 	}
 	if res.Status == gateway.StatusFailed && res.DeclineCode == DeclineExpiredOnCapture {
 		metrics.StageRuns.WithLabelValues(s.stage, "hold_expired").Inc()
-		return p.reauthorize(ctx, s, c, from, "the gateway refused the capture: "+DeclineExpiredOnCapture)
+		return p.reauthorize(ctx, s, c, from, FailureHoldExpired, "the gateway refused the capture: "+DeclineExpiredOnCapture)
 	}
 	if res.Status != gateway.StatusSucceeded {
 		metrics.StageRuns.WithLabelValues(s.stage, "refused").Inc()

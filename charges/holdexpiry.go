@@ -77,15 +77,15 @@ func (p *Pipeline) replaceExpiredHold(ctx context.Context, s stageRun, c Charge,
 	if res.Status != gateway.StatusSucceeded {
 		reason = fmt.Sprintf("the gateway no longer holds it (void: %s %s)", res.Status, res.DeclineCode)
 	}
-	return p.reauthorize(ctx, s, c, []Status{Capturing}, reason)
+	return p.reauthorize(ctx, s, c, []Status{Capturing}, FailureHoldExpired, reason)
 }
 
 // reauthorize starts a new attempt of a charge whose hold is gone (voided,
 // or lapsed at the gateway), on its subscription's or enrollment's current
-// payment method, with new gateway keys. A charge no longer wanted (its
-// owner cancelled, its period not owed, its bill withdrawn meanwhile) is
-// voided before the new attempt makes any call.
-func (p *Pipeline) reauthorize(ctx context.Context, s stageRun, c Charge, from []Status, reason string) error {
+// payment method, with new gateway keys, recording code as why. A charge
+// no longer wanted (its owner cancelled, its period not owed, its bill
+// withdrawn meanwhile) is voided before the new attempt makes any call.
+func (p *Pipeline) reauthorize(ctx context.Context, s stageRun, c Charge, from []Status, code, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
 		sub, err := p.owner(c).Lock(ctx, tx, c.OwnerID())
@@ -94,16 +94,16 @@ func (p *Pipeline) reauthorize(ctx context.Context, s stageRun, c Charge, from [
 		}
 		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Scheduled, now,
 			newAttempt+`, gateway = $3, pm_token = $4, failure_code = $5, authorized_at = NULL`,
-			now, now, sub.Gateway, sub.Token, FailureHoldExpired)
+			now, now, sub.Gateway, sub.Token, code)
 		if err != nil {
 			return err
 		}
-		p.transitioned(next, "hold expired: "+reason)
+		p.transitioned(next, code+": "+reason)
 		if sub.Cancelled || next.VoidRequested {
 			return p.voidedNotWanted(ctx, tx, next, []Status{Scheduled}, now)
 		}
 		p.Logger.Warn().Str("charge_id", c.ID.String()).Str("gateway", c.Gateway).Int("attempt", c.AttemptCount).
-			Str("reason", reason).Msg("hold expired before capture; authorizing again")
+			Str("failure_code", code).Str("reason", reason).Msg("hold not captured; authorizing again")
 		_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx,
 			AuthorizeArgs{ChargeID: next.ID, Attempt: next.AttemptCount}, nil)
 		return err

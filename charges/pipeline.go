@@ -229,8 +229,11 @@ func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ct
 func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Status) (Charge, gateway.Gateway, error) {
 	now := p.Clock.Now()
 	where := "NOT void_requested AND " + startableSQL
-	if s.stage == "capture" {
-		where += " AND NOT " + discountMissedSQL
+	switch to {
+	case Capturing:
+		where += " AND NOT " + discountMissedSQL + " AND " + postedSQL
+	case Authorizing:
+		where += " AND " + p.registryGuard()
 	}
 	c, err := guardedUpdate(ctx, p.Pool, s.chargeID, s.attempt, from, to, "", now, where, repriceSQL, now, string(Scheduled))
 	return p.begun(ctx, s, c, err)

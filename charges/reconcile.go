@@ -42,6 +42,9 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return nil
 	}
+	if op == gateway.OpCapture && c.discountMissed(p.Clock.Now()) {
+		return p.discountEndedInFlight(ctx, s, c)
+	}
 	g, err := p.Gateways.Gateway(c.Gateway)
 	if err != nil {
 		return p.review(ctx, s, c, err.Error())

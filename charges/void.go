@@ -14,8 +14,9 @@ import (
 )
 
 // Void runs a void job: the subscription was cancelled (or the bill
-// withdrawn) while the charge held money that was not captured, or the
-// discount of the held price ended before its capture.
+// withdrawn) while the charge held money that was not captured, the
+// discount of the held price ended before its capture, or a fine's hold
+// could no longer be posted to the registry in time (PostBy).
 func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 	s := newStep("void", job, job.Args.ChargeID, job.Args.Attempt)
 	defer metrics.TimeStage(s.stage)()
@@ -23,7 +24,13 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 	if err != nil {
 		return err
 	}
-	if c.Status != Authorized || !(c.VoidRequested || c.discountMissed(p.Clock.Now())) || c.AttemptCount != s.attempt {
+	wanted := c.VoidRequested || c.discountMissed(p.Clock.Now())
+	if !wanted && c.Status == Authorized && c.AttemptCount == s.attempt {
+		if wanted, err = p.unpostable(ctx, c, p.Clock.Now()); err != nil {
+			return err
+		}
+	}
+	if c.Status != Authorized || !wanted || c.AttemptCount != s.attempt {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return nil
 	}

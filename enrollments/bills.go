@@ -20,6 +20,10 @@ const (
 	// BillAwaitingConfirmation: its amount due is above the enrollment's
 	// max_amount; charged once the customer confirms it.
 	BillAwaitingConfirmation BillStatus = "awaiting_confirmation"
+	// BillAwaitingRegistry: a fine that no payment registry is configured
+	// to post to; scheduled again once one is (a fine is never captured
+	// without being posted).
+	BillAwaitingRegistry BillStatus = "awaiting_registry"
 	// BillScheduled: charged at pay_at.
 	BillScheduled BillStatus = "scheduled"
 	// BillPaying: its charge exists and is being collected (hold, capture,
@@ -41,6 +45,7 @@ const (
 const (
 	BillEventReceived             = "received"
 	BillEventAwaitingConfirmation = "awaiting_confirmation"
+	BillEventAwaitingRegistry     = "awaiting_registry"
 	BillEventPaid                 = "paid"
 	BillEventFailed               = "failed"
 	BillEventWithdrawn            = "withdrawn"
@@ -460,6 +465,26 @@ func (st *Store) ChargeOutcome(ctx context.Context, tx pgx.Tx, chargeID uuid.UUI
 	return err
 }
 
+// AwaitRegistry keeps a scheduled fine, which no payment registry is
+// configured to post to, from being charged until one is.
+func (st *Store) AwaitRegistry(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Bill, error) {
+	return st.moveBill(ctx, tx, id, []BillStatus{BillScheduled}, BillAwaitingRegistry, BillEventAwaitingRegistry, "")
+}
+
+// RegistryReady schedules up to limit fines that awaited a payment
+// registry (kept pending while their enrollment is paused), now that one
+// is configured. Returns how many.
+func (st *Store) RegistryReady(ctx context.Context, tx pgx.Tx, limit int) (int, error) {
+	tag, err := tx.Exec(ctx, `UPDATE bills b SET status = CASE WHEN e.status = $2 THEN $3 ELSE $4 END, updated_at = $5
+		FROM enrollments e WHERE e.id = b.enrollment_id AND b.id IN (
+			SELECT id FROM bills WHERE status = $1 ORDER BY id LIMIT $6 FOR UPDATE SKIP LOCKED)`,
+		string(BillAwaitingRegistry), string(Paused), string(BillPending), string(BillScheduled), st.clock.Now(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("schedule bills that awaited a registry: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // Paused keeps the enrollment's scheduled bills pending.
 func (st *Store) Paused(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID) error {
 	_, err := tx.Exec(ctx, `UPDATE bills SET status = $2, updated_at = $3 WHERE enrollment_id = $1 AND status = $4`,
@@ -511,7 +536,7 @@ func (st *Store) Payable(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID,
 func (st *Store) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Bill, error) {
 	due, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills
 		WHERE status = ANY($1) AND expires_at <= $2 ORDER BY expires_at, id LIMIT $3 FOR UPDATE SKIP LOCKED`,
-		texts(BillPending, BillAwaitingConfirmation, BillScheduled, BillFailed), now, limit))
+		texts(BillPending, BillAwaitingConfirmation, BillAwaitingRegistry, BillScheduled, BillFailed), now, limit))
 	if err != nil {
 		return nil, err
 	}

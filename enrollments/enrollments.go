@@ -22,10 +22,12 @@
 //	pending ----------------(resume)----------> scheduled | awaiting_confirmation
 //	awaiting_confirmation --(confirm)---------> scheduled
 //	scheduled --------------(pay_at reached)--> paying (its charge exists)
+//	scheduled --------------(a fine, no payment registry)--> awaiting_registry
+//	awaiting_registry ------(a registry is configured)-----> scheduled | pending
 //	paying -----------------(charge outcome)--> paid | failed
 //	failed -----------------(card change)-----> paying
 //	any but paid -----------(issuer annuls)---> withdrawn
-//	pending|awaiting_confirmation|scheduled|failed --(last payable day over)--> expired
+//	pending|awaiting_confirmation|awaiting_registry|scheduled|failed --(last payable day over)--> expired
 package enrollments
 
 import (

@@ -53,7 +53,7 @@ var Types = []string{
 	TypeChargeUpcoming, TypePaymentMethodExpiring,
 	"enrollment.created", "enrollment.paused", "enrollment.resumed", "enrollment.cancelled",
 	"enrollment.payment_method_updated",
-	"bill.received", "bill.awaiting_confirmation", "bill.paid", "bill.failed", "bill.withdrawn", "bill.expired",
+	"bill.received", "bill.awaiting_confirmation", "bill.awaiting_registry", "bill.paid", "bill.failed", "bill.withdrawn", "bill.expired",
 }
 
 // KnownType reports whether t is one of Types.

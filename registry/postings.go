@@ -39,9 +39,14 @@ type Poster struct {
 	Pool     *pgxpool.Pool
 	Gateways *Balancer
 	Clock    clock.Clock
-	// GiveUpAfter bounds, in real time from the posting's job creation,
-	// how long a posting waits for a registry that does nothing; then it
-	// fails for good.
+	// Holds tells how long a hold may still be posted (charges PostBy):
+	// the registry is told only of money that is held and can still be
+	// captured at the price posted. Past it the posting is cancelled and
+	// the hold voided.
+	Holds *charges.Gateways
+	// GiveUpAfter bounds, on the service clock from the posting's
+	// creation, how long a posting waits for a registry that does nothing;
+	// then it fails for good.
 	GiveUpAfter time.Duration
 	// Retry spaces the waits and retries (real time).
 	Retry  charges.RetryPolicy
@@ -69,12 +74,13 @@ type posting struct {
 	UIN       string
 	Amount    int64
 	Status    string
+	CreatedAt time.Time
 }
 
 func getPosting(ctx context.Context, db charges.DBTX, paymentID string) (posting, error) {
 	var ps posting
-	err := db.QueryRow(ctx, `SELECT payment_id, charge_id, attempt, uin, amount, status FROM registry_postings WHERE payment_id = $1`,
-		paymentID).Scan(&ps.PaymentID, &ps.ChargeID, &ps.Attempt, &ps.UIN, &ps.Amount, &ps.Status)
+	err := db.QueryRow(ctx, `SELECT payment_id, charge_id, attempt, uin, amount, status, created_at FROM registry_postings
+		WHERE payment_id = $1`, paymentID).Scan(&ps.PaymentID, &ps.ChargeID, &ps.Attempt, &ps.UIN, &ps.Amount, &ps.Status, &ps.CreatedAt)
 	if err != nil {
 		return posting{}, fmt.Errorf("posting %s: %w", paymentID, err)
 	}
@@ -141,6 +147,9 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 		metrics.StageRuns.WithLabelValues("posting", "not_wanted").Inc()
 		_, err := setStatus(ctx, p.Pool, ps.PaymentID, []string{StatusPosting}, StatusCancelled, "", "", now)
 		return err
+	}
+	if by, ok := p.Holds.PostBy(c); ok && !now.Before(by) {
+		return p.tooLate(ctx, ps, c, by)
 	}
 	// The registry hears of this attempt only once the older ones of the
 	// charge that it accepted are annulled.
@@ -220,11 +229,17 @@ func (p *Poster) annul(ctx context.Context, paymentID string) error {
 // the posting for good: the charge goes to review and its hold is
 // released.
 func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps posting, c charges.Charge, cause error) error {
-	final := errors.Is(cause, ErrRejected) || job.Attempt >= job.MaxAttempts || p.Retry.Now().Sub(job.CreatedAt) > p.GiveUpAfter
+	now := p.Clock.Now()
+	final := errors.Is(cause, ErrRejected) || job.Attempt >= job.MaxAttempts || now.Sub(ps.CreatedAt) > p.GiveUpAfter
 	if !final {
 		if errors.Is(cause, ErrUnavailable) {
 			metrics.Retries.WithLabelValues("posting", "unavailable").Inc()
-			return river.JobSnooze(p.Retry.Delay(max(job.Attempt, 1)))
+			delay := p.Retry.Delay(max(job.Attempt, 1))
+			if by, ok := p.Holds.PostBy(c); ok {
+				// Wake up in time to release a hold that can no longer be posted.
+				delay = max(min(delay, by.Sub(now)), time.Second)
+			}
+			return river.JobSnooze(delay)
 		}
 		metrics.Retries.WithLabelValues("posting", "error").Inc()
 		return fmt.Errorf("post %s: %w", ps.PaymentID, cause)
@@ -241,6 +256,25 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 		if errors.Is(err, charges.ErrStale) {
 			return nil // the charge moved on meanwhile; its own flow settles the hold
 		}
+		return err
+	})
+}
+
+// tooLate cancels the posting of c's hold, past by, the last moment it
+// could be posted, and enqueues the void of the hold (charges' void job
+// checks the same bound): the charge then goes on as if the hold had not
+// been captured in time, a discounted one to its full price.
+func (p *Poster) tooLate(ctx context.Context, ps posting, c charges.Charge, by time.Time) error {
+	metrics.StageRuns.WithLabelValues("posting", "too_late").Inc()
+	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Time("post_by", by).
+		Msg("the hold can no longer be posted in time: voiding it")
+	return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
+		moved, err := setStatus(ctx, tx, ps.PaymentID, []string{StatusPosting}, StatusCancelled, "",
+			"not posted: the hold could no longer be captured in time", p.Clock.Now())
+		if err != nil || !moved {
+			return err
+		}
+		_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, charges.VoidArgs{ChargeID: c.ID, Attempt: ps.Attempt}, nil)
 		return err
 	})
 }

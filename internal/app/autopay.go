@@ -57,19 +57,29 @@ func registerAutopay(workers *river.Workers, a *autopay.Autopay, poster *registr
 
 // buildRegistry is the poster of fines to the state payment registry: in
 // dev mode through the simulated gateways gmp1 and gmp2; nil outside it
-// (no production registry adapter yet: fines are captured unposted).
-func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, retry charges.RetryPolicy, log zerolog.Logger) (*registry.Poster, *registry.Sim) {
+// (no production registry adapter yet: no fine is charged, see
+// warnNoRegistry).
+func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds *charges.Gateways, retry charges.RetryPolicy,
+	log zerolog.Logger) (*registry.Poster, *registry.Sim) {
 	if !cfg.Dev {
 		return nil, nil
 	}
 	sim := &registry.Sim{Pool: pool}
-	return &registry.Poster{Pool: pool, Gateways: registry.NewBalancer(sim.Gateways(), cfg.GatewayTimeout), Clock: clk,
+	return &registry.Poster{Pool: pool, Gateways: registry.NewBalancer(sim.Gateways(), cfg.GatewayTimeout), Clock: clk, Holds: holds,
 		GiveUpAfter: cfg.UnavailableFor, Retry: retry, Logger: log.With().Str("component", "registry").Logger()}, sim
 }
 
-// autopayPeriodicJobs scans bills (and the registry postings to annul) as
-// often as periods, and pulls the bill sources every minute.
-func autopayPeriodicJobs(cfg config.Config) []*river.PeriodicJob {
+// warnNoRegistry says at start that fines cannot be paid on this node.
+func warnNoRegistry(poster *registry.Poster, log zerolog.Logger) {
+	if poster == nil {
+		log.Warn().Msg("no state payment registry is configured: fines enrollments are refused (409 registry-not-configured) " +
+			"and fines' bills wait in awaiting_registry; no fine is authorized or captured")
+	}
+}
+
+// autopayPeriodicJobs scans bills (and, with a registry, the postings to
+// annul) as often as periods, and pulls the bill sources every minute.
+func autopayPeriodicJobs(cfg config.Config, registryConfigured bool) []*river.PeriodicJob {
 	jobs := []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(billPullInterval),
 		func() (river.JobArgs, *river.InsertOpts) { return autopay.PullArgs{}, nil },
 		&river.PeriodicJobOpts{ID: "bills_pull", RunOnStart: true})}
@@ -77,7 +87,7 @@ func autopayPeriodicJobs(cfg config.Config) []*river.PeriodicJob {
 		jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ScanInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return autopay.ScanArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "bills_scan", RunOnStart: true}))
-		if cfg.Dev {
+		if registryConfigured {
 			jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ScanInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return registry.SweepArgs{}, nil },
 				&river.PeriodicJobOpts{ID: "registry_sweep", RunOnStart: true}))

@@ -126,6 +126,16 @@ func TestPostingThatFailsForGoodVoidsTheHold(t *testing.T) {
 	id := uin(14)
 	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
 	key := enr + ":" + id
+	// The give-up counts on the service clock: the posting waits until the
+	// dev clock has moved past it.
+	require.Eventually(t, func() bool {
+		var tried bool
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM river_job
+			WHERE kind = 'registry_post' AND (state = 'scheduled' OR attempt > 0))`).Scan(&tried))
+		return tried
+	}, 20*time.Second, 10*time.Millisecond, "held, posting")
+	require.Empty(t, opsFor(b.ledger(t, "sim1"), key)["void:succeeded"], "not given up on wall time")
+	b.advance(t, "1h")
 	require.Eventually(t, func() bool {
 		return opsFor(b.ledger(t, "sim1"), key)["void:succeeded"] == 1
 	}, 30*time.Second, 100*time.Millisecond, "the hold is voided: %v", func() any { return opsFor(b.ledger(t, "sim1"), key) })

@@ -114,8 +114,10 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	subs.SetEventSink(recorder)
 	charges.SetEventSink(recorder)
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
-	poster, registrySim := buildRegistry(cfg, pool, svc.Clock, retry, log)
+	poster, registrySim := buildRegistry(cfg, pool, svc.Clock, breakers, retry, log)
+	warnNoRegistry(poster, log)
 	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, log)
+	bills.Registry = poster != nil
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
@@ -169,7 +171,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		CompletedJobRetentionPeriod: time.Hour,
 		FetchCooldown:               cfg.FetchCooldown,
 		FetchPollInterval:           cfg.FetchPollInterval,
-		PeriodicJobs:                append(append(periodicJobs(cfg), autopayPeriodicJobs(cfg)...), ops.periodicJobs(cfg)...),
+		PeriodicJobs:                append(append(periodicJobs(cfg), autopayPeriodicJobs(cfg, poster != nil)...), ops.periodicJobs(cfg)...),
 		Logger:                      riverLogger(log),
 		Middleware:                  riverMiddleware(),
 	})

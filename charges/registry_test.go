@@ -1,0 +1,315 @@
+package charges_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertest"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
+)
+
+// The rules of fines and the state payment registry: a fine is never
+// authorized without a registry, never captured without an accepted
+// posting of that attempt and amount, a discounted capture the deadline
+// overtook is looked up before anything else, and a hold that can no
+// longer be posted in time is released.
+
+const fineUIN = "18810142200817004923"
+
+// fakePostings records the holds handed to the registry; the registry's
+// acceptance is written by accept.
+type fakePostings struct {
+	mu   sync.Mutex
+	held []int
+}
+
+func (f *fakePostings) Held(_ context.Context, _ pgx.Tx, c charges.Charge) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.held = append(f.held, c.AttemptCount)
+	return nil
+}
+
+// newFineCharge is newBillCharge with the fine's UIN: held at 500 until
+// deadline and at 1000 after, posted to the registry before its capture.
+func newFineCharge(ctx context.Context, t *testing.T, b *testBundle, deadline time.Time) charges.Charge {
+	t.Helper()
+	enrollmentID := uuid.New()
+	_, err := b.pool.Exec(ctx, `INSERT INTO enrollments (id, customer_id, kind, sts, status, currency, max_amount, pm_gateway,
+			pm_token, pm_exp_month, pm_exp_year, created_at, updated_at)
+		VALUES ($1, 'cus_1', 'fines', '77УА123456', 'active', 'RUB', 100000, 'fake', $2, 12, 2030, $3, $3)`,
+		enrollmentID, currentCard, start)
+	require.NoError(t, err)
+	var c charges.Charge
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
+		c, _, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
+			BillID: fineUIN, Due: start, Amount: 500, FullAmount: 1000, DiscountUntil: &deadline,
+			Currency: "RUB", Gateway: "fake", Token: currentCard, RegistryUIN: fineUIN}, start)
+		return err
+	}))
+	return c
+}
+
+// accept records that the registry accepted the posting of c's attempt at
+// amount.
+func (b *testBundle) accept(ctx context.Context, t *testing.T, c charges.Charge, attempt int, amount int64) {
+	t.Helper()
+	_, err := b.pool.Exec(ctx, `INSERT INTO registry_postings (payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, 'accepted', $6, $6)`, uuid.NewString(), c.ID, attempt, fineUIN, amount, b.clock.Now())
+	require.NoError(t, err)
+}
+
+func (b *testBundle) ops(op gateway.Op) []string {
+	var keys []string
+	for _, call := range b.gateway.calls() {
+		if call.Op == string(op) {
+			keys = append(keys, call.Key)
+		}
+	}
+	return keys
+}
+
+// With no registry configured a fine's attempt never reaches the gateway:
+// its job waits, and the charge shows why.
+func TestFineIsNotAuthorizedWithoutARegistry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.pipeline.Enrollments = &fakeEnrollments{}
+	c := newFineCharge(ctx, t, b, start.Add(48*time.Hour))
+
+	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+	res, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Empty(t, b.gateway.calls(), "nothing is sent to the gateway")
+	require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "the job waits for a registry")
+	waiting := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Scheduled, waiting.Status)
+	require.Equal(t, charges.FailureRegistryNotConfigured, waiting.FailureCode)
+
+	// Once a registry is configured the same job places the hold and hands
+	// it to the registry.
+	postings := &fakePostings{}
+	b.pipeline.Postings = postings
+	b.gateway.AuthorizeFunc = answer(succeeded, nil)
+	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status)
+	require.Equal(t, []int{1}, postings.held)
+}
+
+// A fine's capture starts only once the registry accepted the posting of
+// that attempt at that amount; otherwise the charge goes to review and its
+// hold is released, never captured.
+func TestFineIsNotCapturedWithoutAnAcceptedPosting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		accepted int64 // the amount the registry accepted; 0: nothing
+	}{{"no posting", 0}, {"posting of another amount", 1000}, {"posting accepted", 500}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			b.pipeline.Enrollments = &fakeEnrollments{}
+			b.pipeline.Postings = &fakePostings{}
+			c := newFineCharge(ctx, t, b, start.Add(48*time.Hour))
+			b.gateway.AuthorizeFunc = answer(succeeded, nil)
+			authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status, "held, waiting for the registry")
+			if tc.accepted > 0 {
+				b.accept(ctx, t, c, 1, tc.accepted)
+			}
+
+			if tc.accepted == 500 {
+				b.gateway.CaptureFunc = answer(succeeded, nil)
+			}
+			capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
+			_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			got := b.get(ctx, t, c.ID)
+			if tc.accepted == 500 {
+				require.Equal(t, charges.Succeeded, got.Status)
+				require.Equal(t, []string{c.Key() + ":a1:capture"}, b.ops(gateway.OpCapture))
+				return
+			}
+			require.Empty(t, b.ops(gateway.OpCapture), "no capture is sent")
+			require.Equal(t, charges.RequiresReview, got.Status)
+			require.Contains(t, got.ReviewReason, "registry")
+			rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, b.driver, charges.ReleaseHoldArgs{ChargeID: c.ID, Attempt: 1}, nil)
+		})
+	}
+}
+
+// A fine's hold placed and posted at the discounted price, its capture
+// waiting on a gateway that answers 503, the deadline passes: the capture
+// is looked up by its key before anything else. Captured: the charge
+// succeeded at the discounted price. Proven not captured: the hold is
+// voided and a new attempt is made at the full price. No answer: review,
+// and no new attempt while the money may be live.
+func TestDiscountedCaptureOvertakenByTheDeadline(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		lookup func(key string) (gateway.Result, error)
+		want   charges.Status
+	}{
+		{"captured", func(string) (gateway.Result, error) {
+			return gateway.Result{Status: gateway.StatusSucceeded, Reference: "cap_1"}, nil
+		}, charges.Succeeded},
+		{"not captured", func(string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrNotFound }, charges.Scheduled},
+		{"no answer", func(string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrUnprovable }, charges.RequiresReview},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			owner := &fakeEnrollments{}
+			b.pipeline.Enrollments = owner
+			b.pipeline.Postings = &fakePostings{}
+			deadline := start.Add(2 * time.Hour)
+			c := newFineCharge(ctx, t, b, deadline)
+			var mu sync.Mutex
+			amounts := map[string]int64{}
+			b.gateway.AuthorizeFunc = func(_ context.Context, req gateway.Request) (gateway.Result, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				amounts[req.IdempotencyKey] = req.Amount
+				return succeeded, nil
+			}
+			authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			b.accept(ctx, t, c, 1, 500)
+
+			b.gateway.CaptureFunc = answer(gateway.Result{}, gateway.ErrUnavailable)
+			capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
+			res, err := capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			require.Equal(t, charges.Capturing, b.get(ctx, t, c.ID).Status)
+
+			b.clock.Advance(3 * time.Hour) // past the deadline
+			b.gateway.CaptureFunc = nil    // a late capture fails the test
+			b.gateway.LookupFunc = func(_ context.Context, key string) (gateway.Result, error) {
+				require.Equal(t, c.Key()+":a1:capture", key)
+				return tc.lookup(key)
+			}
+			b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+			_, err = capture.WorkJob(ctx, t, b.tx, res.Job)
+			require.NoError(t, err)
+			got := b.get(ctx, t, c.ID)
+			require.Equal(t, tc.want, got.Status)
+			require.Equal(t, []string{c.Key() + ":a1:capture"}, b.ops(gateway.OpCapture), "the capture sent before the deadline only")
+			switch tc.want {
+			case charges.Succeeded:
+				require.EqualValues(t, 500, got.Amount, "paid at the discounted price")
+				require.Empty(t, b.ops(gateway.OpVoid))
+				require.Equal(t, []string{"paid"}, owner.recorded)
+			case charges.Scheduled:
+				require.Equal(t, 2, got.AttemptCount)
+				require.Equal(t, charges.FailureDiscountEnded, got.FailureCode)
+				require.Equal(t, []string{c.Key() + ":a1:void"}, b.ops(gateway.OpVoid))
+				rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, b.driver, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+				_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+				require.NoError(t, err)
+				require.Equal(t, map[string]int64{c.Key() + ":a1:authorize": 500, c.Key() + ":a2:authorize": 1000}, amounts)
+			case charges.RequiresReview:
+				require.Equal(t, 1, got.AttemptCount, "no new attempt")
+				require.Empty(t, b.ops(gateway.OpVoid))
+				rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, b.driver, charges.ReleaseHoldArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			}
+		})
+	}
+}
+
+// A capture whose outcome was lost (unknown) when the deadline passes is
+// looked up, never sent again late: not captured, the hold is voided and
+// the next attempt is at the full price.
+func TestUnknownDiscountedCaptureAfterTheDeadlineIsNotResent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.pipeline.Enrollments = &fakeEnrollments{}
+	b.pipeline.Postings = &fakePostings{}
+	c := newFineCharge(ctx, t, b, start.Add(2*time.Hour))
+	b.gateway.AuthorizeFunc = answer(succeeded, nil)
+	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	b.accept(ctx, t, c, 1, 500)
+	b.gateway.CaptureFunc = answer(gateway.Result{}, gateway.ErrUnknownOutcome)
+	capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
+	_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Unknown, b.get(ctx, t, c.ID).Status)
+
+	b.clock.Advance(3 * time.Hour)
+	b.gateway.CaptureFunc = nil
+	b.gateway.LookupFunc = func(context.Context, string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrNotFound }
+	b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+	reconcile := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
+	_, err = reconcile.Work(ctx, t, b.tx, charges.ReconcileArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpCapture}, nil)
+	require.NoError(t, err)
+	got := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Scheduled, got.Status)
+	require.Equal(t, 2, got.AttemptCount)
+	require.Equal(t, []string{c.Key() + ":a1:capture"}, b.ops(gateway.OpCapture), "never resent after the deadline")
+	require.Equal(t, []string{c.Key() + ":a1:void"}, b.ops(gateway.OpVoid))
+}
+
+// A fine's hold that the registry has not accepted by an hour before its
+// discount ends is released by the void the poster enqueues, and the next
+// attempt waits for the deadline so that it is at the full price; one the
+// registry accepted is left to its capture.
+func TestFineHoldThatCanNoLongerBePostedIsReleased(t *testing.T) {
+	t.Parallel()
+	for _, accepted := range []bool{false, true} {
+		t.Run(map[bool]string{false: "not posted", true: "posted"}[accepted], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			b.pipeline.Enrollments = &fakeEnrollments{}
+			b.pipeline.Postings = &fakePostings{}
+			deadline := start.Add(3 * time.Hour)
+			c := newFineCharge(ctx, t, b, deadline)
+			b.gateway.AuthorizeFunc = answer(succeeded, nil)
+			authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			held := b.get(ctx, t, c.ID)
+			by, ok := b.pipeline.Gateways.PostBy(held)
+			require.True(t, ok)
+			require.True(t, by.Equal(deadline.Add(-charges.PostingDiscountMargin)), "post by %s", by)
+			if accepted {
+				b.accept(ctx, t, c, 1, 500)
+			}
+
+			b.clock.Advance(150 * time.Minute) // within the hour before the deadline
+			b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+			void := newWorker(t, b, &charges.VoidWorker{Pipeline: b.pipeline})
+			_, err = void.Work(ctx, t, b.tx, charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			got := b.get(ctx, t, c.ID)
+			if accepted {
+				require.Equal(t, charges.Authorized, got.Status, "a posted hold is captured, not voided")
+				require.Empty(t, b.ops(gateway.OpVoid))
+				return
+			}
+			require.Equal(t, []string{c.Key() + ":a1:void"}, b.ops(gateway.OpVoid))
+			require.Equal(t, charges.Declined, got.Status)
+			require.Equal(t, charges.FailureDiscountEnded, got.FailureCode)
+			require.True(t, got.NextAttemptAt.Equal(deadline), "the next attempt waits for the full price: %s", got.NextAttemptAt)
+		})
+	}
+}
