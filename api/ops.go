@@ -44,9 +44,10 @@ type reconciliationJSON struct {
 	Discrepancies []discrepancyJSON `json:"discrepancies"`
 }
 
-// queryDate reads the required query parameter date (YYYY-MM-DD), adding
-// what is wrong with it to errs.
-func queryDate(r *http.Request, errs *validate.Errors) time.Time {
+// queryDate reads the required query parameter date (YYYY-MM-DD), a UTC
+// day from 2000-01-01 to now's UTC day + 1, adding what is wrong with it
+// to errs.
+func queryDate(r *http.Request, now time.Time, errs *validate.Errors) time.Time {
 	v := r.URL.Query().Get("date")
 	if v == "" {
 		errs.Add("date", "is required: a UTC day as YYYY-MM-DD")
@@ -55,13 +56,23 @@ func queryDate(r *http.Request, errs *validate.Errors) time.Time {
 	d, err := time.Parse(time.DateOnly, v)
 	if err != nil {
 		errs.Add("date", "must be a day as YYYY-MM-DD")
+		return d
+	}
+	last := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC).AddDate(0, 0, 1)
+	if d.Before(firstReportDay) || d.After(last) {
+		errs.Add("date", "must be a day from %s to %s (the service clock's today + 1 day)",
+			firstReportDay.Format(time.DateOnly), last.Format(time.DateOnly))
 	}
 	return d
 }
 
+// firstReportDay is the earliest day reconciliation and reports take: no
+// payment of rebill's is older, and a year 0000 or 9999 is a typing error.
+var firstReportDay = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
 func (s *Server) getReconciliation(w http.ResponseWriter, r *http.Request) {
 	var errs validate.Errors
-	day := queryDate(r, &errs)
+	day := queryDate(r, s.now().UTC(), &errs)
 	gw := r.URL.Query().Get("gateway")
 	switch {
 	case gw == "":
@@ -109,7 +120,7 @@ func wantsCSV(r *http.Request) bool {
 
 func (s *Server) getDailyReport(w http.ResponseWriter, r *http.Request) {
 	var errs validate.Errors
-	day := queryDate(r, &errs)
+	day := queryDate(r, s.now().UTC(), &errs)
 	if f := r.URL.Query().Get("format"); f != "" && f != "csv" && f != "json" {
 		errs.Add("format", "must be json or csv")
 	}

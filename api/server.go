@@ -127,11 +127,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 
 func (s *Server) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics)
+	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics, routeOnEscapedPath, headAsGet)
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) { writeProblem(w, problemNotFound) })
-	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
-		writeProblem(w, newProblem(http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", "This path does not support this method."))
-	})
+	r.MethodNotAllowed(methodNotAllowed)
 
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -164,7 +162,7 @@ func (s *Server) routes() *chi.Mux {
 	}
 
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate, idem)
+		r.Use(unescapePathParams, s.authenticate, s.singleQueryValues, idem)
 
 		r.With(requireRole(apikeys.Admin)).Post("/v1/api-keys", s.createAPIKey)
 
@@ -254,10 +252,11 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			status = http.StatusOK
 		}
 		statusText := strconv.Itoa(status)
-		metrics.HTTPRequests.WithLabelValues(route, r.Method, statusText).Inc()
-		metrics.HTTPDuration.WithLabelValues(route, r.Method, statusText).Observe(elapsed.Seconds())
+		method := metricMethod(r.Method)
+		metrics.HTTPRequests.WithLabelValues(route, method, statusText).Inc()
+		metrics.HTTPDuration.WithLabelValues(route, method, statusText).Observe(elapsed.Seconds())
 		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
-			span.SetName(r.Method + " " + route)
+			span.SetName(method + " " + route)
 			span.SetAttributes(attribute.String("http.route", route))
 		}
 

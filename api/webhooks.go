@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify"
 )
 
@@ -175,6 +176,10 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if req.EventID == "" {
+		s.fail(w, r, validate.Errors{{Field: "event_id", Message: "is required: the id of the event to deliver again"}})
 		return
 	}
 	eventID, ok := notify.ParseID(req.EventID)

@@ -188,6 +188,10 @@ func (b BillInput) Validate(kind Kind, now time.Time) error {
 		errs.Add("bill_id", "must be the fine's payment identifier (UIN): 20 or 25 digits with a valid check digit")
 	case kind != Fines && (b.BillID == "" || len(b.BillID) > 64 || !validate.PrintableASCII(b.BillID)):
 		errs.Add("bill_id", "must be 1..64 printable ASCII characters")
+	case b.BillID == "." || b.BillID == "..":
+		// A path segment of "." or ".." is removed by proxies and clients
+		// (RFC 3986 §5.2.4), so the bill could never be confirmed or withdrawn.
+		errs.Add("bill_id", `must not be "." or "..", which no URL can address`)
 	}
 	if b.Amount <= 0 || b.Amount > maxAmount {
 		errs.Add("amount", "must be an integer number of kopecks between 1 and %d", int64(maxAmount))

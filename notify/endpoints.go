@@ -70,13 +70,16 @@ type Webhooks struct {
 const maxURL, maxDescription = 2048, 500
 
 // Create validates and stores an endpoint, enabled, and returns it with
-// its secret, which is stored only encrypted. Returns validate.Errors
-// (the URL policy included).
+// its secret, which is stored only encrypted. Event types are stored once
+// each, in the order first given. Returns validate.Errors (the URL policy
+// included).
 func (w *Webhooks) Create(ctx context.Context, tx pgx.Tx, rawURL string, events []string, description string) (Endpoint, string, error) {
 	var errs validate.Errors
 	switch {
 	case rawURL == "" || len(rawURL) > maxURL:
 		errs.Add("url", "is required: an absolute https URL of at most %d characters", maxURL)
+	case !uriCharacters(rawURL):
+		errs.Add("url", "has a character a URL cannot hold (a space, a control character, non-ASCII, one of <>\"{}|\\^`): percent-encode it")
 	default:
 		if err := w.Policy.Check(ctx, rawURL); err != nil {
 			errs.Add("url", "%s", strings.TrimPrefix(err.Error(), ErrURLRefused.Error()+": "))
@@ -86,12 +89,18 @@ func (w *Webhooks) Create(ctx context.Context, tx pgx.Tx, rawURL string, events 
 		errs.Add("events", `is required: event types, or ["*"] for all`)
 	}
 	seen := map[string]bool{}
+	unique := make([]string, 0, len(events))
 	for i, e := range events {
+		if seen[e] {
+			continue
+		}
 		if e != "*" && !KnownType(e) {
 			errs.Add(fmt.Sprintf("events[%d]", i), "is not a known event type")
 		}
 		seen[e] = true
+		unique = append(unique, e)
 	}
+	events = unique
 	if seen["*"] && len(seen) > 1 {
 		errs.Add("events", `"*" stands alone`)
 	}
@@ -228,4 +237,21 @@ func (w *Webhooks) Redeliver(ctx context.Context, tx pgx.Tx, id, eventID uuid.UU
 		return fmt.Errorf("queue redelivery: %w", err)
 	}
 	return nil
+}
+
+// uriCharacters reports whether raw holds only the characters RFC 3986
+// lets a URI carry as they are (unreserved, reserved and '%'): Go's parser
+// takes a raw space or non-ASCII in a path, and the endpoint would then be
+// called at a URL other than the one shown.
+func uriCharacters(raw string) bool {
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("-._~:/?#[]@!$&'()*+,;=%", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -15,12 +15,18 @@ import (
 // Pause stops charging until Resume, or until resumeAt when it is set.
 // Pausing a paused subscription changes nothing. Returns the subscription,
 // whether it changed, ErrNotFound, a *TransitionError, or validate.Errors
-// for a resumeAt that is not in the future.
+// for a resumeAt that is not in the future or lies beyond the anchors'
+// horizon.
 func (st *Store) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID, resumeAt *time.Time, actor Actor) (Subscription, bool, error) {
 	now := st.clock.Now()
 	return st.transition(ctx, tx, id, Paused, EventPaused, actor, func(sub Subscription) error {
-		if resumeAt != nil && !resumeAt.After(now) {
+		switch {
+		case resumeAt == nil:
+		case !resumeAt.After(now):
 			return validate.Errors{{Field: "resume_at", Message: "must be in the future"}}
+		case resumeAt.After(now.AddDate(AnchorHorizonYears, 0, 0)):
+			return validate.Errors{{Field: "resume_at", Message: fmt.Sprintf("must be at most %d years ahead (now is %s)",
+				AnchorHorizonYears, now.Format(time.RFC3339))}}
 		}
 		return nil
 	}, `paused_at = $3, resume_at = $4`, now, resumeAt)

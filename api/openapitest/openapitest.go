@@ -16,7 +16,9 @@
 //     document (Location, Retry-After, Idempotent-Replayed, ...);
 //   - a documented response without content has no body;
 //   - problem+json bodies: `status` equals the HTTP status, and the
-//     problem type is listed, with that status, in the document's table.
+//     problem type is listed, with that status, in the document's table;
+//   - a HEAD is answered as its path's GET (a status the GET documents),
+//     with no body.
 //
 // Requests to paths the document does not have must be answered 404 or
 // 405 with a problem.
@@ -213,6 +215,10 @@ func (c *Checker) Check(req *http.Request, reqBody []byte, res *http.Response, r
 		return append(out, c.checkProblem(res, resBody)...)
 	}
 
+	if req.Method == http.MethodHead {
+		return c.checkHead(op, res, resBody)
+	}
+
 	req.Body = io.NopCloser(bytes.NewReader(reqBody))
 	if req.Header.Get("Content-Type") == "" && len(reqBody) > 0 {
 		// The document says a body is read as JSON whatever the header
@@ -255,6 +261,19 @@ func (c *Checker) Check(req *http.Request, reqBody []byte, res *http.Response, r
 		}
 	}
 	return append(out, c.checkProblem(res, resBody)...)
+}
+
+// checkHead checks the answer to a HEAD, which is the GET's (op) without
+// its body: a status the GET documents and no body at all.
+func (c *Checker) checkHead(op *v3.Operation, res *http.Response, resBody []byte) []string {
+	var out []string
+	if len(resBody) > 0 {
+		out = append(out, fmt.Sprintf("HEAD answered with a body of %d bytes", len(resBody)))
+	}
+	if responseFor(op, res.StatusCode) == nil && res.StatusCode != http.StatusNotFound && res.StatusCode != http.StatusMethodNotAllowed {
+		out = append(out, fmt.Sprintf("HEAD answered %d, which the GET does not document", res.StatusCode))
+	}
+	return out
 }
 
 // checkProblem checks a problem+json body against the problem table.

@@ -166,7 +166,16 @@ func checkGateways(ctx context.Context, cfg config.Config, log zerolog.Logger) e
 		return nil
 	}
 	if err := checkGatewayKinds(cfg.Gateways); err != nil {
-		return fmt.Errorf("%s: %w", gatewaysSource(cfg), err)
+		// One line per fault, each naming where the entry was written.
+		where := gatewaysSource(cfg)
+		if cfg.GatewaysFile != "" {
+			where += ": " + cfg.GatewaysFile
+		}
+		lines := strings.Split(err.Error(), "\n")
+		for i, l := range lines {
+			lines[i] = where + ": " + l
+		}
+		return errors.New(strings.Join(lines, "\n"))
 	}
 	var sims []config.Gateway
 	for _, g := range cfg.Gateways {

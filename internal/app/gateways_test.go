@@ -150,6 +150,9 @@ func TestServeRefusesABadGatewaysFile(t *testing.T) {
 	require.Contains(t, msg, `gateway "pp": kind: "paypal" is not one of sim`)
 	require.Contains(t, msg, `gateway "nourl": base_url: required for kind sim`)
 	require.Contains(t, msg, `gateway "keyed": credentials.api_key: kind sim takes no such credential (it takes none)`)
+	for _, line := range strings.Split(msg, "\n") {
+		require.True(t, strings.HasPrefix(line, "REBILL_GATEWAYS_FILE: "+path+": gateway "), "a line without the file: %q", line)
+	}
 	require.NotContains(t, stderr.String(), "rebill listening")
 }
 

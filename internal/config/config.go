@@ -304,7 +304,7 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		gateways, err := LoadGatewaysFile(c.GatewaysFile, getenv)
 		if err != nil {
-			return Config{}, fmt.Errorf("REBILL_GATEWAYS_FILE=%q: %w", c.GatewaysFile, err)
+			return Config{}, fmt.Errorf("REBILL_GATEWAYS_FILE: %w", err) // each line names the file
 		}
 		c.Gateways = gateways
 	}

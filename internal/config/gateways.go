@@ -73,25 +73,40 @@ const MaxCommissionBPS = 10_000
 // LoadGatewaysFile reads REBILL_GATEWAYS_FILE: a JSON or YAML list of
 // gateways (YAML is converted to JSON first, so both obey the same field
 // names and refuse the same unknown fields). Secrets come from the
-// environment variables that credentials name, through getenv. Every error
-// names the entry (by its name, or its position when it has none) and the
-// field at fault.
+// environment variables that credentials name, through getenv. The whole
+// file is checked: the error has a line per fault, each naming the file,
+// the entry (by its name, or its position when it has none) and the field.
 func LoadGatewaysFile(path string, getenv func(string) string) ([]Gateway, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read gateways file: %w", err)
 	}
-	return ParseGateways(raw, getenv)
+	gateways, err := ParseGateways(raw, getenv)
+	if err != nil {
+		return nil, inFile(path, err)
+	}
+	return gateways, nil
 }
 
-// ParseGateways is LoadGatewaysFile on the file's contents.
+// inFile prefixes each of err's lines (one per error) with the file's
+// path, so that every line of a long report says where it comes from.
+func inFile(path string, err error) error {
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = path + ": " + l
+	}
+	return errors.New(strings.Join(lines, "\n"))
+}
+
+// ParseGateways is LoadGatewaysFile on the file's contents. It checks the
+// whole file before it answers: the error has one line per fault, each
+// naming the entry and the field, so that one start reports them all.
 func ParseGateways(raw []byte, getenv func(string) string) ([]Gateway, error) {
 	data, err := yaml.YAMLToJSON(raw)
 	if err != nil {
 		return nil, fmt.Errorf("gateways file is neither JSON nor YAML: %w", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var entries []json.RawMessage
 	if err := dec.Decode(&entries); err != nil {
 		return nil, fmt.Errorf("gateways file: want a list of gateways: %w", err)
@@ -103,21 +118,22 @@ func ParseGateways(raw []byte, getenv func(string) string) ([]Gateway, error) {
 	seen := map[string]int{}
 	var errs []error
 	for i, raw := range entries {
-		g, err := parseEntry(raw, getenv)
+		g, entryErrs := parseEntry(raw, getenv)
 		where := fmt.Sprintf("gateway #%d", i+1)
 		if g.Name != "" {
 			where = fmt.Sprintf("gateway %q", g.Name)
 		}
-		if err != nil {
+		for _, err := range entryErrs {
 			errs = append(errs, fmt.Errorf("%s: %w", where, err))
-			continue
 		}
-		if first, dup := seen[g.Name]; dup {
+		if first, dup := seen[g.Name]; dup && g.Name != "" {
 			errs = append(errs, fmt.Errorf("%s: name: already used by gateway #%d", where, first+1))
-			continue
+		} else {
+			seen[g.Name] = i
 		}
-		seen[g.Name] = i
-		out = append(out, g)
+		if len(entryErrs) == 0 {
+			out = append(out, g)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -125,23 +141,42 @@ func ParseGateways(raw []byte, getenv func(string) string) ([]Gateway, error) {
 	return out, nil
 }
 
-// parseEntry decodes and checks one entry. The returned Gateway carries
-// the name even on error, so that the message can name the entry.
-func parseEntry(raw json.RawMessage, getenv func(string) string) (Gateway, error) {
-	var e gatewayEntry
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
-		// Name the entry if its name at least decodes.
-		var named struct {
-			Name string `json:"name"`
-		}
-		_ = json.Unmarshal(raw, &named)
-		return Gateway{Name: named.Name}, fieldError(err)
+// entryFields are the fields of an entry, as gatewayEntry names them.
+var entryFields = map[string]bool{"name": true, "kind": true, "base_url": true, "priority": true, "commission_bps": true,
+	"currencies": true, "hold_lifetime": true, "timeout": true, "credentials": true}
+
+// decodeEntry decodes an entry field by field, so that a field of the
+// wrong type or an unknown one is reported with the others rather than
+// ending the check of the entry.
+func decodeEntry(raw json.RawMessage) (gatewayEntry, []error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return gatewayEntry{}, []error{fmt.Errorf("want an object of fields: %w", err)}
 	}
+	var e gatewayEntry
+	var errs []error
+	targets := map[string]any{"name": &e.Name, "kind": &e.Kind, "base_url": &e.BaseURL, "priority": &e.Priority,
+		"commission_bps": &e.CommissionBPS, "currencies": &e.Currencies, "hold_lifetime": &e.HoldLifetime,
+		"timeout": &e.Timeout, "credentials": &e.Credentials}
+	for _, name := range sortedKeys(fields) {
+		if !entryFields[name] {
+			errs = append(errs, fmt.Errorf("%s: unknown field", name))
+			continue
+		}
+		if err := json.Unmarshal(fields[name], targets[name]); err != nil {
+			errs = append(errs, fieldError(name, err))
+		}
+	}
+	return e, errs
+}
+
+// parseEntry decodes and checks one entry, returning every fault found.
+// The returned Gateway carries the name even on error, so that the
+// messages can name the entry.
+func parseEntry(raw json.RawMessage, getenv func(string) string) (Gateway, []error) {
+	e, errs := decodeEntry(raw)
 	g := Gateway{Name: e.Name, Kind: e.Kind, BaseURL: e.BaseURL, CommissionBPS: e.CommissionBPS,
 		Currencies: e.Currencies, Credentials: e.Credentials}
-	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}
@@ -210,19 +245,20 @@ func parseEntry(raw json.RawMessage, getenv func(string) string) (Gateway, error
 			g.Secrets[name] = value
 		}
 	}
-	return g, errors.Join(errs...)
+	return g, errs
 }
 
-// fieldError turns encoding/json's messages into ones that name the field.
-func fieldError(err error) error {
+// fieldError turns encoding/json's message about field into one that
+// names it (and the key inside it, for a map or a list).
+func fieldError(field string, err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
-		return fmt.Errorf("%s: want %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value)
+		if typeErr.Field != "" {
+			field += "." + typeErr.Field
+		}
+		return fmt.Errorf("%s: want %s, got %s", field, typeErr.Type, typeErr.Value)
 	}
-	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return fmt.Errorf("%s: unknown field", strings.Trim(field, `"`))
-	}
-	return err
+	return fmt.Errorf("%s: %w", field, err)
 }
 
 // positiveDuration parses an optional Go duration ("96h", "10s"); empty is

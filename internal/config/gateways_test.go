@@ -3,6 +3,7 @@ package config_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,7 +137,7 @@ func TestGatewaysFileThroughLoad(t *testing.T) {
 
 	delete(env, "YOOKASSA_SECRET_KEY")
 	_, err = config.Load(gatewayEnv(env))
-	require.ErrorContains(t, err, `REBILL_GATEWAYS_FILE="`+path+`": gateway "yookassa": credentials.secret_key: environment variable YOOKASSA_SECRET_KEY is not set or empty`)
+	require.ErrorContains(t, err, `REBILL_GATEWAYS_FILE: `+path+`: gateway "yookassa": credentials.secret_key: environment variable YOOKASSA_SECRET_KEY is not set or empty`)
 
 	env["YOOKASSA_SECRET_KEY"] = "s"
 	env["REBILL_GATEWAYS"] = "sim1=http://127.0.0.1:1/sim1"
@@ -171,4 +172,52 @@ func TestDevGatewaysFollowAPIMD(t *testing.T) {
 		require.Equal(t, 7*24*time.Hour, devs[i].HoldLifetime)
 	}
 	require.Equal(t, "http://127.0.0.1:1/sim3", devs[2].BaseURL)
+}
+
+// One start reports every error of the whole file, each line naming the
+// file, the entry and the field: a wrong type or an unknown field does not
+// hide the entry's other errors.
+func TestGatewaysFileReportsEveryError(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "gateways.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+- name: gw1
+  kind: sim
+  timeout: 10
+  priorty: 1
+  currencies: [rub]
+  commission_bps: {"*": 1}
+- name: gw2
+  priority: 0
+  hold_lifetime: 4 days
+  commission_bps: {"*": 1}
+  currencies: [RUB]
+  credentials: {api_key: MISSING_VAR}
+- name: gw2
+  kind: sim
+  priority: 1
+  commission_bps: {"*": 1}
+  currencies: [RUB]
+`), 0o600))
+	_, err := config.LoadGatewaysFile(path, gatewayEnv(nil))
+	require.Error(t, err)
+	want := []string{
+		`gateway "gw1": timeout: want string`,
+		`gateway "gw1": priorty: unknown field`,
+		`gateway "gw1": priority: required`,
+		`gateway "gw1": currencies[0]: "rub" is not an ISO 4217 currency code`,
+		`gateway "gw2": kind: required`,
+		`gateway "gw2": priority: want an integer of at least 1, got 0`,
+		`gateway "gw2": hold_lifetime: want a positive duration`,
+		`gateway "gw2": credentials.api_key: environment variable MISSING_VAR is not set or empty`,
+		`gateway "gw2": name: already used by gateway #2`,
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for _, w := range want {
+		require.Contains(t, err.Error(), path+": "+w)
+	}
+	require.Len(t, lines, len(want), err.Error())
+	for _, line := range lines {
+		require.True(t, strings.HasPrefix(line, path+": gateway "), "line without the file and the entry: %q", line)
+	}
 }

@@ -11,7 +11,9 @@ import (
 )
 
 // HTTP requests, by chi route pattern (never the raw path, which would
-// explode cardinality with ids), method and status.
+// explode cardinality with ids), method and status. /metrics needs no key,
+// so every label value comes from a closed set (the API's methods, else
+// "other"): a value taken from a request would let anyone add series.
 var (
 	HTTPRequests = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rebill_http_requests_total",
