@@ -458,8 +458,8 @@ func (s *Server) publishDevBill(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case req.AccountRef == nil:
 		errs.Add("account_ref", "is required")
-	case kind == enrollments.Housing && (req.AccountRef.object || !enrollments.ValidELS(req.AccountRef.ref.ELS)):
-		errs.Add("account_ref", "must be the 10-character ELS")
+	case kind == enrollments.Housing && req.AccountRef.object:
+		errs.Add("account_ref", "must be the ELS, a string")
 	case kind == enrollments.Fines && !req.AccountRef.object:
 		errs.Add("account_ref", `must be an object with "sts" or "driver_license"`)
 	case kind == enrollments.Fines:
@@ -470,6 +470,10 @@ func (s *Server) publishDevBill(w http.ResponseWriter, r *http.Request) {
 		}
 	default:
 		ref = req.AccountRef.ref
+		var problem string
+		if ref.ELS, problem = enrollments.CanonicalELS(ref.ELS); problem != "" {
+			errs.Add("account_ref", "%s", problem)
+		}
 	}
 	var billErrs validate.Errors
 	if err := in.Validate(kind, s.now()); errors.As(err, &billErrs) {

@@ -62,7 +62,16 @@ func (a *Autopay) Push(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, i
 	if err != nil {
 		return enrollments.Bill{}, false, err
 	}
-	if err := in.Validate(e.Kind, a.Clock.Now()); err != nil {
+	// A bill already stored is answered from the store before the bill is
+	// validated: one accepted under an older rule (a UIN check digit
+	// computed differently) replays instead of turning into a 400.
+	_, err = a.Enrollments.GetBill(ctx, tx, e.ID, in.BillID)
+	switch {
+	case errors.Is(err, enrollments.ErrBillNotFound):
+		if err := in.Validate(e.Kind, a.Clock.Now()); err != nil {
+			return enrollments.Bill{}, false, err
+		}
+	case err != nil:
 		return enrollments.Bill{}, false, err
 	}
 	b, created, err := a.Enrollments.Push(ctx, tx, e, in, a.Rules)

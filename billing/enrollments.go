@@ -16,6 +16,7 @@ import (
 // validate.Errors, or ErrForbidden when a customer enrols another
 // customer.
 func (s *Service) CreateEnrollment(ctx context.Context, tx pgx.Tx, caller Caller, n enrollments.New) (enrollments.Enrollment, error) {
+	n = n.Canonical()
 	if err := n.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
 		return enrollments.Enrollment{}, err
 	}
