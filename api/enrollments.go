@@ -339,7 +339,17 @@ func (s *Server) pushBill(w http.ResponseWriter, r *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, objects.FromBill(b, s.now()))
+	writeJSON(w, status, billJSON(r, b, s.now()))
+}
+
+// billJSON is b as the caller sees it: a duplicate names the enrollment
+// that pays the bill only to staff, since it may be another customer's.
+func billJSON(r *http.Request, b enrollments.Bill, now time.Time) objects.Bill {
+	out := objects.FromBill(b, now)
+	if callerFrom(r).CustomerID == "" {
+		out.PaidByEnrollmentID = b.PaidByEnrollmentID
+	}
+	return out
 }
 
 // now is the service clock's time, for amount_due.
@@ -372,7 +382,7 @@ func (s *Server) listBills(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.now()
-	writeJSON(w, http.StatusOK, list(bills, pg.limit, func(b enrollments.Bill) objects.Bill { return objects.FromBill(b, now) },
+	writeJSON(w, http.StatusOK, list(bills, pg.limit, func(b enrollments.Bill) objects.Bill { return billJSON(r, b, now) },
 		func(b enrollments.Bill) string { return b.ID.String() }))
 }
 
@@ -395,7 +405,7 @@ func (s *Server) billChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, 
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, objects.FromBill(b, s.now()))
+		writeJSON(w, http.StatusOK, billJSON(r, b, s.now()))
 	}
 }
 

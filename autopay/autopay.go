@@ -24,6 +24,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -82,6 +84,13 @@ func (a *Autopay) Push(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, i
 	return b, true, err
 }
 
+// byIdentity orders bills by their identities: a transaction that claims
+// several claims them in this order, so that two cannot deadlock on the
+// identity index.
+func byIdentity(bills []enrollments.Bill) {
+	slices.SortStableFunc(bills, func(x, y enrollments.Bill) int { return strings.Compare(x.Identity, y.Identity) })
+}
+
 // ChargeIfDue creates the charge of a scheduled bill whose pay_at has come
 // and enqueues its authorize job, in tx (the enrollment's row locked by
 // the caller); other bills are returned unchanged.
@@ -95,7 +104,8 @@ func (a *Autopay) ChargeIfDue(ctx context.Context, tx pgx.Tx, e enrollments.Enro
 
 func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollment, b enrollments.Bill, now time.Time) (enrollments.Bill, error) {
 	n := charges.NewBillCharge{EnrollmentID: e.ID, CustomerID: e.CustomerID, BillID: b.BillID, Due: b.PayAt,
-		Amount: b.Amount, Currency: e.Currency, Gateway: e.PaymentMethod.Gateway, Token: e.PaymentMethod.Token}
+		Amount: b.Amount, Currency: e.Currency, Gateway: e.PaymentMethod.Gateway, Token: e.PaymentMethod.Token,
+		Identity: b.Identity}
 	if e.Kind == enrollments.Fines {
 		n.RegistryUIN = b.BillID // a fine is paid once posted to the state registry under its UIN
 	}
@@ -103,6 +113,12 @@ func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollmen
 		n.Amount, n.FullAmount, n.DiscountUntil = *b.DiscountedAmount, b.Amount, ends
 	}
 	c, created, err := charges.CreateForBill(ctx, tx, n, now)
+	var held *charges.IdentityHeldError
+	if errors.As(err, &held) {
+		// Another enrollment's copy of this bill is being paid: this one
+		// is not.
+		return a.Enrollments.Duplicate(ctx, tx, b, held.EnrollmentID)
+	}
 	if err != nil {
 		return enrollments.Bill{}, err
 	}

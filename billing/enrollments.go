@@ -12,9 +12,11 @@ import (
 	"github.com/rebill/rebill/velocity"
 )
 
-// CreateEnrollment validates n and creates the enrollment. Returns
-// validate.Errors, or ErrForbidden when a customer enrols another
-// customer.
+// CreateEnrollment validates n and creates the enrollment, its account
+// written canonically. Returns validate.Errors, ErrForbidden when a
+// customer enrols another customer, or a *enrollments.ExistsError when the
+// customer already has that enrollment (not cancelled): a second one would
+// only be a second way to pay the same bills.
 func (s *Service) CreateEnrollment(ctx context.Context, tx pgx.Tx, caller Caller, n enrollments.New) (enrollments.Enrollment, error) {
 	n = n.Canonical()
 	if err := n.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
@@ -22,6 +24,9 @@ func (s *Service) CreateEnrollment(ctx context.Context, tx pgx.Tx, caller Caller
 	}
 	if !caller.canSee(n.CustomerID) {
 		return enrollments.Enrollment{}, ErrForbidden
+	}
+	if err := s.Enrollments.Existing(ctx, tx, n); err != nil {
+		return enrollments.Enrollment{}, err
 	}
 	if err := s.limit(ctx, tx, caller, velocity.Creations); err != nil {
 		return enrollments.Enrollment{}, err
