@@ -339,7 +339,17 @@ func (s *Server) pushBill(w http.ResponseWriter, r *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, objects.FromBill(b, s.now()))
+	writeJSON(w, status, billJSON(r, b, s.now()))
+}
+
+// billJSON is b as the caller sees it: a duplicate names the enrollment
+// that pays the bill only to staff, since it may be another customer's.
+func billJSON(r *http.Request, b enrollments.Bill, now time.Time) objects.Bill {
+	out := objects.FromBill(b, now)
+	if callerFrom(r).CustomerID == "" {
+		out.PaidByEnrollmentID = b.PaidByEnrollmentID
+	}
+	return out
 }
 
 // now is the service clock's time, for amount_due.
@@ -372,7 +382,7 @@ func (s *Server) listBills(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.now()
-	writeJSON(w, http.StatusOK, list(bills, pg.limit, func(b enrollments.Bill) objects.Bill { return objects.FromBill(b, now) },
+	writeJSON(w, http.StatusOK, list(bills, pg.limit, func(b enrollments.Bill) objects.Bill { return billJSON(r, b, now) },
 		func(b enrollments.Bill) string { return b.ID.String() }))
 }
 
@@ -395,7 +405,7 @@ func (s *Server) billChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, 
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, objects.FromBill(b, s.now()))
+		writeJSON(w, http.StatusOK, billJSON(r, b, s.now()))
 	}
 }
 
@@ -458,8 +468,8 @@ func (s *Server) publishDevBill(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case req.AccountRef == nil:
 		errs.Add("account_ref", "is required")
-	case kind == enrollments.Housing && (req.AccountRef.object || !enrollments.ValidELS(req.AccountRef.ref.ELS)):
-		errs.Add("account_ref", "must be the 10-character ELS")
+	case kind == enrollments.Housing && req.AccountRef.object:
+		errs.Add("account_ref", "must be the ELS, a string")
 	case kind == enrollments.Fines && !req.AccountRef.object:
 		errs.Add("account_ref", `must be an object with "sts" or "driver_license"`)
 	case kind == enrollments.Fines:
@@ -470,6 +480,10 @@ func (s *Server) publishDevBill(w http.ResponseWriter, r *http.Request) {
 		}
 	default:
 		ref = req.AccountRef.ref
+		var problem string
+		if ref.ELS, problem = enrollments.CanonicalELS(ref.ELS); problem != "" {
+			errs.Add("account_ref", "%s", problem)
+		}
 	}
 	var billErrs validate.Errors
 	if err := in.Validate(kind, s.now()); errors.As(err, &billErrs) {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/rebill/rebill/autopay"
+	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
@@ -33,6 +34,9 @@ type Problem struct {
 	Status int                   `json:"status"`
 	Detail string                `json:"detail"`
 	Errors []validate.FieldError `json:"errors,omitempty"`
+	// EnrollmentID names the enrollment a request would have repeated
+	// (enrollment-exists).
+	EnrollmentID string `json:"enrollment_id,omitempty"`
 }
 
 func newProblem(status int, slug, title, detail string) Problem {
@@ -104,6 +108,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// enrollments' and bills' forbidden changes
 		enrollmentTransition *enrollments.TransitionError
 		velocityExceeded     *velocity.ExceededError
+		enrollmentExists     *enrollments.ExistsError
 	)
 	switch {
 	case errors.As(err, &fields):
@@ -134,6 +139,13 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, autopay.ErrRegistryNotConfigured):
 		writeProblem(w, newProblem(http.StatusConflict, "registry-not-configured", "Registry not configured",
 			"No state payment registry is configured, so fines cannot be paid: a fine is paid only once the registry accepted its payment. Nothing was created."))
+	case errors.As(err, &enrollmentExists):
+		idempotency.Unstored(r.Context())
+		p := newProblem(http.StatusConflict, "enrollment-exists", "Enrollment exists",
+			"The customer already has an enrollment of this kind for this account (the same ELS, or a shared STS or "+
+				"driving licence) that is not cancelled: enrollment_id names it. Change that one, or cancel it first.")
+		p.EnrollmentID = enrollmentExists.ID.String()
+		writeProblem(w, p)
 	case errors.Is(err, enrollments.ErrBillConflict):
 		writeProblem(w, newProblem(http.StatusConflict, "bill-conflict", "Bill conflict",
 			"A bill with this bill_id exists with a different amount or dates; the issuer must send a new bill_id."))

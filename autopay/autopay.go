@@ -24,6 +24,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -70,7 +72,16 @@ func (a *Autopay) Push(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, i
 	if err != nil {
 		return enrollments.Bill{}, false, err
 	}
-	if err := in.Validate(e.Kind, a.Clock.Now()); err != nil {
+	// A bill already stored is answered from the store before the bill is
+	// validated: one accepted under an older rule (a UIN check digit
+	// computed differently) replays instead of turning into a 400.
+	_, err = a.Enrollments.GetBill(ctx, tx, e.ID, in.BillID)
+	switch {
+	case errors.Is(err, enrollments.ErrBillNotFound):
+		if err := in.Validate(e.Kind, a.Clock.Now()); err != nil {
+			return enrollments.Bill{}, false, err
+		}
+	case err != nil:
 		return enrollments.Bill{}, false, err
 	}
 	b, created, err := a.Enrollments.Push(ctx, tx, e, in, a.Rules)
@@ -79,6 +90,13 @@ func (a *Autopay) Push(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, i
 	}
 	b, err = a.ChargeIfDue(ctx, tx, e, b)
 	return b, true, err
+}
+
+// byIdentity orders bills by their identities: a transaction that claims
+// several claims them in this order, so that two cannot deadlock on the
+// identity index.
+func byIdentity(bills []enrollments.Bill) {
+	slices.SortStableFunc(bills, func(x, y enrollments.Bill) int { return strings.Compare(x.Identity, y.Identity) })
 }
 
 // ChargeIfDue creates the charge of a scheduled bill whose pay_at has come
@@ -98,7 +116,8 @@ func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollmen
 	}
 	n := charges.NewBillCharge{EnrollmentID: e.ID, CustomerID: e.CustomerID, BillID: b.BillID, Due: b.PayAt,
 		Amount: b.Amount, Currency: e.Currency, Gateway: e.PaymentMethod.Gateway, Token: e.PaymentMethod.Token,
-		MaxAmount: e.MaxAmount, PayUntil: a.Rules.LastStart(b.ExpiresAt)}
+		MaxAmount: e.MaxAmount, PayUntil: a.Rules.LastStart(b.ExpiresAt),
+		Identity: b.Identity}
 	if b.ConfirmedAmount != nil {
 		n.ConfirmedAmount = *b.ConfirmedAmount
 	}
@@ -109,6 +128,12 @@ func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollmen
 		n.Amount, n.FullAmount, n.DiscountUntil = *b.DiscountedAmount, b.Amount, ends
 	}
 	c, created, err := charges.CreateForBill(ctx, tx, n, now)
+	var held *charges.IdentityHeldError
+	if errors.As(err, &held) {
+		// Another enrollment's copy of this bill is being paid: this one
+		// is not.
+		return a.Enrollments.Duplicate(ctx, tx, b, held.EnrollmentID)
+	}
 	if err != nil {
 		return enrollments.Bill{}, err
 	}

@@ -47,18 +47,56 @@ func (w *ScanWorker) Work(ctx context.Context, _ *river.Job[ScanArgs]) error {
 
 // ScanResult counts what one scan did.
 type ScanResult struct {
-	Charged int
-	Expired int
+	Released int
+	Charged  int
+	Expired  int
 }
 
-// Scan schedules the fines that awaited a registry once one is
-// configured, charges due bills and expires lapsed ones, in batches of
-// BatchSize, each its own transaction. Safe on several nodes at once: rows
-// are claimed with SKIP LOCKED and each charge is created under its bill's
-// unique key.
+// releaseIdentities lets go of the bill identities whose charges may
+// release them, each in its own transaction with the promotion of the
+// next copy (see enrollments.Store.ReleaseIdentity). Returns how many.
+func (a *Autopay) releaseIdentities(ctx context.Context, now time.Time, batch int) (int, error) {
+	done := 0
+	for {
+		due, err := a.Enrollments.Releasable(ctx, a.Pool, batch)
+		if err != nil {
+			return done, err
+		}
+		n := 0
+		for _, r := range due {
+			released := false
+			err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) (err error) {
+				_, released, err = a.Enrollments.ReleaseIdentity(ctx, tx, r, now)
+				return err
+			})
+			if err != nil {
+				return done, fmt.Errorf("release bill identity %s: %w", r.Identity, err)
+			}
+			if released {
+				n++
+			}
+		}
+		done += n
+		if len(due) < batch || n == 0 {
+			return done, nil
+		}
+	}
+}
+
+// Scan releases the identities of bills whose paying charge provably
+// moved no money (the next copy takes over), schedules the fines that
+// awaited a registry once one is configured, charges due bills and expires
+// lapsed ones, in batches of BatchSize, each its own transaction. Safe on
+// several nodes at once: rows are claimed with SKIP LOCKED or guarded, and
+// each charge is created under its bill's unique key and identity.
 func (a *Autopay) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 	var res ScanResult
 	batch := max(a.BatchSize, 1)
+	released, err := a.releaseIdentities(ctx, now, batch)
+	res.Released = released
+	if err != nil {
+		return res, err
+	}
 	for a.Registry {
 		n := 0
 		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) (err error) {
@@ -80,6 +118,7 @@ func (a *Autopay) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 				return err
 			}
 			n = len(bills)
+			byIdentity(bills)
 			for _, b := range bills {
 				if _, err := a.charge(ctx, tx, enrolled[b.EnrollmentID], b, now); err != nil {
 					return err

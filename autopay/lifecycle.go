@@ -41,6 +41,7 @@ func (a *Autopay) chargeDueOf(ctx context.Context, tx pgx.Tx, e enrollments.Enro
 	if err != nil {
 		return err
 	}
+	byIdentity(bills)
 	for _, b := range bills {
 		if _, err := a.ChargeIfDue(ctx, tx, e, b); err != nil {
 			return err

@@ -13,10 +13,13 @@ import (
 	"github.com/rebill/rebill/velocity"
 )
 
-// CreateEnrollment validates n and creates the enrollment. Returns
-// validate.Errors, or ErrForbidden when a customer enrols another
-// customer.
+// CreateEnrollment validates n and creates the enrollment, its account
+// written canonically. Returns validate.Errors, ErrForbidden when a
+// customer enrols another customer, or a *enrollments.ExistsError when the
+// customer already has that enrollment (not cancelled): a second one would
+// only be a second way to pay the same bills.
 func (s *Service) CreateEnrollment(ctx context.Context, tx pgx.Tx, caller Caller, n enrollments.New) (enrollments.Enrollment, error) {
+	n = n.Canonical()
 	if err := n.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
 		return enrollments.Enrollment{}, err
 	}
@@ -25,6 +28,9 @@ func (s *Service) CreateEnrollment(ctx context.Context, tx pgx.Tx, caller Caller
 	}
 	if n.Kind == enrollments.Fines && (s.Autopay == nil || !s.Autopay.Registry) {
 		return enrollments.Enrollment{}, autopay.ErrRegistryNotConfigured
+	}
+	if err := s.Enrollments.Existing(ctx, tx, n); err != nil {
+		return enrollments.Enrollment{}, err
 	}
 	if err := s.limit(ctx, tx, caller, velocity.Creations); err != nil {
 		return enrollments.Enrollment{}, err

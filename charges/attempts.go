@@ -124,9 +124,30 @@ func RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gateway, token st
 	if err := c.sameCardRetryAllowed(token, now); err != nil {
 		return Charge{}, err
 	}
-	return move(ctx, tx, c.ID, c.AttemptCount, []Status{RequiresReview, Failed}, Scheduled, now,
+	// A bill's charge that no longer holds its bill's identity (released,
+	// or the later of two copies) is never charged again: another copy
+	// pays the bill.
+	next, err := guardedUpdate(ctx, tx, c.ID, c.AttemptCount, []Status{RequiresReview, Failed}, Scheduled, "", now,
+		"(bill_identity IS NULL OR identity_held)",
 		newAttempt+`, gateway = $3, pm_token = $4, failure_code = NULL, first_declined_at = NULL, review_reason = NULL,
 			hold_released_at = NULL, void_requested = false`, now, now, gateway, token)
+	if errors.Is(err, ErrStale) {
+		if held, herr := identityHeld(ctx, tx, c.ID); herr == nil && !held {
+			return Charge{}, &TransitionError{From: c.Status, To: Scheduled}
+		}
+	}
+	return next, err
+}
+
+// identityHeld reports whether the charge may be charged as far as its
+// bill's identity goes: it has none, or it holds it.
+func identityHeld(ctx context.Context, db DBTX, id uuid.UUID) (bool, error) {
+	var held bool
+	err := db.QueryRow(ctx, `SELECT bill_identity IS NULL OR identity_held FROM charges WHERE id = $1`, id).Scan(&held)
+	if err != nil {
+		return false, fmt.Errorf("charge's bill identity: %w", err)
+	}
+	return held, nil
 }
 
 // markWaiting records, without changing the status, that the charge's

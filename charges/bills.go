@@ -70,12 +70,53 @@ type NewBillCharge struct {
 	ConfirmedAmount int64
 	// PayUntil is the bill's last moment to start an attempt.
 	PayUntil time.Time
+	// Identity, when set, is what the bill is paid for whichever
+	// enrollment carries it: the charge claims it on insert, and no other
+	// charge may hold it until it is released.
+	Identity string
 }
+
+// ErrIdentityHeld: another enrollment's charge holds the bill's identity
+// (see IdentityHeldError).
+var ErrIdentityHeld = errors.New("another charge holds the bill's identity")
+
+// IdentityHeldError names the charge, and its enrollment, that holds a
+// bill's identity.
+type IdentityHeldError struct {
+	ChargeID     uuid.UUID
+	EnrollmentID uuid.UUID
+}
+
+func (e *IdentityHeldError) Error() string {
+	return fmt.Sprintf("%s: charge %s of enrollment %s", ErrIdentityHeld, e.ChargeID, e.EnrollmentID)
+}
+
+// Unwrap makes errors.Is(err, ErrIdentityHeld) hold.
+func (e *IdentityHeldError) Unwrap() error { return ErrIdentityHeld }
 
 // CreateForBill creates the charge of a bill, or returns the one it has
 // (created false): one charge per enrollment and bill id, whoever asks.
+// A new charge claims n.Identity: when another charge holds it, nothing
+// is created and the error is a *IdentityHeldError. Two transactions
+// inserting one identity serialise on the unique index (the second waits
+// for the first to commit, then finds it); callers inserting several
+// insert them in identity order, so that two of them cannot deadlock.
 // The caller enqueues the authorize job of a new one in tx.
 func CreateForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Time) (Charge, bool, error) {
+	for range 3 {
+		c, created, err := createForBill(ctx, tx, n, now)
+		if !errors.Is(err, errIdentityReleased) {
+			return c, created, err
+		}
+	}
+	return Charge{}, false, fmt.Errorf("bill %s: its identity changed hands three times while being claimed", n.BillID)
+}
+
+// errIdentityReleased: the insert met an identity's holder that let go of
+// it before it could be named; the insert is tried again.
+var errIdentityReleased = errors.New("bill identity released meanwhile")
+
+func createForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Time) (Charge, bool, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return Charge{}, false, fmt.Errorf("new charge id: %w", err)
@@ -88,17 +129,37 @@ func CreateForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Tim
 	if n.RegistryUIN != "" {
 		uin = &n.RegistryUIN
 	}
+	var identity *string
+	if n.Identity != "" {
+		identity = &n.Identity
+	}
+	// No conflict target: a conflict on the bill's key or on its
+	// identity both insert nothing, and which one it was is looked up.
 	c, err := scan(tx.QueryRow(ctx, `INSERT INTO charges (id, enrollment_id, customer_id, period_key, period_start, amount,
 			currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, full_amount, discount_until,
-			registry_uin, max_amount, confirmed_amount, pay_until)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, ARRAY[$11::timestamptz], $12, $13, $14, $15, $16, $17)
-		ON CONFLICT (enrollment_id, period_key) WHERE enrollment_id IS NOT NULL DO NOTHING
+			registry_uin, max_amount, confirmed_amount, pay_until, bill_identity, identity_held)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, ARRAY[$11::timestamptz], $12, $13, $14, $15, $16, $17,
+			$18::text, $18::text IS NOT NULL)
+		ON CONFLICT DO NOTHING
 		RETURNING `+columns, id, n.EnrollmentID, n.CustomerID, n.BillID, n.Due, n.Amount, n.Currency, n.Gateway, n.Token,
-		string(Scheduled), now, full, n.DiscountUntil, uin, nonZero(n.MaxAmount), nonZero(n.ConfirmedAmount), payUntil(n.PayUntil)))
+		string(Scheduled), now, full, n.DiscountUntil, uin, nonZero(n.MaxAmount), nonZero(n.ConfirmedAmount), payUntil(n.PayUntil),
+		identity))
 	if errors.Is(err, ErrNotFound) {
 		existing, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM charges WHERE enrollment_id = $1 AND period_key = $2`,
 			n.EnrollmentID, n.BillID))
-		return existing, false, err
+		if !errors.Is(err, ErrNotFound) || identity == nil {
+			return existing, false, err
+		}
+		held := &IdentityHeldError{}
+		err = tx.QueryRow(ctx, `SELECT id, enrollment_id FROM charges WHERE bill_identity = $1 AND identity_held`, n.Identity).
+			Scan(&held.ChargeID, &held.EnrollmentID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Charge{}, false, errIdentityReleased
+		}
+		if err != nil {
+			return Charge{}, false, fmt.Errorf("holder of bill identity: %w", err)
+		}
+		return Charge{}, false, held
 	}
 	if err != nil {
 		return Charge{}, false, fmt.Errorf("insert bill charge: %w", err)

@@ -39,6 +39,12 @@ const (
 	BillWithdrawn BillStatus = "withdrawn"
 	// BillExpired: its last payable day passed unpaid. Final.
 	BillExpired BillStatus = "expired"
+	// BillDuplicate: a copy of a bill another enrollment pays (the same
+	// fine, or the same account's bill, enrolled twice): never charged
+	// here while that copy's charge holds the bill's identity. A copy
+	// that never had a charge is scheduled again when that charge is
+	// released; one whose own charge was released stays so for good.
+	BillDuplicate BillStatus = "duplicate"
 )
 
 // Bill events, published as bill.<type>.
@@ -50,7 +56,19 @@ const (
 	BillEventFailed               = "failed"
 	BillEventWithdrawn            = "withdrawn"
 	BillEventExpired              = "expired"
+	BillEventDuplicate            = "duplicate"
 )
+
+// Identity is what a bill is paid for, whichever enrollment carries it: a
+// fine is paid once per UIN across the service, a housing bill once per
+// account (its canonical ELS) and issuer's bill id. At most one charge
+// holds an identity at a time (charges' unique index on it).
+func Identity(kind Kind, ref AccountRef, billID string) string {
+	if kind == Fines {
+		return "uin:" + billID
+	}
+	return "els:" + ref.ELS + ":" + billID
+}
 
 // Bill is one amount owed by an enrollment's payer.
 type Bill struct {
@@ -76,6 +94,11 @@ type Bill struct {
 	PaidAt     *time.Time
 	ReceivedAt time.Time
 	UpdatedAt  time.Time
+	// Identity is the bill's identity (see Identity).
+	Identity string
+	// PaidByEnrollmentID is, for a duplicate, the enrollment whose copy
+	// is being paid (staff only: it may be another customer's).
+	PaidByEnrollmentID *uuid.UUID
 }
 
 // DiscountEnds is the end of the discount deadline's day, nil without a
@@ -117,7 +140,8 @@ func (b Bill) sameContent(in BillInput) bool {
 }
 
 const billColumns = `id, enrollment_id, customer_id, bill_id, amount, discounted_amount, discount_deadline, issued_at, due_date,
-	status, pay_at, expires_at, confirmed_at, charge_id, paid_at, received_at, updated_at, confirmed_amount, paid_amount`
+	status, pay_at, expires_at, confirmed_at, charge_id, paid_at, received_at, updated_at, confirmed_amount, paid_amount,
+	identity, paid_by_enrollment_id`
 
 func scanBill(row pgx.Row) (Bill, error) {
 	var b Bill
@@ -125,7 +149,7 @@ func scanBill(row pgx.Row) (Bill, error) {
 	var due time.Time
 	err := row.Scan(&b.ID, &b.EnrollmentID, &b.CustomerID, &b.BillID, &b.Amount, &b.DiscountedAmount, &deadline, &b.IssuedAt,
 		&due, &b.Status, &b.PayAt, &b.ExpiresAt, &b.ConfirmedAt, &b.ChargeID, &b.PaidAt, &b.ReceivedAt, &b.UpdatedAt,
-		&b.ConfirmedAmount, &b.PaidAmount)
+		&b.ConfirmedAmount, &b.PaidAmount, &b.Identity, &b.PaidByEnrollmentID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Bill{}, ErrBillNotFound
 	}
@@ -219,11 +243,11 @@ func (st *Store) Push(ctx context.Context, tx pgx.Tx, e Enrollment, in BillInput
 		return Bill{}, false, fmt.Errorf("new bill id: %w", err)
 	}
 	b, err := scanBill(tx.QueryRow(ctx, `INSERT INTO bills (id, enrollment_id, customer_id, bill_id, amount, discounted_amount,
-			discount_deadline, issued_at, due_date, status, pay_at, expires_at, received_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
+			discount_deadline, issued_at, due_date, status, pay_at, expires_at, received_at, updated_at, identity)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13, $14)
 		ON CONFLICT (enrollment_id, bill_id) DO NOTHING
 		RETURNING `+billColumns, id, e.ID, e.CustomerID, in.BillID, in.Amount, in.DiscountedAmount, dateOrNil(in.DiscountDeadline),
-		in.IssuedAt, in.DueDate.Time(), status, plan.PayAt, plan.ExpiresAt, now))
+		in.IssuedAt, in.DueDate.Time(), status, plan.PayAt, plan.ExpiresAt, now, Identity(e.Kind, e.AccountRef, in.BillID)))
 	if err != nil {
 		return Bill{}, false, fmt.Errorf("insert bill: %w", err)
 	}
@@ -454,7 +478,7 @@ func (st *Store) ChargeOutcome(ctx context.Context, tx pgx.Tx, chargeID uuid.UUI
 		return err
 	}
 	if paid {
-		_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying, BillFailed, BillExpired}, BillPaid, BillEventPaid,
+		_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying, BillFailed, BillExpired, BillDuplicate}, BillPaid, BillEventPaid,
 			`paid_at = $1, paid_amount = $2`, st.clock.Now(), paidAmount)
 	} else {
 		_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying}, BillFailed, BillEventFailed, "")

@@ -28,6 +28,9 @@
 //	failed -----------------(card change)-----> paying
 //	any but paid -----------(issuer annuls)---> withdrawn
 //	pending|awaiting_confirmation|awaiting_registry|scheduled|failed --(last payable day over)--> expired
+//	scheduled --------------(another copy's charge holds the bill's identity)--> duplicate
+//	scheduled|paying|failed --(its own charge released the identity)--> duplicate (for good)
+//	duplicate (never charged) --(the holder released the identity)--> scheduled | pending | awaiting_confirmation
 package enrollments
 
 import (

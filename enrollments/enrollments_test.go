@@ -19,9 +19,16 @@ func TestValidUIN(t *testing.T) {
 		want bool
 	}{
 		{"first pass", "18800000000000000008", true},
-		{"second pass (weights 3..12)", "18810000000000000014", true},
-		{"both passes give 10: check digit 0", "18800000000000001870", true},
+		{"real fine (first pass)", "18810142200817004923", true},
+		{"real fine (first pass)", "18810162210739014395", true},
+		{"second pass wraps its weights after 10", "36591361191407039425", true},
+		{"second pass wraps its weights after 10", "86249269386098547598", true},
+		{"second pass read as weights 3..12", "36591361191407039424", false},
+		{"second pass read as weights 3..12", "86249269386098547590", false},
+		{"second pass, no weight above 10 reached", "18810000000000000015", true},
+		{"both passes give 10: check digit 0", "18848688699474287920", true},
 		{"25 digits", "0001111111111111111111114", true},
+		{"25 digits, second pass", "1884657376611232301427167", true},
 		{"wrong check digit", "18800000000000000009", false},
 		{"19 digits", "1880000000000000000", false},
 		{"21 digits", "188000000000000000008", false},
@@ -32,11 +39,54 @@ func TestValidUIN(t *testing.T) {
 	}
 }
 
+// An ELS is two digits, two Cyrillic letters and six digits; Latin
+// letters drawn like Cyrillic ones and lower case are read as the
+// Cyrillic capital, any other Latin letter is refused saying why.
+func TestCanonicalELS(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in, want, problem string
+	}{
+		{"75ДА533315", "75ДА533315", ""},
+		{"75да533315", "75ДА533315", ""},
+		{"75KA533315", "75КА533315", "Latin K and A are their Cyrillic twins"},
+		{"75ka533315", "75КА533315", ""},
+		{"00XY000000", "00ХУ000000", ""},
+		{"01AB234567", "01АВ234567", ""},
+		{"01MH234567", "01МН234567", ""},
+		{"01OP234567", "01ОР234567", ""},
+		{"01CT234567", "01СТ234567", ""},
+		{"01EK234567", "01ЕК234567", ""},
+		{"75DA533315", "", "'D'"},
+		{"75ДZ533315", "", "'Z'"},
+		{"1234567890", "", "two digits, two Cyrillic letters, six digits"},
+		{"12345ABCDE", "", "two digits, two Cyrillic letters"},
+		{"75ДА53331", "", "10 characters"},
+		{"75ДА5333150", "", "10 characters"},
+		{"75ЁА533315", "", "two Cyrillic letters"},
+		{"7ДДА533315", "", "two digits"},
+		{"", "", "10 characters"},
+	} {
+		got, problem := enrollments.CanonicalELS(tc.in)
+		if tc.want != "" {
+			require.Empty(t, problem, tc.in)
+			require.Equal(t, tc.want, got, tc.in)
+			require.True(t, enrollments.ValidELS(got))
+			continue
+		}
+		require.Contains(t, problem, tc.problem, tc.in)
+		require.Empty(t, got, tc.in)
+	}
+
+	n := enrollments.New{Kind: enrollments.Housing, AccountRef: enrollments.AccountRef{ELS: "75да533315"}}
+	require.Equal(t, "75ДА533315", n.Canonical().AccountRef.ELS)
+}
+
 func TestAccountReferences(t *testing.T) {
 	t.Parallel()
-	require.True(t, enrollments.ValidELS("12345ABCDE"))
-	require.False(t, enrollments.ValidELS("12345abcde"), "capital letters only")
-	require.False(t, enrollments.ValidELS("12345АБВГД"), "Latin letters only")
+	require.True(t, enrollments.ValidELS("75ДА533315"), "as GIS ZhKKh issues it")
+	require.False(t, enrollments.ValidELS("75da533315"), "canonical only in capitals")
+	require.False(t, enrollments.ValidELS("12345ABCDE"))
 	require.False(t, enrollments.ValidELS("123456789"))
 
 	require.True(t, enrollments.ValidVehicleDocument("77УА123456"), "Cyrillic capitals")
@@ -61,7 +111,7 @@ func TestNewValidateNamesEveryField(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"customer_id", "account_ref.sts", "pay_day", "currency", "max_amount", "payment_method"}, names)
 
-	ok := enrollments.New{CustomerID: "c", Kind: enrollments.Housing, AccountRef: enrollments.AccountRef{ELS: "1234567890"},
+	ok := enrollments.New{CustomerID: "c", Kind: enrollments.Housing, AccountRef: enrollments.AccountRef{ELS: "75ДА533315"},
 		Currency: "RUB", MaxAmount: 1, PayDay: 28,
 		PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 1, ExpYear: 2030}}
 	require.NoError(t, ok.Validate(now, known))

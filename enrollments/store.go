@@ -168,8 +168,12 @@ func (st *Store) List(ctx context.Context, db DBTX, p ListParams) ([]Enrollment,
 }
 
 // ByAccount returns the enrollments of kind that a bill source's account
-// matches (any of the given identifiers), cancelled ones included.
+// matches (any of the given identifiers), cancelled ones included. An ELS
+// is matched in its canonical spelling.
 func (st *Store) ByAccount(ctx context.Context, db DBTX, kind Kind, ref AccountRef) ([]Enrollment, error) {
+	if c, problem := CanonicalELS(ref.ELS); problem == "" {
+		ref.ELS = c
+	}
 	return collect(db.Query(ctx, `SELECT `+columns+` FROM enrollments
 		WHERE kind = $1 AND (els = $2 OR sts = $3 OR driver_license = $4) ORDER BY id`,
 		kind, nullable(ref.ELS), nullable(ref.STS), nullable(ref.DriverLicense)))

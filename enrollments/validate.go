@@ -2,7 +2,9 @@ package enrollments
 
 import (
 	"errors"
+	"fmt"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/rebill/rebill/internal/validate"
@@ -36,6 +38,16 @@ type New struct {
 	Metadata      map[string]string
 }
 
+// Canonical is n with its account written as the bill sources write it
+// (a housing ELS in Cyrillic capitals, see CanonicalELS); an ELS that is
+// none is left as it is, for Validate to refuse.
+func (n New) Canonical() New {
+	if c, problem := CanonicalELS(n.AccountRef.ELS); problem == "" {
+		n.AccountRef.ELS = c
+	}
+	return n
+}
+
 // Validate checks an enrollment to create at now, naming every field at
 // fault. knownGateway tells whether a payment method may name a gateway.
 // Returns nil or validate.Errors.
@@ -46,8 +58,8 @@ func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 	}
 	switch n.Kind {
 	case Housing:
-		if !ValidELS(n.AccountRef.ELS) {
-			errs.Add("account_ref", "must be the 10-character single personal account number (ELS): digits and capital Latin letters")
+		if _, problem := CanonicalELS(n.AccountRef.ELS); problem != "" {
+			errs.Add("account_ref", "%s", problem)
 		}
 		if n.PayDay != 0 && (n.PayDay < 1 || n.PayDay > 28) {
 			errs.Add("pay_day", "must be 1..28")
@@ -99,19 +111,62 @@ func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 	return errs.Err()
 }
 
-// ValidELS reports whether s is a single personal account number of GIS
-// ZhKKh: 10 characters, digits and capital Latin letters.
-func ValidELS(s string) bool {
-	if len(s) != refLength {
-		return false
+// ExampleELS is an ELS as GIS ZhKKh prints it.
+const ExampleELS = "75ДА533315"
+
+// latinTwins are the Latin capitals drawn exactly like a Cyrillic one: an
+// ELS typed on a Latin keyboard carries them, and they mean the Cyrillic
+// letter.
+var latinTwins = map[rune]rune{'A': 'А', 'B': 'В', 'E': 'Е', 'K': 'К', 'M': 'М', 'H': 'Н', 'O': 'О', 'P': 'Р', 'C': 'С',
+	'T': 'Т', 'X': 'Х', 'Y': 'У'}
+
+// CanonicalELS returns the single personal account number (ELS) of GIS
+// ZhKKh that s writes, as GIS ZhKKh writes it, or problem saying why s is
+// none. An ELS is 10 characters: two digits, two Cyrillic capital letters,
+// six digits (GIS ZhKKh's coding of identifiers, "ЦЦББЦЦЦЦЦЦ", e.g.
+// 75ДА533315, the ELS inside its housing-service identifier
+// 75ДА533315-01; open-condo's billing validates the same shape with
+// /^\d{2}[А-Я]{2}\d{6}$/i). Letters of either case are read as capitals,
+// and a Latin capital drawn exactly like a Cyrillic one (A B E K M H O P C
+// T X Y) is read as that Cyrillic letter: the same account always has one
+// spelling, so that it cannot be enrolled twice under two. Ё is not taken:
+// the issuer's alphabet for the two letters is А..Я.
+func CanonicalELS(s string) (canonical string, problem string) {
+	const shape = "must be the single personal account number (ELS) of GIS ZhKKh: 10 characters, two digits, " +
+		"two Cyrillic letters, six digits, e.g. " + ExampleELS
+	if !utf8.ValidString(s) || utf8.RuneCountInString(s) != refLength {
+		return "", shape
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9') && !('A' <= c && c <= 'Z') {
-			return false
+	out := make([]rune, 0, refLength)
+	for i, r := range []rune(s) {
+		letter := i == 2 || i == 3
+		switch {
+		case !letter && '0' <= r && r <= '9':
+		case !letter:
+			return "", shape
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z':
+			twin, ok := latinTwins[unicode.ToUpper(r)]
+			if !ok {
+				return "", fmt.Sprintf("has the Latin letter %q, which no Cyrillic letter looks like: the letters of an ELS "+
+					"are Cyrillic (e.g. %s); the Latin A B E K M H O P C T X Y are read as their Cyrillic twins", r, ExampleELS)
+			}
+			r = twin
+		case 'а' <= r && r <= 'я':
+			r = unicode.ToUpper(r)
+		case 'А' <= r && r <= 'Я':
+		default:
+			return "", shape
 		}
+		out = append(out, r)
 	}
-	return true
+	return string(out), ""
+}
+
+// ValidELS reports whether s is an ELS as GIS ZhKKh writes it (see
+// CanonicalELS).
+func ValidELS(s string) bool {
+	c, problem := CanonicalELS(s)
+	return problem == "" && c == s
 }
 
 // ValidVehicleDocument reports whether s may be an STS or a driving
@@ -132,10 +187,7 @@ func ValidVehicleDocument(s string) bool {
 }
 
 // ValidUIN reports whether s is a payment identifier (UIN) of GIS GMP: 20
-// or 25 digits whose last is the check digit. The check digit is the sum
-// of the other digits weighted 1..10 repeating, modulo 11; a remainder of
-// 10 is computed again with weights 3..12 repeating, and 10 once more
-// gives 0.
+// or 25 digits whose last is the check digit (see UINCheckDigit).
 func ValidUIN(s string) bool {
 	if len(s) != 20 && len(s) != 25 {
 		return false
@@ -149,24 +201,52 @@ func ValidUIN(s string) bool {
 }
 
 // UINCheckDigit computes the check digit of the digits of a UIN before
-// its last (see ValidUIN).
+// its last. The Treasury's rules for the UIN (the order of the Federal
+// Treasury on the GIS GMP, its annex on the structure of the accrual
+// identifier) compute it by the control-number methodology of the
+// all-Russian classifiers (PR 50.1.024-2005, annex V, the one OKPO uses):
+// the digits are weighted with the natural series 1..10, repeated; the
+// weighted sum modulo 11 is the digit; a remainder of 10 is computed again
+// with "the second series of weights, shifted two places to the left (3,
+// 4, 5, ...)" — that same 1..10 series started at its third weight, so 3,
+// 4, ..., 10, 1, 2, 3, ... (OKPO's nine-digit body is weighted 3..10, 1 in
+// the second pass), not 3..12; 10 once more gives 0.
 func UINCheckDigit(body string) int {
-	sum := func(start int) int {
+	sum := func(shift int) int {
 		total := 0
 		for i := 0; i < len(body); i++ {
-			weight := start + i%10
+			weight := (i+shift)%10 + 1
 			total += int(body[i]-'0') * weight
 		}
 		return total % 11
 	}
-	r := sum(1)
+	r := sum(0)
 	if r == 10 {
-		r = sum(3)
+		r = sum(2)
 	}
 	if r == 10 {
 		r = 0
 	}
 	return r
+}
+
+// maxIssuerID bounds a housing bill's id, in characters.
+const maxIssuerID = 64
+
+// validIssuerID reports whether s may be a housing bill's id: opaque to
+// rebill, the issuer's own (letters of any script among them), so only
+// printable and short; control characters would corrupt logs and
+// paths.
+func validIssuerID(s string) bool {
+	if s == "" || !utf8.ValidString(s) || utf8.RuneCountInString(s) > maxIssuerID {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // BillInput is a bill as an issuer (or the API) sends it.
@@ -186,8 +266,8 @@ func (b BillInput) Validate(kind Kind, now time.Time) error {
 	switch {
 	case kind == Fines && !ValidUIN(b.BillID):
 		errs.Add("bill_id", "must be the fine's payment identifier (UIN): 20 or 25 digits with a valid check digit")
-	case kind != Fines && (b.BillID == "" || len(b.BillID) > 64 || !validate.PrintableASCII(b.BillID)):
-		errs.Add("bill_id", "must be 1..64 printable ASCII characters")
+	case kind != Fines && !validIssuerID(b.BillID):
+		errs.Add("bill_id", "must be 1..%d printable characters (no control characters)", maxIssuerID)
 	case b.BillID == "." || b.BillID == "..":
 		// A path segment of "." or ".." is removed by proxies and clients
 		// (RFC 3986 §5.2.4), so the bill could never be confirmed or withdrawn.

@@ -54,6 +54,7 @@ var Types = []string{
 	"enrollment.created", "enrollment.paused", "enrollment.resumed", "enrollment.cancelled",
 	"enrollment.payment_method_updated",
 	"bill.received", "bill.awaiting_confirmation", "bill.awaiting_registry", "bill.paid", "bill.failed", "bill.withdrawn", "bill.expired",
+	"bill.duplicate",
 }
 
 // KnownType reports whether t is one of Types.

@@ -27,6 +27,9 @@ type execution struct {
 	replayBody []byte
 	// afterCommit runs once tx has committed.
 	afterCommit []func(context.Context)
+	// unstored: the response is a refusal that depends on state another
+	// request may change; it is neither stored nor replayed.
+	unstored bool
 }
 
 type executionKey struct{}
@@ -56,6 +59,19 @@ func Tx(ctx context.Context) (pgx.Tx, bool) {
 func ReplayBody(ctx context.Context, body []byte) {
 	if e, ok := executionFrom(ctx); ok {
 		e.replayBody = body
+	}
+}
+
+// Unstored makes the current response a refusal that is not kept under
+// the key: the request's transaction is rolled back and the key released,
+// so that a retry with the same key is executed afresh. A conflict with
+// the current state of another object (an enrollment that already
+// exists, and may be cancelled before the retry) is such a refusal: a
+// replay would repeat a state that may no longer hold. Outside the
+// middleware nothing is stored, and Unstored does nothing.
+func Unstored(ctx context.Context) {
+	if e, ok := executionFrom(ctx); ok {
+		e.unstored = true
 	}
 }
 
@@ -178,7 +194,7 @@ func execute(r *http.Request, next http.Handler, store *Store, tx pgx.Tx, client
 	}()
 	next.ServeHTTP(rec, r)
 
-	if !stored(rec.status) {
+	if !stored(rec.status) || exec.unstored {
 		_ = tx.Rollback(ctx)
 		finished = true
 		if err := store.Release(context.WithoutCancel(ctx), client, key); err != nil {

@@ -91,7 +91,7 @@ func TestCrashMidChargingPaysEachBillOnce(t *testing.T) {
 	var fineEnrollments []string
 	for e := 0; e < enrolled; e++ {
 		body := map[string]any{
-			"customer_id": fmt.Sprintf("cust-bills-%02d", e), "kind": "housing", "account_ref": fmt.Sprintf("%010d", e),
+			"customer_id": fmt.Sprintf("cust-bills-%02d", e), "kind": "housing", "account_ref": fmt.Sprintf("75ДА%06d", e),
 			"currency": "RUB", "max_amount": 1000000, "pay_day": payDay,
 			"payment_method": map[string]any{"gateway": "sim1", "token": "tok_ok", "exp_month": 12, "exp_year": 2035},
 		}

@@ -82,7 +82,7 @@ func TestFineIsPostedToTheRegistryOnceBeforeItsCapture(t *testing.T) {
 	require.EqualValues(t, 50000, posted[0].Amount)
 	require.True(t, posted[0].At.Before(b.captureAt(t, "sim1", enr+":"+id)), "posted before the capture")
 
-	housing := b.createHousingEnrollment(t, "D234567890", 0, 1000000)
+	housing := b.createHousingEnrollment(t, "75ДГ000004", 0, 1000000)
 	b.call(t, http.MethodPost, "/v1/enrollments/"+housing+"/bills", map[string]any{
 		"bill_id": "H-1", "amount": 1000, "issued_at": start.Format(time.RFC3339), "due_date": "2027-03-25"})
 	b.waitBill(t, housing, "H-1", "paid")

@@ -133,7 +133,7 @@ func TestHousingBillPaidOnItsPayDay(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
 	start := b.autopayStart(t)
-	enr := b.createHousingEnrollment(t, "1234567890", 10, 1000000)
+	enr := b.createHousingEnrollment(t, "75ДА533315", 10, 1000000)
 	body := map[string]any{"bill_id": "ZHKU-2027-02", "amount": 734500, "issued_at": start.Format(time.RFC3339),
 		"due_date": "2027-03-25"}
 	status, pushed := b.callStatus(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", body)
@@ -161,7 +161,7 @@ func TestHousingPayDayTooCloseToTheDueDatePaysAtTheLatestMoment(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
 	start := b.autopayStart(t)
-	enr := b.createHousingEnrollment(t, "A234567890", 12, 1000000)
+	enr := b.createHousingEnrollment(t, "75ДА000001", 12, 1000000)
 	_, pushed := b.callStatus(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", map[string]any{
 		"bill_id": "ZHKU-1", "amount": 1000, "issued_at": start.Format(time.RFC3339), "due_date": "2027-03-15"})
 	require.Equal(t, "2027-03-08T21:00:00Z", pushed["pay_at"], "00:00 on 9 March in Moscow: 15 March's end less 7 days")
@@ -197,7 +197,7 @@ func TestWithdrawnBillIsNeverCharged(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
 	start := b.autopayStart(t)
-	enr := b.createHousingEnrollment(t, "B234567890", 5, 1000000)
+	enr := b.createHousingEnrollment(t, "75ДБ000002", 5, 1000000)
 	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", map[string]any{
 		"bill_id": "W-1", "amount": 5000, "issued_at": start.Format(time.RFC3339), "due_date": "2027-04-15"})
 	withdrawn := b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills/W-1/withdraw", nil)
@@ -275,7 +275,7 @@ func TestBillIDWithOtherContentIsAConflict(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
 	start := b.autopayStart(t)
-	enr := b.createHousingEnrollment(t, "C234567890", 20, 1000000)
+	enr := b.createHousingEnrollment(t, "75ДВ000003", 20, 1000000)
 	body := map[string]any{"bill_id": "X-1", "amount": 5000, "issued_at": start.Format(time.RFC3339), "due_date": "2027-04-15"}
 	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", body)
 	body["amount"] = 6000
@@ -363,16 +363,16 @@ func TestBadEnrollmentsAndBillsAreRefused(t *testing.T) {
 		body  map[string]any
 		field string
 	}{
-		"short ELS":        {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "12345", "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
-		"Cyrillic ELS":     {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "12345678УА", "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
-		"lower-case STS":   {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": map[string]any{"sts": "77уа123456"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref.sts"},
-		"short licence":    {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": map[string]any{"driver_license": "77123"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref.driver_license"},
-		"fines by ELS":     {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": "1234567890", "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
-		"housing by STS":   {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": map[string]any{"sts": "77УА123456"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
-		"USD":              {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "1234567890", "currency": "USD", "max_amount": 1, "payment_method": pm}, "currency"},
-		"zero max_amount":  {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "1234567890", "currency": "RUB", "max_amount": 0, "payment_method": pm}, "max_amount"},
-		"pay_day 29":       {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "1234567890", "currency": "RUB", "max_amount": 1, "pay_day": 29, "payment_method": pm}, "pay_day"},
-		"pay_day on fines": {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": map[string]any{"sts": "77УА123456"}, "currency": "RUB", "max_amount": 1, "pay_day": 5, "payment_method": pm}, "pay_day"},
+		"short ELS":         {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "12345", "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
+		"letters misplaced": {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "12345678УА", "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
+		"lower-case STS":    {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": map[string]any{"sts": "77уа123456"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref.sts"},
+		"short licence":     {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": map[string]any{"driver_license": "77123"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref.driver_license"},
+		"fines by ELS":      {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": "1234567890", "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
+		"housing by STS":    {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": map[string]any{"sts": "77УА123456"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
+		"USD":               {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "75ДА533315", "currency": "USD", "max_amount": 1, "payment_method": pm}, "currency"},
+		"zero max_amount":   {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "75ДА533315", "currency": "RUB", "max_amount": 0, "payment_method": pm}, "max_amount"},
+		"pay_day 29":        {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "75ДА533315", "currency": "RUB", "max_amount": 1, "pay_day": 29, "payment_method": pm}, "pay_day"},
+		"pay_day on fines":  {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": map[string]any{"sts": "77УА123456"}, "currency": "RUB", "max_amount": 1, "pay_day": 5, "payment_method": pm}, "pay_day"},
 	} {
 		status, out := b.callStatus(t, http.MethodPost, "/v1/enrollments", tc.body)
 		require.Equal(t, http.StatusBadRequest, status, name)
@@ -455,7 +455,7 @@ func TestCustomerKeysReachOnlyTheirOwnEnrollments(t *testing.T) {
 	id := enr["id"].(string)
 
 	status, _ = b.callAs(t, alice, http.MethodPost, "/v1/enrollments", map[string]any{
-		"customer_id": "cust-mallory", "kind": "housing", "account_ref": "1234567890", "currency": "RUB", "max_amount": 1,
+		"customer_id": "cust-mallory", "kind": "housing", "account_ref": "75ДА533315", "currency": "RUB", "max_amount": 1,
 		"payment_method": pm})
 	require.Equal(t, http.StatusForbidden, status, "enrolling another customer")
 	status, _ = b.callAs(t, alice, http.MethodGet, "/v1/enrollments?customer_id=cust-mallory", nil)

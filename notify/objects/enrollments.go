@@ -74,6 +74,9 @@ type Bill struct {
 	ConfirmedAmount  *int64     `json:"confirmed_amount"`
 	ReceivedAt       time.Time  `json:"received_at"`
 	UpdatedAt        time.Time  `json:"updated_at"`
+	// PaidByEnrollmentID: on a duplicate, the enrollment whose copy is
+	// paid; set for staff only (FromBill leaves it out).
+	PaidByEnrollmentID *uuid.UUID `json:"paid_by_enrollment_id,omitempty"`
 }
 
 // FromBill is b as read at now: amount_due is what a capture at now (or
