@@ -42,7 +42,7 @@ type New struct {
 func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 	var errs validate.Errors
 	if !subscriptions.ValidCustomerID(n.CustomerID) {
-		errs.Add("customer_id", "must be 1..%d printable ASCII characters", subscriptions.MaxCustomerID)
+		errs.Add("customer_id", "must be 1..%d printable ASCII characters, not only spaces", subscriptions.MaxCustomerID)
 	}
 	switch n.Kind {
 	case Housing:
@@ -186,8 +186,8 @@ func (b BillInput) Validate(kind Kind, now time.Time) error {
 	switch {
 	case kind == Fines && !ValidUIN(b.BillID):
 		errs.Add("bill_id", "must be the fine's payment identifier (UIN): 20 or 25 digits with a valid check digit")
-	case kind != Fines && (b.BillID == "" || len(b.BillID) > 64 || !validate.PrintableASCII(b.BillID)):
-		errs.Add("bill_id", "must be 1..64 printable ASCII characters")
+	case kind != Fines && (b.BillID == "" || len(b.BillID) > 64 || !validate.PrintableASCII(b.BillID) || !validate.HasVisible(b.BillID)):
+		errs.Add("bill_id", "must be 1..64 printable ASCII characters, not only spaces")
 	}
 	if b.Amount <= 0 || b.Amount > maxAmount {
 		errs.Add("amount", "must be an integer number of kopecks between 1 and %d", int64(maxAmount))
