@@ -164,7 +164,7 @@ func (s *Server) routes() *chi.Mux {
 	}
 
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate, idem)
+		r.Use(s.authenticate, refuseCardNumbers, idem)
 
 		r.With(requireRole(apikeys.Admin)).Post("/v1/api-keys", s.createAPIKey)
 
