@@ -129,6 +129,7 @@ func (c *chain) add(s span) {
 // scanCards looks for a candidate in t, which normalizeDigits produced.
 func scanCards(t string) bool {
 	var c chain
+	var memo tokenMemo
 	prev := span{-1, -1}
 	for i := 0; i < len(t); {
 		if !isDigit(t[i]) {
@@ -140,7 +141,7 @@ func scanCards(t string) bool {
 			i++
 		}
 		run.end = i
-		if unbrokenCandidate(t, run) {
+		if unbrokenCandidate(t, run, &memo) {
 			return true
 		}
 		gap := ""
@@ -213,8 +214,15 @@ func groupedCard(t string, groups []span) bool {
 	return luhn(digits) && issued(string(digits))
 }
 
+// tokenMemo keeps the last token knownIdentifier judged, so that the runs
+// of one long token are not each measured against all of it.
+type tokenMemo struct {
+	start, end int
+	known      bool
+}
+
 // unbrokenCandidate judges one run of digits on its own.
-func unbrokenCandidate(t string, run span) bool {
+func unbrokenCandidate(t string, run span, memo *tokenMemo) bool {
 	n := run.len()
 	if n < 13 || n > 19 {
 		return false
@@ -225,8 +233,16 @@ func unbrokenCandidate(t string, run span) bool {
 		return false
 	case before == '.' && isDigit(at(t, run.start-2)), after == '.' && isDigit(at(t, run.end+1)):
 		return false
-	case knownIdentifier(t, run):
-		return false
+	case memo.start <= run.start && run.end <= memo.end:
+		if memo.known {
+			return false
+		}
+	default:
+		start, end, known := identifierToken(t, run)
+		*memo = tokenMemo{start: start, end: end, known: known}
+		if known {
+			return false
+		}
 	}
 	digits := t[run.start:run.end]
 	return luhn([]byte(digits)) && issued(digits)
@@ -236,9 +252,16 @@ func unbrokenCandidate(t string, run span) bool {
 // a token that has a known identifier shape: hex only (a digest, a trace
 // id) or a ULID. A run not glued to letters is no part of an identifier.
 func knownIdentifier(t string, run span) bool {
-	start, end := run.start, run.end
+	_, _, known := identifierToken(t, run)
+	return known
+}
+
+// identifierToken is knownIdentifier with the token's bounds (the run's
+// own when it is not glued to letters).
+func identifierToken(t string, run span) (start, end int, known bool) {
+	start, end = run.start, run.end
 	if !isLetter(at(t, start-1)) && !isLetter(at(t, end)) {
-		return false
+		return start, end, false
 	}
 	for start > 0 && isAlnum(t[start-1]) {
 		start--
@@ -247,7 +270,7 @@ func knownIdentifier(t string, run span) bool {
 		end++
 	}
 	token := t[start:end]
-	return hexOnly(token) || isULID(token)
+	return start, end, hexOnly(token) || isULID(token)
 }
 
 func hexOnly(s string) bool {

@@ -95,3 +95,13 @@ func BenchmarkCreateValidation(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLooksLikeCardNumberWorstCase: a body-sized token of glued runs
+// stays linear.
+func BenchmarkLooksLikeCardNumberWorstCase(b *testing.B) {
+	s := strings.Repeat("a4242424242424241", MaxBodyBytes/17)
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		LooksLikeCardNumber(s)
+	}
+}

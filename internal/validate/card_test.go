@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -197,4 +198,23 @@ func TestDecimalDigitRanges(t *testing.T) {
 		check(r.Lo, r.Hi, r.Stride)
 	}
 	require.Equal(t, "4242", normalizeDigits("٤٢𝟒२"))
+}
+
+// FuzzLooksLikeCardNumber: the filter never panics, and a zero-width
+// character inserted anywhere (between two characters) changes nothing.
+func FuzzLooksLikeCardNumber(f *testing.F) {
+	for _, s := range []string{"4242 4242 4242 4242", "card4242424242424242", "order 20261201-000123-45",
+		"550e8400-e29b-41d4-a716-446655440000", "４２４２", "+4915112345678"} {
+		f.Add(s, uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, s string, at uint8) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		want := LooksLikeCardNumber(s)
+		runes := []rune(s)
+		i := int(at) % (len(runes) + 1)
+		with := string(runes[:i]) + "\u200b" + string(runes[i:])
+		require.Equal(t, want, LooksLikeCardNumber(with), "%q vs %q", s, with)
+	})
 }
