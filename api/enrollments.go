@@ -226,7 +226,7 @@ func (s *Server) listEnrollments(w http.ResponseWriter, r *http.Request) {
 	}
 	p := enrollments.ListParams{CustomerID: r.URL.Query().Get("customer_id"), Before: before, Limit: pg.limit + 1}
 	if !subscriptions.ValidCustomerID(p.CustomerID) && p.CustomerID != "" {
-		s.fail(w, r, validate.Errors{{Field: "customer_id", Message: "must be 1..255 printable ASCII characters"}})
+		s.fail(w, r, validate.Errors{{Field: "customer_id", Message: "must be 1..255 printable ASCII characters, not only spaces"}})
 		return
 	}
 	es, err := s.Autopay.ListEnrollments(r.Context(), callerFrom(r), p)

@@ -116,10 +116,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &decodeErr):
 		writeProblem(w, validationProblem(decodeErr.Errors...))
 	case errors.As(err, &card):
-		p := newProblem(http.StatusBadRequest, "card-number-refused", "Card number refused",
-			"A field contains what looks like a card number. rebill accepts only payment tokens from a gateway.")
-		p.Errors = []validate.FieldError{{Field: card.field, Message: "looks like a card number"}}
-		writeProblem(w, p)
+		writeProblem(w, cardNumberProblem(card.field))
 	case errors.Is(err, validate.ErrBodyTooLarge):
 		writeProblem(w, problemBodyTooLarge)
 	case errors.Is(err, errUnknownID), errors.Is(err, subscriptions.ErrNotFound), errors.Is(err, charges.ErrNotFound),
@@ -167,6 +164,15 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.Logger.Error().Err(err).Str("request_id", requestID(r)).Msg("request failed")
 		writeProblem(w, problemInternal)
 	}
+}
+
+// cardNumberProblem names the field that holds what looks like a card
+// number, never the number.
+func cardNumberProblem(field string) Problem {
+	p := newProblem(http.StatusBadRequest, "card-number-refused", "Card number refused",
+		"A field contains what looks like a card number. rebill accepts only payment tokens from a gateway.")
+	p.Errors = []validate.FieldError{{Field: field, Message: "looks like a card number"}}
+	return p
 }
 
 // databaseUnavailable reports whether err says the database could not be

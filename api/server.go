@@ -162,7 +162,7 @@ func (s *Server) routes() *chi.Mux {
 	}
 
 	r.Group(func(r chi.Router) {
-		r.Use(unescapePathParams, s.authenticate, s.singleQueryValues, idem)
+		r.Use(unescapePathParams, s.authenticate, s.singleQueryValues, refuseCardNumbers, idem)
 
 		r.With(requireRole(apikeys.Admin)).Post("/v1/api-keys", s.createAPIKey)
 

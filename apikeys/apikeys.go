@@ -129,7 +129,7 @@ func Validate(role, customerID string) (Role, error) {
 	}
 	switch {
 	case r == Customer && !subscriptions.ValidCustomerID(customerID):
-		errs.Add("customer_id", "is required for the customer role: 1..%d printable ASCII characters", subscriptions.MaxCustomerID)
+		errs.Add("customer_id", "is required for the customer role: 1..%d printable ASCII characters, not only spaces", subscriptions.MaxCustomerID)
 	case r != Customer && customerID != "":
 		errs.Add("customer_id", "is only allowed for the customer role")
 	}

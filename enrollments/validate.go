@@ -54,7 +54,7 @@ func (n New) Canonical() New {
 func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 	var errs validate.Errors
 	if !subscriptions.ValidCustomerID(n.CustomerID) {
-		errs.Add("customer_id", "must be 1..%d printable ASCII characters", subscriptions.MaxCustomerID)
+		errs.Add("customer_id", "must be 1..%d printable ASCII characters, not only spaces", subscriptions.MaxCustomerID)
 	}
 	switch n.Kind {
 	case Housing:
@@ -266,8 +266,8 @@ func (b BillInput) Validate(kind Kind, now time.Time) error {
 	switch {
 	case kind == Fines && !ValidUIN(b.BillID):
 		errs.Add("bill_id", "must be the fine's payment identifier (UIN): 20 or 25 digits with a valid check digit")
-	case kind != Fines && !validIssuerID(b.BillID):
-		errs.Add("bill_id", "must be 1..%d printable characters (no control characters)", maxIssuerID)
+	case kind != Fines && (!validIssuerID(b.BillID) || !validate.HasVisible(b.BillID)):
+		errs.Add("bill_id", "must be 1..%d printable characters (no control characters), not only spaces", maxIssuerID)
 	case b.BillID == "." || b.BillID == "..":
 		// A path segment of "." or ".." is removed by proxies and clients
 		// (RFC 3986 §5.2.4), so the bill could never be confirmed or withdrawn.

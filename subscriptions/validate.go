@@ -31,7 +31,7 @@ const (
 func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 	var errs validate.Errors
 	if !ValidCustomerID(n.CustomerID) {
-		errs.Add("customer_id", "must be 1..%d printable ASCII characters", MaxCustomerID)
+		errs.Add("customer_id", "must be 1..%d printable ASCII characters, not only spaces", MaxCustomerID)
 	}
 	if n.Amount <= 0 || n.Amount > maxAmount {
 		errs.Add("amount", "must be an integer number of minor units between 1 and %d", int64(maxAmount))
@@ -98,8 +98,8 @@ func (pm PaymentMethod) validate(errs *validate.Errors, prefix string, now time.
 	}
 	if pm.Token == "" {
 		errs.Add(prefix+"token", "is required")
-	} else if len(pm.Token) > maxToken || !validate.PrintableASCII(pm.Token) {
-		errs.Add(prefix+"token", "must be 1..%d printable ASCII characters", maxToken)
+	} else if len(pm.Token) > maxToken || !validate.PrintableASCII(pm.Token) || !validate.HasVisible(pm.Token) {
+		errs.Add(prefix+"token", "must be 1..%d printable ASCII characters, not only spaces", maxToken)
 	}
 	if len(pm.Brand) > maxBrand {
 		errs.Add(prefix+"brand", "must be at most %d characters", maxBrand)
@@ -119,9 +119,10 @@ func (pm PaymentMethod) validate(errs *validate.Errors, prefix string, now time.
 }
 
 // ValidCustomerID reports whether s may be a customer id: the key that
-// scopes API keys, lists and idempotency.
+// scopes API keys, lists and idempotency. One made only of spaces would
+// look empty in every list and log.
 func ValidCustomerID(s string) bool {
-	return s != "" && len(s) <= MaxCustomerID && validate.PrintableASCII(s)
+	return s != "" && len(s) <= MaxCustomerID && validate.PrintableASCII(s) && validate.HasVisible(s)
 }
 
 func fourDigits(s string) bool {

@@ -26,8 +26,9 @@ const MaxIdempotencyKeyLen = 255
 //     be a guess, so [ErrIdempotencyKeyInvalid];
 //   - a value starting with '"' is a structured-field string (RFC 8941)
 //     and is unquoted, so "abc" and abc are the same key;
-//   - the key must be 1..255 printable ASCII characters (0x20..0x7E); it is
-//     case-sensitive and returned exactly as sent.
+//   - the key must be 1..255 printable ASCII characters (0x20..0x7E), not
+//     only spaces (a quoted key may hold them); it is case-sensitive and
+//     returned exactly as sent.
 //
 // Whitespace around the value is not part of it (RFC 9110, section 5.5);
 // HTTP servers already strip it, and tests that build values by hand get
@@ -53,6 +54,8 @@ func IdempotencyKey(values []string) (string, error) {
 		return "", fmt.Errorf("%w: empty", ErrIdempotencyKeyInvalid)
 	case len(v) > MaxIdempotencyKeyLen:
 		return "", fmt.Errorf("%w: longer than %d characters", ErrIdempotencyKeyInvalid, MaxIdempotencyKeyLen)
+	case !HasVisible(v):
+		return "", fmt.Errorf("%w: only spaces", ErrIdempotencyKeyInvalid)
 	}
 	for i := range len(v) {
 		if v[i] < 0x20 || v[i] > 0x7e {

@@ -57,6 +57,8 @@ func TestIdempotencyKey(t *testing.T) {
 		{name: "parameters", values: []string{`"abc";a=1`}, wantErr: ErrIdempotencyKeyInvalid},
 		{name: "unknown escape", values: []string{`"a\nb"`}, wantErr: ErrIdempotencyKeyInvalid},
 		{name: "unescaped inner quote", values: []string{`"a"b"`}, wantErr: ErrIdempotencyKeyInvalid},
+		{name: "quoted spaces only", values: []string{`"   "`}, wantErr: ErrIdempotencyKeyInvalid},
+		{name: "quoted spaces around a key", values: []string{`"  a  "`}, want: "  a  "},
 		{name: "huge quoted value", values: []string{`"` + strings.Repeat("k", 1<<20) + `"`}, wantErr: ErrIdempotencyKeyInvalid},
 	}
 	for _, tt := range tests {

@@ -16,18 +16,34 @@ const maxFieldErrors = 20
 
 // The messages for NUL, which PostgreSQL refuses in text: a string holding
 // it would fail in the database as a 500 instead of here as a 400. A key
-// holding it is reported on its object, since its path would carry the NUL.
+// holding it, or another refused character, is reported on its object,
+// since its path would carry the character.
 const (
 	msgNUL    = `must not contain the NUL character (\u0000)`
 	msgNULKey = `keys must not contain the NUL character (\u0000)`
 )
 
+// textMessage is the message for a string, or an object key, holding r,
+// which ForbiddenInText refuses.
+func textMessage(r rune, key bool) string {
+	switch {
+	case r == 0 && key:
+		return msgNULKey
+	case r == 0:
+		return msgNUL
+	case key:
+		return "keys " + TextMessage(r)
+	}
+	return TextMessage(r)
+}
+
 // scan reads body once as tokens before it is decoded. A syntax error
 // (duplicate keys, invalid UTF-8 and trailing data included) is returned
 // alone, since errors about the fields of a body that is not JSON would
-// only confuse; otherwise every string and key holding NUL is listed, json
-// v2 not refusing it. NUL is found wherever it sits, also in values of
-// types that decode themselves, such as time.Time.
+// only confuse; otherwise every string and key holding a character that
+// ForbiddenInText refuses (NUL included) is listed, json v2 not refusing
+// them. They are found wherever they sit, also in values of types that
+// decode themselves, such as time.Time.
 func scan(body []byte) []FieldError {
 	dec := jsontext.NewDecoder(bytes.NewReader(body))
 	var errs []FieldError
@@ -36,12 +52,15 @@ func scan(body []byte) []FieldError {
 		if err != nil {
 			return syntaxError(dec, err)
 		}
-		if tok.Kind() == '"' && strings.IndexByte(tok.String(), 0) >= 0 && len(errs) < maxFieldErrors {
-			ptr, msg := dec.StackPointer(), msgNUL
-			if kind, n := dec.StackIndex(dec.StackDepth()); kind == '{' && n%2 == 1 {
-				ptr, msg = ptr.Parent(), msgNULKey // an object key
+		if tok.Kind() == '"' && len(errs) < maxFieldErrors {
+			if r, bad := ForbiddenInText(tok.String()); bad {
+				ptr := dec.StackPointer()
+				key := false
+				if kind, n := dec.StackIndex(dec.StackDepth()); kind == '{' && n%2 == 1 {
+					ptr, key = ptr.Parent(), true // an object key
+				}
+				errs = append(errs, FieldError{Field: dotted(dec, ptr), Message: textMessage(r, key)})
 			}
-			errs = append(errs, FieldError{Field: dotted(dec, ptr), Message: msg})
 		}
 		if dec.StackDepth() == 0 {
 			break
