@@ -77,12 +77,12 @@ func TestSecretsRotateCommand(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 	stdout, stderr, err := runCLI(t, getenv, "secrets", "rotate")
 	require.NoError(t, err, stderr)
-	require.Contains(t, stdout, "1 payment tokens moved out of clear")
+	require.Contains(t, stdout, "2 rows' payment tokens moved out of clear", "the subscription's and its charge's")
 	require.Contains(t, stdout, "1 webhook secrets from old keys")
 	require.Contains(t, stdout, "left: 0 payment tokens under old keys, 0 rows with a token in clear")
 	again, _, err := runCLI(t, getenv, "secrets", "rotate")
 	require.NoError(t, err)
-	require.Contains(t, again, "0 payment tokens moved out of clear, 0 payment tokens and 0 webhook secrets", "a second run has nothing to do")
+	require.Contains(t, again, "0 rows' payment tokens moved out of clear, 0 payment tokens and 0 webhook secrets", "a second run has nothing to do")
 
 	// Under the new key alone: the webhook secret opens, and a node
 	// charges the next periods with the tokens.
