@@ -179,6 +179,11 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	switch {
 	case sendErr == nil:
 		a.Outcome = OutcomeDelivered
+	case errors.Is(sendErr, ErrURLRefused):
+		// The address policy does not change in three days: retrying
+		// would only hide the refusal. A redelivery (after the host's DNS
+		// is fixed) tries again.
+		a.Outcome = OutcomeAddressRefused
 	case w.Now().Add(w.Backoff(job.ID, job.Attempt)).Sub(job.CreatedAt) > GiveUpAfter:
 		a.Outcome = OutcomeFailed
 	default:
@@ -198,6 +203,8 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		return nil
 	case OutcomeFailed:
 		return river.JobCancel(fmt.Errorf("gave up after %s: %w", GiveUpAfter, sendErr))
+	case OutcomeAddressRefused:
+		return river.JobCancel(sendErr)
 	}
 	return sendErr
 }
@@ -207,6 +214,9 @@ const (
 	OutcomeDelivered = "delivered" // a 2xx came back
 	OutcomeRetrying  = "retrying"  // it is tried again at next_attempt_at
 	OutcomeFailed    = "failed"    // given up: 3 days of failures, or nothing could be signed
+	// OutcomeAddressRefused: the host resolved to an address the URL
+	// policy refuses; failed at once, not retried.
+	OutcomeAddressRefused = "address_refused"
 )
 
 // send POSTs body and returns the status code (0 without an answer) and

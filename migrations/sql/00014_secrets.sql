@@ -5,5 +5,15 @@
 CREATE INDEX enrollments_clear_token ON enrollments (pm_gateway, pm_token)
     WHERE pm_token !~ '^ptok_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$';
 
+-- A delivery whose host resolves to an address the URL policy refuses is
+-- failed at once (address_refused) instead of retried for three days.
+ALTER TABLE webhook_attempts DROP CONSTRAINT webhook_attempts_outcome_check;
+ALTER TABLE webhook_attempts ADD CONSTRAINT webhook_attempts_outcome_check
+    CHECK (outcome IN ('delivered', 'retrying', 'failed', 'address_refused'));
+
 -- +goose Down
+UPDATE webhook_attempts SET outcome = 'failed' WHERE outcome = 'address_refused';
+ALTER TABLE webhook_attempts DROP CONSTRAINT webhook_attempts_outcome_check;
+ALTER TABLE webhook_attempts ADD CONSTRAINT webhook_attempts_outcome_check
+    CHECK (outcome IN ('delivered', 'retrying', 'failed'));
 DROP INDEX enrollments_clear_token;
