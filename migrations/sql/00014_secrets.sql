@@ -11,7 +11,19 @@ ALTER TABLE webhook_attempts DROP CONSTRAINT webhook_attempts_outcome_check;
 ALTER TABLE webhook_attempts ADD CONSTRAINT webhook_attempts_outcome_check
     CHECK (outcome IN ('delivered', 'retrying', 'failed', 'address_refused'));
 
+-- Rolling a webhook secret: the secret it replaced keeps signing next to
+-- the new one until previous_secret_expires_at (real time, the database's
+-- clock), sealed like secret (<key id>:<base64 AES-GCM nonce||ciphertext>,
+-- bound to the endpoint's id).
+ALTER TABLE webhook_endpoints
+    ADD COLUMN previous_secret text,
+    ADD COLUMN previous_secret_expires_at timestamptz,
+    ADD CONSTRAINT webhook_endpoints_previous_secret_check
+        CHECK ((previous_secret IS NULL) = (previous_secret_expires_at IS NULL));
+
 -- +goose Down
+ALTER TABLE webhook_endpoints DROP CONSTRAINT webhook_endpoints_previous_secret_check,
+    DROP COLUMN previous_secret_expires_at, DROP COLUMN previous_secret;
 UPDATE webhook_attempts SET outcome = 'failed' WHERE outcome = 'address_refused';
 ALTER TABLE webhook_attempts DROP CONSTRAINT webhook_attempts_outcome_check;
 ALTER TABLE webhook_attempts ADD CONSTRAINT webhook_attempts_outcome_check
