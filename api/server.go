@@ -189,6 +189,7 @@ func (s *Server) routes() *chi.Mux {
 		admin.Post("/v1/webhook-endpoints/{id}/enable", s.setWebhookEndpointStatus(notify.Enabled))
 		staff.Get("/v1/webhook-endpoints/{id}/deliveries", s.listDeliveries)
 		admin.Post("/v1/webhook-endpoints/{id}/redeliver", s.redeliver)
+		admin.Post("/v1/webhook-endpoints/{id}/roll-secret", s.rollWebhookSecret)
 		staff.Get("/v1/reconciliation", s.getReconciliation)
 		staff.Get("/v1/reports/daily", s.getDailyReport)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Get("/v1/review-queue", s.reviewQueue)

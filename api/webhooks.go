@@ -18,15 +18,16 @@ type webhookEndpointJSON struct {
 	Events      []string  `json:"events"`
 	Description *string   `json:"description"`
 	Status      string    `json:"status"`
-	// Secret is shown once, in the first answer to the creation.
-	Secret    string    `json:"secret,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	// Secret is shown once, in the first answer to the creation or roll.
+	Secret                  string     `json:"secret,omitempty"`
+	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at"`
+	CreatedAt               time.Time  `json:"created_at"`
+	UpdatedAt               time.Time  `json:"updated_at"`
 }
 
 func toWebhookEndpointJSON(e notify.Endpoint) webhookEndpointJSON {
 	return webhookEndpointJSON{ID: e.ID, URL: e.URL, Events: e.Events, Description: optional(e.Description),
-		Status: e.Status, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt}
+		Status: e.Status, PreviousSecretExpiresAt: e.PreviousSecretExpiresAt, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt}
 }
 
 type deliveryJSON struct {

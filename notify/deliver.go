@@ -132,8 +132,11 @@ func (w *DeliverWorker) Backoff(jobID int64, attempt int) time.Duration {
 // Work delivers once.
 func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	var url, status, sealed string
-	err := w.Pool.QueryRow(ctx, `SELECT url, status, secret FROM webhook_endpoints WHERE id = $1`, job.Args.EndpointID).
-		Scan(&url, &status, &sealed)
+	var sealedPrevious *string // the secret a roll replaced, while it still signs
+	err := w.Pool.QueryRow(ctx, `SELECT url, status, secret,
+			CASE WHEN previous_secret_expires_at > now() THEN previous_secret END
+		FROM webhook_endpoints WHERE id = $1`, job.Args.EndpointID).
+		Scan(&url, &status, &sealed, &sealedPrevious)
 	if errors.Is(err, pgx.ErrNoRows) || status == Disabled {
 		return nil // gone or disabled: nothing to send
 	}
@@ -144,7 +147,7 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		return river.JobSnooze(time.Second)
 	}
 	defer w.release(job.Args.EndpointID)
-	secret, err := w.Keys.Decrypt(sealed, job.Args.EndpointID[:])
+	secrets, err := w.openSecrets(job.Args.EndpointID, sealed, sealedPrevious)
 	if err != nil {
 		// A node without the key that sealed it (REBILL_ENCRYPTION_KEY
 		// differs between nodes): nothing can be signed. Shown in the
@@ -168,7 +171,7 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	}
 
 	start := w.Now()
-	code, sendErr := w.send(ctx, url, string(secret), event.PublicID(), body)
+	code, sendErr := w.send(ctx, url, secrets, event.PublicID(), body)
 	a := Attempt{EventID: event.ID, Attempt: job.Attempt, At: start.UTC(), DurationMS: w.Now().Sub(start).Milliseconds()}
 	if code != 0 {
 		a.StatusCode = &code
@@ -179,6 +182,11 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	switch {
 	case sendErr == nil:
 		a.Outcome = OutcomeDelivered
+	case errors.Is(sendErr, ErrURLRefused):
+		// The address policy does not change in three days: retrying
+		// would only hide the refusal. A redelivery (after the host's DNS
+		// is fixed) tries again.
+		a.Outcome = OutcomeAddressRefused
 	case w.Now().Add(w.Backoff(job.ID, job.Attempt)).Sub(job.CreatedAt) > GiveUpAfter:
 		a.Outcome = OutcomeFailed
 	default:
@@ -198,6 +206,8 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		return nil
 	case OutcomeFailed:
 		return river.JobCancel(fmt.Errorf("gave up after %s: %w", GiveUpAfter, sendErr))
+	case OutcomeAddressRefused:
+		return river.JobCancel(sendErr)
 	}
 	return sendErr
 }
@@ -207,11 +217,31 @@ const (
 	OutcomeDelivered = "delivered" // a 2xx came back
 	OutcomeRetrying  = "retrying"  // it is tried again at next_attempt_at
 	OutcomeFailed    = "failed"    // given up: 3 days of failures, or nothing could be signed
+	// OutcomeAddressRefused: the host resolved to an address the URL
+	// policy refuses; failed at once, not retried.
+	OutcomeAddressRefused = "address_refused"
 )
+
+// openSecrets opens the endpoint's live secrets, the current one first.
+func (w *DeliverWorker) openSecrets(id uuid.UUID, sealed string, sealedPrevious *string) ([]string, error) {
+	current, err := w.Keys.Decrypt(sealed, id[:])
+	if err != nil {
+		return nil, err
+	}
+	live := []string{string(current)}
+	if sealedPrevious != nil {
+		previous, err := w.Keys.Decrypt(*sealedPrevious, id[:])
+		if err != nil {
+			return nil, err
+		}
+		live = append(live, string(previous))
+	}
+	return live, nil
+}
 
 // send POSTs body and returns the status code (0 without an answer) and
 // an error unless it was a 2xx. At most 1 KiB of the answer is read.
-func (w *DeliverWorker) send(ctx context.Context, url, secret, eventID string, body []byte) (int, error) {
+func (w *DeliverWorker) send(ctx context.Context, url string, secrets []string, eventID string, body []byte) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -221,7 +251,7 @@ func (w *DeliverWorker) send(ctx context.Context, url, secret, eventID string, b
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "rebill-webhooks/1")
 	req.Header.Set(HeaderEventID, eventID)
-	req.Header.Set(HeaderSignature, Sign(secret, time.Now(), body)) // t is wall-clock time
+	req.Header.Set(HeaderSignature, SignAll(secrets, time.Now(), body)) // t is wall-clock time
 	res, err := w.client.Do(req)
 	if err != nil {
 		return 0, err

@@ -213,11 +213,18 @@ func TestDeliveryRefusesPrivateAddressAfterResolution(t *testing.T) {
 	require.NoError(t, err)
 	b.publish(t, "charge.succeeded")
 
+	// Refused by the policy: failed at once, not retried for three days.
 	require.Eventually(t, func() bool {
-		attempts, err := b.webhooks.Attempts(context.Background(), id, 0, 10)
-		require.NoError(t, err)
-		return len(attempts) > 0 && strings.Contains(attempts[len(attempts)-1].Error, "not a public")
+		var state string
+		err := b.pool.QueryRow(context.Background(), `SELECT state FROM river_job WHERE kind = 'webhook_deliver'`).Scan(&state)
+		return err == nil && state == "cancelled"
 	}, 10*time.Second, 20*time.Millisecond)
+	attempts, err := b.webhooks.Attempts(context.Background(), id, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, attempts, 1)
+	require.Equal(t, notify.OutcomeAddressRefused, attempts[0].Outcome)
+	require.Contains(t, attempts[0].Error, "not a public")
+	require.Nil(t, attempts[0].NextAttemptAt)
 	require.Empty(t, rc.requests())
 
 	// And creation refuses loopback names and addresses.

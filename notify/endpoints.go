@@ -2,8 +2,6 @@ package notify
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,6 +40,9 @@ type Endpoint struct {
 	Status      string
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	// PreviousSecretExpiresAt is when the secret replaced by the last roll
+	// stops signing deliveries; nil when there is none.
+	PreviousSecretExpiresAt *time.Time
 }
 
 // Attempt is one delivery attempt of an event to an endpoint.
@@ -114,9 +115,7 @@ func (w *Webhooks) Create(ctx context.Context, tx pgx.Tx, rawURL string, events 
 	if err != nil {
 		return Endpoint{}, "", fmt.Errorf("new endpoint id: %w", err)
 	}
-	raw := make([]byte, 24)
-	_, _ = rand.Read(raw)
-	secret := "whsec_" + hex.EncodeToString(raw)
+	secret := newSecret()
 	now := w.Clock.Now().UTC()
 	var desc *string
 	if description != "" {
@@ -131,11 +130,11 @@ func (w *Webhooks) Create(ctx context.Context, tx pgx.Tx, rawURL string, events 
 	return ep, secret, nil
 }
 
-const endpointColumns = `id, url, events, coalesce(description, ''), status, created_at, updated_at`
+const endpointColumns = `id, url, events, coalesce(description, ''), status, created_at, updated_at, previous_secret_expires_at`
 
 func scanEndpoint(row pgx.Row) (Endpoint, error) {
 	var e Endpoint
-	err := row.Scan(&e.ID, &e.URL, &e.Events, &e.Description, &e.Status, &e.CreatedAt, &e.UpdatedAt)
+	err := row.Scan(&e.ID, &e.URL, &e.Events, &e.Description, &e.Status, &e.CreatedAt, &e.UpdatedAt, &e.PreviousSecretExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, ErrEndpointNotFound
 	}
@@ -143,6 +142,10 @@ func scanEndpoint(row pgx.Row) (Endpoint, error) {
 		return Endpoint{}, fmt.Errorf("scan webhook endpoint: %w", err)
 	}
 	e.CreatedAt, e.UpdatedAt = e.CreatedAt.UTC(), e.UpdatedAt.UTC()
+	if e.PreviousSecretExpiresAt != nil {
+		at := e.PreviousSecretExpiresAt.UTC()
+		e.PreviousSecretExpiresAt = &at
+	}
 	return e, nil
 }
 

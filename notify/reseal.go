@@ -19,18 +19,21 @@ import (
 func ResealSecrets(ctx context.Context, pool *pgxpool.Pool, keys *secrets.Keyring, limit int) (int, error) {
 	done := 0
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, secret FROM webhook_endpoints
-			WHERE NOT starts_with(secret, $1) ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, keys.Current()+":", limit)
+		rows, err := tx.Query(ctx, `SELECT id, secret, previous_secret FROM webhook_endpoints
+			WHERE NOT starts_with(secret, $1) OR NOT starts_with(previous_secret, $1)
+			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, keys.Current()+":", limit)
 		if err != nil {
 			return fmt.Errorf("find webhook secrets under old keys: %w", err)
 		}
 		type row struct {
-			id     uuid.UUID
-			sealed string
+			id               uuid.UUID
+			sealed           string
+			previous         *string // the secret a roll replaced, sealed too
+			resealedPrevious *string
 		}
 		found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 			var x row
-			return x, r.Scan(&x.id, &x.sealed)
+			return x, r.Scan(&x.id, &x.sealed, &x.previous)
 		})
 		if err != nil {
 			return fmt.Errorf("find webhook secrets under old keys: %w", err)
@@ -40,8 +43,16 @@ func ResealSecrets(ctx context.Context, pool *pgxpool.Pool, keys *secrets.Keyrin
 			if err != nil {
 				return fmt.Errorf("open secret of webhook endpoint %s: %w", r.id, err)
 			}
-			if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET secret = $2 WHERE id = $1`,
-				r.id, keys.Encrypt(secret, r.id[:])); err != nil {
+			if r.previous != nil {
+				previous, err := keys.Decrypt(*r.previous, r.id[:])
+				if err != nil {
+					return fmt.Errorf("open previous secret of webhook endpoint %s: %w", r.id, err)
+				}
+				sealed := keys.Encrypt(previous, r.id[:])
+				r.resealedPrevious = &sealed
+			}
+			if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET secret = $2, previous_secret = $3 WHERE id = $1`,
+				r.id, keys.Encrypt(secret, r.id[:]), r.resealedPrevious); err != nil {
 				return fmt.Errorf("reseal secret of webhook endpoint %s: %w", r.id, err)
 			}
 		}

@@ -20,8 +20,18 @@ const (
 // t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>, the HMAC
 // key being the whole whsec_ string.
 func Sign(secret string, t time.Time, body []byte) string {
+	return SignAll([]string{secret}, t, body)
+}
+
+// SignAll signs with every live secret of an endpoint, one v1= each in
+// the order given (the newest first), while a rolled secret still signs.
+func SignAll(secrets []string, t time.Time, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
+	header := "t=" + ts
+	for _, secret := range secrets {
+		header += ",v1=" + hex.EncodeToString(mac(secret, ts, body))
+	}
+	return header
 }
 
 func mac(secret, ts string, body []byte) []byte {

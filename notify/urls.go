@@ -12,8 +12,10 @@ import (
 )
 
 // URLPolicy decides where deliveries may go. Outside dev mode only https
-// to public addresses: no loopback, private, link-local (cloud metadata
-// at 169.254.169.254 included), CGNAT, multicast or unspecified address.
+// to public addresses: none of refusedRanges (loopback, private,
+// link-local with cloud metadata at 169.254.169.254, CGNAT, multicast,
+// documentation, benchmarking, relay...), nor an IPv6 form that embeds
+// such an IPv4 address.
 // It is checked when an endpoint is created and again on every connection
 // a delivery makes, on the address DNS resolved to (Dialer's Control), so
 // that a name that resolves elsewhere later (DNS rebinding) is refused.
@@ -28,30 +30,101 @@ type URLPolicy struct {
 // ErrURLRefused: a webhook URL the policy does not allow.
 var ErrURLRefused = errors.New("webhook URL refused")
 
-var blocked = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"), // carrier-grade NAT
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"), // NAT64 of any IPv4, private ones included
-	netip.MustParsePrefix("2002::/16"),    // 6to4
+// refusedRanges is the one table of addresses a delivery may not reach:
+// the IANA IPv4 and IPv6 Special-Purpose Address Registries' blocks that
+// are not globally reachable, plus multicast and the documentation,
+// benchmarking and relay ranges, which no receiver of ours can be at
+// (https://www.iana.org/assignments/iana-ipv4-special-registry,
+// https://www.iana.org/assignments/iana-ipv6-special-registry).
+var refusedRanges = []struct {
+	prefix netip.Prefix
+	what   string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "this network (RFC 791)"},
+	{netip.MustParsePrefix("10.0.0.0/8"), "private (RFC 1918)"},
+	{netip.MustParsePrefix("100.64.0.0/10"), "carrier-grade NAT (RFC 6598)"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local (cloud metadata)"},
+	{netip.MustParsePrefix("172.16.0.0/12"), "private (RFC 1918)"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignments (RFC 6890)"},
+	{netip.MustParsePrefix("192.0.2.0/24"), "documentation (RFC 5737)"},
+	{netip.MustParsePrefix("192.88.99.0/24"), "6to4 relay anycast (RFC 7526)"},
+	{netip.MustParsePrefix("192.168.0.0/16"), "private (RFC 1918)"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking (RFC 2544)"},
+	{netip.MustParsePrefix("198.51.100.0/24"), "documentation (RFC 5737)"},
+	{netip.MustParsePrefix("203.0.113.0/24"), "documentation (RFC 5737)"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved and broadcast (RFC 1112)"},
+	{netip.MustParsePrefix("::/96"), "unspecified, loopback or IPv4-compatible (RFC 4291)"},
+	{netip.MustParsePrefix("100::/64"), "discard-only (RFC 6666)"},
+	{netip.MustParsePrefix("2001:2::/48"), "benchmarking (RFC 5180)"},
+	{netip.MustParsePrefix("2001:db8::/32"), "documentation (RFC 3849)"},
+	{netip.MustParsePrefix("3fff::/20"), "documentation (RFC 9637)"},
+	{netip.MustParsePrefix("fc00::/7"), "unique local (RFC 4193)"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local"},
+	{netip.MustParsePrefix("fec0::/10"), "site-local (RFC 3879)"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast"},
+}
+
+// embedded are the IPv6 forms that carry an IPv4 address: each is judged
+// by the IPv4 addresses it embeds, never allowed because a registry calls
+// its prefix global (64:ff9b::/96 is, and reaches any IPv4 through the
+// operator's NAT64). A local-use NAT64 prefix may be any RFC 6052 length
+// from /48 to /96, so the address is read at each, and all must pass.
+var embedded = []struct {
+	prefix netip.Prefix
+	what   string
+	ipv4   func(a [16]byte) []netip.Addr
+}{
+	{netip.MustParsePrefix("::ffff:0:0/96"), "IPv4-mapped", func(a [16]byte) []netip.Addr { return []netip.Addr{v4(a[12:16])} }},
+	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64 (RFC 6052)", func(a [16]byte) []netip.Addr { return []netip.Addr{v4(a[12:16])} }},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64 (RFC 8215)", func(a [16]byte) []netip.Addr {
+		// RFC 6052 section 2.2: bits 64-71 are skipped.
+		return []netip.Addr{
+			v4([]byte{a[6], a[7], a[9], a[10]}),  // /48
+			v4([]byte{a[7], a[9], a[10], a[11]}), // /56
+			v4(a[9:13]),                          // /64
+			v4(a[12:16]),                         // /96
+		}
+	}},
+	{netip.MustParsePrefix("2002::/16"), "6to4 (RFC 3056)", func(a [16]byte) []netip.Addr { return []netip.Addr{v4(a[2:6])} }},
+	{netip.MustParsePrefix("2001::/32"), "Teredo (RFC 4380)", func(a [16]byte) []netip.Addr {
+		client := [4]byte{^a[12], ^a[13], ^a[14], ^a[15]} // the client's address is stored inverted
+		return []netip.Addr{v4(a[4:8]), v4(client[:])}    // the server's, the client's
+	}},
+}
+
+func v4(b []byte) netip.Addr { return netip.AddrFrom4([4]byte(b)) }
+
+// refusal says why a delivery may not connect to ip; "" when it may.
+func refusal(ip netip.Addr) string {
+	if !ip.IsValid() {
+		return "not an address"
+	}
+	if ip.Is6() {
+		for _, e := range embedded {
+			if !e.prefix.Contains(ip) {
+				continue
+			}
+			for _, inner := range e.ipv4(ip.As16()) {
+				if why := refusal(inner); why != "" {
+					return e.what + " of " + inner.String() + ", " + why
+				}
+			}
+			return ""
+		}
+	}
+	ip = ip.Unmap()
+	for _, r := range refusedRanges {
+		if r.prefix.Contains(ip) {
+			return r.what
+		}
+	}
+	return ""
 }
 
 // PublicAddr reports whether a delivery may connect to ip.
-func PublicAddr(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	if !ip.IsValid() || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
-		return false
-	}
-	for _, p := range blocked {
-		if p.Contains(ip) {
-			return false
-		}
-	}
-	return true
-}
+func PublicAddr(ip netip.Addr) bool { return refusal(ip) == "" }
 
 // Check validates a URL at creation: scheme, host, and every address the
 // host resolves to now. The error wraps ErrURLRefused and says why.
@@ -74,8 +147,8 @@ func (p URLPolicy) Check(ctx context.Context, raw string) error {
 	}
 	host := u.Hostname()
 	if ip, err := netip.ParseAddr(host); err == nil {
-		if !PublicAddr(ip) {
-			return fmt.Errorf("%w: the address is not a public one (loopback, private, link-local...)", ErrURLRefused)
+		if why := refusal(ip); why != "" {
+			return fmt.Errorf("%w: the address is not a public one (%s)", ErrURLRefused, why)
 		}
 		return nil
 	}
@@ -90,8 +163,8 @@ func (p URLPolicy) Check(ctx context.Context, raw string) error {
 		return fmt.Errorf("%w: the host does not resolve", ErrURLRefused)
 	}
 	for _, ip := range addrs {
-		if !PublicAddr(ip) {
-			return fmt.Errorf("%w: the host resolves to an address that is not a public one (loopback, private, link-local...)", ErrURLRefused)
+		if why := refusal(ip); why != "" {
+			return fmt.Errorf("%w: the host resolves to an address that is not a public one (%s)", ErrURLRefused, why)
 		}
 	}
 	return nil
@@ -107,8 +180,8 @@ func (p URLPolicy) control(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return fmt.Errorf("%w: cannot parse dialled address %s", ErrURLRefused, address)
 	}
-	if !PublicAddr(ap.Addr()) {
-		return fmt.Errorf("%w: %s is not a public address", ErrURLRefused, ap.Addr().Unmap())
+	if why := refusal(ap.Addr()); why != "" {
+		return fmt.Errorf("%w: %s is not a public address (%s)", ErrURLRefused, ap.Addr().Unmap(), why)
 	}
 	return nil
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // clearToken matches pm_token values that are no reference (refPattern):
-// tokens in clear. The partial indexes of migration 00007 use the same
-// predicate, so finding them reads only such rows.
+// tokens in clear. The partial indexes of migrations 00007 and 00014 use
+// the same predicate, so the holders find them reading only such rows.
 const clearToken = `pm_token !~ '^ptok_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'`
 
 // ResealTokens seals again, under the current key, up to limit tokens
@@ -56,44 +56,37 @@ func (v *Vault) ResealTokens(ctx context.Context, limit int) (int, error) {
 	return done, err
 }
 
-// SealClear moves up to limit distinct tokens found in clear in
-// subscriptions and charges (rows written before the vault) into the
-// vault, replacing each by its reference in every row that holds it, and
-// returns how many. Like ResealTokens it commits per call and resumes.
+// TokenHolder is a store whose rows keep a payment token in pm_token
+// (subscriptions, charges, enrollments). Each one seals its own rows, so
+// the vault writes no other package's table; SealClear and Remaining
+// iterate them.
+type TokenHolder interface {
+	// SealClear replaces, in tx, up to limit distinct tokens that its rows
+	// hold in clear (rows where inClear, a condition on pm_token, holds)
+	// by the reference seal returns for each, in every row that holds it,
+	// and returns how many rows it changed.
+	SealClear(ctx context.Context, tx pgx.Tx, inClear string, limit int, seal func(gateway, token string) (string, error)) (int, error)
+	// CountClear counts its rows where inClear holds.
+	CountClear(ctx context.Context, tx pgx.Tx, inClear string) (int, error)
+}
+
+// SealClear moves up to limit distinct tokens found in clear in each of
+// the Holders' rows (rows written before the vault) into the vault,
+// replacing each by its reference, and returns how many rows it changed.
+// A token held by two stores gets one reference (Seal finds the one the
+// first gave it). Like ResealTokens it commits per call and resumes.
 func (v *Vault) SealClear(ctx context.Context, limit int) (int, error) {
 	done := 0
 	err := pgx.BeginFunc(ctx, v.Pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT DISTINCT gateway, token FROM (
-				(SELECT pm_gateway AS gateway, pm_token AS token FROM subscriptions WHERE `+clearToken+` LIMIT $1)
-				UNION ALL
-				(SELECT gateway, pm_token FROM charges WHERE `+clearToken+` LIMIT $1)) t
-			LIMIT $1`, limit)
-		if err != nil {
-			return fmt.Errorf("find tokens in clear: %w", err)
-		}
-		type pair struct{ gateway, token string }
-		found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pair, error) {
-			var p pair
-			return p, r.Scan(&p.gateway, &p.token)
-		})
-		if err != nil {
-			return fmt.Errorf("find tokens in clear: %w", err)
-		}
-		for _, p := range found {
-			ref, err := v.Seal(ctx, tx, p.gateway, p.token)
+		seal := func(gateway, token string) (string, error) { return v.Seal(ctx, tx, gateway, token) }
+		done = 0
+		for _, h := range v.Holders {
+			n, err := h.SealClear(ctx, tx, clearToken, limit, seal)
 			if err != nil {
-				return err
+				return fmt.Errorf("seal tokens in clear: %w", err)
 			}
-			if _, err := tx.Exec(ctx, `UPDATE subscriptions SET pm_token = $3 WHERE pm_gateway = $1 AND pm_token = $2`,
-				p.gateway, p.token, ref); err != nil {
-				return fmt.Errorf("seal subscriptions' token: %w", err)
-			}
-			if _, err := tx.Exec(ctx, `UPDATE charges SET pm_token = $3 WHERE gateway = $1 AND pm_token = $2`,
-				p.gateway, p.token, ref); err != nil {
-				return fmt.Errorf("seal charges' token: %w", err)
-			}
+			done += n
 		}
-		done = len(found)
 		return nil
 	})
 	return done, err
@@ -102,9 +95,20 @@ func (v *Vault) SealClear(ctx context.Context, limit int) (int, error) {
 // Remaining counts what ResealTokens and SealClear have left: tokens
 // under old keys, and rows holding a token in clear.
 func (v *Vault) Remaining(ctx context.Context) (underOldKeys, inClear int, err error) {
-	err = v.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM payment_tokens WHERE key_id <> $1),
-		(SELECT count(*) FROM subscriptions WHERE `+clearToken+`) + (SELECT count(*) FROM charges WHERE `+clearToken+`)`,
-		v.Keys.Current()).Scan(&underOldKeys, &inClear)
+	err = pgx.BeginTxFunc(ctx, v.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM payment_tokens WHERE key_id <> $1`,
+			v.Keys.Current()).Scan(&underOldKeys); err != nil {
+			return err
+		}
+		for _, h := range v.Holders {
+			n, err := h.CountClear(ctx, tx, clearToken)
+			if err != nil {
+				return err
+			}
+			inClear += n
+		}
+		return nil
+	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("count secrets left to seal: %w", err)
 	}

@@ -1,5 +1,5 @@
-// Package vault keeps payment tokens at rest: subscriptions and charges
-// hold a reference (ptok_<uuid>) in pm_token, and the token itself lives
+// Package vault keeps payment tokens at rest: subscriptions, charges and
+// enrollments hold a reference (ptok_<uuid>) in pm_token, and the token itself lives
 // only in payment_tokens, sealed with AES-GCM under REBILL_ENCRYPTION_KEY
 // (internal/secrets). A database dump alone yields no usable token.
 //
@@ -52,6 +52,8 @@ type Vault struct {
 	// Pool opens tokens for gateway calls and runs Reseal.
 	Pool *pgxpool.Pool
 	Keys *secrets.Keyring
+	// Holders are the stores whose rows hold payment tokens.
+	Holders []TokenHolder
 }
 
 // refPattern is a reference exactly as Seal writes it (the canonical

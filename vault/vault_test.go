@@ -14,6 +14,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/internal/testsupport"
@@ -34,7 +35,8 @@ func newVault(t *testing.T, pool *pgxpool.Pool, key []byte, old ...[]byte) *vaul
 	t.Helper()
 	keys, err := secrets.NewKeyring(key, old...)
 	require.NoError(t, err)
-	return &vault.Vault{Pool: pool, Keys: keys}
+	return &vault.Vault{Pool: pool, Keys: keys,
+		Holders: []vault.TokenHolder{subscriptions.Tokens{}, charges.Tokens{}, enrollments.Tokens{}}}
 }
 
 func seal(t *testing.T, v *vault.Vault, gw, token string) string {
@@ -196,7 +198,7 @@ func TestSealClearMovesTokensOutOfTheTables(t *testing.T) {
 
 	counts, err := vault.RunSteps(ctx, []vault.Step{{Kind: "clear_token", Run: v.SealClear}}, 1)
 	require.NoError(t, err)
-	require.Equal(t, 3, counts["clear_token"])
+	require.Equal(t, 5, counts["clear_token"], "rows changed")
 	_, clear, err = v.Remaining(ctx)
 	require.NoError(t, err)
 	require.Zero(t, clear)
@@ -216,6 +218,49 @@ func TestSealClearMovesTokensOutOfTheTables(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT pm_token FROM subscriptions WHERE id = $1) = (SELECT pm_token FROM charges WHERE subscription_id = $1)`,
 		ids[0].ID).Scan(&same))
 	require.True(t, same, "a charge and its subscription on one card hold one reference: same-card rules still compare them")
+}
+
+// An enrollment written as migration 00006 wrote it, before the vault,
+// holds its token in clear; the secrets_reseal job seals it, and the bill
+// charge of the same card gets the same reference.
+func TestResealJobSealsEnrollmentTokensInClear(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	ctx := t.Context()
+	v := newVault(t, pool, newKey(t))
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	var enrollmentID string
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO enrollments (id, customer_id, kind, els, status, currency, max_amount,
+			pm_gateway, pm_token, pm_exp_month, pm_exp_year, created_at, updated_at)
+		VALUES (gen_random_uuid(), 'c1', 'housing', '1234567890', 'active', 'RUB', 500000,
+			'sim1', 'tok_enrollment_legacy', 12, 2035, $1, $1) RETURNING id::text`, now).Scan(&enrollmentID))
+	var charged string
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		sub, err := subscriptions.NewStore(testsupport.NewClock(now)).Create(ctx, tx, subscriptions.New{CustomerID: "c1", Amount: 100, Currency: "RUB",
+			Interval: period.Month, IntervalCount: 1, TimeZone: "UTC",
+			PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_enrollment_legacy", ExpMonth: 12, ExpYear: 2035}}, subscriptions.System, nil)
+		charged = sub.ID.String()
+		return err
+	}))
+	_, clear, err := v.Remaining(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, clear, "the enrollment's row counts")
+
+	worker := &vault.ResealWorker{Steps: []vault.Step{{Kind: "clear_token", Run: v.SealClear}}, Batch: 1}
+	require.NoError(t, worker.Work(ctx, nil))
+
+	_, clear, err = v.Remaining(ctx)
+	require.NoError(t, err)
+	require.Zero(t, clear)
+	var enrollmentRef, subscriptionRef string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pm_token FROM enrollments WHERE id = $1`, enrollmentID).Scan(&enrollmentRef))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pm_token FROM subscriptions WHERE id = $1`, charged).Scan(&subscriptionRef))
+	require.True(t, vault.IsRef(enrollmentRef), "sealed: %s", enrollmentRef)
+	require.Equal(t, "tok_enrollment_legacy", open(t, v, enrollmentRef))
+	require.Equal(t, subscriptionRef, enrollmentRef, "one card, one reference")
+	var dump string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT string_agg(e::text, ' ') FROM enrollments e`).Scan(&dump))
+	require.NotContains(t, dump, "tok_enrollment_legacy")
 }
 
 type recordingGateway struct {

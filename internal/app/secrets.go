@@ -12,9 +12,12 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/vault"
 )
 
@@ -35,6 +38,12 @@ func keyring(cfg config.Config, log zerolog.Logger) (*secrets.Keyring, error) {
 		log.Warn().Msg("dev mode without REBILL_ENCRYPTION_KEY: payment tokens and webhook secrets are encrypted under a key of this process only")
 	}
 	return secrets.NewKeyring(key, cfg.EncryptionOldKeys...)
+}
+
+// tokenHolders are the stores whose rows hold payment tokens: the vault
+// seals the ones left in clear through them.
+func tokenHolders() []vault.TokenHolder {
+	return []vault.TokenHolder{subscriptions.Tokens{}, charges.Tokens{}, enrollments.Tokens{}}
 }
 
 // resealSteps seal every kind of secret under the current key: payment
@@ -101,9 +110,9 @@ func secretsCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, 
 		return err
 	}
 	defer stop()
-	tokens := &vault.Vault{Pool: pool, Keys: keys}
+	tokens := &vault.Vault{Pool: pool, Keys: keys, Holders: tokenHolders()}
 	counts, err := vault.RunSteps(ctx, resealSteps(pool, tokens), resealBatch)
-	fmt.Fprintf(stdout, "sealed under key %s: %d payment tokens moved out of clear, %d payment tokens and %d webhook secrets from old keys\n",
+	fmt.Fprintf(stdout, "sealed under key %s: %d rows' payment tokens moved out of clear, %d payment tokens and %d webhook secrets from old keys\n",
 		keys.Current(), counts["clear_token"], counts["payment_token"], counts["webhook_secret"])
 	if err != nil {
 		return err

@@ -63,6 +63,9 @@ func TestSecretsRotateCommand(t *testing.T) {
 	// Rows written before the vault: a subscription's token in clear.
 	legacy := b.createSubscription(t, "tok_ok_legacy", "month")
 	b.waitCharges(t, legacy, 1, "succeeded")
+	// The node of the old key is gone: its secrets_reseal job (run when it
+	// becomes leader) would otherwise seal the rows below before the command.
+	require.NoError(t, b.nodes[0].svc.River.Stop(t.Context()))
 	_, err := b.pool.Exec(t.Context(), `UPDATE subscriptions SET pm_token = 'tok_ok_legacy' WHERE id = $1`, legacy)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(t.Context(), `UPDATE charges SET pm_token = 'tok_ok_legacy' WHERE subscription_id = $1`, legacy)
@@ -77,12 +80,12 @@ func TestSecretsRotateCommand(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 	stdout, stderr, err := runCLI(t, getenv, "secrets", "rotate")
 	require.NoError(t, err, stderr)
-	require.Contains(t, stdout, "1 payment tokens moved out of clear")
+	require.Contains(t, stdout, "2 rows' payment tokens moved out of clear", "the subscription's and its charge's")
 	require.Contains(t, stdout, "1 webhook secrets from old keys")
 	require.Contains(t, stdout, "left: 0 payment tokens under old keys, 0 rows with a token in clear")
 	again, _, err := runCLI(t, getenv, "secrets", "rotate")
 	require.NoError(t, err)
-	require.Contains(t, again, "0 payment tokens moved out of clear, 0 payment tokens and 0 webhook secrets", "a second run has nothing to do")
+	require.Contains(t, again, "0 rows' payment tokens moved out of clear, 0 payment tokens and 0 webhook secrets", "a second run has nothing to do")
 
 	// Under the new key alone: the webhook secret opens, and a node
 	// charges the next periods with the tokens.
@@ -95,7 +98,6 @@ func TestSecretsRotateCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ep["secret"], string(secret))
 
-	require.NoError(t, b.nodes[0].svc.River.Stop(t.Context())) // the node of the old key is gone
 	fresh := startNode(t, b.pool, map[string]string{"REBILL_ENCRYPTION_KEY": newKey})
 	b.nodes = []*node{fresh}
 	b.advance(t, "744h")

@@ -92,7 +92,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		svc.Close()
 		return nil, err
 	}
-	tokens := &vault.Vault{Pool: pool, Keys: keys}
+	tokens := &vault.Vault{Pool: pool, Keys: keys, Holders: tokenHolders()}
 	gateways, err := buildGateways(gatewayConfigs, cfg.GatewayTimeout, svc.Clock)
 	if err != nil {
 		svc.Close()

@@ -80,11 +80,18 @@ type variable struct {
 	set             func(*Config, string) error
 }
 
+// secretVariables are never quoted in an error (a key, or a URL that may
+// hold a password): their setters say what is wrong without the value.
+var secretVariables = map[string]bool{
+	"REBILL_ADMIN_KEY": true, "REBILL_ENCRYPTION_KEY": true, "REBILL_ENCRYPTION_OLD_KEYS": true,
+	"DATABASE_URL": true, "REBILL_REPLICA_URL": true,
+}
+
 var variables = []variable{
 	{"REBILL_ADDR", "127.0.0.1:8080", "HTTP listen address",
 		func(c *Config, v string) error { c.Addr = v; return nil }},
 	{"DATABASE_URL", "", "PostgreSQL URL; empty starts a private cluster in REBILL_DATA_DIR/pg",
-		func(c *Config, v string) error { c.DatabaseURL = v; return nil }},
+		func(c *Config, v string) error { c.DatabaseURL = v; return checkPostgresURL(v) }},
 	{"REBILL_DATA_DIR", ".rebill", "folder for the private PostgreSQL cluster",
 		func(c *Config, v string) error { c.DataDir = v; return nil }},
 	{"REBILL_ADMIN_KEY", "", "bootstrap admin API key, at least 32 characters (no database row); empty: the first start creates one and prints it",
@@ -198,7 +205,7 @@ var variables = []variable{
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318): traces of requests, jobs and gateway calls go to its /v1/traces; empty: no tracing. The other OTEL_EXPORTER_OTLP_* variables (headers, timeout) apply",
 		func(c *Config, v string) error { c.OTLPEndpoint = v; return nil }},
 	{"REBILL_REPLICA_URL", "", "PostgreSQL URL of a read replica for reconciliation and reports (a second pool); empty: they read the primary",
-		func(c *Config, v string) error { c.ReplicaURL = v; return nil }},
+		func(c *Config, v string) error { c.ReplicaURL = v; return checkPostgresURL(v) }},
 	{"REBILL_INSPECT_INTERVAL", "1m", "how often the inspector looks for stuck charges",
 		durationInto(func(c *Config) *time.Duration { return &c.InspectInterval })},
 	{"REBILL_INSPECT_NO_JOB_AFTER", "2 x REBILL_GATEWAY_TIMEOUT + REBILL_RESCUE_AFTER", "a charge authorizing, capturing or authorized this long with no live job is kicked (its job enqueued again, same key)",
@@ -218,13 +225,14 @@ var variables = []variable{
 	{"REBILL_ENCRYPTION_OLD_KEYS", "", "previous REBILL_ENCRYPTION_KEYs, comma separated: they still decrypt until `rebill secrets rotate` (or the hourly job) has sealed everything under the current key",
 		func(c *Config, v string) error {
 			c.EncryptionOldKeys = nil
-			for _, part := range strings.Split(v, ",") {
+			parts := strings.Split(v, ",")
+			for i, part := range parts {
 				if part = strings.TrimSpace(part); part == "" {
 					continue
 				}
 				key, err := notifyKey(part)
 				if err != nil {
-					return err
+					return fmt.Errorf("entry %d of %d: %w", i+1, len(parts), err)
 				}
 				c.EncryptionOldKeys = append(c.EncryptionOldKeys, key)
 			}
@@ -295,6 +303,9 @@ func Load(getenv func(string) string) (Config, error) {
 			continue
 		}
 		if err := v.set(&c, value); err != nil {
+			if secretVariables[v.name] {
+				return Config{}, fmt.Errorf("%s: %w", v.name, err)
+			}
 			return Config{}, fmt.Errorf("%s=%q: %w", v.name, value, err)
 		}
 	}
