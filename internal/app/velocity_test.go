@@ -273,3 +273,28 @@ func TestVelocityWaitingChargeProceedsWhenSlotFrees(t *testing.T) {
 	require.Equal(t, map[string]int{"authorize:succeeded": 1, "capture:succeeded": 1},
 		opsFor(b.ledger(t, "sim1"), second+":"+cs[0]["period_key"].(string)))
 }
+
+// A slot is tied to the charge's attempt: a run of the same attempt that
+// comes back (here after its gateway did nothing) reuses it rather than
+// wait behind itself, and the approval gives it back.
+func TestVelocitySlotIsReusedByTheSameAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, map[string]string{"REBILL_VELOCITY_DECLINES_PER_DAY": "1"})
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": true})
+	sub := b.createSubscription(t, "tok_ok", "month")
+	var c map[string]any
+	require.Eventually(t, func() bool {
+		c = b.charges(t, sub)[0]
+		return c["failure_code"] == "gateway_unavailable"
+	}, 10*time.Second, 20*time.Millisecond)
+	slots := func() []string {
+		var s []string
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT slots FROM velocity_counters
+			WHERE customer_id = 'cust-e2e' AND name = 'declines'`).Scan(&s))
+		return s
+	}
+	require.Equal(t, []string{c["id"].(string) + "/1"}, slots(), "the attempt holds the day's only slot")
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": false})
+	b.waitCharges(t, sub, 1, "succeeded")
+	require.Empty(t, slots())
+}
