@@ -274,27 +274,47 @@ func TestVelocityWaitingChargeProceedsWhenSlotFrees(t *testing.T) {
 		opsFor(b.ledger(t, "sim1"), second+":"+cs[0]["period_key"].(string)))
 }
 
-// A slot is tied to the charge's attempt: a run of the same attempt that
-// comes back (here after its gateway did nothing) reuses it rather than
-// wait behind itself, and the approval gives it back.
-func TestVelocitySlotIsReusedByTheSameAttempt(t *testing.T) {
+// An authorize whose outcome is unknown keeps its slot until its look-up
+// settles it (another charge waits meanwhile); the approval found then
+// gives it back, and the waiting charge goes on. An authorize its gateway
+// did nothing with is not in flight: it gives its slot back while it
+// waits for the gateway.
+func TestVelocitySlotOfAnUnknownOutcomeIsKeptUntilSettled(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, map[string]string{"REBILL_VELOCITY_DECLINES_PER_DAY": "1"})
-	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": true})
-	sub := b.createSubscription(t, "tok_ok", "month")
-	var c map[string]any
-	require.Eventually(t, func() bool {
-		c = b.charges(t, sub)[0]
-		return c["failure_code"] == "gateway_unavailable"
-	}, 10*time.Second, 20*time.Millisecond)
 	slots := func() []string {
 		var s []string
 		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT slots FROM velocity_counters
 			WHERE customer_id = 'cust-e2e' AND name = 'declines'`).Scan(&s))
 		return s
 	}
-	require.Equal(t, []string{c["id"].(string) + "/1"}, slots(), "the attempt holds the day's only slot")
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"latency_ms": 700}) // past the 400 ms timeout
+	first := b.createSubscription(t, "tok_ok", "month")
+	c := b.waitCharges(t, first, 1, "unknown")[0]
+	require.Equal(t, []string{c["id"].(string) + "/1"}, slots(), "the unknown outcome keeps the day's only slot")
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": true, "latency_ms": 0})
+	require.Eventually(t, func() bool {
+		return b.charges(t, first)[0]["failure_code"] == "gateway_unavailable"
+	}, 10*time.Second, 20*time.Millisecond, "the look-up waits for the gateway")
+	require.Equal(t, []string{c["id"].(string) + "/1"}, slots(), "a look-up that waits keeps the slot")
+	second := b.createSubscription(t, "tok_ok", "month")
+	require.Eventually(t, func() bool {
+		return b.charges(t, second)[0]["failure_code"] == "velocity_slots_in_flight"
+	}, 10*time.Second, 20*time.Millisecond, "the second charge waits behind the unknown one")
+
 	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": false})
-	b.waitCharges(t, sub, 1, "succeeded")
+	b.waitCharges(t, first, 1, "succeeded")
+	b.waitCharges(t, second, 1, "succeeded")
 	require.Empty(t, slots())
+
+	t.Run("a gateway that did nothing frees the slot", func(t *testing.T) {
+		b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": true})
+		third := b.createSubscription(t, "tok_ok", "month")
+		require.Eventually(t, func() bool {
+			return b.charges(t, third)[0]["failure_code"] == "gateway_unavailable"
+		}, 10*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return len(slots()) == 0 }, 10*time.Second, 20*time.Millisecond)
+		b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": false})
+		b.waitCharges(t, third, 1, "succeeded")
+	})
 }
