@@ -30,7 +30,7 @@ func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs])
 	if g == nil {
 		return err
 	}
-	if held, err := p.heldForDeclines(ctx, s, c); held || err != nil {
+	if send, err := p.takeSlot(ctx, s, c, job.Attempt > 1); !send || err != nil {
 		return err
 	}
 	res, err := p.call(ctx, c, gateway.OpAuthorize, func(ctx context.Context) (gateway.Result, error) {
@@ -80,6 +80,7 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 			if err != nil {
 				return fmt.Errorf("%s: record outcome: %w", s.stage, err)
 			}
+			p.releaseSlot(ctx, c)
 			return p.captureInline(ctx, s, capturing)
 		}
 		var capturing Charge // set when this run goes on to capture
@@ -90,6 +91,9 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 				return err
 			}
 			p.transitioned(next, "")
+			if err := p.releaseSlotTx(ctx, tx, c); err != nil {
+				return err
+			}
 			client := river.ClientFromContext[pgx.Tx](ctx)
 			switch {
 			case next.VoidRequested:

@@ -321,8 +321,14 @@ func (p *Pipeline) technicalFailure(ctx context.Context, s stageRun, c Charge, o
 
 // waitForGateway snoozes a step whose gateway did nothing: the charge shows
 // next_attempt_at and why, and the job runs again later with the same key.
-// Snoozes spend no River attempt; UnavailableFor bounds them.
+// Snoozes spend no River attempt; UnavailableFor bounds them. An
+// authorize that waits is not in flight: it gives its declines slot back
+// and asks for one again when it is tried next (a look-up that waits
+// does not: the outcome it looks for is still unknown).
 func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op gateway.Op, callErr error) error {
+	if op == gateway.OpAuthorize && !s.reconcile {
+		p.releaseSlot(ctx, c)
+	}
 	reason := "gateway_unavailable"
 	delay := p.Retry.Delay(max(s.run, 1))
 	if errors.Is(callErr, ErrCircuitOpen) {

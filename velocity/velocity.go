@@ -13,11 +13,23 @@
 // refused or rolled back counts nothing, and the row lock orders one
 // customer's concurrent requests on every node: of N at once, exactly the
 // limit pass.
+//
+// # Slots of calls in flight
+//
+// A limit on outcomes (declines) cannot be checked by counting them: the
+// outcome of a call is known only after it, so calls sent at once would
+// all pass a check made before any of them was answered. Such calls
+// reserve a slot first ([Slots]): a slot is granted while the window's
+// recorded events plus the slots held stay under the maximum, and is
+// given back when the call's outcome does not count (an approval) or
+// turned into the event when it does (a decline). The slots live in the
+// counter's row, so the same row lock that orders the counts orders the
+// reservations across nodes; a new window drops them with the count, so
+// a slot whose caller died is held at most until the window ends.
 package velocity
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -32,6 +44,7 @@ import (
 // DBTX is what the counters need of a pool, a connection or a transaction.
 type DBTX interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
@@ -96,7 +109,7 @@ func (lim *Limiter) Take(ctx context.Context, tx DBTX, customerID string, l Limi
 	}
 	now := lim.Clock.Now()
 	start, end := window(l, now)
-	count, err := count(ctx, tx, customerID, l, start)
+	count, err := count(ctx, tx, customerID, l, start, "")
 	if err != nil {
 		return err
 	}
@@ -108,47 +121,30 @@ func (lim *Limiter) Take(ctx context.Context, tx DBTX, customerID string, l Limi
 }
 
 // Count records one event of customerID against l (a decline) without
-// refusing anything; Reached tells when the count has got to the maximum.
-func (lim *Limiter) Count(ctx context.Context, tx DBTX, customerID string, l Limit) error {
+// refusing anything. The event turns holder's slot, if it holds one in
+// the window, into the count (see [Slots]); holder "" holds none.
+func (lim *Limiter) Count(ctx context.Context, tx DBTX, customerID string, l Limit, holder string) error {
 	if lim.Max[l] <= 0 {
 		return nil
 	}
 	start, _ := window(l, lim.Clock.Now())
-	_, err := count(ctx, tx, customerID, l, start)
+	_, err := count(ctx, tx, customerID, l, start, holder)
 	return err
 }
 
-// Reached reports whether customerID's count against l in the current
-// window has got to the maximum.
-func (lim *Limiter) Reached(ctx context.Context, db DBTX, customerID string, l Limit) (bool, error) {
-	maximum := lim.Max[l]
-	if maximum <= 0 {
-		return false, nil
-	}
-	start, _ := window(l, lim.Clock.Now())
-	var n int
-	err := db.QueryRow(ctx, `SELECT count FROM velocity_counters
-		WHERE customer_id = $1 AND name = $2 AND window_start = $3`, customerID, l.Name, start).Scan(&n)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read velocity counter %s: %w", l.Name, err)
-	}
-	return n >= maximum, nil
-}
-
-// count adds one to the counter of the window opening at start and returns
-// the new count. A row of an older window starts over; one of a later
-// window (a node whose clock ran ahead) keeps counting there.
-func count(ctx context.Context, db DBTX, customerID string, l Limit, start time.Time) (int, error) {
+// count adds one to the counter of the window opening at start, drops
+// holder's slot from it, and returns the new count. A row of an older
+// window starts over, its slots dropped; one of a later window (a node
+// whose clock ran ahead) keeps counting there.
+func count(ctx context.Context, db DBTX, customerID string, l Limit, start time.Time, holder string) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, `INSERT INTO velocity_counters AS v (customer_id, name, window_start, count)
 		VALUES ($1, $2, $3, 1)
 		ON CONFLICT (customer_id, name) DO UPDATE
 		SET count = CASE WHEN v.window_start >= excluded.window_start THEN v.count + 1 ELSE 1 END,
+			slots = CASE WHEN v.window_start >= excluded.window_start THEN array_remove(v.slots, $4) ELSE '{}' END,
 			window_start = greatest(v.window_start, excluded.window_start)
-		RETURNING count`, customerID, l.Name, start).Scan(&n)
+		RETURNING count`, customerID, l.Name, start, holder).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count velocity %s: %w", l.Name, err)
 	}

@@ -2,10 +2,13 @@ package velocity_test
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/internal/dbtest"
@@ -57,28 +60,165 @@ func TestTakeCountsCommittedActionsPerWindow(t *testing.T) {
 	})
 }
 
-func TestDeclinesReachedPerUTCDay(t *testing.T) {
+// slotsOf reads customer's counter of l: the recorded count and the slots
+// held.
+func slotsOf(t *testing.T, pool *pgxpool.Pool, customer string, l velocity.Limit) (int, []string) {
+	t.Helper()
+	var n int
+	var slots []string
+	err := pool.QueryRow(t.Context(), `SELECT count, slots FROM velocity_counters WHERE customer_id = $1 AND name = $2`,
+		customer, l.Name).Scan(&n, &slots)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	require.NoError(t, err)
+	return n, slots
+}
+
+func reserve(t *testing.T, s *velocity.Slots, customer, holder string, force bool) velocity.Verdict {
+	t.Helper()
+	a, err := s.Reserve(t.Context(), customer, holder, force)
+	require.NoError(t, err)
+	return a.Verdict
+}
+
+// Calls reserving at once on two nodes (two Slots, each sending shared
+// statements of its own) get no more slots than the maximum; the rest are
+// told the slots are in flight, not that the limit is reached.
+func TestSlotsGrantAtMostTheMaximumAcrossNodes(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	lim := &velocity.Limiter{Clock: clk, Max: map[velocity.Limit]int{velocity.Declines: 5}}
+	nodes := []*velocity.Slots{velocity.NewSlots(lim, velocity.Declines, pool), velocity.NewSlots(lim, velocity.Declines, pool)}
+	const calls = 40
+	verdicts := make([]velocity.Verdict, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			customer := "c1"
+			if i%4 == 3 {
+				customer = "c2" // another customer in the same statements
+			}
+			a, err := nodes[i%2].Reserve(t.Context(), customer, fmt.Sprintf("charge-%d/1", i), false)
+			if err == nil {
+				verdicts[i] = a.Verdict
+			}
+		})
+	}
+	wg.Wait()
+	granted := map[string]int{}
+	for i, v := range verdicts {
+		customer := "c1"
+		if i%4 == 3 {
+			customer = "c2"
+		}
+		switch v {
+		case velocity.Granted:
+			granted[customer]++
+		case velocity.InFlight:
+		default:
+			t.Fatalf("call %d: %v", i, v)
+		}
+	}
+	require.Equal(t, map[string]int{"c1": 5, "c2": 5}, granted)
+	n, slots := slotsOf(t, pool, "c1", velocity.Declines)
+	require.Zero(t, n)
+	require.Len(t, slots, 5)
+}
+
+// A slot is tied to its holder: asked again it is the same slot; an
+// approval gives it back and a waiting call gets it; a decline turns it
+// into the count; once the recorded declines reach the maximum the answer
+// is Reached, except for a call that may already have been made.
+func TestSlotsReleaseConvertAndReach(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	lim := &velocity.Limiter{Clock: clk, Max: map[velocity.Limit]int{velocity.Declines: 2}}
+	s := velocity.NewSlots(lim, velocity.Declines, pool)
+	decline := func(holder string) {
+		require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+			return lim.Count(t.Context(), tx, "c1", velocity.Declines, holder)
+		}))
+	}
+
+	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "a/1", false))
+	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "b/1", false))
+	require.Equal(t, velocity.InFlight, reserve(t, s, "c1", "c/1", false))
+	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "a/1", false), "a retry of the same call keeps its slot")
+	require.Equal(t, velocity.InFlight, reserve(t, s, "c1", "a/2", false), "another attempt is another call")
+	_, slots := slotsOf(t, pool, "c1", velocity.Declines)
+	require.Equal(t, []string{"a/1", "b/1"}, slots)
+
+	require.NoError(t, s.Release(t.Context(), "c1", "a/1"))
+	require.NoError(t, s.Release(t.Context(), "c1", "a/1"), "a second release changes nothing")
+	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "c/1", false), "the approval freed a slot")
+
+	t.Run("a release rolled back gives nothing back", func(t *testing.T) {
+		tx, err := pool.Begin(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, s.ReleaseTx(t.Context(), tx, "c1", "c/1"))
+		require.NoError(t, tx.Rollback(t.Context()))
+		_, slots := slotsOf(t, pool, "c1", velocity.Declines)
+		require.Equal(t, []string{"b/1", "c/1"}, slots)
+	})
+
+	decline("b/1")
+	n, slots := slotsOf(t, pool, "c1", velocity.Declines)
+	require.Equal(t, 1, n)
+	require.Equal(t, []string{"c/1"}, slots, "the decline took its slot's place")
+	require.Equal(t, velocity.InFlight, reserve(t, s, "c1", "d/1", false), "one decline and one call in flight")
+	decline("c/1")
+	require.Equal(t, velocity.Reached, reserve(t, s, "c1", "d/1", false))
+	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "e/1", true), "a call that may have been made is not held back")
+	decline("")
+	n, slots = slotsOf(t, pool, "c1", velocity.Declines)
+	require.Equal(t, 3, n, "a decline without a slot counts too")
+	require.Equal(t, []string{"e/1"}, slots)
+}
+
+// A new UTC day drops the slots and the count of the day before: a slot
+// whose caller died does not outlive its day, and a late release or
+// decline of a past day's slot takes nothing from the new day.
+func TestSlotsOfPastDaysAreDropped(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.Pool(t)
 	clk := testsupport.NewClock(time.Date(2026, 12, 1, 23, 0, 0, 0, time.UTC))
 	lim := &velocity.Limiter{Clock: clk, Max: map[velocity.Limit]int{velocity.Declines: 2}}
-	count := func() {
-		require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
-			return lim.Count(t.Context(), tx, "c1", velocity.Declines)
-		}))
-	}
-	reached := func() bool {
-		r, err := lim.Reached(t.Context(), pool, "c1", velocity.Declines)
-		require.NoError(t, err)
-		return r
-	}
-	require.False(t, reached())
-	count()
-	require.False(t, reached())
-	count()
-	require.True(t, reached())
+	s := velocity.NewSlots(lim, velocity.Declines, pool)
+	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "dead/1", false)) // its caller dies here
+	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "late/1", false))
+	a, err := s.Reserve(t.Context(), "c1", "waiting/1", false)
+	require.NoError(t, err)
+	require.Equal(t, velocity.InFlight, a.Verdict)
+	require.Equal(t, time.Hour, a.WindowLeft, "a wait need not outlast the day")
+
 	clk.Advance(time.Hour) // midnight UTC
-	require.False(t, reached())
-	count()
-	require.False(t, reached())
+	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "waiting/1", false))
+	_, slots := slotsOf(t, pool, "c1", velocity.Declines)
+	require.Equal(t, []string{"waiting/1"}, slots, "yesterday's slots were dropped")
+	require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		return lim.Count(t.Context(), tx, "c1", velocity.Declines, "late/1")
+	}))
+	require.NoError(t, s.Release(t.Context(), "c1", "dead/1"))
+	n, slots := slotsOf(t, pool, "c1", velocity.Declines)
+	require.Equal(t, 1, n, "a decline counts in the day it is recorded")
+	require.Equal(t, []string{"waiting/1"}, slots)
+	require.Equal(t, velocity.InFlight, reserve(t, s, "c1", "next/1", false))
+}
+
+// With no maximum, every call is granted and nothing is stored.
+func TestSlotsUnlimited(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	lim := &velocity.Limiter{Clock: testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))}
+	s := velocity.NewSlots(lim, velocity.Declines, pool)
+	for i := range 10 {
+		require.Equal(t, velocity.Granted, reserve(t, s, "c1", fmt.Sprintf("x/%d", i), false))
+	}
+	require.NoError(t, s.Release(t.Context(), "c1", "x/1"))
+	n, slots := slotsOf(t, pool, "c1", velocity.Declines)
+	require.Zero(t, n)
+	require.Empty(t, slots)
 }

@@ -130,7 +130,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		pipeline.Postings = poster
 	}
 	limiter := newLimiter(cfg, svc.Clock)
-	pipeline.Declines = declineLimit{limiter: limiter, pool: pool}
+	pipeline.Declines = newDeclineLimit(limiter, pool)
 	biller.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
 		BatchSize: cfg.ScanBatch}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)

@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/velocity"
@@ -23,13 +24,36 @@ func newLimiter(cfg config.Config, clk clock.Clock) *velocity.Limiter {
 // it (charges.DeclineLimit).
 type declineLimit struct {
 	limiter *velocity.Limiter
-	pool    *pgxpool.Pool
+	slots   *velocity.Slots
 }
 
-func (d declineLimit) Count(ctx context.Context, tx pgx.Tx, customerID string) error {
-	return d.limiter.Count(ctx, tx, customerID, velocity.Declines)
+func newDeclineLimit(limiter *velocity.Limiter, pool *pgxpool.Pool) declineLimit {
+	return declineLimit{limiter: limiter, slots: velocity.NewSlots(limiter, velocity.Declines, pool)}
 }
 
-func (d declineLimit) Reached(ctx context.Context, customerID string) (bool, error) {
-	return d.limiter.Reached(ctx, d.pool, customerID, velocity.Declines)
+func (d declineLimit) Reserve(ctx context.Context, customerID, holder string, mayHaveSent bool) (charges.SlotAnswer, error) {
+	a, err := d.slots.Reserve(ctx, customerID, holder, mayHaveSent)
+	if err != nil {
+		return charges.SlotAnswer{}, err
+	}
+	verdict := charges.SlotsInFlight
+	switch a.Verdict {
+	case velocity.Granted:
+		verdict = charges.SlotGranted
+	case velocity.Reached:
+		verdict = charges.DeclinesReached
+	}
+	return charges.SlotAnswer{Verdict: verdict, DayLeft: a.WindowLeft}, nil
+}
+
+func (d declineLimit) Release(ctx context.Context, customerID, holder string) error {
+	return d.slots.Release(ctx, customerID, holder)
+}
+
+func (d declineLimit) ReleaseTx(ctx context.Context, tx pgx.Tx, customerID, holder string) error {
+	return d.slots.ReleaseTx(ctx, tx, customerID, holder)
+}
+
+func (d declineLimit) Count(ctx context.Context, tx pgx.Tx, customerID, holder string) error {
+	return d.limiter.Count(ctx, tx, customerID, velocity.Declines, holder)
 }

@@ -162,3 +162,159 @@ func TestVelocityDeclinesSendNewChargesToReview(t *testing.T) {
 	fresh := b.createSubscription(t, "tok_ok", "month")
 	b.waitCharges(t, fresh, 1, "succeeded")
 }
+
+// burstSubscriptions creates n subscriptions of customer cust-e2e on token at
+// once, spread over the bundle's nodes, and returns their ids.
+func (b testBundle) burstSubscriptions(t *testing.T, n int, token string) []string {
+	t.Helper()
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() {
+			status, _, body := b.callNodeAs(t, i%len(b.nodes), adminKey, http.MethodPost, "/v1/subscriptions",
+				fmt.Sprintf("%s-burst-%d", t.Name(), i), subscriptionBody(token, "month"))
+			if status == http.StatusCreated {
+				ids[i] = body["id"].(string)
+			}
+		})
+	}
+	wg.Wait()
+	for i, id := range ids {
+		require.NotEmpty(t, id, "subscription %d not created", i)
+	}
+	return ids
+}
+
+// authorizesSent counts the authorize calls the gateway's ledger shows.
+func authorizesSent(entries []ledgerEntry) int {
+	n := 0
+	for _, e := range entries {
+		if e.Op == "authorize" {
+			n++
+		}
+	}
+	return n
+}
+
+// Twenty first charges of one customer on a declining card at once, over
+// two nodes: each reserves a slot of the day's declines before its
+// authorize, so at most the limit reach the gateway; the rest wait for
+// the calls in flight and go to review once the declines are recorded.
+func TestVelocityDeclineSlotsHoldUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, nil) // the default limit: 5 declines a day
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"latency_ms": 150})
+	subs := b.burstSubscriptions(t, 20, "tok_decline_funds")
+	declined, review := 0, 0
+	for _, sub := range subs {
+		cs := b.waitCharges(t, sub, 1, "declined", "requires_review")
+		if cs[0]["status"] == "declined" {
+			declined++
+		} else {
+			require.Contains(t, cs[0]["review_reason"], "velocity limit")
+			review++
+		}
+	}
+	require.Equal(t, 5, authorizesSent(b.ledger(t, "sim1")), "the gateway saw the limit's worth of authorizes, no more")
+	require.Equal(t, 5, declined)
+	require.Equal(t, 15, review)
+	var count int
+	var slots []string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count, slots FROM velocity_counters
+		WHERE customer_id = 'cust-e2e' AND name = 'declines'`).Scan(&count, &slots))
+	require.Equal(t, 5, count)
+	require.Empty(t, slots, "every slot was converted into its decline")
+}
+
+// Twenty first charges on a good card at once all reach the gateway and
+// succeed: an approval gives its slot back, and the charges that found
+// every slot in flight waited for one instead of going to review.
+func TestVelocityDeclineSlotsLetGoodCardsThrough(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, nil)
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"latency_ms": 150})
+	subs := b.burstSubscriptions(t, 20, "tok_ok")
+	for _, sub := range subs {
+		b.waitCharges(t, sub, 1, "succeeded")
+	}
+	require.Equal(t, 20, authorizesSent(b.ledger(t, "sim1")))
+	var slots []string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT slots FROM velocity_counters
+		WHERE customer_id = 'cust-e2e' AND name = 'declines'`).Scan(&slots))
+	require.Empty(t, slots, "every approval gave its slot back")
+}
+
+// A charge that finds the day's only slot taken by a call in flight waits
+// (its job snoozes, the charge shows why), and goes to the gateway once
+// the approval of that call frees the slot.
+func TestVelocityWaitingChargeProceedsWhenSlotFrees(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, map[string]string{"REBILL_VELOCITY_DECLINES_PER_DAY": "1", "REBILL_GATEWAY_TIMEOUT": "3s",
+		"REBILL_RESCUE_AFTER": "20s"})
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"latency_ms": 1000})
+	first := b.createSubscription(t, "tok_ok", "month")
+	b.waitCharges(t, first, 1, "authorizing")
+	second := b.createSubscription(t, "tok_ok", "month")
+	var waiting map[string]any
+	require.Eventually(t, func() bool {
+		waiting = b.charges(t, second)[0]
+		return waiting["failure_code"] == "velocity_slots_in_flight"
+	}, 10*time.Second, 20*time.Millisecond, "the second charge waits for the slot")
+	require.Equal(t, "authorizing", waiting["status"])
+	require.NotNil(t, waiting["next_attempt_at"])
+
+	b.waitCharges(t, first, 1, "succeeded")
+	cs := b.waitCharges(t, second, 1, "succeeded")
+	require.Nil(t, cs[0]["failure_code"])
+	var snoozes int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT coalesce((metadata ->> 'snoozes')::int, 0) FROM river_job
+		WHERE kind = 'charge_authorize' AND args ->> 'charge_id' = $1`, waiting["id"]).Scan(&snoozes))
+	require.Positive(t, snoozes, "its job snoozed: it waited instead of being sent")
+	require.Equal(t, map[string]int{"authorize:succeeded": 1, "capture:succeeded": 1},
+		opsFor(b.ledger(t, "sim1"), second+":"+cs[0]["period_key"].(string)))
+}
+
+// An authorize whose outcome is unknown keeps its slot until its look-up
+// settles it (another charge waits meanwhile); the approval found then
+// gives it back, and the waiting charge goes on. An authorize its gateway
+// did nothing with is not in flight: it gives its slot back while it
+// waits for the gateway.
+func TestVelocitySlotOfAnUnknownOutcomeIsKeptUntilSettled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, map[string]string{"REBILL_VELOCITY_DECLINES_PER_DAY": "1"})
+	slots := func() []string {
+		var s []string
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT slots FROM velocity_counters
+			WHERE customer_id = 'cust-e2e' AND name = 'declines'`).Scan(&s))
+		return s
+	}
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"latency_ms": 700}) // past the 400 ms timeout
+	first := b.createSubscription(t, "tok_ok", "month")
+	c := b.waitCharges(t, first, 1, "unknown")[0]
+	require.Equal(t, []string{c["id"].(string) + "/1"}, slots(), "the unknown outcome keeps the day's only slot")
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": true, "latency_ms": 0})
+	require.Eventually(t, func() bool {
+		return b.charges(t, first)[0]["failure_code"] == "gateway_unavailable"
+	}, 10*time.Second, 20*time.Millisecond, "the look-up waits for the gateway")
+	require.Equal(t, []string{c["id"].(string) + "/1"}, slots(), "a look-up that waits keeps the slot")
+	second := b.createSubscription(t, "tok_ok", "month")
+	require.Eventually(t, func() bool {
+		return b.charges(t, second)[0]["failure_code"] == "velocity_slots_in_flight"
+	}, 10*time.Second, 20*time.Millisecond, "the second charge waits behind the unknown one")
+
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": false})
+	b.waitCharges(t, first, 1, "succeeded")
+	b.waitCharges(t, second, 1, "succeeded")
+	require.Empty(t, slots())
+
+	t.Run("a gateway that did nothing frees the slot", func(t *testing.T) {
+		b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": true})
+		third := b.createSubscription(t, "tok_ok", "month")
+		require.Eventually(t, func() bool {
+			return b.charges(t, third)[0]["failure_code"] == "gateway_unavailable"
+		}, 10*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return len(slots()) == 0 }, 10*time.Second, 20*time.Millisecond)
+		b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"down": false})
+		b.waitCharges(t, third, 1, "succeeded")
+	})
+}
