@@ -81,7 +81,7 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 			return err
 		}
 		clk = manual
-		baseURL, stopSim, err := sim.Start(ctx, pool, simNames, log.Level(zerolog.WarnLevel))
+		baseURL, stopSim, err := sim.StartOnClock(ctx, pool, manual, simNames, log.Level(zerolog.WarnLevel))
 		if err != nil {
 			return err
 		}

@@ -62,7 +62,7 @@ func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, retry
 	if !cfg.Dev {
 		return nil, nil
 	}
-	sim := &registry.Sim{Pool: pool}
+	sim := &registry.Sim{Pool: pool, Clock: clk}
 	return &registry.Poster{Pool: pool, Gateways: registry.NewBalancer(sim.Gateways(), cfg.GatewayTimeout), Clock: clk,
 		GiveUpAfter: cfg.UnavailableFor, Retry: retry, Logger: log.With().Str("component", "registry").Logger()}, sim
 }

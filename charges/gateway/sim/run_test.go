@@ -11,6 +11,7 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/dbtest"
 )
 
@@ -62,7 +63,7 @@ func TestListenAndServe(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- sim.ListenAndServe(ctx, addr, pool, []string{"sim1"}, zerolog.Nop()) }()
+	go func() { done <- sim.ListenAndServe(ctx, addr, pool, clock.Wall{}, []string{"sim1"}, zerolog.Nop()) }()
 
 	c := sim.NewClient("sim1", "http://"+addr+"/sim1", sim.ClientOptions{})
 	require.Eventually(t, func() bool {
