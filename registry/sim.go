@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rebill/rebill/internal/clock"
 )
 
 // SimNames are dev mode's simulated registry gateways.
@@ -19,13 +21,21 @@ var SimNames = []string{"gmp1", "gmp2"}
 // gateways with fault switches, like the simulated payment gateways.
 type Sim struct {
 	Pool *pgxpool.Pool
+	// Clock stamps acceptances and annulments: the service clock (the dev
+	// clock), as the simulated payment gateways stamp their operations, so
+	// the book reads on the days rebill's records do. Nil: real time.
+	Clock clock.Clock
 }
 
 // Gateways returns the simulated gateways.
 func (s Sim) Gateways() []Gateway {
+	var clk clock.Clock = clock.Wall{}
+	if s.Clock != nil {
+		clk = s.Clock
+	}
 	out := make([]Gateway, len(SimNames))
 	for i, name := range SimNames {
-		out[i] = simGateway{name: name, pool: s.Pool}
+		out[i] = simGateway{name: name, pool: s.Pool, clock: clk}
 	}
 	return out
 }
@@ -101,8 +111,9 @@ func (s Sim) SetFaults(ctx context.Context, gateway string, patch FaultsPatch) (
 }
 
 type simGateway struct {
-	name string
-	pool *pgxpool.Pool
+	name  string
+	pool  *pgxpool.Pool
+	clock clock.Clock
 }
 
 func (g simGateway) Name() string { return g.name }
@@ -135,9 +146,10 @@ func (g simGateway) Post(ctx context.Context, p Payment) error {
 	if err != nil {
 		return err
 	}
+	at := g.clock.Now().UTC()
 	if _, err := g.pool.Exec(context.WithoutCancel(ctx), `INSERT INTO dev_registry_ledger (payment_id, gateway, uin, amount, status, at)
 		VALUES ($1, $2, $3, $4, 'accepted', $5) ON CONFLICT (payment_id) DO NOTHING`,
-		p.PaymentID, g.name, p.UIN, p.Amount, time.Now().UTC()); err != nil {
+		p.PaymentID, g.name, p.UIN, p.Amount, at); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, err)
 	}
 	if lose {
@@ -151,8 +163,9 @@ func (g simGateway) Annul(ctx context.Context, paymentID string) error {
 	if err != nil {
 		return err
 	}
+	at := g.clock.Now().UTC()
 	if _, err := g.pool.Exec(context.WithoutCancel(ctx), `UPDATE dev_registry_ledger SET status = 'annulled', annulled_at = $2
-		WHERE payment_id = $1 AND status = 'accepted'`, paymentID, time.Now().UTC()); err != nil {
+		WHERE payment_id = $1 AND status = 'accepted'`, paymentID, at); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, err)
 	}
 	if lose {

@@ -1052,7 +1052,7 @@ func (r *runner) collect() *soak.Data {
 				Currency       string    `json:"currency"`
 				Status         string    `json:"status"`
 				DeclineCode    string    `json:"decline_code"`
-				At             time.Time `json:"at"`
+				At             time.Time `json:"received_at"` // real time, as the soak's requests; at is the dev clock
 			} `json:"data"`
 		}
 		if !ok || a.status != 200 || a.decode(&page) != nil {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pgembed"
 	"github.com/rebill/rebill/internal/secrets"
@@ -392,7 +393,9 @@ func apikey(ctx context.Context, cfg config.Config, log zerolog.Logger, args []s
 func gatewaysim(ctx context.Context, cfg config.Config, log zerolog.Logger, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("gatewaysim", "Usage: rebill gatewaysim [--addr ADDR]\n\n"+
 		"Runs the simulated gateways sim1..sim5 standalone, their ledger in the gatewaysim\n"+
-		"schema of DATABASE_URL. Gateway simN's URL for REBILL_GATEWAYS is http://ADDR/simN.")
+		"schema of DATABASE_URL. Gateway simN's URL for REBILL_GATEWAYS is http://ADDR/simN.\n"+
+		"Operations are stamped with real time, or with REBILL_DEV=1 with the dev clock of\n"+
+		"DATABASE_URL (rebill's migrated database, the one the dev nodes read).")
 	addr := fs.String("addr", "127.0.0.1:8090", "listen address")
 	if done, err := parseFlags(fs, args, stdout, stderr); done || err != nil {
 		return err
@@ -402,7 +405,15 @@ func gatewaysim(ctx context.Context, cfg config.Config, log zerolog.Logger, args
 		return err
 	}
 	defer stop()
-	return sim.ListenAndServe(ctx, *addr, pool, simNames, log)
+	var clk clock.Clock = clock.Wall{}
+	if cfg.Dev {
+		manual, err := clock.NewManual(ctx, pool, time.Now())
+		if err != nil {
+			return fmt.Errorf("gatewaysim: with REBILL_DEV=1 it follows the dev clock of DATABASE_URL, which must be rebill's migrated database: %w", err)
+		}
+		clk = manual
+	}
+	return sim.ListenAndServe(ctx, *addr, pool, clk, simNames, log)
 }
 
 // simNames are dev mode's simulated gateways, cheapest first.

@@ -40,7 +40,8 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	fs := newFlagSet("audit", "Usage: rebill audit [--from DATE] [--to DATE] [--json]\n\n"+
 		"Checks that every period owed from --from to --to (UTC days, inclusive; default the last 30\n"+
 		"days of the service clock) has at most one capture at the gateways, and one unless it\n"+
-		"failed for good or waits in review, and that every capture belongs to exactly one period.\n"+
+		"failed for good or waits in review, and that every capture belongs to exactly one period;\n"+
+		"judges the autopay bills received in the range by the bill rules (docs/API.md).\n"+
 		"Prints the counts; exits 1 listing every discrepancy. Reads REBILL_REPLICA_URL when set.")
 	fromFlag := fs.String("from", "", "first day, YYYY-MM-DD")
 	toFlag := fs.String("to", "", "last day, YYYY-MM-DD")
@@ -81,7 +82,7 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 			return err
 		}
 		clk = manual
-		baseURL, stopSim, err := sim.Start(ctx, pool, simNames, log.Level(zerolog.WarnLevel))
+		baseURL, stopSim, err := sim.StartOnClock(ctx, pool, manual, simNames, log.Level(zerolog.WarnLevel))
 		if err != nil {
 			return err
 		}

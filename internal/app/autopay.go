@@ -64,7 +64,7 @@ func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds
 	if !cfg.Dev {
 		return nil, nil
 	}
-	sim := &registry.Sim{Pool: pool}
+	sim := &registry.Sim{Pool: pool, Clock: clk}
 	return &registry.Poster{Pool: pool, Gateways: registry.NewBalancer(sim.Gateways(), cfg.GatewayTimeout), Clock: clk, Holds: holds,
 		GiveUpAfter: cfg.UnavailableFor, Retry: retry, Logger: log.With().Str("component", "registry").Logger()}, sim
 }

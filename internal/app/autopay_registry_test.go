@@ -80,7 +80,7 @@ func TestFineIsPostedToTheRegistryOnceBeforeItsCapture(t *testing.T) {
 	require.Len(t, posted, 1)
 	require.Equal(t, "accepted", posted[0].Status)
 	require.EqualValues(t, 50000, posted[0].Amount)
-	require.True(t, posted[0].At.Before(b.captureAt(t, "sim1", enr+":"+id)), "posted before the capture")
+	require.False(t, posted[0].At.After(b.captureAt(t, "sim1", enr+":"+id)), "posted before the capture")
 
 	housing := b.createHousingEnrollment(t, "75ДГ000004", 0, 1000000)
 	b.call(t, http.MethodPost, "/v1/enrollments/"+housing+"/bills", map[string]any{

@@ -252,7 +252,7 @@ func benchSim(ctx context.Context, server, database string, memory bool, log zer
 	if err != nil {
 		return "", nil, err
 	}
-	baseURL, stopSim, err := startSim(ctx, simPool, 20, []string{"sim1"}, true, log)
+	baseURL, stopSim, err := startSim(ctx, simPool, 20, []string{"sim1"}, true, false, log)
 	if err != nil {
 		closeSimPool()
 		return "", nil, err

@@ -154,11 +154,10 @@ func TestReconciliationAndDailyReportEndpoints(t *testing.T) {
 	require.Equal(t, "pending", pending["status"])
 	require.Nil(t, pending["checked_at"])
 
-	// The simulator stamps real time, the charges the dev clock: both
-	// started on the same day. A second capture of the first charge, under
-	// another attempt's key, is slipped into the gateway's books.
+	// A second capture of the first charge, under another attempt's key,
+	// is slipped into the gateway's books on the dev day.
 	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: "sim1", ChargeKey: keys[0], Attempt: 2, Op: "capture", Amount: 1500,
-		Currency: "USD", At: time.Now()})
+		Currency: "USD", At: b.clockNow(t)})
 	_, err := b.nodes[0].svc.Reconciler.RunDay(ctx, "sim1", day)
 	require.NoError(t, err)
 	got := b.call(t, http.MethodGet, path, nil)

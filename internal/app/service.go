@@ -77,7 +77,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 			return nil, err
 		}
 		svc.Clock = manual
-		baseURL, stopSim, err := startSim(ctx, pool, simConns, simNames, false, log.With().Str("component", "gatewaysim").Logger())
+		baseURL, stopSim, err := startSim(ctx, pool, simConns, simNames, false, true, log.With().Str("component", "gatewaysim").Logger())
 		if err != nil {
 			svc.Close()
 			return nil, err
@@ -223,7 +223,10 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 // behind rebill's workers (a slow answer would look like a lost one).
 // soleWriter: nothing else changes their fault switches (a benchmark's
 // own database), so they may cache them; dev mode's nodes share theirs.
-func startSim(ctx context.Context, pool *pgxpool.Pool, maxConns int32, names []string, soleWriter bool, log zerolog.Logger) (string, func(), error) {
+// devClock: they stamp operations with the dev clock, read through their
+// own pool (the nodes' clock pool is kept for the nodes' transactions), so
+// a day reached by moving it has its operations; otherwise real time.
+func startSim(ctx context.Context, pool *pgxpool.Pool, maxConns int32, names []string, soleWriter, devClock bool, log zerolog.Logger) (string, func(), error) {
 	cfg := pool.Config().Copy()
 	cfg.MaxConns = maxConns
 	// The simulated provider's ledger need not survive a crash of the
@@ -235,7 +238,17 @@ func startSim(ctx context.Context, pool *pgxpool.Pool, maxConns int32, names []s
 		return "", nil, fmt.Errorf("open simulator pool: %w", err)
 	}
 	start := sim.Start
-	if soleWriter {
+	switch {
+	case devClock:
+		manual, err := clock.NewManual(ctx, simPool, time.Now())
+		if err != nil {
+			simPool.Close()
+			return "", nil, err
+		}
+		start = func(ctx context.Context, pool *pgxpool.Pool, names []string, log zerolog.Logger) (string, func(context.Context) error, error) {
+			return sim.StartOnClock(ctx, pool, manual, names, log)
+		}
+	case soleWriter:
 		start = sim.StartSoleWriter
 	}
 	baseURL, stop, err := start(ctx, simPool, names, log)

@@ -6,8 +6,21 @@
 // provider.
 //
 // The sim stands for another company. Its ledger lives in PostgreSQL in its
-// own schema, gatewaysim (see [Migrate]), so it outlives rebill's restarts,
-// and its operation times are real time, not rebill's dev clock.
+// own schema, gatewaysim (see [Migrate]), so it outlives rebill's restarts.
+//
+// # Time
+//
+// An operation's time (at) is the service clock's, as a provider's books
+// and rebill's agree on the day: in dev mode rebill starts the sim with
+// its manual dev clock ([StartOnClock]), so a day reached by moving the
+// clock holds the operations made on it, and reconciliation and `rebill
+// audit` find them there. Look-ups, day listings and the ledger report
+// that time. [Start] and [NewStore] use real time. The standalone process
+// (`rebill gatewaysim`, [ListenAndServe]) stamps real time, or, with
+// REBILL_DEV=1, the dev clock stored in its database (rebill's, which the
+// dev nodes read). The ledger also keeps received_at, the real time the
+// operation was recorded, for harnesses that order operations against
+// their own requests. Fault switches and their cache run on real time.
 //
 // # Routes
 //
@@ -18,7 +31,7 @@
 //	POST /{gateway}/void                 body {authorization_id, token?}
 //	GET  /{gateway}/operations/{key}     look-up by idempotency key; 404 operation_not_found
 //	GET  /{gateway}/operations?day=YYYY-MM-DD
-//	GET  /{gateway}/ledger               every operation, oldest first (dev endpoint)
+//	GET  /{gateway}/ledger               every operation, oldest first by at (dev endpoint)
 //	GET  /{gateway}/faults
 //	POST /{gateway}/faults               {down?, latency_ms?, error_rate?}
 //	GET  /{gateway}/health               200 {gateway, status: "ok"}; 503 while down

@@ -39,8 +39,8 @@ type memoryBooks struct {
 	order   []*memoryOp           // oldest first
 	calls   map[string]int        // by opKey(gateway, idempotency key)
 	faults  map[string]Faults
-	// clock stamps operations: the provider's own time, never rebill's
-	// dev clock (as the PostgreSQL books stamp clock_timestamp()).
+	// clock stamps operations' At, as [Store.OnClock]; ReceivedAt is
+	// real time.
 	clock clock.Clock
 }
 
@@ -121,7 +121,7 @@ func (m *memoryBooks) perform(_ context.Context, gw string, req opRequest, kind 
 	if !ok {
 		o = &memoryOp{gw: gw, operation: verdict(req, kind, m.authorization(gw, req.AuthorizationID), m.settled[req.AuthorizationID])}
 		o.Reference = gw + "_op_" + uuid.NewString()
-		o.At = m.clock.Now().UTC()
+		o.At, o.ReceivedAt = m.clock.Now().UTC(), clock.Wall{}.Now()
 		m.ops[opKey(gw, req.IdempotencyKey)] = o
 		m.refs[o.Reference] = o
 		m.order = append(m.order, o)

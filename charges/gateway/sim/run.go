@@ -23,12 +23,13 @@ const soleWriterFaultsTTL = time.Second
 
 // ListenAndServe runs the sim as its own process (`rebill gatewaysim`): it
 // migrates the gatewaysim schema, serves the gateways in names on addr until
-// ctx is done, then shuts down gracefully.
-func ListenAndServe(ctx context.Context, addr string, pool *pgxpool.Pool, names []string, logger zerolog.Logger) error {
+// ctx is done, then shuts down gracefully. Operations are stamped with clk
+// (see [Store.OnClock]).
+func ListenAndServe(ctx context.Context, addr string, pool *pgxpool.Pool, clk clock.Clock, names []string, logger zerolog.Logger) error {
 	if err := Migrate(ctx, pool); err != nil {
 		return err
 	}
-	srv, ln, errc, err := start(ctx, addr, NewStore(pool).CacheFaults(soleWriterFaultsTTL), names, logger)
+	srv, ln, errc, err := start(ctx, addr, NewStore(pool).OnClock(clk).CacheFaults(soleWriterFaultsTTL), names, logger)
 	if err != nil {
 		return err
 	}
@@ -46,12 +47,19 @@ func ListenAndServe(ctx context.Context, addr string, pool *pgxpool.Pool, names 
 // Start runs the sim inside rebill for dev mode on a free loopback port and
 // returns the server's root URL (a gateway's base URL is root + "/" + name)
 // and a function that shuts it down; call stop once. ctx bounds only the
-// start, not the server's life.
+// start, not the server's life. Operations are stamped with the wall clock;
+// dev mode uses [StartOnClock].
 func Start(ctx context.Context, pool *pgxpool.Pool, names []string, logger zerolog.Logger) (baseURL string, stop func(context.Context) error, err error) {
+	return StartOnClock(ctx, pool, clock.Wall{}, names, logger)
+}
+
+// StartOnClock is [Start] with operations stamped by clk: dev mode passes
+// its manual clock, so the sim's books follow the service clock.
+func StartOnClock(ctx context.Context, pool *pgxpool.Pool, clk clock.Clock, names []string, logger zerolog.Logger) (baseURL string, stop func(context.Context) error, err error) {
 	if err := Migrate(ctx, pool); err != nil {
 		return "", nil, err
 	}
-	return startOn(ctx, NewStore(pool), names, logger)
+	return startOn(ctx, NewStore(pool).OnClock(clk), names, logger)
 }
 
 // StartSoleWriter is [Start] for a sim that is the one writer of its

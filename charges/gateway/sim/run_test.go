@@ -11,6 +11,7 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/dbtest"
 )
 
@@ -62,7 +63,7 @@ func TestListenAndServe(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- sim.ListenAndServe(ctx, addr, pool, []string{"sim1"}, zerolog.Nop()) }()
+	go func() { done <- sim.ListenAndServe(ctx, addr, pool, clock.Wall{}, []string{"sim1"}, zerolog.Nop()) }()
 
 	c := sim.NewClient("sim1", "http://"+addr+"/sim1", sim.ClientOptions{})
 	require.Eventually(t, func() bool {
@@ -77,4 +78,66 @@ func TestListenAndServe(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("ListenAndServe did not return after its context ended")
 	}
+}
+
+// fixedClock is a service clock standing at one moment, as the dev clock
+// does until it is moved.
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }
+
+// A sim started on a clock stamps its operations with it, not with real
+// time: look-ups report that time, the day listing of the clock's day
+// holds them and the real day's does not, and the ledger keeps the real
+// time apart. A replay keeps the first stamp even after the clock moved.
+func TestStartOnClockStampsOperationsWithTheClock(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	ctx := context.Background()
+	devNow := time.Date(2031, 5, 17, 23, 30, 0, 0, time.UTC)
+	before := time.Now()
+
+	root, stop, err := sim.StartOnClock(ctx, pool, fixedClock(devNow), []string{"sim1"}, zerolog.Nop())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stop(context.Background()) })
+	c := sim.NewClient("sim1", root+"/sim1", sim.ClientOptions{Timeout: 10 * time.Second})
+	auth, err := c.Authorize(ctx, authorizeReq("k1", tokOK, 100))
+	require.NoError(t, err)
+	capture, err := c.Capture(ctx, settleReq("k1c", auth))
+	require.NoError(t, err)
+	require.Equal(t, gateway.StatusSucceeded, capture.Status)
+	require.True(t, auth.At.Equal(devNow), "authorize at %s", auth.At)
+	require.True(t, capture.At.Equal(devNow), "capture at %s", capture.At)
+
+	found, err := c.Lookup(ctx, gateway.ByKey(gateway.OpCapture, "k1c"))
+	require.NoError(t, err)
+	require.True(t, found.At.Equal(devNow), "looked up at %s", found.At)
+	onDevDay, err := c.Operations(ctx, devNow)
+	require.NoError(t, err)
+	require.Len(t, onDevDay, 2)
+	onRealDay, err := c.Operations(ctx, before)
+	require.NoError(t, err)
+	require.Empty(t, onRealDay)
+
+	entries, err := sim.NewStore(pool).Ledger(ctx, "sim1")
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	for _, e := range entries {
+		require.True(t, e.At.Equal(devNow))
+		require.False(t, e.ReceivedAt.Before(before.Add(-time.Second)), "received_at %s is real time", e.ReceivedAt)
+		require.True(t, e.ReceivedAt.Before(devNow))
+	}
+
+	// The same books served on a later clock: a replay answers the first
+	// stamp and records nothing.
+	require.NoError(t, stop(ctx))
+	root, stop, err = sim.StartOnClock(ctx, pool, fixedClock(devNow.Add(48*time.Hour)), []string{"sim1"}, zerolog.Nop())
+	require.NoError(t, err)
+	c = sim.NewClient("sim1", root+"/sim1", sim.ClientOptions{Timeout: 10 * time.Second})
+	again, err := c.Capture(ctx, settleReq("k1c", auth))
+	require.NoError(t, err)
+	require.True(t, again.At.Equal(devNow), "replayed at %s", again.At)
+	entries, err = sim.NewStore(pool).Ledger(ctx, "sim1")
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
 }

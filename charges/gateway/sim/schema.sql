@@ -27,8 +27,9 @@ CREATE TABLE IF NOT EXISTS gatewaysim.operations (
     status           text        NOT NULL CHECK (status IN ('succeeded', 'declined', 'failed')),
     decline_code     text        NOT NULL DEFAULT '',
     hard             boolean     NOT NULL DEFAULT false,
-    -- Stamped by the database on real time: the provider does not follow
-    -- rebill's dev clock.
+    -- The operation's time on the sim's clock, written by the sim (rebill's
+    -- dev clock in dev mode, so a day reached by moving it has its
+    -- operations); look-ups and day listings report it.
     at               timestamptz NOT NULL DEFAULT clock_timestamp(),
     UNIQUE (gateway, idempotency_key)
 );
@@ -58,3 +59,18 @@ CREATE TABLE IF NOT EXISTS gatewaysim.faults (
 -- placed but cannot be collected, as when a provider's capture endpoint
 -- fails; this is how a hold outlives its lifetime in tests.
 ALTER TABLE gatewaysim.faults ADD COLUMN IF NOT EXISTS captures_down boolean NOT NULL DEFAULT false;
+
+-- The real time the sim recorded each operation, whatever its clock: test
+-- harnesses order operations against their own requests by it. Rows older
+-- than the column were stamped on real time, so at is their real time.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+            WHERE table_schema = 'gatewaysim' AND table_name = 'operations' AND column_name = 'received_at') THEN
+        ALTER TABLE gatewaysim.operations ADD COLUMN received_at timestamptz;
+        UPDATE gatewaysim.operations SET received_at = at;
+        ALTER TABLE gatewaysim.operations ALTER COLUMN received_at SET DEFAULT clock_timestamp(),
+            ALTER COLUMN received_at SET NOT NULL;
+    END IF;
+END
+$$;

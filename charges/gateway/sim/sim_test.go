@@ -130,9 +130,11 @@ func TestIdempotency(t *testing.T) {
 
 		entries := b.ledger(t, "sim1")
 		require.Len(t, entries, 1)
+		require.False(t, entries[0].ReceivedAt.IsZero())
 		require.Equal(t, sim.LedgerEntry{
 			Op: gateway.OpAuthorize, IdempotencyKey: "k1", Reference: first.Reference,
 			TokenLast4: "4242", Amount: 1999, Currency: "EUR", Status: gateway.StatusSucceeded, At: first.At,
+			ReceivedAt: entries[0].ReceivedAt,
 		}, entries[0])
 	})
 
@@ -570,7 +572,7 @@ func TestLedgerEndpoint(t *testing.T) {
 		}
 		return ks
 	}
-	base := []string{"op", "idempotency_key", "reference", "token_last4", "amount", "currency", "status", "at"}
+	base := []string{"op", "idempotency_key", "reference", "token_last4", "amount", "currency", "status", "at", "received_at"}
 	require.ElementsMatch(t, base, keys(body.Data[0]))
 	require.ElementsMatch(t, append(base, "decline_code"), keys(body.Data[1]))
 	require.Equal(t, "k1", body.Data[0]["idempotency_key"], "oldest first")

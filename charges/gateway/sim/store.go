@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/clock"
 )
 
 //go:embed schema.sql
@@ -54,6 +55,8 @@ var errKeyReused = errors.New("idempotency key already used for a different requ
 // server uses it, and so can rebill's dev endpoints, without a round trip.
 type Store struct {
 	pool *pgxpool.Pool
+	// clock stamps operations (see [Store.OnClock]).
+	clock clock.Clock
 	// faultsTTL > 0 keeps each gateway's switches that long (see
 	// CacheFaults); cached holds them.
 	faultsTTL time.Duration
@@ -66,9 +69,20 @@ type cachedFaults struct {
 	read   time.Time // real time: the cache's age, not the service clock
 }
 
-// NewStore returns a Store on pool. [Migrate] must have run.
+// NewStore returns a Store on pool that stamps operations with the wall
+// clock. [Migrate] must have run.
 func NewStore(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool}
+	return &Store{pool: pool, clock: clock.Wall{}}
+}
+
+// OnClock makes s stamp the operations it records with clk, and returns s.
+// In dev mode that is rebill's dev clock: the sim then files an operation
+// under the day the service clock shows, so reconciliation and `rebill
+// audit` of a day reached by moving the clock find its operations.
+// ReceivedAt stays on real time.
+func (s *Store) OnClock(clk clock.Clock) *Store {
+	s.clock = clk
+	return s
 }
 
 // CacheFaults makes s keep each gateway's fault switches for ttl instead of
@@ -112,7 +126,12 @@ type LedgerEntry struct {
 	Currency       string         `json:"currency"`
 	Status         gateway.Status `json:"status"`
 	DeclineCode    string         `json:"decline_code,omitempty"`
-	At             time.Time      `json:"at"`
+	// At is the operation's time on the sim's clock (the dev clock in dev
+	// mode), the time look-ups and day listings report.
+	At time.Time `json:"at"`
+	// ReceivedAt is the real time the sim recorded it, for harnesses that
+	// order operations against their own requests.
+	ReceivedAt time.Time `json:"received_at"`
 }
 
 // Faults are a gateway's fault switches.
@@ -212,6 +231,7 @@ type operation struct {
 	DeclineCode     string
 	Hard            bool
 	At              time.Time
+	ReceivedAt      time.Time
 }
 
 // answers reports whether the stored operation is the one req asks for, so
@@ -241,18 +261,19 @@ func (o operation) ledgerEntry() LedgerEntry {
 		Status:         o.Status,
 		DeclineCode:    o.DeclineCode,
 		At:             o.At,
+		ReceivedAt:     o.ReceivedAt,
 	}
 }
 
 const operationColumns = `op, idempotency_key, reference, coalesce(authorization_id, ''),
-	token_last4, token_kind, charge_key, amount, currency, status, decline_code, hard, at`
+	token_last4, token_kind, charge_key, amount, currency, status, decline_code, hard, at, received_at`
 
 func scanOperation(row pgx.Row) (operation, error) {
 	var o operation
 	err := row.Scan(&o.Op, &o.IdempotencyKey, &o.Reference, &o.AuthorizationID,
 		&o.TokenLast4, &o.Kind, &o.ChargeKey, &o.Amount, &o.Currency,
-		&o.Status, &o.DeclineCode, &o.Hard, &o.At)
-	o.At = o.At.UTC()
+		&o.Status, &o.DeclineCode, &o.Hard, &o.At, &o.ReceivedAt)
+	o.At, o.ReceivedAt = o.At.UTC(), o.ReceivedAt.UTC()
 	return o, err
 }
 
@@ -393,15 +414,19 @@ func (s *Store) kindOf(ctx context.Context, gw string, req opRequest) (tokenKind
 // key all return the row of whichever inserted first. Returns errKeyReused
 // when that row is not the operation req asks for.
 func (s *Store) perform(ctx context.Context, gw string, req opRequest, kind tokenKind) (operation, error) {
+	// Read before any transaction: the dev clock is a query of its own.
+	at := s.clock.Now().UTC()
 	var o operation
 	var err error
 	if req.Op == gateway.OpAuthorize {
 		// Decided without reading anything: its insert is the whole of it,
 		// one statement that needs no transaction around it.
-		o, err = record(ctx, s.pool, gw, verdict(req, kind, nil, ""))
+		o = verdict(req, kind, nil, "")
+		o.At = at
+		o, err = record(ctx, s.pool, gw, o)
 	} else {
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			o, err = settle(ctx, tx, gw, req, kind)
+			o, err = settle(ctx, tx, gw, req, kind, at)
 			return err
 		})
 	}
@@ -418,29 +443,30 @@ func (s *Store) perform(ctx context.Context, gw string, req opRequest, kind toke
 // looked up first: its decision finds the authorization already settled
 // (by this very key), and the insert, finding the key taken, returns the
 // operation recorded under it.
-func settle(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind tokenKind) (operation, error) {
+func settle(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind tokenKind, at time.Time) (operation, error) {
 	o, err := decide(ctx, tx, gw, req, kind)
 	if err != nil {
 		return operation{}, err
 	}
+	o.At = at
 	return record(ctx, tx, gw, o)
 }
 
-// record inserts o unless its idempotency key already has an operation,
-// and returns the operation the key stands for. A concurrent call with the
+// record inserts o, stamped o.At, unless its idempotency key already has
+// an operation, and returns the operation the key stands for. A concurrent call with the
 // same key blocks on the unique index until the first commits, then
 // inserts nothing; the winner's row is visible to the next statement.
 func record(ctx context.Context, db dbtx, gw string, o operation) (operation, error) {
 	inserted, err := scanOperation(db.QueryRow(ctx, `
 		INSERT INTO gatewaysim.operations (gateway, op, idempotency_key, reference,
 			authorization_id, token_last4, token_kind, charge_key, amount, currency,
-			status, decline_code, hard)
+			status, decline_code, hard, at)
 		VALUES ($1, $2, $3, $1 || '_op_' || gen_random_uuid(), nullif($4, ''),
-			$5, $6, $7, $8, $9, $10, $11, $12)
+			$5, $6, $7, $8, $9, $10, $11, $12, $13)
 		ON CONFLICT (gateway, idempotency_key) DO NOTHING
 		RETURNING `+operationColumns,
 		gw, o.Op, o.IdempotencyKey, o.AuthorizationID, o.TokenLast4, o.Kind,
-		o.ChargeKey, o.Amount, o.Currency, o.Status, o.DeclineCode, o.Hard))
+		o.ChargeKey, o.Amount, o.Currency, o.Status, o.DeclineCode, o.Hard, o.At))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return scanOperation(db.QueryRow(ctx, `SELECT `+operationColumns+` FROM gatewaysim.operations
 			WHERE gateway = $1 AND idempotency_key = $2`, gw, o.IdempotencyKey))
