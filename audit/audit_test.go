@@ -174,8 +174,9 @@ func (b testBundle) insertBill(t *testing.T, enr uuid.UUID, billID string, amoun
 		id, key = opstest.InsertCharge(t, b.pool, c)
 	}
 	_, err := b.pool.Exec(context.Background(), `INSERT INTO bills (id, enrollment_id, customer_id, bill_id, amount, issued_at,
-			due_date, status, pay_at, expires_at, charge_id, received_at, updated_at)
-		VALUES ($1, $2, 'cust-ops', $3, $4, $5, $6, 'paid', $5, $7, $8, $5, $5)`,
+			due_date, status, pay_at, expires_at, charge_id, received_at, updated_at, identity)
+		VALUES ($1, $2, 'cust-ops', $3, $4, $5, $6, 'paid', $5, $7, $8, $5, $5,
+			(SELECT CASE kind WHEN 'fines' THEN 'uin:' || $3 ELSE 'els:' || els || ':' || $3 END FROM enrollments WHERE id = $2))`,
 		uuid.New(), enr, billID, amount, at, at.AddDate(0, 0, 20), at.AddDate(0, 0, 21), id)
 	require.NoError(t, err)
 	return id, key
