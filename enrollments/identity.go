@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/charges"
 )
 
 // ErrEnrollmentExists: the customer already has an enrollment, not
@@ -67,7 +69,8 @@ type Released struct {
 // provably never moved: voided, or failed after a look-up at the gateway
 // found no capture and released its hold; and no posting of it, nor of
 // its UIN, stands accepted (or may be) at the state payment registry.
-const releasableSQL = `c.identity_held AND (c.status = 'voided' OR (c.status = 'failed' AND c.hold_released_at IS NOT NULL))
+const releasableSQL = `c.identity_held AND (c.status = '` + string(charges.Voided) + `' OR (c.status = '` + string(charges.Failed) +
+	`' AND c.hold_released_at IS NOT NULL))
 	AND NOT EXISTS (SELECT 1 FROM registry_postings p
 		WHERE (p.charge_id = c.id OR p.uin = c.registry_uin) AND p.status IN ('posting', 'accepted'))`
 
@@ -189,7 +192,7 @@ type PaidTwice struct {
 // identities, only pairs paid before that rule existed can be listed.
 func ListPaidTwice(ctx context.Context, db DBTX, limit int) ([]PaidTwice, error) {
 	rows, err := db.Query(ctx, `SELECT bill_identity, array_agg(id ORDER BY created_at, id) FROM charges
-		WHERE bill_identity IS NOT NULL AND status = 'succeeded'
+		WHERE bill_identity IS NOT NULL AND status = '`+string(charges.Succeeded)+`'
 		GROUP BY bill_identity HAVING count(*) > 1 ORDER BY bill_identity LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("bill identities paid twice: %w", err)
