@@ -85,7 +85,7 @@ func TestBillArrivingPastItsLastMomentIsStoredExpired(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
 	start := b.autopayStart(t) // 2027-03-01
-	housing := b.createHousingEnrollment(t, "D234567890", 0, 1000000)
+	housing := b.createHousingEnrollment(t, "76ДД234567", 0, 1000000)
 	status, late := b.callStatus(t, http.MethodPost, "/v1/enrollments/"+housing+"/bills", map[string]any{
 		"bill_id": "LATE-1", "amount": 5000, "issued_at": start.Add(-40 * 24 * time.Hour).Format(time.RFC3339),
 		"due_date": "2027-02-20"})
@@ -123,7 +123,7 @@ func TestPaidFineKeepsItsAmountAndWithdrawalNamesItsReason(t *testing.T) {
 	b.advance(t, "72h") // past the discount deadline
 	require.EqualValues(t, 50000, b.bills(t, enr)[0]["amount_due"], "what was paid")
 
-	housing := b.createHousingEnrollment(t, "E234567890", 20, 1000000)
+	housing := b.createHousingEnrollment(t, "76ДЕ234567", 20, 1000000)
 	b.call(t, http.MethodPost, "/v1/enrollments/"+housing+"/bills", map[string]any{
 		"bill_id": "W-2", "amount": 5000, "issued_at": b.clockNow(t).Format(time.RFC3339), "due_date": "2027-05-15"})
 	b.advance(t, "480h") // its pay day: charged
@@ -131,7 +131,7 @@ func TestPaidFineKeepsItsAmountAndWithdrawalNamesItsReason(t *testing.T) {
 	require.Eventually(t, func() bool { return len(b.enrollmentCharges(t, housing)) == 1 }, 20*time.Second, 50*time.Millisecond)
 	b.waitBill(t, housing, "W-2", "paid")
 
-	declining := b.createHousingEnrollment(t, "F234567890", 0, 1000000)
+	declining := b.createHousingEnrollment(t, "76ДЖ234567", 0, 1000000)
 	b.call(t, http.MethodPost, "/v1/enrollments/"+declining+"/payment-method",
 		map[string]any{"gateway": "sim1", "token": "tok_decline_funds", "exp_month": 1, "exp_year": 2036})
 	b.call(t, http.MethodPost, "/v1/enrollments/"+declining+"/bills", map[string]any{

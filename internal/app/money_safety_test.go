@@ -269,11 +269,16 @@ func TestPartialOutageNeitherStrandsNorReviews(t *testing.T) {
 // and a support retry makes a new attempt that pays.
 func TestReviewReleasesTheHoldAndRetryPays(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1, map[string]string{"REBILL_GATEWAY_TIMEOUT": "3s", "REBILL_RESCUE_AFTER": "40s", "REBILL_UNAVAILABLE_FOR": "1ms"})
+	b := setup(t, 1, map[string]string{"REBILL_GATEWAY_TIMEOUT": "3s", "REBILL_RESCUE_AFTER": "40s", "REBILL_UNAVAILABLE_FOR": "10s"})
 	b.faults(t, map[string]any{"captures_down": true}) // the capture is refused with 503
 	sub := b.createSubscription(t, "tok_ok_0010", "month")
-	cs := b.waitCharges(t, sub, 1, "requires_review")
+	require.Eventually(t, func() bool {
+		cs := b.charges(t, sub)
+		return len(cs) == 1 && cs[0]["status"] == "capturing" && len(b.gatewayOps(t, "sim1", cs[0]["key"].(string))) == 1
+	}, 10*time.Second, 50*time.Millisecond, "the hold is placed and its capture waits")
+	// Everything is refused now: the capture gives up and the hold cannot be looked up.
 	b.faults(t, map[string]any{"down": true, "captures_down": false})
+	cs := b.waitCharges(t, sub, 1, "requires_review")
 	id, key := cs[0]["id"].(string), cs[0]["key"].(string)
 	require.Contains(t, cs[0]["review_reason"], "capture")
 

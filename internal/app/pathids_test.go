@@ -16,7 +16,7 @@ func TestBillIDsAreAddressablePercentEncoded(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
 	start := b.autopayStart(t)
-	enr := b.createHousingEnrollment(t, "B234567890", 5, 1000)
+	enr := b.createHousingEnrollment(t, "76ДИ234567", 5, 1000)
 	push := func(id string) (int, map[string]any) {
 		return b.callStatus(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", map[string]any{
 			"bill_id": id, "amount": 5000, "issued_at": start.Format(time.RFC3339), "due_date": "2027-04-15"})
