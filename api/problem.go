@@ -134,6 +134,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &enrollmentTransition):
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", enrollmentTransition.Error()))
 	case errors.Is(err, autopay.ErrRegistryNotConfigured):
+		// Nothing was executed: once a registry is configured, the same key
+		// must create the enrollment, not replay this refusal.
+		idempotency.Unstored(r.Context())
 		writeProblem(w, newProblem(http.StatusConflict, "registry-not-configured", "Registry not configured",
 			"No state payment registry is configured, so fines cannot be paid: a fine is paid only once the registry accepted its payment. Nothing was created."))
 	case errors.As(err, &enrollmentExists):
