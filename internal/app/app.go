@@ -66,7 +66,8 @@ Secrets are read from the environment variables that credentials names:
       timeout: 15s                   # optional: REBILL_GATEWAY_TIMEOUT
       credentials: {shop_id: YOOKASSA_SHOP_ID, secret_key: YOOKASSA_SECRET_KEY}
 
-A bad file stops the start, naming each entry and field at fault. For
+A bad file stops the start with every fault of the file, one line each
+naming the file, the entry and the field. For
 simulators only, REBILL_GATEWAYS is a shorthand: name=URL pairs, comma
 separated, the URL a simulator's root followed by /<gateway it hosts>:
 

@@ -126,36 +126,63 @@ func TestServeRefusesABadGatewayURL(t *testing.T) {
 	require.NotContains(t, stderr.String(), "rebill listening")
 }
 
-// A gateways file whose entries name an unknown kind, lack what their kind
-// needs, or give a credential the kind does not take stops the start with
-// every entry and field at fault named.
+// A gateways file with faults of every sort (a field of the wrong type, a
+// bad currency, an unknown kind, a kind's missing base URL or credential, a
+// credential the kind does not take, an unset credential variable, a
+// duplicate name) stops the start with all of them reported at once, one
+// line each naming the file, the entry and the field, and no credential's
+// value.
 func TestServeRefusesABadGatewaysFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "gateways.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(`
+- {name: typed, kind: sim, base_url: "http://127.0.0.1:1/sim1", priority: 1, commission_bps: {"*": 100},
+   currencies: [usd], timeout: 10}
 - {name: pp, kind: paypal, priority: 1, commission_bps: {"*": 100}, currencies: [USD]}
 - {name: nourl, kind: sim, priority: 2, commission_bps: {"*": 100}, currencies: [USD]}
 - {name: keyed, kind: sim, base_url: "http://127.0.0.1:1/sim1", priority: 3, commission_bps: {"*": 100},
    currencies: [USD], credentials: {api_key: SOME_KEY}}
+- {name: st, kind: stripe, priority: 4, commission_bps: {"*": 100}, currencies: [USD],
+   credentials: {api_key: UNSET_STRIPE_KEY}}
+- {name: yk, kind: yookassa, priority: 5, commission_bps: {"*": 100}, currencies: [RUB],
+   credentials: {shop_id: SHOP_ID}}
+- {name: pp, kind: sim, base_url: "http://127.0.0.1:1/sim2", priority: 6, commission_bps: {"*": 100}, currencies: [USD]}
 `), 0o600))
 	env := productionEnv(map[string]string{
 		"DATABASE_URL":         dbtest.URL(t),
 		"REBILL_ADDR":          "127.0.0.1:0",
 		"REBILL_GATEWAYS_FILE": path,
-		"SOME_KEY":             "k",
+		"SOME_KEY":             "some-key-value-7731",
+		"SHOP_ID":              "shop-id-value-5512",
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var stderr strings.Builder
-	err := app.Run(ctx, []string{"rebill", "serve"}, env, io.Discard, &stderr)
+	var stdout, stderr strings.Builder
+	err := app.Run(ctx, []string{"rebill", "serve"}, env, &stdout, &stderr)
 	require.Error(t, err)
 	msg := err.Error()
-	require.Contains(t, msg, "REBILL_GATEWAYS_FILE")
-	require.Contains(t, msg, `gateway "pp": kind: "paypal" is not one of sim`)
-	require.Contains(t, msg, `gateway "nourl": base_url: required for kind sim`)
-	require.Contains(t, msg, `gateway "keyed": credentials.api_key: kind sim takes no such credential (it takes none)`)
-	for _, line := range strings.Split(msg, "\n") {
-		require.True(t, strings.HasPrefix(line, "REBILL_GATEWAYS_FILE: "+path+": gateway "), "a line without the file: %q", line)
+	want := []string{
+		`gateway "typed": currencies[0]: "usd" is not an ISO 4217 currency code`,
+		`gateway "typed": timeout: want string`,
+		`gateway "pp": kind: "paypal" is not one of sim, stripe, yookassa`,
+		`gateway "nourl": base_url: required for kind sim`,
+		`gateway "keyed": credentials.api_key: kind sim takes no such credential (it takes none)`,
+		`gateway "st": credentials.api_key: environment variable UNSET_STRIPE_KEY is not set or empty`,
+		`gateway "yk": credentials.secret_key: required for kind yookassa`,
+		`gateway "pp": name: already used by gateway #2`,
+	}
+	prefix := "REBILL_GATEWAYS_FILE: " + path + ": "
+	for _, w := range want {
+		require.Contains(t, msg, prefix+w)
+	}
+	lines := strings.Split(msg, "\n")
+	require.Len(t, lines, len(want), msg)
+	for _, line := range lines {
+		require.True(t, strings.HasPrefix(line, prefix+"gateway "), "a line without the file and the entry: %q", line)
+	}
+	for _, secret := range []string{"some-key-value-7731", "shop-id-value-5512"} {
+		require.NotContains(t, msg, secret)
+		require.NotContains(t, stdout.String()+stderr.String(), secret)
 	}
 	require.NotContains(t, stderr.String(), "rebill listening")
 }

@@ -315,7 +315,7 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		gateways, err := LoadGatewaysFile(c.GatewaysFile, getenv)
 		if err != nil {
-			return Config{}, fmt.Errorf("REBILL_GATEWAYS_FILE: %w", err) // each line names the file
+			return Config{}, prefixLines("REBILL_GATEWAYS_FILE: ", err)
 		}
 		c.Gateways = gateways
 	}

@@ -18,8 +18,7 @@ import (
 
 // Gateway is one payment gateway as configured: REBILL_GATEWAYS_FILE's
 // entries, REBILL_GATEWAYS's shorthand, or dev mode's simulators. What a
-// kind requires (credentials, a base URL) is checked where the kinds are
-// known, in internal/app.
+// kind requires (credentials, a base URL) is in GatewayKinds.
 type Gateway struct {
 	Name     string
 	Kind     string
@@ -90,10 +89,13 @@ func LoadGatewaysFile(path string, getenv func(string) string) ([]Gateway, error
 
 // inFile prefixes each of err's lines (one per error) with the file's
 // path, so that every line of a long report says where it comes from.
-func inFile(path string, err error) error {
+func inFile(path string, err error) error { return prefixLines(path+": ", err) }
+
+// prefixLines prefixes each of err's lines with prefix.
+func prefixLines(prefix string, err error) error {
 	lines := strings.Split(err.Error(), "\n")
 	for i, l := range lines {
-		lines[i] = path + ": " + l
+		lines[i] = prefix + l
 	}
 	return errors.New(strings.Join(lines, "\n"))
 }
@@ -186,6 +188,7 @@ func parseEntry(raw json.RawMessage, getenv func(string) string) (Gateway, []err
 	if e.Kind == "" {
 		bad("kind", "required")
 	}
+	errs = append(errs, checkKind(e)...)
 	if e.BaseURL != "" {
 		if u, err := url.Parse(e.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("base_url", "want an absolute http or https URL, got %q", e.BaseURL)
@@ -236,6 +239,7 @@ func parseEntry(raw json.RawMessage, getenv func(string) string) (Gateway, []err
 	g.Secrets = map[string]string{}
 	for _, name := range sortedKeys(e.Credentials) {
 		env := e.Credentials[name]
+		// The variable's value is never put in a message: only its name.
 		switch value := getenv(env); {
 		case env == "":
 			bad("credentials."+name, "want the name of the environment variable that holds it")

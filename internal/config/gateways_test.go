@@ -204,12 +204,14 @@ func TestGatewaysFileReportsEveryError(t *testing.T) {
 	want := []string{
 		`gateway "gw1": timeout: want string`,
 		`gateway "gw1": priorty: unknown field`,
+		`gateway "gw1": base_url: required for kind sim`,
 		`gateway "gw1": priority: required`,
 		`gateway "gw1": currencies[0]: "rub" is not an ISO 4217 currency code`,
 		`gateway "gw2": kind: required`,
 		`gateway "gw2": priority: want an integer of at least 1, got 0`,
 		`gateway "gw2": hold_lifetime: want a positive duration`,
 		`gateway "gw2": credentials.api_key: environment variable MISSING_VAR is not set or empty`,
+		`gateway "gw2": base_url: required for kind sim`,
 		`gateway "gw2": name: already used by gateway #2`,
 	}
 	lines := strings.Split(err.Error(), "\n")
@@ -219,5 +221,72 @@ func TestGatewaysFileReportsEveryError(t *testing.T) {
 	require.Len(t, lines, len(want), err.Error())
 	for _, line := range lines {
 		require.True(t, strings.HasPrefix(line, path+": gateway "), "line without the file and the entry: %q", line)
+	}
+}
+
+// The kinds' rules (an unknown kind, a base URL or a credential the kind
+// needs, a credential it does not take) are checked in the same pass as
+// the fields: a file with faults of every sort is reported whole in one
+// start, one line per fault, never with a credential's value.
+func TestGatewaysFileReportsKindAndFieldErrorsTogether(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "gateways.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+- name: gw1
+  kind: sim
+  base_url: http://127.0.0.1:1/sim1
+  timeout: 10
+  priority: 1
+  currencies: [rub]
+  commission_bps: {"*": 1}
+- {name: pp, kind: paypal, priority: 1, commission_bps: {"*": 1}, currencies: [USD], credentials: {token: PP_TOKEN}}
+- {name: nourl, kind: sim, priority: 2, commission_bps: {"*": 1}, currencies: [USD]}
+- {name: st, kind: stripe, priority: 3, commission_bps: {"*": 1}, currencies: [USD], credentials: {api_key: MISSING_STRIPE_KEY}}
+- {name: yk, kind: yookassa, priority: 4, commission_bps: {"*": 1}, currencies: [RUB], credentials: {shop_id: SHOP_ID}}
+- {name: keyed, kind: sim, base_url: "http://127.0.0.1:1/sim2", priority: 5, commission_bps: {"*": 1},
+   currencies: [USD], credentials: {api_key: SOME_KEY}}
+- {name: gw1, kind: sim, base_url: "http://127.0.0.1:1/sim3", priority: 6, commission_bps: {"*": 1}, currencies: [USD]}
+- {kind: stripe, priority: 7, commission_bps: {"*": 1}, currencies: [USD]}
+`), 0o600))
+	env := gatewayEnv(map[string]string{"SHOP_ID": "shop-value-4815", "SOME_KEY": "key-value-1623", "PP_TOKEN": "pp-value-42"})
+	_, err := config.LoadGatewaysFile(path, env)
+	require.Error(t, err)
+	want := []string{
+		`gateway "gw1": timeout: want string`,
+		`gateway "gw1": currencies[0]: "rub" is not an ISO 4217 currency code`,
+		`gateway "pp": kind: "paypal" is not one of sim, stripe, yookassa`,
+		`gateway "nourl": base_url: required for kind sim`,
+		`gateway "st": credentials.api_key: environment variable MISSING_STRIPE_KEY is not set or empty`,
+		`gateway "yk": credentials.secret_key: required for kind yookassa: the name of the environment variable that holds it`,
+		`gateway "keyed": credentials.api_key: kind sim takes no such credential (it takes none)`,
+		`gateway "gw1": name: already used by gateway #1`,
+		`gateway #8: name: want 1..64 letters`,
+		`gateway #8: credentials.api_key: required for kind stripe`,
+	}
+	msg := err.Error()
+	for _, w := range want {
+		require.Contains(t, msg, path+": "+w)
+	}
+	lines := strings.Split(msg, "\n")
+	require.Len(t, lines, len(want), msg)
+	for _, line := range lines {
+		require.True(t, strings.HasPrefix(line, path+": gateway "), "line without the file and the entry: %q", line)
+	}
+	for _, secret := range []string{"shop-value-4815", "key-value-1623", "pp-value-42"} {
+		require.NotContains(t, msg, secret, "a credential's value in the report")
+	}
+}
+
+// Every kind's rules are in the table: a good entry of each kind passes,
+// and the table names the credentials each kind takes.
+func TestGatewayKindsTable(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []string{"sim", "stripe", "yookassa"}, config.GatewayKindNames())
+	require.Equal(t, []string{"api_key"}, config.GatewayKinds["stripe"].Credentials)
+	require.Equal(t, []string{"shop_id", "secret_key"}, config.GatewayKinds["yookassa"].Credentials)
+	require.True(t, config.GatewayKinds["sim"].NeedsBaseURL)
+	require.Empty(t, config.GatewayKinds["sim"].Credentials)
+	for _, kind := range config.GatewayKindNames() {
+		require.Positive(t, config.GatewayKinds[kind].HoldLifetime, kind)
 	}
 }
