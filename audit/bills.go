@@ -26,13 +26,17 @@ type Bills struct {
 	// AnnulWithin bounds how long an accepted posting of money not
 	// captured may stand (billcheck.Data.AnnulWithin).
 	AnnulWithin time.Duration
+	// OpsOnServiceClock: every gateway stamps its operations on the
+	// service clock (dev mode with only the simulated gateways); see
+	// billcheck.Data.OpsOnServiceClock.
+	OpsOnServiceClock bool
 }
 
 // BillData reads what billcheck judges for the bills received in [from,
 // to) and their copies: rows from db, and each bill charge's captures
 // looked up at its gateway attempt by attempt.
 func BillData(ctx context.Context, db charges.DBTX, gateways []gateway.Gateway, from, to time.Time, rules Bills) (*billcheck.Data, error) {
-	d := &billcheck.Data{Now: rules.Now, AnnulWithin: rules.AnnulWithin}
+	d := &billcheck.Data{Now: rules.Now, AnnulWithin: rules.AnnulWithin, OpsOnServiceClock: rules.OpsOnServiceClock}
 	rows, err := db.Query(ctx, `SELECT b.id, b.enrollment_id, b.bill_id, b.amount, b.discounted_amount, b.discount_deadline,
 			b.expires_at, b.status, b.confirmed_at, b.charge_id
 		FROM bills b WHERE b.bill_id IN (SELECT bill_id FROM bills WHERE received_at >= $1 AND received_at < $2)
@@ -104,6 +108,21 @@ func BillData(ctx context.Context, db charges.DBTX, gateways []gateway.Gateway, 
 				return nil, fmt.Errorf("audit: look up %s: %w", key, err)
 			}
 			d.Ops = append(d.Ops, billcheck.Op{Gateway: g.Name(), Op: string(gateway.OpCapture), IdempotencyKey: key,
+				Status: string(res.Status), Amount: res.Amount, At: res.At})
+			if n <= len(c.AttemptTimes) || !rules.OpsOnServiceClock {
+				continue
+			}
+			// The attempt's start is not recorded: its authorization's
+			// stamp bounds it.
+			key = fmt.Sprintf("%s:a%d:%s", c.Key(), n, gateway.OpAuthorize)
+			res, err = g.Lookup(ctx, gateway.ByKey(gateway.OpAuthorize, key))
+			if errors.Is(err, gateway.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("audit: look up %s: %w", key, err)
+			}
+			d.Ops = append(d.Ops, billcheck.Op{Gateway: g.Name(), Op: string(gateway.OpAuthorize), IdempotencyKey: key,
 				Status: string(res.Status), Amount: res.Amount, At: res.At})
 		}
 	}
