@@ -46,6 +46,8 @@ func BillData(ctx context.Context, db charges.DBTX, gateways []gateway.Gateway, 
 	}
 	var enrollmentIDs []uuid.UUID
 	var keys []string
+	// lastMoment is each charge key's last moment to start an attempt.
+	lastMoment := map[string]time.Time{}
 	for rows.Next() {
 		var b billcheck.Bill
 		var id, enrollment uuid.UUID
@@ -67,6 +69,7 @@ func BillData(ctx context.Context, db charges.DBTX, gateways []gateway.Gateway, 
 		d.Bills = append(d.Bills, b)
 		enrollmentIDs = append(enrollmentIDs, enrollment)
 		keys = append(keys, charges.Key(enrollment, b.BillID))
+		lastMoment[charges.Key(enrollment, b.BillID)] = b.ExpiresAt.Add(-billcheck.LastAttemptMargin)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -114,19 +117,37 @@ func BillData(ctx context.Context, db charges.DBTX, gateways []gateway.Gateway, 
 			}
 			// The attempt's start is not recorded: its authorization's
 			// stamp bounds it.
-			key = fmt.Sprintf("%s:a%d:%s", c.Key(), n, gateway.OpAuthorize)
-			res, err = g.Lookup(ctx, gateway.ByKey(gateway.OpAuthorize, key))
-			if errors.Is(err, gateway.ErrNotFound) {
-				continue
+			if err := lookUpAuthorize(ctx, g, c.Key(), n, d); err != nil {
+				return nil, err
 			}
-			if err != nil {
-				return nil, fmt.Errorf("audit: look up %s: %w", key, err)
+		}
+		// An attempt recorded at or after its bill's last moment breaks
+		// the rule only if it was sent.
+		for n := 1; n <= len(c.AttemptTimes); n++ {
+			if last, ok := lastMoment[c.Key()]; ok && !c.AttemptTimes[n-1].Before(last) {
+				if err := lookUpAuthorize(ctx, g, c.Key(), n, d); err != nil {
+					return nil, err
+				}
 			}
-			d.Ops = append(d.Ops, billcheck.Op{Gateway: g.Name(), Op: string(gateway.OpAuthorize), IdempotencyKey: key,
-				Status: string(res.Status), Amount: res.Amount, At: res.At})
 		}
 	}
 	return d, readPostings(ctx, db, chargeIDs, d)
+}
+
+// lookUpAuthorize adds the authorization of attempt n of chargeKey, if g
+// has it, to d.Ops.
+func lookUpAuthorize(ctx context.Context, g gateway.Gateway, chargeKey string, n int, d *billcheck.Data) error {
+	key := fmt.Sprintf("%s:a%d:%s", chargeKey, n, gateway.OpAuthorize)
+	res, err := g.Lookup(ctx, gateway.ByKey(gateway.OpAuthorize, key))
+	if errors.Is(err, gateway.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("audit: look up %s: %w", key, err)
+	}
+	d.Ops = append(d.Ops, billcheck.Op{Gateway: g.Name(), Op: string(gateway.OpAuthorize), IdempotencyKey: key,
+		Status: string(res.Status), Amount: res.Amount, At: res.At})
+	return nil
 }
 
 func readEnrollments(ctx context.Context, db charges.DBTX, ids []uuid.UUID, d *billcheck.Data) error {

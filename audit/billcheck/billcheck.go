@@ -15,7 +15,13 @@
 //   - a fine is paid at its discounted price only while the discount
 //     holds: by an attempt that started before the discount ended;
 //   - no attempt starts at or after the bill's expires_at minus
-//     LastAttemptMargin.
+//     LastAttemptMargin. rebill numbers a new attempt when it schedules
+//     it (a dunning retry, a card change, a person's retry) and decides
+//     at its "about to call" whether it may start: one scheduled at or
+//     after that moment is voided there (bill_expired) without a call.
+//     So the rule is that no operation of such an attempt reaches a
+//     gateway; an attempt recorded late that nothing shows was sent is
+//     not a violation.
 //
 // When the discount held is decided by when the attempt started, not by
 // when its capture reached the gateway. rebill prices an attempt when it
@@ -195,12 +201,13 @@ type index struct {
 	bills       map[string]*Bill // by charge key
 	captures    map[string][]capture
 	auths       map[string]map[int]time.Time // succeeded authorizations' stamps, by charge key and attempt
+	sent        map[string]map[int][]string  // every operation sent, by charge key and attempt
 	postings    map[string][]Posting         // by charge id
 }
 
 func newIndex(d *Data) *index {
 	x := &index{d: d, enrollments: map[string]*Enrollment{}, charges: map[string]*Charge{}, byID: map[string]*Charge{},
-		bills: map[string]*Bill{}, captures: map[string][]capture{}, auths: map[string]map[int]time.Time{}, postings: map[string][]Posting{}}
+		bills: map[string]*Bill{}, captures: map[string][]capture{}, auths: map[string]map[int]time.Time{}, sent: map[string]map[int][]string{}, postings: map[string][]Posting{}}
 	for i := range d.Enrollments {
 		x.enrollments[d.Enrollments[i].ID] = &d.Enrollments[i]
 	}
@@ -216,6 +223,12 @@ func newIndex(d *Data) *index {
 		key, attempt, op, ok := SplitGatewayKey(o.IdempotencyKey)
 		if ok && op == "capture" && o.Status == "succeeded" && x.charges[key] != nil {
 			x.captures[key] = append(x.captures[key], capture{op: o, attempt: attempt})
+		}
+		if ok && x.charges[key] != nil {
+			if x.sent[key] == nil {
+				x.sent[key] = map[int][]string{}
+			}
+			x.sent[key][attempt] = append(x.sent[key][attempt], fmt.Sprintf("%s %s %d at %s", op, o.Status, o.Amount, o.Gateway))
 		}
 		if ok && op == "authorize" && o.Status == "succeeded" && x.charges[key] != nil {
 			if x.auths[key] == nil {
@@ -410,9 +423,9 @@ func (x *index) noLateAttempt(c *Charge) []Violation {
 	latest := b.ExpiresAt.Add(-LastAttemptMargin)
 	var out []Violation
 	for i, at := range c.AttemptTimes {
-		if !at.Before(latest) {
-			out = append(out, x.viol(NoLateAttempt, c, "a%d started at %s, at or after expires_at %s - %s", i+1, at.Format(time.RFC3339),
-				b.ExpiresAt.Format(time.RFC3339), LastAttemptMargin))
+		if sent := x.sent[c.Key()][i+1]; !at.Before(latest) && len(sent) > 0 {
+			out = append(out, x.viol(NoLateAttempt, c, "a%d started at %s, at or after expires_at %s - %s, and was sent: %s", i+1,
+				at.Format(time.RFC3339), b.ExpiresAt.Format(time.RFC3339), LastAttemptMargin, strings.Join(sent, "; ")))
 		}
 	}
 	return out

@@ -193,6 +193,21 @@ func TestAttemptJustBeforeTheLastHourPasses(t *testing.T) {
 	require.Empty(t, billcheck.Check(d))
 }
 
+// An attempt rebill scheduled after the last moment (a person's retry of
+// a charge in review, a card change) and voided at its "about to call"
+// without a call moved no money: only one that reached a gateway breaks
+// the rule.
+func TestLateAttemptNeverSentPasses(t *testing.T) {
+	d := clean()
+	late := d.Bills[0].ExpiresAt.Add(30 * 24 * time.Hour)
+	d.Charges[0].AttemptCount, d.Charges[0].AttemptTimes = 2, []time.Time{t0, late}
+	require.Empty(t, billcheck.Check(d))
+
+	d.Ops = append(d.Ops, billcheck.Op{Gateway: "sim1", Op: "authorize", Status: "declined", Amount: 350000, At: late,
+		IdempotencyKey: housing + ":2026-11:1:a2:authorize"})
+	require.Equal(t, []string{billcheck.NoLateAttempt}, invariants(billcheck.Check(d)))
+}
+
 // A discounted hold placed before the deadline and captured after it
 // (the clock moved while the capture was on its way, as it does in dev
 // mode, or the deadline passed meanwhile) paid the fine at the discount
