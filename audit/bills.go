@@ -26,13 +26,17 @@ type Bills struct {
 	// AnnulWithin bounds how long an accepted posting of money not
 	// captured may stand (billcheck.Data.AnnulWithin).
 	AnnulWithin time.Duration
+	// OpsOnServiceClock: every gateway stamps its operations on the
+	// service clock (dev mode with only the simulated gateways); see
+	// billcheck.Data.OpsOnServiceClock.
+	OpsOnServiceClock bool
 }
 
 // BillData reads what billcheck judges for the bills received in [from,
 // to) and their copies: rows from db, and each bill charge's captures
 // looked up at its gateway attempt by attempt.
 func BillData(ctx context.Context, db charges.DBTX, gateways []gateway.Gateway, from, to time.Time, rules Bills) (*billcheck.Data, error) {
-	d := &billcheck.Data{Now: rules.Now, AnnulWithin: rules.AnnulWithin}
+	d := &billcheck.Data{Now: rules.Now, AnnulWithin: rules.AnnulWithin, OpsOnServiceClock: rules.OpsOnServiceClock}
 	rows, err := db.Query(ctx, `SELECT b.id, b.enrollment_id, b.bill_id, b.amount, b.discounted_amount, b.discount_deadline,
 			b.expires_at, b.status, b.confirmed_at, b.charge_id
 		FROM bills b WHERE b.bill_id IN (SELECT bill_id FROM bills WHERE received_at >= $1 AND received_at < $2)
@@ -42,6 +46,8 @@ func BillData(ctx context.Context, db charges.DBTX, gateways []gateway.Gateway, 
 	}
 	var enrollmentIDs []uuid.UUID
 	var keys []string
+	// lastMoment is each charge key's last moment to start an attempt.
+	lastMoment := map[string]time.Time{}
 	for rows.Next() {
 		var b billcheck.Bill
 		var id, enrollment uuid.UUID
@@ -63,6 +69,7 @@ func BillData(ctx context.Context, db charges.DBTX, gateways []gateway.Gateway, 
 		d.Bills = append(d.Bills, b)
 		enrollmentIDs = append(enrollmentIDs, enrollment)
 		keys = append(keys, charges.Key(enrollment, b.BillID))
+		lastMoment[charges.Key(enrollment, b.BillID)] = b.ExpiresAt.Add(-billcheck.LastAttemptMargin)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -105,9 +112,42 @@ func BillData(ctx context.Context, db charges.DBTX, gateways []gateway.Gateway, 
 			}
 			d.Ops = append(d.Ops, billcheck.Op{Gateway: g.Name(), Op: string(gateway.OpCapture), IdempotencyKey: key,
 				Status: string(res.Status), Amount: res.Amount, At: res.At})
+			if n <= len(c.AttemptTimes) || !rules.OpsOnServiceClock {
+				continue
+			}
+			// The attempt's start is not recorded: its authorization's
+			// stamp bounds it.
+			if err := lookUpAuthorize(ctx, g, c.Key(), n, d); err != nil {
+				return nil, err
+			}
+		}
+		// An attempt recorded at or after its bill's last moment breaks
+		// the rule only if it was sent.
+		for n := 1; n <= len(c.AttemptTimes); n++ {
+			if last, ok := lastMoment[c.Key()]; ok && !c.AttemptTimes[n-1].Before(last) {
+				if err := lookUpAuthorize(ctx, g, c.Key(), n, d); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	return d, readPostings(ctx, db, chargeIDs, d)
+}
+
+// lookUpAuthorize adds the authorization of attempt n of chargeKey, if g
+// has it, to d.Ops.
+func lookUpAuthorize(ctx context.Context, g gateway.Gateway, chargeKey string, n int, d *billcheck.Data) error {
+	key := fmt.Sprintf("%s:a%d:%s", chargeKey, n, gateway.OpAuthorize)
+	res, err := g.Lookup(ctx, gateway.ByKey(gateway.OpAuthorize, key))
+	if errors.Is(err, gateway.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("audit: look up %s: %w", key, err)
+	}
+	d.Ops = append(d.Ops, billcheck.Op{Gateway: g.Name(), Op: string(gateway.OpAuthorize), IdempotencyKey: key,
+		Status: string(res.Status), Amount: res.Amount, At: res.At})
+	return nil
 }
 
 func readEnrollments(ctx context.Context, db charges.DBTX, ids []uuid.UUID, d *billcheck.Data) error {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Autopay step kinds: enrollments (housing bills, traffic fines), their
@@ -15,7 +16,22 @@ const (
 	KindEnrolAction   = "enrol-action"   // Action pause, resume, cancel or confirm (bill BillID) on Enr
 	KindEnrolCard     = "enrol-card"     // give Enr the payment method Card
 	KindRegistryFault = "registry-fault" // the registry gateway Gateway goes Down or comes back
+	// KindClockTo moves the dev clock to a moment of bill BillID of Enr,
+	// plus Offset seconds (a barrier, like KindClock): Target
+	// TargetDiscount (the end of its discount, read from rebill) or
+	// TargetLastAttempt (its expires_at - 1 h). Nothing happens when that
+	// moment has passed or the bill is not there.
+	KindClockTo = "clock-to"
 )
+
+// Clock targets of KindClockTo.
+const (
+	TargetDiscount    = "discount-ends"
+	TargetLastAttempt = "last-attempt"
+)
+
+// HoldLifetime is how long the simulated gateways keep a hold.
+const HoldLifetime = 7 * 24 * time.Hour
 
 // AutopayStep is the part of a Step about autopay.
 type AutopayStep struct {
@@ -32,11 +48,18 @@ type AutopayStep struct {
 	DueIn      int    `json:"due_in,omitempty"`      // days from now to the due date (negative: overdue)
 	Pull       bool   `json:"pull,omitempty"`        // published to the dev bill source, not pushed
 	IssuedAgo  int    `json:"issued_ago,omitempty"`  // days since the bill (ruling) was issued
+
+	Target string `json:"target,omitempty"` // clock-to
+	Offset int    `json:"offset,omitempty"` // clock-to: seconds after the target (negative: before)
 }
 
 type genEnrollment struct {
 	kind, account string
+	customer      string
+	card          Card
 	bills         []string
+	// discounted are the bills pushed or published with a discount.
+	discounted []string
 }
 
 // UIN returns a 20-digit fine payment identifier built from n whose check
@@ -73,8 +96,12 @@ func (g *Generator) autopay(s Step) Step {
 	switch {
 	case len(g.enrs) < 2 || (r < 18 && len(g.enrs) < g.cfg.MaxEnrollments):
 		return g.enrol(s)
-	case r < 55:
+	case r < 51:
 		return g.bill(s)
+	case r < 54.5:
+		return g.clockTo(s)
+	case r < 55:
+		return g.holdsOutliveGateway(s)
 	case r < 62:
 		s.Kind, s.Enr = KindWithdraw, 1+g.rng.IntN(len(g.enrs))
 		if bills := g.enrs[s.Enr-1].bills; len(bills) > 0 {
@@ -99,6 +126,7 @@ func (g *Generator) autopay(s Step) Step {
 		s.Kind, s.Enr = KindEnrolCard, 1+g.rng.IntN(len(g.enrs))
 		c := g.card(g.chance(0.6))
 		s.Card = &c
+		g.enrs[s.Enr-1].card = c
 		return s
 	default:
 		s.Kind = KindRegistryFault
@@ -124,28 +152,132 @@ func (g *Generator) enrol(s Step) Step {
 			same = append(same, i)
 		}
 	}
+	// A customer enrolling again what they have (rebill answers 409
+	// enrollment-exists, naming it; the driver then acts on that one) is
+	// written, half the time, with the Cyrillic letters rebill stores.
 	s.Customer = fmt.Sprintf("payer-%d", 1+len(g.enrs))
+	s.Account = ""
 	if len(same) > 0 && g.chance(0.35) {
 		i := same[g.rng.IntN(len(same))]
 		e.account = g.enrs[i].account
-		if g.chance(0.5) {
-			s.Customer = fmt.Sprintf("payer-%d", 1+i)
+		if g.chance(0.35) {
+			s.Customer = g.enrs[i].customer
+			if g.chance(0.5) {
+				s.Account = Cyrillic(e.account)
+			}
 		}
 	} else if e.kind == "housing" {
 		e.account = ELS(1 + len(g.enrs))
 	} else {
 		e.account = STS(1 + len(g.enrs))
 	}
+	e.customer = s.Customer
+	if s.Account == "" {
+		s.Account = e.account
+	}
 	g.enrs = append(g.enrs, e)
-	s.Enr, s.EnrKind, s.Account = len(g.enrs), e.kind, e.account
+	s.Enr, s.EnrKind = len(g.enrs), e.kind
 	s.MaxAmount = []int64{30000, 60000, 150000, 1000000}[g.rng.IntN(4)]
 	c := g.card(false)
 	s.Card = &c
+	g.enrs[s.Enr-1].card = c
 	return s
 }
 
+// Cyrillic writes an account's Latin look-alike capitals in Cyrillic.
+func Cyrillic(account string) string {
+	return strings.NewReplacer("A", "А", "B", "В", "E", "Е", "K", "К", "M", "М", "H", "Н", "O", "О", "P", "Р",
+		"C", "С", "T", "Т", "X", "Х", "Y", "У").Replace(account)
+}
+
+// clockTo aims a clock move at a bill's deadline: just before or after a
+// fine's discount ends, or around (or exactly at) the last moment an
+// attempt may start, expires_at - 1 h.
+func (g *Generator) clockTo(s Step) Step {
+	s.Kind = KindClockTo
+	var fits []int
+	for i, e := range g.enrs {
+		if len(e.bills) > 0 {
+			fits = append(fits, i)
+		}
+	}
+	if len(fits) == 0 {
+		return Step{}
+	}
+	i := fits[g.rng.IntN(len(fits))]
+	e := g.enrs[i]
+	s.Enr = i + 1
+	if len(e.discounted) > 0 && g.chance(0.6) {
+		s.Target, s.BillID = TargetDiscount, e.discounted[g.rng.IntN(len(e.discounted))]
+	} else {
+		s.Target, s.BillID = TargetLastAttempt, e.bills[g.rng.IntN(len(e.bills))]
+	}
+	switch g.rng.IntN(5) {
+	case 0:
+		s.Offset = 0 // the very moment
+	case 1, 2:
+		s.Offset = -1 - g.rng.IntN(600)
+	default:
+		s.Offset = 1 + g.rng.IntN(600)
+	}
+	return s
+}
+
+// holdsOutliveGateway leaves holds waiting past their lifetime (the
+// simulators' 7 days): both registry gateways go down, a fine falls due
+// and is held, then either the registry stays down (the posting waits)
+// or it comes back with the card's gateway down (the capture waits), and
+// the clock moves past the hold's lifetime. Later steps (or the drain)
+// bring them back.
+func (g *Generator) holdsOutliveGateway(s Step) Step {
+	var fines []int
+	for i, e := range g.enrs {
+		if e.kind == "fines" {
+			fines = append(fines, i)
+		}
+	}
+	if len(fines) == 0 {
+		return Step{}
+	}
+	i := fines[g.rng.IntN(len(fines))]
+	registry := func(gw string, down bool) Step {
+		return Step{Kind: KindRegistryFault, Node: g.rng.IntN(2), Gateway: gw, Down: &down}
+	}
+	steps := []Step{registry("gmp1", true), registry("gmp2", true)}
+	g.regDown["gmp1"], g.regDown["gmp2"] = true, true
+	b := g.billOf(Step{Node: g.rng.IntN(2)}, i+1)
+	b.Pull = false
+	b.IssuedAgo, b.DueIn, b.Discounted, b.DiscountIn = 1, 19, 0, 0
+	if g.chance(0.5) {
+		b.Discounted, b.DiscountIn = b.BillAmount/2, 8+g.rng.IntN(10)
+	}
+	g.recordBill(b)
+	steps = append(steps, b, Step{Kind: KindWait, Wait: "1.5s"})
+	if g.chance(0.5) {
+		down := true
+		gw := g.enrs[i].card.Gateway
+		g.fault[gw] = true
+		steps = append(steps, Step{Kind: KindFault, Node: g.rng.IntN(2), Gateway: gw, Down: &down},
+			registry("gmp1", false), registry("gmp2", false), Step{Kind: KindWait, Wait: "1s"})
+		g.regDown["gmp1"], g.regDown["gmp2"] = false, false
+	}
+	lapse := HoldLifetime + time.Duration(1+g.rng.IntN(3))*time.Hour + time.Duration(1+g.rng.IntN(59))*time.Second
+	steps = append(steps, Step{Kind: KindClock, Node: g.rng.IntN(2), Advance: lapse.String()})
+	first := steps[0]
+	first.N = s.N
+	g.queue = append(g.queue, steps[1:]...)
+	return first
+}
+
 func (g *Generator) bill(s Step) Step {
-	s.Kind, s.Enr = KindBill, 1+g.rng.IntN(len(g.enrs))
+	s = g.billOf(s, 1+g.rng.IntN(len(g.enrs)))
+	g.recordBill(s)
+	return s
+}
+
+// billOf chooses a bill for enrollment enr.
+func (g *Generator) billOf(s Step, enr int) Step {
+	s.Kind, s.Enr = KindBill, enr
 	e := &g.enrs[s.Enr-1]
 	s.Pull = g.chance(0.5)
 	g.bills++
@@ -170,15 +302,22 @@ func (g *Generator) bill(s Step) Step {
 		s.DueIn = []int{-9, 0, 1, 3, 10, 25}[g.rng.IntN(6)]
 		s.IssuedAgo = 2
 	}
-	// Bills of a shared account reach every enrollment of it through the
-	// source; a push goes to one.
-	e.bills = append(e.bills, s.BillID)
+	return s
+}
+
+// recordBill records a bill step's bill with its enrollment's account.
+// Bills of a shared account reach every enrollment of it through the
+// source; a push goes to one.
+func (g *Generator) recordBill(s Step) {
+	e := g.enrs[s.Enr-1]
 	for i := range g.enrs {
-		if o := &g.enrs[i]; i != s.Enr-1 && o.account == e.account && o.kind == e.kind {
+		if o := &g.enrs[i]; o.account == e.account && o.kind == e.kind {
 			o.bills = append(o.bills, s.BillID)
+			if s.Discounted > 0 {
+				o.discounted = append(o.discounted, s.BillID)
+			}
 		}
 	}
-	return s
 }
 
 func (s Step) autopayString() string {
@@ -202,6 +341,8 @@ func (s Step) autopayString() string {
 		return fmt.Sprintf("%s card %s %s", enr, s.Card.Gateway, s.Card.Token)
 	case KindRegistryFault:
 		return fmt.Sprintf("registry %s down=%t", s.Gateway, *s.Down)
+	case KindClockTo:
+		return fmt.Sprintf("clock to %s of bill %s of %s %+ds", s.Target, s.BillID, enr, s.Offset)
 	}
 	return s.Kind
 }

@@ -3,6 +3,7 @@ package soak_test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/rebill/rebill/audit/billcheck"
@@ -27,20 +28,11 @@ func (r *runner) runAutopay(step soak.Step) {
 	var ok bool
 	switch step.Kind {
 	case soak.KindEnrol:
-		var ref any = step.Account
-		if step.EnrKind == "fines" {
-			ref = map[string]any{"sts": step.Account}
-		}
-		a, ok = r.post(step, "/v1/enrollments", map[string]any{"customer_id": step.Customer, "kind": step.EnrKind,
-			"account_ref": ref, "currency": "RUB", "max_amount": step.MaxAmount, "payment_method": cardBody(*step.Card)})
-		var e struct {
-			ID string `json:"id"`
-		}
-		if ok && a.status == http.StatusCreated && a.decode(&e) == nil {
-			r.obsMu.Lock()
-			r.enrIDs[step.Enr] = e.ID
-			r.obsMu.Unlock()
-		}
+		r.enrol(step)
+		return
+	case soak.KindClockTo:
+		r.clockTo(step, id)
+		return
 	case soak.KindBill:
 		body := map[string]any{"bill_id": step.BillID, "amount": step.BillAmount,
 			"issued_at": now.Add(-time.Duration(step.IssuedAgo) * 24 * time.Hour).UTC().Format(time.RFC3339),
@@ -61,6 +53,13 @@ func (r *runner) runAutopay(step soak.Step) {
 	case soak.KindWithdraw:
 		a, ok = r.post(step, "/v1/enrollments/"+id+"/bills/"+step.BillID+"/withdraw", map[string]any{})
 	case soak.KindEnrolAction:
+		if step.Action == "cancel" {
+			r.obsMu.Lock()
+			if e := r.enrolled[id]; e != nil {
+				e.cancelSent = true
+			}
+			r.obsMu.Unlock()
+		}
 		path := "/v1/enrollments/" + id + "/" + step.Action
 		if step.Action == "confirm" {
 			path = "/v1/enrollments/" + id + "/bills/" + step.BillID + "/confirm"
@@ -77,6 +76,106 @@ func (r *runner) runAutopay(step soak.Step) {
 	}
 }
 
+// enrolledAccount is what the driver knows of an enrollment rebill
+// created: whose, of what, and whether a cancel of it was ever sent.
+type enrolledAccount struct {
+	customer, kind, account string
+	answered                time.Time
+	cancelSent              bool
+}
+
+// enrol creates an enrollment. A customer enrolling again, while not
+// cancelled, the same kind and account (its Latin look-alike letters and
+// their Cyrillic form being one account) gets 409 enrollment-exists naming
+// the one they have, and the schedule's later steps for this enrollment
+// act on that one; two customers enrolling one account both get theirs
+// (and a bill of it is paid once: billcheck). What the driver can be sure
+// of is judged as the invariant "enrollment-exists": a 201 for an account
+// the customer already had enrolled before this request was sent, and
+// never sent a cancel for; a 409 naming an enrollment of another customer
+// or account.
+func (r *runner) enrol(step soak.Step) {
+	var ref any = step.Account
+	if step.EnrKind == "fines" {
+		ref = map[string]any{"sts": step.Account}
+	}
+	sent := time.Now()
+	r.obsMu.Lock()
+	var had []string
+	for id, e := range r.enrolled {
+		if e.customer == step.Customer && e.kind == step.EnrKind && e.account == canonicalAccount(step.Account) &&
+			!e.cancelSent && e.answered.Before(sent) {
+			had = append(had, id)
+		}
+	}
+	r.obsMu.Unlock()
+	a, ok := r.post(step, "/v1/enrollments", map[string]any{"customer_id": step.Customer, "kind": step.EnrKind,
+		"account_ref": ref, "currency": "RUB", "max_amount": step.MaxAmount, "payment_method": cardBody(*step.Card)})
+	if !ok {
+		r.note("step %d (%s): no answer", step.N, step)
+		return
+	}
+	var e struct {
+		ID           string `json:"id"`
+		EnrollmentID string `json:"enrollment_id"`
+	}
+	_ = a.decode(&e)
+	r.obsMu.Lock()
+	defer r.obsMu.Unlock()
+	switch {
+	case a.status == http.StatusCreated && e.ID != "":
+		r.enrIDs[step.Enr] = e.ID
+		if r.enrolled[e.ID] == nil {
+			r.enrolled[e.ID] = &enrolledAccount{customer: step.Customer, kind: step.EnrKind, account: canonicalAccount(step.Account),
+				answered: time.Now()}
+		}
+		if len(had) > 0 {
+			r.driverViolations = append(r.driverViolations, soak.Violation{Invariant: "enrollment-exists",
+				Subscription: "enrollment " + e.ID, Detail: fmt.Sprintf("step %d (%s): 201 although %s already had enrollment %s of %s, never cancelled",
+					step.N, step, step.Customer, strings.Join(had, ", "), step.Account)})
+		}
+	case a.status == http.StatusConflict && a.problemType() == "enrollment-exists":
+		r.enrIDs[step.Enr] = e.EnrollmentID
+		if x := r.enrolled[e.EnrollmentID]; x != nil && (x.customer != step.Customer || x.kind != step.EnrKind ||
+			x.account != canonicalAccount(step.Account)) {
+			r.driverViolations = append(r.driverViolations, soak.Violation{Invariant: "enrollment-exists",
+				Subscription: "enrollment " + e.EnrollmentID, Detail: fmt.Sprintf("step %d (%s): 409 names enrollment %s of %s, %s %s",
+					step.N, step, e.EnrollmentID, x.customer, x.kind, x.account)})
+		}
+	default:
+		if a.status >= 500 {
+			r.note("step %d (%s): %d %s", step.N, step, a.status, a.body)
+		}
+	}
+}
+
+// canonicalAccount is an account with its Latin look-alike capitals in
+// Cyrillic, as rebill stores it.
+func canonicalAccount(account string) string { return soak.Cyrillic(strings.ToUpper(account)) }
+
+// clockTo moves the dev clock to a moment of a bill, read from rebill's
+// database (the generator cannot know when a bill reached rebill): the end
+// of its discount or its last moment for an attempt, plus the step's
+// offset. Nothing when that moment has passed, or is more than 60 days
+// ahead.
+func (r *runner) clockTo(step soak.Step, enrollment string) {
+	var target, now *time.Time
+	err := r.db.QueryRow(r.ctx, `SELECT CASE $3 WHEN 'discount-ends' THEN (discount_deadline + 1)::timestamp AT TIME ZONE 'Europe/Moscow'
+			ELSE expires_at - interval '1 hour' END, (SELECT now FROM dev_clock)
+		FROM bills WHERE enrollment_id = $1::uuid AND bill_id = $2`, enrollment, step.BillID, step.Target).Scan(&target, &now)
+	if err != nil || target == nil || now == nil {
+		return
+	}
+	by := target.Add(time.Duration(step.Offset) * time.Second).Sub(*now)
+	if by <= 0 || by > 60*24*time.Hour {
+		return
+	}
+	r.obsMu.Lock()
+	r.clockTargets++
+	r.obsMu.Unlock()
+	r.advance(step.Node, by.String(), r.idem(step, ""))
+}
+
 // moscowDate is the Moscow date days after now.
 func moscowDate(now time.Time, days int) string {
 	msk := time.FixedZone("MSK", 3*3600)
@@ -89,7 +188,8 @@ func moscowDate(now time.Time, days int) string {
 // out of d.Ledger (the subscriptions' invariants judge periods).
 func (r *runner) collectBills(d *soak.Data) *billcheck.Data {
 	t := r.t
-	b := &billcheck.Data{Now: d.Now, AnnulWithin: 24 * time.Hour}
+	// The simulated gateways stamp the dev clock.
+	b := &billcheck.Data{Now: d.Now, AnnulWithin: 24 * time.Hour, OpsOnServiceClock: true}
 	q := func(sql string, scan func(rows interface{ Scan(...any) error }) error) {
 		rows, err := r.db.Query(r.ctx, sql)
 		if err != nil {
@@ -148,6 +248,30 @@ func (r *runner) collectBills(d *soak.Data) *billcheck.Data {
 	}
 	d.Ledger = periods
 	return b
+}
+
+// billCounts is how much autopay a schedule did, for its summary.
+func billCounts(b *billcheck.Data) map[string]any {
+	statuses := map[string]int{}
+	for _, x := range b.Bills {
+		statuses[x.Status]++
+	}
+	captures, postings := 0, map[string]int{}
+	for _, o := range b.Ops {
+		if o.Op == "capture" && o.Status == "succeeded" {
+			captures++
+		}
+	}
+	for _, p := range b.Postings {
+		postings[p.Status]++
+	}
+	customers := map[string]bool{}
+	for _, e := range b.Enrollments {
+		customers[e.CustomerID] = true
+	}
+	return map[string]any{"enrollments": len(b.Enrollments), "customers": len(customers), "bills": len(b.Bills),
+		"bills_by_status": statuses, "charges": len(b.Charges), "captures": captures, "postings": len(b.Postings),
+		"postings_by_status": postings}
 }
 
 // billViolations judges the bills as the soak's violations.

@@ -80,7 +80,7 @@ type Step struct {
 
 // Barrier reports whether the step runs alone: everything launched before
 // it finishes first, and nothing after it starts until it is done.
-func (s Step) Barrier() bool { return s.Kind == KindClock || s.Kind == KindSettle }
+func (s Step) Barrier() bool { return s.Kind == KindClock || s.Kind == KindClockTo || s.Kind == KindSettle }
 
 // String is the step as one readable line.
 func (s Step) String() string {
@@ -140,7 +140,7 @@ func (s Step) String() string {
 		return "wait " + s.Wait
 	case KindSettle:
 		return "settle (wait until charging is quiet)"
-	case KindEnrol, KindBill, KindWithdraw, KindEnrolAction, KindEnrolCard, KindRegistryFault:
+	case KindEnrol, KindBill, KindWithdraw, KindEnrolAction, KindEnrolCard, KindRegistryFault, KindClockTo:
 		return s.autopayString() + via
 	}
 	return s.Kind
@@ -209,6 +209,8 @@ type Generator struct {
 	enrs    []genEnrollment
 	bills   int
 	regDown map[string]bool
+	// queue holds the rest of a sequence of steps chosen together.
+	queue []Step
 }
 
 // GeneratorConfig bounds what a schedule does.
@@ -332,6 +334,12 @@ func (g *Generator) live() int {
 // Next returns the next step.
 func (g *Generator) Next() Step {
 	g.n++
+	if len(g.queue) > 0 {
+		s := g.queue[0]
+		g.queue = g.queue[1:]
+		s.N = g.n
+		return s
+	}
 	for {
 		if s := g.choose(Step{N: g.n, Node: g.rng.IntN(2)}); s.Kind != "" {
 			switch s.Kind {

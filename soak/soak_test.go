@@ -136,6 +136,10 @@ type runner struct {
 	// the steps that created them.
 	enrIDs   map[int]string
 	enrSteps map[int]soak.Step
+	// enrolled are the enrollments rebill created, by id.
+	enrolled map[string]*enrolledAccount
+	// clockTargets counts the clock moves aimed at a bill's moment.
+	clockTargets int
 	cards    map[int]soak.Card // each subscription's card, as rebill last confirmed it
 	devNow   time.Time
 
@@ -178,7 +182,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 			"REBILL_LOG_LEVEL":         "warn",
 			"REBILL_DB_MAX_CONNS":      fmt.Sprint(*connsFlag),
 		},
-		subIDs: map[int]string{}, enrIDs: map[int]string{}, enrSteps: map[int]soak.Step{},
+		subIDs: map[int]string{}, enrIDs: map[int]string{}, enrSteps: map[int]soak.Step{}, enrolled: map[string]*enrolledAccount{},
 		cards:  map[int]soak.Card{},
 		counts: map[string]int{},
 		obs:    soak.Observations{Subscriptions: map[string]*soak.ObservedSubscription{}},
@@ -260,6 +264,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		"gateway_ops_per_minute": float64(len(d.Ledger)) / total.Minutes(),
 		"coverage":               cov, "violations": len(violations), "kinds": r.counts, "node_kills": r.kills,
 		"clock_moves": len(r.obs.ClockMoves), "dev_days": d.Now.Sub(clock.Now).Hours() / 24, "notes": r.notes,
+		"autopay": billCounts(bills), "clock_moves_at_bills": r.clockTargets,
 	}
 	line, _ := json.Marshal(summary)
 	t.Logf("summary: %s", line)
@@ -551,7 +556,7 @@ func (r *runner) run(step soak.Step) {
 		r.support(step)
 	case soak.KindSettle:
 		r.waitQuiet(90 * time.Second)
-	case soak.KindEnrol, soak.KindBill, soak.KindWithdraw, soak.KindEnrolAction, soak.KindEnrolCard, soak.KindRegistryFault:
+	case soak.KindEnrol, soak.KindBill, soak.KindWithdraw, soak.KindEnrolAction, soak.KindEnrolCard, soak.KindRegistryFault, soak.KindClockTo:
 		r.runAutopay(step)
 	}
 }
@@ -865,24 +870,52 @@ func (r *runner) drain() {
 	}
 }
 
+// openWorkSQL counts what is in flight or due. A bill's charge waiting
+// for the customer's confirmation (scheduled, confirmation_required) or
+// for a dunning attempt ahead of the clock, or in review, is settled for
+// now; everything else about bills is counted until it is done: a
+// scheduled bill due and not yet charged, a paying bill whose charge
+// moves or has settled without its bill following, a copy waiting for
+// the identity its paying charge may release, a bill past its expires_at
+// not yet expired, a posting not yet answered, an accepted posting the
+// registry sweep must annul (the sweep's own condition), and the
+// registry's jobs.
 const openWorkSQL = `SELECT
-	(SELECT count(*) FROM charges WHERE status IN ('scheduled', 'authorizing', 'authorized', 'capturing', 'unknown')),
+	(SELECT count(*) FROM charges WHERE status IN ('scheduled', 'authorizing', 'authorized', 'capturing', 'unknown')
+		AND NOT (status = 'scheduled' AND confirmation_required)),
 	(SELECT count(*) FROM charges WHERE status = 'declined' AND next_attempt_at <= (SELECT now FROM dev_clock)),
 	(SELECT count(*) FROM subscriptions WHERE next_charge_at <= (SELECT now FROM dev_clock)
 		AND (status IN ('active', 'past_due') OR (status = 'paused' AND cancel_at_period_end))),
 	(SELECT count(*) FROM subscriptions WHERE status = 'paused' AND resume_at <= (SELECT now FROM dev_clock)),
-	(SELECT count(*) FROM river_job WHERE kind LIKE 'charge%' AND state IN ('available', 'running', 'retryable', 'scheduled', 'pending'))`
+	(SELECT count(*) FROM river_job WHERE (kind LIKE 'charge%' OR kind IN ('registry_post', 'registry_annul'))
+		AND state IN ('available', 'running', 'retryable', 'scheduled', 'pending')),
+	(SELECT count(*) FROM bills b JOIN enrollments e ON e.id = b.enrollment_id
+		WHERE b.status = 'scheduled' AND b.pay_at <= (SELECT now FROM dev_clock) AND e.status = 'active'),
+	(SELECT count(*) FROM bills b LEFT JOIN charges c ON c.id = b.charge_id WHERE b.status = 'paying'
+		AND (c.id IS NULL OR NOT (c.status = 'requires_review' OR (c.status = 'scheduled' AND c.confirmation_required)
+			OR (c.status = 'declined' AND c.next_attempt_at > (SELECT now FROM dev_clock))))),
+	(SELECT count(*) FROM charges c WHERE c.identity_held AND (c.status = 'voided' OR (c.status = 'failed' AND c.hold_released_at IS NOT NULL))
+		AND NOT EXISTS (SELECT 1 FROM registry_postings p
+			WHERE (p.charge_id = c.id OR p.uin = c.registry_uin) AND p.status IN ('posting', 'accepted'))),
+	(SELECT count(*) FROM bills WHERE status IN ('pending', 'awaiting_confirmation', 'awaiting_registry', 'scheduled', 'failed')
+		AND expires_at <= (SELECT now FROM dev_clock)),
+	(SELECT count(*) FROM registry_postings WHERE status = 'posting'),
+	(SELECT count(*) FROM registry_postings p JOIN charges c ON c.id = p.charge_id WHERE p.status = 'accepted'
+		AND (c.attempt_count > p.attempt OR c.status IN ('voided', 'declined')
+			OR (c.status IN ('requires_review', 'failed') AND c.hold_released_at IS NOT NULL)))`
 
 func (r *runner) openWork() string {
-	var inflight, overdue, due, resumes, jobs int
-	if err := r.db.QueryRow(r.ctx, openWorkSQL).Scan(&inflight, &overdue, &due, &resumes, &jobs); err != nil {
+	var inflight, overdue, due, resumes, jobs, billsDue, paying, releases, expiries, posting, annulments int
+	if err := r.db.QueryRow(r.ctx, openWorkSQL).Scan(&inflight, &overdue, &due, &resumes, &jobs, &billsDue, &paying, &releases,
+		&expiries, &posting, &annulments); err != nil {
 		return "unknown: " + err.Error()
 	}
-	if inflight+overdue+due+resumes+jobs == 0 {
+	if inflight+overdue+due+resumes+jobs+billsDue+paying+releases+expiries+posting+annulments == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d charges in flight, %d dunning attempts overdue, %d subscriptions due, %d resumes due, %d charge jobs pending",
-		inflight, overdue, due, resumes, jobs)
+	return fmt.Sprintf("%d charges in flight, %d dunning attempts overdue, %d subscriptions due, %d resumes due, %d charge and registry jobs pending, "+
+		"%d bills due, %d bills paying, %d bill identities to release, %d bills to expire, %d postings in flight, %d postings to annul",
+		inflight, overdue, due, resumes, jobs, billsDue, paying, releases, expiries, posting, annulments)
 }
 
 // openCharges describes charges still in flight and their River jobs.

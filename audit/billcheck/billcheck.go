@@ -13,8 +13,28 @@
 //   - an accepted posting whose money was not captured is annulled within
 //     AnnulWithin of the service clock;
 //   - a fine is paid at its discounted price only while the discount
-//     holds;
-//   - no attempt starts after the bill's expires_at minus LastAttemptMargin.
+//     holds: by an attempt that started before the discount ended;
+//   - no attempt starts at or after the bill's expires_at minus
+//     LastAttemptMargin. rebill numbers a new attempt when it schedules
+//     it (a dunning retry, a card change, a person's retry) and decides
+//     at its "about to call" whether it may start: one scheduled at or
+//     after that moment is voided there (bill_expired) without a call.
+//     So the rule is that no operation of such an attempt reaches a
+//     gateway; an attempt recorded late that nothing shows was sent is
+//     not a violation.
+//
+// When the discount held is decided by when the attempt started, not by
+// when its capture reached the gateway. rebill prices an attempt when it
+// starts, and the registry is told of that attempt's hold at that price;
+// a capture sent before the service clock moves (a dev clock jump, or
+// simply the deadline passing while the request is on the wire) is
+// stamped after the move. Money captured at the discounted price after
+// the deadline is therefore a violation only if its attempt started at or
+// after the deadline. The gateways' stamps (when they are on the service
+// clock, OpsOnServiceClock) only ever clear a doubt: an attempt whose
+// start rebill did not record began no later than its authorization was
+// stamped, so an authorization stamped before the deadline shows the
+// attempt did too. A stamp never convicts a capture on its own.
 package billcheck
 
 import (
@@ -35,8 +55,8 @@ const (
 	NoLateAttempt         = "bill-no-attempt-after-expiry"
 )
 
-// LastAttemptMargin: no attempt starts later than this before a bill's
-// expires_at (decision 31's margin).
+// LastAttemptMargin: no attempt starts at or after this long before a
+// bill's expires_at (decisions 23 and 31: "at or after").
 const LastAttemptMargin = time.Hour
 
 // Data is what the checks judge. Times are the service clock's, except
@@ -56,8 +76,11 @@ type Data struct {
 	// AnnulWithin bounds how long after its charge last changed an
 	// accepted posting of an uncaptured attempt may stand; 0 means 24 h.
 	AnnulWithin time.Duration
-	// OpsOnServiceClock: Op.At is on the service clock, so a capture's
-	// time is checked against the discount deadline too.
+	// OpsOnServiceClock: Op.At is on the service clock (dev mode, where
+	// the simulated gateways stamp the dev clock), so an authorization's
+	// stamp bounds when its attempt started (see the package comment: it
+	// clears a doubt, it never convicts). False for real gateways, whose
+	// stamps are their own machines' wall clocks.
 	OpsOnServiceClock bool
 }
 
@@ -163,6 +186,12 @@ type capture struct {
 	attempt int
 }
 
+// authorized is when attempt's succeeded authorization was stamped.
+func (x *index) authorized(key string, attempt int) (time.Time, bool) {
+	at, ok := x.auths[key][attempt]
+	return at, ok
+}
+
 // index joins the data: each bill with its enrollment, charge and captures.
 type index struct {
 	d           *Data
@@ -171,12 +200,14 @@ type index struct {
 	byID        map[string]*Charge
 	bills       map[string]*Bill // by charge key
 	captures    map[string][]capture
-	postings    map[string][]Posting // by charge id
+	auths       map[string]map[int]time.Time // succeeded authorizations' stamps, by charge key and attempt
+	sent        map[string]map[int][]string  // every operation sent, by charge key and attempt
+	postings    map[string][]Posting         // by charge id
 }
 
 func newIndex(d *Data) *index {
 	x := &index{d: d, enrollments: map[string]*Enrollment{}, charges: map[string]*Charge{}, byID: map[string]*Charge{},
-		bills: map[string]*Bill{}, captures: map[string][]capture{}, postings: map[string][]Posting{}}
+		bills: map[string]*Bill{}, captures: map[string][]capture{}, auths: map[string]map[int]time.Time{}, sent: map[string]map[int][]string{}, postings: map[string][]Posting{}}
 	for i := range d.Enrollments {
 		x.enrollments[d.Enrollments[i].ID] = &d.Enrollments[i]
 	}
@@ -192,6 +223,18 @@ func newIndex(d *Data) *index {
 		key, attempt, op, ok := SplitGatewayKey(o.IdempotencyKey)
 		if ok && op == "capture" && o.Status == "succeeded" && x.charges[key] != nil {
 			x.captures[key] = append(x.captures[key], capture{op: o, attempt: attempt})
+		}
+		if ok && x.charges[key] != nil {
+			if x.sent[key] == nil {
+				x.sent[key] = map[int][]string{}
+			}
+			x.sent[key][attempt] = append(x.sent[key][attempt], fmt.Sprintf("%s %s %d at %s", op, o.Status, o.Amount, o.Gateway))
+		}
+		if ok && op == "authorize" && o.Status == "succeeded" && x.charges[key] != nil {
+			if x.auths[key] == nil {
+				x.auths[key] = map[int]time.Time{}
+			}
+			x.auths[key][attempt] = o.At
 		}
 	}
 	for _, p := range d.Postings {
@@ -348,18 +391,26 @@ func (x *index) discountHonest(c *Charge) []Violation {
 	}
 	var out []Violation
 	for _, cp := range x.captures[c.Key()] {
-		switch {
-		case cp.op.Amount == b.Amount:
-		case cp.op.Amount != *b.DiscountedAmount:
+		if cp.op.Amount == b.Amount {
+			continue
+		}
+		if cp.op.Amount != *b.DiscountedAmount {
 			out = append(out, x.viol(DiscountHonest, c, "a%d captured %d: neither the full %d nor the discounted %d", cp.attempt,
 				cp.op.Amount, b.Amount, *b.DiscountedAmount))
-		case cp.attempt > len(c.AttemptTimes) || !c.AttemptTimes[cp.attempt-1].Before(*b.DiscountEnds):
-			out = append(out, x.viol(DiscountHonest, c, "a%d captured the discounted %d but did not start before the discount ended at %s",
-				cp.attempt, cp.op.Amount, b.DiscountEnds.Format(time.RFC3339)))
-		case x.d.OpsOnServiceClock && !cp.op.At.Before(*b.DiscountEnds):
-			out = append(out, x.viol(DiscountHonest, c, "a%d captured the discounted %d at %s, after the discount ended at %s",
-				cp.attempt, cp.op.Amount, cp.op.At.Format(time.RFC3339), b.DiscountEnds.Format(time.RFC3339)))
+			continue
 		}
+		if cp.attempt <= len(c.AttemptTimes) {
+			if start := c.AttemptTimes[cp.attempt-1]; !start.Before(*b.DiscountEnds) {
+				out = append(out, x.viol(DiscountHonest, c, "a%d captured the discounted %d but started at %s, not before the discount ended at %s",
+					cp.attempt, cp.op.Amount, start.Format(time.RFC3339), b.DiscountEnds.Format(time.RFC3339)))
+			}
+			continue
+		}
+		if at, ok := x.authorized(c.Key(), cp.attempt); ok && x.d.OpsOnServiceClock && at.Before(*b.DiscountEnds) {
+			continue // authorized, so started, before the deadline
+		}
+		out = append(out, x.viol(DiscountHonest, c, "a%d captured the discounted %d and nothing shows it started before the discount ended at %s",
+			cp.attempt, cp.op.Amount, b.DiscountEnds.Format(time.RFC3339)))
 	}
 	return out
 }
@@ -372,9 +423,9 @@ func (x *index) noLateAttempt(c *Charge) []Violation {
 	latest := b.ExpiresAt.Add(-LastAttemptMargin)
 	var out []Violation
 	for i, at := range c.AttemptTimes {
-		if at.After(latest) {
-			out = append(out, x.viol(NoLateAttempt, c, "a%d started at %s, after expires_at %s - %s", i+1, at.Format(time.RFC3339),
-				b.ExpiresAt.Format(time.RFC3339), LastAttemptMargin))
+		if sent := x.sent[c.Key()][i+1]; !at.Before(latest) && len(sent) > 0 {
+			out = append(out, x.viol(NoLateAttempt, c, "a%d started at %s, at or after expires_at %s - %s, and was sent: %s", i+1,
+				at.Format(time.RFC3339), b.ExpiresAt.Format(time.RFC3339), LastAttemptMargin, strings.Join(sent, "; ")))
 		}
 	}
 	return out

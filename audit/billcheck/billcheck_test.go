@@ -135,9 +135,16 @@ func TestEachBrokenRuleIsFound(t *testing.T) {
 		{"a discounted price captured by an attempt that began after the deadline", billcheck.DiscountHonest, func(d *billcheck.Data) {
 			d.Charges[1].AttemptTimes = []time.Time{d.Bills[2].DiscountEnds.Add(time.Minute)}
 		}, ""},
-		{"a discounted price captured after the deadline (service-clock ledger)", billcheck.DiscountHonest, func(d *billcheck.Data) {
+		{"a discounted price captured by an attempt that began exactly at the deadline", billcheck.DiscountHonest, func(d *billcheck.Data) {
+			d.Charges[1].AttemptTimes = []time.Time{*d.Bills[2].DiscountEnds}
+		}, ""},
+		{"a discounted capture of an attempt with no recorded start, authorized after the deadline", billcheck.DiscountHonest, func(d *billcheck.Data) {
 			d.OpsOnServiceClock = true
-			d.Ops[3].At = d.Bills[2].DiscountEnds.Add(time.Second)
+			d.Charges[1].AttemptTimes = nil
+			d.Ops[2].At = d.Bills[2].DiscountEnds.Add(time.Second)
+		}, ""},
+		{"a discounted capture of an attempt with no recorded start, on a gateway's own clock", billcheck.DiscountHonest, func(d *billcheck.Data) {
+			d.Charges[1].AttemptTimes = nil
 		}, ""},
 		{"a fine captured at a made-up price", billcheck.DiscountHonest, func(d *billcheck.Data) {
 			d.Ops[3].Amount = 40000
@@ -145,6 +152,9 @@ func TestEachBrokenRuleIsFound(t *testing.T) {
 		}, ""},
 		{"an attempt within the last hour before expiry", billcheck.NoLateAttempt, func(d *billcheck.Data) {
 			d.Charges[0].AttemptTimes = []time.Time{d.Bills[0].ExpiresAt.Add(-59 * time.Minute)}
+		}, ""},
+		{"an attempt exactly at expires_at - 1 h", billcheck.NoLateAttempt, func(d *billcheck.Data) {
+			d.Charges[0].AttemptTimes = []time.Time{d.Bills[0].ExpiresAt.Add(-billcheck.LastAttemptMargin)}
 		}, ""},
 	}
 	for _, tc := range cases {
@@ -173,6 +183,46 @@ func TestPostingNotYetDueIsNotReported(t *testing.T) {
 	d := clean()
 	d.Charges[1].Status, d.Charges[1].UpdatedAt = "voided", d.Now.Add(-time.Hour)
 	d.Ops = append(d.Ops[:3:3], d.Ops[4:]...)
+	require.Empty(t, billcheck.Check(d))
+}
+
+// The last moment an attempt may start is just before expires_at - 1 h.
+func TestAttemptJustBeforeTheLastHourPasses(t *testing.T) {
+	d := clean()
+	d.Charges[0].AttemptTimes = []time.Time{d.Bills[0].ExpiresAt.Add(-billcheck.LastAttemptMargin - time.Nanosecond)}
+	require.Empty(t, billcheck.Check(d))
+}
+
+// An attempt rebill scheduled after the last moment (a person's retry of
+// a charge in review, a card change) and voided at its "about to call"
+// without a call moved no money: only one that reached a gateway breaks
+// the rule.
+func TestLateAttemptNeverSentPasses(t *testing.T) {
+	d := clean()
+	late := d.Bills[0].ExpiresAt.Add(30 * 24 * time.Hour)
+	d.Charges[0].AttemptCount, d.Charges[0].AttemptTimes = 2, []time.Time{t0, late}
+	require.Empty(t, billcheck.Check(d))
+
+	d.Ops = append(d.Ops, billcheck.Op{Gateway: "sim1", Op: "authorize", Status: "declined", Amount: 350000, At: late,
+		IdempotencyKey: housing + ":2026-11:1:a2:authorize"})
+	require.Equal(t, []string{billcheck.NoLateAttempt}, invariants(billcheck.Check(d)))
+}
+
+// A discounted hold placed before the deadline and captured after it
+// (the clock moved while the capture was on its way, as it does in dev
+// mode, or the deadline passed meanwhile) paid the fine at the discount
+// the customer was owed: the capture's service-clock stamp does not make
+// it a violation. Nor does an attempt whose start was not recorded when
+// its authorization was stamped before the deadline.
+func TestDiscountedCaptureStampedAfterTheDeadlineOfAnAttemptBeforeItPasses(t *testing.T) {
+	d := clean()
+	d.OpsOnServiceClock = true
+	ends := *d.Bills[2].DiscountEnds
+	d.Charges[1].AttemptTimes = []time.Time{ends.Add(-time.Nanosecond)}
+	d.Ops[2].At, d.Ops[3].At = ends.Add(-time.Nanosecond), ends.Add(72*time.Hour)
+	require.Empty(t, billcheck.Check(d))
+
+	d.Charges[1].AttemptTimes = nil
 	require.Empty(t, billcheck.Check(d))
 }
 

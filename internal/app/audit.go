@@ -115,7 +115,8 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	}
 	a := &audit.Auditor{DB: read, Gateways: gateways, SettleDays: auditSettleDays,
 		Sources: []audit.Source{audit.Periods{DB: read, Now: now, Grace: auditGrace}},
-		Bills:   &audit.Bills{Now: now, AnnulWithin: auditAnnulWithin}}
+		// The simulated gateways stamp the dev clock; real ones their own.
+		Bills: &audit.Bills{Now: now, AnnulWithin: auditAnnulWithin, OpsOnServiceClock: cfg.Dev && len(cfg.Gateways) == 0}}
 	report, err := a.Run(ctx, from, to.AddDate(0, 0, 1))
 	if err != nil {
 		return err
