@@ -124,6 +124,12 @@ func RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gateway, token st
 	if err := c.sameCardRetryAllowed(token, now); err != nil {
 		return Charge{}, err
 	}
+	// An attempt started past a bill's last moment would only be voided
+	// before its call: refuse it here, where a person can be told why.
+	if c.PayUntil != nil && !now.Before(*c.PayUntil) {
+		return Charge{}, fmt.Errorf("%w: the bill's last moment to start an attempt (%s) has passed", ErrRetryRefused,
+			c.PayUntil.UTC().Format(time.RFC3339))
+	}
 	// A bill's charge that no longer holds its bill's identity (released,
 	// or the later of two copies) is never charged again: another copy
 	// pays the bill.

@@ -369,3 +369,26 @@ func TestNoBillAttemptStartsAfterItsLastMoment(t *testing.T) {
 	require.Empty(t, authorizeAmounts(b))
 	require.Equal(t, []string{"expired"}, owner.recorded)
 }
+
+// A person's retry of a bill's charge past the bill's last moment is
+// refused: no attempt is numbered, and the charge stays where it was.
+func TestRetryPastABillsLastMomentIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	c := newCappedBillCharge(ctx, t, b, start.Add(240*time.Hour), 100000, start.Add(time.Hour))
+	_, err := b.pool.Exec(ctx, `UPDATE charges SET status = $2, review_reason = 'a person looks' WHERE id = $1`,
+		c.ID, string(charges.RequiresReview))
+	require.NoError(t, err)
+	b.clock.Advance(time.Hour)
+	c = b.get(ctx, t, c.ID)
+	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := charges.RetryFromReview(ctx, tx, c, "fake", "tok_other", b.clock.Now())
+		return err
+	})
+	require.ErrorIs(t, err, charges.ErrRetryRefused)
+	got := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.RequiresReview, got.Status)
+	require.Equal(t, 1, got.AttemptCount)
+	require.Empty(t, authorizeAmounts(b))
+}
