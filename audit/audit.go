@@ -28,6 +28,7 @@ import (
 	"github.com/rebill/rebill/audit/billcheck"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -196,12 +197,52 @@ func (a *Auditor) Run(ctx context.Context, from, to time.Time) (Report, error) {
 			return Report{}, err
 		}
 		r.Bills = len(d.Bills)
+		flagged := map[string]bool{}
 		for _, v := range billcheck.Check(d) {
 			r.Discrepancies = append(r.Discrepancies, Discrepancy{Kind: v.Invariant, ChargeKey: v.Charge,
 				Detail: fmt.Sprintf("bill %q: %s", v.Bill, v.Detail)})
+			if v.Invariant == billcheck.OneCapturePerIdentity {
+				flagged[v.Bill] = true
+			}
+		}
+		if err := a.paidTwice(ctx, flagged, &r); err != nil {
+			return Report{}, err
 		}
 	}
 	return r, nil
+}
+
+// maxPaidTwice bounds the identities paid twice one report lists.
+const maxPaidTwice = 1000
+
+// paidTwice reports the bill identities captured more than once whenever
+// they were received: pairs paid before one payment per identity was
+// enforced stay outside its unique index, and an overpayment is owed back
+// however old it is. Identities of bills the range's checks flagged
+// (flagged, by bill id) are not listed twice.
+func (a *Auditor) paidTwice(ctx context.Context, flagged map[string]bool, r *Report) error {
+	pairs, err := enrollments.ListPaidTwice(ctx, a.DB, maxPaidTwice)
+	if err != nil {
+		return err
+	}
+	for _, p := range pairs {
+		_, billID, _ := strings.Cut(p.Identity, ":") // uin:<UIN> or els:<ELS>:<bill id>
+		if _, housing, ok := strings.Cut(billID, ":"); ok {
+			billID = housing
+		}
+		if flagged[billID] {
+			continue
+		}
+		ids := make([]string, len(p.ChargeIDs))
+		for i, id := range p.ChargeIDs {
+			ids[i] = id.String()
+		}
+		later := p.ChargeIDs[len(p.ChargeIDs)-1]
+		r.Discrepancies = append(r.Discrepancies, Discrepancy{Kind: billcheck.OneCapturePerIdentity, ChargeID: &later,
+			Detail: fmt.Sprintf("bill identity %s captured by %d charges (%s): refund all but the first",
+				p.Identity, len(ids), strings.Join(ids, ", "))})
+	}
+	return nil
 }
 
 // captures lists the gateways' succeeded captures from the range's first

@@ -204,3 +204,32 @@ func TestBillPaidTwiceAcrossEnrollmentsIsReported(t *testing.T) {
 	require.Contains(t, r.Discrepancies[0].Detail, key1)
 	require.Contains(t, r.Discrepancies[0].Detail, key2)
 }
+
+// A bill identity captured twice before one payment per identity was
+// enforced (the migration leaves such pairs outside the unique index) is
+// reported by every audit, whatever range it covers; within the range it
+// is reported once.
+func TestBillIdentityPaidTwiceBeforeTheRangeIsReported(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.auditor.Bills = &audit.Bills{Now: now}
+	first := opstest.Enrollment(t, b.pool, gw, from.AddDate(0, -3, 0))
+	second := opstest.Enrollment(t, b.pool, gw, from.AddDate(0, -3, 0))
+	before := from.AddDate(0, -2, 0)
+	id1, _ := b.insertBill(t, first, "2026-09:77", 5000, before, true)
+	id2, _ := b.insertBill(t, second, "2026-09:77", 5000, before.Add(time.Hour), true)
+	_, err := b.pool.Exec(ctx, `UPDATE charges c SET bill_identity = b.identity FROM bills b WHERE b.charge_id = c.id`)
+	require.NoError(t, err)
+
+	r, err := b.auditor.Run(ctx, from, to)
+	require.NoError(t, err)
+	require.Zero(t, r.Bills, "no bill was received in the range")
+	require.Equal(t, []string{"bill-one-capture-per-identity"}, kinds(r), "%v", r.Discrepancies)
+	require.Equal(t, id2, *r.Discrepancies[0].ChargeID, "the later capture is the one to refund")
+	require.Contains(t, r.Discrepancies[0].Detail, id1.String())
+
+	r, err = b.auditor.Run(ctx, before.Add(-time.Hour), to)
+	require.NoError(t, err)
+	require.Equal(t, []string{"bill-one-capture-per-identity"}, kinds(r), "reported once: %v", r.Discrepancies)
+}
