@@ -66,11 +66,21 @@ type Released struct {
 }
 
 // releasableSQL holds for a charge c holding a bill identity whose money
-// provably never moved: voided, or failed after a look-up at the gateway
-// found no capture and released its hold; and no posting of it, nor of
-// its UIN, stands accepted (or may be) at the state payment registry.
+// provably never moved, and no posting of it, nor of its UIN, stands
+// accepted (or may be) at the state payment registry. Its money never
+// moved when it is voided (final), or when it failed either after a
+// look-up at the gateway found no capture and released its hold, or by
+// its gateway's declines alone (no attempt ever held money, and no person
+// judged it, whose verdict may leave an outcome unknown until its hold
+// check ran). A failed copy may still be paid by its own enrollment's
+// next card, so it lets go only to a copy waiting to pay: otherwise a
+// fine another enrollment would pay stays unpaid behind a card that
+// cannot pay it.
 const releasableSQL = `c.identity_held AND (c.status = '` + string(charges.Voided) + `' OR (c.status = '` + string(charges.Failed) +
-	`' AND c.hold_released_at IS NOT NULL))
+	`' AND (c.hold_released_at IS NOT NULL OR (c.authorized_at IS NULL AND c.review_reason IS NULL))
+		AND EXISTS (SELECT 1 FROM bills o JOIN enrollments oe ON oe.id = o.enrollment_id
+			WHERE o.identity = c.bill_identity AND o.status = '` + string(BillDuplicate) + `' AND o.charge_id IS NULL
+				AND oe.status <> '` + string(Cancelled) + `')))
 	AND NOT EXISTS (SELECT 1 FROM registry_postings p
 		WHERE (p.charge_id = c.id OR p.uin = c.registry_uin) AND p.status IN ('posting', 'accepted'))`
 

@@ -894,7 +894,10 @@ const openWorkSQL = `SELECT
 	(SELECT count(*) FROM bills b LEFT JOIN charges c ON c.id = b.charge_id WHERE b.status = 'paying'
 		AND (c.id IS NULL OR NOT (c.status = 'requires_review' OR (c.status = 'scheduled' AND c.confirmation_required)
 			OR (c.status = 'declined' AND c.next_attempt_at > (SELECT now FROM dev_clock))))),
-	(SELECT count(*) FROM charges c WHERE c.identity_held AND (c.status = 'voided' OR (c.status = 'failed' AND c.hold_released_at IS NOT NULL))
+	(SELECT count(*) FROM charges c WHERE c.identity_held AND (c.status = 'voided' OR (c.status = 'failed'
+		AND (c.hold_released_at IS NOT NULL OR (c.authorized_at IS NULL AND c.review_reason IS NULL))
+		AND EXISTS (SELECT 1 FROM bills o JOIN enrollments oe ON oe.id = o.enrollment_id
+			WHERE o.identity = c.bill_identity AND o.status = 'duplicate' AND o.charge_id IS NULL AND oe.status <> 'cancelled')))
 		AND NOT EXISTS (SELECT 1 FROM registry_postings p
 			WHERE (p.charge_id = c.id OR p.uin = c.registry_uin) AND p.status IN ('posting', 'accepted'))),
 	(SELECT count(*) FROM bills WHERE status IN ('pending', 'awaiting_confirmation', 'awaiting_registry', 'scheduled', 'failed')

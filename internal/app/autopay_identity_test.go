@@ -193,6 +193,36 @@ func TestReleasedIdentityMovesTheNextCopyToScheduled(t *testing.T) {
 	require.Equal(t, 1, held)
 }
 
+// The copy that claimed a fine is declined for good (a stolen card): no
+// money ever moved. Alone, it stays failed, for its own enrollment's next
+// card to pay; once another enrollment of the same car waits with a copy,
+// the fine's identity is released to it and it pays, while the declined
+// copy stays a duplicate for good.
+func TestHardDeclinedCopyReleasesTheBillToTheOtherEnrollment(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	start := b.autopayStart(t)
+	ann := b.enrol(t, "cust-ann", "fines", map[string]any{"sts": "77УА654322"}, "tok_decline_hard")
+	id := uin(79)
+	body := fine(id, 100000, 50000, start.Add(-time.Hour), "2027-03-20", "2027-05-09")
+	b.call(t, http.MethodPost, "/v1/enrollments/"+ann+"/bills", body)
+	require.Eventually(t, func() bool {
+		cs := b.enrollmentCharges(t, ann)
+		return len(cs) == 1 && cs[0]["status"] == "failed"
+	}, 30*time.Second, 50*time.Millisecond)
+	b.scanNow(t)
+	require.Equal(t, "failed", b.bills(t, ann)[0]["status"], "alone, the copy waits for its own enrollment's next card")
+
+	bob := b.enrol(t, "cust-bob", "fines", map[string]any{"sts": "77УА654322"}, "tok_ok")
+	b.call(t, http.MethodPost, "/v1/enrollments/"+bob+"/bills", body)
+	b.scanNow(t)
+	b.waitBill(t, bob, id, "paid")
+	require.Equal(t, "duplicate", b.bills(t, ann)[0]["status"], "the released copy is a duplicate for good")
+	ledger := b.ledger(t, "sim1")
+	require.Equal(t, 1, succeededOps(ledger, "capture", ann+":"+id, bob+":"+id))
+	require.Zero(t, succeededOps(ledger, "authorize", ann+":"+id))
+}
+
 // A fine stored while the check digit was read otherwise (second pass
 // weighted 3..12) is re-pushed: it is found before its UIN is checked and
 // replays, while a new bill with that UIN is refused.
