@@ -145,11 +145,13 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 		// The charge moved on (cancelled, withdrawn, superseded): nothing is
 		// posted for it, and its own flow releases the hold.
 		metrics.StageRuns.WithLabelValues("posting", "not_wanted").Inc()
-		_, err := setStatus(ctx, p.Pool, ps.PaymentID, []string{StatusPosting}, StatusCancelled, "", "", now)
-		return err
+		if err := p.settleUnsent(ctx, ps, "", now); err != nil {
+			return p.retryOrGiveUp(ctx, job, ps, c, err)
+		}
+		return nil
 	}
 	if by, ok := p.Holds.PostBy(c); ok && !now.Before(by) {
-		return p.tooLate(ctx, ps, c, by)
+		return p.tooLate(ctx, job, ps, c, by)
 	}
 	// The registry hears of this attempt only once the older ones of the
 	// charge that it accepted are annulled.
@@ -235,7 +237,7 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 		if errors.Is(cause, ErrUnavailable) {
 			metrics.Retries.WithLabelValues("posting", "unavailable").Inc()
 			delay := p.Retry.Delay(max(job.Attempt, 1))
-			if by, ok := p.Holds.PostBy(c); ok {
+			if by, ok := p.Holds.PostBy(c); ok && by.After(now) {
 				// Wake up in time to release a hold that can no longer be posted.
 				delay = max(min(delay, by.Sub(now)), time.Second)
 			}
@@ -260,23 +262,45 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 	})
 }
 
-// tooLate cancels the posting of c's hold, past by, the last moment it
-// could be posted, and enqueues the void of the hold (charges' void job
-// checks the same bound): the charge then goes on as if the hold had not
-// been captured in time, a discounted one to its full price.
-func (p *Poster) tooLate(ctx context.Context, ps posting, c charges.Charge, by time.Time) error {
+// tooLate enqueues the void of c's hold, past by, the last moment it
+// could be posted (charges' void job checks the same bound), and settles
+// the posting as never made: the charge then goes on as if the hold had
+// not been captured in time, a discounted one to its full price. The void
+// does not wait for the registry: when it cannot be asked, the posting
+// stays open for this job's next run, which settles it once it can.
+func (p *Poster) tooLate(ctx context.Context, job *river.Job[PostArgs], ps posting, c charges.Charge, by time.Time) error {
 	metrics.StageRuns.WithLabelValues("posting", "too_late").Inc()
 	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Time("post_by", by).
 		Msg("the hold can no longer be posted in time: voiding it")
-	return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
-		moved, err := setStatus(ctx, tx, ps.PaymentID, []string{StatusPosting}, StatusCancelled, "",
-			"not posted: the hold could no longer be captured in time", p.Clock.Now())
-		if err != nil || !moved {
-			return err
-		}
-		_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, charges.VoidArgs{ChargeID: c.ID, Attempt: ps.Attempt}, nil)
-		return err
-	})
+	if _, err := river.ClientFromContext[pgx.Tx](ctx).Insert(ctx, charges.VoidArgs{ChargeID: c.ID, Attempt: ps.Attempt}, nil); err != nil {
+		return fmt.Errorf("enqueue void of a hold too late to post: %w", err)
+	}
+	if err := p.settleUnsent(ctx, ps, "not posted: the hold could no longer be captured in time", p.Clock.Now()); err != nil {
+		return p.retryOrGiveUp(ctx, job, ps, c, err)
+	}
+	return nil
+}
+
+// settleUnsent records that ps will not be made, once the registry, asked
+// by its payment id, shows whether an earlier run made it after all (its
+// answer lost): unknown there, it is cancelled (with note); known, it is
+// recorded as accepted (or annulled), and the sweep annuls an accepted
+// one, whose money was not captured. Returns the look-up's error when the registry
+// cannot be asked: nothing is recorded then.
+func (p *Poster) settleUnsent(ctx context.Context, ps posting, note string, now time.Time) error {
+	found, annulled, err := p.Gateways.Lookup(ctx, ps.PaymentID)
+	if err != nil {
+		return fmt.Errorf("look up posting %s before cancelling it: %w", ps.PaymentID, err)
+	}
+	to := StatusCancelled
+	switch {
+	case found && annulled:
+		to, note = StatusAnnulled, ""
+	case found:
+		to, note = StatusAccepted, ""
+	}
+	_, err = setStatus(ctx, p.Pool, ps.PaymentID, []string{StatusPosting}, to, "", note, now)
+	return err
 }
 
 // AnnulArgs annuls one accepted posting whose money was not captured.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertest"
@@ -22,12 +23,21 @@ import (
 
 var start = time.Date(2027, 3, 20, 9, 0, 0, 0, time.UTC)
 
-// A hold is posted no later than an hour before its discount ends: a
-// posting that comes back from a registry outage after that is cancelled,
-// nothing is sent, and the hold's void is enqueued.
-func TestPostingMadeTooLateIsNotSent(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// tooLateBundle is a fine's hold whose posting waits, and the post job's
+// worker.
+type tooLateBundle struct {
+	pool   *pgxpool.Pool
+	clk    *testsupport.Clock
+	gw     *fakeGateway
+	worker *rivertest.Worker[registry.PostArgs, pgx.Tx]
+	charge charges.Charge
+	id     string
+}
+
+// setupTooLate files a fine's charge authorized at start, its discount
+// ending three hours later, with its posting not yet accepted.
+func setupTooLate(ctx context.Context, t *testing.T) tooLateBundle {
+	t.Helper()
 	pool := dbtest.Pool(t)
 	clk := testsupport.NewClock(start)
 	gw := &fakeGateway{name: "gmp1"}
@@ -60,18 +70,51 @@ func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 	_, err = pool.Exec(ctx, `INSERT INTO registry_postings (payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at)
 		VALUES ($1, $2, 1, $3, 500, 'posting', $4, $4)`, id, c.ID, c.RegistryUIN, start)
 	require.NoError(t, err)
+	return tooLateBundle{pool: pool, clk: clk, gw: gw, worker: worker, charge: c, id: id}
+}
 
-	// The registry was down; it answers again, but the clock is within the
-	// hour before the deadline: the hold is not posted, it is released.
-	clk.Advance(150 * time.Minute)
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = worker.Work(ctx, t, tx, registry.PostArgs{PaymentID: id}, nil)
-	require.NoError(t, err)
-	require.Zero(t, gw.calls, "nothing is sent to the registry")
+func (b tooLateBundle) status(ctx context.Context, t *testing.T) string {
+	t.Helper()
 	var status string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM registry_postings WHERE payment_id = $1`, id).Scan(&status))
-	require.Equal(t, registry.StatusCancelled, status)
-	rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, riverpgxv5.New(pool), charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT status FROM registry_postings WHERE payment_id = $1`, b.id).Scan(&status))
+	return status
+}
+
+// A hold is posted no later than an hour before its discount ends: a
+// posting that comes back from a registry outage after that is not sent,
+// and the hold's void is enqueued. The registry is asked first whether an
+// earlier run's posting reached it (its answer lost): unknown there, the
+// posting is cancelled; known, it is recorded accepted, for the sweep to
+// annul; when the registry cannot be asked, it stays open for the next run.
+func TestPostingMadeTooLateIsNotSent(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		known bool
+		err   error
+		want  string
+	}{
+		"unknown to the registry: cancelled":   {want: registry.StatusCancelled},
+		"made by an earlier run: accepted":     {known: true, want: registry.StatusAccepted},
+		"registry unreachable: left to settle": {err: registry.ErrUnavailable, want: registry.StatusPosting},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setupTooLate(ctx, t)
+			b.gw.known, b.gw.err = tc.known, tc.err
+			// The registry was down; the clock is now within the hour
+			// before the deadline: the hold is not posted, it is released.
+			b.clk.Advance(150 * time.Minute)
+			tx, err := b.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(ctx)
+			_, err = b.worker.Work(ctx, t, tx, registry.PostArgs{PaymentID: b.id}, nil)
+			require.NoError(t, err)
+			require.Zero(t, b.gw.calls, "nothing is sent to the registry")
+			require.Positive(t, b.gw.lookups, "the registry is asked first")
+			require.Equal(t, tc.want, b.status(ctx, t))
+			rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, riverpgxv5.New(b.pool),
+				charges.VoidArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)
+		})
+	}
 }

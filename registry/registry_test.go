@@ -25,6 +25,9 @@ type fakeGateway struct {
 	name  string
 	err   error
 	calls int
+	// known is what a look-up answers: the registry has the payment.
+	known   bool
+	lookups int
 }
 
 func (g *fakeGateway) Name() string { return g.name }
@@ -34,8 +37,8 @@ func (g *fakeGateway) Post(context.Context, registry.Payment) error {
 }
 func (g *fakeGateway) Annul(context.Context, string) error { g.calls++; return g.err }
 func (g *fakeGateway) Lookup(context.Context, string) (bool, bool, error) {
-	g.calls++
-	return false, false, g.err
+	g.lookups++
+	return g.known, false, g.err
 }
 
 func TestBalancerSpreadsAndMovesOffADegradedGateway(t *testing.T) {
