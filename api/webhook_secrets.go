@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify"
 )
@@ -38,14 +37,5 @@ func (s *Server) rollWebhookSecret(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	shown := toWebhookEndpointJSON(ep)
-	// Like the creation's: a replay answers without the secret, shown once.
-	replay, err := encodeJSON(shown)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	idempotency.ReplayBody(r.Context(), replay)
-	shown.Secret = secret
-	writeJSON(w, http.StatusOK, shown)
+	s.writeSecretOnce(w, r, http.StatusOK, ep, secret)
 }

@@ -63,9 +63,14 @@ func (s *Server) createWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.writeSecretOnce(w, r, http.StatusCreated, ep, secret)
+}
+
+// writeSecretOnce answers with the endpoint and its new secret, while the
+// idempotency record keeps, and a replay returns, the endpoint without it
+// (API.md: a secret is shown once).
+func (s *Server) writeSecretOnce(w http.ResponseWriter, r *http.Request, status int, ep notify.Endpoint, secret string) {
 	shown := toWebhookEndpointJSON(ep)
-	// The idempotency record keeps, and a replay returns, the endpoint
-	// without its secret (API.md: shown once).
 	replay, err := encodeJSON(shown)
 	if err != nil {
 		s.fail(w, r, err)
@@ -73,7 +78,7 @@ func (s *Server) createWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
 	}
 	idempotency.ReplayBody(r.Context(), replay)
 	shown.Secret = secret
-	writeJSON(w, http.StatusCreated, shown)
+	writeJSON(w, status, shown)
 }
 
 func (s *Server) listWebhookEndpoints(w http.ResponseWriter, r *http.Request) {

@@ -80,7 +80,9 @@ type Step struct {
 
 // Barrier reports whether the step runs alone: everything launched before
 // it finishes first, and nothing after it starts until it is done.
-func (s Step) Barrier() bool { return s.Kind == KindClock || s.Kind == KindClockTo || s.Kind == KindSettle }
+func (s Step) Barrier() bool {
+	return s.Kind == KindClock || s.Kind == KindClockTo || s.Kind == KindSettle
+}
 
 // String is the step as one readable line.
 func (s Step) String() string {

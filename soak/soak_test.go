@@ -140,8 +140,8 @@ type runner struct {
 	enrolled map[string]*enrolledAccount
 	// clockTargets counts the clock moves aimed at a bill's moment.
 	clockTargets int
-	cards    map[int]soak.Card // each subscription's card, as rebill last confirmed it
-	devNow   time.Time
+	cards        map[int]soak.Card // each subscription's card, as rebill last confirmed it
+	devNow       time.Time
 
 	notes            []string // what the driver could not do, for the report
 	counts           map[string]int

@@ -103,7 +103,7 @@ func (s *Store) remember(gw string, f Faults) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cached[gw] = cachedFaults{faults: f, read: time.Now()}
+	s.cached[gw] = cachedFaults{faults: f, read: clock.Wall{}.Now()}
 }
 
 func (s *Store) recalled(gw string) (Faults, bool) {
@@ -113,7 +113,7 @@ func (s *Store) recalled(gw string) (Faults, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.cached[gw]
-	return c.faults, ok && time.Since(c.read) < s.faultsTTL
+	return c.faults, ok && clock.Wall{}.Now().Sub(c.read) < s.faultsTTL
 }
 
 // LedgerEntry is one operation as the dev ledger shows it.
