@@ -142,6 +142,7 @@ func New(opts Options) *Handler {
 	if opts.Sleep == nil {
 		opts.Sleep = sleep
 	}
+	parsed() // a template that does not parse fails at start, not on a page
 	h := &Handler{opts: opts, throttle: newThrottle(opts.Now)}
 	h.mux = h.routes()
 	return h
