@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -174,7 +175,7 @@ var staticFiles embed.FS
 
 func (h *Handler) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(securityHeaders)
+	r.Use(securityHeaders, middleware.GetHead)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		h.renderError(w, r, nil, http.StatusNotFound, "No such page.")
 	})
