@@ -196,3 +196,32 @@ func TestConsoleCookieIsNotAnAPIKey(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, res.StatusCode, path)
 	}
 }
+
+func TestTimeZoneAndBillEvidence(t *testing.T) {
+	t.Parallel()
+	n := startNode(t)
+	sub := n.createSubscription(t, "cust-tz")
+	u := newBrowser(t, n.url)
+	u.login(adminKey)
+	settings := u.get("/console/settings").body
+	require.Contains(t, settings, `<select id="tz" name="tz">`)
+	_, fields := form(t, settings, "Save")
+	fields.Set("tz", "Not/AZone")
+	require.Equal(t, http.StatusUnprocessableEntity, u.post("/console/settings", fields).status)
+	fields.Set("tz", "Europe/Moscow")
+	require.Equal(t, http.StatusSeeOther, u.post("/console/settings", fields).status)
+	page := u.get("/console/subscriptions/" + sub).body
+	require.Contains(t, page, " MSK</time> <span class=\"utc\">(")
+	require.Contains(t, page, " UTC)</span>")
+
+	// Confirming a bill above the cap needs evidence; an unknown bill is
+	// not found; neither leaves a record.
+	_, fields = form(t, page, "Pause")
+	enrollment := "/console/enrollments/00000000-0000-0000-0000-000000000001/bills/b-1/confirm"
+	res := u.post(enrollment, url.Values{"csrf": {fields.Get("csrf")}, "form_id": {fields.Get("form_id")}})
+	require.Equal(t, http.StatusUnprocessableEntity, res.status)
+	require.Contains(t, res.body, "evidence is required")
+	res = u.post(enrollment, url.Values{"csrf": {fields.Get("csrf")}, "form_id": {fields.Get("form_id")}, "evidence": {"call on 3 March"}})
+	require.Equal(t, http.StatusNotFound, res.status)
+	require.Equal(t, 0, count(t, n.pool, `SELECT count(*) FROM console_actions`))
+}
