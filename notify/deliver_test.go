@@ -236,7 +236,7 @@ func TestDeliveryRefusesPrivateAddressAfterResolution(t *testing.T) {
 	}
 }
 
-// The signature's test vector in the README.
+// The signature's test vector in docs/webhooks.md.
 func TestSignatureVector(t *testing.T) {
 	t.Parallel()
 	secret := "whsec_0123456789abcdef0123456789abcdef0123456789abcdef"

@@ -98,7 +98,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		info, _ := debug.ReadBuildInfo()
-		fmt.Fprint(stdout, versionText(info))
+		fmt.Fprint(stdout, versionText(info, buildCommit))
 		return nil
 	}
 	cfg, err := config.Load(getenv)
@@ -178,11 +178,19 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (done
 	return false, nil
 }
 
+// buildCommit is the commit given at link time, for builds that Go does not
+// stamp with VCS information (a worktree, whose .git is a file; a build
+// context without .git):
+//
+//	go build -ldflags "-X github.com/rebill/rebill/internal/app.buildCommit=$(git rev-parse HEAD)" ./cmd/rebill
+var buildCommit string
+
 // versionText describes the build: the main module's version (a tag, a
 // pseudo-version with +dirty, or (devel)), the VCS commit and whether the
-// tree had uncommitted changes, and the Go version. Binaries built without
-// VCS stamping (go run, go test, -buildvcs=false) say the commit is unknown.
-func versionText(info *debug.BuildInfo) string {
+// tree had uncommitted changes, and the Go version. A commit set at link
+// time (linked, from buildCommit) wins; binaries built without either (go run, go test,
+// -buildvcs=false) say the commit is unknown.
+func versionText(info *debug.BuildInfo, linked string) string {
 	if info == nil {
 		return "rebill: no build information in this binary\n"
 	}
@@ -196,8 +204,10 @@ func versionText(info *debug.BuildInfo) string {
 	}
 	commit := settings["vcs.revision"]
 	switch {
+	case linked != "":
+		commit = linked + " (set at link time)"
 	case commit == "":
-		commit = "unknown (built without VCS information, e.g. by go run)"
+		commit = "unknown (built without VCS information, e.g. by go run; see docs/operating.md)"
 	case settings["vcs.modified"] == "true":
 		commit += " (modified: built with uncommitted changes)"
 	}
@@ -394,7 +404,9 @@ func apikey(ctx context.Context, cfg config.Config, log zerolog.Logger, args []s
 func gatewaysim(ctx context.Context, cfg config.Config, log zerolog.Logger, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("gatewaysim", "Usage: rebill gatewaysim [--addr ADDR]\n\n"+
 		"Runs the simulated gateways sim1..sim5 standalone, their ledger in the gatewaysim\n"+
-		"schema of DATABASE_URL. Gateway simN's URL for REBILL_GATEWAYS is http://ADDR/simN.\n"+
+		"schema of DATABASE_URL, or, without it, of the private cluster in REBILL_DATA_DIR/pg,\n"+
+		"which dev nodes started from the same folder share (the start line names it).\n"+
+		"Gateway simN's URL for REBILL_GATEWAYS is http://ADDR/simN.\n"+
 		"Operations are stamped with real time, or with REBILL_DEV=1 with the dev clock of\n"+
 		"DATABASE_URL (rebill's migrated database, the one the dev nodes read).")
 	addr := fs.String("addr", "127.0.0.1:8090", "listen address")
@@ -414,7 +426,26 @@ func gatewaysim(ctx context.Context, cfg config.Config, log zerolog.Logger, args
 		}
 		clk = manual
 	}
-	return sim.ListenAndServe(ctx, *addr, pool, clk, simNames, log)
+	return sim.ListenAndServe(ctx, *addr, pool, clk, simNames, ledgerLogger(log, cfg, pool))
+}
+
+// ledgerLogger names, on every line of a standalone simulator and first on
+// the one that says it listens, where its ledger lives: without
+// DATABASE_URL it is the private cluster of REBILL_DATA_DIR, which the dev
+// nodes started from the same folder share. The location is built from
+// the parsed connection settings, so no password can reach the log.
+func ledgerLogger(log zerolog.Logger, cfg config.Config, pool *pgxpool.Pool) zerolog.Logger {
+	conn := pool.Config().ConnConfig
+	where := fmt.Sprintf("schema gatewaysim of database %s on %s:%d, user %s", conn.Database, conn.Host, conn.Port, conn.User)
+	ctx := log.With().Str("ledger", where)
+	if cfg.DatabaseURL == "" {
+		dir, err := filepath.Abs(filepath.Join(cfg.DataDir, "pg"))
+		if err != nil {
+			dir = filepath.Join(cfg.DataDir, "pg")
+		}
+		ctx = ctx.Str("ledger_cluster", dir).Str("ledger_shared_with", "dev nodes whose REBILL_DATA_DIR is "+cfg.DataDir+" and no DATABASE_URL")
+	}
+	return ctx.Logger()
 }
 
 // simNames are dev mode's simulated gateways, cheapest first.

@@ -22,6 +22,10 @@ import (
 // errDiscrepancies makes `rebill audit` exit 1 once the report is printed.
 var errDiscrepancies = errors.New("audit found discrepancies")
 
+// errAuditNoGateways refuses an audit that has no gateway to compare with.
+var errAuditNoGateways = errors.New("audit: no gateway configured, so there are no gateway books to check: " +
+	"set REBILL_GATEWAYS_FILE (or REBILL_GATEWAYS for simulators) as for rebill serve, or REBILL_DEV=1 for the simulated gateways")
+
 // auditGrace is how long a due period may wait for its charge before the
 // audit calls it not charged: a few scans, a clock move being scanned.
 const auditGrace = time.Hour
@@ -42,7 +46,9 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		"days of the service clock) has at most one capture at the gateways, and one unless it\n"+
 		"failed for good or waits in review, and that every capture belongs to exactly one period;\n"+
 		"judges the autopay bills received in the range by the bill rules (docs/API.md).\n"+
-		"Prints the counts; exits 1 listing every discrepancy. Reads REBILL_REPLICA_URL when set.")
+		"Prints the counts; exits 1 listing every discrepancy. Reads the gateways of\n"+
+		"REBILL_GATEWAYS_FILE (or REBILL_GATEWAYS; in dev mode the simulated ones) and refuses\n"+
+		"to run without any. Reads REBILL_REPLICA_URL when set.")
 	fromFlag := fs.String("from", "", "first day, YYYY-MM-DD")
 	toFlag := fs.String("to", "", "last day, YYYY-MM-DD")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -69,6 +75,12 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		}
 	}
 
+	if !cfg.Dev && len(cfg.Gateways) == 0 {
+		// With no gateway's books to read every capture would be reported
+		// missing at the gateway: an alarm about the configuration, not
+		// about the money.
+		return errAuditNoGateways
+	}
 	pool, stop, err := openMigrated(ctx, cfg, log)
 	if err != nil {
 		return err

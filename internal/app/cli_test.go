@@ -123,6 +123,7 @@ func TestCLIExitCodes(t *testing.T) {
 		{[]string{"apikey", "create", "-h"}, 0, "Usage: rebill apikey create"},
 		{[]string{"version"}, 0, "commit "},
 		{[]string{"apikey", "create"}, 1, "rebill: apikey create: --role is required"},
+		{[]string{"audit"}, 1, "rebill: audit: no gateway configured"},
 	} {
 		cmd := exec.Command(bin, tc.args...)
 		cmd.Dir = t.TempDir()

@@ -1,9 +1,14 @@
 package app
 
 import (
+	"bytes"
+	"context"
+	"path/filepath"
 	"runtime/debug"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/internal/config"
@@ -35,14 +40,41 @@ func TestPoolSizesFitTheBudget(t *testing.T) {
 func TestVersionText(t *testing.T) {
 	info := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/rebill/rebill", Version: "v1.4.0"},
 		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-12-01T00:00:00Z"}, {Key: "vcs.modified", Value: "false"}}}
-	require.Equal(t, "rebill v1.4.0\nmodule github.com/rebill/rebill\ncommit 0123abcd\ncommit time 2026-12-01T00:00:00Z\ngo go1.26.8\n", versionText(info))
+	require.Equal(t, "rebill v1.4.0\nmodule github.com/rebill/rebill\ncommit 0123abcd\ncommit time 2026-12-01T00:00:00Z\ngo go1.26.8\n", versionText(info, ""))
 
 	info.Settings[2].Value = "true"
-	require.Contains(t, versionText(info), "commit 0123abcd (modified: built with uncommitted changes)\n")
+	require.Contains(t, versionText(info, ""), "commit 0123abcd (modified: built with uncommitted changes)\n")
 
 	info.Main.Version, info.Settings = "", nil
-	text := versionText(info)
+	text := versionText(info, "")
 	require.Contains(t, text, "rebill (devel)\n")
 	require.Contains(t, text, "commit unknown")
-	require.Contains(t, versionText(nil), "no build information")
+	require.Contains(t, text, "see docs/operating.md")
+
+	// A commit given with -ldflags -X wins over VCS stamping, which a
+	// worktree or a build context without .git lacks.
+	require.Contains(t, versionText(info, "fedcba98"), "commit fedcba98 (set at link time)\n")
+	info.Settings = []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}}
+	require.Contains(t, versionText(info, "fedcba98"), "commit fedcba98 (set at link time)\n")
+	require.Contains(t, versionText(nil, ""), "no build information")
+}
+
+// Without DATABASE_URL a standalone simulator's ledger is the private
+// cluster's, shared with the dev nodes of the same folder: its log says so
+// and names no password.
+func TestLedgerLoggerNamesThePrivateCluster(t *testing.T) {
+	poolCfg, err := pgxpool.ParseConfig("postgres://postgres:pw-not-logged@127.0.0.1:1/rebill?connect_timeout=1")
+	require.NoError(t, err)
+	pool, err := pgxpool.NewWithConfig(context.Background(), poolCfg) // lazy: never connects here
+	require.NoError(t, err)
+	defer pool.Close()
+	dataDir := t.TempDir()
+	var buf bytes.Buffer
+	log := ledgerLogger(zerolog.New(&buf), config.Config{DataDir: dataDir}, pool)
+	log.Info().Msg("gatewaysim listening")
+	line := buf.String()
+	require.Contains(t, line, `"ledger":"schema gatewaysim of database rebill on 127.0.0.1:1, user postgres"`)
+	require.Contains(t, line, `"ledger_cluster":"`+filepath.Join(dataDir, "pg")+`"`)
+	require.Contains(t, line, "dev nodes whose REBILL_DATA_DIR is "+dataDir)
+	require.NotContains(t, line, "pw-not-logged")
 }

@@ -60,7 +60,7 @@ func TestPauseBillsThePeriodsThatBeganBeforeIt(t *testing.T) {
 }
 
 // Soak seed 10: a person resolving a charge in review as failed makes the
-// subscription unpaid now (README: "failed makes the subscription
+// subscription unpaid now (docs/operations.md: "failed makes the subscription
 // unpaid"), not as of the due time of the charge's last attempt, which
 // may lie months back. Backdated, the end of dunning voided the charges of
 // periods that began in between while the subscription was active, owed
