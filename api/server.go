@@ -106,7 +106,7 @@ type Deps struct {
 	Reconciliation Reconciliation
 	Reports        Reports
 	// RiverUI is River's job console, served under /riverui/ to staff
-	// (see riverUI); nil leaves the path out.
+	// (see riverUI); nil leaves the paths out.
 	RiverUI http.Handler
 }
 
@@ -158,6 +158,7 @@ func (s *Server) routes() *chi.Mux {
 		}, s.Logger)
 
 	if s.RiverUI != nil {
+		r.Get("/riverui", redirectToRiverUI)
 		r.Handle("/riverui/*", s.riverUI(s.RiverUI))
 	}
 
