@@ -34,7 +34,7 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request) {
 	}
 	shown := CreatedKey{ID: created.ID, Role: created.Role, CustomerID: created.CustomerID}
 	// The idempotency record keeps, and a replay returns, the object
-	// without the key (API.md), so no usable key is stored.
+	// without the key (the OpenAPI document, decision 14), so no usable key is stored.
 	replay, err := encodeJSON(shown)
 	if err != nil {
 		s.fail(w, r, err)

@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"errors"
+	"mime"
 	"net/http"
+	"path"
 
 	"github.com/rebill/rebill/apikeys"
 )
@@ -20,6 +22,7 @@ const riverUIRealm = `Basic realm="rebill River UI", charset="UTF-8"`
 // sees it. The key comes as a Bearer header or as the password of HTTP
 // Basic (any user name).
 func (s *Server) riverUI(ui http.Handler) http.Handler {
+	ui = riverUIFileTypes(ui)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, ok := bearerToken(r.Header.Get("Authorization"))
 		if !ok {
@@ -52,3 +55,66 @@ func (s *Server) riverUI(ui http.Handler) http.Handler {
 		}
 	})
 }
+
+// redirectToRiverUI sends /riverui, the address people type, to River
+// UI's page at /riverui/. It needs no key: it reveals only where the page
+// is, which the served OpenAPI document says anyway.
+func redirectToRiverUI(w http.ResponseWriter, r *http.Request) {
+	target := "/riverui/"
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
+	w.Header().Set("Location", target)
+	w.WriteHeader(http.StatusMovedPermanently)
+}
+
+// sniffedTypes are the content types http.DetectContentType falls back
+// to when the bytes say little: plain text, XML, unknown binary.
+var sniffedTypes = map[string]bool{"text/plain": true, "text/xml": true, "application/octet-stream": true}
+
+// riverUIFileTypes corrects the content type of River UI's static files.
+// River UI names the type of its public files (favicon, icons) from their
+// first bytes, which reads its SVG icon as text/plain, and a browser does
+// not show that as an icon. Where River UI answered with such a guessed
+// type, the type of the file's extension is sent instead; a specific type
+// (its HTML page, served for any unknown path) is left alone.
+func riverUIFileTypes(ui http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		byExt := mime.TypeByExtension(path.Ext(r.URL.Path))
+		if byExt == "" {
+			ui.ServeHTTP(w, r)
+			return
+		}
+		ui.ServeHTTP(&fileTypeWriter{ResponseWriter: w, byExt: byExt}, r)
+	})
+}
+
+type fileTypeWriter struct {
+	http.ResponseWriter
+	byExt       string
+	wroteHeader bool
+}
+
+func (w *fileTypeWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.wroteHeader = true
+		h := w.Header()
+		sent := h.Get("Content-Type")
+		got, _, err := mime.ParseMediaType(sent)
+		want, _, _ := mime.ParseMediaType(w.byExt)
+		guessed := sent == "" || err == nil && sniffedTypes[got] && got != want
+		if code == http.StatusOK && guessed {
+			h.Set("Content-Type", w.byExt)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *fileTypeWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *fileTypeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

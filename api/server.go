@@ -106,7 +106,7 @@ type Deps struct {
 	Reconciliation Reconciliation
 	Reports        Reports
 	// RiverUI is River's job console, served under /riverui/ to staff
-	// (see riverUI); nil leaves the path out.
+	// (see riverUI); nil leaves the paths out.
 	RiverUI http.Handler
 	// Console is the support console, served under /console/ (nil leaves
 	// the path out). It authenticates with a session cookie of its own,
@@ -162,6 +162,7 @@ func (s *Server) routes() *chi.Mux {
 		}, s.Logger)
 
 	if s.RiverUI != nil {
+		r.Get("/riverui", redirectToRiverUI)
 		r.Handle("/riverui/*", s.riverUI(s.RiverUI))
 	}
 	if s.Console != nil {

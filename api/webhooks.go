@@ -68,7 +68,7 @@ func (s *Server) createWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
 
 // writeSecretOnce answers with the endpoint and its new secret, while the
 // idempotency record keeps, and a replay returns, the endpoint without it
-// (API.md: a secret is shown once).
+// (the OpenAPI document: a secret is shown once).
 func (s *Server) writeSecretOnce(w http.ResponseWriter, r *http.Request, status int, ep notify.Endpoint, secret string) {
 	shown := toWebhookEndpointJSON(ep)
 	replay, err := encodeJSON(shown)

@@ -1,4 +1,4 @@
-// Package idempotency makes every POST safe to retry, as API.md's table
+// Package idempotency makes every POST safe to retry, as the OpenAPI document's table
 // requires: the key is reserved atomically before the handler runs, the
 // handler runs inside a transaction that also stores its response, and a
 // retry gets that stored response byte for byte.

@@ -58,6 +58,20 @@ func TestRiverUIByRole(t *testing.T) {
 	b := setup(t, 1, nil)
 	support, customer := b.newKey(t, "support", ""), b.newKey(t, "customer", "cust-ui")
 
+	// River UI is not rebill's contract (the OpenAPI document leaves it
+	// out): these calls go to the node's handler without the checker.
+	ui := httptest.NewServer(b.nodes[0].svc.Handler)
+	t.Cleanup(ui.Close)
+
+	t.Run("entry", func(t *testing.T) {
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		res, err := client.Get(ui.URL + "/riverui")
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+		require.Equal(t, http.StatusMovedPermanently, res.StatusCode)
+		require.Equal(t, "/riverui/", res.Header.Get("Location"))
+	})
+
 	t.Run("page", func(t *testing.T) {
 		for _, tc := range []struct {
 			name string
@@ -72,7 +86,7 @@ func TestRiverUIByRole(t *testing.T) {
 			{"support basic", basic(support), http.StatusOK},
 			{"admin basic", basic(adminKey), http.StatusOK},
 		} {
-			status, header, body := riverUIRequest(t, b.url(), http.MethodGet, "/riverui/", "", tc.auth)
+			status, header, body := riverUIRequest(t, ui.URL, http.MethodGet, "/riverui/", "", tc.auth)
 			require.Equal(t, tc.want, status, "%s: %s", tc.name, body)
 			if status == http.StatusUnauthorized {
 				require.Contains(t, header.Get("WWW-Authenticate"), "Basic", "a browser must be asked for the key")
@@ -83,10 +97,6 @@ func TestRiverUIByRole(t *testing.T) {
 		}
 	})
 
-	// River UI's own API (jobs, cancel) is not rebill's contract: these
-	// calls go to the node's handler without the OpenAPI checker.
-	ui := httptest.NewServer(b.nodes[0].svc.Handler)
-	t.Cleanup(ui.Close)
 	job, err := b.nodes[0].svc.River.Insert(t.Context(), idempotency.CleanupArgs{},
 		&river.InsertOpts{ScheduledAt: time.Now().Add(2 * time.Hour)})
 	require.NoError(t, err)
