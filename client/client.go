@@ -139,10 +139,6 @@ func (d *doer) Do(req *http.Request) (*http.Response, error) {
 			}
 			return res, nil
 		}
-		if res != nil && problem == nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, maxErrorBody))
-			res.Body.Close()
-		}
 		if err := d.sleep(ctx, wait); err != nil {
 			return nil, fmt.Errorf("rebill client: %s %s: waiting to retry: %w", req.Method, req.URL.Path, err)
 		}

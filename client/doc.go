@@ -23,4 +23,4 @@
 // event type added later decodes as its string instead of failing.
 package client
 
-//go:generate go tool oapi-codegen -config oapi-codegen.yaml ../api/openapi.json
+//go:generate go tool oapi-codegen -config oapi-codegen.yaml -o rebill.gen.go ../api/openapi.json
