@@ -29,7 +29,7 @@ var allowedImports = map[string][]string{
 	"charges/gateway":                   nil,
 	"charges/gateway/sim":               {"charges/gateway"},
 	"migrations":                        nil,
-	"notify":                            {"charges", "enrollments", "notify/objects", "subscriptions"},
+	"notify":                            {"charges", "enrollments", "notify/objects", "subscriptions", "webhook/signature"},
 	"notify/objects":                    {"charges", "enrollments", "subscriptions"},
 	"cmd/rebill":                        {"internal/app"},
 	"ops":                               nil,
@@ -46,6 +46,8 @@ var allowedImports = map[string][]string{
 	"inspector":                         {"charges"},
 	"velocity":                          nil,
 	"vault":                             {"charges/gateway"},
+	"webhook/signature":                 nil,
+	"client":                            {"webhook/signature"},
 }
 
 type listedPackage struct {
