@@ -1,5 +1,5 @@
-// Package audit is rebill's self-audit (`rebill audit`, docs/API.md
-// "Reconciliation and audit"): over a range of days it checks that every
+// Package audit is rebill's self-audit (`rebill audit`, docs/AUDIT.md):
+// over a range of days it checks that every
 // owed item has at most one capture at the gateways, and one unless it
 // failed for good or waits in review, and that every capture the gateways
 // hold belongs to exactly one item.

@@ -23,7 +23,7 @@ import (
 	"github.com/rebill/rebill/internal/secrets"
 )
 
-// Delivery limits (API.md).
+// Delivery limits (the OpenAPI document, webhooks).
 const (
 	DeliveryTimeout  = 10 * time.Second
 	GiveUpAfter      = 72 * time.Hour // then the delivery is marked failed

@@ -1,5 +1,5 @@
 // Package reconcile checks rebill's charges against each gateway's own
-// books once per UTC day (docs/API.md, "Reconciliation and audit").
+// books once per UTC day (docs/operations.md, "Daily reconciliation").
 //
 // # What is matched
 //

@@ -6,7 +6,7 @@ import (
 )
 
 // Grid is a subscription's period arithmetic as the contract states it,
-// written here from the contract (docs/API.md, openapi.json) rather than
+// written here from the contract (api/openapi.json) rather than
 // imported, so that the soak judges rebill instead of agreeing with it: a
 // period starts at the anchor's local date-time plus n intervals in the
 // subscription's zone; months clamp to the last day of shorter months ("a

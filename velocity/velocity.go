@@ -54,7 +54,7 @@ type Limit struct {
 	Window time.Duration // time.Hour or 24 * time.Hour; a day is the UTC day
 }
 
-// The limits of API.md ("Support and safety").
+// The limits of docs/security.md ("Velocity limits").
 var (
 	Creations            = Limit{Name: "creations", Window: time.Hour}
 	PaymentMethodChanges = Limit{Name: "payment_method_changes", Window: 24 * time.Hour}

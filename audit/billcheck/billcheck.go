@@ -3,7 +3,7 @@
 // gateways) and the chaos soak (reading the API, the database and the
 // simulated gateways and registry) judge bills by the same code.
 //
-// The rules (docs/API.md, decisions 23-26):
+// The rules (api/openapi.json, decisions 23-26):
 //   - a bill identity is captured at most once across the service: a fine
 //     by its UIN, a housing bill by its account (ELS) and bill id;
 //   - no capture above the enrollment's max_amount unless a confirmation

@@ -45,7 +45,7 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		"Checks that every period owed from --from to --to (UTC days, inclusive; default the last 30\n"+
 		"days of the service clock) has at most one capture at the gateways, and one unless it\n"+
 		"failed for good or waits in review, and that every capture belongs to exactly one period;\n"+
-		"judges the autopay bills received in the range by the bill rules (docs/API.md).\n"+
+		"judges the autopay bills received in the range by the bill rules (docs/AUDIT.md).\n"+
 		"Prints the counts; exits 1 listing every discrepancy. Reads the gateways of\n"+
 		"REBILL_GATEWAYS_FILE (or REBILL_GATEWAYS; in dev mode the simulated ones) and refuses\n"+
 		"to run without any. Reads REBILL_REPLICA_URL when set.")

@@ -310,7 +310,7 @@ func simShorthand(pairs [][2]string) []Gateway {
 	return out
 }
 
-// DevGateways are dev mode's simulated gateways sim1..sim5, at API.md's
+// DevGateways are dev mode's simulated gateways sim1..sim5, at the OpenAPI document's
 // commissions (1.5, 1.8, 2.0, 2.5, 3.0 %) and priorities, taking any
 // currency, with a card hold that lasts 7 days as at YooKassa and T-Bank.
 // Their URLs are known once the simulator runs.
