@@ -112,11 +112,6 @@ const (
 	Voided Status = "voided"
 )
 
-// Statuses lists every Status: the closed set of rebill_charges_total's
-// status label.
-var Statuses = []Status{Scheduled, Authorizing, Authorized, Capturing, Succeeded, Declined, Failed, Unknown,
-	RequiresReview, Voided}
-
 // Charge is one period's payment, or one bill's.
 type Charge struct {
 	ID uuid.UUID

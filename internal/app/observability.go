@@ -23,6 +23,7 @@ import (
 	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/reconcile"
+	"github.com/rebill/rebill/vault"
 	"github.com/rebill/rebill/velocity"
 )
 
@@ -79,7 +80,7 @@ func startMetrics(ctx context.Context, cfg config.Config, log zerolog.Logger, db
 // Prometheus' increase() and rate() see only what a series gained between
 // two scrapes: a series born at 1 when its first event happens would hide
 // that event from every alert and panel built on them.
-func zeroMetrics(gateways []charges.GatewayStatus) {
+func zeroMetrics(gateways []charges.GatewayStatus, reseal []vault.Step) {
 	for _, status := range charges.Statuses {
 		metrics.ChargeTransitions.WithLabelValues(string(status))
 	}
@@ -102,6 +103,9 @@ func zeroMetrics(gateways []charges.GatewayStatus) {
 	}
 	for _, limit := range []velocity.Limit{velocity.Creations, velocity.PaymentMethodChanges, velocity.Declines} {
 		metrics.VelocityLimited.WithLabelValues(limit.Name)
+	}
+	for _, step := range reseal {
+		metrics.SecretsResealed.WithLabelValues(step.Kind)
 	}
 	for _, g := range gateways {
 		for _, kind := range reconcile.Kinds {

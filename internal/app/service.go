@@ -206,7 +206,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		dev.Registry = registrySim
 	}
 	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())
-	zeroMetrics(breakers.List())
+	zeroMetrics(breakers.List(), svc.reseal)
 	svc.Handler = tracing.Handler(api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: breakers.Known, Gateways: breakers, Dev: dev, Logger: log,
