@@ -88,6 +88,7 @@ func Configure(configured []Configured, b Breaker) *Gateways {
 	for _, c := range configured {
 		g := c.Gateway
 		metrics.GatewayCircuitOpen.WithLabelValues(g.Name()).Set(0)
+		zeroCallMetrics(g.Name())
 		r.names = append(r.names, g.Name())
 		r.gateways[g.Name()] = &breakerGateway{
 			Gateway:  g,
@@ -186,6 +187,7 @@ func (r *Gateways) ReportHealth() {
 		for i, g := range list {
 			out[i] = metrics.GatewayHealth{Gateway: g.Name, Calls: g.Health.Calls, ErrorRate: g.Health.ErrorRate,
 				TimeoutRate: g.Health.TimeoutRate, P50Seconds: g.Health.P50.Seconds(), P95Seconds: g.Health.P95.Seconds(),
+				LatencyCount: g.Health.CallsSinceStart, LatencySumSeconds: g.Health.LatencySinceStart.Seconds(),
 				CircuitOpen: g.Health.Circuit == CircuitOpen, HalfOpen: g.Health.Circuit == CircuitHalfOpen}
 		}
 		return out

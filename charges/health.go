@@ -36,6 +36,10 @@ type Health struct {
 	// P50 and P95 are latencies of the most recent calls in the window
 	// (up to latencySamples of them).
 	P50, P95 time.Duration
+	// CallsSinceStart and LatencySinceStart add up every call this node
+	// made, window or not: the count and sum of the latency summary.
+	CallsSinceStart   uint64
+	LatencySinceStart time.Duration
 }
 
 const (
@@ -69,6 +73,8 @@ type healthTracker struct {
 	buckets   [healthBuckets]healthBucket
 	latencies [latencySamples]latencySample
 	next      int // where the next latency goes
+	total     uint64
+	totalTime time.Duration
 }
 
 func newHealthTracker(now func() time.Time) *healthTracker {
@@ -95,6 +101,8 @@ func (h *healthTracker) observe(latency time.Duration, err error) {
 	}
 	h.latencies[h.next] = latencySample{at: now, latency: latency}
 	h.next = (h.next + 1) % latencySamples
+	h.total++
+	h.totalTime += latency
 }
 
 // snapshot summarises the window ending now; Circuit is left to the caller.
@@ -118,8 +126,8 @@ func (h *healthTracker) snapshot() Health {
 			recent = append(recent, s.latency)
 		}
 	}
+	out := Health{Calls: calls, CallsSinceStart: h.total, LatencySinceStart: h.totalTime}
 	h.mu.Unlock()
-	out := Health{Calls: calls}
 	if calls > 0 {
 		out.ErrorRate = float64(errs) / float64(calls)
 		out.TimeoutRate = float64(timeouts) / float64(calls)

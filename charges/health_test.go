@@ -50,7 +50,8 @@ func TestHealthWindowRollsAndCountsOnlyOutages(t *testing.T) {
 	require.Equal(t, time.Second, s.P50)
 
 	now = now.Add(HealthWindow)
-	require.Equal(t, Health{}, h.snapshot(), "everything aged out")
+	require.Equal(t, Health{CallsSinceStart: 200, LatencySinceStart: 105050 * time.Millisecond}, h.snapshot(),
+		"the window is empty; the summary's count and sum keep every call (100 of 1..100 ms, 100 of 1 s)")
 }
 
 func TestHealthLatencyRingKeepsTheMostRecent(t *testing.T) {

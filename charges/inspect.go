@@ -29,6 +29,10 @@ const (
 	StuckHoldExpiring StuckKind = "hold_expiring"
 )
 
+// StuckKinds lists every StuckKind: the closed set of
+// rebill_inspector_stuck_total's kind label.
+var StuckKinds = []StuckKind{StuckNoJob, StuckUnknown, StuckHoldExpiring}
+
 // Stuck is a charge the inspector must act on or report.
 type Stuck struct {
 	Charge Charge

@@ -20,6 +20,23 @@ var answered = map[string]bool{
 	string(gateway.StatusFailed): true, "not_found": true,
 }
 
+// callOutcomes is every outcome call names: the closed set of
+// rebill_gateway_calls_total's outcome label.
+var callOutcomes = []string{string(gateway.StatusSucceeded), string(gateway.StatusDeclined), string(gateway.StatusFailed),
+	"not_found", "unprovable", "circuit_open", "unavailable", "unknown", "error"}
+
+// zeroCallMetrics creates a gateway's call series at 0 for every operation
+// and outcome, so that the first call of a kind is an increase (from 0 to
+// 1) that rate() and increase() see, not the birth of a series at 1.
+func zeroCallMetrics(name string) {
+	for _, op := range []gateway.Op{gateway.OpAuthorize, gateway.OpCapture, gateway.OpVoid} {
+		metrics.GatewayCallDuration.WithLabelValues(name, string(op))
+		for _, outcome := range callOutcomes {
+			metrics.GatewayCalls.WithLabelValues(name, string(op), outcome)
+		}
+	}
+}
+
 // startCall opens the span of one gateway call. Its attributes name the
 // charge and the gateway, never the token or the card.
 func (p *Pipeline) startCall(ctx context.Context, c Charge, op gateway.Op) (context.Context, trace.Span) {

@@ -306,15 +306,15 @@ func (p *Pipeline) technicalFailure(ctx context.Context, s stageRun, c Charge, o
 	case errors.Is(callErr, ErrCircuitOpen), errors.Is(callErr, gateway.ErrUnavailable):
 		return p.waitForGateway(ctx, s, c, op, callErr)
 	case errors.Is(callErr, gateway.ErrUnknownOutcome) && !s.reconcile && op != gateway.OpVoid:
-		metrics.Retries.WithLabelValues(s.stage, "unknown_outcome").Inc()
+		metrics.Retry(s.stage, metrics.RetryUnknownOutcome)
 		return p.toReconcile(ctx, s, c, op, callErr.Error())
 	case s.final:
 		metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
 		return p.review(ctx, s, c, fmt.Sprintf("%s gave no verdict after its last attempt: %v", op, callErr))
 	case errors.Is(callErr, gateway.ErrUnknownOutcome):
-		metrics.Retries.WithLabelValues(s.stage, "unknown_outcome").Inc()
+		metrics.Retry(s.stage, metrics.RetryUnknownOutcome)
 	default:
-		metrics.Retries.WithLabelValues(s.stage, "error").Inc()
+		metrics.Retry(s.stage, metrics.RetryError)
 	}
 	return fmt.Errorf("%s charge %s attempt %d: %w", op, c.ID, c.AttemptCount, callErr)
 }
@@ -329,10 +329,10 @@ func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op 
 	if op == gateway.OpAuthorize && !s.reconcile {
 		p.releaseSlot(ctx, c)
 	}
-	reason := "gateway_unavailable"
+	reason := metrics.RetryGatewayUnavailable
 	delay := p.Retry.Delay(max(s.run, 1))
 	if errors.Is(callErr, ErrCircuitOpen) {
-		reason = "gateway_circuit_open"
+		reason = metrics.RetryGatewayCircuitOpen
 		open := p.Gateways.OpenFor()
 		delay = open + time.Duration(rand.Int64N(int64(open)+1)) // spread the wake-ups
 	}
@@ -340,9 +340,9 @@ func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op 
 		metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
 		return p.review(ctx, s, c, fmt.Sprintf("%s: the gateway did nothing for longer than %s: %v", op, p.UnavailableFor, callErr))
 	}
-	metrics.Retries.WithLabelValues(s.stage, reason).Inc()
+	metrics.Retry(s.stage, reason)
 	now := p.Clock.Now()
-	if err := markWaiting(ctx, p.Pool, c.ID, c.AttemptCount, c.Status, now.Add(delay), reason, now); err != nil {
+	if err := markWaiting(ctx, p.Pool, c.ID, c.AttemptCount, c.Status, now.Add(delay), string(reason), now); err != nil {
 		return err
 	}
 	return river.JobSnooze(delay)

@@ -40,7 +40,7 @@ const PostingDiscountMargin = time.Hour
 
 // FailureRegistryNotConfigured is the waiting reason of a fine's attempt
 // that cannot start because no payment registry is configured.
-const FailureRegistryNotConfigured = "registry_not_configured"
+const FailureRegistryNotConfigured = string(metrics.RetryRegistryNotConfigured)
 
 // registryGuard is the condition an authorize's "about to call" adds: with
 // no registry, no fine is authorized.
@@ -105,7 +105,7 @@ func (p *Pipeline) unpostable(ctx context.Context, c Charge, now time.Time) (boo
 // is configured: the job waits (the charge shows why) and runs again, so
 // that the attempt starts once a node with a registry picks it up.
 func (p *Pipeline) waitForRegistry(ctx context.Context, s stageRun, c Charge) error {
-	metrics.Retries.WithLabelValues(s.stage, FailureRegistryNotConfigured).Inc()
+	metrics.Retry(s.stage, metrics.RetryRegistryNotConfigured)
 	delay := p.Retry.Delay(max(s.run, 1))
 	now := p.Clock.Now()
 	if err := markWaiting(ctx, p.Pool, c.ID, c.AttemptCount, c.Status, now.Add(delay), FailureRegistryNotConfigured, now); err != nil {

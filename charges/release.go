@@ -67,11 +67,11 @@ func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldAr
 // hold nobody releases). Other failures are River retries.
 func (p *Pipeline) holdCheckFailed(_ context.Context, s stageRun, c Charge, err error) error {
 	if errors.Is(err, ErrCircuitOpen) || errors.Is(err, gateway.ErrUnavailable) {
-		metrics.Retries.WithLabelValues(s.stage, "gateway_unavailable").Inc()
+		metrics.Retry(s.stage, metrics.RetryGatewayUnavailable)
 		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
 	}
 	if errors.Is(err, gateway.ErrUnknownOutcome) {
-		metrics.Retries.WithLabelValues(s.stage, "unknown_outcome").Inc()
+		metrics.Retry(s.stage, metrics.RetryUnknownOutcome)
 		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
 	}
 	if errors.Is(err, gateway.ErrUnprovable) {

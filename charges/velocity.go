@@ -111,7 +111,7 @@ func (p *Pipeline) releaseSlotTx(ctx context.Context, tx pgx.Tx, c Charge) error
 const reasonDeclineLimit = "velocity limit: the customer reached the declined charges allowed per day; POST /v1/charges/{id}/retry sends it to the gateway"
 
 // reasonSlotsInFlight is the failure_code of a charge waiting for a slot.
-const reasonSlotsInFlight = "velocity_slots_in_flight"
+const reasonSlotsInFlight = string(metrics.RetrySlotsInFlight)
 
 // slotWaitMax bounds one wait for a slot.
 const slotWaitMax = 30 * time.Second
@@ -151,7 +151,7 @@ func (p *Pipeline) waitForSlot(ctx context.Context, s stageRun, c Charge, dayLef
 	ceiling := min(slotWaitMax, time.Second<<min(max(s.run-1, 0), 5))
 	delay := ceiling/2 + time.Duration(rand.Int64N(int64(ceiling/2)+1))
 	delay = max(min(delay, dayLeft), time.Millisecond)
-	metrics.Retries.WithLabelValues(s.stage, reasonSlotsInFlight).Inc()
+	metrics.Retry(s.stage, metrics.RetrySlotsInFlight)
 	now := p.Clock.Now()
 	if err := markWaiting(ctx, p.Pool, c.ID, c.AttemptCount, c.Status, now.Add(delay), reasonSlotsInFlight, now); err != nil {
 		return err

@@ -65,6 +65,17 @@ type Inspector struct {
 	Logger     zerolog.Logger
 }
 
+// What the inspector does with a stuck charge: the closed set of
+// rebill_inspector_actions_total's action label (Actions).
+const (
+	ActionKicked   = "kicked"   // its step's job enqueued again
+	ActionReview   = "review"   // sent to the review queue
+	ActionReported = "reported" // only logged and counted
+)
+
+// Actions lists every action.
+var Actions = []string{ActionKicked, ActionReview, ActionReported}
+
 // Summary counts what one inspection did.
 type Summary struct {
 	Kicked, Review, Reported int
@@ -89,9 +100,9 @@ func (in *Inspector) Run(ctx context.Context) (Summary, error) {
 			return sum, err
 		}
 		switch action {
-		case "kicked":
+		case ActionKicked:
 			sum.Kicked++
-		case "review":
+		case ActionReview:
 			sum.Review++
 		default:
 			sum.Reported++
@@ -111,11 +122,11 @@ func (in *Inspector) handle(ctx context.Context, s charges.Stuck, now time.Time)
 	c := s.Charge
 	switch s.Kind {
 	case charges.StuckHoldExpiring:
-		return "reported", fmt.Sprintf("authorized since %s: the hold nears its expiry at the gateway", c.UpdatedAt.Format(time.RFC3339)), nil
+		return ActionReported, fmt.Sprintf("authorized since %s: the hold nears its expiry at the gateway", c.UpdatedAt.Format(time.RFC3339)), nil
 	case charges.StuckUnknown:
 		reason := fmt.Sprintf("inspector: outcome unknown since %s and its reconciliation is more than %s overdue",
 			c.UpdatedAt.Format(time.RFC3339), in.Thresholds.UnknownAfter)
-		return "review", reason, in.review(ctx, c, reason, now)
+		return ActionReview, reason, in.review(ctx, c, reason, now)
 	}
 	var kind string
 	err = pgx.BeginFunc(ctx, in.Pool, func(tx pgx.Tx) error {
@@ -125,12 +136,12 @@ func (in *Inspector) handle(ctx context.Context, s charges.Stuck, now time.Time)
 	if errors.Is(err, charges.ErrNotKicked) {
 		reason := fmt.Sprintf("inspector: %s since %s with no live job, and its %s job cannot be enqueued again (%v)",
 			c.Status, c.UpdatedAt.Format(time.RFC3339), kind, err)
-		return "review", reason, in.review(ctx, c, reason, now)
+		return ActionReview, reason, in.review(ctx, c, reason, now)
 	}
 	if err != nil {
 		return "", "", err
 	}
-	return "kicked", fmt.Sprintf("%s since %s with no live job: %s enqueued again", c.Status, c.UpdatedAt.Format(time.RFC3339), kind), nil
+	return ActionKicked, fmt.Sprintf("%s since %s with no live job: %s enqueued again", c.Status, c.UpdatedAt.Format(time.RFC3339), kind), nil
 }
 
 func (in *Inspector) review(ctx context.Context, c charges.Charge, reason string, now time.Time) error {

@@ -222,6 +222,10 @@ const (
 	OutcomeAddressRefused = "address_refused"
 )
 
+// Outcomes lists every outcome: the closed set of
+// rebill_webhook_deliveries_total's outcome label.
+var Outcomes = []string{OutcomeDelivered, OutcomeRetrying, OutcomeFailed, OutcomeAddressRefused}
+
 // openSecrets opens the endpoint's live secrets, the current one first.
 func (w *DeliverWorker) openSecrets(id uuid.UUID, sealed string, sealedPrevious *string) ([]string, error) {
 	current, err := w.Keys.Decrypt(sealed, id[:])

@@ -59,9 +59,21 @@ func (DayArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{MaxAttempts: 10, UniqueOpts: river.UniqueOpts{ByArgs: true}}
 }
 
+// enqueued is what one enqueue planned: N gateway-days over Gateways
+// gateways, the days From..To (UTC) at the widest.
+type enqueued struct {
+	N, Gateways int
+	From, To    time.Time
+}
+
 // Enqueue inserts a DayArgs job for every finished day of the last Days
 // days that a gateway has no result for, and returns how many.
 func (r *Reconciler) Enqueue(ctx context.Context, client *river.Client[pgx.Tx]) (int, error) {
+	e, err := r.enqueue(ctx, client)
+	return e.N, err
+}
+
+func (r *Reconciler) enqueue(ctx context.Context, client *river.Client[pgx.Tx]) (enqueued, error) {
 	end := Day(r.Clock.Now().Add(-Settle)) // the first day not finished
 	from := end.AddDate(0, 0, -r.Days)
 	names := make([]string, 0, len(r.Gateways))
@@ -70,25 +82,36 @@ func (r *Reconciler) Enqueue(ctx context.Context, client *river.Client[pgx.Tx]) 
 	}
 	sort.Strings(names)
 	var params []river.InsertManyParams
+	var e enqueued
 	for _, name := range names {
 		if err := r.refreshGauges(ctx, name); err != nil {
-			return 0, err
+			return enqueued{}, err
 		}
 		days, err := unchecked(ctx, r.Pool, name, from, end)
 		if err != nil {
-			return 0, err
+			return enqueued{}, err
+		}
+		if len(days) > 0 {
+			e.Gateways++
 		}
 		for _, d := range days {
 			params = append(params, river.InsertManyParams{Args: DayArgs{Gateway: name, Day: d.Format(time.DateOnly)}})
+			if e.From.IsZero() || d.Before(e.From) {
+				e.From = d
+			}
+			if d.After(e.To) {
+				e.To = d
+			}
 		}
 	}
 	if len(params) == 0 {
-		return 0, nil
+		return enqueued{}, nil
 	}
 	if _, err := client.InsertMany(ctx, params); err != nil {
-		return 0, fmt.Errorf("enqueue reconciliation days: %w", err)
+		return enqueued{}, fmt.Errorf("enqueue reconciliation days: %w", err)
 	}
-	return len(params), nil
+	e.N = len(params)
+	return e, nil
 }
 
 // RunDay checks one gateway's day and records the result once. Returns an
@@ -148,7 +171,9 @@ func (r *Reconciler) report(ctx context.Context, name string, day time.Time, ops
 		}
 		ev.Msg("reconciliation discrepancy")
 	}
-	r.Logger.Info().Str("gateway", name).Str("day", day.Format(time.DateOnly)).Int("operations", ops).
+	// Debug: a start catches up every gateway's last Days days, and the
+	// tick's line already summarises them; discrepancies are warnings above.
+	r.Logger.Debug().Str("gateway", name).Str("day", day.Format(time.DateOnly)).Int("operations", ops).
 		Int("discrepancies", len(found)).Msg("gateway day reconciled")
 	if err := r.refreshGauges(ctx, name); err != nil {
 		r.Logger.Error().Err(err).Str("gateway", name).Msg("reconciliation gauges")
@@ -163,9 +188,11 @@ type TickWorker struct {
 
 // Work enqueues the days to check.
 func (w *TickWorker) Work(ctx context.Context, _ *river.Job[TickArgs]) error {
-	n, err := w.Reconciler.Enqueue(ctx, river.ClientFromContext[pgx.Tx](ctx))
-	if n > 0 {
-		w.Reconciler.Logger.Info().Int("days", n).Msg("gateway days to reconcile enqueued")
+	e, err := w.Reconciler.enqueue(ctx, river.ClientFromContext[pgx.Tx](ctx))
+	if e.N > 0 {
+		w.Reconciler.Logger.Info().Int("days", e.N).Int("gateways", e.Gateways).
+			Str("from", e.From.Format(time.DateOnly)).Str("to", e.To.Format(time.DateOnly)).
+			Msg("gateway days to reconcile enqueued")
 	}
 	return err
 }

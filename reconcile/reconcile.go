@@ -35,6 +35,10 @@ const (
 	DuplicateCapture Kind = "duplicate_capture"
 )
 
+// Kinds lists every Kind: the closed set of
+// rebill_reconciliation_discrepancies_total's kind label.
+var Kinds = []Kind{MissingAtGateway, UnknownAtRebill, AmountMismatch, StatusMismatch, DuplicateCapture}
+
 // Discrepancy is one disagreement found on a day.
 type Discrepancy struct {
 	Kind             Kind

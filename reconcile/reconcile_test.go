@@ -2,8 +2,10 @@ package reconcile_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -235,4 +237,50 @@ func TestBillOperationsAreMatched(t *testing.T) {
 	require.Len(t, res.Discrepancies, 1, "%+v", res.Discrepancies)
 	require.Equal(t, reconcile.AmountMismatch, res.Discrepancies[0].Kind)
 	require.Equal(t, id, *res.Discrepancies[0].ChargeID)
+}
+
+// TestCatchUpLogsOneInfoLine runs the tick and its day jobs on River, as a
+// start does: one info line sums up the days enqueued, each day's result
+// is a debug line, and a discrepancy is still a warning.
+func TestCatchUpLogsOneInfoLine(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var logs testsupport.LockedBuffer
+	b.rec.Logger = zerolog.New(&logs).Level(zerolog.DebugLevel)
+	b.rec.Gateways[gw+"-second"] = opstest.Gateway(t, b.pool, gw+"-second")
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: uuid.NewString() + ":2026-11-01", Op: "capture",
+		At: day.Add(time.Hour)})
+
+	workers := river.NewWorkers()
+	reconcile.Register(workers, b.rec)
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Logger: slog.New(slog.DiscardHandler),
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}}, Workers: workers})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+	_, err = client.Insert(ctx, reconcile.TickArgs{}, nil)
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		var done int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM reconciliation_days`).Scan(&done))
+		return done == 14
+	}, 30*time.Second, 50*time.Millisecond, "both gateways' 7 days reconciled")
+
+	levels := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var entry struct {
+			Level, Message string
+			Days           int
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &entry), line)
+		levels[entry.Level] = append(levels[entry.Level], entry.Message)
+		if entry.Message == "gateway days to reconcile enqueued" {
+			require.Equal(t, 14, entry.Days)
+		}
+	}
+	require.Equal(t, []string{"gateway days to reconcile enqueued"}, levels["info"])
+	require.Len(t, levels["debug"], 14, "a debug line per gateway-day")
+	require.Equal(t, []string{"reconciliation discrepancy"}, levels["warn"], "the unknown operation, on the day of gateway %s", gw)
 }

@@ -161,7 +161,7 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 	pay := Payment{PaymentID: ps.PaymentID, UIN: ps.UIN, Amount: ps.Amount}
 	gateway, err := p.Gateways.Post(ctx, pay)
 	if errors.Is(err, ErrUnknownOutcome) {
-		metrics.Retries.WithLabelValues("posting", "unknown_outcome").Inc()
+		metrics.Retry("posting", metrics.RetryUnknownOutcome)
 		found, _, lerr := p.Gateways.Lookup(ctx, ps.PaymentID)
 		switch {
 		case lerr != nil:
@@ -235,7 +235,7 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 	final := errors.Is(cause, ErrRejected) || job.Attempt >= job.MaxAttempts || now.Sub(ps.CreatedAt) > p.GiveUpAfter
 	if !final {
 		if errors.Is(cause, ErrUnavailable) {
-			metrics.Retries.WithLabelValues("posting", "unavailable").Inc()
+			metrics.Retry("posting", metrics.RetryRegistryUnavailable)
 			delay := p.Retry.Delay(max(job.Attempt, 1))
 			if by, ok := p.Holds.PostBy(c); ok && by.After(now) {
 				// Wake up in time to release a hold that can no longer be posted.
@@ -243,7 +243,7 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 			}
 			return river.JobSnooze(delay)
 		}
-		metrics.Retries.WithLabelValues("posting", "error").Inc()
+		metrics.Retry("posting", metrics.RetryError)
 		return fmt.Errorf("post %s: %w", ps.PaymentID, cause)
 	}
 	metrics.StageRuns.WithLabelValues("posting", "failed").Inc()

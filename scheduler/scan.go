@@ -260,7 +260,7 @@ func (b *Biller) retryHoldChecks(ctx context.Context, tx pgx.Tx, now time.Time) 
 		if _, err := b.Client.JobRetryTx(ctx, tx, id); err != nil {
 			return fmt.Errorf("run discarded hold check %d again: %w", id, err)
 		}
-		metrics.Retries.WithLabelValues("release_hold", "discarded").Inc()
+		metrics.Retry("release_hold", metrics.RetryDiscarded)
 		b.Logger.Warn().Int64("job_id", id).Msg("a hold check was discarded with its hold not released: River runs it again")
 	}
 	return nil

@@ -17,9 +17,14 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/reconcile"
+	"github.com/rebill/rebill/vault"
+	"github.com/rebill/rebill/velocity"
 )
 
 // queueSampleInterval is how often a node samples River's queues for
@@ -68,6 +73,45 @@ func startMetrics(ctx context.Context, cfg config.Config, log zerolog.Logger, db
 			log.Error().Err(err).Msg("metrics listener shutdown")
 		}
 	}, nil
+}
+
+// zeroMetrics creates at 0 the series of the labelled counters whose label
+// values are known at start (closed sets, and the configured gateways).
+// Prometheus' increase() and rate() see only what a series gained between
+// two scrapes: a series born at 1 when its first event happens would hide
+// that event from every alert and panel built on them.
+func zeroMetrics(gateways []charges.GatewayStatus, reseal []vault.Step) {
+	for _, status := range charges.Statuses {
+		metrics.ChargeTransitions.WithLabelValues(string(status))
+	}
+	for _, stage := range metrics.Stages {
+		metrics.StageDuration.WithLabelValues(stage)
+	}
+	for _, stage := range metrics.RetryStages {
+		for _, reason := range metrics.RetryReasons {
+			metrics.ZeroRetries(stage, reason)
+		}
+	}
+	for _, kind := range charges.StuckKinds {
+		metrics.InspectorStuck.WithLabelValues(string(kind))
+	}
+	for _, action := range inspector.Actions {
+		metrics.InspectorActions.WithLabelValues(action)
+	}
+	for _, outcome := range notify.Outcomes {
+		metrics.WebhookDeliveries.WithLabelValues(outcome)
+	}
+	for _, limit := range []velocity.Limit{velocity.Creations, velocity.PaymentMethodChanges, velocity.Declines} {
+		metrics.VelocityLimited.WithLabelValues(limit.Name)
+	}
+	for _, step := range reseal {
+		metrics.SecretsResealed.WithLabelValues(step.Kind)
+	}
+	for _, g := range gateways {
+		for _, kind := range reconcile.Kinds {
+			metrics.ReconciliationDiscrepancies.WithLabelValues(g.Name, string(kind))
+		}
+	}
 }
 
 // buildVersion is the module version traces report as service.version.

@@ -207,6 +207,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		dev.Registry = registrySim
 	}
 	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())
+	zeroMetrics(breakers.List(), svc.reseal)
 	apiKeys := apikeys.NewStore(pool, cfg.AdminKey)
 	svc.Handler = tracing.Handler(api.NewServer(api.Deps{
 		Keys: apiKeys, Idempotency: idem, Billing: uses, Ready: pool.Ping,

@@ -13,7 +13,12 @@ type GatewayHealth struct {
 	Calls                  int
 	ErrorRate, TimeoutRate float64
 	P50Seconds, P95Seconds float64
-	CircuitOpen, HalfOpen  bool
+	// LatencyCount and LatencySumSeconds cover every call since the node
+	// started: a summary's count and sum are counters, only its quantiles
+	// look at the window.
+	LatencyCount          uint64
+	LatencySumSeconds     float64
+	CircuitOpen, HalfOpen bool
 }
 
 // gatewayHealthSource is read at every scrape: the figures are computed
@@ -33,7 +38,8 @@ var (
 	gatewayTimeoutRateDesc = prometheus.NewDesc("rebill_gateway_timeout_rate",
 		"Share of the window's calls whose answer never came (timeout, reset), 0..1.", []string{"gateway"}, nil)
 	gatewayLatencyDesc = prometheus.NewDesc("rebill_gateway_latency_seconds",
-		"Latency quantiles of the window's most recent calls.", []string{"gateway", "quantile"}, nil)
+		"Gateway call latency: quantiles of the health window's (5m) most recent calls; count and sum of every call since the node started.",
+		[]string{"gateway"}, nil)
 	gatewayCircuitDesc = prometheus.NewDesc("rebill_gateway_circuit_state",
 		"The gateway's circuit: 0 closed, 1 half open, 2 open.", []string{"gateway"}, nil)
 )
@@ -63,8 +69,8 @@ func (gatewayCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(gatewayCallsDesc, prometheus.GaugeValue, float64(h.Calls), h.Gateway)
 		ch <- prometheus.MustNewConstMetric(gatewayErrorRateDesc, prometheus.GaugeValue, h.ErrorRate, h.Gateway)
 		ch <- prometheus.MustNewConstMetric(gatewayTimeoutRateDesc, prometheus.GaugeValue, h.TimeoutRate, h.Gateway)
-		ch <- prometheus.MustNewConstMetric(gatewayLatencyDesc, prometheus.GaugeValue, h.P50Seconds, h.Gateway, "0.5")
-		ch <- prometheus.MustNewConstMetric(gatewayLatencyDesc, prometheus.GaugeValue, h.P95Seconds, h.Gateway, "0.95")
+		ch <- prometheus.MustNewConstSummary(gatewayLatencyDesc, h.LatencyCount, h.LatencySumSeconds,
+			map[float64]float64{0.5: h.P50Seconds, 0.95: h.P95Seconds}, h.Gateway)
 		ch <- prometheus.MustNewConstMetric(gatewayCircuitDesc, prometheus.GaugeValue, circuit, h.Gateway)
 	}
 }

@@ -4,6 +4,7 @@
 package metrics
 
 import (
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,10 +62,6 @@ var (
 		Help:    "Charge pipeline stage duration, gateway call included, by stage.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"stage"})
-	Retries = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "rebill_charge_retries_total",
-		Help: "Technical retries and snoozes of charge jobs, by stage and reason (unavailable, circuit_open, unknown_outcome, error).",
-	}, []string{"stage", "reason"})
 	ChargeTransitions = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rebill_charges_total",
 		Help: "Charges entering each status (a charge counts once per status it reaches).",
@@ -82,6 +79,61 @@ var (
 		Help: "Charges in unknown or requires_review, as of the last scan.",
 	})
 )
+
+// RetryReason is why a job retries or waits instead of finishing: the
+// closed set of rebill_charge_retries_total's reason label. Its HELP lists
+// RetryReasons, so the two cannot disagree.
+type RetryReason string
+
+const (
+	// RetryGatewayUnavailable: the gateway answered that it did nothing (503, refused connection).
+	RetryGatewayUnavailable RetryReason = "gateway_unavailable"
+	// RetryGatewayCircuitOpen: the gateway's circuit breaker refused the call.
+	RetryGatewayCircuitOpen RetryReason = "gateway_circuit_open"
+	// RetryUnknownOutcome: no answer came (timeout, reset); the outcome is looked up.
+	RetryUnknownOutcome RetryReason = "unknown_outcome"
+	// RetryError: any other failure of the job (database, bug); River retries it.
+	RetryError RetryReason = "error"
+	// RetrySlotsInFlight: the charge waits for a slot of its declines velocity limit.
+	RetrySlotsInFlight RetryReason = "velocity_slots_in_flight"
+	// RetryRegistryNotConfigured: a fine waits for the payment registry to be configured.
+	RetryRegistryNotConfigured RetryReason = "registry_not_configured"
+	// RetryRegistryUnavailable: the payment registry did nothing with a posting.
+	RetryRegistryUnavailable RetryReason = "unavailable"
+	// RetryDiscarded: River discarded a hold's release job with the hold not released; the scan runs it again.
+	RetryDiscarded RetryReason = "discarded"
+)
+
+// RetryReasons lists every RetryReason.
+var RetryReasons = []RetryReason{RetryGatewayUnavailable, RetryGatewayCircuitOpen, RetryUnknownOutcome, RetryError,
+	RetrySlotsInFlight, RetryRegistryNotConfigured, RetryRegistryUnavailable, RetryDiscarded}
+
+// Stages are the pipeline's stages: the stage label values of
+// rebill_charge_stage_duration_seconds and rebill_charge_stage_runs_total.
+var Stages = []string{"scan", "authorize", "capture", "void", "reconcile", "release_hold", "posting", "annulment"}
+
+// RetryStages are the stages whose jobs retry or wait: the stage label
+// values of rebill_charge_retries_total.
+var RetryStages = []string{"authorize", "capture", "void", "reconcile", "release_hold", "posting"}
+
+var retries = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "rebill_charge_retries_total",
+	Help: "Technical retries and snoozes of charge jobs, by stage and reason (" + joinReasons() + ").",
+}, []string{"stage", "reason"})
+
+func joinReasons() string {
+	names := make([]string, len(RetryReasons))
+	for i, r := range RetryReasons {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
+}
+
+// ZeroRetries creates the stage's series for reason at 0 (see RetryStages).
+func ZeroRetries(stage string, reason RetryReason) { retries.WithLabelValues(stage, string(reason)) }
+
+// Retry counts one retry or snooze of a stage's job.
+func Retry(stage string, reason RetryReason) { retries.WithLabelValues(stage, string(reason)).Inc() }
 
 // GatewayCircuitOpen is 1 while a gateway's circuit breaker is open (calls
 // to it paused, its charges waiting), else 0.

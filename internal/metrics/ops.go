@@ -24,12 +24,12 @@ var (
 	}, []string{"gateway", "op"})
 )
 
-// Webhook deliveries: attempts by outcome (delivered, retrying, failed) and
+// Webhook deliveries: attempts by outcome (notify.Outcomes) and
 // how long after the event's publication an attempt was made.
 var (
 	WebhookDeliveries = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rebill_webhook_deliveries_total",
-		Help: "Webhook delivery attempts, by outcome (delivered, retrying, failed).",
+		Help: "Webhook delivery attempts, by outcome (delivered, retrying, failed: given up, address_refused: given up at once).",
 	}, []string{"outcome"})
 	WebhookDeliveryLag = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "rebill_webhook_delivery_lag_seconds",
