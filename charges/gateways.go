@@ -57,7 +57,7 @@ type Configured struct {
 
 // Breaker is when a gateway's circuit opens: more than FailureRatio of the
 // calls in the rolling Window failed to get an answer (unavailable or
-// unknown outcome), with at least MinCalls calls in it, as API.md's
+// unknown outcome), with at least MinCalls calls in it, as the OpenAPI document's
 // routing rule says. It stays open OpenFor, then lets one probe through.
 // A few bad cards among many good ones do not open it.
 type Breaker struct {
@@ -67,7 +67,7 @@ type Breaker struct {
 	OpenFor      time.Duration
 }
 
-// DefaultBreaker is API.md's rule: over 50 % of at least 10 calls in the
+// DefaultBreaker is the OpenAPI document's rule (decision 30): over 50 % of at least 10 calls in the
 // window, open about 5 s.
 var DefaultBreaker = Breaker{Window: 30 * time.Second, MinCalls: 10, FailureRatio: 0.5, OpenFor: 5 * time.Second}
 

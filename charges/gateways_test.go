@@ -37,7 +37,7 @@ func calls(ok, unavailable int) []error {
 	return out
 }
 
-// The circuit opens on a failure rate with a minimum volume (API.md: over
+// The circuit opens on a failure rate with a minimum volume (the OpenAPI document: over
 // 50 % of at least 10 calls in the window), not on a run of errors: a few
 // bad cards among many good ones do not stop every customer's charges.
 func TestCircuitOpensOnFailureRateWithMinimumVolume(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway"
 )
 
-// HealthWindow is how far back a gateway's health looks (API.md: "5m").
+// HealthWindow is how far back a gateway's health looks (the OpenAPI document: "5m").
 const HealthWindow = 5 * time.Minute
 
 // Circuit states as GET /v1/gateways names them.

@@ -11,7 +11,7 @@ import (
 const (
 	// RoutingMinCalls and RoutingMaxErrorRate: a gateway whose error rate
 	// exceeds RoutingMaxErrorRate over at least RoutingMinCalls calls in
-	// the health window is not offered (API.md).
+	// the health window is not offered (the OpenAPI document, decision 30).
 	RoutingMinCalls     = 10
 	RoutingMaxErrorRate = 0.5
 )

@@ -35,7 +35,7 @@ func TestChooseBinding(t *testing.T) {
 		verdicts   []verdict
 	}{
 		{
-			name: "cheapest wins, cost rounded up (API.md's 749)",
+			name: "cheapest wins, cost rounded up (the OpenAPI document's 749)",
 			candidates: []charges.Candidate{
 				candidate("sim1", 1, map[string]int64{"*": 180}, nil, healthy),
 				candidate("sim2", 2, map[string]int64{"RUB": 150}, rub, healthy),
