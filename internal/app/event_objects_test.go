@@ -3,6 +3,7 @@ package app_test
 import (
 	"encoding/json"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -166,8 +167,8 @@ func cardExp(token string, month, year int) map[string]any {
 // eventObjectExemptions are the event types no request of this test
 // causes, with the reason; every other type of notify.Types is compared.
 var eventObjectExemptions = map[string]string{
-	"bill.awaiting_registry": "needs a node with no payment registry for fines; its object is written by the same BillChanged " +
-		"seam as bill.received, compared here",
+	"bill.awaiting_registry": "needs a production node without a payment registry: TestFineWaitsForARegistryThenIsPaidOnce " +
+		"compares its object with the push's response",
 }
 
 // Every event shows its object as the object's GET answered it when the
@@ -197,6 +198,23 @@ func TestEventObjectsAreTheObjectsAsTheAPIAnswers(t *testing.T) {
 	})
 	if t.Failed() {
 		return
+	}
+	// The types are the code's and the served contract's, which must agree.
+	raw, err := os.ReadFile("../../api/openapi.json")
+	require.NoError(t, err)
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				EventType struct {
+					Enum []string `json:"enum"`
+				} `json:"EventType"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	require.ElementsMatch(t, notify.Types, doc.Components.Schemas.EventType.Enum, "notify.Types and the EventType enum")
+	for typ := range eventObjectExemptions {
+		require.Contains(t, notify.Types, typ, "an exemption names a known type")
 	}
 	var missing []string
 	for _, typ := range notify.Types {
@@ -291,18 +309,29 @@ func testReviewEventObjects(t *testing.T, o eventObjects) {
 	// The hold check that follows, in a job of its own and without an
 	// event, appends what the gateway showed to the review reason: the
 	// event shows the reason as it was before.
-	o.settled(t, "charge.requires_review", c, func(id string) map[string]any {
-		var got map[string]any
-		require.Eventually(t, func() bool {
-			got = o.charge(t)(id)
-			return strings.HasSuffix(got["review_reason"].(string), ")")
-		}, 30*time.Second, 20*time.Millisecond, "the hold check's note")
-		return got
-	}, func(event, got map[string]any) {
-		reason := event["review_reason"].(string)
-		require.True(t, strings.HasPrefix(got["review_reason"].(string), reason+" ("), "%s", got["review_reason"])
-		got["review_reason"] = reason
-	})
+	inReview := func(attempt float64) {
+		o.settled(t, "charge.requires_review", c, func(id string) map[string]any {
+			var got map[string]any
+			require.Eventually(t, func() bool {
+				got = o.charge(t)(id)
+				return got["attempt_count"] == attempt && strings.HasSuffix(got["review_reason"].(string), ")")
+			}, 30*time.Second, 20*time.Millisecond, "the hold check's note")
+			return got
+		}, func(event, got map[string]any) {
+			reason := event["review_reason"].(string)
+			require.True(t, strings.HasPrefix(got["review_reason"].(string), reason+" ("), "%s", got["review_reason"])
+			got["review_reason"] = reason
+		})
+	}
+	inReview(1)
+	// A retry publishes nothing of its own (the new attempt's outcome is
+	// the next event); the charge is on its way at once.
+	o.request(t, http.MethodPost, "/v1/charges/"+c+"/retry", map[string]any{}, nil)
+	require.Eventually(t, func() bool {
+		got := o.charge(t)(c)
+		return got["status"] == "requires_review" && got["attempt_count"] == float64(2)
+	}, 30*time.Second, 20*time.Millisecond, "the retry in review again")
+	inReview(2)
 	o.request(t, http.MethodPost, "/v1/charges/"+c+"/resolve",
 		map[string]any{"outcome": "failed", "evidence": "sim1 ledger shows no operation for this key"}, o.charge(t), "charge.resolved")
 	o.settled(t, "subscription.unpaid", sub, o.subscription(t))
