@@ -30,7 +30,7 @@ func (r *Recorder) BillChanged(ctx context.Context, tx pgx.Tx, eventType string,
 	return err
 }
 
-// BillStored restates b, read at at, in the events of it tx wrote.
+// BillStored restates b, read at at, in the events tx wrote of it.
 func (r *Recorder) BillStored(ctx context.Context, tx pgx.Tx, b enrollments.Bill, at time.Time) error {
 	return r.Restate(ctx, tx, b.ID, objects.FromBill(b, at))
 }

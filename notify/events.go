@@ -130,7 +130,7 @@ func (r *Recorder) SubscriptionChanged(ctx context.Context, tx pgx.Tx, eventType
 	return err
 }
 
-// SubscriptionStored restates sub in the events of it tx wrote.
+// SubscriptionStored restates sub in the events tx wrote of it.
 func (r *Recorder) SubscriptionStored(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) error {
 	return r.Restate(ctx, tx, sub.ID, objects.FromSubscription(sub))
 }
@@ -197,8 +197,8 @@ const writtenByThisTransaction = `xmin::text::bigint = pg_current_xact_id_if_ass
 // object as tx leaves it. An event's data.object is the object as its GET
 // returns it once the change commits (what the request that caused it
 // answered), and a transaction may change the object again after its
-// event: a resume bills the period it begins, a pushed bill is charged,
-// a new card makes an unpaid subscription past due. Record restates the
+// event: a resume bills the period it begins, a pushed bill is charged at
+// once, a second transition follows the first. Record restates the
 // earlier events of its object itself; the stores call Restate, through
 // their sinks, for a change that publishes no event of its own.
 func (r *Recorder) Restate(ctx context.Context, tx pgx.Tx, objectID uuid.UUID, object any) error {

@@ -103,8 +103,8 @@ func (b *Biller) Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscript
 	if len(advanced) != 1 {
 		return b.Subscriptions.Get(ctx, tx, sub.ID) // cancelled at period end instead
 	}
-	// What the advance wrote, without reading the row back. A resume
-	// published its event before this advance: the event must show it.
+	// What the advance wrote, without reading the row back. An event this
+	// transaction wrote of sub before the advance (a resume's) shows it.
 	sub.NextPeriodIndex, sub.NextChargeAt, sub.UpdatedAt = advanced[0].NextPeriodIndex, advanced[0].NextChargeAt, now
 	return sub, b.Subscriptions.Stored(ctx, tx, sub)
 }
