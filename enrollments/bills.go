@@ -318,6 +318,12 @@ func (st *Store) moveBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, from []B
 		if err := st.publishBill(ctx, tx, event, b, now); err != nil {
 			return Bill{}, err
 		}
+		return b, nil
+	}
+	if st.events != nil { // a change without an event of its own
+		if err := st.events.BillStored(ctx, tx, b, now); err != nil {
+			return Bill{}, fmt.Errorf("restate bill %s: %w", b.ID, err)
+		}
 	}
 	return b, nil
 }

@@ -25,9 +25,14 @@ type DBTX interface {
 // EventSink receives every change of an enrollment or a bill, in the
 // transaction that makes it, with the object as it is after the change.
 // notify implements it; an error rolls the change back.
+//
+// BillStored receives a bill's change that publishes no event of its own
+// (a pushed bill charged at once), so that the events the transaction
+// wrote of the bill show it as the transaction leaves it.
 type EventSink interface {
 	EnrollmentChanged(ctx context.Context, tx pgx.Tx, eventType string, e Enrollment, at time.Time) error
 	BillChanged(ctx context.Context, tx pgx.Tx, eventType string, b Bill, at time.Time) error
+	BillStored(ctx context.Context, tx pgx.Tx, b Bill, at time.Time) error
 }
 
 // Store reads and writes enrollments and bills. Mutations take a pgx.Tx

@@ -29,3 +29,8 @@ func (r *Recorder) BillChanged(ctx context.Context, tx pgx.Tx, eventType string,
 	_, err := r.Record(ctx, tx, billPrefix+eventType, b.ID, &parent, b.CustomerID, objects.FromBill(b, at), at, "")
 	return err
 }
+
+// BillStored restates b, read at at, in the events tx wrote of it.
+func (r *Recorder) BillStored(ctx context.Context, tx pgx.Tx, b enrollments.Bill, at time.Time) error {
+	return r.Restate(ctx, tx, b.ID, objects.FromBill(b, at))
+}

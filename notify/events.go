@@ -130,6 +130,11 @@ func (r *Recorder) SubscriptionChanged(ctx context.Context, tx pgx.Tx, eventType
 	return err
 }
 
+// SubscriptionStored restates sub in the events tx wrote of it.
+func (r *Recorder) SubscriptionStored(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) error {
+	return r.Restate(ctx, tx, sub.ID, objects.FromSubscription(sub))
+}
+
 // ChargeChanged records charge.<eventType>; its parent is the charge's
 // subscription or enrollment.
 func (r *Recorder) ChargeChanged(ctx context.Context, tx pgx.Tx, eventType string, c charges.Charge, at time.Time) error {
@@ -156,11 +161,15 @@ func (r *Recorder) Record(ctx context.Context, tx pgx.Tx, typ string, objectID u
 	if noticeKey != "" {
 		key = &noticeKey
 	}
-	// The event and the endpoints to deliver it to, in one round trip. The
-	// endpoints are read in the statement's snapshot, as a statement of
-	// their own right after the insert would read them.
+	// The event, the object restated in the events this transaction wrote
+	// of it before (see Restate), and the endpoints to deliver the event
+	// to, in one round trip. The endpoints are read in the statement's
+	// snapshot, as a statement of their own right after the insert would
+	// read them.
 	var endpoints []uuid.UUID
-	err = tx.QueryRow(ctx, `WITH e AS (
+	err = tx.QueryRow(ctx, `WITH earlier AS (
+			UPDATE events SET data = $7 WHERE object_id = $3 AND `+writtenByThisTransaction+`
+		), e AS (
 			INSERT INTO events (id, type, object_id, parent_id, customer_id, created_at, data, notice_key)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (notice_key) DO NOTHING RETURNING id
 		)
@@ -176,6 +185,32 @@ func (r *Recorder) Record(ctx context.Context, tx pgx.Tx, typ string, objectID u
 		return false, err
 	}
 	return true, nil
+}
+
+// writtenByThisTransaction holds for the events rows the current
+// transaction inserted: their xmin is its id (the low 32 bits of the
+// 64-bit one). rebill writes events without savepoints, whose rows would
+// carry a subtransaction's id instead.
+const writtenByThisTransaction = `xmin::text::bigint = pg_current_xact_id_if_assigned()::text::bigint % 4294967296`
+
+// Restate makes the events of objectID that tx wrote show object, the
+// object as tx leaves it. An event's data.object is the object as its GET
+// returns it once the change commits (what the request that caused it
+// answered), and a transaction may change the object again after its
+// event: a resume bills the period it begins, a pushed bill is charged at
+// once, a second transition follows the first. Record restates the
+// earlier events of its object itself; the stores call Restate, through
+// their sinks, for a change that publishes no event of its own.
+func (r *Recorder) Restate(ctx context.Context, tx pgx.Tx, objectID uuid.UUID, object any) error {
+	data, err := json.Marshal(object)
+	if err != nil {
+		return fmt.Errorf("encode object %s: %w", objectID, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE events SET data = $2 WHERE object_id = $1 AND `+writtenByThisTransaction,
+		objectID, string(data)); err != nil {
+		return fmt.Errorf("restate the events of %s: %w", objectID, err)
+	}
+	return nil
 }
 
 const eventColumns = `id, type, object_id, parent_id, customer_id, created_at, data::text`

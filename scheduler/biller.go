@@ -103,9 +103,10 @@ func (b *Biller) Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscript
 	if len(advanced) != 1 {
 		return b.Subscriptions.Get(ctx, tx, sub.ID) // cancelled at period end instead
 	}
-	// What the advance wrote, without reading the row back.
+	// What the advance wrote, without reading the row back. An event this
+	// transaction wrote of sub before the advance (a resume's) shows it.
 	sub.NextPeriodIndex, sub.NextChargeAt, sub.UpdatedAt = advanced[0].NextPeriodIndex, advanced[0].NextChargeAt, now
-	return sub, nil
+	return sub, b.Subscriptions.Stored(ctx, tx, sub)
 }
 
 // dueBefore charges, in tx, the periods of the locked subscription sub that

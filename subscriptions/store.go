@@ -36,8 +36,13 @@ func NewStore(clk clock.Clock) *Store { return &Store{clock: clk} }
 // that makes it, with the subscription as it is after the change and the
 // event type (EventPaused...). notify implements it (the published event
 // log and its webhooks); an error rolls the change back.
+//
+// SubscriptionStored receives a change that publishes no event of its own
+// (a period billed after a resume), so that the events the transaction
+// wrote of the subscription show it as the transaction leaves it.
 type EventSink interface {
 	SubscriptionChanged(ctx context.Context, tx pgx.Tx, eventType string, sub Subscription, at time.Time) error
+	SubscriptionStored(ctx context.Context, tx pgx.Tx, sub Subscription) error
 }
 
 // SetEventSink makes the store publish its changes to sink. Wiring calls
@@ -60,6 +65,18 @@ func (st *Store) publish(ctx context.Context, tx pgx.Tx, sub Subscription, typ s
 	}
 	if err := st.events.SubscriptionChanged(ctx, tx, typ, sub, at); err != nil {
 		return fmt.Errorf("publish %s event: %w", typ, err)
+	}
+	return nil
+}
+
+// Stored tells the sink that sub, as tx now holds it, was written without
+// an event of its own: the events tx wrote of it earlier are restated.
+func (st *Store) Stored(ctx context.Context, tx pgx.Tx, sub Subscription) error {
+	if st.events == nil {
+		return nil
+	}
+	if err := st.events.SubscriptionStored(ctx, tx, sub); err != nil {
+		return fmt.Errorf("restate subscription %s: %w", sub.ID, err)
 	}
 	return nil
 }

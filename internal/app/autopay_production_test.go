@@ -235,7 +235,14 @@ func TestFineWaitsForARegistryThenIsPaidOnce(t *testing.T) {
 	id := uin(41)
 	chargeKey := enr + ":" + id
 	pushedAt := time.Now()
-	require.Equal(t, "awaiting_registry", pb.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", dueFine(id))["status"])
+	pushed := pb.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", dueFine(id))
+	require.Equal(t, "awaiting_registry", pushed["status"])
+	for _, typ := range []string{"bill.received", "bill.awaiting_registry"} {
+		events := pb.call(t, http.MethodGet, "/v1/events?type="+typ+"&object_id="+pushed["id"].(string), nil)["data"].([]any)
+		require.Len(t, events, 1, typ)
+		requireSameObject(t, pushed, events[0].(map[string]any)["data"].(map[string]any)["object"].(map[string]any),
+			"the %s event's object against the push's response", typ)
+	}
 	// Still waiting after two whole bill scans of the production node.
 	require.Eventually(t, func() bool {
 		return countRows(t, pool, `SELECT count(*) FROM river_job WHERE kind = 'bills_scan' AND state = 'completed'
