@@ -99,6 +99,7 @@ func runTests(m *testing.M) int {
 type node struct {
 	t     *testing.T
 	url   string
+	pool  *pgxpool.Pool
 	svc   *app.Service
 	posts sync.Map // path -> *atomic.Int64
 	seq   atomic.Int64
@@ -174,7 +175,7 @@ func startNode(t *testing.T, pool *pgxpool.Pool, env map[string]string) *node {
 	svc, err := app.Build(ctx, cfg, pool, zerolog.New(logs).Level(zerolog.WarnLevel))
 	require.NoError(t, err)
 	require.NoError(t, svc.River.Start(ctx))
-	n := &node{t: t, svc: svc}
+	n := &node{t: t, svc: svc, pool: pool}
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/console/") {
 			c, _ := n.posts.LoadOrStore(r.URL.Path, new(atomic.Int64))
@@ -460,21 +461,30 @@ func (b *tab) cookies() []*network.Cookie {
 	return res.Cookies
 }
 
-// fetchResult is what a fetch from the page got.
-type fetchResult struct {
-	Status int    `json:"status"`
-	Body   string `json:"body"`
-}
-
-// postForm POSTs fields as a form from the page, with the page's cookies,
-// as a script on the console's own origin could.
-func (b *tab) postForm(path string, fields map[string]string) fetchResult {
+// postForm builds a form of fields in the page, posts it to path as the
+// page's own form would be (same origin, with the tab's cookies; the
+// console's CSP lets forms go to its own origin and nowhere else), and
+// returns the status of the page it leads to.
+func (b *tab) postForm(path string, fields map[string]string) int64 {
 	b.t.Helper()
 	body, err := json.Marshal(fields)
 	require.NoError(b.t, err)
-	return run(b, chromedp.Evaluate[fetchResult](fmt.Sprintf(`fetch(%q, {method: 'POST', credentials: 'same-origin',
-		redirect: 'manual', body: new URLSearchParams(%s)}).then(async r => ({status: r.status, body: await r.text()}))`,
-		path, body), chromedp.EvalAwaitPromise))
+	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+	defer cancel()
+	resp, err := chromedp.RunResponse(ctx, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(function(){
+		const f = document.createElement('form');
+		f.method = 'post';
+		f.action = %q;
+		for (const [k, v] of Object.entries(%s)) {
+			const i = document.createElement('input');
+			i.type = 'hidden'; i.name = k; i.value = v;
+			f.appendChild(i);
+		}
+		document.body.appendChild(f);
+		f.submit();
+	})()`, path, body)))
+	require.NoError(b.t, err, "post %s", path)
+	return resp.Status
 }
 
 // formFields reads the hidden fields of the form that holds the button
