@@ -367,7 +367,20 @@ func (b *tab) do(steps ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
 	defer cancel()
-	require.NoError(b.t, chromedp.Do(ctx, steps...))
+	b.check(chromedp.Do(ctx, steps...), "browser steps")
+}
+
+// check fails the test on err, saying which page the tab was on and what
+// it showed, so a selector that never matched is explained.
+func (b *tab) check(err error, what string) {
+	b.t.Helper()
+	if err == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText : "")`))
+	b.t.Fatalf("%s: %v\npage: %s", what, err, page)
 }
 
 // run runs one action within actionTimeout and returns its value.
@@ -376,7 +389,7 @@ func run[T any](b *tab, a chromedp.Action[T]) T {
 	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
 	defer cancel()
 	v, err := chromedp.Run(ctx, a)
-	require.NoError(b.t, err)
+	b.check(err, "browser action")
 	return v
 }
 
@@ -394,7 +407,7 @@ func (b *tab) submit(sel chromedp.Search) int64 {
 	ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
 	defer cancel()
 	resp, err := chromedp.RunResponse(ctx, chromedp.Click(sel))
-	require.NoError(b.t, err, "submit %s", sel)
+	b.check(err, fmt.Sprintf("submit %s", sel))
 	return resp.Status
 }
 
@@ -483,7 +496,7 @@ func (b *tab) postForm(path string, fields map[string]string) int64 {
 		document.body.appendChild(f);
 		f.submit();
 	})()`, path, body)))
-	require.NoError(b.t, err, "post %s", path)
+	b.check(err, "post "+path)
 	return resp.Status
 }
 
