@@ -108,6 +108,10 @@ type Deps struct {
 	// RiverUI is River's job console, served under /riverui/ to staff
 	// (see riverUI); nil leaves the path out.
 	RiverUI http.Handler
+	// Console is the support console, served under /console/ (nil leaves
+	// the path out). It authenticates with a session cookie of its own,
+	// which nothing else here accepts.
+	Console http.Handler
 }
 
 // Server is the HTTP handler of rebill.
@@ -159,6 +163,10 @@ func (s *Server) routes() *chi.Mux {
 
 	if s.RiverUI != nil {
 		r.Handle("/riverui/*", s.riverUI(s.RiverUI))
+	}
+	if s.Console != nil {
+		r.Handle("/console", s.Console)
+		r.Handle("/console/*", s.Console)
 	}
 
 	r.Group(func(r chi.Router) {

@@ -91,8 +91,25 @@ func (s *Store) Authenticate(ctx context.Context, token string) (Key, error) {
 	if token == "" {
 		return Key{}, ErrUnauthenticated
 	}
+	return s.ByFingerprint(ctx, Fingerprint(token))
+}
+
+// Fingerprint is the SHA-256 of a key, which api_keys stores: what a
+// console session keeps to check its key again on every request without
+// holding the key itself.
+func Fingerprint(token string) []byte {
 	sum := sha256.Sum256([]byte(token))
-	if s.bootstrapHash != nil && subtle.ConstantTimeCompare(sum[:], s.bootstrapHash) == 1 {
+	return sum[:]
+}
+
+// ByFingerprint is Authenticate by the key's Fingerprint. A key whose row
+// was deleted (revoked), or a bootstrap key no longer configured, returns
+// ErrUnauthenticated.
+func (s *Store) ByFingerprint(ctx context.Context, sum []byte) (Key, error) {
+	if len(sum) != sha256.Size {
+		return Key{}, ErrUnauthenticated
+	}
+	if s.bootstrapHash != nil && subtle.ConstantTimeCompare(sum, s.bootstrapHash) == 1 {
 		return Key{ID: BootstrapKeyID, Role: Admin}, nil
 	}
 	var (
@@ -101,7 +118,7 @@ func (s *Store) Authenticate(ctx context.Context, token string) (Key, error) {
 		stored     []byte
 		customerID *string
 	)
-	err := s.pool.QueryRow(ctx, `SELECT id, key_hash, role, customer_id FROM api_keys WHERE key_hash = $1`, sum[:]).
+	err := s.pool.QueryRow(ctx, `SELECT id, key_hash, role, customer_id FROM api_keys WHERE key_hash = $1`, sum).
 		Scan(&id, &stored, &k.Role, &customerID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Key{}, ErrUnauthenticated
@@ -109,7 +126,7 @@ func (s *Store) Authenticate(ctx context.Context, token string) (Key, error) {
 	if err != nil {
 		return Key{}, fmt.Errorf("look up API key: %w", err)
 	}
-	if subtle.ConstantTimeCompare(sum[:], stored) != 1 {
+	if subtle.ConstantTimeCompare(sum, stored) != 1 {
 		return Key{}, ErrUnauthenticated
 	}
 	k.ID = id.String()

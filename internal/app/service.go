@@ -19,6 +19,7 @@ import (
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/console"
 	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
@@ -206,14 +207,19 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		dev.Registry = registrySim
 	}
 	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())
+	apiKeys := apikeys.NewStore(pool, cfg.AdminKey)
 	svc.Handler = tracing.Handler(api.NewServer(api.Deps{
-		Keys: apikeys.NewStore(pool, cfg.AdminKey), Idempotency: idem, Billing: uses, Ready: pool.Ping,
+		Keys: apiKeys, Idempotency: idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: breakers.Known, Gateways: breakers, Dev: dev, Logger: log,
 		Webhooks:         &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
 		MetricsElsewhere: cfg.MetricsAddr != "",
 		Autopay:          uses, Clock: svc.Clock,
 		Reconciliation: ops.reconciliation, Reports: ops.reports,
 		RiverUI: ui,
+		Console: console.New(console.Options{Pool: pool, Keys: apiKeys, Billing: uses, Autopay: uses, Gateways: breakers,
+			Reconciliation: ops.reconciliation, Reports: ops.reports, Clock: svc.Clock,
+			Logger: log.With().Str("component", "console").Logger(), IdleTimeout: cfg.ConsoleIdleTimeout,
+			TrustProxy: cfg.ConsoleTrustProxy, RiverUI: ui != nil}),
 	}), tracerProvider())
 	return svc, nil
 }

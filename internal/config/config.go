@@ -72,6 +72,10 @@ type Config struct {
 	VelocityDeclinesPerDay    int
 	// EncryptionOldKeys still decrypt secrets sealed before a rotation.
 	EncryptionOldKeys [][]byte
+	// The support console's sessions: idle timeout, and whether a proxy's
+	// X-Forwarded-Proto and X-Forwarded-For are believed.
+	ConsoleIdleTimeout time.Duration
+	ConsoleTrustProxy  bool
 }
 
 // variable documents one environment variable.
@@ -238,6 +242,17 @@ var variables = []variable{
 			}
 			return nil
 		}},
+	{"REBILL_CONSOLE_IDLE_TIMEOUT", "30m", "a support console session ends after this long without a request (1m..12h; it also ends 12 h after login and when its key is deleted)",
+		func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Minute || d > 12*time.Hour {
+				return errors.New("want a duration from 1m to 12h, such as 30m")
+			}
+			c.ConsoleIdleTimeout = d
+			return nil
+		}},
+	{"REBILL_CONSOLE_TRUST_PROXY", "", "1: rebill is behind a reverse proxy that sets X-Forwarded-Proto and X-Forwarded-For: the console's cookie is Secure when the proxy says https, and failed logins are counted per the address the proxy saw",
+		func(c *Config, v string) (err error) { c.ConsoleTrustProxy, err = parseBool(v); return }},
 }
 
 func countInto(field func(*Config) *int) func(*Config, string) error {
@@ -296,6 +311,7 @@ func Load(getenv func(string) string) (Config, error) {
 		DBMaxConns: 25, WebhookRetryBase: 5 * time.Second, WebhookWorkers: 20, UpcomingNotice: 72 * time.Hour,
 		InspectInterval: time.Minute, InspectUnknownAfter: time.Hour, InspectHoldWarn: 72 * time.Hour, ReconcileDays: 7,
 		VelocityCreationsPerHour: 20, VelocityCardChangesPerDay: 10, VelocityDeclinesPerDay: 5,
+		ConsoleIdleTimeout: 30 * time.Minute,
 	}
 	for _, v := range variables {
 		value := getenv(v.name)

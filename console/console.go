@@ -1,0 +1,229 @@
+// Package console is the support console: server-rendered pages under
+// /console/ where support staff and admins find a customer's
+// subscriptions, enrollments and charges, act on them, work the review
+// queue and watch operations. It is an HTTP layer beside package api, not
+// part of the JSON API: it calls the same use cases (package billing) with
+// the logged-in key as the actor, so a support key can do here exactly
+// what the API lets it do.
+//
+// A session is a random id in an HttpOnly, SameSite=Strict cookie; only a
+// hash of it is stored, in PostgreSQL (console_sessions), so every node
+// shares it. It authenticates /console/ only. Every state change is a POST
+// carrying the session's CSRF token and a form_id that makes it act once
+// (console_actions). See docs/console.md.
+package console
+
+import (
+	"context"
+	"embed"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/billing"
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/reconcile"
+	"github.com/rebill/rebill/reports"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// Keys authenticates API keys, at login by the key and afterwards by the
+// fingerprint the session keeps (package apikeys).
+type Keys interface {
+	Authenticate(ctx context.Context, token string) (apikeys.Key, error)
+	ByFingerprint(ctx context.Context, sum []byte) (apikeys.Key, error)
+}
+
+// Billing is the subscription and charge use cases the console calls
+// (package billing), the same the API calls.
+type Billing interface {
+	Subscription(ctx context.Context, caller billing.Caller, id uuid.UUID) (subscriptions.Subscription, error)
+	ListSubscriptions(ctx context.Context, caller billing.Caller, p subscriptions.ListParams) ([]subscriptions.Subscription, error)
+	Pause(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error)
+	Resume(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (subscriptions.Subscription, error)
+	Cancel(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, atPeriodEnd bool) (subscriptions.Subscription, error)
+	Events(ctx context.Context, caller billing.Caller, id uuid.UUID, after int64, limit int) ([]subscriptions.Event, error)
+	SubscriptionCharges(ctx context.Context, caller billing.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
+	Charge(ctx context.Context, caller billing.Caller, id uuid.UUID) (charges.Charge, error)
+	ReviewQueue(ctx context.Context, after *charges.ReviewCursor, limit int) ([]charges.Charge, error)
+	ResolveCharge(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error)
+	RetryCharge(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (charges.Charge, error)
+}
+
+// Autopay is the enrollments' use cases (package billing).
+type Autopay interface {
+	Enrollment(ctx context.Context, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)
+	ListEnrollments(ctx context.Context, caller billing.Caller, p enrollments.ListParams) ([]enrollments.Enrollment, error)
+	Bills(ctx context.Context, caller billing.Caller, id, before uuid.UUID, limit int) ([]enrollments.Bill, error)
+	ConfirmBill(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
+	WithdrawBill(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
+	EnrollmentCharges(ctx context.Context, caller billing.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
+}
+
+// Reconciliation reads the daily reconciliation's results.
+type Reconciliation interface {
+	Day(ctx context.Context, gateway string, day time.Time) (reconcile.Result, error)
+	// Known reports whether gateway is one rebill reconciles.
+	Known(gateway string) bool
+}
+
+// Reports builds the daily financial report.
+type Reports interface {
+	Daily(ctx context.Context, day time.Time) (reports.Daily, error)
+}
+
+// Defaults of Options.
+const (
+	DefaultIdleTimeout = 30 * time.Minute
+	DefaultMaxAge      = 12 * time.Hour
+)
+
+// Options is what the console depends on.
+type Options struct {
+	// Pool holds the sessions and the console's action records, and runs
+	// each action's transaction.
+	Pool     *pgxpool.Pool
+	Keys     Keys
+	Billing  Billing
+	Autopay  Autopay // nil: enrollments are not shown
+	Gateways *charges.Gateways
+	// Reconciliation and Reports may be nil (not shown).
+	Reconciliation Reconciliation
+	Reports        Reports
+	// Clock is the service clock: when actions happen, what "today" is.
+	Clock  clock.Clock
+	Logger zerolog.Logger
+	// IdleTimeout and MaxAge end a session (0: the defaults). They run on
+	// Now, real time, not the service clock: moving dev mode's clock a
+	// month ahead must not log everyone out.
+	IdleTimeout time.Duration
+	MaxAge      time.Duration
+	Now         func() time.Time // nil: the wall clock
+	// TrustProxy: a request with X-Forwarded-Proto: https came over HTTPS
+	// through the operator's proxy (the cookie is then Secure), and the
+	// client's address is the last X-Forwarded-For entry.
+	TrustProxy bool
+	// RiverUI: /riverui/ is served, so Operations links to it.
+	RiverUI bool
+	// Sleep waits before answering a login from an address and key prefix
+	// that failed before (nil: a timer honouring ctx).
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Handler serves /console/.
+type Handler struct {
+	opts     Options
+	mux      *chi.Mux
+	throttle *throttle
+}
+
+// New builds the console over opts.
+func New(opts Options) *Handler {
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.MaxAge <= 0 {
+		opts.MaxAge = DefaultMaxAge
+	}
+	if opts.Now == nil {
+		opts.Now = clock.Wall{}.Now
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Wall{}
+	}
+	if opts.Sleep == nil {
+		opts.Sleep = sleep
+	}
+	h := &Handler{opts: opts, throttle: newThrottle(opts.Now)}
+	h.mux = h.routes()
+	return h
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ServeHTTP routes on the full path: a router mounting the console passes
+// its own route context, which is dropped here.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = r.WithContext(context.WithValue(r.Context(), chi.RouteCtxKey, (*chi.Context)(nil)))
+	h.mux.ServeHTTP(w, r)
+}
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed static
+var staticFiles embed.FS
+
+func (h *Handler) routes() *chi.Mux {
+	r := chi.NewRouter()
+	r.Use(securityHeaders)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		h.renderError(w, r, nil, http.StatusNotFound, "No such page.")
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		h.renderError(w, r, nil, http.StatusMethodNotAllowed, "This page does not take that method.")
+	})
+	r.Get("/console", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/console/", http.StatusMovedPermanently)
+	})
+	r.Handle("/console/static/*", http.StripPrefix("/console/", http.FileServerFS(staticFiles)))
+	r.Get("/console/login", h.loginPage)
+	r.Post("/console/login", h.login)
+
+	r.Group(func(r chi.Router) {
+		r.Use(h.requireSession, h.checkForm)
+		r.Get("/console/", h.home)
+		r.Get("/console/search", h.search)
+		r.Get("/console/subscriptions/{id}", h.subscription)
+		r.Post("/console/subscriptions/{id}/pause", h.pause)
+		r.Post("/console/subscriptions/{id}/resume", h.resume)
+		r.Post("/console/subscriptions/{id}/cancel", h.cancel)
+		r.Get("/console/charges/{id}", h.charge)
+		r.Post("/console/charges/{id}/retry", h.retry)
+		r.Post("/console/charges/{id}/resolve", h.resolve)
+		r.Get("/console/review", h.review)
+		r.Get("/console/enrollments/{id}", h.enrollment)
+		r.Post("/console/enrollments/{id}/bills/{bill}/confirm", h.confirmBill)
+		r.Post("/console/enrollments/{id}/bills/{bill}/withdraw", h.withdrawBill)
+		r.Get("/console/operations", h.operations)
+		r.Get("/console/settings", h.settingsPage)
+		r.Post("/console/settings", h.settings)
+		r.Post("/console/logout", h.logout)
+		r.With(h.adminOnly).Get("/console/sessions", h.sessions)
+		r.With(h.adminOnly).Post("/console/sessions/{key}/end", h.endSessions)
+	})
+	return r
+}
+
+// csp allows no script at all and nothing from elsewhere.
+const csp = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", csp)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Referrer-Policy", "same-origin")
+		// Pages show customers' data: no copy in shared or browser caches.
+		hd.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,283 @@
+package console
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/billing"
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/subscriptions"
+)
+
+// page is what every template gets.
+type page struct {
+	Title   string
+	Session *session
+	// Flash is the result of the action just done (role=status).
+	Flash string
+	// Alert is an error to show (role=alert).
+	Alert string
+	Data  any
+	// RiverUI: link to /riverui/.
+	RiverUI bool
+}
+
+// CSRF is the token every form of the page carries.
+func (p page) CSRF() string {
+	if p.Session == nil {
+		return ""
+	}
+	return p.Session.csrf
+}
+
+// Admin reports whether the page is shown to an admin key.
+func (p page) Admin() bool { return p.Session != nil && p.Session.key.Role == apikeys.Admin }
+
+// Zone is the session's time zone name.
+func (p page) Zone() string {
+	if p.Session == nil || p.Session.timeZone == "" {
+		return "UTC"
+	}
+	return p.Session.timeZone
+}
+
+// T shows a moment in the session's time zone with its UTC value beside;
+// a nil time shows a dash.
+func (p page) T(v any) template.HTML {
+	var t time.Time
+	switch x := v.(type) {
+	case time.Time:
+		t = x
+	case *time.Time:
+		if x == nil {
+			return "—"
+		}
+		t = *x
+	default:
+		return "—"
+	}
+	if t.IsZero() {
+		return "—"
+	}
+	utc := t.UTC().Format("2006-01-02 15:04:05") + " UTC"
+	loc := time.UTC
+	if p.Session != nil && p.Session.loc != nil {
+		loc = p.Session.loc
+	}
+	attr := template.HTMLEscapeString(t.UTC().Format(time.RFC3339))
+	if loc == time.UTC {
+		return template.HTML(`<time datetime="` + attr + `">` + utc + `</time>`)
+	}
+	local := template.HTMLEscapeString(t.In(loc).Format("2006-01-02 15:04:05 MST"))
+	return template.HTML(`<time datetime="` + attr + `">` + local + `</time> <span class="utc">(` + utc + `)</span>`)
+}
+
+// text shows a string that came from a customer, an issuer or a gateway:
+// HTML-escaped, isolated in <bdi> so that it cannot reorder the text
+// around it, and with every bidirectional control, other control
+// character and line or paragraph separator replaced by a visible marker
+// naming its code point ([U+202E]): such characters are how a string
+// disguises what it says ("Trojan Source"). Staff see that they were
+// there.
+func text(s string) template.HTML {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	var b strings.Builder
+	b.WriteString("<bdi>")
+	start := 0
+	for i, r := range s {
+		if !neutralised(r) {
+			continue
+		}
+		b.WriteString(template.HTMLEscapeString(s[start:i]))
+		fmt.Fprintf(&b, `<span class="cp">[U+%04X]</span>`, r)
+		start = i + utf8.RuneLen(r)
+	}
+	b.WriteString(template.HTMLEscapeString(s[start:]))
+	b.WriteString("</bdi>")
+	return template.HTML(b.String())
+}
+
+func neutralised(r rune) bool {
+	return unicode.Is(unicode.Bidi_Control, r) || unicode.IsControl(r) && r != '\n' && r != '\t' ||
+		r == '\u2028' || r == '\u2029' || r == '\uFEFF'
+}
+
+// money writes an amount in its currency's major unit: 150000 RUB is
+// 1500.00 RUB, 1500 JPY is 1500 JPY.
+func money(amount int64, currency string) string {
+	units, ok := validate.Currency(currency)
+	if !ok {
+		units = 2
+	}
+	neg := amount < 0
+	if neg {
+		amount = -amount
+	}
+	digits := strconv.FormatInt(amount, 10)
+	if units > 0 {
+		for len(digits) <= units {
+			digits = "0" + digits
+		}
+		digits = digits[:len(digits)-units] + "." + digits[len(digits)-units:]
+	}
+	if neg {
+		digits = "-" + digits
+	}
+	return digits + " " + currency
+}
+
+func optMoney(amount *int64, currency string) string {
+	if amount == nil {
+		return "—"
+	}
+	return money(*amount, currency)
+}
+
+// args bundles the page with a value and a string for a partial template.
+type args struct {
+	P page
+	V any
+	S string
+}
+
+type subscriptionAction struct{ Path, Label, AtPeriodEnd string }
+
+type outcome struct{ Value, Label string }
+
+var funcs = template.FuncMap{
+	"with": func(p page, v any, s string) args { return args{P: p, V: v, S: s} },
+	"actions": func() []subscriptionAction {
+		return []subscriptionAction{{"pause", "Pause", ""}, {"resume", "Resume", ""},
+			{"cancel", "Cancel now", "false"}, {"cancel", "Cancel at period end", "true"}}
+	},
+	"outcomes": func() []outcome { return []outcome{{"succeeded", "Mark succeeded"}, {"failed", "Mark failed"}} },
+	"text":     text,
+	"money":    money,
+	"optmoney": optMoney,
+	"formid":   randomID,
+	"join":     strings.Join,
+	"percent":  func(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + " %" },
+}
+
+var (
+	templatesOnce sync.Once
+	templates     map[string]*template.Template
+)
+
+// parsed returns one template set per page: layout.html with the page's
+// file, which defines "content".
+func parsed() map[string]*template.Template {
+	templatesOnce.Do(func() {
+		templates = map[string]*template.Template{}
+		names, err := fs.Glob(templateFiles, "templates/*.html")
+		if err != nil {
+			panic(err)
+		}
+		for _, name := range names {
+			base := strings.TrimSuffix(strings.TrimPrefix(name, "templates/"), ".html")
+			if base == "layout" || base == "partials" {
+				continue
+			}
+			templates[base] = template.Must(template.New("layout.html").Funcs(funcs).
+				ParseFS(templateFiles, "templates/layout.html", "templates/partials.html", name))
+		}
+	})
+	return templates
+}
+
+// render writes a page; s is nil before login.
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, s *session, status int, name, title string, data any) {
+	h.renderPage(w, r, status, name, page{Title: title, Session: s, Data: data, RiverUI: h.opts.RiverUI})
+}
+
+func (h *Handler) renderPage(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	t, ok := parsed()[name]
+	if !ok {
+		panic("console: no template " + name)
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, p); err != nil {
+		h.opts.Logger.Error().Err(err).Str("template", name).Msg("console render")
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString("<!doctype html><title>Error</title><p role=\"alert\">The page could not be shown.</p>")
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(buf.Bytes())
+	}
+}
+
+// renderError shows message in role=alert.
+func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, s *session, status int, message string) {
+	if s != nil && s.idHash == nil {
+		s = nil
+	}
+	h.renderPage(w, r, status, "error", page{Title: http.StatusText(status), Session: s, Alert: message, RiverUI: h.opts.RiverUI})
+}
+
+// fail shows what a use case refused, with the status the API would give.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s session, err error) {
+	status, message := explain(err)
+	if status >= 500 {
+		h.opts.Logger.Error().Err(err).Str("path", r.URL.Path).Msg("console request failed")
+	}
+	h.renderError(w, r, &s, status, message)
+}
+
+// explain maps a use case's error to a status and a message fit for staff
+// (never an internal error's text).
+func explain(err error) (int, string) {
+	var (
+		fields          validate.Errors
+		subTransition   *subscriptions.TransitionError
+		chargeTrans     *charges.TransitionError
+		enrollmentTrans *enrollments.TransitionError
+	)
+	switch {
+	case errors.As(err, &fields):
+		msgs := make([]string, len(fields))
+		for i, f := range fields {
+			msgs[i] = f.Field + " " + f.Message
+		}
+		return http.StatusUnprocessableEntity, "Not done: " + strings.Join(msgs, "; ") + "."
+	case errors.Is(err, errNotFound), errors.Is(err, subscriptions.ErrNotFound), errors.Is(err, charges.ErrNotFound),
+		errors.Is(err, enrollments.ErrNotFound), errors.Is(err, enrollments.ErrBillNotFound):
+		return http.StatusNotFound, "Not found."
+	case errors.Is(err, billing.ErrForbidden):
+		return http.StatusForbidden, "This key may not do that."
+	case errors.As(err, &subTransition):
+		return http.StatusConflict, "Not done: " + subTransition.Error() + "."
+	case errors.As(err, &chargeTrans):
+		return http.StatusConflict, "Not done: " + chargeTrans.Error() + "."
+	case errors.As(err, &enrollmentTrans):
+		return http.StatusConflict, "Not done: " + enrollmentTrans.Error() + "."
+	case errors.Is(err, charges.ErrRetryRefused):
+		return http.StatusConflict, "Not done: " + err.Error() + "."
+	case errors.Is(err, charges.ErrGatewayUnreachable):
+		return http.StatusServiceUnavailable, "Not done: the payment gateway could not be asked what the charge's last attempt did, so nothing was done. Try again later."
+	case errors.Is(err, errInput):
+		return http.StatusUnprocessableEntity, "Not done: " + strings.TrimPrefix(err.Error(), errInput.Error()+": ") + "."
+	}
+	return http.StatusInternalServerError, "Something went wrong; nothing was changed. Try again, or ask an engineer to look at the logs."
+}
+
+var (
+	errNotFound = errors.New("not found")
+	// errInput wraps what is wrong with a form's fields.
+	errInput = errors.New("bad input")
+)
