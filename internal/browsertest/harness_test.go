@@ -504,7 +504,7 @@ func (b *tab) postForm(path string, fields map[string]string) int64 {
 // labelled label.
 func (b *tab) formFields(label string) map[string]string {
 	b.t.Helper()
-	return run(b, chromedp.Evaluate[map[string]string](fmt.Sprintf(`(function(){
+	fields := run(b, chromedp.Evaluate[map[string]string](fmt.Sprintf(`(function(){
 		const btn = Array.from(document.querySelectorAll('form button')).find(x => x.textContent.trim() === %q);
 		if (!btn) return null;
 		const out = {};
@@ -512,6 +512,10 @@ func (b *tab) formFields(label string) map[string]string {
 		out['@action'] = btn.form.getAttribute('action');
 		return out;
 	})()`, label)))
+	if fields == nil {
+		b.check(fmt.Errorf("no form has a button %q", label), "read a form")
+	}
+	return fields
 }
 
 // shot saves a full-page PNG of the page as name.png under
