@@ -179,40 +179,36 @@ func TestPauseAndResume(t *testing.T) {
 	b.shot("subscription")
 }
 
-// A double click on "Cancel now" sends the form twice; the subscription is
-// cancelled once: one event, and at the gateway one void of the hold and
-// no capture.
+// A double click on "Cancel now" sends the form twice (the node holds the
+// first POST until the second arrives, so both reach rebill and run at
+// once); the subscription is cancelled once: one event, and at the
+// gateway the hold placed meanwhile is voided once and never captured.
 func TestDoubleClickCancelActsOnce(t *testing.T) {
 	t.Parallel()
-	n := startDevNode(t, nil)
+	// The gateway takes seconds to place the hold: the cancel arrives
+	// while the charge is authorizing.
+	n := startDevNode(t, map[string]string{"REBILL_GATEWAY_TIMEOUT": "15s", "REBILL_RESCUE_AFTER": "2m"})
 	_, support := n.createKey("support", "")
-	n.faults(map[string]any{"captures_down": true}) // the hold is placed, its capture waits
-	sub := n.createSubscription("cust-cancel", "tok_ok")
-	charge := n.waitCharge(sub, "capturing")
-	key := charge["key"].(string)
-	n.waitFor("the hold is placed", func() bool { return n.ledgerOps(key)["authorize:succeeded"] == 1 },
-		func() any { return n.ledgerOps(key) })
-
 	b := newTab(t, n)
 	b.login(support)
+	n.faults(map[string]any{"latency_ms": 8000})
+	sub := n.createSubscription("cust-cancel", "tok_ok")
+	key := n.waitCharge(sub, "authorizing")["key"].(string)
+
 	b.open("/console/subscriptions/" + sub)
 	require.Equal(t, "active", b.text("#status"))
-	nodes := run(b, chromedp.Nodes(button("Cancel now")))
-	require.Len(t, nodes, 1)
 	path := "/console/subscriptions/" + sub + "/cancel"
-	b.do(chromedp.MouseClickNode(nodes[0]), chromedp.MouseClickNode(nodes[0], chromedp.ClickCount(2)))
-	waitFor(t, "both clicks reach rebill", func() bool { return n.postsTo(path) >= 2 }, func() any { return n.postsTo(path) })
+	b.doubleSubmit(n, button("Cancel now"), path)
 	waitFor(t, "the page shows the subscription cancelled", func() bool {
 		return strings.HasPrefix(b.path(), "/console/subscriptions/"+sub) && b.text("#status") == "cancelled"
 	}, func() any { return b.path() + ": " + b.body() })
 	require.Empty(t, b.text(`p[role=alert]`), "the second submission shows the first one's result, not an error")
 	require.Equal(t, 1, b.countRows("subscription.cancelled"))
+	n.faults(map[string]any{"latency_ms": 0})
 
 	require.Len(t, eventsOf(n.events(sub), "cancelled"), 1)
-	published := n.list("/v1/events?type=subscription.cancelled&object_id=" + sub)
-	require.Len(t, published, 1)
-	n.waitFor("the hold is voided", func() bool { return n.ledgerOps(key)["void:succeeded"] >= 1 },
-		func() any { return n.ledgerOps(key) })
+	require.Len(t, n.list("/v1/events?type=subscription.cancelled&object_id="+sub), 1)
+	n.waitCharge(sub, "voided")
 	require.Equal(t, map[string]int{"authorize:succeeded": 1, "void:succeeded": 1}, n.ledgerOps(key))
 	require.EqualValues(t, 2, n.postsTo(path))
 }
@@ -238,14 +234,21 @@ func TestRetryFromReviewQueue(t *testing.T) {
 	require.EqualValues(t, http.StatusOK, b.open("/console/review"))
 	b.requireRow(id, "requires_review")
 	b.shot("review")
-	require.EqualValues(t, http.StatusOK, b.submit(chromedp.Search(fmt.Sprintf(`//tr[@id=%q]//button[normalize-space()='Retry']`, "charge-"+id))))
-	require.NotEmpty(t, b.text(`p[role=status]`))
-	require.Empty(t, b.text(`p[role=alert]`))
+	// A double click: both POSTs reach rebill, and the charge is retried
+	// once (a second retry of a charge already retried would be refused,
+	// or would start a third attempt).
+	path := "/console/charges/" + id + "/retry"
+	b.doubleSubmit(n, chromedp.Search(fmt.Sprintf(`//tr[@id=%q]//button[normalize-space()='Retry']`, "charge-"+id)), path)
+	waitFor(t, "the review queue shows what was done", func() bool {
+		return strings.HasPrefix(b.path(), "/console/review") && b.text(`p[role=status]`) != ""
+	}, func() any { return b.path() + ": " + b.body() })
+	require.Empty(t, b.text(`p[role=alert]`), "the second submission shows the first one's result, not an error")
 
 	n.waitFor("the retried charge is paid", func() bool {
 		return n.admin(http.MethodGet, "/v1/charges/"+id, nil)["status"] == "succeeded"
 	}, func() any { return n.admin(http.MethodGet, "/v1/charges/"+id, nil) })
 	require.Equal(t, map[string]int{"authorize:succeeded": 1, "capture:succeeded": 1}, n.ledgerOps(key))
+	require.EqualValues(t, 2, n.admin(http.MethodGet, "/v1/charges/"+id, nil)["attempt_count"], "one retry: attempt 2")
 
 	b.open("/console/charges/" + id)
 	waitFor(t, "the charge page shows it paid", func() bool {

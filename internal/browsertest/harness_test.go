@@ -102,7 +102,42 @@ type node struct {
 	pool  *pgxpool.Pool
 	svc   *app.Service
 	posts sync.Map // path -> *atomic.Int64
+	gates sync.Map // path -> *pairGate
 	seq   atomic.Int64
+}
+
+// pairGate holds the first POST to a path until a second one arrives, as
+// a slow network does to a double click: the browser sends the form again
+// while the first answer is still on its way. The first request then goes
+// on even though the browser gave up waiting for it (it had already
+// reached rebill), so both run, at the same time.
+type pairGate struct {
+	arrived atomic.Int64
+	second  chan struct{}
+}
+
+// pairPosts makes the node hold the first POST to path until the second.
+func (n *node) pairPosts(path string) {
+	n.gates.Store(path, &pairGate{second: make(chan struct{})})
+}
+
+func (n *node) gate(r *http.Request) *http.Request {
+	g, ok := n.gates.Load(r.URL.Path)
+	if !ok {
+		return r
+	}
+	gate := g.(*pairGate)
+	switch gate.arrived.Add(1) {
+	case 1:
+		select {
+		case <-gate.second:
+		case <-time.After(actionTimeout):
+		}
+		return r.WithContext(context.WithoutCancel(r.Context()))
+	case 2:
+		close(gate.second)
+	}
+	return r
 }
 
 // devEnv is a fast dev-mode node's environment: manual clock, simulated
@@ -180,6 +215,7 @@ func startNode(t *testing.T, pool *pgxpool.Pool, env map[string]string) *node {
 		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/console/") {
 			c, _ := n.posts.LoadOrStore(r.URL.Path, new(atomic.Int64))
 			c.(*atomic.Int64).Add(1)
+			r = n.gate(r)
 		}
 		svc.Handler.ServeHTTP(w, r)
 	}))
@@ -409,6 +445,41 @@ func (b *tab) submit(sel chromedp.Search) int64 {
 	resp, err := chromedp.RunResponse(ctx, chromedp.Click(sel))
 	b.check(err, fmt.Sprintf("submit %s", sel))
 	return resp.Status
+}
+
+// doubleClick clicks twice where the element sel is, as a person's double
+// click does: the second click once between has returned (the first
+// click's form has been sent, its page has not come back yet).
+func (b *tab) doubleClick(sel chromedp.Search, between func()) {
+	b.t.Helper()
+	xpath, err := json.Marshal(string(sel))
+	require.NoError(b.t, err)
+	xy := run(b, chromedp.Evaluate[[]float64](fmt.Sprintf(`(function(){
+		const e = document.evaluate(%s, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue;
+		if (!e) return null;
+		e.scrollIntoView({block: 'center'});
+		const r = e.getBoundingClientRect();
+		return [r.left + r.width / 2, r.top + r.height / 2];
+	})()`, xpath)))
+	if len(xy) != 2 {
+		b.check(fmt.Errorf("nothing matches %s", sel), "double click")
+	}
+	b.do(chromedp.MouseClickXY(xy[0], xy[1]))
+	between()
+	b.do(chromedp.MouseClickXY(xy[0], xy[1], chromedp.ClickCount(2)))
+}
+
+// doubleSubmit double-clicks the form button sel whose POST goes to path
+// on n, holding the first POST until the second arrives, and waits until
+// both reached rebill.
+func (b *tab) doubleSubmit(n *node, sel chromedp.Search, path string) {
+	b.t.Helper()
+	n.pairPosts(path)
+	b.doubleClick(sel, func() {
+		waitFor(b.t, "the first click's form reaches rebill", func() bool { return n.postsTo(path) == 1 },
+			func() any { return n.postsTo(path) })
+	})
+	waitFor(b.t, "both clicks reach rebill", func() bool { return n.postsTo(path) == 2 }, func() any { return n.postsTo(path) })
 }
 
 // button selects the button whose text is label.
