@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -142,6 +143,7 @@ func New(opts Options) *Handler {
 	if opts.Sleep == nil {
 		opts.Sleep = sleep
 	}
+	parsed() // a template that does not parse fails at start, not on a page
 	h := &Handler{opts: opts, throttle: newThrottle(opts.Now)}
 	h.mux = h.routes()
 	return h
@@ -173,7 +175,7 @@ var staticFiles embed.FS
 
 func (h *Handler) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(securityHeaders)
+	r.Use(securityHeaders, middleware.GetHead)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		h.renderError(w, r, nil, http.StatusNotFound, "No such page.")
 	})

@@ -46,6 +46,22 @@ func (p page) CSRF() string {
 // Admin reports whether the page is shown to an admin key.
 func (p page) Admin() bool { return p.Session != nil && p.Session.key.Role == apikeys.Admin }
 
+// Role and KeyID name the logged-in key.
+func (p page) Role() string {
+	if p.Session == nil {
+		return ""
+	}
+	return string(p.Session.key.Role)
+}
+
+// KeyID is the logged-in key's id.
+func (p page) KeyID() string {
+	if p.Session == nil {
+		return ""
+	}
+	return p.Session.key.ID
+}
+
 // Zone is the session's time zone name.
 func (p page) Zone() string {
 	if p.Session == nil || p.Session.timeZone == "" {
@@ -158,7 +174,7 @@ type subscriptionAction struct{ Path, Label, AtPeriodEnd string }
 type outcome struct{ Value, Label string }
 
 var funcs = template.FuncMap{
-	"with": func(p page, v any, s string) args { return args{P: p, V: v, S: s} },
+	"args": func(p page, v any, s string) args { return args{P: p, V: v, S: s} },
 	"actions": func() []subscriptionAction {
 		return []subscriptionAction{{"pause", "Pause", ""}, {"resume", "Resume", ""},
 			{"cancel", "Cancel now", "false"}, {"cancel", "Cancel at period end", "true"}}

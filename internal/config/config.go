@@ -242,11 +242,11 @@ var variables = []variable{
 			}
 			return nil
 		}},
-	{"REBILL_CONSOLE_IDLE_TIMEOUT", "30m", "a support console session ends after this long without a request (1m..12h; it also ends 12 h after login and when its key is deleted)",
+	{"REBILL_CONSOLE_IDLE_TIMEOUT", "30m", "a support console session ends after this long without a request (1s..12h; it also ends 12 h after login and when its key is deleted)",
 		func(c *Config, v string) error {
 			d, err := time.ParseDuration(v)
-			if err != nil || d < time.Minute || d > 12*time.Hour {
-				return errors.New("want a duration from 1m to 12h, such as 30m")
+			if err != nil || d < time.Second || d > 12*time.Hour {
+				return errors.New("want a duration from 1s to 12h, such as 30m")
 			}
 			c.ConsoleIdleTimeout = d
 			return nil
