@@ -156,7 +156,7 @@ func TestPauseAndResume(t *testing.T) {
 	b.login(support)
 	require.EqualValues(t, http.StatusOK, b.open("/console/subscriptions/"+sub))
 	require.Equal(t, "active", b.text("#status"))
-	require.Contains(t, b.text("#card"), "visa")
+	require.Equal(t, "visa ending 4242, expires 12/2035 on sim1", b.text("#card"))
 	require.Contains(t, b.hrefs(), "/console/charges/"+charge["id"].(string))
 
 	require.EqualValues(t, http.StatusOK, b.submit(button("Pause")))

@@ -304,7 +304,8 @@ func (n *node) createSubscription(customer, token string) string {
 	n.t.Helper()
 	return n.admin(http.MethodPost, "/v1/subscriptions", map[string]any{
 		"customer_id": customer, "amount": 1500, "currency": "USD", "interval": "month", "timezone": "UTC",
-		"payment_method": map[string]any{"gateway": "sim1", "token": token, "brand": "visa", "exp_month": 12, "exp_year": 2035},
+		"payment_method": map[string]any{"gateway": "sim1", "token": token, "brand": "visa", "last4": "4242",
+			"exp_month": 12, "exp_year": 2035},
 	})["id"].(string)
 }
 
