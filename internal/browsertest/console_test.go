@@ -108,10 +108,7 @@ func TestSearch(t *testing.T) {
 	first := n.createSubscription("cust-search", "tok_ok")
 	second := n.createSubscription("cust-search", "tok_ok")
 	other := n.createSubscription("cust-other", "tok_ok")
-	enr := n.admin(http.MethodPost, "/v1/enrollments", map[string]any{
-		"customer_id": "cust-search", "kind": "housing", "account_ref": "75ДА533315", "currency": "RUB", "max_amount": 1000000,
-		"payment_method": map[string]any{"gateway": "sim1", "token": "tok_ok", "exp_month": 12, "exp_year": 2035},
-	})["id"].(string)
+	enr := n.createHousingEnrollment("cust-search", 1000000)
 	charge := n.waitCharge(first, "succeeded")["id"].(string)
 
 	b := newTab(t, n)
@@ -273,10 +270,7 @@ func TestConfirmBillAboveCap(t *testing.T) {
 	n := startDevNode(t, nil)
 	keyID, support := n.createKey("support", "")
 	n.admin(http.MethodPost, "/v1/dev/clock", map[string]any{"now": "2027-03-01T09:00:00Z"})
-	enr := n.admin(http.MethodPost, "/v1/enrollments", map[string]any{
-		"customer_id": "cust-cap", "kind": "housing", "account_ref": "75ДА533315", "currency": "RUB", "max_amount": 100000,
-		"payment_method": map[string]any{"gateway": "sim1", "token": "tok_ok", "exp_month": 12, "exp_year": 2035},
-	})["id"].(string)
+	enr := n.createHousingEnrollment("cust-cap", 100000)
 	bill := "ZHKU-2027-02"
 	n.admin(http.MethodPost, "/v1/dev/bill-sources/housing/bills", map[string]any{
 		"account_ref": "75ДА533315", "bill_id": bill, "amount": 734500,

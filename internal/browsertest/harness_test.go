@@ -309,6 +309,17 @@ func (n *node) createSubscription(customer, token string) string {
 	})["id"].(string)
 }
 
+// createHousingEnrollment enrols the customer's housing account 75ДА533315
+// with a cap of maxAmount kopecks.
+func (n *node) createHousingEnrollment(customer string, maxAmount int64) string {
+	n.t.Helper()
+	return n.admin(http.MethodPost, "/v1/enrollments", map[string]any{
+		"customer_id": customer, "kind": "housing", "account_ref": "75ДА533315", "currency": "RUB", "max_amount": maxAmount,
+		"payment_method": map[string]any{"gateway": "sim1", "token": "tok_ok", "brand": "mir", "last4": "4242",
+			"exp_month": 12, "exp_year": 2035},
+	})["id"].(string)
+}
+
 func (n *node) subscription(id string) map[string]any {
 	n.t.Helper()
 	return n.admin(http.MethodGet, "/v1/subscriptions/"+id, nil)
