@@ -184,11 +184,11 @@ func TestDoubleClickCancelActsOnce(t *testing.T) {
 	t.Parallel()
 	// The gateway takes seconds to place the hold: the cancel arrives
 	// while the charge is authorizing.
-	n := startDevNode(t, map[string]string{"REBILL_GATEWAY_TIMEOUT": "15s", "REBILL_RESCUE_AFTER": "2m"})
+	n := startDevNode(t, map[string]string{"REBILL_GATEWAY_TIMEOUT": "25s", "REBILL_RESCUE_AFTER": "2m"})
 	_, support := n.createKey("support", "")
 	b := newTab(t, n)
 	b.login(support)
-	n.faults(map[string]any{"latency_ms": 8000})
+	n.faults(map[string]any{"latency_ms": 12000})
 	sub := n.createSubscription("cust-cancel", "tok_ok")
 	key := n.waitCharge(sub, "authorizing")["key"].(string)
 
