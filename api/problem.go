@@ -18,6 +18,7 @@ import (
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/subscriptions"
@@ -103,12 +104,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		fields           validate.Errors
 		decodeErr        *validate.DecodeError
 		card             *cardNumberError
-		transition       *subscriptions.TransitionError
-		chargeTransition *charges.TransitionError
-		// enrollments' and bills' forbidden changes
-		enrollmentTransition *enrollments.TransitionError
-		velocityExceeded     *velocity.ExceededError
-		enrollmentExists     *enrollments.ExistsError
+		transition       *fsm.TransitionError // every state machine's forbidden change
+		velocityExceeded *velocity.ExceededError
+		enrollmentExists *enrollments.ExistsError
 	)
 	switch {
 	case errors.As(err, &fields):
@@ -127,12 +125,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			"A customer key can only create and list its own customer's subscriptions."))
 	case errors.As(err, &transition):
 		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", transition.Error()))
-	case errors.As(err, &chargeTransition):
-		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", chargeTransition.Error()))
 	case errors.Is(err, enrollments.ErrNotFound), errors.Is(err, enrollments.ErrBillNotFound):
 		writeProblem(w, problemNotFound)
-	case errors.As(err, &enrollmentTransition):
-		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", enrollmentTransition.Error()))
 	case errors.Is(err, autopay.ErrRegistryNotConfigured):
 		// Nothing was executed: once a registry is configured, the same key
 		// must create the enrollment, not replay this refusal.

@@ -66,7 +66,7 @@ var ErrRegistryNotConfigured = errors.New("no state payment registry is configur
 // once, creates its charge in tx. Returns the bill and whether this call
 // created it; validate.Errors for a bad bill; enrollments.ErrBillConflict
 // when the bill id exists with other content; a
-// *enrollments.TransitionError for a cancelled enrollment.
+// *fsm.TransitionError for a cancelled enrollment.
 func (a *Autopay) Push(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, in enrollments.BillInput) (enrollments.Bill, bool, error) {
 	e, err := a.Enrollments.GetForUpdate(ctx, tx, enrollmentID)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/internal/validate"
 )
 
@@ -218,9 +219,13 @@ func (a *Autopay) deliver(ctx context.Context, kind enrollments.Kind, sb Sourced
 			created++
 		}
 		var fields validate.Errors
-		var transition *enrollments.TransitionError
+		var transition *fsm.TransitionError
+		// An enrollment or a bill that refuses the bill skips it; any
+		// other machine's refusal is a failure of the pull.
+		refused := errors.As(err, &transition) &&
+			(transition.Machine == enrollments.Machine.Name() || transition.Machine == enrollments.BillMachine.Name())
 		switch {
-		case errors.As(err, &fields), errors.Is(err, enrollments.ErrBillConflict), errors.As(err, &transition):
+		case errors.As(err, &fields), errors.Is(err, enrollments.ErrBillConflict), refused:
 			a.Logger.Warn().Str("enrollment_id", e.ID.String()).Str("bill_id", sb.Bill.BillID).Err(err).
 				Msg("pulled bill skipped")
 		case err != nil:

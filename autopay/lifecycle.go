@@ -129,7 +129,7 @@ func (a *Autopay) Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, billID s
 // Withdraw marks a bill the issuer annulled: never charged. A charge not
 // yet holding money is voided at once; a hold is released by a void job
 // enqueued in tx. A bill whose capture has begun or succeeded cannot be
-// withdrawn (*enrollments.TransitionError).
+// withdrawn (*fsm.TransitionError).
 func (a *Autopay) Withdraw(ctx context.Context, tx pgx.Tx, id uuid.UUID, billID string) (enrollments.Bill, error) {
 	e, err := a.Enrollments.GetForUpdate(ctx, tx, id)
 	if err != nil {
@@ -152,8 +152,8 @@ func (a *Autopay) Withdraw(ctx context.Context, tx pgx.Tx, id uuid.UUID, billID 
 			return b, err
 		}
 		if c.Status == charges.Capturing || c.Status == charges.Succeeded {
-			return b, &enrollments.TransitionError{Object: "bill", From: string(b.Status), To: string(enrollments.BillWithdrawn),
-				Reason: "its payment is being captured or was captured"}
+			return b, enrollments.BillMachine.Refuse(b.Status, enrollments.BillWithdrawn,
+				"its payment is being captured or was captured")
 		}
 	}
 	b, _, err = a.Enrollments.Withdraw(ctx, tx, e, billID)

@@ -12,8 +12,8 @@
 // bad input (every field at fault), ErrForbidden when the caller may not
 // act for that customer, subscriptions.ErrNotFound or charges.ErrNotFound
 // for an object that does not exist or that the caller may not see, and a
-// *subscriptions.TransitionError or *charges.TransitionError for a change
-// the state machines forbid. Each doc comment lists what else it returns.
+// *fsm.TransitionError for a change any state machine forbids. Each doc
+// comment lists what else it returns.
 package billing
 
 import (

@@ -41,7 +41,7 @@ func (s *Service) ReviewQueue(ctx context.Context, after *charges.ReviewCursor, 
 // ResolveCharge records a person's verdict on a charge in requires_review
 // and tells its subscription (paid: it may recover; failed: it becomes
 // unpaid). Returns validate.Errors for a bad resolution, and a
-// *charges.TransitionError from any other status or for succeeded after
+// *fsm.TransitionError from any other status or for succeeded after
 // rebill released the charge's hold.
 func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error) {
 	if err := r.Validate(); err != nil {
@@ -75,7 +75,7 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 // with a new gateway key (its authorize job enqueued in tx). It first looks
 // the last attempt up at the gateway: a retry must never be a second
 // payment, so a capture or a live hold there refuses it. Returns a
-// *charges.TransitionError (another status, money found at the gateway, a
+// *fsm.TransitionError (another status, money found at the gateway, a
 // cancelled subscription, a charge settled by a person or changed
 // meanwhile), an error wrapping charges.ErrRetryRefused (card-network
 // rules) or charges.ErrGatewayUnreachable (nothing was done; try later).
@@ -85,7 +85,7 @@ func (s *Service) RetryCharge(ctx context.Context, tx pgx.Tx, caller Caller, id 
 		return charges.Charge{}, err
 	}
 	refuse := func(reason string) (charges.Charge, error) {
-		return charges.Charge{}, &charges.TransitionError{From: c.Status, To: charges.Scheduled, Reason: reason}
+		return charges.Charge{}, charges.Machine.Refuse(c.Status, charges.Scheduled, reason)
 	}
 	switch {
 	case c.Status != charges.RequiresReview && c.Status != charges.Failed:

@@ -70,7 +70,7 @@ func (s *Service) ListEnrollments(ctx context.Context, caller Caller, p enrollme
 
 // PauseEnrollment keeps the enrollment's bills pending until resume.
 // Pausing a paused one returns it unchanged; a cancelled one is a
-// *enrollments.TransitionError.
+// *fsm.TransitionError.
 func (s *Service) PauseEnrollment(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (enrollments.Enrollment, error) {
 	if _, err := s.visibleEnrollment(ctx, tx, caller, id); err != nil {
 		return enrollments.Enrollment{}, err
@@ -98,7 +98,7 @@ func (s *Service) CancelEnrollment(ctx context.Context, tx pgx.Tx, caller Caller
 
 // ChangeEnrollmentPaymentMethod validates pm and gives it to the
 // enrollment; its declined or failed bills still payable are retried at
-// once. Returns validate.Errors, a *enrollments.TransitionError for a
+// once. Returns validate.Errors, a *fsm.TransitionError for a
 // cancelled enrollment, or an error wrapping charges.ErrRetryRefused.
 func (s *Service) ChangeEnrollmentPaymentMethod(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID,
 	pm subscriptions.PaymentMethod) (enrollments.Enrollment, error) {
@@ -122,7 +122,7 @@ func (s *Service) ChangeEnrollmentPaymentMethod(ctx context.Context, tx pgx.Tx, 
 // PushBill stores a bill an issuer sent for the enrollment (and charges it
 // at once when due). created is false when the bill was there already
 // with the same content. Returns validate.Errors,
-// enrollments.ErrBillConflict, or a *enrollments.TransitionError for a
+// enrollments.ErrBillConflict, or a *fsm.TransitionError for a
 // cancelled enrollment.
 func (s *Service) PushBill(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, in enrollments.BillInput) (enrollments.Bill, bool, error) {
 	if _, err := s.visibleEnrollment(ctx, tx, caller, id); err != nil {
@@ -140,7 +140,7 @@ func (s *Service) Bills(ctx context.Context, caller Caller, id, before uuid.UUID
 }
 
 // ConfirmBill records the customer's consent to a bill above max_amount.
-// Returns enrollments.ErrBillNotFound or a *enrollments.TransitionError.
+// Returns enrollments.ErrBillNotFound or a *fsm.TransitionError.
 func (s *Service) ConfirmBill(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, billID string) (enrollments.Bill, error) {
 	if _, err := s.visibleEnrollment(ctx, tx, caller, id); err != nil {
 		return enrollments.Bill{}, err
@@ -149,7 +149,7 @@ func (s *Service) ConfirmBill(ctx context.Context, tx pgx.Tx, caller Caller, id 
 }
 
 // WithdrawBill marks a bill the issuer annulled; it is never charged.
-// Returns enrollments.ErrBillNotFound or a *enrollments.TransitionError.
+// Returns enrollments.ErrBillNotFound or a *fsm.TransitionError.
 func (s *Service) WithdrawBill(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, billID string) (enrollments.Bill, error) {
 	if _, err := s.visibleEnrollment(ctx, tx, caller, id); err != nil {
 		return enrollments.Bill{}, err

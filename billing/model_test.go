@@ -17,6 +17,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
 )
@@ -939,10 +940,10 @@ func (m *machine) retry(t *rapid.T) {
 	m.w.gw.setPlan(answers{})
 	s := m.byID[c.SubscriptionID]
 	t.Logf("%s %s: retry (%s, lookups %s): %v", s, c.PeriodKey, describe(c), a.lookup, err)
-	var te *charges.TransitionError
+	var te *fsm.TransitionError
 	switch {
 	case err == nil:
-	case errors.As(err, &te), errors.Is(err, charges.ErrRetryRefused), errors.Is(err, charges.ErrGatewayUnreachable):
+	case errors.As(err, &te) && te.Machine == charges.Machine.Name(), errors.Is(err, charges.ErrRetryRefused), errors.Is(err, charges.ErrGatewayUnreachable):
 		return
 	default:
 		t.Fatalf("retry: unexpected error %v", err)
@@ -980,8 +981,8 @@ func requireNoError(t *rapid.T, err error, what string) {
 
 func requireTransitionError(t *rapid.T, err error, what string) {
 	t.Helper()
-	var te *subscriptions.TransitionError
-	if !errors.As(err, &te) {
+	var te *fsm.TransitionError
+	if !errors.As(err, &te) || te.Machine != subscriptions.Machine.Name() {
 		t.Fatalf("%s: want a transition error, got %v", what, err)
 	}
 }

@@ -20,7 +20,7 @@ const newAttempt = `attempt_count = attempt_count + 1, attempt_due_at = $1,
 // status scheduled. The caller enqueues their authorize jobs in tx.
 func DueRetries(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Charge, error) {
 	if !CanTransition(Declined, Scheduled) {
-		return nil, &TransitionError{From: Declined, To: Scheduled}
+		return nil, Machine.Refuse(Declined, Scheduled, "")
 	}
 	return collect(tx.Query(ctx, `UPDATE charges SET status = $3, attempt_count = attempt_count + 1,
 			attempt_due_at = next_attempt_at, attempt_times = attempt_times || $1::timestamptz,
@@ -115,11 +115,11 @@ func paymentMethodChanged(ctx context.Context, tx pgx.Tx, owner string, id uuid.
 // RetryFromReview starts a new attempt of a charge in requires_review or
 // failed, at a person's request, on the given payment method. The caller
 // has checked at the gateway that the previous attempt holds no money.
-// Returns ErrStale when the charge moved on meanwhile, a *TransitionError
+// Returns ErrStale when the charge moved on meanwhile, a *fsm.TransitionError
 // from any other status, or ErrRetryRefused under card-network rules.
 func RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gateway, token string, now time.Time) (Charge, error) {
 	if c.Status != RequiresReview && c.Status != Failed {
-		return Charge{}, &TransitionError{From: c.Status, To: Scheduled}
+		return Charge{}, Machine.Refuse(c.Status, Scheduled, "")
 	}
 	if err := c.sameCardRetryAllowed(token, now); err != nil {
 		return Charge{}, err
@@ -139,7 +139,7 @@ func RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gateway, token st
 			hold_released_at = NULL, void_requested = false`, now, now, gateway, token)
 	if errors.Is(err, ErrStale) {
 		if held, herr := identityHeld(ctx, tx, c.ID); herr == nil && !held {
-			return Charge{}, &TransitionError{From: c.Status, To: Scheduled}
+			return Charge{}, Machine.Refuse(c.Status, Scheduled, "")
 		}
 	}
 	return next, err

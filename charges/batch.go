@@ -141,7 +141,7 @@ func newPipelineBatches(p *Pipeline) *pipelineBatches {
 	authorizing := allowed(authorizeFrom, Authorizing)
 	var holdThenCapture error
 	if _, ok := PassesThrough(Authorizing, Capturing); !ok {
-		holdThenCapture = &TransitionError{From: Authorizing, To: Capturing}
+		holdThenCapture = Machine.Refuse(Authorizing, Capturing, "")
 	}
 	return &pipelineBatches{
 		authorizing: moveBatcher{send: func(ctx context.Context, batch []*guardedMove) (map[uuid.UUID]Charge, error) {

@@ -201,7 +201,7 @@ func ListByEnrollment(ctx context.Context, db DBTX, enrollmentID, before uuid.UU
 func RequestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, chargeID uuid.UUID, code string, now time.Time) ([]Charge, error) {
 	for _, from := range []Status{Scheduled, Declined} {
 		if !CanTransition(from, Voided) {
-			return nil, &TransitionError{From: from, To: Voided}
+			return nil, Machine.Refuse(from, Voided, "")
 		}
 	}
 	var one *uuid.UUID

@@ -215,17 +215,3 @@ var (
 	// the caller's step is already done or no longer applies.
 	ErrStale = errors.New("charge state changed")
 )
-
-// TransitionError is a change the charge state machine forbids.
-type TransitionError struct {
-	From   Status
-	To     Status
-	Reason string
-}
-
-func (e *TransitionError) Error() string {
-	if e.Reason != "" {
-		return fmt.Sprintf("charge cannot move from %s to %s: %s", e.From, e.To, e.Reason)
-	}
-	return fmt.Sprintf("charge cannot move from %s to %s", e.From, e.To)
-}

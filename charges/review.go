@@ -105,7 +105,7 @@ func (r Resolution) Validate() error {
 }
 
 // Resolve records a support decision on a charge in requires_review.
-// Returns ErrNotFound, or a *TransitionError from any other status and for
+// Returns ErrNotFound, or a *fsm.TransitionError from any other status and for
 // succeeded when rebill found no capture at the gateway and released the
 // hold.
 func Resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, r Resolution, now time.Time) (Charge, error) {
@@ -121,7 +121,7 @@ func Resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, r Resolution, now tim
 		if gerr != nil {
 			return Charge{}, gerr
 		}
-		te := &TransitionError{From: current.Status, To: r.Outcome}
+		te := Machine.Refuse(current.Status, r.Outcome, "")
 		if current.Status == RequiresReview && current.HoldReleasedAt != nil {
 			te.Reason = "the gateway shows no capture and the hold was released: resolve it as failed, or retry it"
 		}
@@ -149,7 +149,7 @@ func SweepDiscarded(ctx context.Context, tx pgx.Tx, now time.Time) ([]Charge, er
 	from := []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}
 	for _, f := range from {
 		if !CanTransition(f, RequiresReview) {
-			return nil, &TransitionError{From: f, To: RequiresReview}
+			return nil, Machine.Refuse(f, RequiresReview, "")
 		}
 	}
 	moved, err := collect(tx.Query(ctx, `WITH swept AS (

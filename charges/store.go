@@ -208,7 +208,7 @@ func guardedUpdate(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from
 func allowed(from []Status, to Status) error {
 	for _, f := range from {
 		if f != to && !CanTransition(f, to) {
-			return &TransitionError{From: f, To: to}
+			return Machine.Refuse(f, to, "")
 		}
 	}
 	return nil

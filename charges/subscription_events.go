@@ -27,7 +27,7 @@ func RequestVoid(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now t
 func voidWaiting(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time, code string, since time.Time) (int64, error) {
 	for _, from := range []Status{Scheduled, Declined} {
 		if !CanTransition(from, Voided) {
-			return 0, &TransitionError{From: from, To: Voided}
+			return 0, Machine.Refuse(from, Voided, "")
 		}
 	}
 	voided, err := collect(tx.Query(ctx, `UPDATE charges SET status = $5, failure_code = $3, next_attempt_at = NULL, updated_at = $2
@@ -52,7 +52,7 @@ func DunningEnded(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, dunn
 		return err
 	}
 	if !CanTransition(Declined, Failed) {
-		return &TransitionError{From: Declined, To: Failed}
+		return Machine.Refuse(Declined, Failed, "")
 	}
 	failed, err := collect(tx.Query(ctx, `UPDATE charges SET status = $3, next_attempt_at = NULL, updated_at = $2
 		WHERE subscription_id = $1 AND status = $4 RETURNING `+columns, subscriptionID, now, string(Failed), string(Declined)))

@@ -1,5 +1,7 @@
 package charges
 
+import "github.com/rebill/rebill/internal/fsm"
+
 // transitions lists, for every status, the statuses a charge may move to.
 // It is the one list of allowed moves: every status change in the store
 // asks [CanTransition] before it builds its guarded UPDATE, and the package
@@ -35,16 +37,13 @@ var transitions = map[Status][]Status{
 	Voided:         nil,
 }
 
+// Machine is the charge state machine: its table, and the
+// *fsm.TransitionError of a move it forbids.
+var Machine = fsm.New("charge", Statuses, transitions)
+
 // CanTransition reports whether a charge in status from may move to status
 // to. Staying in the same status is not a transition.
-func CanTransition(from, to Status) bool {
-	for _, s := range transitions[from] {
-		if s == to {
-			return true
-		}
-	}
-	return false
-}
+func CanTransition(from, to Status) bool { return Machine.Can(from, to) }
 
 // passes lists the moves the store makes in one statement through a status
 // in between, each leg allowed on its own: a hold recorded together with

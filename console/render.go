@@ -18,6 +18,7 @@ import (
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/subscriptions"
 )
@@ -259,10 +260,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s session, err er
 // (never an internal error's text).
 func explain(err error) (int, string) {
 	var (
-		fields          validate.Errors
-		subTransition   *subscriptions.TransitionError
-		chargeTrans     *charges.TransitionError
-		enrollmentTrans *enrollments.TransitionError
+		fields     validate.Errors
+		transition *fsm.TransitionError
 	)
 	switch {
 	case errors.As(err, &fields):
@@ -276,12 +275,8 @@ func explain(err error) (int, string) {
 		return http.StatusNotFound, "Not found."
 	case errors.Is(err, billing.ErrForbidden):
 		return http.StatusForbidden, "This key may not do that."
-	case errors.As(err, &subTransition):
-		return http.StatusConflict, "Not done: " + subTransition.Error() + "."
-	case errors.As(err, &chargeTrans):
-		return http.StatusConflict, "Not done: " + chargeTrans.Error() + "."
-	case errors.As(err, &enrollmentTrans):
-		return http.StatusConflict, "Not done: " + enrollmentTrans.Error() + "."
+	case errors.As(err, &transition):
+		return http.StatusConflict, "Not done: " + transition.Error() + "."
 	case errors.Is(err, charges.ErrRetryRefused):
 		return http.StatusConflict, "Not done: " + err.Error() + "."
 	case errors.Is(err, charges.ErrGatewayUnreachable):

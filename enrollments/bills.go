@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/internal/fsm"
 )
 
 // BillStatus is where a bill stands (see the package doc's diagram).
@@ -37,7 +39,8 @@ const (
 	BillFailed BillStatus = "failed"
 	// BillWithdrawn: the issuer annulled it; never charged. Final.
 	BillWithdrawn BillStatus = "withdrawn"
-	// BillExpired: its last payable day passed unpaid. Final.
+	// BillExpired: its last payable day passed unpaid. Never charged
+	// again; a capture that landed after all is still recorded (paid).
 	BillExpired BillStatus = "expired"
 	// BillDuplicate: a copy of a bill another enrollment pays (the same
 	// fine, or the same account's bill, enrolled twice): never charged
@@ -46,6 +49,49 @@ const (
 	// released; one whose own charge was released stays so for good.
 	BillDuplicate BillStatus = "duplicate"
 )
+
+// billTransitions lists, for every status, the statuses a bill may move
+// to. It is the one list of allowed moves: moveBill, under every change of
+// a bill's status, asks [BillMachine] before its guarded UPDATE, and the
+// package doc draws the same graph.
+var billTransitions = map[BillStatus][]BillStatus{
+	// Resume schedules it (or asks for a confirmation first).
+	BillPending: {BillScheduled, BillAwaitingConfirmation, BillWithdrawn, BillExpired},
+	// The customer confirms: scheduled, kept pending while paused, or
+	// paying again when its charge's new attempt waited for it.
+	BillAwaitingConfirmation: {BillScheduled, BillPending, BillPaying, BillWithdrawn, BillExpired},
+	// A payment registry is configured.
+	BillAwaitingRegistry: {BillScheduled, BillPending, BillWithdrawn, BillExpired},
+	// Its charge is created; or it waits for a registry, for resume, or
+	// for another copy's charge.
+	BillScheduled: {BillPaying, BillAwaitingRegistry, BillPending, BillDuplicate, BillWithdrawn, BillExpired},
+	// Its charge settles, or its new attempt needs a confirmation, or its
+	// charge let go of the bill's identity.
+	BillPaying: {BillPaid, BillFailed, BillAwaitingConfirmation, BillDuplicate, BillWithdrawn, BillExpired},
+	// A card change or a support retry starts a new attempt; a person
+	// resolved its charge as paid.
+	BillFailed: {BillPaying, BillPaid, BillAwaitingConfirmation, BillDuplicate, BillWithdrawn, BillExpired},
+	BillPaid:   nil,
+	// Withdrawn is final.
+	BillWithdrawn: nil,
+	// A capture that landed is recorded whatever the bill's status said.
+	BillExpired: {BillPaid, BillWithdrawn},
+	// The charge holding the bill's identity let go of it: a copy never
+	// charged takes its place.
+	BillDuplicate: {BillScheduled, BillPending, BillAwaitingConfirmation, BillPaid, BillWithdrawn},
+}
+
+// BillStatuses lists every bill status, in the order of the life cycle.
+var BillStatuses = []BillStatus{BillPending, BillAwaitingConfirmation, BillAwaitingRegistry, BillScheduled, BillPaying,
+	BillPaid, BillFailed, BillWithdrawn, BillExpired, BillDuplicate}
+
+// BillMachine is the bill state machine: its table, and the
+// *fsm.TransitionError of a move it forbids.
+var BillMachine = fsm.New("bill", BillStatuses, billTransitions)
+
+// CanBillTransition reports whether a bill in status from may move to
+// status to. Staying in the same status is not a transition.
+func CanBillTransition(from, to BillStatus) bool { return BillMachine.Can(from, to) }
 
 // Bill events, published as bill.<type>.
 const (
@@ -207,7 +253,7 @@ func dateOrNil(d *Date) *time.Time {
 // (GetForUpdate): one bill per enrollment and bill id, whichever path
 // brings it and however often. Returns the bill and whether this call
 // created it; ErrBillConflict when the bill id exists with other content;
-// a *TransitionError for a cancelled enrollment. A new bill is scheduled
+// a *fsm.TransitionError for a cancelled enrollment. A new bill is scheduled
 // per rules, kept pending while the enrollment is paused, and awaits
 // confirmation when its amount due at pay_at is above max_amount; one
 // that arrives at or after its last moment to start an attempt
@@ -224,8 +270,7 @@ func (st *Store) Push(ctx context.Context, tx pgx.Tx, e Enrollment, in BillInput
 		return Bill{}, false, err
 	}
 	if e.Status == Cancelled {
-		return Bill{}, false, &TransitionError{Object: "enrollment", From: string(Cancelled), To: string(Cancelled),
-			Reason: "a cancelled enrollment takes no bills"}
+		return Bill{}, false, Machine.Refuse(Cancelled, Cancelled, "a cancelled enrollment takes no bills")
 	}
 	now := st.clock.Now()
 	plan := rules.PlanBill(e.Kind, e.PayDay, in, now)
@@ -290,27 +335,36 @@ func (st *Store) ListBills(ctx context.Context, db DBTX, enrollmentID, before uu
 		WHERE enrollment_id = $1 AND ($2::uuid IS NULL OR id < $2) ORDER BY id DESC LIMIT $3`, enrollmentID, cursor, limit))
 }
 
-func texts(statuses ...BillStatus) []string {
-	out := make([]string, len(statuses))
-	for i, s := range statuses {
-		out[i] = string(s)
+func texts(statuses ...BillStatus) []string { return fsm.Texts(statuses) }
+
+// moveBill is the one guarded move of a bill, under every change of its
+// status: from one of from to to, each a move the table allows, with
+// extra assignments (parameters from $1), publishing event ("" for none).
+// Returns ErrBillNotFound when the guard fails, a *fsm.TransitionError
+// (nothing written) for a move the table forbids.
+func (st *Store) moveBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, from []BillStatus, to BillStatus, event string,
+	set string, args ...any) (Bill, error) {
+	if err := BillMachine.Check(from, to); err != nil {
+		return Bill{}, err
 	}
-	return out
+	assign := fmt.Sprintf("status = $%d", len(args)+1)
+	if set != "" {
+		assign += ", " + set
+	}
+	return st.updateBill(ctx, tx, id, from, event, assign, append(args, to)...)
 }
 
-// moveBill is the guarded move of one bill: from one of from to to, with
-// extra assignments (parameters from $1), publishing event ("" for none).
+// updateBill is the guarded UPDATE under moveBill, and the change of a
+// bill that stays in its status: it writes set (parameters from $1) only
+// while the bill's status is one of in, publishing event ("" for none).
 // Returns ErrBillNotFound when the guard fails.
-func (st *Store) moveBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, from []BillStatus, to BillStatus, event string,
+func (st *Store) updateBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, in []BillStatus, event string,
 	set string, args ...any) (Bill, error) {
 	now := st.clock.Now()
 	n := len(args)
-	query := fmt.Sprintf(`UPDATE bills SET status = $%d, updated_at = $%d`, n+1, n+2)
-	if set != "" {
-		query += ", " + set
-	}
-	query += fmt.Sprintf(` WHERE id = $%d AND status = ANY($%d) RETURNING `, n+3, n+4) + billColumns
-	b, err := scanBill(tx.QueryRow(ctx, query, append(args, to, now, id, texts(from...))...))
+	query := fmt.Sprintf(`UPDATE bills SET %s, updated_at = $%d WHERE id = $%d AND status = ANY($%d) RETURNING `,
+		set, n+1, n+2, n+3) + billColumns
+	b, err := scanBill(tx.QueryRow(ctx, query, append(args, now, id, texts(in...))...))
 	if err != nil {
 		return Bill{}, err
 	}
@@ -335,7 +389,7 @@ func (st *Store) moveBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, from []B
 // paying again, and the caller confirms the charge (charges.Confirm) and
 // starts it. A bill whose confirmation already covers its amount due, or
 // not awaiting confirmation but on its way, is returned unchanged; a
-// withdrawn or expired one is a *TransitionError. The caller locked the
+// withdrawn or expired one is a *fsm.TransitionError. The caller locked the
 // enrollment.
 func (st *Store) Confirm(ctx context.Context, tx pgx.Tx, e Enrollment, billID string) (Bill, error) {
 	b, err := st.GetBill(ctx, tx, e.ID, billID)
@@ -351,13 +405,12 @@ func (st *Store) Confirm(ctx context.Context, tx pgx.Tx, e Enrollment, billID st
 	const confirmed = `confirmed_at = $1, confirmed_amount = $2`
 	switch b.Status {
 	case BillWithdrawn, BillExpired:
-		return b, &TransitionError{Object: "bill", From: string(b.Status), To: string(BillScheduled)}
+		return b, BillMachine.Refuse(b.Status, BillScheduled, "")
 	case BillAwaitingConfirmation:
 		to := BillScheduled
 		switch {
 		case b.ChargeID != nil && e.Status == Cancelled:
-			return b, &TransitionError{Object: "bill", From: string(b.Status), To: string(BillPaying),
-				Reason: "the enrollment is cancelled"}
+			return b, BillMachine.Refuse(b.Status, BillPaying, "the enrollment is cancelled")
 		case b.ChargeID != nil:
 			to = BillPaying
 		case e.Status == Paused:
@@ -368,7 +421,8 @@ func (st *Store) Confirm(ctx context.Context, tx pgx.Tx, e Enrollment, billID st
 		if !b.overCap(e, at) {
 			return b, nil
 		}
-		return st.moveBill(ctx, tx, b.ID, []BillStatus{BillPending}, BillPending, "", confirmed, now, amount)
+		// Recorded, not a move: the bill stays pending until resume.
+		return st.updateBill(ctx, tx, b.ID, []BillStatus{BillPending}, "", confirmed, now, amount)
 	}
 	return b, nil
 }
@@ -414,7 +468,7 @@ func (st *Store) ChargeExpired(ctx context.Context, tx pgx.Tx, chargeID uuid.UUI
 
 // Withdraw marks a bill the issuer annulled: it is never charged. The
 // caller voids its charge. Withdrawing twice returns it unchanged; a paid
-// bill is a *TransitionError. The caller locked the enrollment.
+// bill is a *fsm.TransitionError. The caller locked the enrollment.
 func (st *Store) Withdraw(ctx context.Context, tx pgx.Tx, e Enrollment, billID string) (Bill, bool, error) {
 	b, err := st.GetBill(ctx, tx, e.ID, billID)
 	if err != nil {
@@ -424,8 +478,7 @@ func (st *Store) Withdraw(ctx context.Context, tx pgx.Tx, e Enrollment, billID s
 	case BillWithdrawn:
 		return b, false, nil
 	case BillPaid:
-		return b, false, &TransitionError{Object: "bill", From: string(b.Status), To: string(BillWithdrawn),
-			Reason: "the bill is paid"}
+		return b, false, BillMachine.Refuse(b.Status, BillWithdrawn, "the bill is paid")
 	}
 	b, err = st.moveBill(ctx, tx, b.ID, []BillStatus{b.Status}, BillWithdrawn, BillEventWithdrawn, "")
 	return b, err == nil, err
@@ -503,24 +556,46 @@ func (st *Store) AwaitRegistry(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Bi
 
 // RegistryReady schedules up to limit fines that awaited a payment
 // registry (kept pending while their enrollment is paused), now that one
-// is configured. Returns how many.
+// is configured, skipping bills another transaction holds. Returns how
+// many.
 func (st *Store) RegistryReady(ctx context.Context, tx pgx.Tx, limit int) (int, error) {
-	tag, err := tx.Exec(ctx, `UPDATE bills b SET status = CASE WHEN e.status = $2 THEN $3 ELSE $4 END, updated_at = $5
-		FROM enrollments e WHERE e.id = b.enrollment_id AND b.id IN (
-			SELECT id FROM bills WHERE status = $1 ORDER BY id LIMIT $6 FOR UPDATE SKIP LOCKED)`,
-		string(BillAwaitingRegistry), string(Paused), string(BillPending), string(BillScheduled), st.clock.Now(), limit)
+	rows, err := tx.Query(ctx, `SELECT b.id, e.status FROM bills b JOIN enrollments e ON e.id = b.enrollment_id
+		WHERE b.status = $1 ORDER BY b.id LIMIT $2 FOR UPDATE OF b SKIP LOCKED`, string(BillAwaitingRegistry), limit)
 	if err != nil {
-		return 0, fmt.Errorf("schedule bills that awaited a registry: %w", err)
+		return 0, fmt.Errorf("bills that awaited a registry: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	type waiting struct {
+		ID     uuid.UUID
+		Status Status
+	}
+	ready, err := pgx.CollectRows(rows, pgx.RowToStructByPos[waiting])
+	if err != nil {
+		return 0, fmt.Errorf("bills that awaited a registry: %w", err)
+	}
+	for _, w := range ready {
+		to := BillScheduled
+		if w.Status == Paused {
+			to = BillPending
+		}
+		if _, err := st.moveBill(ctx, tx, w.ID, []BillStatus{BillAwaitingRegistry}, to, "", ""); err != nil {
+			return 0, fmt.Errorf("schedule a bill that awaited a registry: %w", err)
+		}
+	}
+	return len(ready), nil
 }
 
-// Paused keeps the enrollment's scheduled bills pending.
+// Paused keeps the enrollment's scheduled bills pending. The caller
+// locked the enrollment.
 func (st *Store) Paused(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID) error {
-	_, err := tx.Exec(ctx, `UPDATE bills SET status = $2, updated_at = $3 WHERE enrollment_id = $1 AND status = $4`,
-		enrollmentID, string(BillPending), st.clock.Now(), string(BillScheduled))
+	scheduled, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills WHERE enrollment_id = $1 AND status = $2
+		ORDER BY id`, enrollmentID, string(BillScheduled)))
 	if err != nil {
-		return fmt.Errorf("keep bills pending: %w", err)
+		return err
+	}
+	for _, b := range scheduled {
+		if _, err := st.moveBill(ctx, tx, b.ID, []BillStatus{BillScheduled}, BillPending, "", ""); err != nil {
+			return fmt.Errorf("keep bill %s pending: %w", b.ID, err)
+		}
 	}
 	return nil
 }

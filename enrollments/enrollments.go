@@ -10,6 +10,9 @@
 //
 // # Enrollment statuses
 //
+// Every allowed move is listed once, in [Machine]'s table; the store
+// refuses any other with a *fsm.TransitionError.
+//
 //	active --pause--> paused --resume--> active
 //	active|paused --cancel--> cancelled (final)
 //
@@ -19,28 +22,38 @@
 //
 // # Bill statuses
 //
+// Every allowed move is listed once, in [BillMachine]'s table (bills.go),
+// which the store's one guarded move of a bill checks.
+//
 //	pending ----------------(resume)----------> scheduled | awaiting_confirmation
-//	awaiting_confirmation --(confirm)---------> scheduled
+//	scheduled --------------(pause)-----------> pending
+//	awaiting_confirmation --(confirm)---------> scheduled | pending (paused) | paying (its charge waits)
 //	scheduled --------------(pay_at reached)--> paying (its charge exists)
 //	scheduled --------------(a fine, no payment registry)--> awaiting_registry
-//	awaiting_registry ------(a registry is configured)-----> scheduled | pending
+//	awaiting_registry ------(a registry is configured)-----> scheduled | pending (paused)
 //	paying -----------------(charge outcome)--> paid | failed
-//	failed -----------------(card change)-----> paying
+//	paying|failed ----------(a new attempt above what was confirmed)--> awaiting_confirmation
+//	failed -----------------(card change, support retry)--> paying
+//	failed|expired|duplicate --(a capture landed after all: recorded)--> paid
 //	any but paid -----------(issuer annuls)---> withdrawn
 //	pending|awaiting_confirmation|awaiting_registry|scheduled|failed --(last payable day over)--> expired
+//	paying|failed|awaiting_confirmation --(its charge voided: its last start passed)--> expired
 //	scheduled --------------(another copy's charge holds the bill's identity)--> duplicate
 //	scheduled|paying|failed --(its own charge released the identity)--> duplicate (for good)
 //	duplicate (never charged) --(the holder released the identity)--> scheduled | pending | awaiting_confirmation
+//
+// A confirmation of a pending bill is recorded without a move: it stays
+// pending until resume.
 package enrollments
 
 import (
 	"errors"
-	"fmt"
 	"time"
 	_ "time/tzdata" // Europe/Moscow on machines without tzdata
 
 	"github.com/google/uuid"
 
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -77,22 +90,24 @@ const (
 	EventPaymentMethodUpdated = "payment_method_updated"
 )
 
+// transitions lists, for every status, the statuses an enrollment may
+// move to.
 var transitions = map[Status][]Status{
 	Active:    {Paused, Cancelled},
 	Paused:    {Active, Cancelled},
 	Cancelled: nil,
 }
 
+// Statuses lists every enrollment status, in the order of the life cycle.
+var Statuses = []Status{Active, Paused, Cancelled}
+
+// Machine is the enrollment state machine: its table, and the
+// *fsm.TransitionError of a move it forbids.
+var Machine = fsm.New("enrollment", Statuses, transitions)
+
 // CanTransition reports whether an enrollment in status from may move to
 // status to. Staying in the same status is not a transition.
-func CanTransition(from, to Status) bool {
-	for _, s := range transitions[from] {
-		if s == to {
-			return true
-		}
-	}
-	return false
-}
+func CanTransition(from, to Status) bool { return Machine.Can(from, to) }
 
 // AccountRef is who the bill sources know the payer as: the ELS for
 // housing; the STS and/or the driving licence for fines.
@@ -132,20 +147,3 @@ var (
 	// (amount or dates): the issuer must use a new id.
 	ErrBillConflict = errors.New("a bill with this bill_id exists with different content")
 )
-
-// TransitionError is a change the enrollment or bill state machine
-// forbids.
-type TransitionError struct {
-	Object string // "enrollment" or "bill"
-	From   string
-	To     string
-	Reason string
-}
-
-func (e *TransitionError) Error() string {
-	msg := fmt.Sprintf("%s cannot move from %s to %s", e.Object, e.From, e.To)
-	if e.Reason != "" {
-		msg += ": " + e.Reason
-	}
-	return msg
-}

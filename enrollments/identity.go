@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/registry"
 )
 
 // ErrEnrollmentExists: the customer already has an enrollment, not
@@ -82,7 +83,8 @@ const releasableSQL = `c.identity_held AND (c.status = '` + string(charges.Voide
 			WHERE o.identity = c.bill_identity AND o.status = '` + string(BillDuplicate) + `' AND o.charge_id IS NULL
 				AND oe.status <> '` + string(Cancelled) + `')))
 	AND NOT EXISTS (SELECT 1 FROM registry_postings p
-		WHERE (p.charge_id = c.id OR p.uin = c.registry_uin) AND p.status IN ('posting', 'accepted'))`
+		WHERE (p.charge_id = c.id OR p.uin = c.registry_uin)
+			AND p.status IN ('` + string(registry.StatusPosting) + `', '` + string(registry.StatusAccepted) + `'))`
 
 // Releasable lists up to limit identities whose holding charge may let go
 // of them (see ReleaseIdentity).

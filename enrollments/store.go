@@ -186,7 +186,7 @@ func (st *Store) ByAccount(ctx context.Context, db DBTX, kind Kind, ref AccountR
 
 // SetStatus moves an enrollment to status to (pause, resume, cancel).
 // Reaching a status already reached changes nothing (changed false).
-// Returns ErrNotFound or a *TransitionError.
+// Returns ErrNotFound or a *fsm.TransitionError.
 func (st *Store) SetStatus(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Status, event string) (Enrollment, bool, error) {
 	now := st.clock.Now()
 	e, err := st.GetForUpdate(ctx, tx, id)
@@ -196,24 +196,46 @@ func (st *Store) SetStatus(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Stat
 	if e.Status == to {
 		return e, false, nil
 	}
-	if !CanTransition(e.Status, to) {
-		return e, false, &TransitionError{Object: "enrollment", From: string(e.Status), To: string(to)}
-	}
 	var cancelledAt *time.Time
 	if to == Cancelled {
 		cancelledAt = &now
 	}
-	e, err = scan(tx.QueryRow(ctx, `UPDATE enrollments SET status = $2, updated_at = $3, cancelled_at = $4
-		WHERE id = $1 RETURNING `+columns, id, to, now, cancelledAt))
+	moved, err := st.move(ctx, tx, e, to, event, now, `cancelled_at = $1`, cancelledAt)
 	if err != nil {
-		return Enrollment{}, false, fmt.Errorf("move enrollment to %s: %w", to, err)
+		return e, false, err
 	}
-	return e, true, st.publish(ctx, tx, event, e, now)
+	return moved, true, nil
+}
+
+// move is the one guarded move of an enrollment the caller locked (as e):
+// from its status to to, a move the table allows, with extra assignments
+// (parameters from $1), stamped now, publishing event. Returns a *fsm.TransitionError,
+// nothing written, for a move the table forbids or when the row left e's
+// status.
+func (st *Store) move(ctx context.Context, tx pgx.Tx, e Enrollment, to Status, event string, now time.Time, set string,
+	args ...any) (Enrollment, error) {
+	if err := Machine.Check([]Status{e.Status}, to); err != nil {
+		return Enrollment{}, err
+	}
+	n := len(args)
+	query := fmt.Sprintf(`UPDATE enrollments SET status = $%d, updated_at = $%d`, n+1, n+2)
+	if set != "" {
+		query += ", " + set
+	}
+	query += fmt.Sprintf(` WHERE id = $%d AND status = $%d RETURNING `, n+3, n+4) + columns
+	moved, err := scan(tx.QueryRow(ctx, query, append(args, to, now, e.ID, e.Status)...))
+	if errors.Is(err, ErrNotFound) {
+		return Enrollment{}, Machine.Refuse(e.Status, to, "the enrollment changed meanwhile")
+	}
+	if err != nil {
+		return Enrollment{}, fmt.Errorf("move enrollment to %s: %w", to, err)
+	}
+	return moved, st.publish(ctx, tx, event, moved, now)
 }
 
 // ChangePaymentMethod replaces the card of an enrollment that is not
 // cancelled; the same card changes nothing (changed false). Returns
-// ErrNotFound or a *TransitionError for a cancelled one.
+// ErrNotFound or a *fsm.TransitionError for a cancelled one.
 func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUID, pm subscriptions.PaymentMethod) (Enrollment, bool, error) {
 	now := st.clock.Now()
 	e, err := st.GetForUpdate(ctx, tx, id)
@@ -221,8 +243,7 @@ func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUI
 		return Enrollment{}, false, err
 	}
 	if e.Status == Cancelled {
-		return e, false, &TransitionError{Object: "enrollment", From: string(Cancelled), To: string(Cancelled),
-			Reason: "the enrollment is cancelled"}
+		return e, false, Machine.Refuse(Cancelled, Cancelled, "the enrollment is cancelled")
 	}
 	if e.PaymentMethod == pm {
 		return e, false, nil

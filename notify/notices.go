@@ -32,7 +32,7 @@ type Notices struct {
 func (n *Notices) SendNotices(ctx context.Context, now time.Time) (int, error) {
 	up, err := n.each(ctx, now, TypeChargeUpcoming, `SELECT id, 'charge.upcoming:' || id || ':' || extract(epoch FROM next_charge_at)::bigint
 		FROM subscriptions s
-		WHERE status IN ('active', 'past_due') AND NOT cancel_at_period_end AND next_period_index >= 1
+		WHERE `+subscriptions.BillingSQL+` AND NOT cancel_at_period_end AND next_period_index >= 1
 		  AND next_charge_at > $1 AND next_charge_at <= $1 + make_interval(secs => $2)
 		  AND NOT EXISTS (SELECT 1 FROM events e
 			WHERE e.notice_key = 'charge.upcoming:' || s.id || ':' || extract(epoch FROM s.next_charge_at)::bigint)
@@ -45,7 +45,7 @@ func (n *Notices) SendNotices(ctx context.Context, now time.Time) (int, error) {
 			SELECT id, 'payment_method.expiring:' || id || ':' || encode(sha256(convert_to(pm_gateway || ':' || pm_token, 'UTF8')), 'hex')
 				|| ':' || pm_exp_year || '-' || pm_exp_month AS k
 			FROM subscriptions
-			WHERE status <> 'cancelled' AND pm_exp_year = $2 AND pm_exp_month = $3 AND $1::timestamptz IS NOT NULL) c
+			WHERE `+subscriptions.NotCancelledSQL+` AND pm_exp_year = $2 AND pm_exp_month = $3 AND $1::timestamptz IS NOT NULL) c
 		WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.notice_key = c.k)
 		ORDER BY id LIMIT $4`, utc.Year(), int(utc.Month()))
 	return up + exp, err

@@ -15,24 +15,50 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/internal/metrics"
 )
 
-// Posting statuses.
+// PostingStatus is where a posting of a hold to the registry stands.
+type PostingStatus string
+
 const (
 	// StatusPosting: the hold is placed; the payment is being posted.
-	StatusPosting = "posting"
+	StatusPosting PostingStatus = "posting"
 	// StatusAccepted: the registry holds the payment; the capture follows.
-	StatusAccepted = "accepted"
+	StatusAccepted PostingStatus = "accepted"
 	// StatusFailed: the registry never accepted it; the charge went to
-	// review and its hold is released.
-	StatusFailed = "failed"
-	// StatusCancelled: not posted, the charge no longer wanted it.
-	StatusCancelled = "cancelled"
+	// review and its hold is released. Final.
+	StatusFailed PostingStatus = "failed"
+	// StatusCancelled: not posted, the charge no longer wanted it. Final.
+	StatusCancelled PostingStatus = "cancelled"
 	// StatusAnnulled: posted, then annulled because its money was not
-	// captured.
-	StatusAnnulled = "annulled"
+	// captured. Final.
+	StatusAnnulled PostingStatus = "annulled"
 )
+
+// postingTransitions lists, for every status, the statuses a posting may
+// move to: the one list of allowed moves, which move checks before its
+// guarded UPDATE, and the package doc draws the same graph.
+var postingTransitions = map[PostingStatus][]PostingStatus{
+	StatusPosting:   {StatusAccepted, StatusFailed, StatusCancelled, StatusAnnulled},
+	StatusAccepted:  {StatusAnnulled},
+	StatusFailed:    nil,
+	StatusCancelled: nil,
+	StatusAnnulled:  nil,
+}
+
+// PostingStatuses lists every posting status, in the order of the life
+// cycle.
+var PostingStatuses = []PostingStatus{StatusPosting, StatusAccepted, StatusFailed, StatusCancelled, StatusAnnulled}
+
+// Machine is the posting state machine: its table, and the
+// *fsm.TransitionError of a move it forbids.
+var Machine = fsm.New("registry posting", PostingStatuses, postingTransitions)
+
+// CanTransition reports whether a posting in status from may move to
+// status to. Staying in the same status is not a transition.
+func CanTransition(from, to PostingStatus) bool { return Machine.Can(from, to) }
 
 // Poster posts holds to the registry; it implements charges.Postings.
 type Poster struct {
@@ -73,7 +99,7 @@ type posting struct {
 	Attempt   int
 	UIN       string
 	Amount    int64
-	Status    string
+	Status    PostingStatus
 	CreatedAt time.Time
 }
 
@@ -87,12 +113,17 @@ func getPosting(ctx context.Context, db charges.DBTX, paymentID string) (posting
 	return ps, nil
 }
 
-// setStatus moves a posting from one of from to to; false when it was not
-// in from.
-func setStatus(ctx context.Context, db charges.DBTX, paymentID string, from []string, to, gateway, lastError string, now time.Time) (bool, error) {
+// move is the one guarded move of a posting: from one of from to to, each
+// a move the table allows (a *fsm.TransitionError, nothing written,
+// otherwise); false when it was not in from.
+func move(ctx context.Context, db charges.DBTX, paymentID string, from []PostingStatus, to PostingStatus, gateway, lastError string,
+	now time.Time) (bool, error) {
+	if err := Machine.Check(from, to); err != nil {
+		return false, err
+	}
 	tag, err := db.Exec(ctx, `UPDATE registry_postings SET status = $3, gateway = coalesce(nullif($4, ''), gateway),
 			last_error = nullif($5, ''), updated_at = $6
-		WHERE payment_id = $1 AND status = ANY($2)`, paymentID, from, to, gateway, lastError, now)
+		WHERE payment_id = $1 AND status = ANY($2)`, paymentID, fsm.Texts(from), to, gateway, lastError, now)
 	if err != nil {
 		return false, fmt.Errorf("posting %s to %s: %w", paymentID, to, err)
 	}
@@ -178,7 +209,7 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 	p.Logger.Info().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Str("gateway", gateway).
 		Int64("amount", ps.Amount).Msg("posted to the registry")
 	return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
-		moved, err := setStatus(ctx, tx, ps.PaymentID, []string{StatusPosting}, StatusAccepted, gateway, "", p.Clock.Now())
+		moved, err := move(ctx, tx, ps.PaymentID, []PostingStatus{StatusPosting}, StatusAccepted, gateway, "", p.Clock.Now())
 		if err != nil || !moved {
 			return err
 		}
@@ -222,7 +253,7 @@ func (p *Poster) annul(ctx context.Context, paymentID string) error {
 		return fmt.Errorf("annul %s: %w", paymentID, err)
 	}
 	metrics.StageRuns.WithLabelValues("annulment", "annulled").Inc()
-	_, err = setStatus(ctx, p.Pool, paymentID, []string{StatusAccepted}, StatusAnnulled, "", "", p.Clock.Now())
+	_, err = move(ctx, p.Pool, paymentID, []PostingStatus{StatusAccepted}, StatusAnnulled, "", "", p.Clock.Now())
 	return err
 }
 
@@ -250,7 +281,7 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Err(cause).Msg("registry posting failed for good")
 	reason := "the state payment registry did not accept the posting: " + cause.Error()
 	return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
-		moved, err := setStatus(ctx, tx, ps.PaymentID, []string{StatusPosting}, StatusFailed, "", cause.Error(), p.Clock.Now())
+		moved, err := move(ctx, tx, ps.PaymentID, []PostingStatus{StatusPosting}, StatusFailed, "", cause.Error(), p.Clock.Now())
 		if err != nil || !moved {
 			return err
 		}
@@ -299,7 +330,7 @@ func (p *Poster) settleUnsent(ctx context.Context, ps posting, note string, now 
 	case found:
 		to, note = StatusAccepted, ""
 	}
-	_, err = setStatus(ctx, p.Pool, ps.PaymentID, []string{StatusPosting}, to, "", note, now)
+	_, err = move(ctx, p.Pool, ps.PaymentID, []PostingStatus{StatusPosting}, to, "", note, now)
 	return err
 }
 

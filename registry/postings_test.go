@@ -73,9 +73,9 @@ func setupTooLate(ctx context.Context, t *testing.T) tooLateBundle {
 	return tooLateBundle{pool: pool, clk: clk, gw: gw, worker: worker, charge: c, id: id}
 }
 
-func (b tooLateBundle) status(ctx context.Context, t *testing.T) string {
+func (b tooLateBundle) status(ctx context.Context, t *testing.T) registry.PostingStatus {
 	t.Helper()
-	var status string
+	var status registry.PostingStatus
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT status FROM registry_postings WHERE payment_id = $1`, b.id).Scan(&status))
 	return status
 }
@@ -91,7 +91,7 @@ func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 	for name, tc := range map[string]struct {
 		known bool
 		err   error
-		want  string
+		want  registry.PostingStatus
 	}{
 		"unknown to the registry: cancelled":   {want: registry.StatusCancelled},
 		"made by an earlier run: accepted":     {known: true, want: registry.StatusAccepted},

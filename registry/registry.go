@@ -25,6 +25,19 @@
 // operation of its own: by the sweep, and before a newer attempt of the
 // same charge is posted.
 //
+// # Postings
+//
+// Every allowed move of a posting is listed once, in [Machine]'s table;
+// each is a guarded UPDATE (`WHERE status = ANY(from)`), so a job that
+// runs twice, or late, changes nothing the second time.
+//
+//	posting --(the registry took it)--> accepted --(its money not captured)--> annulled
+//	posting --(rejected, or given up on)--> failed
+//	posting --(no longer wanted before it was sent)--> cancelled
+//	posting --(no longer wanted, but an earlier run's answer was lost)--> accepted | annulled (as the registry shows it)
+//
+// failed, cancelled and annulled are final.
+//
 // # Gateways
 //
 // The registry is reached through one or more gateways, tried in turn

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/subscriptions/period"
 )
 
@@ -192,12 +193,12 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill
 			INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval, interval_count,
 				timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token, pm_brand, pm_last4,
 				pm_exp_month, pm_exp_year, description, metadata, created_at, updated_at, receipt)
-			VALUES ($1, $2, 'active', $3, $4, $5, $6, $7, $8, $22, $23, $9, $10, nullif($11, ''), nullif($12, ''), $13, $14,
+			VALUES ($1, $2, `+fsm.Quoted(Active)+`, $3, $4, $5, $6, $7, $8, $22, $23, $9, $10, nullif($11, ''), nullif($12, ''), $13, $14,
 				nullif($15, ''), $16, $17, $17, $21)
 			RETURNING *
 		), e AS (
 			INSERT INTO subscription_events (subscription_id, type, from_status, to_status, actor_id, actor_role, at)
-			SELECT id, $18, NULL, 'active', $19, $20, $17 FROM s
+			SELECT id, $18, NULL, `+fsm.Quoted(Active)+`, $19, $20, $17 FROM s
 		)
 		SELECT `+columns+` FROM s`,
 		id, n.CustomerID, n.Amount, n.Currency, n.Interval, n.IntervalCount, n.TimeZone, draft.BillingAnchor,
@@ -319,12 +320,21 @@ func (st *Store) appendEvent(ctx context.Context, tx pgx.Tx, id uuid.UUID, typ s
 	return nil
 }
 
+// BillingSQL holds for a subscription whose periods are charged (active,
+// past due): the predicate of the partial index subscriptions_due_idx,
+// written out from the constants so that the planner can use that index.
+const BillingSQL = "status IN ('" + string(Active) + "', '" + string(PastDue) + "')"
+
+// NotCancelledSQL holds for a subscription not cancelled: the predicate
+// of the partial index subscriptions_pm_exp_idx.
+const NotCancelledSQL = "status <> '" + string(Cancelled) + "'"
+
 // LockDue claims up to limit subscriptions whose next charge is due at now,
 // in keyset order after (afterAt, afterID), skipping rows that another
 // scan or request holds: each is billed by whoever holds it.
 func (st *Store) LockDue(ctx context.Context, tx pgx.Tx, now, afterAt time.Time, afterID uuid.UUID, limit int) ([]Subscription, error) {
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM subscriptions
-		WHERE status IN ('active', 'past_due') AND next_charge_at <= $1
+		WHERE `+BillingSQL+` AND next_charge_at <= $1
 		  AND (next_charge_at, id) > ($2, $3)
 		ORDER BY next_charge_at, id LIMIT $4 FOR UPDATE SKIP LOCKED`, now, afterAt, afterID, limit)
 	return collect(rows, err)
@@ -336,7 +346,7 @@ func (st *Store) LockDue(ctx context.Context, tx pgx.Tx, now, afterAt time.Time,
 // skipping rows another scan or request holds.
 func (st *Store) LockScheduledCancels(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Subscription, error) {
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM subscriptions
-		WHERE status IN ('paused', 'unpaid') AND cancel_at_period_end AND next_charge_at <= $1
+		WHERE status IN (`+fsm.Quoted(Paused, Unpaid)+`) AND cancel_at_period_end AND next_charge_at <= $1
 		ORDER BY next_charge_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
 	return collect(rows, err)
 }
@@ -345,7 +355,7 @@ func (st *Store) LockScheduledCancels(ctx context.Context, tx pgx.Tx, now time.T
 // come, skipping rows another scan or request holds.
 func (st *Store) LockResumes(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Subscription, error) {
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM subscriptions
-		WHERE status = 'paused' AND resume_at <= $1 ORDER BY resume_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
+		WHERE status = `+fsm.Quoted(Paused)+` AND resume_at <= $1 ORDER BY resume_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
 	return collect(rows, err)
 }
 

@@ -3,15 +3,25 @@
 //
 // # Transitions
 //
-// Every status change goes through [CanTransition] and a guarded UPDATE in
-// the caller's transaction, and appends one [Event] in that transaction. A
-// transition whose target is already reached is a no-op that writes
-// nothing, so repeated pause, resume and cancel requests converge.
+// Every allowed move is listed once, in [Machine]'s table; the store
+// refuses any other with a *fsm.TransitionError.
+//
+//	active ----pause----> paused ----resume (or resume_at)----> active
+//	active ---(a charge declined: dunning)---> past_due
+//	active|past_due ---(dunning ended)---> unpaid
+//	unpaid ---(card change, a retry on the same card)---> past_due
+//	past_due|unpaid ---(what was owed is paid)---> active
+//	any but cancelled ---cancel (now, or at period end)---> cancelled (final)
+//
+// Every status change is a guarded UPDATE in the caller's transaction
+// (`WHERE status = ANY(from)`), and appends one [Event] in that
+// transaction. A transition whose target is already reached is a no-op
+// that writes nothing, so repeated pause, resume and cancel requests
+// converge.
 package subscriptions
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -19,6 +29,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/subscriptions/period"
 )
 
@@ -56,7 +67,9 @@ const (
 	EventReactivated          = "reactivated"
 )
 
-// transitions lists, for every status, the statuses it may move to.
+// transitions lists, for every status, the statuses it may move to. It
+// is the one list of allowed moves: every status change in the store asks
+// [Machine] before its guarded UPDATE.
 var transitions = map[Status][]Status{
 	Active:    {Paused, PastDue, Unpaid, Cancelled},
 	Paused:    {Active, Cancelled},
@@ -65,48 +78,18 @@ var transitions = map[Status][]Status{
 	Cancelled: nil,
 }
 
+// Machine is the subscription state machine: its table, and the
+// *fsm.TransitionError of a move it forbids.
+var Machine = fsm.New("subscription", Statuses, transitions)
+
 // CanTransition reports whether a subscription in status from may move to
 // status to. Staying in the same status is not a transition.
-func CanTransition(from, to Status) bool {
-	for _, s := range transitions[from] {
-		if s == to {
-			return true
-		}
-	}
-	return false
-}
-
-// allowedFrom returns the statuses from which to can be reached.
-func allowedFrom(to Status) []string {
-	var out []string
-	for from, tos := range transitions {
-		for _, s := range tos {
-			if s == to {
-				out = append(out, string(from))
-			}
-		}
-	}
-	return out
-}
+func CanTransition(from, to Status) bool { return Machine.Can(from, to) }
 
 var (
 	// ErrNotFound: no subscription with that id.
 	ErrNotFound = errors.New("subscription not found")
 )
-
-// TransitionError is a status change that the state machine forbids.
-type TransitionError struct {
-	From   Status
-	To     Status
-	Reason string
-}
-
-func (e *TransitionError) Error() string {
-	if e.Reason != "" {
-		return fmt.Sprintf("subscription cannot move from %s to %s: %s", e.From, e.To, e.Reason)
-	}
-	return fmt.Sprintf("subscription cannot move from %s to %s", e.From, e.To)
-}
 
 // PaymentMethod is a recurring payment token and what may be shown of it.
 // The token is write-only: it is never returned by the API or logged.

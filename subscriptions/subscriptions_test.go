@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/fsm"
+	"github.com/rebill/rebill/internal/fsm/fsmtest"
 	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
@@ -18,28 +20,22 @@ import (
 
 func TestCanTransition(t *testing.T) {
 	t.Parallel()
-	all := []subscriptions.Status{subscriptions.Active, subscriptions.Paused, subscriptions.PastDue, subscriptions.Unpaid, subscriptions.Cancelled}
-	allowed := map[[2]subscriptions.Status]bool{
-		{subscriptions.Active, subscriptions.Paused}:     true,
-		{subscriptions.Active, subscriptions.PastDue}:    true,
-		{subscriptions.Active, subscriptions.Unpaid}:     true,
-		{subscriptions.Active, subscriptions.Cancelled}:  true,
-		{subscriptions.Paused, subscriptions.Active}:     true,
-		{subscriptions.Paused, subscriptions.Cancelled}:  true,
-		{subscriptions.PastDue, subscriptions.Active}:    true,
-		{subscriptions.PastDue, subscriptions.Unpaid}:    true,
-		{subscriptions.PastDue, subscriptions.Cancelled}: true,
-		{subscriptions.Unpaid, subscriptions.Active}:     true,
-		{subscriptions.Unpaid, subscriptions.PastDue}:    true,
-		{subscriptions.Unpaid, subscriptions.Cancelled}:  true,
-	}
-	for _, from := range all {
-		for _, to := range all {
-			t.Run(string(from)+"->"+string(to), func(t *testing.T) {
-				require.Equal(t, allowed[[2]subscriptions.Status{from, to}], subscriptions.CanTransition(from, to))
-			})
-		}
-	}
+	fsmtest.RequireMoves(t, subscriptions.Machine, map[subscriptions.Status][]subscriptions.Status{
+		subscriptions.Active:    {subscriptions.Paused, subscriptions.PastDue, subscriptions.Unpaid, subscriptions.Cancelled},
+		subscriptions.Paused:    {subscriptions.Active, subscriptions.Cancelled},
+		subscriptions.PastDue:   {subscriptions.Active, subscriptions.Unpaid, subscriptions.Cancelled},
+		subscriptions.Unpaid:    {subscriptions.Active, subscriptions.PastDue, subscriptions.Cancelled},
+		subscriptions.Cancelled: nil,
+	})
+	require.False(t, subscriptions.CanTransition(subscriptions.Paused, subscriptions.PastDue), "a paused subscription charges nothing")
+	require.False(t, subscriptions.CanTransition(subscriptions.Cancelled, subscriptions.Active), "cancelled is final")
+}
+
+// No SQL names a subscription status: conditions are built from the
+// constants (BillingSQL for the partial indexes' predicates).
+func TestNoSubscriptionStatusLiteral(t *testing.T) {
+	t.Parallel()
+	fsmtest.RequireNoLiterals(t, subscriptions.Statuses)
 }
 
 type testBundle struct {
@@ -141,8 +137,9 @@ func TestForbiddenTransitionChangesNothing(t *testing.T) {
 		},
 	} {
 		err := pgx.BeginFunc(ctx, b.pool, change)
-		var te *subscriptions.TransitionError
+		var te *fsm.TransitionError
 		require.True(t, errors.As(err, &te), "%s: %v", name, err)
+		require.Equal(t, "subscription", te.Machine)
 	}
 	after, err := b.store.Get(ctx, b.pool, sub.ID)
 	require.NoError(t, err)
@@ -203,4 +200,26 @@ func TestPaymentMethodChange(t *testing.T) {
 		})
 	}
 	require.Equal(t, []string{"created", "past_due", "unpaid", "payment_method_updated"}, b.events(t, sub))
+	events, err := b.store.Events(ctx, b.pool, sub.ID, 0, 100)
+	require.NoError(t, err)
+	last := events[len(events)-1]
+	require.Equal(t, [2]subscriptions.Status{subscriptions.Unpaid, subscriptions.PastDue}, [2]subscriptions.Status{last.From, last.To})
+	require.Equal(t, actor, last.Actor)
+	got, err := b.store.Get(ctx, b.pool, sub.ID)
+	require.NoError(t, err)
+	require.Nil(t, got.UnpaidSince, "leaving unpaid clears when its dunning ended")
+
+	// A past-due subscription's card change moves nothing.
+	other := subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok_other", Last4: "0005", ExpMonth: 4, ExpYear: 2031}
+	b.inTx(t, func(tx pgx.Tx) error {
+		got, changed, err := b.store.ChangePaymentMethod(ctx, tx, sub.ID, other, actor)
+		require.True(t, changed)
+		require.Equal(t, subscriptions.PastDue, got.Status)
+		require.Equal(t, other, got.PaymentMethod)
+		return err
+	})
+	events, err = b.store.Events(ctx, b.pool, sub.ID, 0, 100)
+	require.NoError(t, err)
+	last = events[len(events)-1]
+	require.Equal(t, [2]subscriptions.Status{subscriptions.PastDue, subscriptions.PastDue}, [2]subscriptions.Status{last.From, last.To})
 }

@@ -9,12 +9,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/internal/validate"
 )
 
 // Pause stops charging until Resume, or until resumeAt when it is set.
 // Pausing a paused subscription changes nothing. Returns the subscription,
-// whether it changed, ErrNotFound, a *TransitionError, or validate.Errors
+// whether it changed, ErrNotFound, a *fsm.TransitionError, or validate.Errors
 // for a resumeAt that is not in the future or lies beyond the anchors'
 // horizon.
 func (st *Store) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID, resumeAt *time.Time, actor Actor) (Subscription, bool, error) {
@@ -44,7 +45,7 @@ func (st *Store) Resume(ctx context.Context, tx pgx.Tx, id uuid.UUID, actor Acto
 // the anchor stands (a pause during a trial does not end the trial). With
 // a cancel scheduled at period end, the period grid stands too: no new
 // period starts, and the cancel takes effect at the current period's end.
-// Returns a *TransitionError when that end passed while paused (the scan
+// Returns a *fsm.TransitionError when that end passed while paused (the scan
 // cancels it).
 func (st *Store) ResumeAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time, actor Actor) (Subscription, bool, error) {
 	sub, err := st.GetForUpdate(ctx, tx, id)
@@ -52,13 +53,13 @@ func (st *Store) ResumeAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.
 		return Subscription{}, false, err
 	}
 	if sub.Status == Paused && sub.CancelAtPeriodEnd && !sub.NextChargeAt.After(at) {
-		return sub, false, &TransitionError{From: Paused, To: Active,
-			Reason: "the cancel scheduled at period end took effect at " + sub.NextChargeAt.Format(time.RFC3339) + " while paused"}
+		return sub, false, Machine.Refuse(Paused, Active,
+			"the cancel scheduled at period end took effect at "+sub.NextChargeAt.Format(time.RFC3339)+" while paused")
 	}
 	keepGrid := sub.CancelAtPeriodEnd || (sub.NextPeriodIndex == 0 && sub.BillingAnchor.After(at))
 	check := func(sub Subscription) error {
 		if sub.Status != Paused {
-			return &TransitionError{From: sub.Status, To: Active, Reason: "only a paused subscription can be resumed"}
+			return Machine.Refuse(sub.Status, Active, "only a paused subscription can be resumed")
 		}
 		return nil
 	}
@@ -112,7 +113,7 @@ func (st *Store) CancelAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.
 // with the new card and new periods are charged again; the periods that
 // started while it was unpaid are not owed and are skipped, billing going
 // on along the original anchor grid. Returns ErrNotFound or a
-// *TransitionError for a cancelled one.
+// *fsm.TransitionError for a cancelled one.
 func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUID, pm PaymentMethod, actor Actor) (Subscription, bool, error) {
 	now := st.clock.Now()
 	sub, err := st.GetForUpdate(ctx, tx, id)
@@ -120,25 +121,28 @@ func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUI
 		return Subscription{}, false, err
 	}
 	if sub.Status == Cancelled {
-		return sub, false, &TransitionError{From: Cancelled, To: Cancelled, Reason: "the subscription is cancelled"}
+		return sub, false, Machine.Refuse(Cancelled, Cancelled, "the subscription is cancelled")
 	}
 	if sub.PaymentMethod == pm {
 		return sub, false, nil
 	}
-	to, index, at := sub.Status, sub.NextPeriodIndex, sub.NextChargeAt
-	if to == Unpaid {
-		to = PastDue
-		index, at = sub.skipStartedPeriods(now)
+	if sub.Status == Unpaid {
+		// A new card ends the unpaid stop: the same move as a retry, with
+		// the card in the same UPDATE.
+		index, at := sub.skipStartedPeriods(now)
+		return st.transition(ctx, tx, id, PastDue, EventPaymentMethodUpdated, actor, nil,
+			`pm_gateway = $3, pm_token = $4, pm_brand = nullif($5, ''), pm_last4 = nullif($6, ''), pm_exp_month = $7,
+			pm_exp_year = $8, next_period_index = $9, next_charge_at = $10`,
+			pm.Gateway, pm.Token, pm.Brand, pm.Last4, pm.ExpMonth, pm.ExpYear, index, at)
 	}
 	updated, err := scan(tx.QueryRow(ctx, `UPDATE subscriptions SET pm_gateway = $2, pm_token = $3, pm_brand = nullif($4, ''),
-			pm_last4 = nullif($5, ''), pm_exp_month = $6, pm_exp_year = $7, status = $8, updated_at = $9,
-			next_period_index = $10, next_charge_at = $11, unpaid_since = CASE WHEN $8 = 'unpaid' THEN unpaid_since END
+			pm_last4 = nullif($5, ''), pm_exp_month = $6, pm_exp_year = $7, updated_at = $8
 		WHERE id = $1 RETURNING `+columns,
-		id, pm.Gateway, pm.Token, pm.Brand, pm.Last4, pm.ExpMonth, pm.ExpYear, to, now, index, at))
+		id, pm.Gateway, pm.Token, pm.Brand, pm.Last4, pm.ExpMonth, pm.ExpYear, now))
 	if err != nil {
 		return Subscription{}, false, fmt.Errorf("update payment method: %w", err)
 	}
-	if err := st.changed(ctx, tx, updated, EventPaymentMethodUpdated, sub.Status, to, actor, now); err != nil {
+	if err := st.changed(ctx, tx, updated, EventPaymentMethodUpdated, sub.Status, sub.Status, actor, now); err != nil {
 		return Subscription{}, false, err
 	}
 	return updated, true, nil
@@ -216,8 +220,8 @@ func (st *Store) transition(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Sta
 	if sub.Status == to {
 		return sub, false, nil
 	}
-	if !CanTransition(sub.Status, to) {
-		return sub, false, &TransitionError{From: sub.Status, To: to}
+	if err := Machine.Check([]Status{sub.Status}, to); err != nil {
+		return sub, false, err
 	}
 	if check != nil {
 		if err := check(sub); err != nil {
@@ -235,9 +239,9 @@ func (st *Store) transition(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Sta
 	args = append(args, now)
 	updated, err := scan(tx.QueryRow(ctx, `UPDATE subscriptions SET `+set+`
 		WHERE id = $1 AND status = ANY($`+fmt.Sprint(4+len(extraArgs))+`) RETURNING `+columns,
-		append(args, allowedFrom(to))...))
+		append(args, fsm.Texts(Machine.From(to)))...))
 	if errors.Is(err, ErrNotFound) {
-		return sub, false, &TransitionError{From: sub.Status, To: to}
+		return sub, false, Machine.Refuse(sub.Status, to, "")
 	}
 	if err != nil {
 		return Subscription{}, false, fmt.Errorf("move subscription to %s: %w", to, err)

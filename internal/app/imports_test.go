@@ -36,7 +36,7 @@ var allowedImports = map[string][]string{
 	"charges/gateway/yookassa":          {"charges/gateway"},
 	"charges/gateway/stripe":            {"charges/gateway"},
 	"charges/gateway/stripe/stripetest": nil,
-	"enrollments":                       {"charges", "subscriptions"},
+	"enrollments":                       {"charges", "registry", "subscriptions"},
 	"autopay":                           {"charges", "enrollments", "subscriptions"},
 	"registry":                          {"charges"},
 	"audit":                             {"audit/billcheck", "charges", "charges/gateway", "enrollments", "subscriptions"},

@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/migrations"
+	"github.com/rebill/rebill/subscriptions"
 )
 
 // Options sizes a run.
@@ -258,8 +259,8 @@ func InsertSubscriptions(ctx context.Context, pool *pgxpool.Pool, n int, anchor 
 		_, err := pool.Exec(ctx, `INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval,
 				interval_count, timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token,
 				pm_exp_month, pm_exp_year, created_at, updated_at)
-			SELECT id, cust, 'active', 1990, 'USD', 'month', 1, 'UTC', $3, 0, $3, 'sim1', 'tok_ok_bench', 12, 2035, $3, $3
-			FROM unnest($1::uuid[], $2::text[]) AS t(id, cust)`, ids, customers, anchor)
+			SELECT id, cust, $4, 1990, 'USD', 'month', 1, 'UTC', $3, 0, $3, 'sim1', 'tok_ok_bench', 12, 2035, $3, $3
+			FROM unnest($1::uuid[], $2::text[]) AS t(id, cust)`, ids, customers, anchor, subscriptions.Active)
 		if err != nil {
 			return fmt.Errorf("insert subscriptions: %w", err)
 		}

@@ -18,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/subscriptions"
 )
 
 // Gateway starts the simulated gateway name on pool (its ledger in the
@@ -39,8 +41,8 @@ func Subscription(t testing.TB, pool *pgxpool.Pool, gw string, at time.Time) uui
 	_, err := pool.Exec(context.Background(), `INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval,
 			interval_count, timezone, billing_anchor, next_charge_at, pm_gateway, pm_token, pm_exp_month, pm_exp_year,
 			created_at, updated_at)
-		VALUES ($1, 'cust-ops', 'active', 1000, 'RUB', 'month', 1, 'UTC', $2, $3, $4, 'tok_ok', 12, 2030, $2, $2)`,
-		id, at, at.AddDate(0, 1, 0), gw)
+		VALUES ($1, 'cust-ops', $5, 1000, 'RUB', 'month', 1, 'UTC', $2, $3, $4, 'tok_ok', 12, 2030, $2, $2)`,
+		id, at, at.AddDate(0, 1, 0), gw, subscriptions.Active)
 	require.NoError(t, err)
 	return id
 }
@@ -52,7 +54,8 @@ func Enrollment(t testing.TB, pool *pgxpool.Pool, gw string, at time.Time) uuid.
 	id := uuid.New()
 	_, err := pool.Exec(context.Background(), `INSERT INTO enrollments (id, customer_id, kind, els, status, currency, max_amount,
 			pm_gateway, pm_token, pm_exp_month, pm_exp_year, created_at, updated_at)
-		VALUES ($1, 'cust-ops', 'housing', '75AB533315', 'active', 'RUB', 1000000, $2, 'tok_ok', 12, 2030, $3, $3)`, id, gw, at)
+		VALUES ($1, 'cust-ops', $4, '75AB533315', $5, 'RUB', 1000000, $2, 'tok_ok', 12, 2030, $3, $3)`,
+		id, gw, at, enrollments.Housing, enrollments.Active)
 	require.NoError(t, err)
 	return id
 }
