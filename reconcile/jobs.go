@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges"
@@ -36,6 +37,15 @@ type Reconciler struct {
 	// JobTimeout bounds one day's check (0: River's default).
 	JobTimeout time.Duration
 	Logger     zerolog.Logger
+	// Jobs enqueues the days to check.
+	Jobs JobInserter
+}
+
+// JobInserter inserts jobs; *river.Client[pgx.Tx] is one. The days are
+// enqueued outside any transaction: a day enqueued twice is one job
+// (DayArgs are unique), and one not enqueued is found by the next tick.
+type JobInserter interface {
+	InsertMany(ctx context.Context, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)
 }
 
 // TickArgs is the periodic job that enqueues the days to check.
@@ -68,12 +78,12 @@ type enqueued struct {
 
 // Enqueue inserts a DayArgs job for every finished day of the last Days
 // days that a gateway has no result for, and returns how many.
-func (r *Reconciler) Enqueue(ctx context.Context, client *river.Client[pgx.Tx]) (int, error) {
-	e, err := r.enqueue(ctx, client)
+func (r *Reconciler) Enqueue(ctx context.Context) (int, error) {
+	e, err := r.enqueue(ctx)
 	return e.N, err
 }
 
-func (r *Reconciler) enqueue(ctx context.Context, client *river.Client[pgx.Tx]) (enqueued, error) {
+func (r *Reconciler) enqueue(ctx context.Context) (enqueued, error) {
 	end := Day(r.Clock.Now().Add(-Settle)) // the first day not finished
 	from := end.AddDate(0, 0, -r.Days)
 	names := make([]string, 0, len(r.Gateways))
@@ -107,7 +117,7 @@ func (r *Reconciler) enqueue(ctx context.Context, client *river.Client[pgx.Tx]) 
 	if len(params) == 0 {
 		return enqueued{}, nil
 	}
-	if _, err := client.InsertMany(ctx, params); err != nil {
+	if _, err := r.Jobs.InsertMany(ctx, params); err != nil {
 		return enqueued{}, fmt.Errorf("enqueue reconciliation days: %w", err)
 	}
 	e.N = len(params)
@@ -188,7 +198,7 @@ type TickWorker struct {
 
 // Work enqueues the days to check.
 func (w *TickWorker) Work(ctx context.Context, _ *river.Job[TickArgs]) error {
-	e, err := w.Reconciler.enqueue(ctx, river.ClientFromContext[pgx.Tx](ctx))
+	e, err := w.Reconciler.enqueue(ctx)
 	if e.N > 0 {
 		w.Reconciler.Logger.Info().Int("days", e.N).Int("gateways", e.Gateways).
 			Str("from", e.From.Format(time.DateOnly)).Str("to", e.To.Format(time.DateOnly)).

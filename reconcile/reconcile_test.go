@@ -152,6 +152,7 @@ func TestMissedDaysAreCaughtUp(t *testing.T) {
 	ctx := context.Background()
 	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
+	b.rec.Jobs = client
 	listDays := func() []string {
 		rows, err := b.pool.Query(ctx, `SELECT args->>'day' FROM river_job WHERE kind = 'reconcile_day' AND state = 'available' ORDER BY 1`)
 		require.NoError(t, err)
@@ -162,7 +163,7 @@ func TestMissedDaysAreCaughtUp(t *testing.T) {
 
 	// The clock stands on day+2 02:00: the finished days of the last
 	// week are due, today is not.
-	n, err := b.rec.Enqueue(ctx, client)
+	n, err := b.rec.Enqueue(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 7, n)
 	days := listDays()
@@ -170,7 +171,7 @@ func TestMissedDaysAreCaughtUp(t *testing.T) {
 	require.Equal(t, day.AddDate(0, 0, 1).Format(time.DateOnly), days[6])
 
 	// Enqueuing again adds nothing while they wait.
-	n, err = b.rec.Enqueue(ctx, client)
+	n, err = b.rec.Enqueue(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 7, n)
 	require.Len(t, listDays(), 7)
@@ -180,7 +181,7 @@ func TestMissedDaysAreCaughtUp(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.rec.RunDay(ctx, gw, day)
 	require.NoError(t, err)
-	_, err = b.rec.Enqueue(ctx, client)
+	_, err = b.rec.Enqueue(ctx)
 	require.NoError(t, err)
 	days = listDays()
 	require.Len(t, days, 6)
@@ -252,6 +253,9 @@ func TestCatchUpLogsOneInfoLine(t *testing.T) {
 	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: uuid.NewString() + ":2026-11-01", Op: "capture",
 		At: day.Add(time.Hour)})
 
+	jobs, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	b.rec.Jobs = jobs
 	workers := river.NewWorkers()
 	reconcile.Register(workers, b.rec)
 	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Logger: slog.New(slog.DiscardHandler),

@@ -28,6 +28,7 @@ import (
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pgembed"
 	"github.com/rebill/rebill/internal/secrets"
+	"github.com/rebill/rebill/internal/startup"
 	"github.com/rebill/rebill/internal/tracing"
 	"github.com/rebill/rebill/migrations"
 )
@@ -254,7 +255,9 @@ func openPool(ctx context.Context, cfg config.Config, log zerolog.Logger) (pool 
 				log.Error().Err(err).Msg("stopping the private PostgreSQL cluster")
 			}
 		}
-		if err := ensureDatabase(ctx, cluster.URL("postgres"), "rebill"); err != nil {
+		if err := startup.Retry(ctx, log, cfg.StartupRetryFor, "create the private cluster's database", func() error {
+			return ensureDatabase(ctx, cluster.URL("postgres"), "rebill")
+		}); err != nil {
 			stopCluster()
 			return nil, nil, err
 		}
@@ -273,26 +276,14 @@ func openPool(ctx context.Context, cfg config.Config, log zerolog.Logger) (pool 
 		stopCluster()
 		return nil, nil, fmt.Errorf("open database: %w", err)
 	}
-	if err := pingUntil(ctx, pool, 30*time.Second); err != nil {
+	if err := startup.Retry(ctx, log, cfg.StartupRetryFor, "connect to the database", func() error {
+		return pool.Ping(ctx)
+	}); err != nil {
 		pool.Close()
 		stopCluster()
 		return nil, nil, err
 	}
 	return pool, func() { pool.Close(); stopCluster() }, nil
-}
-
-func pingUntil(ctx context.Context, pool *pgxpool.Pool, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		err := pool.Ping(ctx)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("database not reachable: %w", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 func ensureDatabase(ctx context.Context, adminURL, name string) error {
@@ -338,7 +329,9 @@ func openMigrated(ctx context.Context, cfg config.Config, log zerolog.Logger) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := migrations.Up(ctx, pool); err != nil {
+	if err := startup.Retry(ctx, log, cfg.StartupRetryFor, "migrate", func() error {
+		return migrations.Up(ctx, pool)
+	}); err != nil {
 		stop()
 		return nil, nil, err
 	}
@@ -420,11 +413,21 @@ func gatewaysim(ctx context.Context, cfg config.Config, log zerolog.Logger, args
 	defer stop()
 	var clk clock.Clock = clock.Wall{}
 	if cfg.Dev {
-		manual, err := clock.NewManual(ctx, pool, time.Now())
-		if err != nil {
+		var manual *clock.Manual
+		if err := startup.Retry(ctx, log, cfg.StartupRetryFor, "read the dev clock", func() (err error) {
+			manual, err = clock.NewManual(ctx, pool, time.Now())
+			return err
+		}); err != nil {
 			return fmt.Errorf("gatewaysim: with REBILL_DEV=1 it follows the dev clock of DATABASE_URL, which must be rebill's migrated database: %w", err)
 		}
 		clk = manual
+	}
+	// ListenAndServe migrates the ledger too; doing it first here is what
+	// waits out a database that is not there yet.
+	if err := startup.Retry(ctx, log, cfg.StartupRetryFor, "prepare the simulated gateways' ledger", func() error {
+		return sim.Migrate(ctx, pool)
+	}); err != nil {
+		return err
 	}
 	return sim.ListenAndServe(ctx, *addr, pool, clk, simNames, ledgerLogger(log, cfg, pool))
 }
@@ -463,8 +466,12 @@ func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io
 	}
 	defer stop()
 	if cfg.AdminKey == "" {
-		key, created, err := apikeys.NewStore(pool, "").EnsureFirstAdmin(ctx)
-		if err != nil {
+		var key apikeys.Created
+		var created bool
+		if err := startup.Retry(ctx, log, cfg.StartupRetryFor, "create the first admin key", func() (err error) {
+			key, created, err = apikeys.NewStore(pool, "").EnsureFirstAdmin(ctx)
+			return err
+		}); err != nil {
 			return err
 		}
 		if created {
@@ -496,6 +503,7 @@ func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io
 	if err != nil {
 		return err
 	}
+	defer stopMetrics(context.Background()) // a failed start; after a clean shutdown a no-op
 
 	listener, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -503,8 +511,11 @@ func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io
 	}
 	httpServer := &http.Server{Handler: svc.Handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
-	if err := svc.River.Start(ctx); err != nil {
-		return fmt.Errorf("start River: %w", err)
+	if err := startup.Retry(ctx, log, cfg.StartupRetryFor, "start River", func() error {
+		return svc.River.Start(ctx)
+	}); err != nil {
+		_ = listener.Close()
+		return err
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpServer.Serve(listener) }()

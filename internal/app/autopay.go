@@ -30,12 +30,14 @@ const billPullInterval = time.Minute
 
 // buildAutopay wires enrollments and the charging of their bills: the
 // store publishing through recorder, the outcomes the pipeline reports
-// bills' charges to, and, in dev mode, the simulated bill sources.
-func buildAutopay(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, recorder *notify.Recorder, log zerolog.Logger) (*autopay.Autopay, autopay.Outcomes) {
+// bills' charges to, and, in dev mode, the simulated bill sources; it
+// enqueues through jobs.
+func buildAutopay(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, recorder *notify.Recorder, jobs *river.Client[pgx.Tx],
+	log zerolog.Logger) (*autopay.Autopay, autopay.Outcomes) {
 	store := enrollments.NewStore(clk)
 	store.SetEventSink(recorder)
 	rules := enrollments.Rules{Dunning: cfg.DunningSchedule, CaptureMargin: billCaptureMargin}
-	a := &autopay.Autopay{Pool: pool, Enrollments: store, Clock: clk, Rules: rules, BatchSize: cfg.ScanBatch,
+	a := &autopay.Autopay{Pool: pool, Client: jobs, Enrollments: store, Clock: clk, Rules: rules, BatchSize: cfg.ScanBatch,
 		Sources: map[enrollments.Kind]autopay.BillSource{}, Logger: log.With().Str("component", "autopay").Logger()}
 	if cfg.Dev {
 		for _, kind := range []enrollments.Kind{enrollments.Housing, enrollments.Fines} {
@@ -98,15 +100,15 @@ func autopayPeriodicJobs(cfg config.Config, registryConfigured bool) []*river.Pe
 
 // billsMoved pulls the bill sources and scans bills at once: the dev
 // clock moved, or a bill was published.
-func billsMoved(ctx context.Context, client *river.Client[pgx.Tx], log zerolog.Logger) {
-	jobs := []river.InsertManyParams{{Args: autopay.PullArgs{}}, {Args: autopay.ScanArgs{}}, {Args: registry.SweepArgs{}}}
-	if _, err := client.InsertMany(ctx, jobs); err != nil {
+func billsMoved(ctx context.Context, jobs *river.Client[pgx.Tx], log zerolog.Logger) {
+	params := []river.InsertManyParams{{Args: autopay.PullArgs{}}, {Args: autopay.ScanArgs{}}, {Args: registry.SweepArgs{}}}
+	if _, err := jobs.InsertMany(ctx, params); err != nil {
 		log.Error().Err(err).Msg("enqueue bill pull and scan")
 	}
 }
 
 // devBillSources is what the dev endpoints publish to.
-func devBillSources(a *autopay.Autopay, client *river.Client[pgx.Tx], log zerolog.Logger) *api.DevBillSources {
+func devBillSources(a *autopay.Autopay, jobs *river.Client[pgx.Tx], log zerolog.Logger) *api.DevBillSources {
 	return &api.DevBillSources{
 		Publish: func(ctx context.Context, tx pgx.Tx, kind enrollments.Kind, b autopay.SourcedBill) (bool, error) {
 			src, ok := a.Sources[kind].(autopay.DevSource)
@@ -115,6 +117,6 @@ func devBillSources(a *autopay.Autopay, client *river.Client[pgx.Tx], log zerolo
 			}
 			return src.Publish(ctx, tx, b, a.Clock.Now())
 		},
-		Published: func(ctx context.Context) { billsMoved(ctx, client, log) },
+		Published: func(ctx context.Context) { billsMoved(ctx, jobs, log) },
 	}
 }

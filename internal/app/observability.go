@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -47,16 +48,18 @@ func riverMiddleware() []rivertype.Middleware {
 
 // startMetrics samples River's queues for /metrics and, when
 // REBILL_METRICS_ADDR is set, serves /metrics alone there. The returned
-// function stops that listener.
+// function stops both; calls after the first do nothing.
 func startMetrics(ctx context.Context, cfg config.Config, log zerolog.Logger, db metrics.Querier) (func(context.Context), error) {
-	go metrics.SampleQueuesEvery(ctx, db, []string{river.QueueDefault, notify.Queue}, queueSampleInterval, func(err error) {
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	go metrics.SampleQueuesEvery(sampleCtx, db, []string{river.QueueDefault, notify.Queue}, queueSampleInterval, func(err error) {
 		log.Warn().Err(err).Msg("sample River queues for /metrics")
 	})
 	if cfg.MetricsAddr == "" {
-		return func(context.Context) {}, nil
+		return func(context.Context) { stopSampling() }, nil
 	}
 	listener, err := net.Listen("tcp", cfg.MetricsAddr)
 	if err != nil {
+		stopSampling()
 		return nil, fmt.Errorf("listen on REBILL_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
 	}
 	mux := http.NewServeMux()
@@ -68,10 +71,14 @@ func startMetrics(ctx context.Context, cfg config.Config, log zerolog.Logger, db
 		}
 	}()
 	log.Info().Str("addr", "http://"+listener.Addr().String()+"/metrics").Msg("metrics listening")
+	var once sync.Once
 	return func(ctx context.Context) {
-		if err := server.Shutdown(ctx); err != nil {
-			log.Error().Err(err).Msg("metrics listener shutdown")
-		}
+		once.Do(func() {
+			stopSampling()
+			if err := server.Shutdown(ctx); err != nil {
+				log.Error().Err(err).Msg("metrics listener shutdown")
+			}
+		})
 	}, nil
 }
 

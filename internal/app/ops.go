@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
@@ -27,10 +28,10 @@ type ops struct {
 	reports        reportReads
 }
 
-// buildOps wires them; the inspector's job inserter is the River client,
-// set once it exists.
+// buildOps wires them, enqueuing through jobs; the replica's pool is
+// closed with svc.
 func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpool.Pool, gateways []charges.Configured,
-	log zerolog.Logger) (ops, error) {
+	jobs *river.Client[pgx.Tx], log zerolog.Logger) (ops, error) {
 	read := charges.DBTX(pool)
 	if cfg.ReplicaURL != "" {
 		replica, err := openReplica(ctx, cfg.ReplicaURL)
@@ -51,10 +52,10 @@ func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpoo
 		return bps
 	}
 	o := ops{
-		inspector: &inspector.Inspector{Pool: pool, Clock: svc.Clock, Logger: log.With().Str("component", "inspector").Logger(),
+		inspector: &inspector.Inspector{Pool: pool, Jobs: jobs, Clock: svc.Clock, Logger: log.With().Str("component", "inspector").Logger(),
 			Thresholds: inspector.Thresholds{NoJobAfter: cfg.InspectNoJobAfter, UnknownAfter: cfg.InspectUnknownAfter,
 				HoldWarnAfter: cfg.InspectHoldWarn}},
-		reconciler: &reconcile.Reconciler{Pool: pool, Read: read, Gateways: byName, Clock: svc.Clock, Days: cfg.ReconcileDays,
+		reconciler: &reconcile.Reconciler{Pool: pool, Jobs: jobs, Read: read, Gateways: byName, Clock: svc.Clock, Days: cfg.ReconcileDays,
 			JobTimeout: cfg.RescueAfter - 5*time.Second, Logger: log.With().Str("component", "reconcile").Logger()},
 		reconciliation: reconciliationReads{read: read, gateways: byName},
 		reports:        reportReads{read: read, rates: rates},

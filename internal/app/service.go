@@ -16,6 +16,7 @@ import (
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/sim"
@@ -24,12 +25,16 @@ import (
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/internal/secrets"
+	"github.com/rebill/rebill/internal/startup"
 	"github.com/rebill/rebill/internal/tracing"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/reconcile"
+	"github.com/rebill/rebill/registry"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/vault"
+	"github.com/rebill/rebill/velocity"
 )
 
 // Service is one rebill node over a migrated database: the HTTP handler
@@ -48,55 +53,128 @@ type Service struct {
 }
 
 // Close releases what Build started besides River (the in-process
-// simulated gateways in dev mode).
+// simulated gateways and the dev clock's pool in dev mode, the replica's
+// pool, River UI's caches), last opened first.
 func (s *Service) Close() {
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		s.closers[i]()
 	}
+	s.closers = nil
 }
 
-// Build wires a node. In dev mode it uses the shared manual clock and
-// starts the simulated gateways on loopback. The configured gateways are
-// checked first (see checkGateways).
-func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerolog.Logger) (*Service, error) {
+// Build wires a node in four steps: dev mode's manual clock and simulated
+// gateways, the billing pipeline and its workers, the River client that
+// runs them, and the HTTP handler. Whatever a step opened is closed when
+// a later one fails. The configured gateways are checked first (see
+// checkGateways).
+func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerolog.Logger) (_ *Service, err error) {
 	if err := checkGateways(ctx, cfg, log); err != nil {
 		return nil, err
 	}
 	svc := &Service{Clock: clock.Wall{}}
+	defer func() {
+		if err != nil {
+			svc.Close()
+		}
+	}()
 	gatewayConfigs := slices.Clone(cfg.Gateways)
-	var dev *api.Dev
+	var dev *devSetup
 	if cfg.Dev {
-		_, simConns, clockConns := poolSizes(cfg)
-		clockPool, err := pgxpool.NewWithConfig(ctx, withMaxConns(pool.Config(), clockConns))
-		if err != nil {
-			return nil, fmt.Errorf("open dev clock pool: %w", err)
-		}
-		svc.closers = append(svc.closers, clockPool.Close)
-		manual, err := clock.NewManual(ctx, clockPool, time.Now())
-		if err != nil {
-			svc.Close()
+		if dev, err = svc.startDev(ctx, cfg, pool, log); err != nil {
 			return nil, err
 		}
-		svc.Clock = manual
-		baseURL, stopSim, err := startSim(ctx, pool, simConns, simNames, false, true, log.With().Str("component", "gatewaysim").Logger())
-		if err != nil {
-			svc.Close()
-			return nil, err
-		}
-		svc.closers = append(svc.closers, stopSim)
-		gatewayConfigs = append(config.DevGateways(baseURL), gatewayConfigs...)
-		dev = &api.Dev{Clock: manual, Gateways: sim.NewStore(pool)}
-		log.Warn().Msg("dev mode: manual clock, /v1/dev/* endpoints and simulated gateways sim1..sim5")
+		gatewayConfigs = append(config.DevGateways(dev.simURL), gatewayConfigs...)
 	}
+	// Every part that enqueues jobs is given this insert-only client when
+	// it is made; the working client below is made from those parts.
+	jobs, err := river.NewClient(riverpgxv5.New(pool), insertConfig(cfg, log))
+	if err != nil {
+		return nil, fmt.Errorf("create River insert client: %w", err)
+	}
+	p, err := svc.buildPipeline(ctx, cfg, pool, jobs, gatewayConfigs, log)
+	if err != nil {
+		return nil, err
+	}
+	if svc.River, err = newRiver(cfg, pool, p, log); err != nil {
+		return nil, err
+	}
+	svc.Biller = p.biller
+	if svc.Handler, err = svc.buildHTTP(ctx, cfg, pool, p, jobs, dev, log); err != nil {
+		return nil, err
+	}
+	return svc, nil
+}
+
+// devSetup is what dev mode adds to a node: the manual clock the API
+// moves, and the root URL of the simulated gateways sim1..sim5.
+type devSetup struct {
+	clock  *clock.Manual
+	simURL string
+}
+
+// startDev makes the service clock the shared manual one and starts the
+// simulated gateways on loopback; both are closed with svc. Each step that
+// talks to the database is retried on transient errors.
+func (svc *Service) startDev(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerolog.Logger) (*devSetup, error) {
+	_, simConns, clockConns := poolSizes(cfg)
+	clockPool, err := pgxpool.NewWithConfig(ctx, withMaxConns(pool.Config(), clockConns))
+	if err != nil {
+		return nil, fmt.Errorf("open dev clock pool: %w", err)
+	}
+	svc.closers = append(svc.closers, clockPool.Close)
+	var manual *clock.Manual
+	if err := startup.Retry(ctx, log, cfg.StartupRetryFor, "read the dev clock", func() (err error) {
+		manual, err = clock.NewManual(ctx, clockPool, time.Now())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	svc.Clock = manual
+	var baseURL string
+	var stopSim func()
+	if err := startup.Retry(ctx, log, cfg.StartupRetryFor, "start the simulated gateways", func() (err error) {
+		baseURL, stopSim, err = startSim(ctx, pool, simConns, simNames, false, true, log.With().Str("component", "gatewaysim").Logger())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	svc.closers = append(svc.closers, stopSim)
+	log.Warn().Msg("dev mode: manual clock, /v1/dev/* endpoints and simulated gateways sim1..sim5")
+	return &devSetup{clock: manual, simURL: baseURL}, nil
+}
+
+// pipeline is the billing side of a node: the stores, the charge pipeline
+// and the parts around it, and the workers that run them.
+type pipeline struct {
+	keys         *secrets.Keyring
+	tokens       *vault.Vault
+	breakers     *charges.Gateways
+	subs         *subscriptions.Store
+	charges      *charges.Pipeline
+	biller       *scheduler.Biller
+	bills        *autopay.Autopay
+	billOutcomes autopay.Outcomes
+	registrySim  *registry.Sim
+	limiter      *velocity.Limiter
+	idem         *idempotency.Store
+	policy       notify.URLPolicy
+	ops          ops
+	retry        charges.RetryPolicy
+	workers      *river.Workers
+	periodic     []*river.PeriodicJob
+}
+
+// buildPipeline wires billing over the gateways, every part that enqueues
+// doing so through jobs.
+func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, jobs *river.Client[pgx.Tx],
+	gatewayConfigs []config.Gateway, log zerolog.Logger) (*pipeline, error) {
 	keys, err := keyring(cfg, log)
 	if err != nil {
-		svc.Close()
 		return nil, err
 	}
 	tokens := &vault.Vault{Pool: pool, Keys: keys, Holders: tokenHolders()}
 	gateways, err := buildGateways(gatewayConfigs, cfg.GatewayTimeout, svc.Clock)
 	if err != nil {
-		svc.Close()
 		return nil, err
 	}
 	for i := range gateways {
@@ -110,33 +188,36 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 
 	// Every transition publishes its event through the recorder, in its
 	// own transaction (notify).
-	recorder := &notify.Recorder{}
+	recorder := &notify.Recorder{Enqueue: jobs}
 	subs := subscriptions.NewStore(svc.Clock)
 	subs.SetEventSink(recorder)
 	charges.SetEventSink(recorder)
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
 	poster, registrySim := buildRegistry(cfg, pool, svc.Clock, breakers, retry, log)
 	warnNoRegistry(poster, log)
-	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, log)
+	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, jobs, log)
 	bills.Registry = poster != nil
-	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
+	biller := &scheduler.Biller{Pool: pool, Client: jobs, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
 		Logger: log.With().Str("component", "scheduler").Logger()}
-	pipeline := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock, Biller: biller},
+	pipe := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock, Biller: biller},
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
 		UnavailableFor: cfg.UnavailableFor, CaptureInline: true, Logger: log.With().Str("component", "charges").Logger(),
 		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges"), Enrollments: billOutcomes}
 	if poster != nil {
-		pipeline.Postings = poster
+		pipe.Postings = poster
 	}
 	limiter := newLimiter(cfg, svc.Clock)
-	pipeline.Declines = newDeclineLimit(limiter, pool)
+	pipe.Declines = newDeclineLimit(limiter, pool)
 	biller.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
 		BatchSize: cfg.ScanBatch}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
-
 	policy := notify.URLPolicy{AllowPrivate: cfg.Dev || cfg.WebhookAllowPrivate}
+	ops, err := buildOps(ctx, cfg, svc, pool, gateways, jobs, log)
+	if err != nil {
+		return nil, err
+	}
 
 	workers := river.NewWorkers()
 	deliver := notify.NewDeliverWorker(pool, keys, policy, cfg.WebhookRetryBase)
@@ -146,83 +227,92 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
 	svc.reseal = resealSteps(pool, tokens)
 	river.AddWorker(workers, &vault.ResealWorker{Steps: svc.reseal, Batch: resealBatch})
-	charges.Register(workers, pipeline)
+	charges.Register(workers, pipe)
 	registerAutopay(workers, bills, poster)
-	ops, err := buildOps(ctx, cfg, svc, pool, gateways, log)
-	if err != nil {
-		svc.Close()
-		return nil, err
-	}
 	ops.register(workers)
+	periodic := append(append(periodicJobs(cfg), autopayPeriodicJobs(cfg, poster != nil)...), ops.periodicJobs(cfg)...)
+	return &pipeline{keys: keys, tokens: tokens, breakers: breakers, subs: subs, charges: pipe, biller: biller,
+		bills: bills, billOutcomes: billOutcomes, registrySim: registrySim, limiter: limiter, idem: idem,
+		policy: policy, ops: ops, retry: retry, workers: workers, periodic: periodic}, nil
+}
 
-	jobTimeout := charges.JobTimeout(breakers.MaxTimeout(cfg.GatewayTimeout))
+// insertConfig is the River configuration of inserting jobs, shared by
+// the insert-only client and the working one so that a job is the same
+// whichever inserts it: River applies MaxAttempts and the insert
+// middleware when a job is inserted, not when it is worked.
+func insertConfig(cfg config.Config, log zerolog.Logger) *river.Config {
+	return &river.Config{
+		MaxAttempts: cfg.ChargeMaxAttempts,
+		Logger:      riverLogger(log),
+		Middleware:  riverMiddleware(),
+	}
+}
+
+// newRiver is the client that works p's jobs (not yet started).
+func newRiver(cfg config.Config, pool *pgxpool.Pool, p *pipeline, log zerolog.Logger) (*river.Client[pgx.Tx], error) {
+	jobTimeout := charges.JobTimeout(p.breakers.MaxTimeout(cfg.GatewayTimeout))
 	if cfg.RescueAfter <= jobTimeout+5*time.Second {
 		return nil, fmt.Errorf("REBILL_RESCUE_AFTER (%s) must exceed a charge job's timeout (%s) by more than 5s", cfg.RescueAfter, jobTimeout)
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers},
-			// Deliveries wait on other people's servers: their own bounded
-			// queue, so that a slow receiver never holds up billing.
-			notify.Queue: {MaxWorkers: max(1, cfg.WebhookWorkers)}},
-		Workers:                     workers,
-		MaxAttempts:                 cfg.ChargeMaxAttempts,
-		RetryPolicy:                 retry,
-		JobTimeout:                  jobTimeout,
-		RescueStuckJobsAfter:        cfg.RescueAfter,
-		CompletedJobRetentionPeriod: time.Hour,
-		FetchCooldown:               cfg.FetchCooldown,
-		FetchPollInterval:           cfg.FetchPollInterval,
-		PeriodicJobs:                append(append(periodicJobs(cfg), autopayPeriodicJobs(cfg, poster != nil)...), ops.periodicJobs(cfg)...),
-		Logger:                      riverLogger(log),
-		Middleware:                  riverMiddleware(),
-	})
+	rc := insertConfig(cfg, log)
+	rc.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers},
+		// Deliveries wait on other people's servers: their own bounded
+		// queue, so that a slow receiver never holds up billing.
+		notify.Queue: {MaxWorkers: max(1, cfg.WebhookWorkers)}}
+	rc.Workers = p.workers
+	rc.RetryPolicy = p.retry
+	rc.JobTimeout = jobTimeout
+	rc.RescueStuckJobsAfter = cfg.RescueAfter
+	rc.CompletedJobRetentionPeriod = time.Hour
+	rc.FetchCooldown = cfg.FetchCooldown
+	rc.FetchPollInterval = cfg.FetchPollInterval
+	rc.PeriodicJobs = p.periodic
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if err != nil {
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
-	biller.Client = client
-	bills.Client = client
-	recorder.Enqueue = client
-	svc.Inspector.Jobs = client
-	svc.River = client
-	svc.Biller = biller
+	return client, nil
+}
+
+// buildHTTP is the node's handler over p: the API, dev mode's endpoints,
+// River UI over svc.River and the support console.
+func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, p *pipeline, jobs *river.Client[pgx.Tx],
+	dev *devSetup, log zerolog.Logger) (http.Handler, error) {
+	var devAPI *api.Dev
 	if dev != nil {
-		dev.ClockMoved = func(ctx context.Context) {
-			if _, err := client.Insert(ctx, scheduler.ScanArgs{}, nil); err != nil {
-				log.Error().Err(err).Msg("enqueue scan after clock move")
-			}
-			billsMoved(ctx, client, log)
-		}
+		devAPI = &api.Dev{Clock: dev.clock, Gateways: sim.NewStore(pool), Registry: p.registrySim,
+			BillSources: devBillSources(p.bills, jobs, log),
+			ClockMoved: func(ctx context.Context) {
+				if _, err := jobs.Insert(ctx, scheduler.ScanArgs{}, nil); err != nil {
+					log.Error().Err(err).Msg("enqueue scan after clock move")
+				}
+				billsMoved(ctx, jobs, log)
+			}}
 	}
-	ui, stopUI, err := startRiverUI(ctx, client, log)
+	ui, stopUI, err := startRiverUI(ctx, svc.River, log)
 	if err != nil {
-		svc.Close()
 		return nil, err
 	}
 	svc.closers = append(svc.closers, stopUI)
-	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, Attempts: pipeline,
-		KnownGateway: breakers.Known, Clock: svc.Clock, Enrollments: bills.Enrollments, Autopay: bills, BillOutcomes: billOutcomes,
-		Velocity: limiter, Tokens: tokens}
-	if dev != nil {
-		dev.BillSources = devBillSources(bills, client, log)
-		dev.Registry = registrySim
-	}
+	uses := &billing.Service{Pool: pool, Subscriptions: p.subs, Biller: p.biller, Attempts: p.charges,
+		KnownGateway: p.breakers.Known, Clock: svc.Clock, Enrollments: p.bills.Enrollments, Autopay: p.bills, BillOutcomes: p.billOutcomes,
+		Velocity: p.limiter, Tokens: p.tokens}
 	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())
-	zeroMetrics(breakers.List(), svc.reseal)
+	zeroMetrics(p.breakers.List(), svc.reseal)
 	apiKeys := apikeys.NewStore(pool, cfg.AdminKey)
-	svc.Handler = tracing.Handler(api.NewServer(api.Deps{
-		Keys: apiKeys, Idempotency: idem, Billing: uses, Ready: pool.Ping,
-		KnownGateway: breakers.Known, Gateways: breakers, Dev: dev, Logger: log,
-		Webhooks:         &notify.Webhooks{Pool: pool, Keys: keys, Policy: policy, Clock: svc.Clock, Enqueue: client},
+	return tracing.Handler(api.NewServer(api.Deps{
+		Keys: apiKeys, Idempotency: p.idem, Billing: uses, Ready: pool.Ping,
+		KnownGateway: p.breakers.Known, Gateways: p.breakers, Dev: devAPI, Logger: log,
+		Webhooks:         &notify.Webhooks{Pool: pool, Keys: p.keys, Policy: p.policy, Clock: svc.Clock, Enqueue: jobs},
 		MetricsElsewhere: cfg.MetricsAddr != "",
 		Autopay:          uses, Clock: svc.Clock,
-		Reconciliation: ops.reconciliation, Reports: ops.reports,
+		Reconciliation: p.ops.reconciliation, Reports: p.ops.reports,
 		RiverUI: ui,
-		Console: console.New(console.Options{Pool: pool, Keys: apiKeys, Billing: uses, Autopay: uses, Gateways: breakers,
-			Reconciliation: ops.reconciliation, Reports: ops.reports, Clock: svc.Clock,
+		Console: console.New(console.Options{Pool: pool, Keys: apiKeys, Billing: uses, Autopay: uses, Gateways: p.breakers,
+			Reconciliation: p.ops.reconciliation, Reports: p.ops.reports, Clock: svc.Clock,
 			Logger: log.With().Str("component", "console").Logger(), IdleTimeout: cfg.ConsoleIdleTimeout,
 			TrustProxy: cfg.ConsoleTrustProxy, RiverUI: ui != nil}),
-	}), tracerProvider())
-	return svc, nil
+	}), tracerProvider()), nil
 }
 
 // startSim runs the simulated gateways on loopback with a pool of their

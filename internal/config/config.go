@@ -76,6 +76,9 @@ type Config struct {
 	// X-Forwarded-Proto and X-Forwarded-For are believed.
 	ConsoleIdleTimeout time.Duration
 	ConsoleTrustProxy  bool
+	// StartupRetryFor bounds how long start-up steps that talk to the
+	// database are tried again on transient errors (0: once).
+	StartupRetryFor time.Duration
 }
 
 // variable documents one environment variable.
@@ -253,6 +256,18 @@ var variables = []variable{
 		}},
 	{"REBILL_CONSOLE_TRUST_PROXY", "", "1: rebill is behind a reverse proxy that sets X-Forwarded-Proto and X-Forwarded-For: the console's cookie is Secure when the proxy says https, and failed logins are counted per the address the proxy saw",
 		func(c *Config, v string) (err error) { c.ConsoleTrustProxy, err = parseBool(v); return }},
+	{"REBILL_STARTUP_RETRY_FOR", "60s", "how long a start waits out transient database errors (a restart, a failover, too many connections), trying each step again with backoff and logging each try, before it gives up (0: no retry, 0s..1h); errors a retry cannot cure (a wrong password, a missing database, a bad migration) stop it at once",
+		func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if v == "0" {
+				d, err = 0, nil
+			}
+			if err != nil || d < 0 || d > time.Hour {
+				return errors.New("want a duration from 0s to 1h, such as 60s (0 turns the retry off)")
+			}
+			c.StartupRetryFor = d
+			return nil
+		}},
 }
 
 func countInto(field func(*Config) *int) func(*Config, string) error {
@@ -311,7 +326,7 @@ func Load(getenv func(string) string) (Config, error) {
 		DBMaxConns: 25, WebhookRetryBase: 5 * time.Second, WebhookWorkers: 20, UpcomingNotice: 72 * time.Hour,
 		InspectInterval: time.Minute, InspectUnknownAfter: time.Hour, InspectHoldWarn: 72 * time.Hour, ReconcileDays: 7,
 		VelocityCreationsPerHour: 20, VelocityCardChangesPerDay: 10, VelocityDeclinesPerDay: 5,
-		ConsoleIdleTimeout: 30 * time.Minute,
+		ConsoleIdleTimeout: 30 * time.Minute, StartupRetryFor: time.Minute,
 	}
 	for _, v := range variables {
 		value := getenv(v.name)
