@@ -34,13 +34,13 @@
 package enrollments
 
 import (
-	"errors"
 	"fmt"
 	"time"
 	_ "time/tzdata" // Europe/Moscow on machines without tzdata
 
 	"github.com/google/uuid"
 
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -125,12 +125,12 @@ type Enrollment struct {
 
 var (
 	// ErrNotFound: no enrollment (or bill) with that id.
-	ErrNotFound = errors.New("enrollment not found")
+	ErrNotFound = fault.New(fault.NotFound, "enrollment not found")
 	// ErrBillNotFound: the enrollment has no bill with that bill_id.
-	ErrBillNotFound = errors.New("bill not found")
+	ErrBillNotFound = fault.New(fault.NotFound, "bill not found")
 	// ErrBillConflict: a bill with this bill_id exists with other content
 	// (amount or dates): the issuer must use a new id.
-	ErrBillConflict = errors.New("a bill with this bill_id exists with different content")
+	ErrBillConflict = fault.New(fault.Conflict, "a bill with this bill_id exists with different content")
 )
 
 // TransitionError is a change the enrollment or bill state machine
@@ -149,3 +149,5 @@ func (e *TransitionError) Error() string {
 	}
 	return msg
 }
+
+func (*TransitionError) ErrorCode() fault.Code { return fault.Conflict }

@@ -10,7 +10,6 @@
 package subscriptions
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/subscriptions/period"
 )
 
@@ -91,7 +91,7 @@ func allowedFrom(to Status) []string {
 
 var (
 	// ErrNotFound: no subscription with that id.
-	ErrNotFound = errors.New("subscription not found")
+	ErrNotFound = fault.New(fault.NotFound, "subscription not found")
 )
 
 // TransitionError is a status change that the state machine forbids.
@@ -107,6 +107,8 @@ func (e *TransitionError) Error() string {
 	}
 	return fmt.Sprintf("subscription cannot move from %s to %s", e.From, e.To)
 }
+
+func (*TransitionError) ErrorCode() fault.Code { return fault.Conflict }
 
 // PaymentMethod is a recurring payment token and what may be shown of it.
 // The token is write-only: it is never returned by the API or logged.
