@@ -190,3 +190,33 @@ func TestEveryCodeHasADocumentedProblem(t *testing.T) {
 		require.Equal(t, p.Status, doc.Problems()[slug], "%s answers %s", c.name, slug)
 	}
 }
+
+// A domain error the API has never seen is answered by its code alone: a
+// new error needs no new case here. Context that callers put in front
+// stays out of the detail; what the domain appended is kept.
+func TestNewDomainErrorIsAnsweredByItsCode(t *testing.T) {
+	t.Parallel()
+	newErr := func(code fault.Code, text string) error {
+		return fmt.Errorf("widget 7: %w", fmt.Errorf("%w: it is locked", fault.New(code, text)))
+	}
+	for _, c := range []failCase{
+		{name: "invalid", err: newErr(fault.Invalid, "the widget is too wide"),
+			status: 400, body: `{"type":"https://rebill.dev/problems/validation-error","title":"Invalid request","status":400,"detail":"The request has invalid fields.","errors":[{"field":"","message":"the widget is too wide: it is locked"}]}` + "\n"},
+		{name: "not found", err: newErr(fault.NotFound, "widget not found"),
+			status: 404, body: `{"type":"https://rebill.dev/problems/not-found","title":"Not found","status":404,"detail":"No such resource."}` + "\n"},
+		{name: "conflict", err: newErr(fault.Conflict, "the widget cannot turn"),
+			status: 409, body: `{"type":"https://rebill.dev/problems/invalid-transition","title":"Invalid transition","status":409,"detail":"the widget cannot turn: it is locked"}` + "\n"},
+		{name: "forbidden", err: newErr(fault.Forbidden, "not your widget"),
+			status: 403, body: `{"type":"https://rebill.dev/problems/forbidden","title":"Forbidden","status":403,"detail":"A customer key can only create and list its own customer's subscriptions."}` + "\n"},
+		{name: "unavailable", err: newErr(fault.Unavailable, "the widget store is down"),
+			status: 503, retryAfter: "1", logged: "database unavailable",
+			body: `{"type":"https://rebill.dev/problems/service-unavailable","title":"Service unavailable","status":503,"detail":"The database is unreachable; nothing was executed. Retry later with the same Idempotency-Key."}` + "\n"},
+		{name: "limited", err: newErr(fault.Limited, "too many widgets"),
+			status: 429, body: `{"type":"https://rebill.dev/problems/velocity-limit","title":"Velocity limit","status":429,"detail":"too many widgets: it is locked"}` + "\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			runFail(t, c)
+		})
+	}
+}

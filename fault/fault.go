@@ -28,7 +28,9 @@ const (
 	// Unavailable: something the request needs could not be reached, so
 	// nothing was done; the same request may succeed later.
 	Unavailable Code = "unavailable"
-	// Limited: the caller went over a rate limit; nothing was done.
+	// Limited: the caller went over a rate limit; nothing was done. Its
+	// error says when to try again with a RetryAfterSeconds() int method,
+	// which the API sends as Retry-After.
 	Limited Code = "limited"
 )
 
