@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,15 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	})
 	ts := httptest.NewServer(openapitest.Wrap(t, srv)) // every exchange is checked against the OpenAPI document
 	t.Cleanup(ts.Close)
+	// An error the API answers as a 500 is a defect or an error without a
+	// code: no exchange of these tests should meet one.
+	t.Cleanup(func() {
+		for line := range strings.Lines(logs.String()) {
+			if strings.Contains(line, `"message":"request failed"`) {
+				t.Errorf("a request failed as a 500: %s", line)
+			}
+		}
+	})
 	return testBundle{pool: pool, server: ts, clock: clk, logs: logs}
 }
 

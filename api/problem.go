@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,14 +16,10 @@ import (
 
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/autopay"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/fsm"
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/validate"
-	"github.com/rebill/rebill/notify"
-	"github.com/rebill/rebill/subscriptions"
-	"github.com/rebill/rebill/velocity"
 )
 
 // problemBase prefixes every problem type URI.
@@ -96,71 +93,118 @@ func encodeJSON(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// fail is the one place an error becomes a response: the domain's errors
-// map to their statuses, and anything unexpected is a 500 whose details go
-// to the log only.
+// fail is the one place an error becomes a response (see answerFor);
+// anything unexpected is a 500 whose details go to the log only.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	a := answerFor(err)
+	if a.logAs != "" {
+		s.Logger.Error().Err(err).Str("request_id", requestID(r)).Msg(a.logAs)
+	}
+	if a.unstored {
+		idempotency.Unstored(r.Context())
+	}
+	if a.retryAfter != "" {
+		w.Header().Set("Retry-After", a.retryAfter)
+	}
+	writeProblem(w, a.problem)
+}
+
+// answer is how the API answers an error.
+type answer struct {
+	problem    Problem
+	retryAfter string // the Retry-After header; "" for none
+	// unstored: nothing was executed, and the same Idempotency-Key must
+	// run afresh once the condition is gone rather than replay this
+	// refusal.
+	unstored bool
+	logAs    string // the log message; "" when the refusal is the caller's business
+}
+
+// answers is the answer to each code. A problem without a detail takes the
+// error's message (fault.Message), which domain packages write for the
+// caller.
+var answers = map[fault.Code]answer{
+	fault.Invalid:  {problem: validationProblem()},
+	fault.NotFound: {problem: problemNotFound},
+	fault.Conflict: {problem: newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", "")},
+	// Roles are checked by the middleware (problemForbidden); the domain
+	// forbids only what a customer key does for another customer.
+	fault.Forbidden: {problem: newProblem(http.StatusForbidden, "forbidden", "Forbidden",
+		"A customer key can only create and list its own customer's subscriptions.")},
+	// The database is what every request needs; another dependency that
+	// cannot be reached has its own answer in answerFor.
+	fault.Unavailable: {problem: problemUnavailable, retryAfter: "1", logAs: "database unavailable"},
+	// The request changed nothing, and it is not stored under its
+	// Idempotency-Key (the middleware keeps only completed outcomes), so
+	// the same key runs once the window has passed.
+	fault.Limited: {problem: newProblem(http.StatusTooManyRequests, "velocity-limit", "Velocity limit", "")},
+}
+
+// answerFor maps err to its answer: by its code (answers), except for the
+// few errors whose problem says more than their code.
+func answerFor(err error) answer {
 	var (
-		fields           validate.Errors
-		decodeErr        *validate.DecodeError
-		card             *cardNumberError
-		transition       *fsm.TransitionError // every state machine's forbidden change
-		velocityExceeded *velocity.ExceededError
-		enrollmentExists *enrollments.ExistsError
+		card   *cardNumberError
+		exists *enrollments.ExistsError
 	)
 	switch {
-	case errors.As(err, &fields):
-		writeProblem(w, validationProblem(fields...))
-	case errors.As(err, &decodeErr):
-		writeProblem(w, validationProblem(decodeErr.Errors...))
 	case errors.As(err, &card):
-		writeProblem(w, cardNumberProblem(card.field))
+		return answer{problem: cardNumberProblem(card.field)}
 	case errors.Is(err, validate.ErrBodyTooLarge):
-		writeProblem(w, problemBodyTooLarge)
-	case errors.Is(err, errUnknownID), errors.Is(err, subscriptions.ErrNotFound), errors.Is(err, charges.ErrNotFound),
-		errors.Is(err, notify.ErrNotFound), errors.Is(err, notify.ErrEndpointNotFound):
-		writeProblem(w, problemNotFound)
-	case errors.Is(err, billing.ErrForbidden):
-		writeProblem(w, newProblem(http.StatusForbidden, "forbidden", "Forbidden",
-			"A customer key can only create and list its own customer's subscriptions."))
-	case errors.As(err, &transition):
-		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", transition.Error()))
-	case errors.Is(err, enrollments.ErrNotFound), errors.Is(err, enrollments.ErrBillNotFound):
-		writeProblem(w, problemNotFound)
+		return answer{problem: problemBodyTooLarge}
 	case errors.Is(err, autopay.ErrRegistryNotConfigured):
-		// Nothing was executed: once a registry is configured, the same key
-		// must create the enrollment, not replay this refusal.
-		idempotency.Unstored(r.Context())
-		writeProblem(w, newProblem(http.StatusConflict, "registry-not-configured", "Registry not configured",
-			"No state payment registry is configured, so fines cannot be paid: a fine is paid only once the registry accepted its payment. Nothing was created."))
-	case errors.As(err, &enrollmentExists):
-		idempotency.Unstored(r.Context())
+		// Once a registry is configured, the same key must create the
+		// enrollment, not replay this refusal.
+		return answer{unstored: true, problem: newProblem(http.StatusConflict, "registry-not-configured", "Registry not configured",
+			"No state payment registry is configured, so fines cannot be paid: a fine is paid only once the registry accepted its payment. Nothing was created.")}
+	case errors.As(err, &exists):
 		p := newProblem(http.StatusConflict, "enrollment-exists", "Enrollment exists",
 			"The customer already has an enrollment of this kind for this account (the same ELS, or a shared STS or "+
 				"driving licence) that is not cancelled: enrollment_id names it. Change that one, or cancel it first.")
-		p.EnrollmentID = enrollmentExists.ID.String()
-		writeProblem(w, p)
+		p.EnrollmentID = exists.ID.String()
+		return answer{unstored: true, problem: p}
 	case errors.Is(err, enrollments.ErrBillConflict):
-		writeProblem(w, newProblem(http.StatusConflict, "bill-conflict", "Bill conflict",
-			"A bill with this bill_id exists with a different amount or dates; the issuer must send a new bill_id."))
-	case errors.Is(err, notify.ErrEndpointDisabled):
-		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", err.Error()))
-	case errors.Is(err, charges.ErrRetryRefused):
-		writeProblem(w, newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", err.Error()))
-	case errors.As(err, &velocityExceeded):
-		writeVelocityProblem(w, velocityExceeded)
+		return answer{problem: newProblem(http.StatusConflict, "bill-conflict", "Bill conflict",
+			"A bill with this bill_id exists with a different amount or dates; the issuer must send a new bill_id.")}
 	case errors.Is(err, charges.ErrGatewayUnreachable):
-		w.Header().Set("Retry-After", "5")
-		writeProblem(w, newProblem(http.StatusServiceUnavailable, "gateway-unavailable", "Gateway unavailable",
-			"The payment gateway could not be asked what the charge's last attempt did, so nothing was done. Retry later with the same Idempotency-Key."))
-	case databaseUnavailable(err):
-		s.Logger.Error().Err(err).Str("request_id", requestID(r)).Msg("database unavailable")
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, problemUnavailable)
-	default:
-		s.Logger.Error().Err(err).Str("request_id", requestID(r)).Msg("request failed")
-		writeProblem(w, problemInternal)
+		return answer{retryAfter: "5", problem: newProblem(http.StatusServiceUnavailable, "gateway-unavailable", "Gateway unavailable",
+			"The payment gateway could not be asked what the charge's last attempt did, so nothing was done. Retry later with the same Idempotency-Key.")}
 	}
+	code := fault.CodeOf(err)
+	if code == "" && databaseUnavailable(err) {
+		code = fault.Unavailable
+	}
+	a, ok := answers[code]
+	if !ok {
+		return answer{problem: problemInternal, logAs: "request failed"}
+	}
+	if a.problem.Detail == "" {
+		a.problem.Detail = fault.Message(err)
+	}
+	if code == fault.Invalid {
+		a.problem.Errors = fieldErrors(err)
+	}
+	var wait interface{ RetryAfterSeconds() int }
+	if errors.As(err, &wait) {
+		a.retryAfter = strconv.Itoa(wait.RetryAfterSeconds())
+	}
+	return a
+}
+
+// fieldErrors lists the fields an Invalid error names; an error that names
+// none is about the request as a whole.
+func fieldErrors(err error) []validate.FieldError {
+	var (
+		fields    validate.Errors
+		decodeErr *validate.DecodeError
+	)
+	switch {
+	case errors.As(err, &fields):
+		return fields
+	case errors.As(err, &decodeErr):
+		return decodeErr.Errors
+	}
+	return []validate.FieldError{{Field: "", Message: fault.Message(err)}}
 }
 
 // cardNumberProblem names the field that holds what looks like a card

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/validate"
 )
 
@@ -20,9 +21,11 @@ type cardNumberError struct{ field string }
 
 func (e *cardNumberError) Error() string { return e.field + ": looks like a card number" }
 
+func (*cardNumberError) ErrorCode() fault.Code { return fault.Invalid }
+
 // errUnknownID: a path id that names no object, because it is not an id
 // in the form this API writes.
-var errUnknownID = errors.New("no such id")
+var errUnknownID = fault.New(fault.NotFound, "no such id")
 
 // errNoRequestTx: a POST handler ran outside the idempotency middleware.
 var errNoRequestTx = errors.New("request transaction missing")

@@ -36,6 +36,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/clock"
 )
 
@@ -59,7 +60,7 @@ type Autopay struct {
 
 // ErrRegistryNotConfigured: a fines enrollment cannot be created, because
 // no state payment registry is configured to post its fines to.
-var ErrRegistryNotConfigured = errors.New("no state payment registry is configured: fines cannot be paid")
+var ErrRegistryNotConfigured = fault.New(fault.Conflict, "no state payment registry is configured: fines cannot be paid")
 
 // Push stores a bill for the enrollment (its row locked in tx first, so
 // that concurrent pushes of one bill serialise) and, when it is due at

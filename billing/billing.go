@@ -18,7 +18,6 @@ package billing
 
 import (
 	"context"
-	"errors"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -27,6 +26,7 @@ import (
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
@@ -36,7 +36,7 @@ import (
 
 // ErrForbidden: the caller may not act for that customer (a customer key
 // creating or listing for another customer).
-var ErrForbidden = errors.New("not allowed for this caller")
+var ErrForbidden = fault.New(fault.Forbidden, "not allowed for this caller")
 
 // Caller is who asks: the actor that events record and, for a customer
 // key, the one customer whose objects it may see and change.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/fault"
 )
 
 // newAttempt is the assignment list that starts the next business attempt
@@ -44,7 +46,7 @@ var lostOrStolen = map[string]bool{"lost_card": true, "stolen_card": true, "pick
 
 // ErrRetryRefused: a retry on the same card is not allowed (card-network
 // rules); the wrapped message says which.
-var ErrRetryRefused = errors.New("retry refused")
+var ErrRetryRefused = fault.New(fault.Conflict, "retry refused")
 
 // sameCardRetryAllowed applies the card-network rules to a new attempt of
 // c with token at now.

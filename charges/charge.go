@@ -74,6 +74,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/fault"
 )
 
 // Status is where a charge stands.
@@ -210,7 +211,7 @@ func (c Charge) GatewayKey(op gateway.Op) string {
 
 var (
 	// ErrNotFound: no charge with that id.
-	ErrNotFound = errors.New("charge not found")
+	ErrNotFound = fault.New(fault.NotFound, "charge not found")
 	// ErrStale: the charge moved on since the job or request looked at it;
 	// the caller's step is already done or no longer applies.
 	ErrStale = errors.New("charge state changed")

@@ -8,6 +8,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/metrics"
 )
 
@@ -120,7 +121,7 @@ func (p *Pipeline) attemptAtGateway(ctx context.Context, g gateway.Gateway, c Ch
 
 // ErrGatewayUnreachable: the gateway could not be asked what an attempt
 // did, so nothing that depends on the answer was done. Try again later.
-var ErrGatewayUnreachable = errors.New("gateway could not be asked")
+var ErrGatewayUnreachable = fault.New(fault.Unavailable, "gateway could not be asked")
 
 // LiveMoney looks up c's current attempt at its gateway and describes a
 // capture or a live hold that a new attempt would duplicate; empty when

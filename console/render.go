@@ -15,12 +15,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/fsm"
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/validate"
-	"github.com/rebill/rebill/subscriptions"
 )
 
 // page is what every template gets.
@@ -257,12 +254,10 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s session, err er
 }
 
 // explain maps a use case's error to a status and a message fit for staff
-// (never an internal error's text).
+// (never an internal error's text): by its code, as the API does, except
+// where the message says more than the code.
 func explain(err error) (int, string) {
-	var (
-		fields     validate.Errors
-		transition *fsm.TransitionError
-	)
+	var fields validate.Errors
 	switch {
 	case errors.As(err, &fields):
 		msgs := make([]string, len(fields))
@@ -270,25 +265,26 @@ func explain(err error) (int, string) {
 			msgs[i] = f.Field + " " + f.Message
 		}
 		return http.StatusUnprocessableEntity, "Not done: " + strings.Join(msgs, "; ") + "."
-	case errors.Is(err, errNotFound), errors.Is(err, subscriptions.ErrNotFound), errors.Is(err, charges.ErrNotFound),
-		errors.Is(err, enrollments.ErrNotFound), errors.Is(err, enrollments.ErrBillNotFound):
-		return http.StatusNotFound, "Not found."
-	case errors.Is(err, billing.ErrForbidden):
-		return http.StatusForbidden, "This key may not do that."
-	case errors.As(err, &transition):
-		return http.StatusConflict, "Not done: " + transition.Error() + "."
-	case errors.Is(err, charges.ErrRetryRefused):
-		return http.StatusConflict, "Not done: " + err.Error() + "."
-	case errors.Is(err, charges.ErrGatewayUnreachable):
-		return http.StatusServiceUnavailable, "Not done: the payment gateway could not be asked what the charge's last attempt did, so nothing was done. Try again later."
 	case errors.Is(err, errInput):
 		return http.StatusUnprocessableEntity, "Not done: " + strings.TrimPrefix(err.Error(), errInput.Error()+": ") + "."
+	case errors.Is(err, charges.ErrGatewayUnreachable):
+		return http.StatusServiceUnavailable, "Not done: the payment gateway could not be asked what the charge's last attempt did, so nothing was done. Try again later."
+	}
+	switch fault.CodeOf(err) {
+	case fault.Invalid:
+		return http.StatusUnprocessableEntity, "Not done: " + fault.Message(err) + "."
+	case fault.NotFound:
+		return http.StatusNotFound, "Not found."
+	case fault.Forbidden:
+		return http.StatusForbidden, "This key may not do that."
+	case fault.Conflict:
+		return http.StatusConflict, "Not done: " + fault.Message(err) + "."
 	}
 	return http.StatusInternalServerError, "Something went wrong; nothing was changed. Try again, or ask an engineer to look at the logs."
 }
 
 var (
-	errNotFound = errors.New("not found")
+	errNotFound = fault.New(fault.NotFound, "not found")
 	// errInput wraps what is wrong with a form's fields.
-	errInput = errors.New("bad input")
+	errInput = fault.New(fault.Invalid, "bad input")
 )

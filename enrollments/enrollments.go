@@ -47,12 +47,12 @@
 package enrollments
 
 import (
-	"errors"
 	"time"
 	_ "time/tzdata" // Europe/Moscow on machines without tzdata
 
 	"github.com/google/uuid"
 
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/subscriptions"
 )
@@ -140,10 +140,10 @@ type Enrollment struct {
 
 var (
 	// ErrNotFound: no enrollment (or bill) with that id.
-	ErrNotFound = errors.New("enrollment not found")
+	ErrNotFound = fault.New(fault.NotFound, "enrollment not found")
 	// ErrBillNotFound: the enrollment has no bill with that bill_id.
-	ErrBillNotFound = errors.New("bill not found")
+	ErrBillNotFound = fault.New(fault.NotFound, "bill not found")
 	// ErrBillConflict: a bill with this bill_id exists with other content
 	// (amount or dates): the issuer must use a new id.
-	ErrBillConflict = errors.New("a bill with this bill_id exists with different content")
+	ErrBillConflict = fault.New(fault.Conflict, "a bill with this bill_id exists with different content")
 )

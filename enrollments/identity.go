@@ -10,12 +10,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/registry"
 )
 
 // ErrEnrollmentExists: the customer already has an enrollment, not
 // cancelled, for the same account (see ExistsError).
-var ErrEnrollmentExists = errors.New("the customer already has this enrollment")
+var ErrEnrollmentExists = fault.New(fault.Conflict, "the customer already has this enrollment")
 
 // ExistsError names the enrollment that a new one would repeat.
 type ExistsError struct{ ID uuid.UUID }

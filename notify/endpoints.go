@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/internal/validate"
@@ -26,9 +27,9 @@ const (
 
 // Errors of the webhook use cases.
 var (
-	ErrEndpointNotFound = errors.New("webhook endpoint not found")
+	ErrEndpointNotFound = fault.New(fault.NotFound, "webhook endpoint not found")
 	// ErrEndpointDisabled: a redelivery to a disabled endpoint.
-	ErrEndpointDisabled = errors.New("the webhook endpoint is disabled: enable it first")
+	ErrEndpointDisabled = fault.New(fault.Conflict, "the webhook endpoint is disabled: enable it first")
 )
 
 // Endpoint is a webhook endpoint, without its secret.

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/notify/objects"
 	"github.com/rebill/rebill/subscriptions"
 )
@@ -68,7 +69,7 @@ func KnownType(t string) bool {
 }
 
 // ErrNotFound: no such event (or not the caller's).
-var ErrNotFound = errors.New("event not found")
+var ErrNotFound = fault.New(fault.NotFound, "event not found")
 
 // Event is one row of the log.
 type Event struct {

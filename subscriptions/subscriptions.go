@@ -21,7 +21,6 @@
 package subscriptions
 
 import (
-	"errors"
 	"sync"
 	"time"
 
@@ -29,6 +28,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/subscriptions/period"
 )
@@ -88,7 +88,7 @@ func CanTransition(from, to Status) bool { return Machine.Can(from, to) }
 
 var (
 	// ErrNotFound: no subscription with that id.
-	ErrNotFound = errors.New("subscription not found")
+	ErrNotFound = fault.New(fault.NotFound, "subscription not found")
 )
 
 // PaymentMethod is a recurring payment token and what may be shown of it.

@@ -37,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
 )
@@ -68,6 +69,8 @@ type ExceededError struct {
 	Max        int
 	RetryAfter time.Duration
 }
+
+func (*ExceededError) ErrorCode() fault.Code { return fault.Limited }
 
 func (e *ExceededError) Error() string {
 	return fmt.Sprintf("velocity limit %s: at most %d per %s; retry in %s", e.Limit.Name, e.Max, windowName(e.Limit), e.RetryAfter)

@@ -11,6 +11,8 @@ package fsm
 import (
 	"fmt"
 	"strings"
+
+	"github.com/rebill/rebill/fault"
 )
 
 // Machine is one state machine's table of moves between statuses of
@@ -111,6 +113,10 @@ func (e *TransitionError) Error() string {
 	}
 	return fmt.Sprintf("%s cannot move from %s to %s", e.Machine, e.From, e.To)
 }
+
+// ErrorCode: a forbidden move conflicts with the object's state (409
+// invalid-transition at the API).
+func (*TransitionError) ErrorCode() fault.Code { return fault.Conflict }
 
 // Texts returns statuses as strings, for a query's text[] parameter.
 func Texts[S ~string](statuses []S) []string {

@@ -1,9 +1,10 @@
 package validate
 
 import (
-	"errors"
 	"fmt"
 	"io"
+
+	"github.com/rebill/rebill/fault"
 )
 
 // MaxBodyBytes caps a request body. Every request the API accepts fits in a
@@ -13,7 +14,7 @@ const MaxBodyBytes = 64 << 10
 
 // ErrBodyTooLarge is returned when a body is over [MaxBodyBytes]; the HTTP
 // layer answers 413.
-var ErrBodyTooLarge = errors.New("request body is larger than 64 KiB")
+var ErrBodyTooLarge = fault.New(fault.Invalid, "request body is larger than 64 KiB")
 
 // ReadBody reads a whole request body, refusing it with [ErrBodyTooLarge]
 // once it passes [MaxBodyBytes], so an oversized body is never buffered in

@@ -1,6 +1,10 @@
 package validate
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/rebill/rebill/fault"
+)
 
 // FieldError is one entry of the problem document's `errors` list, so a
 // client can point at the exact input it has to fix.
@@ -17,6 +21,8 @@ type FieldError struct {
 type DecodeError struct {
 	Errors []FieldError
 }
+
+func (*DecodeError) ErrorCode() fault.Code { return fault.Invalid }
 
 func (e *DecodeError) Error() string {
 	var b strings.Builder

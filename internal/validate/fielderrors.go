@@ -3,6 +3,8 @@ package validate
 import (
 	"fmt"
 	"strings"
+
+	"github.com/rebill/rebill/fault"
 )
 
 // Errors lists every field a request gets wrong, so that a client fixes
@@ -23,6 +25,8 @@ func (e Errors) Err() error {
 	}
 	return e
 }
+
+func (Errors) ErrorCode() fault.Code { return fault.Invalid }
 
 func (e Errors) Error() string {
 	parts := make([]string, len(e))
