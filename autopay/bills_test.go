@@ -234,7 +234,8 @@ func TestSameFineOfTwoEnrollmentsIsChargedOnce(t *testing.T) {
 	require.Equal(t, []string{"received", "received", "duplicate"}, b.events.of(id), "each copy received, the second a duplicate")
 }
 
-// A withdrawn bill is never charged, even once its pay day comes.
+// A withdrawn bill is never charged, even once its pay day comes, nor
+// confirmed.
 func TestWithdrawnBillIsNeverCharged(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -251,6 +252,14 @@ func TestWithdrawnBillIsNeverCharged(t *testing.T) {
 	require.Zero(t, b.scan(t).Charged)
 	require.Zero(t, b.charges(t))
 	require.Equal(t, enrollments.BillWithdrawn, b.bill(t, e, "H-1").Status)
+
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := b.autopay.Confirm(ctx, tx, e.ID, "H-1")
+		return err
+	})
+	var transition *enrollments.TransitionError
+	require.True(t, errors.As(err, &transition), "a withdrawn bill cannot be confirmed: %v", err)
+	require.Zero(t, b.charges(t))
 }
 
 // A charge's outcome moves its bill: paid at what was captured, or
