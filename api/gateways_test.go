@@ -11,29 +11,24 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
-// stubGateway answers every authorize with err.
-type stubGateway struct {
-	gateway.Gateway
-	name string
-	err  error
-}
-
-func (g stubGateway) Name() string { return g.name }
-
-func (g stubGateway) Authorize(context.Context, gateway.Request) (gateway.Result, error) {
-	return gateway.Result{Status: gateway.StatusSucceeded}, g.err
+// stub is a gateway that answers every authorize with err.
+func stub(t *testing.T, name string, err error) *gatewaytest.Gateway {
+	g := gatewaytest.New(t, name)
+	g.AuthorizeFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded}, err)
+	return g
 }
 
 func gatewaysForRouting(t *testing.T) *charges.Gateways {
 	t.Helper()
 	gws := charges.Configure([]charges.Configured{
-		{Gateway: stubGateway{name: "cheap"}, Settings: charges.Settings{Kind: "sim", Priority: 3,
+		{Gateway: stub(t, "cheap", nil), Settings: charges.Settings{Kind: "sim", Priority: 3,
 			CommissionBPS: map[string]int64{"RUB": 150}, Currencies: []string{"RUB"}, HoldLifetime: 168 * time.Hour}},
-		{Gateway: stubGateway{name: "broken", err: gateway.ErrUnknownOutcome}, Settings: charges.Settings{Kind: "sim",
+		{Gateway: stub(t, "broken", gateway.ErrUnknownOutcome), Settings: charges.Settings{Kind: "sim",
 			Priority: 1, CommissionBPS: map[string]int64{"*": 100}}},
-		{Gateway: stubGateway{name: "dear"}, Settings: charges.Settings{Kind: "sim", Priority: 2,
+		{Gateway: stub(t, "dear", nil), Settings: charges.Settings{Kind: "sim", Priority: 2,
 			CommissionBPS: map[string]int64{"RUB": 250, "*": 300}, Currencies: []string{"RUB", "USD"}}},
 	}, charges.Breaker{Window: time.Minute, MinCalls: 1000, FailureRatio: 0.5, OpenFor: time.Minute})
 	for _, name := range []string{"broken", "cheap"} {

@@ -219,10 +219,24 @@ func TestExpiredLeaseOfLiveRequestDoesNotRunTwice(t *testing.T) {
 	require.NoError(t, store.Complete(context.Background(), tx, scope, key, idempotency.Record{
 		Status: http.StatusCreated, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"slow":true}`)}))
 
-	time.Sleep(lease + 50*time.Millisecond)
+	// The lease runs out on the database's clock while the request is
+	// still running.
+	require.Eventually(t, func() bool {
+		var expired bool
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT locked_until <= now() FROM idempotency_keys
+			WHERE principal = $1 AND key = $2`, scope, key).Scan(&expired))
+		return expired
+	}, 10*time.Second, 10*time.Millisecond, "the lease expires")
 	done := make(chan response, 1)
 	go func() { done <- b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, key, createBody) }()
-	time.Sleep(200 * time.Millisecond)
+	// The retry takes the expired lease over and waits for the record's
+	// row lock, which the slow request holds until it commits.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 10*time.Millisecond, "the retry waits for the row lock")
 	require.NoError(t, tx.Commit(context.Background()))
 
 	res := <-done

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
 // fakeGateway is a payment provider with a ledger of its own, which the
@@ -20,6 +21,10 @@ import (
 // A 503 (unavailable) and a timeout before acting leave no trace; a
 // timeout after acting records the operation and loses the answer.
 type fakeGateway struct {
+	// Gateway is what the pipeline calls: it records each call and
+	// answers through the provider's methods below.
+	*gatewaytest.Gateway
+
 	mu     sync.Mutex
 	plan   answers
 	seq    int                  // every call, in order
@@ -120,12 +125,17 @@ type sending struct {
 }
 
 func newFakeGateway() *fakeGateway {
-	g := &fakeGateway{}
+	g := &fakeGateway{Gateway: gatewaytest.New(nil, "fake")}
+	g.AuthorizeFunc, g.CaptureFunc, g.VoidFunc, g.LookupFunc = g.authorize, g.capture, g.void, g.lookup
+	g.OperationsFunc = func(context.Context, time.Time) ([]gateway.Result, error) {
+		return nil, fmt.Errorf("fake gateway: operations are not listed")
+	}
 	g.reset()
 	return g
 }
 
 func (g *fakeGateway) reset() {
+	g.Reset()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.plan = answers{}
@@ -163,8 +173,6 @@ func (g *fakeGateway) setPlan(a answers) {
 func (g *fakeGateway) breakf(format string, args ...any) {
 	g.broken = append(g.broken, fmt.Sprintf(format, args...))
 }
-
-func (g *fakeGateway) Name() string { return "fake" }
 
 // send notes a call that carries a request: the token of an authorization
 // is the card current when its attempt started (the first call with its
@@ -230,7 +238,7 @@ func (g *fakeGateway) call(op gateway.Op, req gateway.Request, perform func() ga
 	return res, nil
 }
 
-func (g *fakeGateway) Authorize(_ context.Context, req gateway.Request) (gateway.Result, error) {
+func (g *fakeGateway) authorize(_ context.Context, req gateway.Request) (gateway.Result, error) {
 	return g.call(gateway.OpAuthorize, req, func() gateway.Result {
 		switch g.plan.verdict {
 		case verdictSoftDecline:
@@ -246,7 +254,7 @@ func (g *fakeGateway) Authorize(_ context.Context, req gateway.Request) (gateway
 	})
 }
 
-func (g *fakeGateway) Capture(_ context.Context, req gateway.Request) (gateway.Result, error) {
+func (g *fakeGateway) capture(_ context.Context, req gateway.Request) (gateway.Result, error) {
 	return g.call(gateway.OpCapture, req, func() gateway.Result {
 		h := g.holds[req.AuthorizationID]
 		switch {
@@ -267,7 +275,7 @@ func (g *fakeGateway) Capture(_ context.Context, req gateway.Request) (gateway.R
 	})
 }
 
-func (g *fakeGateway) Void(_ context.Context, req gateway.Request) (gateway.Result, error) {
+func (g *fakeGateway) void(_ context.Context, req gateway.Request) (gateway.Result, error) {
 	return g.call(gateway.OpVoid, req, func() gateway.Result {
 		h := g.holds[req.AuthorizationID]
 		switch {
@@ -283,8 +291,8 @@ func (g *fakeGateway) Void(_ context.Context, req gateway.Request) (gateway.Resu
 	})
 }
 
-// Lookup answers from the ledger, unless the plan's lookup fault hits.
-func (g *fakeGateway) Lookup(_ context.Context, req gateway.LookupRequest) (gateway.Result, error) {
+// lookup answers from the ledger, unless the plan's lookup fault hits.
+func (g *fakeGateway) lookup(_ context.Context, req gateway.LookupRequest) (gateway.Result, error) {
 	key := req.Request.IdempotencyKey
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -297,10 +305,6 @@ func (g *fakeGateway) Lookup(_ context.Context, req gateway.LookupRequest) (gate
 		return o.res, nil
 	}
 	return gateway.Result{}, gateway.ErrNotFound
-}
-
-func (g *fakeGateway) Operations(context.Context, time.Time) ([]gateway.Result, error) {
-	return nil, fmt.Errorf("fake gateway: operations are not listed")
 }
 
 // ledgerView is a copy of the provider's records for the invariants.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
 func TestAuthorizeWorker(t *testing.T) {
@@ -228,7 +229,7 @@ func TestAuthorizeCardChangedInFlight(t *testing.T) {
 		require.NoError(t, err)
 		jobs := b.requireNextJobs(ctx, t, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2})
 
-		b.gateway.AuthorizeFunc = answer(succeeded, nil)
+		b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
 		res, err := w.WorkJob(ctx, t, b.tx, jobs[0])
 		require.NoError(t, err)
 		require.Equal(t, river.EventKindJobCompleted, res.EventKind)
@@ -244,7 +245,7 @@ func TestGatewayCallsAreLoggedWithoutTheToken(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	c := b.newCharge(ctx, t, fixture{})
-	b.gateway.AuthorizeFunc = answer(hardDecline, nil)
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(hardDecline, nil)
 	w := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
 	_, err := w.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
 // TestGatewayWaitsBackOff: a step whose gateway keeps answering that it did
@@ -20,7 +21,7 @@ func TestGatewayWaitsBackOff(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	c := b.newCharge(ctx, t, fixture{})
-	b.gateway.AuthorizeFunc = answer(gateway.Result{}, gateway.ErrUnavailable)
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
 	w := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
 
 	const runs = 9 // fewer calls than open the default breaker

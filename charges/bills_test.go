@@ -15,6 +15,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
 // fakeEnrollments is the enrollment side of the pipeline for bills'
@@ -113,7 +114,7 @@ func TestDiscountedHoldNotCapturedByTheDeadlineIsMadeAgainInFull(t *testing.T) {
 		amounts[req.IdempotencyKey] = req.Amount
 		return succeeded, nil
 	}
-	b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+	b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
 
 	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
 	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
@@ -149,7 +150,7 @@ func TestDiscountedHoldNotCapturedByTheDeadlineIsMadeAgainInFull(t *testing.T) {
 	require.Equal(t, charges.Authorized, full.Status)
 	require.EqualValues(t, 1000, full.Amount, "the amount is fixed when the hold is placed")
 
-	b.gateway.CaptureFunc = answer(succeeded, nil)
+	b.gateway.CaptureFunc = gatewaytest.Answer(succeeded, nil)
 	_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 2}, nil)
 	require.NoError(t, err)
 	require.Equal(t, charges.Succeeded, b.get(ctx, t, c.ID).Status)
@@ -157,8 +158,8 @@ func TestDiscountedHoldNotCapturedByTheDeadlineIsMadeAgainInFull(t *testing.T) {
 	key := c.Key()
 	require.Equal(t, map[string]int64{key + ":a1:authorize": 500, key + ":a2:authorize": 1000}, amounts)
 	var captures []string
-	for _, call := range b.gateway.calls() {
-		if call.Op == string(gateway.OpCapture) {
+	for _, call := range b.gateway.Calls() {
+		if call.Op == gateway.OpCapture {
 			captures = append(captures, call.Key)
 		}
 	}
@@ -181,21 +182,21 @@ func TestBillsExpiredHoldIsAuthorizedAgainOnTheEnrollmentsCard(t *testing.T) {
 	b.pipeline.Enrollments = owner
 	c, _ := newBillCharge(ctx, t, b, start.Add(3*holdLifetime)) // the discount outlasts the test
 
-	b.gateway.AuthorizeFunc = answer(succeeded, nil)
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
 	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
 	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
 	require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status)
 
-	b.gateway.CaptureFunc = answer(gateway.Result{}, gateway.ErrUnavailable)
+	b.gateway.CaptureFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
 	capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
 	res, err := capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
 	require.Equal(t, charges.Capturing, b.get(ctx, t, c.ID).Status)
 
 	b.clock.Advance(holdLifetime)
-	b.gateway.LookupFunc = func(context.Context, string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrNotFound }
-	b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+	b.gateway.LookupFunc = gatewaytest.Found(nil)
+	b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
 	_, err = capture.WorkJob(ctx, t, b.tx, res.Job)
 	require.NoError(t, err)
 	again := b.get(ctx, t, c.ID)
@@ -205,16 +206,16 @@ func TestBillsExpiredHoldIsAuthorizedAgainOnTheEnrollmentsCard(t *testing.T) {
 
 	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
 	require.NoError(t, err)
-	b.gateway.CaptureFunc = answer(succeeded, nil)
+	b.gateway.CaptureFunc = gatewaytest.Answer(succeeded, nil)
 	_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 2}, nil)
 	require.NoError(t, err)
 	require.Equal(t, charges.Succeeded, b.get(ctx, t, c.ID).Status)
 	var captures, voids []string
-	for _, call := range b.gateway.calls() {
+	for _, call := range b.gateway.Calls() {
 		switch call.Op {
-		case string(gateway.OpCapture):
+		case gateway.OpCapture:
 			captures = append(captures, call.Key)
-		case string(gateway.OpVoid):
+		case gateway.OpVoid:
 			voids = append(voids, call.Key)
 		}
 	}
@@ -257,9 +258,9 @@ func newCappedBillCharge(ctx context.Context, t *testing.T, b *testBundle, deadl
 // authorizeAmounts lists the amounts of the authorize calls the gateway got.
 func authorizeAmounts(b *testBundle) []int64 {
 	var out []int64
-	for _, call := range b.gateway.calls() {
-		if call.Op == string(gateway.OpAuthorize) {
-			out = append(out, call.Amount)
+	for _, call := range b.gateway.Calls() {
+		if call.Op == gateway.OpAuthorize {
+			out = append(out, call.Request.Amount)
 		}
 	}
 	return out
@@ -280,14 +281,14 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 	deadline := start.Add(time.Hour)
 	c := newCappedBillCharge(ctx, t, b, deadline, 600, start.Add(30*24*time.Hour))
 
-	b.gateway.AuthorizeFunc = answer(gateway.Result{}, gateway.ErrUnknownOutcome)
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnknownOutcome)
 	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
 	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
 	require.Equal(t, charges.Unknown, b.get(ctx, t, c.ID).Status)
 
 	b.clock.Advance(2 * time.Hour) // the deadline passes while the outcome is unknown
-	b.gateway.LookupFunc = func(context.Context, string) (gateway.Result, error) { return succeeded, nil }
+	b.gateway.LookupFunc = gatewaytest.LookupAnswer(succeeded, nil)
 	reconcile := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
 	_, err = reconcile.Work(ctx, t, b.tx, charges.ReconcileArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpAuthorize}, nil)
 	require.NoError(t, err)
@@ -295,7 +296,7 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 	capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
 	_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
-	b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+	b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
 	void := newWorker(t, b, &charges.VoidWorker{Pipeline: b.pipeline})
 	_, err = void.Work(ctx, t, b.tx, charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
@@ -305,7 +306,7 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 		_, err := charges.DueRetries(ctx, tx, b.clock.Now(), 10)
 		return err
 	}))
-	b.gateway.AuthorizeFunc = answer(succeeded, nil)
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
 	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
 	require.NoError(t, err)
 	waiting := b.get(ctx, t, c.ID)
@@ -358,7 +359,7 @@ func TestNoBillAttemptStartsAfterItsLastMoment(t *testing.T) {
 	owner := &fakeEnrollments{}
 	b.pipeline.Enrollments = owner
 	c := newCappedBillCharge(ctx, t, b, start.Add(240*time.Hour), 100000, start.Add(time.Hour))
-	b.gateway.AuthorizeFunc = answer(succeeded, nil)
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
 	b.clock.Advance(time.Hour)
 	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
 	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
 // TestCaptureInline: with CaptureInline, the authorize job's run captures
@@ -35,8 +36,8 @@ func TestCaptureInline(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
 		b, c, w := inline(t)
-		b.gateway.AuthorizeFunc = answer(succeeded, nil)
-		b.gateway.CaptureFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "cap_1"}, nil)
+		b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+		b.gateway.CaptureFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "cap_1"}, nil)
 		res, err := w.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 		b.requireOutcome(ctx, t, c.ID, res, err, outcome{status: charges.Succeeded, authorizationRef: holdRef,
 			calls: []string{authorize, capture}, subCalls: []string{"paid(succeeded)"}})
@@ -67,15 +68,15 @@ func TestCaptureInline(t *testing.T) {
 		_, err = w.WorkJob(ctx, t, b.tx, b.rescue(ctx, t, res.Job))
 		require.NoError(t, err)
 		require.Equal(t, after, b.get(ctx, t, c.ID), "a further rerun changes nothing")
-		require.Len(t, b.gateway.calls(), 3, "and calls nothing")
+		require.Len(t, b.gateway.Calls(), 3, "and calls nothing")
 	})
 
 	t.Run("CaptureWaitsForItsGateway", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
 		b, c, w := inline(t)
-		b.gateway.AuthorizeFunc = answer(succeeded, nil)
-		b.gateway.CaptureFunc = answer(gateway.Result{}, gateway.ErrUnavailable)
+		b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+		b.gateway.CaptureFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
 		res, err := w.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 		require.NoError(t, err)
 		waiting := b.get(ctx, t, c.ID)
@@ -83,7 +84,7 @@ func TestCaptureInline(t *testing.T) {
 		b.requireSnoozed(t, res, waiting, 0, retryBase, true)
 
 		b.clock.Set(*waiting.NextAttemptAt)
-		b.gateway.CaptureFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "cap_1"}, nil)
+		b.gateway.CaptureFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "cap_1"}, nil)
 		res, err = w.WorkJob(ctx, t, b.tx, res.Job)
 		b.requireOutcome(ctx, t, c.ID, res, err, outcome{status: charges.Succeeded, authorizationRef: holdRef,
 			calls: []string{authorize, capture, capture}, subCalls: []string{"paid(succeeded)"}})
@@ -106,8 +107,8 @@ func TestCaptureInline(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
 		b, c, w := inline(t)
-		b.gateway.AuthorizeFunc = answer(succeeded, nil)
-		b.gateway.CaptureFunc = answer(gateway.Result{}, gateway.ErrUnknownOutcome)
+		b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+		b.gateway.CaptureFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnknownOutcome)
 		res, err := w.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 		b.requireOutcome(ctx, t, c.ID, res, err, outcome{status: charges.Unknown, unknownPhase: gateway.OpCapture,
 			authorizationRef: holdRef, calls: []string{authorize, capture}, jobs: reconcileJob(gateway.OpCapture)})

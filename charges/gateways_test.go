@@ -10,20 +10,18 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
-// answeringGateway answers every authorize with the next of answers.
-type answeringGateway struct {
-	gateway.Gateway
-	answers []error
-}
-
-func (g *answeringGateway) Name() string { return "sim1" }
-
-func (g *answeringGateway) Authorize(context.Context, gateway.Request) (gateway.Result, error) {
-	err := g.answers[0]
-	g.answers = g.answers[1:]
-	return gateway.Result{Status: gateway.StatusSucceeded}, err
+// answering is a gateway that answers its authorizes with answers, in
+// turn.
+func answering(t *testing.T, answers []error) *gatewaytest.Gateway {
+	g := gatewaytest.New(t, "sim1")
+	g.AuthorizeFunc = func(context.Context, gateway.Request) (gateway.Result, error) {
+		n := len(g.CallsOf(gateway.OpAuthorize)) // this call included
+		return gateway.Result{Status: gateway.StatusSucceeded}, answers[n-1]
+	}
+	return g
 }
 
 func calls(ok, unavailable int) []error {
@@ -55,7 +53,7 @@ func TestCircuitOpensOnFailureRateWithMinimumVolume(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			g := &answeringGateway{answers: tc.answers}
+			g := answering(t, tc.answers)
 			gws := charges.NewGateways([]gateway.Gateway{g}, charges.Breaker{
 				Window: time.Minute, MinCalls: 10, FailureRatio: 0.5, OpenFor: time.Minute})
 			wrapped, err := gws.Gateway("sim1")
@@ -67,7 +65,8 @@ func TestCircuitOpensOnFailureRateWithMinimumVolume(t *testing.T) {
 			require.Equal(t, tc.wantOpen, gws.CircuitOpen("sim1"), tc.description)
 			if tc.wantOpen {
 				_, err := wrapped.Authorize(context.Background(), gateway.Request{})
-				require.ErrorIs(t, err, charges.ErrCircuitOpen, "an open circuit sends nothing")
+				require.ErrorIs(t, err, charges.ErrCircuitOpen)
+				require.Len(t, g.CallsOf(gateway.OpAuthorize), len(tc.answers), "an open circuit sends nothing")
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
 func TestHealthWindowRollsAndCountsOnlyOutages(t *testing.T) {
@@ -69,18 +70,12 @@ func TestHealthLatencyRingKeepsTheMostRecent(t *testing.T) {
 	require.Equal(t, time.Millisecond, s.P95, "older samples were overwritten")
 }
 
-type refusingGateway struct{ gateway.Gateway }
-
-func (refusingGateway) Name() string { return "gauged" }
-
-func (refusingGateway) Authorize(context.Context, gateway.Request) (gateway.Result, error) {
-	return gateway.Result{}, gateway.ErrUnavailable
-}
-
 // The rebill_gateway_* gauges are this node's view, read at scrape time.
 func TestHealthIsExportedAsGauges(t *testing.T) {
 	t.Parallel()
-	gws := NewGateways([]gateway.Gateway{refusingGateway{}}, Breaker{Window: time.Minute, MinCalls: 4, FailureRatio: 0.5, OpenFor: time.Hour})
+	refusing := gatewaytest.New(t, "gauged")
+	refusing.AuthorizeFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
+	gws := NewGateways([]gateway.Gateway{refusing}, Breaker{Window: time.Minute, MinCalls: 4, FailureRatio: 0.5, OpenFor: time.Hour})
 	gws.ReportHealth()
 	g, err := gws.Gateway("gauged")
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
 const holdLifetime = 7 * 24 * time.Hour
@@ -52,7 +53,8 @@ func TestExpiredHoldIsVoidedThenAuthorizedAgain(t *testing.T) {
 	b.withHoldLifetime()
 	b.pipeline.UnavailableFor = 2 * holdLifetime // the gateway may be down for the whole lifetime
 	ledger := &heldLedger{ops: map[string]gateway.Result{}}
-	b.gateway.LookupFunc = func(_ context.Context, key string) (gateway.Result, error) {
+	b.gateway.LookupFunc = func(_ context.Context, req gateway.LookupRequest) (gateway.Result, error) {
+		key := req.Request.IdempotencyKey
 		if r, ok := ledger.ops[key]; ok {
 			return r, nil
 		}
@@ -69,7 +71,7 @@ func TestExpiredHoldIsVoidedThenAuthorizedAgain(t *testing.T) {
 	require.True(t, held.AuthorizedAt.Equal(start), "when the hold was placed")
 
 	// The gateway goes down before the capture: it waits.
-	b.gateway.CaptureFunc = answer(gateway.Result{}, gateway.ErrUnavailable)
+	b.gateway.CaptureFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
 	capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
 	res, err := capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
@@ -131,7 +133,7 @@ func TestExpiredHoldWhoseCaptureHappenedSucceeds(t *testing.T) {
 	c := b.newCharge(ctx, t, fixture{status: charges.Capturing, authorizationRef: holdRef})
 	_, err := b.pool.Exec(ctx, `UPDATE charges SET authorized_at = $2 WHERE id = $1`, c.ID, start.Add(-holdLifetime))
 	require.NoError(t, err)
-	b.gateway.LookupFunc = ledger(map[string]gateway.Result{
+	b.gateway.LookupFunc = gatewaytest.Found(map[string]gateway.Result{
 		b.key(1, gateway.OpCapture): {Op: gateway.OpCapture, Status: gateway.StatusSucceeded, Reference: "cap_1"},
 	})
 	capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
@@ -155,8 +157,8 @@ func TestHoldGoneAtTheGatewayIsAuthorizedAgain(t *testing.T) {
 		c := b.newCharge(ctx, t, fixture{status: charges.Authorized, authorizationRef: holdRef})
 		_, err := b.pool.Exec(ctx, `UPDATE charges SET authorized_at = $2 WHERE id = $1`, c.ID, start.Add(-holdLifetime))
 		require.NoError(t, err)
-		b.gateway.LookupFunc = ledger(nil)
-		b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusFailed, DeclineCode: "payment_intent_unexpected_state"}, nil)
+		b.gateway.LookupFunc = gatewaytest.Found(nil)
+		b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusFailed, DeclineCode: "payment_intent_unexpected_state"}, nil)
 		capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
 		_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
 		require.NoError(t, err)
@@ -171,7 +173,7 @@ func TestHoldGoneAtTheGatewayIsAuthorizedAgain(t *testing.T) {
 		ctx := context.Background()
 		b := setup(t)
 		c := b.newCharge(ctx, t, fixture{status: charges.Authorized, authorizationRef: holdRef})
-		b.gateway.CaptureFunc = answer(gateway.Result{Status: gateway.StatusFailed, DeclineCode: charges.DeclineExpiredOnCapture}, nil)
+		b.gateway.CaptureFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusFailed, DeclineCode: charges.DeclineExpiredOnCapture}, nil)
 		capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
 		_, err := capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
 		require.NoError(t, err)

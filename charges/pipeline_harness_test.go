@@ -3,7 +3,6 @@ package charges_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
 )
@@ -67,7 +67,7 @@ type testBundle struct {
 	clock          *testsupport.Clock
 	config         *river.Config
 	driver         *riverpgxv5.Driver
-	gateway        *fakeGateway
+	gateway        *gatewaytest.Gateway
 	logs           *testsupport.LockedBuffer
 	pipeline       *charges.Pipeline
 	pool           *pgxpool.Pool
@@ -83,7 +83,7 @@ func setup(t *testing.T) *testBundle {
 	pool := dbtest.Pool(t)
 	clk := testsupport.NewClock(start)
 	logs := &testsupport.LockedBuffer{}
-	fake := &fakeGateway{t: t}
+	fake := gatewaytest.New(t, "fake")
 	b := &testBundle{
 		clock:          clk,
 		driver:         riverpgxv5.New(pool),
@@ -233,16 +233,14 @@ func (b *testBundle) tripCircuit(ctx context.Context, t *testing.T) {
 	t.Helper()
 	b.pipeline.Gateways = charges.NewGateways([]gateway.Gateway{b.gateway},
 		charges.Breaker{Window: time.Minute, MinCalls: 1, FailureRatio: 0, OpenFor: circuitOpenFor})
-	b.gateway.LookupFunc = func(context.Context, string) (gateway.Result, error) {
-		return gateway.Result{}, gateway.ErrUnavailable
-	}
+	b.gateway.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrUnavailable)
 	g, err := b.pipeline.Gateways.Gateway(b.gateway.Name())
 	require.NoError(t, err)
 	_, err = g.Lookup(ctx, gateway.LookupRequest{Request: gateway.Request{IdempotencyKey: "trip"}})
 	require.ErrorIs(t, err, gateway.ErrUnavailable)
 	require.True(t, b.pipeline.Gateways.CircuitOpen(b.gateway.Name()))
 	b.gateway.LookupFunc = nil
-	b.gateway.reset()
+	b.gateway.Reset()
 }
 
 // insertJob enqueues args in the test's transaction, to be worked with
@@ -312,11 +310,11 @@ func (b *testBundle) requireNextJobs(ctx context.Context, t *testing.T, want ...
 func (b *testBundle) requireCalls(t *testing.T, want ...string) {
 	t.Helper()
 	var got []string
-	for _, c := range b.gateway.calls() {
+	for _, c := range b.gateway.Calls() {
 		require.True(t, strings.HasPrefix(c.Key, b.chargeKey()+":") || c.Key == "trip", "key %q names the charge", c.Key)
-		fields := []string{c.Op, "K" + strings.TrimPrefix(c.Key, b.chargeKey())}
-		for _, f := range []string{c.Token, c.AuthorizationID} {
-			if f != "" {
+		fields := []string{string(c.Op), "K" + strings.TrimPrefix(c.Key, b.chargeKey())}
+		for _, f := range []string{c.Request.Token, c.Request.AuthorizationID} {
+			if f != "" && c.Op != gatewaytest.OpLookup {
 				fields = append(fields, f)
 			}
 		}
@@ -342,103 +340,6 @@ func (b *testBundle) requireSnoozed(t *testing.T, res *rivertest.WorkResult, c c
 	}
 	require.NotNil(t, c.NextAttemptAt, "the charge shows when it tries again")
 	require.True(t, c.NextAttemptAt.Equal(at), "the charge shows the job's time: %s, job %s", c.NextAttemptAt, at)
-}
-
-// gatewayCall is one call the fake gateway received.
-type gatewayCall struct {
-	Op              string // authorize, capture, void or lookup
-	Key             string
-	Token           string
-	AuthorizationID string
-	Amount          int64
-}
-
-// fakeGateway answers through its Func fields and records every call. A
-// call whose Func is nil fails the test.
-type fakeGateway struct {
-	AuthorizeFunc func(ctx context.Context, req gateway.Request) (gateway.Result, error)
-	CaptureFunc   func(ctx context.Context, req gateway.Request) (gateway.Result, error)
-	VoidFunc      func(ctx context.Context, req gateway.Request) (gateway.Result, error)
-	LookupFunc    func(ctx context.Context, key string) (gateway.Result, error)
-
-	t        testing.TB
-	mu       sync.Mutex
-	recorded []gatewayCall
-}
-
-var errUnexpectedCall = errors.New("fake gateway: unexpected call")
-
-func (g *fakeGateway) Name() string { return "fake" }
-
-func (g *fakeGateway) record(c gatewayCall) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.recorded = append(g.recorded, c)
-}
-
-func (g *fakeGateway) calls() []gatewayCall {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]gatewayCall(nil), g.recorded...)
-}
-
-func (g *fakeGateway) reset() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.recorded = nil
-}
-
-func (g *fakeGateway) do(op gateway.Op, fn func(context.Context, gateway.Request) (gateway.Result, error),
-	ctx context.Context, req gateway.Request) (gateway.Result, error) {
-	g.record(gatewayCall{Op: string(op), Key: req.IdempotencyKey, Token: req.Token, AuthorizationID: req.AuthorizationID, Amount: req.Amount})
-	if fn == nil {
-		g.t.Errorf("fake gateway: unexpected %s %s", op, req.IdempotencyKey)
-		return gateway.Result{}, errUnexpectedCall
-	}
-	return fn(ctx, req)
-}
-
-func (g *fakeGateway) Authorize(ctx context.Context, req gateway.Request) (gateway.Result, error) {
-	return g.do(gateway.OpAuthorize, g.AuthorizeFunc, ctx, req)
-}
-
-func (g *fakeGateway) Capture(ctx context.Context, req gateway.Request) (gateway.Result, error) {
-	return g.do(gateway.OpCapture, g.CaptureFunc, ctx, req)
-}
-
-func (g *fakeGateway) Void(ctx context.Context, req gateway.Request) (gateway.Result, error) {
-	return g.do(gateway.OpVoid, g.VoidFunc, ctx, req)
-}
-
-func (g *fakeGateway) Lookup(ctx context.Context, req gateway.LookupRequest) (gateway.Result, error) {
-	key := req.Request.IdempotencyKey
-	g.record(gatewayCall{Op: "lookup", Key: key})
-	if g.LookupFunc == nil {
-		g.t.Errorf("fake gateway: unexpected lookup %s", key)
-		return gateway.Result{}, errUnexpectedCall
-	}
-	return g.LookupFunc(ctx, key)
-}
-
-func (g *fakeGateway) Operations(context.Context, time.Time) ([]gateway.Result, error) {
-	g.t.Errorf("fake gateway: unexpected operations listing")
-	return nil, errUnexpectedCall
-}
-
-// answer is a gateway call that returns res and err.
-func answer(res gateway.Result, err error) func(context.Context, gateway.Request) (gateway.Result, error) {
-	return func(context.Context, gateway.Request) (gateway.Result, error) { return res, err }
-}
-
-// ledger answers lookups from what the gateway processed, by key; a key it
-// does not hold is not found.
-func ledger(ops map[string]gateway.Result) func(context.Context, string) (gateway.Result, error) {
-	return func(_ context.Context, key string) (gateway.Result, error) {
-		if res, ok := ops[key]; ok {
-			return res, nil
-		}
-		return gateway.Result{}, gateway.ErrNotFound
-	}
 }
 
 // Gateway answers.
@@ -527,15 +428,15 @@ type stepCase struct {
 
 // lookups answers lookups of the charge's attempt from tc.found and
 // tc.lookupErr.
-func (tc stepCase) lookups(b *testBundle, attempt int) func(context.Context, string) (gateway.Result, error) {
+func (tc stepCase) lookups(b *testBundle, attempt int) func(context.Context, gateway.LookupRequest) (gateway.Result, error) {
 	if tc.lookupErr != nil {
-		return func(context.Context, string) (gateway.Result, error) { return gateway.Result{}, tc.lookupErr }
+		return gatewaytest.LookupAnswer(gateway.Result{}, tc.lookupErr)
 	}
 	ops := map[string]gateway.Result{}
 	for phase, res := range tc.found {
 		ops[b.key(attempt, phase)] = res
 	}
-	return ledger(ops)
+	return gatewaytest.Found(ops)
 }
 
 // call is the gateway answer of tc's call, running tc.meanwhile first

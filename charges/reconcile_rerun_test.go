@@ -10,6 +10,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
 // TestReconcileRerun runs a reconcile job again after its resend of a lost
@@ -118,8 +119,8 @@ func TestReconcileRerunCancelledMeanwhile(t *testing.T) {
 		ctx := context.Background()
 		b := setup(t)
 		c := b.newCharge(ctx, t, fixture{status: charges.Unknown, unknownPhase: gateway.OpAuthorize})
-		b.gateway.LookupFunc = ledger(nil)
-		b.gateway.AuthorizeFunc = answer(gateway.Result{}, gateway.ErrUnavailable)
+		b.gateway.LookupFunc = gatewaytest.Found(nil)
+		b.gateway.AuthorizeFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
 		w := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
 		res, err := w.Work(ctx, t, b.tx, charges.ReconcileArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpAuthorize}, nil)
 		require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
 // The rules of fines and the state payment registry: a fine is never
@@ -68,15 +69,7 @@ func (b *testBundle) accept(ctx context.Context, t *testing.T, c charges.Charge,
 	require.NoError(t, err)
 }
 
-func (b *testBundle) ops(op gateway.Op) []string {
-	var keys []string
-	for _, call := range b.gateway.calls() {
-		if call.Op == string(op) {
-			keys = append(keys, call.Key)
-		}
-	}
-	return keys
-}
+func (b *testBundle) ops(op gateway.Op) []string { return b.gateway.Keys(op) }
 
 // With no registry configured a fine's attempt never reaches the gateway:
 // its job waits, and the charge shows why.
@@ -90,7 +83,7 @@ func TestFineIsNotAuthorizedWithoutARegistry(t *testing.T) {
 	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
 	res, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
-	require.Empty(t, b.gateway.calls(), "nothing is sent to the gateway")
+	require.Empty(t, b.gateway.Calls(), "nothing is sent to the gateway")
 	require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "the job waits for a registry")
 	waiting := b.get(ctx, t, c.ID)
 	require.Equal(t, charges.Scheduled, waiting.Status)
@@ -100,7 +93,7 @@ func TestFineIsNotAuthorizedWithoutARegistry(t *testing.T) {
 	// it to the registry.
 	postings := &fakePostings{}
 	b.pipeline.Postings = postings
-	b.gateway.AuthorizeFunc = answer(succeeded, nil)
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
 	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
 	require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status)
@@ -123,7 +116,7 @@ func TestFineIsNotCapturedWithoutAnAcceptedPosting(t *testing.T) {
 			b.pipeline.Enrollments = &fakeEnrollments{}
 			b.pipeline.Postings = &fakePostings{}
 			c := newFineCharge(ctx, t, b, start.Add(48*time.Hour))
-			b.gateway.AuthorizeFunc = answer(succeeded, nil)
+			b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
 			authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
 			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 			require.NoError(t, err)
@@ -133,7 +126,7 @@ func TestFineIsNotCapturedWithoutAnAcceptedPosting(t *testing.T) {
 			}
 
 			if tc.accepted == 500 {
-				b.gateway.CaptureFunc = answer(succeeded, nil)
+				b.gateway.CaptureFunc = gatewaytest.Answer(succeeded, nil)
 			}
 			capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
 			_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
@@ -193,7 +186,7 @@ func TestDiscountedCaptureOvertakenByTheDeadline(t *testing.T) {
 			require.NoError(t, err)
 			b.accept(ctx, t, c, 1, 500)
 
-			b.gateway.CaptureFunc = answer(gateway.Result{}, gateway.ErrUnavailable)
+			b.gateway.CaptureFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
 			capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
 			res, err := capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
 			require.NoError(t, err)
@@ -201,11 +194,12 @@ func TestDiscountedCaptureOvertakenByTheDeadline(t *testing.T) {
 
 			b.clock.Advance(3 * time.Hour) // past the deadline
 			b.gateway.CaptureFunc = nil    // a late capture fails the test
-			b.gateway.LookupFunc = func(_ context.Context, key string) (gateway.Result, error) {
+			b.gateway.LookupFunc = func(_ context.Context, req gateway.LookupRequest) (gateway.Result, error) {
+				key := req.Request.IdempotencyKey
 				require.Equal(t, c.Key()+":a1:capture", key)
 				return tc.lookup(key)
 			}
-			b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+			b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
 			_, err = capture.WorkJob(ctx, t, b.tx, res.Job)
 			require.NoError(t, err)
 			got := b.get(ctx, t, c.ID)
@@ -243,12 +237,12 @@ func TestUnknownDiscountedCaptureAfterTheDeadlineIsNotResent(t *testing.T) {
 	b.pipeline.Enrollments = &fakeEnrollments{}
 	b.pipeline.Postings = &fakePostings{}
 	c := newFineCharge(ctx, t, b, start.Add(2*time.Hour))
-	b.gateway.AuthorizeFunc = answer(succeeded, nil)
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
 	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
 	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
 	b.accept(ctx, t, c, 1, 500)
-	b.gateway.CaptureFunc = answer(gateway.Result{}, gateway.ErrUnknownOutcome)
+	b.gateway.CaptureFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnknownOutcome)
 	capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
 	_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
@@ -256,8 +250,8 @@ func TestUnknownDiscountedCaptureAfterTheDeadlineIsNotResent(t *testing.T) {
 
 	b.clock.Advance(3 * time.Hour)
 	b.gateway.CaptureFunc = nil
-	b.gateway.LookupFunc = func(context.Context, string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrNotFound }
-	b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+	b.gateway.LookupFunc = gatewaytest.Found(nil)
+	b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
 	reconcile := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
 	_, err = reconcile.Work(ctx, t, b.tx, charges.ReconcileArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpCapture}, nil)
 	require.NoError(t, err)
@@ -283,7 +277,7 @@ func TestFineHoldThatCanNoLongerBePostedIsReleased(t *testing.T) {
 			b.pipeline.Postings = &fakePostings{}
 			deadline := start.Add(3 * time.Hour)
 			c := newFineCharge(ctx, t, b, deadline)
-			b.gateway.AuthorizeFunc = answer(succeeded, nil)
+			b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
 			authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
 			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 			require.NoError(t, err)
@@ -296,7 +290,7 @@ func TestFineHoldThatCanNoLongerBePostedIsReleased(t *testing.T) {
 			}
 
 			b.clock.Advance(150 * time.Minute) // within the hour before the deadline
-			b.gateway.VoidFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+			b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
 			void := newWorker(t, b, &charges.VoidWorker{Pipeline: b.pipeline})
 			_, err = void.Work(ctx, t, b.tx, charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
 			require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
 // idempotentGateway performs each idempotency key once, as a provider
@@ -49,10 +50,10 @@ func (g *idempotentGateway) call(res gateway.Result) func(context.Context, gatew
 }
 
 // lookup finds what the gateway performed.
-func (g *idempotentGateway) lookup(_ context.Context, key string) (gateway.Result, error) {
+func (g *idempotentGateway) lookup(_ context.Context, req gateway.LookupRequest) (gateway.Result, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if res, ok := g.performed[key]; ok {
+	if res, ok := g.performed[req.Request.IdempotencyKey]; ok {
 		return res, nil
 	}
 	return gateway.Result{}, gateway.ErrNotFound
@@ -105,7 +106,7 @@ func TestStepRerun(t *testing.T) {
 		_, err = w.WorkJob(ctx, t, b.tx, b.rescue(ctx, t, res.Job))
 		require.NoError(t, err)
 		require.Equal(t, after, b.get(ctx, t, c.ID), "the second rerun changes nothing")
-		require.Len(t, b.gateway.calls(), 2, "and calls nothing")
+		require.Len(t, b.gateway.Calls(), 2, "and calls nothing")
 		b.requireNextJobs(ctx, t, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1})
 	})
 
@@ -135,7 +136,7 @@ func TestStepRerun(t *testing.T) {
 		_, err = w.WorkJob(ctx, t, b.tx, b.rescue(ctx, t, res.Job))
 		require.NoError(t, err)
 		require.Equal(t, after, b.get(ctx, t, c.ID), "the second rerun changes nothing")
-		require.Len(t, b.gateway.calls(), 2, "and calls nothing")
+		require.Len(t, b.gateway.Calls(), 2, "and calls nothing")
 		require.Equal(t, []string{"paid(succeeded)"}, b.subs.calls(), "the subscription is told once")
 		b.requireNextJobs(ctx, t)
 	})
@@ -164,7 +165,7 @@ func TestStepRerun(t *testing.T) {
 		_, err = w.WorkJob(ctx, t, b.tx, b.rescue(ctx, t, res.Job))
 		require.NoError(t, err)
 		require.Equal(t, after, b.get(ctx, t, c.ID))
-		require.Len(t, b.gateway.calls(), 2)
+		require.Len(t, b.gateway.Calls(), 2)
 	})
 }
 
@@ -178,7 +179,7 @@ func TestGatewayBackAfterAWait(t *testing.T) {
 		ctx := context.Background()
 		b := setup(t)
 		c := b.newCharge(ctx, t, fixture{})
-		b.gateway.AuthorizeFunc = answer(gateway.Result{}, gateway.ErrUnavailable)
+		b.gateway.AuthorizeFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
 		w := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
 		res, err := w.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 		require.NoError(t, err)
@@ -186,7 +187,7 @@ func TestGatewayBackAfterAWait(t *testing.T) {
 		b.requireSnoozed(t, res, waiting, 0, retryBase, true)
 
 		b.clock.Set(*waiting.NextAttemptAt)
-		b.gateway.AuthorizeFunc = answer(succeeded, nil)
+		b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
 		res, err = w.WorkJob(ctx, t, b.tx, res.Job)
 		b.requireOutcome(ctx, t, c.ID, res, err, outcome{
 			status: charges.Authorized, authorizationRef: holdRef,
@@ -198,13 +199,13 @@ func TestGatewayBackAfterAWait(t *testing.T) {
 		ctx := context.Background()
 		b := setup(t)
 		c := b.newCharge(ctx, t, fixture{status: charges.Authorized, authorizationRef: holdRef})
-		b.gateway.CaptureFunc = answer(gateway.Result{}, gateway.ErrUnavailable)
+		b.gateway.CaptureFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
 		w := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
 		res, err := w.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
 		require.NoError(t, err)
 		b.requireSnoozed(t, res, b.get(ctx, t, c.ID), 0, retryBase, true)
 
-		b.gateway.CaptureFunc = answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "cap_1"}, nil)
+		b.gateway.CaptureFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "cap_1"}, nil)
 		res, err = w.WorkJob(ctx, t, b.tx, res.Job)
 		b.requireOutcome(ctx, t, c.ID, res, err, outcome{status: charges.Succeeded, authorizationRef: holdRef,
 			calls:    slices.Repeat([]string{"capture K:a1:capture " + holdRef}, 2),

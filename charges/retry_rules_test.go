@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
 func TestSameCardRetriesFollowCardNetworkRules(t *testing.T) {
@@ -45,27 +46,14 @@ func TestSameCardRetriesFollowCardNetworkRules(t *testing.T) {
 	}
 }
 
-// fakeGateway answers lookups from a map of idempotency keys; LookupFunc
-// overrides it.
-type fakeGateway struct {
-	gateway.Gateway
-	ops        map[string]gateway.Result
-	LookupFunc func(key string) (gateway.Result, error)
-	replayed   bool // some lookup allowed a replay
-}
-
-func (f *fakeGateway) Name() string { return "fake" }
-
-func (f *fakeGateway) Lookup(_ context.Context, req gateway.LookupRequest) (gateway.Result, error) {
-	key := req.Request.IdempotencyKey
-	f.replayed = f.replayed || req.MayReplay
-	if f.LookupFunc != nil {
-		return f.LookupFunc(key)
+// replayed reports whether some look-up g got allowed a replay.
+func replayed(g *gatewaytest.Gateway) bool {
+	for _, c := range g.CallsOf(gatewaytest.OpLookup) {
+		if c.Lookup.MayReplay {
+			return true
+		}
 	}
-	if res, ok := f.ops[key]; ok {
-		return res, nil
-	}
-	return gateway.Result{}, gateway.ErrNotFound
+	return false
 }
 
 func TestLiveMoneyRefusesARetryThatWouldPayTwice(t *testing.T) {
@@ -86,27 +74,31 @@ func TestLiveMoneyRefusesARetryThatWouldPayTwice(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			g := &fakeGateway{ops: map[string]gateway.Result{}}
+			ops := map[string]gateway.Result{}
 			for phase, res := range tc.ops {
-				g.ops[c.GatewayKey(phase)] = res
+				ops[c.GatewayKey(phase)] = res
 			}
+			g := gatewaytest.New(t, "fake")
+			g.LookupFunc = gatewaytest.Found(ops)
 			p := &Pipeline{Gateways: NewGateways([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
 			found, err := p.LiveMoney(context.Background(), c)
 			require.NoError(t, err)
 			require.Equal(t, tc.found, found)
-			require.False(t, g.replayed, "a look must not send an authorize again: it could place the hold it looks for")
+			require.False(t, replayed(g), "a look must not send an authorize again: it could place the hold it looks for")
 		})
 	}
 	t.Run("provider cannot tell", func(t *testing.T) {
 		t.Parallel()
-		g := &fakeGateway{LookupFunc: func(string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrUnprovable }}
+		g := gatewaytest.New(t, "fake")
+		g.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrUnprovable)
 		p := &Pipeline{Gateways: NewGateways([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
 		_, err := p.LiveMoney(context.Background(), c)
 		require.ErrorIs(t, err, ErrGatewayUnreachable, "no retry on a guess")
 	})
 	t.Run("gateway unreachable", func(t *testing.T) {
 		t.Parallel()
-		g := &fakeGateway{LookupFunc: func(string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrUnavailable }}
+		g := gatewaytest.New(t, "fake")
+		g.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrUnavailable)
 		p := &Pipeline{Gateways: NewGateways([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
 		_, err := p.LiveMoney(context.Background(), c)
 		require.ErrorIs(t, err, ErrGatewayUnreachable)

@@ -40,7 +40,7 @@ func setupTooLate(ctx context.Context, t *testing.T) tooLateBundle {
 	t.Helper()
 	pool := dbtest.Pool(t)
 	clk := testsupport.NewClock(start)
-	gw := &fakeGateway{name: "gmp1"}
+	gw := newFakeGateway(t, "gmp1")
 	poster := &registry.Poster{Pool: pool, Gateways: registry.NewBalancer([]registry.Gateway{gw}, time.Second), Clock: clk,
 		GiveUpAfter: 24 * time.Hour, Retry: charges.RetryPolicy{Base: time.Second, Max: time.Minute, Now: clk.Now},
 		Logger: zerolog.Nop()}
@@ -101,7 +101,7 @@ func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setupTooLate(ctx, t)
-			b.gw.known, b.gw.err = tc.known, tc.err
+			b.gw.LookupFunc = looksUp(tc.known, false, tc.err)
 			// The registry was down; the clock is now within the hour
 			// before the deadline: the hold is not posted, it is released.
 			b.clk.Advance(150 * time.Minute)
@@ -110,8 +110,8 @@ func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 			defer tx.Rollback(ctx)
 			_, err = b.worker.Work(ctx, t, tx, registry.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
-			require.Zero(t, b.gw.calls, "nothing is sent to the registry")
-			require.Positive(t, b.gw.lookups, "the registry is asked first")
+			require.Empty(t, b.gw.callsOf("post"), "nothing is sent to the registry")
+			require.NotEmpty(t, b.gw.callsOf("lookup"), "the registry is asked first")
 			require.Equal(t, tc.want, b.status(ctx, t))
 			rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, riverpgxv5.New(b.pool),
 				charges.VoidArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)

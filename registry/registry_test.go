@@ -20,51 +20,31 @@ func TestPaymentIDIsPerAttemptAndAmount(t *testing.T) {
 	require.Len(t, id, 32)
 }
 
-// fakeGateway answers every call with err and counts calls.
-type fakeGateway struct {
-	name  string
-	err   error
-	calls int
-	// known is what a look-up answers: the registry has the payment.
-	known   bool
-	lookups int
-}
-
-func (g *fakeGateway) Name() string { return g.name }
-func (g *fakeGateway) Post(context.Context, registry.Payment) error {
-	g.calls++
-	return g.err
-}
-func (g *fakeGateway) Annul(context.Context, string) error { g.calls++; return g.err }
-func (g *fakeGateway) Lookup(context.Context, string) (bool, bool, error) {
-	g.lookups++
-	return g.known, false, g.err
-}
-
 func TestBalancerSpreadsAndMovesOffADegradedGateway(t *testing.T) {
 	t.Parallel()
-	a, b := &fakeGateway{name: "gmp1"}, &fakeGateway{name: "gmp2"}
+	a, b := newFakeGateway(t, "gmp1"), newFakeGateway(t, "gmp2")
+	a.PostFunc, b.PostFunc = posts(nil), posts(nil)
 	bal := registry.NewBalancer([]registry.Gateway{a, b}, time.Second)
 	for i := 0; i < 4; i++ {
 		_, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
 		require.NoError(t, err)
 	}
-	require.Equal(t, 2, a.calls, "calls alternate")
-	require.Equal(t, 2, b.calls)
+	require.Len(t, a.callsOf("post"), 2, "calls alternate")
+	require.Len(t, b.callsOf("post"), 2)
 
-	a.err = registry.ErrUnavailable
+	a.PostFunc = posts(registry.ErrUnavailable)
 	for i := 0; i < 4; i++ {
 		used, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
 		require.NoError(t, err)
 		require.Equal(t, "gmp2", used)
 	}
-	require.Equal(t, 3, a.calls, "the degraded gateway is skipped once it failed")
+	require.Len(t, a.callsOf("post"), 3, "the degraded gateway is skipped once it failed")
 
-	b.err = registry.ErrUnavailable
+	b.PostFunc = posts(registry.ErrUnavailable)
 	_, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
 	require.True(t, errors.Is(err, registry.ErrUnavailable), "none would: %v", err)
 
-	b.err = nil
+	b.PostFunc = posts(nil)
 	used, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
 	require.NoError(t, err, "when every gateway is degraded, each is still tried")
 	require.Equal(t, "gmp2", used)

@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/proctest"
 	"github.com/rebill/rebill/soak"
 )
 
@@ -164,7 +165,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	r := &runner{
-		t: t, seed: sched.Seed, ctx: ctx, db: db, bin: binary(t), dir: t.TempDir(),
+		t: t, seed: sched.Seed, ctx: ctx, db: db, bin: proctest.Binary(t), dir: t.TempDir(),
 		env: map[string]string{
 			"DATABASE_URL":             dbURL,
 			"REBILL_DEV":               "1",
@@ -191,8 +192,8 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		r.nodesMu.Lock()
 		defer r.nodesMu.Unlock()
 		for _, p := range r.nodes {
-			if p != nil && !p.exited() {
-				p.kill()
+			if p != nil && !p.Exited() {
+				_ = p.Kill()
 			}
 		}
 	})
@@ -325,7 +326,7 @@ func (r *runner) saveFailure(sched *soak.Schedule, violations []soak.Violation, 
 	var logs strings.Builder
 	for _, p := range procs {
 		if p != nil {
-			fmt.Fprintf(&logs, "==== %s (%s)\n%s\n", p.name, p.cmd.ProcessState, p.out.String())
+			fmt.Fprintf(&logs, "==== %s (%s)\n%s\n", p.Name, p.ExitState(), p.Output())
 		}
 	}
 	_ = os.WriteFile(strings.TrimSuffix(path, ".json")+".log", []byte(logs.String()), 0o644)
@@ -336,12 +337,12 @@ func (r *runner) startNode(i int) error {
 	r.nodesMu.Lock()
 	n := len(r.old) + 2
 	r.nodesMu.Unlock()
-	p, err := startProc(r.bin, r.dir, fmt.Sprintf("node %s#%d", string(rune('A'+i)), n), r.env)
+	p, err := proctest.Start(fmt.Sprintf("node %s#%d", string(rune('A'+i)), n), proctest.Options{Dir: r.dir, Env: r.env})
 	if err != nil {
 		return err
 	}
-	if err := p.waitReady(60 * time.Second); err != nil {
-		p.kill()
+	if err := p.WaitReady(60 * time.Second); err != nil {
+		_ = p.Kill()
 		return err
 	}
 	r.nodesMu.Lock()
@@ -357,9 +358,9 @@ func (r *runner) base(i int) string {
 		r.nodesMu.Lock()
 		for k := 0; k < 2; k++ {
 			p := r.nodes[(i+k)%2]
-			if p != nil && !p.exited() {
+			if p != nil && !p.Exited() {
 				r.nodesMu.Unlock()
-				return p.url
+				return p.URL
 			}
 		}
 		r.nodesMu.Unlock()
@@ -526,7 +527,7 @@ func (r *runner) run(step soak.Step) {
 	case soak.KindKill:
 		r.nodesMu.Lock()
 		p, other := r.nodes[step.Node], r.nodes[1-step.Node]
-		if p == nil || p.exited() || other == nil || other.exited() {
+		if p == nil || p.Exited() || other == nil || other.Exited() {
 			r.nodesMu.Unlock()
 			return // never the last node alive
 		}
@@ -534,12 +535,12 @@ func (r *runner) run(step soak.Step) {
 		r.old = append(r.old, p)
 		r.kills++
 		r.nodesMu.Unlock()
-		p.kill()
+		_ = p.Kill()
 	case soak.KindRestart:
 		r.nodesMu.Lock()
 		p := r.nodes[step.Node]
 		r.nodesMu.Unlock()
-		if p != nil && !p.exited() {
+		if p != nil && !p.Exited() {
 			return
 		}
 		if err := r.startNode(step.Node); err != nil {
@@ -846,7 +847,7 @@ func (r *runner) drain() {
 		r.nodesMu.Lock()
 		p := r.nodes[i]
 		r.nodesMu.Unlock()
-		if p == nil || p.exited() {
+		if p == nil || p.Exited() {
 			if err := r.startNode(i); err != nil {
 				r.t.Fatalf("restart node %d to settle: %v", i, err)
 			}

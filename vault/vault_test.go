@@ -14,6 +14,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/secrets"
@@ -263,25 +264,22 @@ func TestResealJobSealsEnrollmentTokensInClear(t *testing.T) {
 	require.NotContains(t, dump, "tok_enrollment_legacy")
 }
 
-type recordingGateway struct {
-	gateway.Gateway
-	mu      sync.Mutex
-	tokens  []string
-	lookups []string // the token of each lookup's request
+// recording is a provider that takes every authorize and look-up, for
+// the test to read what each was sent.
+func recording(t *testing.T) *gatewaytest.Gateway {
+	g := gatewaytest.New(t, "sim1")
+	g.AuthorizeFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded}, nil)
+	g.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{Status: gateway.StatusSucceeded}, nil)
+	return g
 }
 
-func (g *recordingGateway) Authorize(_ context.Context, req gateway.Request) (gateway.Result, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.tokens = append(g.tokens, req.Token)
-	return gateway.Result{Status: gateway.StatusSucceeded}, nil
-}
-
-func (g *recordingGateway) Lookup(_ context.Context, req gateway.LookupRequest) (gateway.Result, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.lookups = append(g.lookups, req.Request.Token)
-	return gateway.Result{Status: gateway.StatusSucceeded}, nil
+// tokens lists the tokens g's calls of op carried, in order.
+func tokens(g *gatewaytest.Gateway, op gateway.Op) []string {
+	var out []string
+	for _, c := range g.CallsOf(op) {
+		out = append(out, c.Request.Token)
+	}
+	return out
 }
 
 // A provider finds a lost hold by sending its create again under the same
@@ -292,7 +290,7 @@ func TestLookupThatMayReplayAHoldGetsTheToken(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.Pool(t)
 	v := newVault(t, pool, newKey(t))
-	inner := &recordingGateway{}
+	inner := recording(t)
 	g := v.Gateway(inner)
 	ref := seal(t, v, "sim1", "tok_ok_replayed")
 	for _, look := range []gateway.LookupRequest{
@@ -303,14 +301,14 @@ func TestLookupThatMayReplayAHoldGetsTheToken(t *testing.T) {
 		_, err := g.Lookup(t.Context(), look)
 		require.NoError(t, err)
 	}
-	require.Equal(t, []string{"tok_ok_replayed", ref, ref}, inner.lookups)
+	require.Equal(t, []string{"tok_ok_replayed", ref, ref}, tokens(inner, gatewaytest.OpLookup))
 }
 
 func TestGatewayGetsTheToken(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.Pool(t)
 	v := newVault(t, pool, newKey(t))
-	inner := &recordingGateway{}
+	inner := recording(t)
 	g := v.Gateway(inner)
 	ref := seal(t, v, "sim1", "tok_ok_for_the_gateway")
 	_, err := g.Authorize(t.Context(), gateway.Request{Token: ref})
@@ -319,8 +317,9 @@ func TestGatewayGetsTheToken(t *testing.T) {
 	require.NoError(t, err)
 	_, err = g.Authorize(t.Context(), gateway.Request{Token: "ptok_00000000-0000-4000-8000-000000000000"})
 	require.ErrorIs(t, err, vault.ErrNotFound)
-	require.Equal(t, []string{"tok_ok_for_the_gateway", "tok_still_clear"}, inner.tokens, "nothing is sent for a token that cannot be opened")
-	require.False(t, strings.HasPrefix(inner.tokens[0], "ptok_"))
+	sent := tokens(inner, gateway.OpAuthorize)
+	require.Equal(t, []string{"tok_ok_for_the_gateway", "tok_still_clear"}, sent, "nothing is sent for a token that cannot be opened")
+	require.False(t, strings.HasPrefix(sent[0], "ptok_"))
 }
 
 func TestIsRef(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/internal/app"
+	"github.com/rebill/rebill/internal/proctest"
 )
 
 // auditInProcess runs `rebill audit` in dev mode over pool's database.
@@ -53,7 +54,7 @@ func procAudit(t *testing.T, env map[string]string, args ...string) (int, string
 		require.NoError(t, err)
 	}
 	if code != 0 {
-		t.Logf("rebill audit exited %d; stderr: %s", code, procTail(stderr.String(), 4096))
+		t.Logf("rebill audit exited %d; stderr: %s", code, proctest.Tail(stderr.String(), 4096))
 	}
 	return code, stdout.String()
 }

@@ -183,16 +183,16 @@ func TestProductionNodeRefusesFinesEnrollmentsAndWarnsAtStart(t *testing.T) {
 	prod.waitReady(t, 60*time.Second)
 
 	const key = "fines-without-registry-1"
-	status, body := postKeyed(t, prod.url, "/v1/enrollments", adminKey, key, finesEnrollmentBody("cust-prod", "77УА123456"))
+	status, body := postKeyed(t, prod.URL, "/v1/enrollments", adminKey, key, finesEnrollmentBody("cust-prod", "77УА123456"))
 	require.Equal(t, http.StatusConflict, status, "%v", body)
 	require.Equal(t, "https://rebill.dev/problems/registry-not-configured", body["type"])
 	require.Zero(t, countRows(t, db, `SELECT count(*) FROM enrollments`), "nothing created")
 	require.Zero(t, countRows(t, db, `SELECT count(*) FROM idempotency_keys WHERE key = $1`, key),
 		"the refusal is not kept under its key: a retry once a registry is configured runs afresh")
-	status, body = postKeyed(t, prod.url, "/v1/enrollments", adminKey, key, finesEnrollmentBody("cust-prod", "77УА123456"))
+	status, body = postKeyed(t, prod.URL, "/v1/enrollments", adminKey, key, finesEnrollmentBody("cust-prod", "77УА123456"))
 	require.Equal(t, http.StatusConflict, status, "the same key is executed again, not replayed: %v", body)
 
-	status, body = postKeyed(t, prod.url, "/v1/enrollments", adminKey, "housing-without-registry-1", map[string]any{
+	status, body = postKeyed(t, prod.URL, "/v1/enrollments", adminKey, "housing-without-registry-1", map[string]any{
 		"customer_id": "cust-prod", "kind": "housing", "account_ref": "75ДА533315", "currency": "RUB", "max_amount": 1000000,
 		"payment_method": map[string]any{"gateway": "sim1", "token": "tok_ok", "exp_month": 12, "exp_year": 2035},
 	})
@@ -201,7 +201,7 @@ func TestProductionNodeRefusesFinesEnrollmentsAndWarnsAtStart(t *testing.T) {
 	require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM enrollments WHERE kind = 'housing'`))
 
 	prod.terminate(t, 30*time.Second)
-	logs := prod.stdout.String() + prod.stderr.String()
+	logs := prod.Stdout() + prod.Stderr()
 	require.Contains(t, logs, "no state payment registry is configured")
 	require.Contains(t, logs, "registry-not-configured")
 	for _, secret := range []string{adminKey, testEncryptionKey, "tok_ok"} {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -167,21 +168,27 @@ func TestWithdrawnFineHasItsPostingAnnulled(t *testing.T) {
 	b := setup(t, 1, map[string]string{"REBILL_GATEWAY_TIMEOUT": "5s", "REBILL_RESCUE_AFTER": "30s"})
 	start := b.autopayStart(t)
 	enr := b.createFinesEnrollment(t, "tok_ok", 500000)
-	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"latency_ms": 3000})
-	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"latency_ms": 3000})
+	// The simulated registry reads its fault switches as a call arrives:
+	// with their table locked (on a connection of its own, the node's pool
+	// is small), a posting that reaches a gateway waits there, past its
+	// last look at the charge.
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	atRegistry, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer atRegistry.Rollback(ctx)
+	_, err = atRegistry.Exec(ctx, `LOCK TABLE dev_registry_faults IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
 	id := uin(15)
 	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
-	// Withdrawn while the posting is on its way to the registry (3 s): a
+	// Withdrawn while the posting is on its way to the registry: a
 	// withdraw before it is sent posts nothing at all, and one after its
 	// capture began is refused.
-	require.Eventually(t, func() bool {
-		var running bool
-		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM river_job
-			WHERE kind = 'registry_post' AND state = 'running')`).Scan(&running))
-		return running
-	}, 20*time.Second, 10*time.Millisecond, "held, posting")
-	time.Sleep(500 * time.Millisecond) // past the posting's last look at the charge
+	b.waitLockWaiter(t, "dev_registry_faults")
 	require.Equal(t, "withdrawn", b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills/"+id+"/withdraw", nil)["status"])
+	require.NoError(t, atRegistry.Commit(ctx))
 	require.Eventually(t, func() bool {
 		posted := b.registryLedger(t, id)
 		return len(posted) == 1 && posted[0].Status == "annulled"

@@ -155,22 +155,6 @@ func TestHousingBillPaidOnItsPayDay(t *testing.T) {
 	require.False(t, paidAt.Before(time.Date(2027, 3, 9, 21, 0, 0, 0, time.UTC)))
 }
 
-// A pay day closer to the due date than the dunning room (7 days) is
-// replaced by the due date's end less the room.
-func TestHousingPayDayTooCloseToTheDueDatePaysAtTheLatestMoment(t *testing.T) {
-	t.Parallel()
-	b := setup(t, 1, nil)
-	start := b.autopayStart(t)
-	enr := b.createHousingEnrollment(t, "75ДА000001", 12, 1000000)
-	_, pushed := b.callStatus(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", map[string]any{
-		"bill_id": "ZHKU-1", "amount": 1000, "issued_at": start.Format(time.RFC3339), "due_date": "2027-03-15"})
-	require.Equal(t, "2027-03-08T21:00:00Z", pushed["pay_at"], "00:00 on 9 March in Moscow: 15 March's end less 7 days")
-	require.True(t, start.Before(time.Date(2027, 3, 8, 21, 0, 0, 0, time.UTC)))
-	b.advance(t, "180h")
-	b.scanNow(t)
-	b.waitBill(t, enr, "ZHKU-1", "paid")
-}
-
 // A bill above max_amount waits for the customer; once confirmed it is
 // paid once.
 func TestBillAboveTheLimitWaitsForConfirmation(t *testing.T) {
@@ -190,24 +174,6 @@ func TestBillAboveTheLimitWaitsForConfirmation(t *testing.T) {
 	b.waitBill(t, enr, id, "paid")
 	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills/"+id+"/confirm", nil) // again: unchanged
 	require.Equal(t, []int64{50000}, captured(b.ledger(t, "sim1"), enr+":"+id))
-}
-
-// A withdrawn bill is never charged, even once its pay day comes.
-func TestWithdrawnBillIsNeverCharged(t *testing.T) {
-	t.Parallel()
-	b := setup(t, 1, nil)
-	start := b.autopayStart(t)
-	enr := b.createHousingEnrollment(t, "75ДБ000002", 5, 1000000)
-	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", map[string]any{
-		"bill_id": "W-1", "amount": 5000, "issued_at": start.Format(time.RFC3339), "due_date": "2027-04-15"})
-	withdrawn := b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills/W-1/withdraw", nil)
-	require.Equal(t, "withdrawn", withdrawn["status"])
-	b.advance(t, "720h")
-	b.scanNow(t)
-	require.Empty(t, b.enrollmentCharges(t, enr))
-	require.Empty(t, opsFor(b.ledger(t, "sim1"), enr+":W-1"))
-	status, _ := b.callStatus(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills/W-1/confirm", nil)
-	require.Equal(t, http.StatusConflict, status)
 }
 
 // The simulated source's bill, pulled, and the same bill pushed are one

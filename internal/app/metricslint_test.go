@@ -155,7 +155,7 @@ func TestFreshNodeExportsEveryDashboardMetric(t *testing.T) {
 	var missing []string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		exported := sampleNames(t, scrape(t, node.url))
+		exported := sampleNames(t, scrape(t, node.URL))
 		missing = missing[:0]
 		for _, n := range wanted {
 			if !exported[n] {

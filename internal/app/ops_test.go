@@ -114,7 +114,7 @@ func TestInspectorSendsAnOverdueUnknownToReview(t *testing.T) {
 	sum, err = insp.Run(ctx)
 	require.NoError(t, err)
 	require.Zero(t, sum.Kicked+sum.Review)
-	time.Sleep(500 * time.Millisecond)
+	b.waitChargeJobsFinal(t, id)
 	require.Empty(t, opsFor(b.ledger(t, "sim1"), key))
 	var charges int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM charges`).Scan(&charges))

@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -33,66 +32,26 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/internal/proctest"
 )
 
-// TestMain only removes the binary the process tests built (lazily, once).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if procBin.dir != "" {
-		_ = os.RemoveAll(procBin.dir)
-	}
-	os.Exit(code)
-}
+// TestMain removes the binary the process tests built (lazily, once).
+func TestMain(m *testing.M) { proctest.Main(m) }
 
-var procBin struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-// procBinary builds cmd/rebill once per test run and returns its path.
+// procBinary builds cmd/rebill once per test binary and returns its path.
 func procBinary(t *testing.T) string {
 	t.Helper()
-	procBin.once.Do(func() {
-		procBin.dir, procBin.err = os.MkdirTemp("", "rebill-proctest-")
-		if procBin.err != nil {
-			return
-		}
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			goTool = "/usr/local/go/bin/go"
-		}
-		path := filepath.Join(procBin.dir, "rebill")
-		out, err := exec.Command(goTool, "build", "-o", path, "github.com/rebill/rebill/cmd/rebill").CombinedOutput()
-		if err != nil {
-			procBin.err = fmt.Errorf("go build: %w\n%s", err, out)
-			return
-		}
-		procBin.path = path
-	})
-	require.NoError(t, procBin.err)
-	return procBin.path
+	return proctest.Binary(t)
 }
 
 // procServer is one running `rebill serve`.
-type procServer struct {
-	name   string
-	cmd    *exec.Cmd
-	url    string
-	stdout testsupport.LockedBuffer
-	stderr testsupport.LockedBuffer
-	done   chan struct{} // closed when the process has exited and been waited for
-}
+type procServer struct{ *proctest.Process }
 
 // procFreePort asks the kernel for a free TCP port on loopback.
 func procFreePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := proctest.FreePort()
 	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
 	return port
 }
 
@@ -101,104 +60,27 @@ func procFreePort(t *testing.T) int {
 // killed when the test ends, and its output is logged if the test failed.
 func procStart(t *testing.T, name string, env map[string]string) *procServer {
 	t.Helper()
-	bin := procBinary(t)
-	addr := fmt.Sprintf("127.0.0.1:%d", procFreePort(t))
-	cmd := exec.Command(bin, "serve")
-	cmd.Dir = t.TempDir() // the default REBILL_DATA_DIR is relative
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "REBILL_") && !strings.HasPrefix(kv, "DATABASE_URL=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, "REBILL_ADDR="+addr)
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	p := &procServer{name: name, cmd: cmd, url: "http://" + addr, done: make(chan struct{})}
-	cmd.Stdout = &p.stdout
-	cmd.Stderr = &p.stderr
-	cmd.WaitDelay = 5 * time.Second
-	require.NoError(t, cmd.Start())
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if !p.exited() {
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s stdout:\n%s", name, p.stdout.String())
-			t.Logf("%s stderr (%s):\n%s", name, cmd.ProcessState, procTail(p.stderr.String(), 512<<10))
-		}
-	})
-	return p
-}
-
-func procTail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "...\n" + s[len(s)-n:]
-}
-
-func (p *procServer) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return &procServer{proctest.StartT(t, name, env)}
 }
 
 // waitReady waits until GET /readyz answers 200.
 func (p *procServer) waitReady(t *testing.T, limit time.Duration) {
 	t.Helper()
-	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(limit)
-	for {
-		if p.exited() {
-			t.Fatalf("%s exited before it was ready: %s", p.name, p.cmd.ProcessState)
-		}
-		res, err := client.Get(p.url + "/readyz")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within %s (last: %v)", p.name, limit, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	require.NoError(t, p.WaitReady(limit))
 }
 
 // terminate sends SIGTERM and asserts a clean exit (code 0) within limit.
 func (p *procServer) terminate(t *testing.T, limit time.Duration) time.Duration {
 	t.Helper()
-	start := time.Now()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-p.done:
-	case <-time.After(limit):
-		t.Fatalf("%s still running %s after SIGTERM", p.name, limit)
-	}
-	require.Equal(t, 0, p.cmd.ProcessState.ExitCode(), "%s exit: %s", p.name, p.cmd.ProcessState)
-	return time.Since(start)
+	took, err := p.Terminate(limit)
+	require.NoError(t, err)
+	return took
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
 func (p *procServer) kill(t *testing.T) {
 	t.Helper()
-	require.NoError(t, p.cmd.Process.Kill())
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s still running 10s after SIGKILL", p.name)
-	}
+	require.NoError(t, p.Kill())
 }
 
 var (
@@ -218,7 +100,7 @@ func (p *procServer) request(method, path, key string, body any) (int, []byte, e
 		}
 		reader = bytes.NewReader(data)
 	}
-	req, err := http.NewRequest(method, p.url+path, reader)
+	req, err := http.NewRequest(method, p.URL+path, reader)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -350,8 +232,8 @@ func TestServeSmokeEmbeddedDatabase(t *testing.T) {
 	require.NotZero(t, postmaster, "postmaster.pid in %s while serving", pgDir)
 	require.True(t, procAlive(postmaster))
 
-	key := regexp.MustCompile(`rbk_[A-Za-z0-9_-]{20,}`).FindString(srv.stdout.String())
-	require.NotEmpty(t, key, "first start prints an admin key on stdout; got %q", srv.stdout.String())
+	key := regexp.MustCompile(`rbk_[A-Za-z0-9_-]{20,}`).FindString(srv.Stdout())
+	require.NotEmpty(t, key, "first start prints an admin key on stdout; got %q", srv.Stdout())
 
 	status, _, err := srv.request(http.MethodGet, "/v1/subscriptions", "rbk_wrong", nil)
 	require.NoError(t, err)
@@ -383,7 +265,7 @@ func TestServeSmokeEmbeddedDatabase(t *testing.T) {
 	require.Zero(t, procPostmasterPID(t, pgDir), "postmaster.pid left in %s: the private cluster was not stopped", pgDir)
 	require.Eventually(t, func() bool { return !procAlive(postmaster) }, 5*time.Second, 50*time.Millisecond,
 		"postgres %d still running after rebill exited", postmaster)
-	require.Contains(t, srv.stderr.String(), `"message":"stopped"`)
+	require.Contains(t, srv.Stderr(), `"message":"stopped"`)
 	t.Logf("ready after %s (initdb included); SIGTERM to exit 0 in %s", ready.Round(time.Millisecond), stopTook.Round(time.Millisecond))
 }
 

@@ -17,7 +17,7 @@ import (
 // scanRuns reads how many billing scans a node has run from its /metrics.
 func (p *procServer) scanRuns(t *testing.T) float64 {
 	t.Helper()
-	res, err := procHTTP.Get(p.url + "/metrics")
+	res, err := procHTTP.Get(p.URL + "/metrics")
 	require.NoError(t, err)
 	defer res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)

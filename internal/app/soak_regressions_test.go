@@ -30,7 +30,7 @@ func TestReconcileResendRefusedByGatewayIsNotStranded(t *testing.T) {
 		c := b.charges(t, sub)[0]
 		return c["status"] == "authorizing" && c["failure_code"] == "gateway_unavailable"
 	}, 20*time.Second, 20*time.Millisecond, "the resend waits on the gateway")
-	time.Sleep(time.Second) // the waiting job runs again, and again, while the gateway refuses
+	b.waitSnoozes(t, "charge_reconcile", b.charges(t, sub)[0]["id"].(string), 3) // it runs again, and again, while the gateway refuses
 	b.faults(t, map[string]any{"error_rate": 0})
 
 	cs := b.waitCharges(t, sub, 1, "succeeded")
@@ -111,8 +111,9 @@ func TestReactivationFromUnpaidSkipsThePeriodsThatBeganWhileUnpaid(t *testing.T)
 	b.faults(t, map[string]any{"down": false}) // the second period's charge is paid
 	require.Eventually(t, func() bool { return b.subscription(t, sub)["status"] == "active" }, 40*time.Second, 20*time.Millisecond,
 		"reactivated: %v", func() any { return b.charges(t, sub) })
-	b.advance(t, "1s") // a scan
-	time.Sleep(2 * time.Second)
+	b.advance(t, "1s")
+	b.waitJobsIdle(t, "billing_scan")
+	b.scanNow(t) // a whole scan has run: a period it bills has its charge
 	cs := b.charges(t, sub)
 	require.Len(t, cs, 2, "no charge for the period that began while unpaid: %v", cs)
 	require.Equal(t, "succeeded", cs[0]["status"])
