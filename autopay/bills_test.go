@@ -18,6 +18,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/internal/fsm"
 )
 
 // A fine that arrives with its discount running is charged on arrival at
@@ -150,7 +151,7 @@ func TestPausedEnrollmentKeepsBillsPendingUntilResumed(t *testing.T) {
 
 	b.inTx(t, func(tx pgx.Tx) error { _, err := b.autopay.Cancel(ctx, tx, e.ID); return err })
 	_, _, err := b.push(t, e, housing(t, "H-2", 1000, "2027-03-25"))
-	var transition *enrollments.TransitionError
+	var transition *fsm.TransitionError
 	require.True(t, errors.As(err, &transition), "a cancelled enrollment takes no bills: %v", err)
 }
 
@@ -257,7 +258,7 @@ func TestWithdrawnBillIsNeverCharged(t *testing.T) {
 		_, err := b.autopay.Confirm(ctx, tx, e.ID, "H-1")
 		return err
 	})
-	var transition *enrollments.TransitionError
+	var transition *fsm.TransitionError
 	require.True(t, errors.As(err, &transition), "a withdrawn bill cannot be confirmed: %v", err)
 	require.Zero(t, b.charges(t))
 }

@@ -94,7 +94,7 @@ func (b *postingBundle) heldFine(ctx context.Context, t *testing.T, uin string) 
 }
 
 // posting reads the posting's status, gateway and last error.
-func (b *postingBundle) posting(ctx context.Context, t *testing.T, id string) (status, gateway, lastError string) {
+func (b *postingBundle) posting(ctx context.Context, t *testing.T, id string) (status registry.PostingStatus, gateway, lastError string) {
 	t.Helper()
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT status, coalesce(gateway, ''), coalesce(last_error, '')
 		FROM registry_postings WHERE payment_id = $1`, id).Scan(&status, &gateway, &lastError))
@@ -183,7 +183,7 @@ func TestLostAnswerIsLookedUpBeforeAnythingElse(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
 		found      bool
-		wantStatus string
+		wantStatus registry.PostingStatus
 		wantErr    bool
 	}{
 		"found: accepted":    {found: true, wantStatus: registry.StatusAccepted},
