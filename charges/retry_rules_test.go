@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 )
 
 func TestSameCardRetriesFollowCardNetworkRules(t *testing.T) {
@@ -90,7 +91,7 @@ func TestLiveMoneyRefusesARetryThatWouldPayTwice(t *testing.T) {
 			for phase, res := range tc.ops {
 				g.ops[c.GatewayKey(phase)] = res
 			}
-			p := &Pipeline{Gateways: NewGateways([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
+			p := &Pipeline{Gateways: fleet.New([]gateway.Gateway{g}, fleet.DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
 			found, err := p.LiveMoney(context.Background(), c)
 			require.NoError(t, err)
 			require.Equal(t, tc.found, found)
@@ -100,14 +101,14 @@ func TestLiveMoneyRefusesARetryThatWouldPayTwice(t *testing.T) {
 	t.Run("provider cannot tell", func(t *testing.T) {
 		t.Parallel()
 		g := &fakeGateway{LookupFunc: func(string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrUnprovable }}
-		p := &Pipeline{Gateways: NewGateways([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
+		p := &Pipeline{Gateways: fleet.New([]gateway.Gateway{g}, fleet.DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
 		_, err := p.LiveMoney(context.Background(), c)
 		require.ErrorIs(t, err, ErrGatewayUnreachable, "no retry on a guess")
 	})
 	t.Run("gateway unreachable", func(t *testing.T) {
 		t.Parallel()
 		g := &fakeGateway{LookupFunc: func(string) (gateway.Result, error) { return gateway.Result{}, gateway.ErrUnavailable }}
-		p := &Pipeline{Gateways: NewGateways([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
+		p := &Pipeline{Gateways: fleet.New([]gateway.Gateway{g}, fleet.DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
 		_, err := p.LiveMoney(context.Background(), c)
 		require.ErrorIs(t, err, ErrGatewayUnreachable)
 	})

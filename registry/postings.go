@@ -10,12 +10,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/internal/riverjob"
 )
 
 // Posting statuses.
@@ -43,7 +45,7 @@ type Poster struct {
 	// the registry is told only of money that is held and can still be
 	// captured at the price posted. Past it the posting is cancelled and
 	// the hold voided.
-	Holds *charges.Gateways
+	Holds *fleet.Gateways
 	// GiveUpAfter bounds, on the service clock from the posting's
 	// creation, how long a posting waits for a registry that does nothing;
 	// then it fails for good.
@@ -77,7 +79,7 @@ type posting struct {
 	CreatedAt time.Time
 }
 
-func getPosting(ctx context.Context, db charges.DBTX, paymentID string) (posting, error) {
+func getPosting(ctx context.Context, db pg.DBTX, paymentID string) (posting, error) {
 	var ps posting
 	err := db.QueryRow(ctx, `SELECT payment_id, charge_id, attempt, uin, amount, status, created_at FROM registry_postings
 		WHERE payment_id = $1`, paymentID).Scan(&ps.PaymentID, &ps.ChargeID, &ps.Attempt, &ps.UIN, &ps.Amount, &ps.Status, &ps.CreatedAt)
@@ -89,7 +91,7 @@ func getPosting(ctx context.Context, db charges.DBTX, paymentID string) (posting
 
 // setStatus moves a posting from one of from to to; false when it was not
 // in from.
-func setStatus(ctx context.Context, db charges.DBTX, paymentID string, from []string, to, gateway, lastError string, now time.Time) (bool, error) {
+func setStatus(ctx context.Context, db pg.DBTX, paymentID string, from []string, to, gateway, lastError string, now time.Time) (bool, error) {
 	tag, err := db.Exec(ctx, `UPDATE registry_postings SET status = $3, gateway = coalesce(nullif($4, ''), gateway),
 			last_error = nullif($5, ''), updated_at = $6
 		WHERE payment_id = $1 AND status = ANY($2)`, paymentID, from, to, gateway, lastError, now)
@@ -108,12 +110,9 @@ type PostArgs struct {
 func (PostArgs) Kind() string { return "registry_post" }
 
 // InsertOpts makes the job unique per posting in every state.
-func (PostArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{UniqueOpts: uniqueForever} }
-
-var uniqueForever = river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
-	rivertype.JobStateAvailable, rivertype.JobStateCancelled, rivertype.JobStateCompleted, rivertype.JobStateDiscarded,
-	rivertype.JobStatePending, rivertype.JobStateRetryable, rivertype.JobStateRunning, rivertype.JobStateScheduled,
-}}
+func (PostArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
+}
 
 // PostWorker runs PostArgs jobs.
 type PostWorker struct {
@@ -150,7 +149,7 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 		}
 		return nil
 	}
-	if by, ok := p.Holds.PostBy(c); ok && !now.Before(by) {
+	if by, ok := charges.PostBy(p.Holds, c); ok && !now.Before(by) {
 		return p.tooLate(ctx, job, ps, c, by)
 	}
 	// The registry hears of this attempt only once the older ones of the
@@ -237,7 +236,7 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 		if errors.Is(cause, ErrUnavailable) {
 			metrics.Retry("posting", metrics.RetryRegistryUnavailable)
 			delay := p.Retry.Delay(max(job.Attempt, 1))
-			if by, ok := p.Holds.PostBy(c); ok && by.After(now) {
+			if by, ok := charges.PostBy(p.Holds, c); ok && by.After(now) {
 				// Wake up in time to release a hold that can no longer be posted.
 				delay = max(min(delay, by.Sub(now)), time.Second)
 			}
@@ -340,10 +339,7 @@ func (SweepArgs) Kind() string { return "registry_sweep" }
 
 // InsertOpts allows one pending or running sweep.
 func (SweepArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
-		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-		rivertype.JobStateScheduled, rivertype.JobStateRetryable,
-	}}}
+	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: riverjob.OneAtATime()}
 }
 
 // SweepWorker runs SweepArgs jobs.

@@ -18,6 +18,7 @@ import (
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/console"
 	"github.com/rebill/rebill/inspector"
@@ -103,9 +104,9 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		// Tokens are sealed at rest; only the gateway call opens them.
 		gateways[i].Gateway = tokens.Gateway(gateways[i].Gateway)
 	}
-	breaker := charges.DefaultBreaker
+	breaker := fleet.DefaultBreaker
 	breaker.OpenFor = cfg.BreakerOpenFor
-	breakers := charges.Configure(gateways, breaker)
+	breakers := fleet.Configure(gateways, breaker)
 	breakers.ReportHealth()
 
 	// Every transition publishes its event through the recorder, in its

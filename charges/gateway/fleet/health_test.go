@@ -1,4 +1,4 @@
-package charges
+package fleet
 
 import (
 	"context"
@@ -80,7 +80,7 @@ func (refusingGateway) Authorize(context.Context, gateway.Request) (gateway.Resu
 // The rebill_gateway_* gauges are this node's view, read at scrape time.
 func TestHealthIsExportedAsGauges(t *testing.T) {
 	t.Parallel()
-	gws := NewGateways([]gateway.Gateway{refusingGateway{}}, Breaker{Window: time.Minute, MinCalls: 4, FailureRatio: 0.5, OpenFor: time.Hour})
+	gws := New([]gateway.Gateway{refusingGateway{}}, Breaker{Window: time.Minute, MinCalls: 4, FailureRatio: 0.5, OpenFor: time.Hour})
 	gws.ReportHealth()
 	g, err := gws.Gateway("gauged")
 	require.NoError(t, err)
