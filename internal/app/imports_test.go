@@ -101,8 +101,7 @@ func TestImportsFollowTheLayout(t *testing.T) {
 		}
 		for _, imp := range pkg.Imports {
 			if strings.HasPrefix(imp, "github.com/go-chi/") {
-				require.True(t, strings.HasPrefix(name, "api") || name == "console", "%s imports %s: only api and the console route HTTP",
-					name, imp)
+				require.True(t, strings.HasPrefix(name, "api") || name == "console", "%s imports %s: only the HTTP edges (api, console) route HTTP", name, imp)
 			}
 		}
 	}
