@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/validate"
 )
 
@@ -33,7 +33,7 @@ type gatewayJSON struct {
 	Health        gatewayHealthJSON `json:"health"`
 }
 
-func toGatewayJSON(g charges.GatewayStatus) gatewayJSON {
+func toGatewayJSON(g fleet.GatewayStatus) gatewayJSON {
 	out := gatewayJSON{Name: g.Name, Kind: g.Kind, Priority: g.Priority, CommissionBPS: g.CommissionBPS,
 		Currencies: g.Currencies, Health: gatewayHealthJSON{
 			Circuit: g.Health.Circuit, Calls: g.Health.Calls, ErrorRate: round4(g.Health.ErrorRate),
@@ -69,7 +69,7 @@ func millis(seconds float64) float64 { return math.Round(seconds*1_000_000) / 1_
 // listGateways answers GET /v1/gateways: every configured gateway with
 // this node's view of its health.
 func (s *Server) listGateways(w http.ResponseWriter, _ *http.Request) {
-	var list []charges.GatewayStatus
+	var list []fleet.GatewayStatus
 	if s.Gateways != nil {
 		list = s.Gateways.List()
 	}
@@ -112,11 +112,11 @@ func (s *Server) routeBinding(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var route charges.Route
+	var route fleet.Route
 	if s.Gateways != nil {
 		route = s.Gateways.RouteBinding(currency, amount)
 	} else {
-		route = charges.ChooseBinding(nil, currency, amount)
+		route = fleet.ChooseBinding(nil, currency, amount)
 	}
 	out := routeJSON{Reason: route.Reason, Candidates: make([]verdictJSON, len(route.Candidates))}
 	if route.Gateway != "" {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
@@ -21,16 +21,16 @@ func stub(t *testing.T, name string, err error) *gatewaytest.Gateway {
 	return g
 }
 
-func gatewaysForRouting(t *testing.T) *charges.Gateways {
+func gatewaysForRouting(t *testing.T) *fleet.Gateways {
 	t.Helper()
-	gws := charges.Configure([]charges.Configured{
-		{Gateway: stub(t, "cheap", nil), Settings: charges.Settings{Kind: "sim", Priority: 3,
+	gws := fleet.Configure([]fleet.Configured{
+		{Gateway: stub(t, "cheap", nil), Settings: fleet.Settings{Kind: "sim", Priority: 3,
 			CommissionBPS: map[string]int64{"RUB": 150}, Currencies: []string{"RUB"}, HoldLifetime: 168 * time.Hour}},
-		{Gateway: stub(t, "broken", gateway.ErrUnknownOutcome), Settings: charges.Settings{Kind: "sim",
+		{Gateway: stub(t, "broken", gateway.ErrUnknownOutcome), Settings: fleet.Settings{Kind: "sim",
 			Priority: 1, CommissionBPS: map[string]int64{"*": 100}}},
-		{Gateway: stub(t, "dear", nil), Settings: charges.Settings{Kind: "sim", Priority: 2,
+		{Gateway: stub(t, "dear", nil), Settings: fleet.Settings{Kind: "sim", Priority: 2,
 			CommissionBPS: map[string]int64{"RUB": 250, "*": 300}, Currencies: []string{"RUB", "USD"}}},
-	}, charges.Breaker{Window: time.Minute, MinCalls: 1000, FailureRatio: 0.5, OpenFor: time.Minute})
+	}, fleet.Breaker{Window: time.Minute, MinCalls: 1000, FailureRatio: 0.5, OpenFor: time.Minute})
 	for _, name := range []string{"broken", "cheap"} {
 		g, err := gws.Gateway(name)
 		require.NoError(t, err)

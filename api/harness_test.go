@@ -22,14 +22,13 @@ import (
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/billing"
-	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/notify"
-	"github.com/rebill/rebill/scheduler"
-	"github.com/rebill/rebill/subscriptions"
-
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/scheduler"
+	"github.com/rebill/rebill/subscriptions"
 )
 
 const adminKey = "test-admin-key"
@@ -51,7 +50,7 @@ type setupOpts struct {
 	// dev, when set, builds the dev-mode dependencies on the test's pool.
 	dev func(t *testing.T, pool *pgxpool.Pool) *api.Dev
 	// gateways are the configured gateways of GET /v1/gateways.
-	gateways *charges.Gateways
+	gateways *fleet.Gateways
 }
 
 func setup(t *testing.T, opts ...setupOpts) testBundle {

@@ -26,6 +26,7 @@ import (
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/notify"
@@ -89,7 +90,7 @@ type Deps struct {
 	KnownGateway func(name string) bool
 	// Gateways are the configured gateways with this node's view of
 	// their health (GET /v1/gateways, GET /v1/routing/binding).
-	Gateways *charges.Gateways
+	Gateways *fleet.Gateways
 	Dev      *Dev // nil outside dev mode: /v1/dev/* answers 404
 	Logger   zerolog.Logger
 	// Webhooks are the webhook endpoints' use cases (admin changes them,

@@ -29,6 +29,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/internal/pg"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -110,7 +111,7 @@ type Source interface {
 
 // Periods is the Source of subscription periods, read from db.
 type Periods struct {
-	DB charges.DBTX
+	DB pg.DBTX
 	// Now is the service clock; a period due more than Grace before it
 	// and still without a charge is reported.
 	Now   time.Time
@@ -145,7 +146,7 @@ func (p Periods) Items(ctx context.Context, from, to time.Time) ([]Item, error) 
 
 // Auditor checks items against the gateways' books.
 type Auditor struct {
-	DB       charges.DBTX
+	DB       pg.DBTX
 	Gateways []gateway.Gateway
 	Sources  []Source
 	// SettleDays are searched past the range for captures of its items

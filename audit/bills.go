@@ -13,6 +13,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/internal/pg"
 )
 
 // Bills judges autopay bills by the rules of package billcheck, the same
@@ -35,7 +36,7 @@ type Bills struct {
 // BillData reads what billcheck judges for the bills received in [from,
 // to) and their copies: rows from db, and each bill charge's captures
 // looked up at its gateway attempt by attempt.
-func BillData(ctx context.Context, db charges.DBTX, gateways []gateway.Gateway, from, to time.Time, rules Bills) (*billcheck.Data, error) {
+func BillData(ctx context.Context, db pg.DBTX, gateways []gateway.Gateway, from, to time.Time, rules Bills) (*billcheck.Data, error) {
 	d := &billcheck.Data{Now: rules.Now, AnnulWithin: rules.AnnulWithin, OpsOnServiceClock: rules.OpsOnServiceClock}
 	rows, err := db.Query(ctx, `SELECT b.id, b.enrollment_id, b.bill_id, b.amount, b.discounted_amount, b.discount_deadline,
 			b.expires_at, b.status, b.confirmed_at, b.charge_id
@@ -150,7 +151,7 @@ func lookUpAuthorize(ctx context.Context, g gateway.Gateway, chargeKey string, n
 	return nil
 }
 
-func readEnrollments(ctx context.Context, db charges.DBTX, ids []uuid.UUID, d *billcheck.Data) error {
+func readEnrollments(ctx context.Context, db pg.DBTX, ids []uuid.UUID, d *billcheck.Data) error {
 	rows, err := db.Query(ctx, `SELECT id, customer_id, kind, coalesce(els, ''), max_amount FROM enrollments WHERE id = ANY($1)
 		ORDER BY id`, ids)
 	if err != nil {
@@ -170,7 +171,7 @@ func readEnrollments(ctx context.Context, db charges.DBTX, ids []uuid.UUID, d *b
 	return nil
 }
 
-func readPostings(ctx context.Context, db charges.DBTX, chargeIDs []uuid.UUID, d *billcheck.Data) error {
+func readPostings(ctx context.Context, db pg.DBTX, chargeIDs []uuid.UUID, d *billcheck.Data) error {
 	rows, err := db.Query(ctx, `SELECT payment_id, charge_id, attempt, uin, amount, status FROM registry_postings
 		WHERE charge_id = ANY($1) ORDER BY charge_id, attempt`, chargeIDs)
 	if err != nil {

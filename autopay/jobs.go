@@ -8,19 +8,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/fsm"
+	"github.com/rebill/rebill/internal/riverjob"
 	"github.com/rebill/rebill/internal/validate"
 )
-
-// oneAtATime allows one pending or running job of a kind: a trigger while
-// one runs is absorbed, and the running one works from database state.
-var oneAtATime = river.UniqueOpts{ByState: []rivertype.JobState{
-	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-	rivertype.JobStateScheduled, rivertype.JobStateRetryable,
-}}
 
 // ScanArgs charges the bills whose pay_at has come and expires those
 // whose last payable day is over.
@@ -31,7 +24,7 @@ func (ScanArgs) Kind() string { return "bills_scan" }
 
 // InsertOpts allows one pending or running scan.
 func (ScanArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: oneAtATime}
+	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: riverjob.OneAtATime()}
 }
 
 // ScanWorker runs ScanArgs jobs.
@@ -163,7 +156,7 @@ func (PullArgs) Kind() string { return "bills_pull" }
 
 // InsertOpts allows one pending or running pull.
 func (PullArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: oneAtATime}
+	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: riverjob.OneAtATime()}
 }
 
 // PullWorker runs PullArgs jobs.

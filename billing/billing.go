@@ -28,6 +28,7 @@ import (
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/pg"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/vault"
@@ -95,7 +96,7 @@ func (s *Service) ownerOf(c charges.Charge) charges.Subscriptions {
 }
 
 // db is the caller's transaction when there is one, else the pool.
-func (s *Service) db(tx pgx.Tx) subscriptions.DBTX {
+func (s *Service) db(tx pgx.Tx) pg.DBTX {
 	if tx != nil {
 		return tx
 	}

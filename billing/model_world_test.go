@@ -22,6 +22,7 @@ import (
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/scheduler"
@@ -169,8 +170,8 @@ func newWorld(t *testing.T) *world {
 // breaker counts on the wall clock, which would make a replay differ. (The
 // circuit-open path is covered by the charges package's tests.)
 func (w *world) newGateways() {
-	gws := charges.NewGateways([]gateway.Gateway{w.gw},
-		charges.Breaker{Window: time.Hour, MinCalls: math.MaxUint32, FailureRatio: 1, OpenFor: time.Second})
+	gws := fleet.New([]gateway.Gateway{w.gw},
+		fleet.Breaker{Window: time.Hour, MinCalls: math.MaxUint32, FailureRatio: 1, OpenFor: time.Second})
 	w.pipeline.Gateways = gws
 	w.svc.KnownGateway = gws.Known
 }

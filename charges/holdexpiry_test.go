@@ -10,6 +10,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
@@ -17,8 +18,8 @@ const holdLifetime = 7 * 24 * time.Hour
 
 // withHoldLifetime gives the fake gateway a hold lifetime.
 func (b *testBundle) withHoldLifetime() {
-	b.pipeline.Gateways = charges.Configure([]charges.Configured{{Gateway: b.gateway,
-		Settings: charges.Settings{HoldLifetime: holdLifetime}}}, charges.DefaultBreaker)
+	b.pipeline.Gateways = fleet.Configure([]fleet.Configured{{Gateway: b.gateway,
+		Settings: fleet.Settings{HoldLifetime: holdLifetime}}}, fleet.DefaultBreaker)
 }
 
 // heldLedger is a gateway that keeps what it did: the lookups answer from

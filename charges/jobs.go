@@ -2,22 +2,11 @@ package charges
 
 import (
 	"github.com/google/uuid"
-	"github.com/rebill/rebill/charges/gateway"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
-)
 
-// uniqueForever makes a job unique by its tagged args in every state,
-// discarded and cancelled included, so that no path can enqueue the same
-// step of the same attempt twice (RIVER.md: the defaults omit both).
-var uniqueForever = river.UniqueOpts{
-	ByArgs: true,
-	ByState: []rivertype.JobState{
-		rivertype.JobStateAvailable, rivertype.JobStateCancelled, rivertype.JobStateCompleted,
-		rivertype.JobStateDiscarded, rivertype.JobStatePending, rivertype.JobStateRetryable,
-		rivertype.JobStateRunning, rivertype.JobStateScheduled,
-	},
-}
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/riverjob"
+)
 
 // AuthorizeArgs places the hold of one attempt of a charge.
 type AuthorizeArgs struct {
@@ -30,7 +19,7 @@ func (AuthorizeArgs) Kind() string { return "charge_authorize" }
 
 // InsertOpts makes the job unique per charge attempt.
 func (AuthorizeArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: uniqueForever}
+	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
 }
 
 // CaptureArgs collects the hold of one attempt of a charge.
@@ -43,7 +32,9 @@ type CaptureArgs struct {
 func (CaptureArgs) Kind() string { return "charge_capture" }
 
 // InsertOpts makes the job unique per charge attempt.
-func (CaptureArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{UniqueOpts: uniqueForever} }
+func (CaptureArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
+}
 
 // VoidArgs releases the hold of a charge whose subscription was cancelled.
 type VoidArgs struct {
@@ -55,7 +46,9 @@ type VoidArgs struct {
 func (VoidArgs) Kind() string { return "charge_void" }
 
 // InsertOpts makes the job unique per charge attempt.
-func (VoidArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{UniqueOpts: uniqueForever} }
+func (VoidArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
+}
 
 // ReconcileArgs asks the gateway what became of a call whose answer was
 // lost, and continues from there.
@@ -71,7 +64,7 @@ func (ReconcileArgs) Kind() string { return "charge_reconcile" }
 
 // InsertOpts makes the job unique per charge attempt and operation.
 func (ReconcileArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: uniqueForever}
+	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
 }
 
 // ReleaseHoldArgs looks up, at its gateway, a charge that went to review
@@ -87,5 +80,5 @@ func (ReleaseHoldArgs) Kind() string { return "charge_release_hold" }
 
 // InsertOpts makes the job unique per charge attempt.
 func (ReleaseHoldArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: uniqueForever}
+	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
 }

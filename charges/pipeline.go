@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
 )
@@ -73,7 +74,7 @@ type ManyLocker interface {
 // next step's job in one transaction.
 type Pipeline struct {
 	Pool          *pgxpool.Pool
-	Gateways      *Gateways
+	Gateways      *fleet.Gateways
 	Subscriptions Subscriptions
 	// Enrollments is told about the charges of enrollments' bills, in the
 	// same terms (the id it gets is the enrollment's); nil when no
@@ -194,12 +195,13 @@ func (p *Pipeline) transitioned(c Charge, reason string) {
 func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ctx context.Context) (gateway.Result, error)) (gateway.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.Gateways.Timeout(c.Gateway, p.CallTimeout))
 	defer cancel()
-	ctx, span := p.startCall(ctx, c, op)
+	observed := fleet.Call{Gateway: c.Gateway, Op: op, ChargeID: c.ID, SubscriptionID: c.SubscriptionID, Attempt: c.AttemptCount}
+	ctx, span := observed.Start(ctx, p.Tracer)
 	start := time.Now() // the call's latency: elapsed real time, not the service clock
 	res, err := fn(ctx)
 	outcome := string(res.Status)
 	switch {
-	case errors.Is(err, ErrCircuitOpen):
+	case errors.Is(err, fleet.ErrCircuitOpen):
 		outcome = "circuit_open"
 	case errors.Is(err, gateway.ErrUnavailable):
 		outcome = "unavailable"
@@ -212,7 +214,7 @@ func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ct
 	case err != nil:
 		outcome = "error"
 	}
-	endCall(span, c, op, outcome, res.DeclineCode, time.Since(start))
+	observed.End(span, outcome, res.DeclineCode, time.Since(start))
 	p.Logger.Info().Str("charge_id", c.ID.String()).Str("owner_id", c.OwnerID().String()).
 		Str("gateway", c.Gateway).Str("op", string(op)).Int("attempt", c.AttemptCount).
 		Str("outcome", outcome).Int64("latency_ms", time.Since(start).Milliseconds()).
@@ -303,7 +305,7 @@ func (p *Pipeline) lookup(ctx context.Context, g gateway.Gateway, c Charge, op g
 // would give up, the charge goes to review.
 func (p *Pipeline) technicalFailure(ctx context.Context, s stageRun, c Charge, op gateway.Op, callErr error) error {
 	switch {
-	case errors.Is(callErr, ErrCircuitOpen), errors.Is(callErr, gateway.ErrUnavailable):
+	case errors.Is(callErr, fleet.ErrCircuitOpen), errors.Is(callErr, gateway.ErrUnavailable):
 		return p.waitForGateway(ctx, s, c, op, callErr)
 	case errors.Is(callErr, gateway.ErrUnknownOutcome) && !s.reconcile && op != gateway.OpVoid:
 		metrics.Retry(s.stage, metrics.RetryUnknownOutcome)
@@ -331,7 +333,7 @@ func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op 
 	}
 	reason := metrics.RetryGatewayUnavailable
 	delay := p.Retry.Delay(max(s.run, 1))
-	if errors.Is(callErr, ErrCircuitOpen) {
+	if errors.Is(callErr, fleet.ErrCircuitOpen) {
 		reason = metrics.RetryGatewayCircuitOpen
 		open := p.Gateways.OpenFor()
 		delay = open + time.Duration(rand.Int64N(int64(open)+1)) // spread the wake-ups

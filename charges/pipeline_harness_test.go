@@ -22,6 +22,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
@@ -96,7 +97,7 @@ func setup(t *testing.T) *testBundle {
 	}
 	b.pipeline = &charges.Pipeline{
 		Pool:           pool,
-		Gateways:       charges.NewGateways([]gateway.Gateway{fake}, charges.DefaultBreaker),
+		Gateways:       fleet.New([]gateway.Gateway{fake}, fleet.DefaultBreaker),
 		Subscriptions:  b.subs,
 		Clock:          clk,
 		Dunning:        dunning,
@@ -231,8 +232,8 @@ func (b *testBundle) changeCard(ctx context.Context, t *testing.T, token string)
 // answer opens a breaker that needs only one call. The call is forgotten.
 func (b *testBundle) tripCircuit(ctx context.Context, t *testing.T) {
 	t.Helper()
-	b.pipeline.Gateways = charges.NewGateways([]gateway.Gateway{b.gateway},
-		charges.Breaker{Window: time.Minute, MinCalls: 1, FailureRatio: 0, OpenFor: circuitOpenFor})
+	b.pipeline.Gateways = fleet.New([]gateway.Gateway{b.gateway},
+		fleet.Breaker{Window: time.Minute, MinCalls: 1, FailureRatio: 0, OpenFor: circuitOpenFor})
 	b.gateway.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrUnavailable)
 	g, err := b.pipeline.Gateways.Gateway(b.gateway.Name())
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/metrics"
 )
 
@@ -54,10 +55,10 @@ func (p *Pipeline) registryGuard() string {
 // PostBy is the last moment the registry may be told of c's current hold:
 // one margin before the hold lapses at its gateway (as a capture, see
 // holdExpired) and, for a hold at a discounted price, PostingDiscountMargin
-// before the discount ends. ok is false when neither bounds it. A nil r
-// knows no hold lifetimes.
-func (r *Gateways) PostBy(c Charge) (by time.Time, ok bool) {
-	if s, found := r.settings(c.Gateway); found && s.HoldLifetime > 0 && c.AuthorizedAt != nil {
+// before the discount ends. ok is false when neither bounds it. Nil
+// gateways know no hold lifetimes.
+func PostBy(gateways *fleet.Gateways, c Charge) (by time.Time, ok bool) {
+	if s, found := holdSettings(gateways, c.Gateway); found && s.HoldLifetime > 0 && c.AuthorizedAt != nil {
 		by, ok = c.AuthorizedAt.Add(s.HoldLifetime-min(HoldExpiryMargin, s.HoldLifetime/2)), true
 	}
 	if c.DiscountUntil != nil && c.Amount < c.FullAmount {
@@ -68,11 +69,11 @@ func (r *Gateways) PostBy(c Charge) (by time.Time, ok bool) {
 	return by, ok
 }
 
-func (r *Gateways) settings(name string) (Settings, bool) {
-	if r == nil {
-		return Settings{}, false
+func holdSettings(gateways *fleet.Gateways, name string) (fleet.Settings, bool) {
+	if gateways == nil {
+		return fleet.Settings{}, false
 	}
-	return r.Settings(name)
+	return gateways.Settings(name)
 }
 
 // posted reports whether the registry accepted the posting of c's current
@@ -94,7 +95,7 @@ func (p *Pipeline) unpostable(ctx context.Context, c Charge, now time.Time) (boo
 	if c.RegistryUIN == "" {
 		return false, nil
 	}
-	if by, ok := p.Gateways.PostBy(c); !ok || now.Before(by) {
+	if by, ok := PostBy(p.Gateways, c); !ok || now.Before(by) {
 		return false, nil
 	}
 	accepted, err := posted(ctx, p.Pool, c)

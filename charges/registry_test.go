@@ -282,7 +282,7 @@ func TestFineHoldThatCanNoLongerBePostedIsReleased(t *testing.T) {
 			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 			require.NoError(t, err)
 			held := b.get(ctx, t, c.ID)
-			by, ok := b.pipeline.Gateways.PostBy(held)
+			by, ok := charges.PostBy(b.pipeline.Gateways, held)
 			require.True(t, ok)
 			require.True(t, by.Equal(deadline.Add(-charges.PostingDiscountMargin)), "post by %s", by)
 			if accepted {

@@ -8,6 +8,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/metrics"
 )
@@ -67,7 +68,7 @@ func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldAr
 // River attempt either (spending them would end in a discarded job and a
 // hold nobody releases). Other failures are River retries.
 func (p *Pipeline) holdCheckFailed(_ context.Context, s stageRun, c Charge, err error) error {
-	if errors.Is(err, ErrCircuitOpen) || errors.Is(err, gateway.ErrUnavailable) {
+	if errors.Is(err, fleet.ErrCircuitOpen) || errors.Is(err, gateway.ErrUnavailable) {
 		metrics.Retry(s.stage, metrics.RetryGatewayUnavailable)
 		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
@@ -80,7 +81,7 @@ func TestLiveMoneyRefusesARetryThatWouldPayTwice(t *testing.T) {
 			}
 			g := gatewaytest.New(t, "fake")
 			g.LookupFunc = gatewaytest.Found(ops)
-			p := &Pipeline{Gateways: NewGateways([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
+			p := &Pipeline{Gateways: fleet.New([]gateway.Gateway{g}, fleet.DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
 			found, err := p.LiveMoney(context.Background(), c)
 			require.NoError(t, err)
 			require.Equal(t, tc.found, found)
@@ -91,7 +92,7 @@ func TestLiveMoneyRefusesARetryThatWouldPayTwice(t *testing.T) {
 		t.Parallel()
 		g := gatewaytest.New(t, "fake")
 		g.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrUnprovable)
-		p := &Pipeline{Gateways: NewGateways([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
+		p := &Pipeline{Gateways: fleet.New([]gateway.Gateway{g}, fleet.DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
 		_, err := p.LiveMoney(context.Background(), c)
 		require.ErrorIs(t, err, ErrGatewayUnreachable, "no retry on a guess")
 	})
@@ -99,7 +100,7 @@ func TestLiveMoneyRefusesARetryThatWouldPayTwice(t *testing.T) {
 		t.Parallel()
 		g := gatewaytest.New(t, "fake")
 		g.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrUnavailable)
-		p := &Pipeline{Gateways: NewGateways([]gateway.Gateway{g}, DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
+		p := &Pipeline{Gateways: fleet.New([]gateway.Gateway{g}, fleet.DefaultBreaker), CallTimeout: time.Second, Logger: zerolog.Nop()}
 		_, err := p.LiveMoney(context.Background(), c)
 		require.ErrorIs(t, err, ErrGatewayUnreachable)
 	})

@@ -9,15 +9,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rebill/rebill/internal/pg"
 )
 
-// DBTX is what the store needs of a pool, a connection or a transaction.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// DBTX is the one database handle every store takes (pg.DBTX), spelled
+// short for this package's many signatures.
+type DBTX = pg.DBTX
 
 const columns = `id, coalesce(subscription_id, '00000000-0000-0000-0000-000000000000'), customer_id, period_key, period_start, amount, currency, gateway, status,
 	attempt_count, coalesce(unknown_phase, ''), coalesce(authorization_ref, ''), void_requested, first_declined_at,

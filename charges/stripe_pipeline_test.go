@@ -17,6 +17,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/stripe"
 	"github.com/rebill/rebill/charges/gateway/stripe/stripetest"
 	"github.com/rebill/rebill/internal/dbtest"
@@ -54,7 +55,7 @@ func setupStripe(t *testing.T, token string) *stripeBundle {
 	retry := charges.RetryPolicy{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond, Now: time.Now}
 	p := &charges.Pipeline{
 		Pool:           pool,
-		Gateways:       charges.NewGateways([]gateway.Gateway{g}, charges.DefaultBreaker),
+		Gateways:       fleet.New([]gateway.Gateway{g}, fleet.DefaultBreaker),
 		Subscriptions:  b.subs,
 		Clock:          clk,
 		Dunning:        dunning,

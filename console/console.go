@@ -29,6 +29,7 @@ import (
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/reconcile"
@@ -95,7 +96,7 @@ type Options struct {
 	Keys     Keys
 	Billing  Billing
 	Autopay  Autopay // nil: enrollments are not shown
-	Gateways *charges.Gateways
+	Gateways *fleet.Gateways
 	// Reconciliation and Reports may be nil (not shown).
 	Reconciliation Reconciliation
 	Reports        Reports

@@ -13,6 +13,7 @@ import (
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/reports"
@@ -172,7 +173,7 @@ func (h *Handler) withdrawBill(w http.ResponseWriter, r *http.Request) {
 
 type operationsData struct {
 	Today          time.Time
-	Gateways       []charges.GatewayStatus
+	Gateways       []fleet.GatewayStatus
 	Reconciliation []reconcile.Result
 	Report         *reports.Daily
 	ReportError    string

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/internal/fsm"
+	"github.com/rebill/rebill/internal/pg"
 )
 
 // BillStatus is where a bill stands (see the package doc's diagram).
@@ -313,20 +314,20 @@ func (st *Store) Push(ctx context.Context, tx pgx.Tx, e Enrollment, in BillInput
 
 // GetBill returns the enrollment's bill with the issuer's bill id.
 // Returns ErrBillNotFound.
-func (st *Store) GetBill(ctx context.Context, db DBTX, enrollmentID uuid.UUID, billID string) (Bill, error) {
+func (st *Store) GetBill(ctx context.Context, db pg.DBTX, enrollmentID uuid.UUID, billID string) (Bill, error) {
 	return scanBill(db.QueryRow(ctx, `SELECT `+billColumns+` FROM bills WHERE enrollment_id = $1 AND bill_id = $2`,
 		enrollmentID, billID))
 }
 
 // BillByCharge returns the bill whose charge is chargeID. Returns
 // ErrBillNotFound.
-func (st *Store) BillByCharge(ctx context.Context, db DBTX, chargeID uuid.UUID) (Bill, error) {
+func (st *Store) BillByCharge(ctx context.Context, db pg.DBTX, chargeID uuid.UUID) (Bill, error) {
 	return scanBill(db.QueryRow(ctx, `SELECT `+billColumns+` FROM bills WHERE charge_id = $1`, chargeID))
 }
 
 // ListBills returns an enrollment's bills newest first, before the keyset
 // cursor id (uuid.Nil: from the newest).
-func (st *Store) ListBills(ctx context.Context, db DBTX, enrollmentID, before uuid.UUID, limit int) ([]Bill, error) {
+func (st *Store) ListBills(ctx context.Context, db pg.DBTX, enrollmentID, before uuid.UUID, limit int) ([]Bill, error) {
 	var cursor *uuid.UUID
 	if before != uuid.Nil {
 		cursor = &before

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/fault"
+	"github.com/rebill/rebill/internal/pg"
 	"github.com/rebill/rebill/registry"
 )
 
@@ -89,7 +90,7 @@ const releasableSQL = `c.identity_held AND (c.status = '` + string(charges.Voide
 
 // Releasable lists up to limit identities whose holding charge may let go
 // of them (see ReleaseIdentity).
-func (st *Store) Releasable(ctx context.Context, db DBTX, limit int) ([]Released, error) {
+func (st *Store) Releasable(ctx context.Context, db pg.DBTX, limit int) ([]Released, error) {
 	rows, err := db.Query(ctx, `SELECT c.id, c.enrollment_id, c.bill_identity FROM charges c
 		WHERE `+releasableSQL+` ORDER BY c.bill_identity LIMIT $1`, limit)
 	if err != nil {
@@ -203,7 +204,7 @@ type PaidTwice struct {
 // ListPaidTwice returns every bill identity captured by more than one
 // charge (at most limit), ordered by identity. Since charges claim
 // identities, only pairs paid before that rule existed can be listed.
-func ListPaidTwice(ctx context.Context, db DBTX, limit int) ([]PaidTwice, error) {
+func ListPaidTwice(ctx context.Context, db pg.DBTX, limit int) ([]PaidTwice, error) {
 	rows, err := db.Query(ctx, `SELECT bill_identity, array_agg(id ORDER BY created_at, id) FROM charges
 		WHERE bill_identity IS NOT NULL AND status = '`+string(charges.Succeeded)+`'
 		GROUP BY bill_identity HAVING count(*) > 1 ORDER BY bill_identity LIMIT $1`, limit)

@@ -9,18 +9,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/pg"
 	"github.com/rebill/rebill/subscriptions"
 )
-
-// DBTX is what the store needs of a pool, a connection or a transaction.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // EventSink receives every change of an enrollment or a bill, in the
 // transaction that makes it, with the object as it is after the change.
@@ -143,7 +136,7 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New) (Enrollment, erro
 }
 
 // Get returns one enrollment. Returns ErrNotFound.
-func (st *Store) Get(ctx context.Context, db DBTX, id uuid.UUID) (Enrollment, error) {
+func (st *Store) Get(ctx context.Context, db pg.DBTX, id uuid.UUID) (Enrollment, error) {
 	return scan(db.QueryRow(ctx, `SELECT `+columns+` FROM enrollments WHERE id = $1`, id))
 }
 
@@ -162,7 +155,7 @@ type ListParams struct {
 }
 
 // List returns enrollments newest first.
-func (st *Store) List(ctx context.Context, db DBTX, p ListParams) ([]Enrollment, error) {
+func (st *Store) List(ctx context.Context, db pg.DBTX, p ListParams) ([]Enrollment, error) {
 	var before *uuid.UUID
 	if p.Before != uuid.Nil {
 		before = &p.Before
@@ -175,7 +168,7 @@ func (st *Store) List(ctx context.Context, db DBTX, p ListParams) ([]Enrollment,
 // ByAccount returns the enrollments of kind that a bill source's account
 // matches (any of the given identifiers), cancelled ones included. An ELS
 // is matched in its canonical spelling.
-func (st *Store) ByAccount(ctx context.Context, db DBTX, kind Kind, ref AccountRef) ([]Enrollment, error) {
+func (st *Store) ByAccount(ctx context.Context, db pg.DBTX, kind Kind, ref AccountRef) ([]Enrollment, error) {
 	if c, problem := CanonicalELS(ref.ELS); problem == "" {
 		ref.ELS = c
 	}

@@ -20,20 +20,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/fault"
+	"github.com/rebill/rebill/internal/pg"
 	"github.com/rebill/rebill/notify/objects"
 	"github.com/rebill/rebill/subscriptions"
 )
-
-// DBTX is what reads need of a pool, a connection or a transaction.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Event types. Subscription and charge types are "subscription." or
 // "charge." followed by the domain's event name.
@@ -233,7 +226,7 @@ func scanEvent(row pgx.Row) (Event, error) {
 
 // GetEvent returns one event; a non-empty customerID must own it
 // (ErrNotFound otherwise).
-func GetEvent(ctx context.Context, db DBTX, id uuid.UUID, customerID string) (Event, error) {
+func GetEvent(ctx context.Context, db pg.DBTX, id uuid.UUID, customerID string) (Event, error) {
 	return scanEvent(db.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1 AND ($2 = '' OR customer_id = $2)`,
 		id, customerID))
 }
@@ -250,7 +243,7 @@ type ListParams struct {
 }
 
 // ListEvents returns events newest first.
-func ListEvents(ctx context.Context, db DBTX, p ListParams) ([]Event, error) {
+func ListEvents(ctx context.Context, db pg.DBTX, p ListParams) ([]Event, error) {
 	var object, before *uuid.UUID
 	if p.ObjectID != uuid.Nil {
 		object = &p.ObjectID

@@ -12,10 +12,10 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
-	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/internal/pg"
 )
 
 // Settle is how long after a UTC day ends it is checked: operations in
@@ -28,7 +28,7 @@ type Reconciler struct {
 	Pool *pgxpool.Pool
 	// Read is where charges and results are read: the replica when one
 	// is configured (REBILL_REPLICA_URL), else the primary.
-	Read charges.DBTX
+	Read pg.DBTX
 	// Gateways are the gateways to reconcile, by name.
 	Gateways map[string]gateway.Gateway
 	Clock    clock.Clock

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/internal/pg"
 )
 
 // Kind names what disagrees between a charge and its gateway.
@@ -57,7 +58,7 @@ type Lookup func(ctx context.Context, idempotencyKey string) (gateway.Result, er
 // discrepancies in a stable order (kind, charge, reference) and how many operations
 // the gateway listed. An error means the day could not be checked (the
 // gateway did not answer): nothing is concluded from it.
-func Check(ctx context.Context, db charges.DBTX, g gateway.Gateway, lookup Lookup, day time.Time) ([]Discrepancy, int, error) {
+func Check(ctx context.Context, db pg.DBTX, g gateway.Gateway, lookup Lookup, day time.Time) ([]Discrepancy, int, error) {
 	day = Day(day)
 	ops, err := g.Operations(ctx, day)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/internal/pg"
 )
 
 // Status of a gateway's day.
@@ -36,7 +36,7 @@ type Result struct {
 
 // Get returns the result of gateway's day, Pending when it has not been
 // checked.
-func Get(ctx context.Context, db charges.DBTX, gw string, day time.Time) (Result, error) {
+func Get(ctx context.Context, db pg.DBTX, gw string, day time.Time) (Result, error) {
 	day = Day(day)
 	r := Result{Date: day, Gateway: gw, Status: Pending, Discrepancies: []Discrepancy{}}
 	var at time.Time
@@ -97,7 +97,7 @@ func save(ctx context.Context, tx pgx.Tx, gw string, day time.Time, ops int, fou
 
 // unchecked returns the finished days in [from, to) that gw has no result
 // for, oldest first.
-func unchecked(ctx context.Context, db charges.DBTX, gw string, from, to time.Time) ([]time.Time, error) {
+func unchecked(ctx context.Context, db pg.DBTX, gw string, from, to time.Time) ([]time.Time, error) {
 	rows, err := db.Query(ctx, `SELECT d::date::timestamp AT TIME ZONE 'UTC' FROM generate_series($2::date, $3::date - 1, interval '1 day') AS d
 		WHERE NOT EXISTS (SELECT 1 FROM reconciliation_days r WHERE r.gateway = $1 AND r.day = d::date) ORDER BY d`,
 		gw, from.Format(time.DateOnly), to.Format(time.DateOnly))
@@ -115,7 +115,7 @@ func unchecked(ctx context.Context, db charges.DBTX, gw string, from, to time.Ti
 }
 
 // openCount counts gw's discrepancies no person has reviewed.
-func openCount(ctx context.Context, db charges.DBTX, gw string) (int, error) {
+func openCount(ctx context.Context, db pg.DBTX, gw string) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, `SELECT count(*) FROM reconciliation_discrepancies WHERE gateway = $1 AND reviewed_at IS NULL`, gw).Scan(&n)
 	if err != nil {
@@ -125,7 +125,7 @@ func openCount(ctx context.Context, db charges.DBTX, gw string) (int, error) {
 }
 
 // lastDay is the latest day checked for gw (zero when none).
-func lastDay(ctx context.Context, db charges.DBTX, gw string) (time.Time, error) {
+func lastDay(ctx context.Context, db pg.DBTX, gw string) (time.Time, error) {
 	var last *time.Time
 	err := db.QueryRow(ctx, `SELECT max(day)::timestamp AT TIME ZONE 'UTC' FROM reconciliation_days WHERE gateway = $1`, gw).Scan(&last)
 	if err != nil {

@@ -10,13 +10,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/internal/riverjob"
 )
 
 // PostingStatus is where a posting of a hold to the registry stands.
@@ -69,7 +71,7 @@ type Poster struct {
 	// the registry is told only of money that is held and can still be
 	// captured at the price posted. Past it the posting is cancelled and
 	// the hold voided.
-	Holds *charges.Gateways
+	Holds *fleet.Gateways
 	// GiveUpAfter bounds, on the service clock from the posting's
 	// creation, how long a posting waits for a registry that does nothing;
 	// then it fails for good.
@@ -103,7 +105,7 @@ type posting struct {
 	CreatedAt time.Time
 }
 
-func getPosting(ctx context.Context, db charges.DBTX, paymentID string) (posting, error) {
+func getPosting(ctx context.Context, db pg.DBTX, paymentID string) (posting, error) {
 	var ps posting
 	err := db.QueryRow(ctx, `SELECT payment_id, charge_id, attempt, uin, amount, status, created_at FROM registry_postings
 		WHERE payment_id = $1`, paymentID).Scan(&ps.PaymentID, &ps.ChargeID, &ps.Attempt, &ps.UIN, &ps.Amount, &ps.Status, &ps.CreatedAt)
@@ -116,7 +118,7 @@ func getPosting(ctx context.Context, db charges.DBTX, paymentID string) (posting
 // move is the one guarded move of a posting: from one of from to to, each
 // a move the table allows (a *fsm.TransitionError, nothing written,
 // otherwise); false when it was not in from.
-func move(ctx context.Context, db charges.DBTX, paymentID string, from []PostingStatus, to PostingStatus, gateway, lastError string,
+func move(ctx context.Context, db pg.DBTX, paymentID string, from []PostingStatus, to PostingStatus, gateway, lastError string,
 	now time.Time) (bool, error) {
 	if err := Machine.Check(from, to); err != nil {
 		return false, err
@@ -139,12 +141,9 @@ type PostArgs struct {
 func (PostArgs) Kind() string { return "registry_post" }
 
 // InsertOpts makes the job unique per posting in every state.
-func (PostArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{UniqueOpts: uniqueForever} }
-
-var uniqueForever = river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
-	rivertype.JobStateAvailable, rivertype.JobStateCancelled, rivertype.JobStateCompleted, rivertype.JobStateDiscarded,
-	rivertype.JobStatePending, rivertype.JobStateRetryable, rivertype.JobStateRunning, rivertype.JobStateScheduled,
-}}
+func (PostArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
+}
 
 // PostWorker runs PostArgs jobs.
 type PostWorker struct {
@@ -181,7 +180,7 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 		}
 		return nil
 	}
-	if by, ok := p.Holds.PostBy(c); ok && !now.Before(by) {
+	if by, ok := charges.PostBy(p.Holds, c); ok && !now.Before(by) {
 		return p.tooLate(ctx, job, ps, c, by)
 	}
 	// The registry hears of this attempt only once the older ones of the
@@ -268,7 +267,7 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 		if errors.Is(cause, ErrUnavailable) {
 			metrics.Retry("posting", metrics.RetryRegistryUnavailable)
 			delay := p.Retry.Delay(max(job.Attempt, 1))
-			if by, ok := p.Holds.PostBy(c); ok && by.After(now) {
+			if by, ok := charges.PostBy(p.Holds, c); ok && by.After(now) {
 				// Wake up in time to release a hold that can no longer be posted.
 				delay = max(min(delay, by.Sub(now)), time.Second)
 			}
@@ -371,10 +370,7 @@ func (SweepArgs) Kind() string { return "registry_sweep" }
 
 // InsertOpts allows one pending or running sweep.
 func (SweepArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
-		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-		rivertype.JobStateScheduled, rivertype.JobStateRetryable,
-	}}}
+	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: riverjob.OneAtATime()}
 }
 
 // SweepWorker runs SweepArgs jobs.

@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/internal/pg"
 )
 
 // Rates gives a gateway's commission on a currency in basis points (1/100
@@ -47,9 +47,9 @@ type Daily struct {
 }
 
 // Build computes the report of the UTC day that contains day.
-func Build(ctx context.Context, db charges.DBTX, day time.Time, rates Rates) (Daily, error) {
+func Build(ctx context.Context, db pg.DBTX, day time.Time, rates Rates) (Daily, error) {
 	from := day.UTC().Truncate(24 * time.Hour)
-	totals, err := charges.TotalsOn(ctx, db, from, from.Add(24*time.Hour))
+	totals, err := totalsOn(ctx, db, from, from.Add(24*time.Hour))
 	if err != nil {
 		return Daily{}, fmt.Errorf("daily report of %s: %w", from.Format(time.DateOnly), err)
 	}

@@ -10,11 +10,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/internal/riverjob"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -29,10 +29,7 @@ func (ScanArgs) Kind() string { return "billing_scan" }
 // InsertOpts allows one pending or running scan: a trigger while one runs
 // is absorbed, and the running scan looks at the clock again before it ends.
 func (ScanArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
-		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-		rivertype.JobStateScheduled, rivertype.JobStateRetryable,
-	}}}
+	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: riverjob.OneAtATime()}
 }
 
 // ScanWorker runs ScanArgs jobs.

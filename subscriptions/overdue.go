@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/internal/pg"
 )
 
 // OverduePeriod is a billing period that began and has no charge yet.
@@ -20,7 +22,7 @@ type OverduePeriod struct {
 // and was not charged: the billing scan creates the charge and moves
 // next_charge_at on in one transaction, so a period left behind is one that
 // would be charged zero times. The self-audit reports them.
-func Overdue(ctx context.Context, db DBTX, from, before time.Time) ([]OverduePeriod, error) {
+func Overdue(ctx context.Context, db pg.DBTX, from, before time.Time) ([]OverduePeriod, error) {
 	rows, err := db.Query(ctx, `SELECT id, next_charge_at FROM subscriptions
 		WHERE `+BillingSQL+` AND NOT cancel_at_period_end
 		  AND next_charge_at >= $1 AND next_charge_at < $2

@@ -9,19 +9,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/fsm"
+	"github.com/rebill/rebill/internal/pg"
 	"github.com/rebill/rebill/subscriptions/period"
 )
-
-// DBTX is what the store needs of a pool, a connection or a transaction.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Store reads and writes subscriptions. Mutations take a pgx.Tx so that the
 // row, its event and any job they cause commit together.
@@ -220,7 +213,7 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill
 }
 
 // Get returns one subscription. Returns ErrNotFound if it does not exist.
-func (st *Store) Get(ctx context.Context, db DBTX, id uuid.UUID) (Subscription, error) {
+func (st *Store) Get(ctx context.Context, db pg.DBTX, id uuid.UUID) (Subscription, error) {
 	return scan(db.QueryRow(ctx, `SELECT `+columns+` FROM subscriptions WHERE id = $1`, id))
 }
 
@@ -248,7 +241,7 @@ type ListParams struct {
 
 // List returns subscriptions newest first. Ids are UUIDv7, so id order is
 // creation order and makes a stable keyset cursor.
-func (st *Store) List(ctx context.Context, db DBTX, p ListParams) ([]Subscription, error) {
+func (st *Store) List(ctx context.Context, db pg.DBTX, p ListParams) ([]Subscription, error) {
 	rows, err := db.Query(ctx, `SELECT `+columns+` FROM subscriptions
 		WHERE ($1 = '' OR customer_id = $1) AND ($2 = '' OR status = $2)
 		  AND ($3::uuid IS NULL OR id < $3)
@@ -285,7 +278,7 @@ func nullUUID(id uuid.UUID) *uuid.UUID {
 
 // Events returns a subscription's log oldest first, after the event id
 // after (0 for the start).
-func (st *Store) Events(ctx context.Context, db DBTX, id uuid.UUID, after int64, limit int) ([]Event, error) {
+func (st *Store) Events(ctx context.Context, db pg.DBTX, id uuid.UUID, after int64, limit int) ([]Event, error) {
 	rows, err := db.Query(ctx, `SELECT id, subscription_id, type, from_status, to_status, actor_id, actor_role, at
 		FROM subscription_events WHERE subscription_id = $1 AND id > $2 ORDER BY id LIMIT $3`, id, after, limit)
 	if err != nil {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/internal/riverjob"
 )
 
 // clearToken matches pm_token values that are no reference (refPattern):
@@ -157,10 +157,9 @@ func (ResealArgs) Kind() string { return "secrets_reseal" }
 // node restarted with a new key within the minute of the last start must
 // still reseal at once, not at the next hourly run.
 func (ResealArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: 3, UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute, ByState: []rivertype.JobState{
-		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
-		rivertype.JobStateRunning, rivertype.JobStateScheduled,
-	}}}
+	unique := riverjob.OneAtATime()
+	unique.ByPeriod = time.Minute
+	return river.InsertOpts{MaxAttempts: 3, UniqueOpts: unique}
 }
 
 // ResealWorker runs ResealArgs.

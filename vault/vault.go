@@ -28,9 +28,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/rebill/rebill/internal/pg"
 	"github.com/rebill/rebill/internal/secrets"
 )
 
@@ -39,13 +39,6 @@ const refPrefix = "ptok_"
 
 // ErrNotFound: a reference names no sealed token.
 var ErrNotFound = errors.New("payment token not found")
-
-// DBTX is what the vault needs of a pool, a connection or a transaction.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Vault seals and opens payment tokens.
 type Vault struct {
@@ -74,7 +67,7 @@ func fingerprintInput(gateway, token string) []byte { return []byte(gateway + "\
 // token already, under any key of the ring. Looking the token up and
 // sealing it is one statement, so a create pays one round trip for its
 // card, new or known.
-func (v *Vault) Seal(ctx context.Context, db DBTX, gateway, token string) (string, error) {
+func (v *Vault) Seal(ctx context.Context, db pg.DBTX, gateway, token string) (string, error) {
 	data := fingerprintInput(gateway, token)
 	id, err := uuid.NewRandom()
 	if err != nil {
@@ -108,7 +101,7 @@ func (v *Vault) Seal(ctx context.Context, db DBTX, gateway, token string) (strin
 
 // Open returns the token a reference names; a value that is no reference
 // is a token in clear and is returned as it is. Returns ErrNotFound.
-func (v *Vault) Open(ctx context.Context, db DBTX, ref string) (string, error) {
+func (v *Vault) Open(ctx context.Context, db pg.DBTX, ref string) (string, error) {
 	if !IsRef(ref) {
 		return ref, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rebill/rebill/internal/groupcommit"
+	"github.com/rebill/rebill/internal/pg"
 )
 
 // Verdict answers a request for a slot.
@@ -54,7 +55,7 @@ type Answer struct {
 type Slots struct {
 	lim     *Limiter
 	limit   Limit
-	db      DBTX
+	db      pg.DBTX
 	reserve groupcommit.Batcher[*slotCall]
 	release groupcommit.Batcher[*slotCall]
 }
@@ -74,7 +75,7 @@ type slotCall struct {
 
 // NewSlots returns the slots of l under lim's maximum, kept in db (a
 // pool: the shared statements run on their own).
-func NewSlots(lim *Limiter, l Limit, db DBTX) *Slots {
+func NewSlots(lim *Limiter, l Limit, db pg.DBTX) *Slots {
 	s := &Slots{lim: lim, limit: l, db: db}
 	s.reserve = groupcommit.Batcher[*slotCall]{Limit: slotBatchLimit, Timeout: slotBatchTimeout, Send: s.reserveBatch}
 	s.release = groupcommit.Batcher[*slotCall]{Limit: slotBatchLimit, Timeout: slotBatchTimeout, Send: s.releaseBatch}
@@ -99,7 +100,7 @@ func (s *Slots) Release(ctx context.Context, customerID, holder string) error {
 }
 
 // ReleaseTx is Release in tx, with the outcome it goes with.
-func (s *Slots) ReleaseTx(ctx context.Context, tx DBTX, customerID, holder string) error {
+func (s *Slots) ReleaseTx(ctx context.Context, tx pg.DBTX, customerID, holder string) error {
 	if s.lim.Max[s.limit] <= 0 {
 		return nil
 	}
@@ -209,7 +210,7 @@ func (s *Slots) releaseBatch(ctx context.Context, batch []*slotCall) error {
 // releaseSlots drops the holders' slots from their customers' counters,
 // locked in the order of their customers (as reservations lock them). A
 // holder that holds none, or whose window is over, changes nothing.
-func releaseSlots(ctx context.Context, db DBTX, l Limit, customers, holders []string) error {
+func releaseSlots(ctx context.Context, db pg.DBTX, l Limit, customers, holders []string) error {
 	_, err := db.Exec(ctx, `WITH released AS (
 			SELECT customer_id, array_agg(holder) AS holders
 			FROM unnest($1::text[], $2::text[]) AS r(customer_id, holder) GROUP BY customer_id

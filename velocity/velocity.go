@@ -34,20 +34,11 @@ import (
 	"math"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/internal/pg"
 )
-
-// DBTX is what the counters need of a pool, a connection or a transaction.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Limit names a counter and its window.
 type Limit struct {
@@ -105,7 +96,7 @@ func window(l Limit, now time.Time) (time.Time, time.Time) {
 // Take counts one action of customerID against l in tx. Over the maximum
 // it returns an *ExceededError, and tx must be rolled back, which undoes
 // the count: refused requests do not extend the wait.
-func (lim *Limiter) Take(ctx context.Context, tx DBTX, customerID string, l Limit) error {
+func (lim *Limiter) Take(ctx context.Context, tx pg.DBTX, customerID string, l Limit) error {
 	maximum := lim.Max[l]
 	if maximum <= 0 {
 		return nil
@@ -126,7 +117,7 @@ func (lim *Limiter) Take(ctx context.Context, tx DBTX, customerID string, l Limi
 // Count records one event of customerID against l (a decline) without
 // refusing anything. The event turns holder's slot, if it holds one in
 // the window, into the count (see [Slots]); holder "" holds none.
-func (lim *Limiter) Count(ctx context.Context, tx DBTX, customerID string, l Limit, holder string) error {
+func (lim *Limiter) Count(ctx context.Context, tx pg.DBTX, customerID string, l Limit, holder string) error {
 	if lim.Max[l] <= 0 {
 		return nil
 	}
@@ -139,7 +130,7 @@ func (lim *Limiter) Count(ctx context.Context, tx DBTX, customerID string, l Lim
 // holder's slot from it, and returns the new count. A row of an older
 // window starts over, its slots dropped; one of a later window (a node
 // whose clock ran ahead) keeps counting there.
-func count(ctx context.Context, db DBTX, customerID string, l Limit, start time.Time, holder string) (int, error) {
+func count(ctx context.Context, db pg.DBTX, customerID string, l Limit, start time.Time, holder string) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, `INSERT INTO velocity_counters AS v (customer_id, name, window_start, count)
 		VALUES ($1, $2, $3, 1)

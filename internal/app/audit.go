@@ -13,10 +13,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/audit"
-	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/internal/pg"
 )
 
 // errDiscrepancies makes `rebill audit` exit 1 once the report is printed.
@@ -116,7 +116,7 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	if to.Before(from) {
 		return fmt.Errorf("audit: --from %s is after --to %s", from.Format(time.DateOnly), to.Format(time.DateOnly))
 	}
-	read := charges.DBTX(pool)
+	read := pg.DBTX(pool)
 	if cfg.ReplicaURL != "" {
 		replica, err := openReplica(ctx, cfg.ReplicaURL)
 		if err != nil {

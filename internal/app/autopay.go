@@ -13,6 +13,7 @@ import (
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
@@ -61,7 +62,7 @@ func registerAutopay(workers *river.Workers, a *autopay.Autopay, poster *registr
 // dev mode through the simulated gateways gmp1 and gmp2; nil outside it
 // (no production registry adapter yet: no fine is charged, see
 // warnNoRegistry).
-func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds *charges.Gateways, retry charges.RetryPolicy,
+func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds *fleet.Gateways, retry charges.RetryPolicy,
 	log zerolog.Logger) (*registry.Poster, *registry.Sim) {
 	if !cfg.Dev {
 		return nil, nil

@@ -12,8 +12,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/charges/gateway/stripe"
 	"github.com/rebill/rebill/charges/gateway/yookassa"
@@ -53,8 +53,8 @@ var gatewayBuilders = map[string]gatewayBuilder{
 // buildGateways makes the adapters of every configured gateway, each with
 // its settings: the entry's call timeout or REBILL_GATEWAY_TIMEOUT, the
 // entry's hold lifetime or its kind's.
-func buildGateways(gateways []config.Gateway, defaultTimeout time.Duration, clk clock.Clock) ([]charges.Configured, error) {
-	out := make([]charges.Configured, 0, len(gateways))
+func buildGateways(gateways []config.Gateway, defaultTimeout time.Duration, clk clock.Clock) ([]fleet.Configured, error) {
+	out := make([]fleet.Configured, 0, len(gateways))
 	for _, g := range gateways {
 		kind, known := config.GatewayKinds[g.Kind]
 		build, buildable := gatewayBuilders[g.Kind]
@@ -66,7 +66,7 @@ func buildGateways(gateways []config.Gateway, defaultTimeout time.Duration, clk 
 		if err != nil {
 			return nil, fmt.Errorf("gateway %q: %w", g.Name, err)
 		}
-		out = append(out, charges.Configured{Gateway: adapter, Settings: charges.Settings{
+		out = append(out, fleet.Configured{Gateway: adapter, Settings: fleet.Settings{
 			Kind: g.Kind, Priority: g.Priority, CommissionBPS: g.CommissionBPS, Currencies: g.Currencies,
 			HoldLifetime: cmp.Or(g.HoldLifetime, kind.HoldLifetime), Timeout: timeout,
 		}})
@@ -75,7 +75,7 @@ func buildGateways(gateways []config.Gateway, defaultTimeout time.Duration, clk 
 }
 
 // adapters are the gateways of configured.
-func adapters(configured []charges.Configured) []gateway.Gateway {
+func adapters(configured []fleet.Configured) []gateway.Gateway {
 	out := make([]gateway.Gateway, len(configured))
 	for i, c := range configured {
 		out[i] = c.Gateway

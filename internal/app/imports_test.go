@@ -2,7 +2,12 @@ package app_test
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,8 +21,11 @@ const module = "github.com/rebill/rebill/"
 // use cases of billing; billing composes the domain; scheduler composes
 // subscriptions and charges; domain packages never import the HTTP layer,
 // and subscriptions and charges know nothing of each other's tables.
+// charges holds the charge state machine and drives the gateways through
+// charges/gateway/fleet (breakers, health, routing, call metrics), which
+// knows nothing of charges.
 var allowedImports = map[string][]string{
-	"api":                               {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/sim", "enrollments", "notify", "notify/objects", "reconcile", "registry", "reports", "subscriptions", "subscriptions/period", "velocity"},
+	"api":                               {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/fleet", "charges/gateway/sim", "enrollments", "notify", "notify/objects", "reconcile", "registry", "reports", "subscriptions", "subscriptions/period", "velocity"},
 	"api/idempotency":                   nil,
 	"api/openapitest":                   nil,
 	"apikeys":                           {"subscriptions"},
@@ -25,8 +33,9 @@ var allowedImports = map[string][]string{
 	"scheduler":                         {"charges", "subscriptions", "subscriptions/period"},
 	"subscriptions":                     {"subscriptions/period"},
 	"subscriptions/period":              nil,
-	"charges":                           {"charges/gateway"},
+	"charges":                           {"charges/gateway", "charges/gateway/fleet"},
 	"charges/gateway":                   nil,
+	"charges/gateway/fleet":             {"charges/gateway"},
 	"charges/gateway/sim":               {"charges/gateway"},
 	"migrations":                        nil,
 	"notify":                            {"charges", "enrollments", "notify/objects", "subscriptions", "webhook/signature"},
@@ -38,7 +47,7 @@ var allowedImports = map[string][]string{
 	"charges/gateway/stripe/stripetest": nil,
 	"enrollments":                       {"charges", "registry", "subscriptions"},
 	"autopay":                           {"charges", "enrollments", "subscriptions"},
-	"registry":                          {"charges"},
+	"registry":                          {"charges", "charges/gateway/fleet"},
 	"audit":                             {"audit/billcheck", "charges", "charges/gateway", "enrollments", "subscriptions"},
 	"audit/billcheck":                   nil,
 	"reconcile":                         {"charges", "charges/gateway"},
@@ -48,8 +57,13 @@ var allowedImports = map[string][]string{
 	"vault":                             {"charges/gateway"},
 	"webhook/signature":                 nil,
 	"client":                            {"webhook/signature"},
-	"fault":                             nil,
-	"console":                           {"apikeys", "billing", "charges", "enrollments", "reconcile", "reports", "subscriptions", "subscriptions/period"},
+	"console":                           {"apikeys", "billing", "charges", "charges/gateway/fleet", "enrollments", "reconcile", "reports", "subscriptions", "subscriptions/period"},
+}
+
+// ownedImports are libraries that one package wraps for all the others:
+// the circuit breaker is gateway plumbing, not the charge state machine's.
+var ownedImports = map[string]string{
+	"github.com/sony/gobreaker/v2": "charges/gateway/fleet",
 }
 
 type listedPackage struct {
@@ -67,6 +81,11 @@ func TestImportsFollowTheLayout(t *testing.T) {
 		var pkg listedPackage
 		require.NoError(t, dec.Decode(&pkg))
 		name := strings.TrimPrefix(pkg.ImportPath, module)
+		for _, imp := range pkg.Imports {
+			if owner, pinned := ownedImports[imp]; pinned {
+				require.Equal(t, owner, name, "%s imports %s: only %s may", name, imp, owner)
+			}
+		}
 		if strings.HasPrefix(name, "internal/") || name == "soak" {
 			continue // helpers and tools wire or test everything
 		}
@@ -89,4 +108,66 @@ func TestImportsFollowTheLayout(t *testing.T) {
 	for name := range allowedImports {
 		require.True(t, seen[name], "package %s listed in the layout no longer exists", name)
 	}
+}
+
+// Boilerplate that every store or job kind would otherwise repeat lives
+// once: the database handle stores take (internal/pg.DBTX) and River's
+// uniqueness by state (internal/riverjob). A package that declares its own
+// handle interface or lists job states for uniqueness drifts from the rest.
+func TestSharedBoilerplateIsDeclaredOnce(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	var handles, uniques []string
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		file, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.InterfaceType:
+				for _, m := range n.Methods.List {
+					for _, id := range m.Names {
+						if id.Name == "QueryRow" && dir != "internal/pg" {
+							handles = append(handles, fset.Position(m.Pos()).String())
+						}
+					}
+				}
+			case *ast.CompositeLit:
+				if sel, ok := n.Type.(*ast.SelectorExpr); ok && sel.Sel.Name == "UniqueOpts" && dir != "internal/riverjob" {
+					for _, e := range n.Elts {
+						if kv, ok := e.(*ast.KeyValueExpr); ok {
+							if key, ok := kv.Key.(*ast.Ident); ok && key.Name == "ByState" {
+								uniques = append(uniques, fset.Position(n.Pos()).String())
+							}
+						}
+					}
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	require.NoError(t, err)
+	require.Empty(t, handles, "a database handle interface outside internal/pg: take pg.DBTX")
+	require.Empty(t, uniques, "uniqueness by job state outside internal/riverjob: use its rules")
 }

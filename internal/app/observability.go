@@ -19,9 +19,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/internal/pg"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/vault"
@@ -49,7 +51,7 @@ func riverMiddleware() []rivertype.Middleware {
 // startMetrics samples River's queues for /metrics and, when
 // REBILL_METRICS_ADDR is set, serves /metrics alone there. The returned
 // function stops both; calls after the first do nothing.
-func startMetrics(ctx context.Context, cfg config.Config, log zerolog.Logger, db metrics.Querier) (func(context.Context), error) {
+func startMetrics(ctx context.Context, cfg config.Config, log zerolog.Logger, db pg.DBTX) (func(context.Context), error) {
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	go metrics.SampleQueuesEvery(sampleCtx, db, []string{river.QueueDefault, notify.Queue}, queueSampleInterval, func(err error) {
 		log.Warn().Err(err).Msg("sample River queues for /metrics")
@@ -87,7 +89,7 @@ func startMetrics(ctx context.Context, cfg config.Config, log zerolog.Logger, db
 // Prometheus' increase() and rate() see only what a series gained between
 // two scrapes: a series born at 1 when its first event happens would hide
 // that event from every alert and panel built on them.
-func zeroMetrics(gateways []charges.GatewayStatus, reseal []vault.Step) {
+func zeroMetrics(gateways []fleet.GatewayStatus, reseal []vault.Step) {
 	for _, status := range charges.Statuses {
 		metrics.ChargeTransitions.WithLabelValues(string(status))
 	}

@@ -10,10 +10,11 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 
-	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/internal/pg"
 	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/reports"
 )
@@ -30,9 +31,9 @@ type ops struct {
 
 // buildOps wires them, enqueuing through jobs; the replica's pool is
 // closed with svc.
-func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpool.Pool, gateways []charges.Configured,
+func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpool.Pool, gateways []fleet.Configured,
 	jobs *river.Client[pgx.Tx], log zerolog.Logger) (ops, error) {
-	read := charges.DBTX(pool)
+	read := pg.DBTX(pool)
 	if cfg.ReplicaURL != "" {
 		replica, err := openReplica(ctx, cfg.ReplicaURL)
 		if err != nil {
@@ -42,7 +43,7 @@ func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpoo
 		read = replica
 	}
 	byName := make(map[string]gateway.Gateway, len(gateways))
-	settings := make(map[string]charges.Settings, len(gateways))
+	settings := make(map[string]fleet.Settings, len(gateways))
 	for _, g := range gateways {
 		byName[g.Gateway.Name()] = g.Gateway
 		settings[g.Gateway.Name()] = g.Settings
@@ -89,7 +90,7 @@ func (o ops) periodicJobs(cfg config.Config) []*river.PeriodicJob {
 }
 
 type reconciliationReads struct {
-	read     charges.DBTX
+	read     pg.DBTX
 	gateways map[string]gateway.Gateway
 }
 
@@ -100,7 +101,7 @@ func (r reconciliationReads) Day(ctx context.Context, gw string, day time.Time) 
 func (r reconciliationReads) Known(gw string) bool { _, ok := r.gateways[gw]; return ok }
 
 type reportReads struct {
-	read  charges.DBTX
+	read  pg.DBTX
 	rates reports.Rates
 }
 

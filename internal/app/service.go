@@ -19,6 +19,7 @@ import (
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/console"
 	"github.com/rebill/rebill/inspector"
@@ -148,7 +149,7 @@ func (svc *Service) startDev(ctx context.Context, cfg config.Config, pool *pgxpo
 type pipeline struct {
 	keys         *secrets.Keyring
 	tokens       *vault.Vault
-	breakers     *charges.Gateways
+	breakers     *fleet.Gateways
 	subs         *subscriptions.Store
 	charges      *charges.Pipeline
 	biller       *scheduler.Biller
@@ -181,9 +182,9 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 		// Tokens are sealed at rest; only the gateway call opens them.
 		gateways[i].Gateway = tokens.Gateway(gateways[i].Gateway)
 	}
-	breaker := charges.DefaultBreaker
+	breaker := fleet.DefaultBreaker
 	breaker.OpenFor = cfg.BreakerOpenFor
-	breakers := charges.Configure(gateways, breaker)
+	breakers := fleet.Configure(gateways, breaker)
 	breakers.ReportHealth()
 
 	// Every transition publishes its event through the recorder, in its

@@ -7,13 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/rebill/rebill/internal/pg"
 )
-
-// Querier is the part of a pgx pool that SampleQueues needs.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
 
 // riverStates are the states of a job that is not finished.
 var riverStates = []string{"available", "scheduled", "retryable", "running"}
@@ -32,7 +27,7 @@ var sampled struct {
 // reports the same figures: dashboards and alerts take their max. Each
 // queue of queues gets a series even while empty, so that an alert sees 0
 // rather than nothing.
-func SampleQueues(ctx context.Context, db Querier, queues []string) error {
+func SampleQueues(ctx context.Context, db pg.DBTX, queues []string) error {
 	rows, err := db.Query(ctx, `SELECT queue, state::text, count(*),
 		extract(epoch FROM now() - min(scheduled_at))::float8
 		FROM river_job WHERE state = ANY($1::river_job_state[]) GROUP BY queue, state`, riverStates)
@@ -81,7 +76,7 @@ func SampleQueues(ctx context.Context, db Querier, queues []string) error {
 // SampleQueuesEvery runs SampleQueues every interval until ctx ends,
 // passing each failure to onError (a sample that fails leaves the last
 // figures in place).
-func SampleQueuesEvery(ctx context.Context, db Querier, queues []string, interval time.Duration, onError func(error)) {
+func SampleQueuesEvery(ctx context.Context, db pg.DBTX, queues []string, interval time.Duration, onError func(error)) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/pg"
 )
 
 //go:embed schema.sql
@@ -456,7 +457,7 @@ func settle(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind token
 // an operation, and returns the operation the key stands for. A concurrent call with the
 // same key blocks on the unique index until the first commits, then
 // inserts nothing; the winner's row is visible to the next statement.
-func record(ctx context.Context, db dbtx, gw string, o operation) (operation, error) {
+func record(ctx context.Context, db pg.DBTX, gw string, o operation) (operation, error) {
 	inserted, err := scanOperation(db.QueryRow(ctx, `
 		INSERT INTO gatewaysim.operations (gateway, op, idempotency_key, reference,
 			authorization_id, token_last4, token_kind, charge_key, amount, currency,
@@ -472,11 +473,6 @@ func record(ctx context.Context, db dbtx, gw string, o operation) (operation, er
 			WHERE gateway = $1 AND idempotency_key = $2`, gw, o.IdempotencyKey))
 	}
 	return inserted, err
-}
-
-// dbtx is a pool or a transaction.
-type dbtx interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // decide is the provider's verdict on a new operation. A capture or void

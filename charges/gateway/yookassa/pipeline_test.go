@@ -21,6 +21,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/yookassa"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
@@ -128,7 +129,7 @@ func newPipelineWorld(t *testing.T) *pipelineWorld {
 	p := &charges.Pipeline{
 		Pool: pool,
 		// A breaker that never opens: this test is about lost answers.
-		Gateways:       charges.NewGateways([]gateway.Gateway{gw}, charges.Breaker{Window: time.Hour, MinCalls: math.MaxUint32, FailureRatio: 1, OpenFor: time.Second}),
+		Gateways:       fleet.New([]gateway.Gateway{gw}, fleet.Breaker{Window: time.Hour, MinCalls: math.MaxUint32, FailureRatio: 1, OpenFor: time.Second}),
 		Subscriptions:  subs,
 		Clock:          clk,
 		Dunning:        charges.Dunning{24 * time.Hour},

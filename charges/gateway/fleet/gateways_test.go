@@ -1,4 +1,4 @@
-package charges_test
+package fleet_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
@@ -37,7 +37,7 @@ func calls(ok, unavailable int) []error {
 
 // The circuit opens on a failure rate with a minimum volume (the OpenAPI document: over
 // 50 % of at least 10 calls in the window), not on a run of errors: a few
-// bad cards among many good ones do not stop every customer's charges.
+// bad cards among many good ones do not stop every customer's fleet.
 func TestCircuitOpensOnFailureRateWithMinimumVolume(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -54,18 +54,18 @@ func TestCircuitOpensOnFailureRateWithMinimumVolume(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			g := answering(t, tc.answers)
-			gws := charges.NewGateways([]gateway.Gateway{g}, charges.Breaker{
+			gws := fleet.New([]gateway.Gateway{g}, fleet.Breaker{
 				Window: time.Minute, MinCalls: 10, FailureRatio: 0.5, OpenFor: time.Minute})
 			wrapped, err := gws.Gateway("sim1")
 			require.NoError(t, err)
 			for range len(tc.answers) {
 				_, err := wrapped.Authorize(context.Background(), gateway.Request{})
-				require.False(t, errors.Is(err, charges.ErrCircuitOpen), "open before the last call")
+				require.False(t, errors.Is(err, fleet.ErrCircuitOpen), "open before the last call")
 			}
 			require.Equal(t, tc.wantOpen, gws.CircuitOpen("sim1"), tc.description)
 			if tc.wantOpen {
 				_, err := wrapped.Authorize(context.Background(), gateway.Request{})
-				require.ErrorIs(t, err, charges.ErrCircuitOpen)
+				require.ErrorIs(t, err, fleet.ErrCircuitOpen)
 				require.Len(t, g.CallsOf(gateway.OpAuthorize), len(tc.answers), "an open circuit sends nothing")
 			}
 		})

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges/gateway"
 )
@@ -93,44 +92,4 @@ func ByPeriodStart(ctx context.Context, db DBTX, from, to time.Time) ([]Charge, 
 		return nil, fmt.Errorf("charges of periods from %s to %s: %w", from.Format(time.DateOnly), to.Format(time.DateOnly), err)
 	}
 	return cs, nil
-}
-
-// DayTotals are one gateway's and currency's charges that reached a
-// status on one day.
-type DayTotals struct {
-	Gateway        string
-	Currency       string
-	CapturedCount  int64
-	CapturedAmount int64
-	DeclinedCount  int64 // soft declines waiting for dunning
-	FailedCount    int64 // hard declines, refused requests, dunning exhausted
-	VoidedCount    int64
-}
-
-// TotalsOn sums the charges whose status last changed in [from, to) to
-// succeeded, declined, failed or voided, by gateway and currency. A charge
-// counts once, under the status it holds now: a soft decline recovered by
-// dunning counts as captured on the day of the capture.
-func TotalsOn(ctx context.Context, db DBTX, from, to time.Time) ([]DayTotals, error) {
-	rows, err := db.Query(ctx, `SELECT gateway, currency,
-			count(*) FILTER (WHERE status = $3),
-			coalesce(sum(amount) FILTER (WHERE status = $3), 0)::bigint,
-			count(*) FILTER (WHERE status = $4),
-			count(*) FILTER (WHERE status = $5),
-			count(*) FILTER (WHERE status = $6)
-		FROM charges
-		WHERE status = ANY(ARRAY[$3, $4, $5, $6]) AND updated_at >= $1 AND updated_at < $2
-		GROUP BY 1, 2 ORDER BY 1, 2`, from, to, string(Succeeded), string(Declined), string(Failed), string(Voided))
-	if err != nil {
-		return nil, fmt.Errorf("charge totals: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DayTotals, error) {
-		var t DayTotals
-		err := row.Scan(&t.Gateway, &t.Currency, &t.CapturedCount, &t.CapturedAmount, &t.DeclinedCount, &t.FailedCount, &t.VoidedCount)
-		return t, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("charge totals: %w", err)
-	}
-	return out, nil
 }

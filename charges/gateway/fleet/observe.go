@@ -1,9 +1,10 @@
-package charges
+package fleet
 
 import (
 	"context"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -20,7 +21,7 @@ var answered = map[string]bool{
 	string(gateway.StatusFailed): true, "not_found": true,
 }
 
-// callOutcomes is every outcome call names: the closed set of
+// callOutcomes is every outcome a call ends with: the closed set of
 // rebill_gateway_calls_total's outcome label.
 var callOutcomes = []string{string(gateway.StatusSucceeded), string(gateway.StatusDeclined), string(gateway.StatusFailed),
 	"not_found", "unprovable", "circuit_open", "unavailable", "unknown", "error"}
@@ -37,27 +38,36 @@ func zeroCallMetrics(name string) {
 	}
 }
 
-// startCall opens the span of one gateway call. Its attributes name the
-// charge and the gateway, never the token or the card.
-func (p *Pipeline) startCall(ctx context.Context, c Charge, op gateway.Op) (context.Context, trace.Span) {
-	tracer := p.Tracer
+// Call is one gateway call as traces and the gateway-health panels see
+// it: the gateway and operation, and the charge attempt that made it. It
+// holds no token and no card, so nothing secret can reach a span.
+type Call struct {
+	Gateway        string
+	Op             gateway.Op
+	ChargeID       uuid.UUID
+	SubscriptionID uuid.UUID
+	Attempt        int
+}
+
+// Start opens the span of the call; a nil tracer traces nothing.
+func (c Call) Start(ctx context.Context, tracer trace.Tracer) (context.Context, trace.Span) {
 	if tracer == nil {
 		tracer = noop.Tracer{}
 	}
-	return tracer.Start(ctx, "gateway."+string(op), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+	return tracer.Start(ctx, "gateway."+string(c.Op), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String("rebill.gateway", c.Gateway),
-		attribute.String("rebill.gateway.op", string(op)),
-		attribute.String("rebill.charge_id", c.ID.String()),
+		attribute.String("rebill.gateway.op", string(c.Op)),
+		attribute.String("rebill.charge_id", c.ChargeID.String()),
 		attribute.String("rebill.subscription_id", c.SubscriptionID.String()),
-		attribute.Int("rebill.attempt", c.AttemptCount),
+		attribute.Int("rebill.attempt", c.Attempt),
 	))
 }
 
-// endCall closes a gateway call's span and counts the call for the
-// gateway-health panels and alerts.
-func endCall(span trace.Span, c Charge, op gateway.Op, outcome, declineCode string, elapsed time.Duration) {
-	metrics.GatewayCalls.WithLabelValues(c.Gateway, string(op), outcome).Inc()
-	metrics.GatewayCallDuration.WithLabelValues(c.Gateway, string(op)).Observe(elapsed.Seconds())
+// End closes the call's span and counts the call for the gateway-health
+// panels and alerts. outcome is one of callOutcomes.
+func (c Call) End(span trace.Span, outcome, declineCode string, elapsed time.Duration) {
+	metrics.GatewayCalls.WithLabelValues(c.Gateway, string(c.Op), outcome).Inc()
+	metrics.GatewayCallDuration.WithLabelValues(c.Gateway, string(c.Op)).Observe(elapsed.Seconds())
 	span.SetAttributes(attribute.String("rebill.gateway.outcome", outcome))
 	if declineCode != "" {
 		span.SetAttributes(attribute.String("rebill.gateway.decline_code", declineCode))

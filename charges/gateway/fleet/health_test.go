@@ -1,4 +1,4 @@
-package charges
+package fleet
 
 import (
 	"context"
@@ -75,7 +75,7 @@ func TestHealthIsExportedAsGauges(t *testing.T) {
 	t.Parallel()
 	refusing := gatewaytest.New(t, "gauged")
 	refusing.AuthorizeFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
-	gws := NewGateways([]gateway.Gateway{refusing}, Breaker{Window: time.Minute, MinCalls: 4, FailureRatio: 0.5, OpenFor: time.Hour})
+	gws := New([]gateway.Gateway{refusing}, Breaker{Window: time.Minute, MinCalls: 4, FailureRatio: 0.5, OpenFor: time.Hour})
 	gws.ReportHealth()
 	g, err := gws.Gateway("gauged")
 	require.NoError(t, err)

@@ -1,4 +1,10 @@
-package charges
+// Package fleet is the configured gateways as the charge pipeline and the
+// routing of new cards see them: each behind its circuit breaker, with this
+// node's view of its health, its terms (commission, currencies, hold
+// lifetime, timeout), and the metrics and spans of every call made to it.
+// It knows nothing of charges' states: the pipeline decides what a call
+// means; this package decides whether a call may be made and records it.
+package fleet
 
 import (
 	"context"
@@ -71,9 +77,9 @@ type Breaker struct {
 // window, open about 5 s.
 var DefaultBreaker = Breaker{Window: 30 * time.Second, MinCalls: 10, FailureRatio: 0.5, OpenFor: 5 * time.Second}
 
-// NewGateways wraps each gateway in a circuit breaker, with default
-// settings (no commission, any currency, no hold lifetime).
-func NewGateways(gateways []gateway.Gateway, b Breaker) *Gateways {
+// New wraps each gateway in a circuit breaker, with default settings (no
+// commission, any currency, no hold lifetime).
+func New(gateways []gateway.Gateway, b Breaker) *Gateways {
 	configured := make([]Configured, len(gateways))
 	for i, g := range gateways {
 		configured[i] = Configured{Gateway: g, Settings: Settings{Priority: i + 1}}
