@@ -73,7 +73,8 @@ func TestCardNumbersAreRefusedWhereverTextIsTyped(t *testing.T) {
 	require.Zero(t, b.count(t, "api_keys"))
 	require.Zero(t, b.count(t, "idempotency_keys"), "no key, and no card number as a key, is stored")
 
-	// Ordinary text that the old filter refused, and ids that look long.
+	// Ordinary text with long digit runs (order numbers, phone numbers) and
+	// ids that look long: none is a card number, so none is refused.
 	body := replace(`"Gym, monthly"`, `"order 20261201-000123-45, call +7 (495) 123-45-67"`)
 	body = strings.Replace(body, `{"k":"v"}`, `{"ulid":"01JF4242424242424242XYZABC","sha1":"da39a3ee5e6b4b0d3255bfef95601890afd80709","at":"2026-12-01T00:00:00.123456789Z"}`, 1)
 	res = b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "order 20261201-000123-45", body)

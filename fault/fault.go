@@ -1,8 +1,8 @@
 // Package fault is the vocabulary domain errors share with the edges that
 // answer them (the API, the console): each domain error carries a Code, so
 // an edge decides how to answer from the code alone and a new domain error
-// needs no new case there. Errors keep their identity: errors.Is and
-// errors.As see through wrapping as before.
+// needs no new case there. A code does not replace an error's identity:
+// errors.Is and errors.As see through wrapping.
 package fault
 
 import (

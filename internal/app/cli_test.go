@@ -40,7 +40,8 @@ func requireEmptyDir(t *testing.T, dir string) {
 }
 
 // --help on any command prints its usage on stdout and does nothing else:
-// `migrate --help` used to start the private cluster and migrate it.
+// a command that ran on --help would start the private cluster or migrate
+// a database the user only wanted to read about.
 func TestHelpOnEveryCommandDoesNothingElse(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{

@@ -42,7 +42,7 @@ func card(token string) map[string]any {
 	return map[string]any{"gateway": "sim1", "token": token, "exp_month": 12, "exp_year": 2035}
 }
 
-// Defect 1: a card change while the first authorize is in flight. The
+// A card change while the first authorize is in flight. The
 // attempt in flight finishes with the old card; the next one starts at once
 // with the new card, and no second hold is placed beside the first.
 func TestCardChangeDuringAuthorizeIsUsedByTheNextAttempt(t *testing.T) {
@@ -67,7 +67,7 @@ func TestCardChangeDuringAuthorizeIsUsedByTheNextAttempt(t *testing.T) {
 	require.Equal(t, "active", b.subscription(t, sub)["status"])
 }
 
-// Defect 1: the same card sent again is the customer saying "try again":
+// The same card sent again is the customer saying "try again":
 // a waiting charge is retried at once, except after a lost or stolen card.
 func TestSameCardAgainRetriesUnlessLostOrStolen(t *testing.T) {
 	t.Parallel()
@@ -92,7 +92,7 @@ func TestSameCardAgainRetriesUnlessLostOrStolen(t *testing.T) {
 	require.EqualValues(t, 1, b.charges(t, stolen)[0]["attempt_count"])
 }
 
-// Defect 2: a capture whose outcome is unknown, then a cancel. The lookup
+// A capture whose outcome is unknown, then a cancel. The lookup
 // finds no capture: the hold is voided, never captured.
 func TestCancelWhileCaptureIsUnknownVoidsTheHold(t *testing.T) {
 	t.Parallel()
@@ -122,7 +122,7 @@ func TestCancelWhileCaptureIsUnknownVoidsTheHold(t *testing.T) {
 	require.Equal(t, []string{"a1:authorize:succeeded:0005", "a1:void:succeeded:0005"}, b.gatewayOps(t, "sim1", key))
 }
 
-// Defect 3a: a cancel scheduled at period end before the first anchor
+// A cancel scheduled at period end before the first anchor
 // takes effect at the anchor: the first period is never charged.
 func TestCancelAtPeriodEndBeforeTheFirstAnchorChargesNothing(t *testing.T) {
 	t.Parallel()
@@ -140,7 +140,7 @@ func TestCancelAtPeriodEndBeforeTheFirstAnchorChargesNothing(t *testing.T) {
 	require.Empty(t, b.charges(t, sub))
 }
 
-// Defect 3b: pause and resume keep a scheduled cancel, and resuming starts
+// Pause and resume keep a scheduled cancel, and resuming starts
 // no new period after it.
 func TestScheduledCancelSurvivesPauseAndResume(t *testing.T) {
 	t.Parallel()
@@ -162,7 +162,7 @@ func TestScheduledCancelSurvivesPauseAndResume(t *testing.T) {
 	require.Len(t, b.charges(t, sub), 1)
 }
 
-// Defect 3b: when the period ends while paused, the scheduled cancel takes
+// When the period ends while paused, the scheduled cancel takes
 // effect then, and a later resume is refused.
 func TestScheduledCancelTakesEffectWhilePaused(t *testing.T) {
 	t.Parallel()
@@ -180,7 +180,7 @@ func TestScheduledCancelTakesEffectWhilePaused(t *testing.T) {
 	require.Len(t, b.charges(t, sub), 1)
 }
 
-// Defect 4: pause and resume during a trial keep the anchor.
+// Pause and resume during a trial keep the anchor.
 func TestResumeBeforeTheFirstAnchorKeepsTheAnchor(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
@@ -199,7 +199,7 @@ func TestResumeBeforeTheFirstAnchorKeepsTheAnchor(t *testing.T) {
 	require.Equal(t, anchor[:10], cs[0]["period_key"])
 }
 
-// Defect 5: periods that begin while a subscription is unpaid are not
+// Periods that begin while a subscription is unpaid are not
 // owed. The charge created at the moment dunning ended is voided, no
 // period is billed while unpaid, and a card change months later retries
 // the old charge alone and goes on along the original anchor grid.
@@ -246,7 +246,7 @@ func TestUnpaidPeriodsAreNotOwed(t *testing.T) {
 	require.Equal(t, 1, captures, "no back-billing burst")
 }
 
-// Defect 6: a gateway failing half of its calls with a definite 503 slows
+// A gateway failing half of its calls with a definite 503 slows
 // charges down but neither strands them nor sends them to review.
 func TestPartialOutageNeitherStrandsNorReviews(t *testing.T) {
 	t.Parallel()
@@ -264,7 +264,7 @@ func TestPartialOutageNeitherStrandsNorReviews(t *testing.T) {
 	require.Empty(t, b.call(t, http.MethodGet, "/v1/review-queue", nil)["data"])
 }
 
-// Defect 6: a charge sent to review while it holds an authorization has
+// A charge sent to review while it holds an authorization has
 // its hold looked up and voided; it can then not be resolved as succeeded,
 // and a support retry makes a new attempt that pays.
 func TestReviewReleasesTheHoldAndRetryPays(t *testing.T) {
@@ -306,7 +306,7 @@ func TestReviewReleasesTheHoldAndRetryPays(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status, "a succeeded charge is never retried")
 }
 
-// Defect 10: after a long outage a yearly plan is charged for the current
+// After a long outage a yearly plan is charged for the current
 // period only (missed periods older than the catch-up window are skipped).
 func TestCatchUpCountsTimeNotPeriods(t *testing.T) {
 	t.Parallel()
@@ -318,7 +318,7 @@ func TestCatchUpCountsTimeNotPeriods(t *testing.T) {
 	require.Equal(t, b.subscription(t, sub)["current_period"].(map[string]any)["key"], cs[0]["period_key"])
 }
 
-// Defect 10: the created event has no previous status.
+// The created event has no previous status.
 func TestCreatedEventHasNoFromStatus(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)

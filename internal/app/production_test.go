@@ -38,7 +38,7 @@ func (p *procServer) scanRuns(t *testing.T) float64 {
 	return 0
 }
 
-// Defect 7: in production mode (the wall clock, which moves during every
+// In production mode (the wall clock, which moves during every
 // scan) an idle node scans on its interval, not in a loop that burns a
 // core and two database backends.
 func TestProductionIdleNodeDoesNotSpin(t *testing.T) {

@@ -1,7 +1,7 @@
 package app_test
 
-// Defects the chaos soak (package soak) found, each reproduced end to end
-// with the smallest schedule that shows it.
+// Rules the chaos soak (package soak) exercises only by chance, each
+// pinned end to end with the smallest schedule that breaks it.
 
 import (
 	"context"
@@ -12,12 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Soak seed 1: an authorize whose answer was lost is looked up, not found,
-// and resent by the reconcile job under the same key. When the gateway
-// answered the resend with a 503 (it did nothing), the job waited and ran
-// again, found the charge "authorizing" instead of "unknown", took itself
-// for stale and completed: the charge stayed authorizing for ever, no job
-// left to move it (a capture resent the same way left a live hold).
+// An authorize whose answer was lost is looked up, not found, and resent
+// by the reconcile job under the same key. When the gateway answers the
+// resend with a 503 (it did nothing), the job waits and runs again; it must
+// not take the charge, "authorizing" rather than "unknown" by then, for
+// stale and complete, or the charge stays authorizing for ever with no job
+// to move it (and a capture resent the same way leaves a live hold).
 func TestReconcileResendRefusedByGatewayIsNotStranded(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
@@ -38,12 +38,12 @@ func TestReconcileResendRefusedByGatewayIsNotStranded(t *testing.T) {
 		b.gatewayOps(t, "sim1", cs[0]["key"].(string)))
 }
 
-// Soak seed 10: a period that began while the subscription was active is
-// owed, but a pause that came before the scan had billed it (the scan runs
-// every minute in production, and a node crash or a clock jump widens the
-// gap) lost it for good: the scan skips paused subscriptions, and the
-// resume starts a new grid. A pause now bills what is due first, as
-// create and resume do.
+// A period that began while the subscription was active is owed, even
+// when a pause comes before the scan billed it (the scan runs every minute
+// in production, and a node crash or a clock jump widens the gap). The
+// scan skips paused subscriptions and the resume starts a new grid, so
+// such a period would be lost for good: a pause bills what is due first,
+// as create and resume do.
 func TestPauseBillsThePeriodsThatBeganBeforeIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, map[string]string{"REBILL_SCAN_INTERVAL": "1h"}) // only clock moves scan
@@ -59,12 +59,12 @@ func TestPauseBillsThePeriodsThatBeganBeforeIt(t *testing.T) {
 	require.Equal(t, "paused", b.subscription(t, sub)["status"])
 }
 
-// Soak seed 10: a person resolving a charge in review as failed makes the
-// subscription unpaid now (docs/operations.md: "failed makes the subscription
-// unpaid"), not as of the due time of the charge's last attempt, which
-// may lie months back. Backdated, the end of dunning voided the charges of
-// periods that began in between while the subscription was active, owed
-// periods that a new card then never collected.
+// A person resolving a charge in review as failed makes the subscription
+// unpaid now (docs/operations.md: "failed makes the subscription unpaid"),
+// not as of the due time of the charge's last attempt, which may lie months
+// back. Backdated, the end of dunning would void the charges of periods
+// that began in between while the subscription was active: owed periods
+// that a new card would then never collect.
 func TestResolveFailedDoesNotBackdateUnpaid(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
@@ -85,11 +85,11 @@ func TestResolveFailedDoesNotBackdateUnpaid(t *testing.T) {
 	require.Equal(t, "succeeded", cs[0]["status"], "the second period, owed, is collected with the new card: %v", cs[0])
 }
 
-// Soak seed 100: periods that begin while a subscription is unpaid are not
-// owed (decision 7), and a card change or a same-card retry skips them.
-// But when an unpaid subscription became active again because a charge
-// still in flight was paid, nothing skipped them: the next scan billed
-// every period that began while it was unpaid.
+// Periods that begin while a subscription is unpaid are not owed
+// (decision 7): a card change or a same-card retry skips them, and so must
+// an unpaid subscription that becomes active again because a charge still
+// in flight was paid, or the next scan bills every period that began while
+// it was unpaid.
 func TestReactivationFromUnpaidSkipsThePeriodsThatBeganWhileUnpaid(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
@@ -119,13 +119,12 @@ func TestReactivationFromUnpaidSkipsThePeriodsThatBeganWhileUnpaid(t *testing.T)
 	require.Equal(t, "succeeded", cs[0]["status"])
 }
 
-// Soak seed 100: a charge that goes to review while it may hold an
-// authorization has its hold looked up and voided unless captured
-// (decision 11). While its gateway was down that check waited; a person
-// resolving the charge as failed meanwhile made the waiting job find the
-// charge out of review, and it stopped: the authorization stayed held on
-// the customer's card for good. A charge resolved as failed is still
-// checked and its hold released.
+// A charge that goes to review while it may hold an authorization has its
+// hold looked up and voided unless captured (decision 11). While its
+// gateway is down that check waits, and a person may resolve the charge as
+// failed meanwhile: the waiting job then finds the charge out of review,
+// and must still check and release the hold, or the authorization stays
+// held on the customer's card for good.
 func TestResolveFailedBeforeTheHoldCheckStillReleasesTheHold(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, map[string]string{"REBILL_UNAVAILABLE_FOR": "2s"})
@@ -149,12 +148,13 @@ func TestResolveFailedBeforeTheHoldCheckStillReleasesTheHold(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "the hold is voided: %v", func() any { return b.gatewayOps(t, "sim1", key) })
 }
 
-// Soak seed 100: the hold check of a charge in review waits out a gateway
-// that answers 503, "however long", but a gateway whose look-ups time out
-// (slow, not down) made it fail as an ordinary error: River retried it
-// REBILL_CHARGE_MAX_ATTEMPTS times, discarded it, and the authorization
-// stayed held. Look-ups and the void are safe to repeat (the same keys),
-// so a check that got no answer waits like one the gateway refused.
+// The hold check of a charge in review waits out a gateway that answers
+// 503, however long. A gateway whose look-ups time out (slow, not down)
+// must be waited out too: failing as an ordinary error, the check would be
+// retried REBILL_CHARGE_MAX_ATTEMPTS times and discarded, and the
+// authorization would stay held. Look-ups and the void are safe to repeat
+// (the same keys), so a check that got no answer waits like one the
+// gateway refused.
 func TestHoldCheckWaitsOutASlowGateway(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, map[string]string{"REBILL_CHARGE_MAX_ATTEMPTS": "2"})

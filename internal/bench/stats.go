@@ -62,7 +62,7 @@ func insertBaseline(ctx context.Context, connString string, d time.Duration) (fl
 }
 
 // pgbenchBaseline is insertBaseline measured by pgbench instead of Go: the
-// yardstick the targets are stated in (pgbench's single-row INSERT
+// yardstick the throughput targets are stated in (pgbench's single-row INSERT
 // from 32 clients, no Go client sharing the cores). It returns pgbench's
 // tps, or an error when pgbench cannot be found or run.
 func pgbenchBaseline(ctx context.Context, connString string, d time.Duration) (float64, error) {

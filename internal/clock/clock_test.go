@@ -120,12 +120,11 @@ func TestMoveLimits(t *testing.T) {
 	require.Equal(t, horizon, m.Now())
 }
 
-// Soak seed 100: pg_terminate_backend dropped the clock's pooled
-// connections; the next read, on a dead connection, failed and Now
-// answered this node's last seen time, an hour stale, which a resume then
-// wrote as the subscription's new billing anchor. A read that fails is
-// tried again (the pool replaces a dropped connection) before the last
-// seen time stands in.
+// A connection the server dropped (pg_terminate_backend, a failover) must
+// not make Now answer this node's last seen time, which may be an hour
+// stale and would be written as, say, a resumed subscription's billing
+// anchor: a read that fails is tried again (the pool replaces a dropped
+// connection) before the last seen time stands in.
 func TestNowReadsAgainAfterTheConnectionIsDropped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -58,7 +58,7 @@ type Config struct {
 	MetricsAddr string
 	// OTLPEndpoint, when set, exports traces there (OTLP over HTTP).
 	OTLPEndpoint string
-	// Operations (issue 12): the read replica, the inspector's thresholds
+	// Operations: the read replica, the inspector's thresholds
 	// and the reconciliation's catch-up window.
 	ReplicaURL          string
 	InspectInterval     time.Duration
