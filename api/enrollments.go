@@ -214,70 +214,29 @@ func (s *Server) getEnrollment(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listEnrollments(w http.ResponseWriter, r *http.Request) {
-	pg, err := pageParams(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	before, err := pg.idCursor()
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	p := enrollments.ListParams{CustomerID: r.URL.Query().Get("customer_id"), Before: before, Limit: pg.limit + 1}
-	if !subscriptions.ValidCustomerID(p.CustomerID) && p.CustomerID != "" {
-		s.fail(w, r, validate.Errors{{Field: "customer_id", Message: "must be 1..255 printable ASCII characters, not only spaces"}})
-		return
-	}
-	es, err := s.Autopay.ListEnrollments(r.Context(), callerFrom(r), p)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list(es, pg.limit, objects.FromEnrollment,
-		func(e enrollments.Enrollment) string { return e.ID.String() }))
+	listPage(s, w, r, idCursor, func(before uuid.UUID, limit int) ([]enrollments.Enrollment, error) {
+		p := enrollments.ListParams{CustomerID: r.URL.Query().Get("customer_id"), Before: before, Limit: limit}
+		if !subscriptions.ValidCustomerID(p.CustomerID) && p.CustomerID != "" {
+			return nil, validate.Errors{{Field: "customer_id", Message: "must be 1..255 printable ASCII characters, not only spaces"}}
+		}
+		return s.Autopay.ListEnrollments(r.Context(), callerFrom(r), p)
+	}, objects.FromEnrollment, func(e enrollments.Enrollment) string { return e.ID.String() })
 }
 
 // enrollmentChange is a POST on /v1/enrollments/{id}/... with an empty
 // body that runs one transition.
 func (s *Server) enrollmentChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var req struct{}
-		tx, ok := s.decodeInTx(w, r, &req)
-		if !ok {
-			return
-		}
-		id, err := pathID(r)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		e, err := use(s.Autopay, r.Context(), tx, callerFrom(r), id)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, objects.FromEnrollment(e))
+		change(s, w, r, objects.FromEnrollment, func(tx pgx.Tx, id uuid.UUID, _ struct{}) (enrollments.Enrollment, error) {
+			return use(s.Autopay, r.Context(), tx, callerFrom(r), id)
+		})
 	}
 }
 
 func (s *Server) changeEnrollmentPaymentMethod(w http.ResponseWriter, r *http.Request) {
-	var req paymentMethodRequest
-	tx, ok := s.decodeInTx(w, r, &req)
-	if !ok {
-		return
-	}
-	id, err := pathID(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	e, err := s.Autopay.ChangeEnrollmentPaymentMethod(r.Context(), tx, callerFrom(r), id, req.domain())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, objects.FromEnrollment(e))
+	change(s, w, r, objects.FromEnrollment, func(tx pgx.Tx, id uuid.UUID, req paymentMethodRequest) (enrollments.Enrollment, error) {
+		return s.Autopay.ChangeEnrollmentPaymentMethod(r.Context(), tx, callerFrom(r), id, req.domain())
+	})
 }
 
 type billRequest struct {
@@ -361,76 +320,28 @@ func (s *Server) now() time.Time {
 }
 
 func (s *Server) listBills(w http.ResponseWriter, r *http.Request) {
-	pg, err := pageParams(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	before, err := pg.idCursor()
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	id, err := pathID(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	bills, err := s.Autopay.Bills(r.Context(), callerFrom(r), id, before, pg.limit+1)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	now := s.now()
-	writeJSON(w, http.StatusOK, list(bills, pg.limit, func(b enrollments.Bill) objects.Bill { return billJSON(r, b, now) },
-		func(b enrollments.Bill) string { return b.ID.String() }))
+	listPage(s, w, r, idCursor, underPath(r, func(id, before uuid.UUID, limit int) ([]enrollments.Bill, error) {
+		return s.Autopay.Bills(r.Context(), callerFrom(r), id, before, limit)
+	}), func(b enrollments.Bill) objects.Bill { return billJSON(r, b, now) },
+		func(b enrollments.Bill) string { return b.ID.String() })
 }
 
 // billChange is a POST on /v1/enrollments/{id}/bills/{bill_id}/... with
 // an empty body.
 func (s *Server) billChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var req struct{}
-		tx, ok := s.decodeInTx(w, r, &req)
-		if !ok {
-			return
-		}
-		id, err := pathID(r)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		b, err := use(s.Autopay, r.Context(), tx, callerFrom(r), id, chi.URLParam(r, "bill_id"))
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, billJSON(r, b, s.now()))
+		show := func(b enrollments.Bill) objects.Bill { return billJSON(r, b, s.now()) }
+		change(s, w, r, show, func(tx pgx.Tx, id uuid.UUID, _ struct{}) (enrollments.Bill, error) {
+			return use(s.Autopay, r.Context(), tx, callerFrom(r), id, chi.URLParam(r, "bill_id"))
+		})
 	}
 }
 
 func (s *Server) listEnrollmentCharges(w http.ResponseWriter, r *http.Request) {
-	pg, err := pageParams(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	before, err := pg.idCursor()
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	id, err := pathID(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	cs, err := s.Autopay.EnrollmentCharges(r.Context(), callerFrom(r), id, before, pg.limit+1)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list(cs, pg.limit, toChargeJSON, func(c charges.Charge) string { return c.ID.String() }))
+	listPage(s, w, r, idCursor, underPath(r, func(id, before uuid.UUID, limit int) ([]charges.Charge, error) {
+		return s.Autopay.EnrollmentCharges(r.Context(), callerFrom(r), id, before, limit)
+	}), toChargeJSON, chargeCursor)
 }
 
 type devBillRequest struct {

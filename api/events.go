@@ -19,34 +19,17 @@ type notifyEventJSON = notify.Body
 func toNotifyEventJSON(e notify.Event) notifyEventJSON { return e.Body() }
 
 func (s *Server) listPublishedEvents(w http.ResponseWriter, r *http.Request) {
-	pg, err := pageParams(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	p := notify.ListParams{Type: r.URL.Query().Get("type"), Limit: pg.limit + 1}
-	if pg.cursor != "" {
-		id, ok := notify.ParseID(pg.cursor)
-		if !ok {
-			s.fail(w, r, errBadCursor)
-			return
+	listPage(s, w, r, notify.ParseID, func(before uuid.UUID, limit int) ([]notify.Event, error) {
+		p := notify.ListParams{Type: r.URL.Query().Get("type"), Before: before, Limit: limit}
+		if v := r.URL.Query().Get("object_id"); v != "" {
+			id, err := uuid.Parse(v)
+			if err != nil {
+				return nil, errUnknownObjectID
+			}
+			p.ObjectID = id
 		}
-		p.Before = id
-	}
-	if v := r.URL.Query().Get("object_id"); v != "" {
-		id, err := uuid.Parse(v)
-		if err != nil {
-			s.fail(w, r, errUnknownObjectID)
-			return
-		}
-		p.ObjectID = id
-	}
-	events, err := s.Billing.PublishedEvents(r.Context(), callerFrom(r), p)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list(events, pg.limit, toNotifyEventJSON, notify.Event.PublicID))
+		return s.Billing.PublishedEvents(r.Context(), callerFrom(r), p)
+	}, toNotifyEventJSON, notify.Event.PublicID)
 }
 
 func (s *Server) getPublishedEvent(w http.ResponseWriter, r *http.Request) {

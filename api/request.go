@@ -112,40 +112,4 @@ func pageParams(r *http.Request) (page, error) {
 	return p, nil
 }
 
-// idCursor is a page's cursor as an id (uuid.Nil for the first page).
-func (p page) idCursor() (uuid.UUID, error) {
-	if p.cursor == "" {
-		return uuid.Nil, nil
-	}
-	id, err := parseID(p.cursor)
-	if err != nil {
-		return uuid.Nil, errBadCursor
-	}
-	return id, nil
-}
-
-func encodeCursor(s string) *string {
-	c := base64.RawURLEncoding.EncodeToString([]byte(s))
-	return &c
-}
-
-type listJSON[T any] struct {
-	Data       []T     `json:"data"`
-	NextCursor *string `json:"next_cursor"`
-}
-
-// list encodes one page of items fetched with limit+1: the extra item, if
-// any, says there is a next page, whose cursor names the page's last item.
-func list[T, J any](items []T, limit int, encode func(T) J, cursor func(T) string) listJSON[J] {
-	out := listJSON[J]{Data: []J{}}
-	for i, item := range items {
-		if i == limit {
-			out.NextCursor = encodeCursor(cursor(items[i-1]))
-			break
-		}
-		out.Data = append(out.Data, encode(item))
-	}
-	return out
-}
-
 func requestID(r *http.Request) string { return middleware.GetReqID(r.Context()) }

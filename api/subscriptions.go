@@ -99,18 +99,10 @@ func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, toSubscriptionJSON(sub))
 }
 
-// listParams reads the filters of GET /v1/subscriptions. Returns
+// listFilters reads the filters of GET /v1/subscriptions. Returns
 // validate.Errors.
-func listParams(r *http.Request) (subscriptions.ListParams, page, error) {
-	pg, err := pageParams(r)
-	if err != nil {
-		return subscriptions.ListParams{}, page{}, err
-	}
-	before, err := pg.idCursor()
-	if err != nil {
-		return subscriptions.ListParams{}, page{}, err
-	}
-	p := subscriptions.ListParams{CustomerID: r.URL.Query().Get("customer_id"), Before: before, Limit: pg.limit + 1}
+func listFilters(r *http.Request) (subscriptions.ListParams, error) {
+	p := subscriptions.ListParams{CustomerID: r.URL.Query().Get("customer_id")}
 	var errs validate.Errors
 	if strings.ContainsRune(p.CustomerID, 0) {
 		errs.Add("customer_id", `must not contain the NUL character (\u0000)`)
@@ -122,22 +114,18 @@ func listParams(r *http.Request) (subscriptions.ListParams, page, error) {
 		}
 		p.Status = status
 	}
-	return p, pg, errs.Err()
+	return p, errs.Err()
 }
 
 func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
-	params, pg, err := listParams(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	subs, err := s.Billing.ListSubscriptions(r.Context(), callerFrom(r), params)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list(subs, pg.limit, toSubscriptionJSON,
-		func(sub subscriptions.Subscription) string { return sub.ID.String() }))
+	listPage(s, w, r, idCursor, func(before uuid.UUID, limit int) ([]subscriptions.Subscription, error) {
+		p, err := listFilters(r)
+		if err != nil {
+			return nil, err
+		}
+		p.Before, p.Limit = before, limit
+		return s.Billing.ListSubscriptions(r.Context(), callerFrom(r), p)
+	}, toSubscriptionJSON, func(sub subscriptions.Subscription) string { return sub.ID.String() })
 }
 
 type pauseRequest struct {
@@ -148,48 +136,26 @@ type cancelRequest struct {
 	AtPeriodEnd bool `json:"at_period_end"`
 }
 
-// change decodes a POST on /v1/subscriptions/{id}/..., runs one use case
-// in the request's transaction, and answers the subscription it returns.
-func change[Req any](s *Server, w http.ResponseWriter, r *http.Request,
-	use func(tx pgx.Tx, id uuid.UUID, req Req) (subscriptions.Subscription, error)) {
-	var req Req
-	tx, ok := s.decodeInTx(w, r, &req)
-	if !ok {
-		return
-	}
-	id, err := pathID(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	sub, err := use(tx, id, req)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, toSubscriptionJSON(sub))
-}
-
 func (s *Server) pauseSubscription(w http.ResponseWriter, r *http.Request) {
-	change(s, w, r, func(tx pgx.Tx, id uuid.UUID, req pauseRequest) (subscriptions.Subscription, error) {
+	change(s, w, r, toSubscriptionJSON, func(tx pgx.Tx, id uuid.UUID, req pauseRequest) (subscriptions.Subscription, error) {
 		return s.Billing.Pause(r.Context(), tx, callerFrom(r), id, req.ResumeAt)
 	})
 }
 
 func (s *Server) resumeSubscription(w http.ResponseWriter, r *http.Request) {
-	change(s, w, r, func(tx pgx.Tx, id uuid.UUID, _ struct{}) (subscriptions.Subscription, error) {
+	change(s, w, r, toSubscriptionJSON, func(tx pgx.Tx, id uuid.UUID, _ struct{}) (subscriptions.Subscription, error) {
 		return s.Billing.Resume(r.Context(), tx, callerFrom(r), id)
 	})
 }
 
 func (s *Server) cancelSubscription(w http.ResponseWriter, r *http.Request) {
-	change(s, w, r, func(tx pgx.Tx, id uuid.UUID, req cancelRequest) (subscriptions.Subscription, error) {
+	change(s, w, r, toSubscriptionJSON, func(tx pgx.Tx, id uuid.UUID, req cancelRequest) (subscriptions.Subscription, error) {
 		return s.Billing.Cancel(r.Context(), tx, callerFrom(r), id, req.AtPeriodEnd)
 	})
 }
 
 func (s *Server) changePaymentMethod(w http.ResponseWriter, r *http.Request) {
-	change(s, w, r, func(tx pgx.Tx, id uuid.UUID, req paymentMethodRequest) (subscriptions.Subscription, error) {
+	change(s, w, r, toSubscriptionJSON, func(tx pgx.Tx, id uuid.UUID, req paymentMethodRequest) (subscriptions.Subscription, error) {
 		return s.Billing.ChangePaymentMethod(r.Context(), tx, callerFrom(r), id, req.domain())
 	})
 }
@@ -214,30 +180,7 @@ func toEventJSON(e subscriptions.Event) eventJSON {
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
-	pg, err := pageParams(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	var after int64
-	if pg.cursor != "" {
-		n, err := strconv.ParseInt(pg.cursor, 10, 64)
-		if err != nil || n < 0 {
-			s.fail(w, r, errBadCursor)
-			return
-		}
-		after = n
-	}
-	id, err := pathID(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	events, err := s.Billing.Events(r.Context(), callerFrom(r), id, after, pg.limit+1)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list(events, pg.limit, toEventJSON,
-		func(e subscriptions.Event) string { return strconv.FormatInt(e.ID, 10) }))
+	listPage(s, w, r, seqCursor(0), underPath(r, func(id uuid.UUID, after int64, limit int) ([]subscriptions.Event, error) {
+		return s.Billing.Events(r.Context(), callerFrom(r), id, after, limit)
+	}), toEventJSON, func(e subscriptions.Event) string { return strconv.FormatInt(e.ID, 10) })
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/internal/validate"
@@ -82,22 +83,9 @@ func (s *Server) writeSecretOnce(w http.ResponseWriter, r *http.Request, status 
 }
 
 func (s *Server) listWebhookEndpoints(w http.ResponseWriter, r *http.Request) {
-	pg, err := pageParams(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	before, err := pg.idCursor()
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	eps, err := s.Webhooks.Endpoints(r.Context(), before, pg.limit+1)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list(eps, pg.limit, toWebhookEndpointJSON, func(e notify.Endpoint) string { return e.ID.String() }))
+	listPage(s, w, r, idCursor, func(before uuid.UUID, limit int) ([]notify.Endpoint, error) {
+		return s.Webhooks.Endpoints(r.Context(), before, limit)
+	}, toWebhookEndpointJSON, func(e notify.Endpoint) string { return e.ID.String() })
 }
 
 func (s *Server) getWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
@@ -116,52 +104,16 @@ func (s *Server) getWebhookEndpoint(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) setWebhookEndpointStatus(status string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var req struct{}
-		tx, ok := s.decodeInTx(w, r, &req)
-		if !ok {
-			return
-		}
-		id, err := pathID(r)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		ep, err := s.Webhooks.SetStatus(r.Context(), tx, id, status)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, toWebhookEndpointJSON(ep))
+		change(s, w, r, toWebhookEndpointJSON, func(tx pgx.Tx, id uuid.UUID, _ struct{}) (notify.Endpoint, error) {
+			return s.Webhooks.SetStatus(r.Context(), tx, id, status)
+		})
 	}
 }
 
 func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
-	pg, err := pageParams(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	var before int64
-	if pg.cursor != "" {
-		n, err := strconv.ParseInt(pg.cursor, 10, 64)
-		if err != nil || n <= 0 {
-			s.fail(w, r, errBadCursor)
-			return
-		}
-		before = n
-	}
-	id, err := pathID(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	attempts, err := s.Webhooks.Attempts(r.Context(), id, before, pg.limit+1)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list(attempts, pg.limit, toDeliveryJSON,
-		func(a notify.Attempt) string { return strconv.FormatInt(a.ID, 10) }))
+	listPage(s, w, r, seqCursor(1), underPath(r, func(id uuid.UUID, before int64, limit int) ([]notify.Attempt, error) {
+		return s.Webhooks.Attempts(r.Context(), id, before, limit)
+	}), toDeliveryJSON, func(a notify.Attempt) string { return strconv.FormatInt(a.ID, 10) })
 }
 
 type redeliverRequest struct {

@@ -166,25 +166,25 @@ func (h *Handler) idHits(ctx context.Context, id uuid.UUID) ([]searchHit, error)
 	if err != nil {
 		return nil, fmt.Errorf("search ids: %w", err)
 	}
-	var hits []searchHit
-	for rows.Next() {
+	hits, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (searchHit, error) {
 		var (
 			kind   string
 			target uuid.UUID
 			billID *string
 		)
-		if err := rows.Scan(&kind, &target, &billID); err != nil {
-			return nil, fmt.Errorf("search ids: %w", err)
+		if err := row.Scan(&kind, &target, &billID); err != nil {
+			return searchHit{}, err
 		}
-		switch kind {
-		case "bill":
-			hits = append(hits, searchHit{Kind: "Bill", Label: *billID, Link: "/console/enrollments/" + target.String()})
-		default:
-			hits = append(hits, searchHit{Kind: strings.ToUpper(kind[:1]) + kind[1:], Label: target.String(),
-				Link: "/console/" + kind + "s/" + target.String()})
+		if kind == "bill" {
+			return searchHit{Kind: "Bill", Label: *billID, Link: "/console/enrollments/" + target.String()}, nil
 		}
+		return searchHit{Kind: strings.ToUpper(kind[:1]) + kind[1:], Label: target.String(),
+			Link: "/console/" + kind + "s/" + target.String()}, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("search ids: %w", err)
 	}
-	return hits, rows.Err()
+	return hits, nil
 }
 
 // billHits: bills with this issuer bill id or UIN, and charges posted to
@@ -199,19 +199,21 @@ func (h *Handler) billHits(ctx context.Context, q string) ([]searchHit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("search bills: %w", err)
 	}
-	var hits []searchHit
-	for rows.Next() {
+	hits, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (searchHit, error) {
 		var (
 			enrollment         uuid.UUID
 			billID, customerID string
 		)
-		if err := rows.Scan(&enrollment, &billID, &customerID); err != nil {
-			return nil, fmt.Errorf("search bills: %w", err)
+		if err := row.Scan(&enrollment, &billID, &customerID); err != nil {
+			return searchHit{}, err
 		}
-		hits = append(hits, searchHit{Kind: "Bill", Label: billID + " (customer " + customerID + ")",
-			Link: "/console/enrollments/" + enrollment.String()})
+		return searchHit{Kind: "Bill", Label: billID + " (customer " + customerID + ")",
+			Link: "/console/enrollments/" + enrollment.String()}, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("search bills: %w", err)
 	}
-	return hits, rows.Err()
+	return hits, nil
 }
 
 // attempt is one recorded outcome of a charge (its charge.* events).
@@ -241,17 +243,18 @@ func (h *Handler) attempts(ctx context.Context, c charges.Charge) ([]attempt, er
 	if err != nil {
 		return nil, fmt.Errorf("read charge events: %w", err)
 	}
-	defer rows.Close()
-	var out []attempt
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (attempt, error) {
 		var a attempt
-		if err := rows.Scan(&a.At, &a.Event, &a.Number, &a.Gateway, &a.Outcome, &a.FailureCode, &a.ReviewReason); err != nil {
-			return nil, fmt.Errorf("read charge events: %w", err)
+		if err := row.Scan(&a.At, &a.Event, &a.Number, &a.Gateway, &a.Outcome, &a.FailureCode, &a.ReviewReason); err != nil {
+			return attempt{}, err
 		}
 		a.Key = fmt.Sprintf("%s:a%d", c.Key(), a.Number)
-		out = append(out, a)
+		return a, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read charge events: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func (h *Handler) chargeViews(ctx context.Context, cs []charges.Charge) ([]chargeView, error) {

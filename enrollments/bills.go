@@ -217,19 +217,11 @@ func collectBills(rows pgx.Rows, err error) ([]Bill, error) {
 	if err != nil {
 		return nil, fmt.Errorf("query bills: %w", err)
 	}
-	defer rows.Close()
-	var out []Bill
-	for rows.Next() {
-		b, err := scanBill(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
+	bills, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Bill, error) { return scanBill(row) })
+	if err != nil {
 		return nil, fmt.Errorf("query bills: %w", err)
 	}
-	return out, nil
+	return bills, nil
 }
 
 func (st *Store) publishBill(ctx context.Context, tx pgx.Tx, typ string, b Bill, at time.Time) error {

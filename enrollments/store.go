@@ -80,19 +80,11 @@ func collect(rows pgx.Rows, err error) ([]Enrollment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("query enrollments: %w", err)
 	}
-	defer rows.Close()
-	var out []Enrollment
-	for rows.Next() {
-		e, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+	es, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Enrollment, error) { return scan(row) })
+	if err != nil {
 		return nil, fmt.Errorf("query enrollments: %w", err)
 	}
-	return out, nil
+	return es, nil
 }
 
 func nullable(s string) *string {

@@ -161,19 +161,11 @@ func (w *Webhooks) Endpoints(ctx context.Context, before uuid.UUID, limit int) (
 	if err != nil {
 		return nil, fmt.Errorf("list webhook endpoints: %w", err)
 	}
-	defer rows.Close()
-	var out []Endpoint
-	for rows.Next() {
-		e, err := scanEndpoint(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+	eps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Endpoint, error) { return scanEndpoint(row) })
+	if err != nil {
 		return nil, fmt.Errorf("list webhook endpoints: %w", err)
 	}
-	return out, nil
+	return eps, nil
 }
 
 // Endpoint returns one endpoint, or ErrEndpointNotFound.
@@ -202,25 +194,23 @@ func (w *Webhooks) Attempts(ctx context.Context, id uuid.UUID, before int64, lim
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
-	defer rows.Close()
-	var out []Attempt
-	for rows.Next() {
+	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
 		var a Attempt
-		if err := rows.Scan(&a.ID, &a.EventID, &a.Attempt, &a.Outcome, &a.StatusCode, &a.Error, &a.DurationMS, &a.At,
+		if err := row.Scan(&a.ID, &a.EventID, &a.Attempt, &a.Outcome, &a.StatusCode, &a.Error, &a.DurationMS, &a.At,
 			&a.NextAttemptAt); err != nil {
-			return nil, fmt.Errorf("scan delivery: %w", err)
+			return Attempt{}, fmt.Errorf("scan delivery: %w", err)
 		}
 		a.At = a.At.UTC()
 		if a.NextAttemptAt != nil {
 			next := a.NextAttemptAt.UTC()
 			a.NextAttemptAt = &next
 		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
+		return a, nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
-	return out, nil
+	return attempts, nil
 }
 
 // Redeliver queues the event for the endpoint again, with the same event

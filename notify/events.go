@@ -258,17 +258,9 @@ func ListEvents(ctx context.Context, db pg.DBTX, p ListParams) ([]Event, error) 
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scanEvent(row) })
+	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
-	return out, nil
+	return events, nil
 }

@@ -254,19 +254,11 @@ func collect(rows pgx.Rows, err error) ([]Subscription, error) {
 	if err != nil {
 		return nil, fmt.Errorf("query subscriptions: %w", err)
 	}
-	defer rows.Close()
-	var out []Subscription
-	for rows.Next() {
-		s, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
+	subs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Subscription, error) { return scan(row) })
+	if err != nil {
 		return nil, fmt.Errorf("query subscriptions: %w", err)
 	}
-	return out, nil
+	return subs, nil
 }
 
 func nullUUID(id uuid.UUID) *uuid.UUID {
@@ -284,24 +276,22 @@ func (st *Store) Events(ctx context.Context, db pg.DBTX, id uuid.UUID, after int
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
 		var e Event
 		var from *string
-		if err := rows.Scan(&e.ID, &e.SubscriptionID, &e.Type, &from, &e.To, &e.Actor.ID, &e.Actor.Role, &e.At); err != nil {
-			return nil, fmt.Errorf("scan event: %w", err)
+		if err := row.Scan(&e.ID, &e.SubscriptionID, &e.Type, &from, &e.To, &e.Actor.ID, &e.Actor.Role, &e.At); err != nil {
+			return Event{}, fmt.Errorf("scan event: %w", err)
 		}
 		if from != nil {
 			e.From = Status(*from)
 		}
 		e.At = e.At.UTC()
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+		return e, nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
-	return out, nil
+	return events, nil
 }
 
 func (st *Store) appendEvent(ctx context.Context, tx pgx.Tx, id uuid.UUID, typ string, from, to Status, actor Actor, at time.Time) error {

@@ -171,16 +171,14 @@ func listDatabases(ctx context.Context, conn *pgx.Conn) ([]databaseInfo, error) 
 		databaseInfo
 		oid string
 	}
-	var found []row
-	for rows.Next() {
+	found, err := pgx.CollectRows(rows, func(cr pgx.CollectableRow) (row, error) {
 		var r row
-		if err := rows.Scan(&r.name, &r.oid, &r.connections); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("list test databases: %w", err)
+		if err := cr.Scan(&r.name, &r.oid, &r.connections); err != nil {
+			return row{}, err
 		}
-		found = append(found, r)
-	}
-	if err := rows.Err(); err != nil {
+		return r, nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("list test databases: %w", err)
 	}
 	out := make([]databaseInfo, len(found))
