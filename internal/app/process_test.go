@@ -47,7 +47,7 @@ func procBinary(t *testing.T) string {
 // procServer is one running `rebill serve`.
 type procServer struct{ *proctest.Process }
 
-// procFreePort asks the kernel for a free TCP port on loopback.
+// procFreePort finds a free TCP port on loopback (proctest.FreePort).
 func procFreePort(t *testing.T) int {
 	t.Helper()
 	port, err := proctest.FreePort()

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -101,14 +102,23 @@ type Process struct {
 	done   chan struct{} // closed once it exited and was waited for
 }
 
-// FreePort asks the kernel for a free TCP port on loopback.
+// FreePort finds a free TCP port on loopback for a process to listen on.
+// It is drawn below Linux's ephemeral range (32768-60999): a port the
+// kernel handed out for ":0" and that was closed again is the next one it
+// hands out, often as the local port of one of the suite's many client
+// connections, before the process gets to bind it.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
+	const low, high = 20000, 32767
+	for range 100 {
+		port := low + rand.IntN(high-low+1)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("free port: 100 ports below the ephemeral range were taken")
 }
 
 // Start builds the binary if need be and starts it. It does not wait for
