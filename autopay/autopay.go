@@ -45,6 +45,8 @@ type Autopay struct {
 	Enrollments *enrollments.Store
 	Clock       clock.Clock
 	Rules       enrollments.Rules
+	// Charges writes the charges' moves and publishes their events.
+	Charges *charges.Store
 	// Client enqueues jobs in the caller's transaction; set once the River
 	// client exists.
 	Client    *river.Client[pgx.Tx]
@@ -174,7 +176,7 @@ func (a *Autopay) voidCharges(ctx context.Context, tx pgx.Tx, bills []enrollment
 		if b.ChargeID == nil {
 			continue
 		}
-		held, err := charges.RequestBillVoid(ctx, tx, b.EnrollmentID, *b.ChargeID, code, a.Clock.Now())
+		held, err := a.Charges.RequestBillVoid(ctx, tx, b.EnrollmentID, *b.ChargeID, code, a.Clock.Now())
 		if err != nil {
 			return err
 		}

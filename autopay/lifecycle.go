@@ -58,7 +58,7 @@ func (a *Autopay) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID) (enrollme
 	if err != nil || !changed {
 		return e, err
 	}
-	held, err := charges.RequestBillVoid(ctx, tx, id, uuid.Nil, "enrollment_cancelled", a.Clock.Now())
+	held, err := a.Charges.RequestBillVoid(ctx, tx, id, uuid.Nil, "enrollment_cancelled", a.Clock.Now())
 	if err != nil {
 		return e, err
 	}
@@ -83,7 +83,7 @@ func (a *Autopay) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UU
 	for _, b := range payable {
 		chargeIDs = append(chargeIDs, *b.ChargeID)
 	}
-	retried, err := charges.EnrollmentPaymentMethodChanged(ctx, tx, id, chargeIDs, pm.Gateway, pm.Token, now)
+	retried, err := a.Charges.EnrollmentPaymentMethodChanged(ctx, tx, id, chargeIDs, pm.Gateway, pm.Token, now)
 	if err != nil {
 		return e, changed, err
 	}
@@ -114,7 +114,7 @@ func (a *Autopay) Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, billID s
 		return b, err
 	}
 	if b.Status == enrollments.BillPaying && b.ChargeID != nil && b.ConfirmedAmount != nil {
-		c, err := charges.Confirm(ctx, tx, *b.ChargeID, *b.ConfirmedAmount, a.Clock.Now())
+		c, err := a.Charges.Confirm(ctx, tx, *b.ChargeID, *b.ConfirmedAmount, a.Clock.Now())
 		if errors.Is(err, charges.ErrStale) {
 			return b, nil
 		}
@@ -144,7 +144,7 @@ func (a *Autopay) Withdraw(ctx context.Context, tx pgx.Tx, id uuid.UUID, billID 
 		// Flag the charge first: the flag and a capture's start take the
 		// same row lock, so after it either no capture will start or one
 		// has, and then the bill cannot be withdrawn.
-		if held, err = charges.RequestBillVoid(ctx, tx, id, *b.ChargeID, "bill_withdrawn", a.Clock.Now()); err != nil {
+		if held, err = a.Charges.RequestBillVoid(ctx, tx, id, *b.ChargeID, "bill_withdrawn", a.Clock.Now()); err != nil {
 			return b, err
 		}
 		c, err := charges.Get(ctx, tx, *b.ChargeID)

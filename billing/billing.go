@@ -82,7 +82,7 @@ type Service struct {
 }
 
 func (s *Service) outcomes() scheduler.Outcomes {
-	return scheduler.Outcomes{Subscriptions: s.Subscriptions, Clock: s.Clock, Biller: s.Biller}
+	return scheduler.Outcomes{Subscriptions: s.Subscriptions, Clock: s.Clock, Charges: s.Biller.Charges, Biller: s.Biller}
 }
 
 // ownerOf is who c's outcomes are reported to: its subscription or its

@@ -55,7 +55,7 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 	if _, err := events.Lock(ctx, tx, c.OwnerID()); err != nil { // the subscription (or enrollment) before the charge
 		return charges.Charge{}, err
 	}
-	if c, err = charges.Resolve(ctx, tx, id, r, s.Clock.Now()); err != nil {
+	if c, err = s.Biller.Charges.Resolve(ctx, tx, id, r, s.Clock.Now()); err != nil {
 		return charges.Charge{}, err
 	}
 	if c.Status == charges.Succeeded {
@@ -107,7 +107,7 @@ func (s *Service) RetryCharge(ctx context.Context, tx pgx.Tx, caller Caller, id 
 	if owner.Cancelled {
 		return refuse("the subscription or enrollment is cancelled")
 	}
-	next, err := charges.RetryFromReview(ctx, tx, c, owner.Gateway, owner.Token, s.Clock.Now())
+	next, err := s.Biller.Charges.RetryFromReview(ctx, tx, c, owner.Gateway, owner.Token, s.Clock.Now())
 	if errors.Is(err, charges.ErrStale) {
 		return refuse("the charge changed meanwhile")
 	}

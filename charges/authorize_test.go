@@ -183,7 +183,7 @@ func TestAuthorizeWorker(t *testing.T) {
 			name: "NotOwedSinceThenDeclined",
 			meanwhile: func(ctx context.Context, t *testing.T, b *testBundle) {
 				require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-					return charges.NotOwedSince(ctx, tx, b.subscriptionID, periodStart, b.clock.Now())
+					return b.pipeline.Store.NotOwedSince(ctx, tx, b.subscriptionID, periodStart, b.clock.Now())
 				}))
 			},
 			res: softDecline,

@@ -198,24 +198,14 @@ func ListByEnrollment(ctx context.Context, db DBTX, enrollmentID, before uuid.UU
 // money are flagged so that no capture starts, and returned (the caller
 // enqueues the void jobs of the authorized ones), remembering code as the
 // reason their void will record. A capture in flight finishes.
-func RequestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, chargeID uuid.UUID, code string, now time.Time) ([]Charge, error) {
-	for _, from := range []Status{Scheduled, Declined} {
-		if !CanTransition(from, Voided) {
-			return nil, &TransitionError{From: from, To: Voided}
-		}
-	}
+func (s *Store) RequestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, chargeID uuid.UUID, code string, now time.Time) ([]Charge, error) {
 	var one *uuid.UUID
 	if chargeID != uuid.Nil {
 		one = &chargeID
 	}
-	voided, err := collect(tx.Query(ctx, `UPDATE charges SET status = $4, failure_code = $5, next_attempt_at = NULL, updated_at = $3
-		WHERE enrollment_id = $1 AND ($2::uuid IS NULL OR id = $2) AND status = ANY($6) RETURNING `+columns,
-		enrollmentID, one, now, string(Voided), code, texts([]Status{Scheduled, Declined})))
-	if err != nil {
+	if _, err := s.moveWhere(ctx, tx, transition{from: []Status{Scheduled, Declined}, to: Voided, set: "failure_code = $3"}, now,
+		"enrollment_id = $1 AND ($2::uuid IS NULL OR charges.id = $2)", enrollmentID, one, code); err != nil {
 		return nil, fmt.Errorf("void waiting bill charges: %w", err)
-	}
-	if err := publishAll(ctx, tx, voided, now); err != nil {
-		return nil, err
 	}
 	return collect(tx.Query(ctx, `UPDATE charges SET void_requested = true, void_reason = $5, updated_at = $3
 		WHERE enrollment_id = $1 AND ($2::uuid IS NULL OR id = $2) AND status = ANY($4) AND NOT void_requested
@@ -225,12 +215,12 @@ func RequestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, chargeID uuid
 // EnrollmentPaymentMethodChanged is PaymentMethodChanged for an
 // enrollment's bill charges: those of bills still payable (the ids in
 // payable) are retried.
-func EnrollmentPaymentMethodChanged(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, payable []uuid.UUID, gateway, token string,
+func (s *Store) EnrollmentPaymentMethodChanged(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, payable []uuid.UUID, gateway, token string,
 	now time.Time) ([]Charge, error) {
 	if payable == nil {
 		payable = []uuid.UUID{}
 	}
-	return paymentMethodChanged(ctx, tx, "enrollment_id", enrollmentID, payable, gateway, token, now)
+	return s.paymentMethodChanged(ctx, tx, "enrollment_id", enrollmentID, payable, gateway, token, now)
 }
 
 // discountReleased records the void of a hold placed at a discounted price
@@ -249,10 +239,11 @@ func (p *Pipeline) discountReleased(ctx context.Context, tx pgx.Tx, c Charge, no
 	default:
 		code = FailureHoldExpired
 	}
-	next, err := guardedUpdate(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Declined, "", now, "NOT void_requested",
-		`failure_code = $2, next_attempt_at = $3, first_declined_at = coalesce(first_declined_at, $1)`, now, code, at)
+	next, err := p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Authorized}, to: Declined,
+		where: "NOT void_requested", set: `failure_code = $2, next_attempt_at = $3, first_declined_at = coalesce(first_declined_at, $1)`},
+		now, now, code, at)
 	if errors.Is(err, ErrStale) {
-		next, err = move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = `+billVoidCodeSQL)
+		next, err = p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = `+billVoidCodeSQL)
 	}
 	if err == nil {
 		p.transitioned(next, "the discount ended before the capture")
@@ -312,7 +303,7 @@ func (p *Pipeline) heldBack(ctx context.Context, s stageRun, c Charge) (bool, er
 			return err
 		}
 		if expired {
-			next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled}, Voided, now,
+			next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled}, Voided, now,
 				`failure_code = 'bill_expired'`)
 			if err != nil {
 				return err
@@ -320,9 +311,9 @@ func (p *Pipeline) heldBack(ctx context.Context, s stageRun, c Charge) (bool, er
 			p.transitioned(next, "the bill's last moment to start an attempt passed")
 			return owner.ChargeExpired(ctx, tx, next)
 		}
-		next, err := update(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled}, Scheduled, now,
-			`NOT void_requested AND NOT confirmation_required AND NOT `+withinCapSQL,
-			`confirmation_required = true, amount = `+priceSQL, now)
+		next, err := p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: Scheduled,
+			where: `NOT void_requested AND NOT confirmation_required AND NOT ` + withinCapSQL,
+			set:   `confirmation_required = true, amount = ` + priceSQL}, now, now)
 		if err != nil {
 			return err
 		}
@@ -338,9 +329,9 @@ func (p *Pipeline) heldBack(ctx context.Context, s stageRun, c Charge) (bool, er
 // returned for the caller to enqueue its authorize job in tx. A price
 // above amount later needs a new confirmation. Returns ErrStale when the
 // charge awaits no confirmation.
-func Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, amount int64, now time.Time) (Charge, error) {
-	return update(ctx, tx, id, 0, []Status{Scheduled}, Scheduled, now, "confirmation_required",
-		newAttempt+`, confirmed_amount = $3, confirmation_required = false`, now, now, amount)
+func (s *Store) Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, amount int64, now time.Time) (Charge, error) {
+	return s.moveOne(ctx, tx, id, 0, transition{from: []Status{Scheduled}, to: Scheduled, where: "confirmation_required",
+		set: newAttempt + `, confirmed_amount = $3, confirmation_required = false`}, now, now, now, amount)
 }
 
 // Postings posts the holds of charges with a RegistryUIN to the state
@@ -357,8 +348,8 @@ type Postings interface {
 // (its posting to the registry failed for good) to review, and enqueues
 // the release of its hold in tx (the job's River client from ctx).
 // Returns ErrStale when the charge left that attempt's authorized status.
-func HoldToReview(ctx context.Context, tx pgx.Tx, id uuid.UUID, attempt int, reason string, now time.Time) (Charge, error) {
-	c, err := move(ctx, tx, id, attempt, []Status{Authorized}, RequiresReview, now, `review_reason = $1`, reason)
+func (s *Store) HoldToReview(ctx context.Context, tx pgx.Tx, id uuid.UUID, attempt int, reason string, now time.Time) (Charge, error) {
+	c, err := s.move(ctx, tx, id, attempt, []Status{Authorized}, RequiresReview, now, `review_reason = $1`, reason)
 	if err != nil {
 		return Charge{}, err
 	}

@@ -139,7 +139,7 @@ func TestDiscountedHoldNotCapturedByTheDeadlineIsMadeAgainInFull(t *testing.T) {
 
 	var retried []charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
-		retried, err = charges.DueRetries(ctx, tx, b.clock.Now(), 10)
+		retried, err = b.pipeline.Store.DueRetries(ctx, tx, b.clock.Now(), 10)
 		return err
 	}))
 	require.Len(t, retried, 1)
@@ -302,7 +302,7 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 	require.Equal(t, charges.Declined, b.get(ctx, t, c.ID).Status)
 
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.DueRetries(ctx, tx, b.clock.Now(), 10)
+		_, err := b.pipeline.Store.DueRetries(ctx, tx, b.clock.Now(), 10)
 		return err
 	}))
 	b.gateway.AuthorizeFunc = answer(succeeded, nil)
@@ -322,7 +322,7 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 
 	// A confirmation of less than the price does not let it go.
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.Confirm(ctx, tx, c.ID, 900, b.clock.Now())
+		_, err := b.pipeline.Store.Confirm(ctx, tx, c.ID, 900, b.clock.Now())
 		return err
 	}))
 	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 3}, nil)
@@ -331,11 +331,11 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 	require.Equal(t, []int64{500}, authorizeAmounts(b))
 
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.Confirm(ctx, tx, c.ID, 1000, b.clock.Now())
+		_, err := b.pipeline.Store.Confirm(ctx, tx, c.ID, 1000, b.clock.Now())
 		return err
 	}))
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.Confirm(ctx, tx, c.ID, 1000, b.clock.Now())
+		_, err := b.pipeline.Store.Confirm(ctx, tx, c.ID, 1000, b.clock.Now())
 		require.ErrorIs(t, err, charges.ErrStale, "confirming a charge that awaits nothing changes nothing")
 		return nil
 	}))
@@ -383,7 +383,7 @@ func TestRetryPastABillsLastMomentIsRefused(t *testing.T) {
 	b.clock.Advance(time.Hour)
 	c = b.get(ctx, t, c.ID)
 	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.RetryFromReview(ctx, tx, c, "fake", "tok_other", b.clock.Now())
+		_, err := b.pipeline.Store.RetryFromReview(ctx, tx, c, "fake", "tok_other", b.clock.Now())
 		return err
 	})
 	require.ErrorIs(t, err, charges.ErrRetryRefused)

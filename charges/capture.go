@@ -91,6 +91,12 @@ func (p *Pipeline) voidInstead(ctx context.Context, s stageRun) error {
 	})
 }
 
+// captured is the move that records a capture's success, alone or in a
+// batch.
+func captured(from []Status) transition {
+	return transition{from: from, to: Succeeded, set: "unknown_phase = NULL, failure_code = NULL"}
+}
+
 func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from []Status, res gateway.Result, callErr error) error {
 	if callErr != nil {
 		return p.technicalFailure(ctx, s, c, gateway.OpCapture, callErr)
@@ -119,7 +125,7 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 		if err != nil {
 			return err
 		}
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Succeeded, now, `unknown_phase = NULL, failure_code = NULL`)
+		next, err := p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, captured(from), now)
 		if err != nil {
 			return err
 		}

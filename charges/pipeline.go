@@ -72,7 +72,9 @@ type ManyLocker interface {
 // transaction or connection, and records the outcome together with the
 // next step's job in one transaction.
 type Pipeline struct {
-	Pool          *pgxpool.Pool
+	Pool *pgxpool.Pool
+	// Store writes the charges' moves and publishes their events.
+	Store         *Store
 	Gateways      *Gateways
 	Subscriptions Subscriptions
 	// Enrollments is told about the charges of enrollments' bills, in the
@@ -228,6 +230,13 @@ func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ct
 // not configured).
 func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Status) (Charge, gateway.Gateway, error) {
 	now := p.Clock.Now()
+	c, err := p.Store.moveOne(ctx, p.Pool, s.chargeID, s.attempt, p.beginning(from, to), now, now, string(Scheduled))
+	return p.begun(ctx, s, c, err)
+}
+
+// beginning is the guarded move of a step's "about to call", alone or in
+// a batch; its arguments are the time ($1) and the scheduled status ($2).
+func (p *Pipeline) beginning(from []Status, to Status) transition {
 	where := "NOT void_requested AND " + startableSQL
 	switch to {
 	case Capturing:
@@ -235,8 +244,7 @@ func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Stat
 	case Authorizing:
 		where += " AND " + p.registryGuard()
 	}
-	c, err := guardedUpdate(ctx, p.Pool, s.chargeID, s.attempt, from, to, "", now, where, repriceSQL, now, string(Scheduled))
-	return p.begun(ctx, s, c, err)
+	return transition{from: from, to: to, where: where, set: repriceSQL}
 }
 
 // beginAuthorize is begin for an authorize job's step, from scheduled (or
@@ -353,7 +361,7 @@ func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op 
 func (p *Pipeline) toReconcile(ctx context.Context, s stageRun, c Charge, op gateway.Op, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorizing, Capturing}, Unknown, now,
+		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorizing, Capturing}, Unknown, now,
 			`unknown_phase = $1, failure_code = NULL`, string(op))
 		if err != nil {
 			return err
@@ -371,7 +379,7 @@ func (p *Pipeline) toReconcile(ctx context.Context, s stageRun, c Charge, op gat
 func (p *Pipeline) review(ctx context.Context, s stageRun, c Charge, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}, RequiresReview, now,
+		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}, RequiresReview, now,
 			`review_reason = $1`, reason)
 		if err != nil {
 			return err

@@ -96,6 +96,7 @@ func setup(t *testing.T) *testBundle {
 	}
 	b.pipeline = &charges.Pipeline{
 		Pool:           pool,
+		Store:          &charges.Store{Events: events},
 		Gateways:       charges.NewGateways([]gateway.Gateway{fake}, charges.DefaultBreaker),
 		Subscriptions:  b.subs,
 		Clock:          clk,
@@ -211,7 +212,7 @@ func (b *testBundle) get(ctx context.Context, t *testing.T, id uuid.UUID) charge
 func (b *testBundle) requestVoid(ctx context.Context, t *testing.T) {
 	t.Helper()
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.RequestVoid(ctx, tx, b.subscriptionID, b.clock.Now())
+		_, err := b.pipeline.Store.RequestVoid(ctx, tx, b.subscriptionID, b.clock.Now())
 		return err
 	}))
 	b.subs.update(func(s *charges.Subscription) { s.Cancelled = true })
@@ -221,7 +222,7 @@ func (b *testBundle) requestVoid(ctx context.Context, t *testing.T) {
 func (b *testBundle) changeCard(ctx context.Context, t *testing.T, token string) {
 	t.Helper()
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.PaymentMethodChanged(ctx, tx, b.subscriptionID, b.gateway.Name(), token, b.clock.Now())
+		_, err := b.pipeline.Store.PaymentMethodChanged(ctx, tx, b.subscriptionID, b.gateway.Name(), token, b.clock.Now())
 		return err
 	}))
 	b.subs.update(func(s *charges.Subscription) { s.Token = token })

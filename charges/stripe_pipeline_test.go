@@ -54,6 +54,7 @@ func setupStripe(t *testing.T, token string) *stripeBundle {
 	retry := charges.RetryPolicy{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond, Now: time.Now}
 	p := &charges.Pipeline{
 		Pool:           pool,
+		Store:          &charges.Store{Events: events},
 		Gateways:       charges.NewGateways([]gateway.Gateway{g}, charges.DefaultBreaker),
 		Subscriptions:  b.subs,
 		Clock:          clk,

@@ -13,8 +13,8 @@ import (
 // so that no capture starts, and returns those already holding money (the
 // caller enqueues their void jobs). Charges not yet authorized become
 // voided at once: no hold exists to release.
-func RequestVoid(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time) ([]Charge, error) {
-	if _, err := voidWaiting(ctx, tx, subscriptionID, now, "subscription_cancelled", time.Time{}); err != nil {
+func (s *Store) RequestVoid(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time) ([]Charge, error) {
+	if _, err := s.voidWaiting(ctx, tx, subscriptionID, now, "subscription_cancelled", time.Time{}); err != nil {
 		return nil, err
 	}
 	return collect(tx.Query(ctx, `UPDATE charges SET void_requested = true, updated_at = $2
@@ -24,20 +24,11 @@ func RequestVoid(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now t
 
 // voidWaiting voids the subscription's charges that no attempt is working
 // on (scheduled or declined) whose period started at or after since.
-func voidWaiting(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time, code string, since time.Time) (int64, error) {
-	for _, from := range []Status{Scheduled, Declined} {
-		if !CanTransition(from, Voided) {
-			return 0, &TransitionError{From: from, To: Voided}
-		}
-	}
-	voided, err := collect(tx.Query(ctx, `UPDATE charges SET status = $5, failure_code = $3, next_attempt_at = NULL, updated_at = $2
-		WHERE subscription_id = $1 AND status = ANY($6) AND period_start >= $4 RETURNING `+columns,
-		subscriptionID, now, code, since, string(Voided), texts([]Status{Scheduled, Declined})))
+func (s *Store) voidWaiting(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time, code string, since time.Time) (int64, error) {
+	voided, err := s.moveWhere(ctx, tx, transition{from: []Status{Scheduled, Declined}, to: Voided, set: "failure_code = $2"}, now,
+		"subscription_id = $1 AND period_start >= $3", subscriptionID, code, since)
 	if err != nil {
 		return 0, fmt.Errorf("void waiting charges: %w", err)
-	}
-	if err := publishAll(ctx, tx, voided, now); err != nil {
-		return 0, err
 	}
 	return int64(len(voided)), nil
 }
@@ -47,19 +38,15 @@ func voidWaiting(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now t
 // at or after that moment are not owed and are voided; declined ones of
 // earlier periods stop retrying (failed: a payment-method change retries
 // them). Attempts in flight finish.
-func DunningEnded(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, dunningEnd, now time.Time) error {
-	if _, err := voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", dunningEnd); err != nil {
+func (s *Store) DunningEnded(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, dunningEnd, now time.Time) error {
+	if _, err := s.voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", dunningEnd); err != nil {
 		return err
 	}
-	if !CanTransition(Declined, Failed) {
-		return &TransitionError{From: Declined, To: Failed}
-	}
-	failed, err := collect(tx.Query(ctx, `UPDATE charges SET status = $3, next_attempt_at = NULL, updated_at = $2
-		WHERE subscription_id = $1 AND status = $4 RETURNING `+columns, subscriptionID, now, string(Failed), string(Declined)))
-	if err != nil {
+	if _, err := s.moveWhere(ctx, tx, transition{from: []Status{Declined}, to: Failed}, now, "subscription_id = $1",
+		subscriptionID); err != nil {
 		return fmt.Errorf("stop dunning: %w", err)
 	}
-	return publishAll(ctx, tx, failed, now)
+	return nil
 }
 
 // HasUnpaid reports whether the subscription has a charge other than
@@ -94,8 +81,8 @@ func HasOpen(ctx context.Context, db DBTX, subscriptionID uuid.UUID) (bool, erro
 // voided, and ones in flight are flagged so that a hold they get is voided
 // and a decline is not retried with a new card. Found by the chaos soak
 // (unpaid-as-of-capture).
-func NotOwedSince(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, since, now time.Time) error {
-	if _, err := voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", since); err != nil {
+func (s *Store) NotOwedSince(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, since, now time.Time) error {
+	if _, err := s.voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", since); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE charges SET void_requested = true, updated_at = $2

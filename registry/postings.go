@@ -39,6 +39,8 @@ type Poster struct {
 	Pool     *pgxpool.Pool
 	Gateways *Balancer
 	Clock    clock.Clock
+	// Charges writes the charges' moves and publishes their events.
+	Charges *charges.Store
 	// Holds tells how long a hold may still be posted (charges PostBy):
 	// the registry is told only of money that is held and can still be
 	// captured at the price posted. Past it the posting is cancelled and
@@ -254,7 +256,7 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 		if err != nil || !moved {
 			return err
 		}
-		_, err = charges.HoldToReview(ctx, tx, c.ID, ps.Attempt, reason, p.Clock.Now())
+		_, err = p.Charges.HoldToReview(ctx, tx, c.ID, ps.Attempt, reason, p.Clock.Now())
 		if errors.Is(err, charges.ErrStale) {
 			return nil // the charge moved on meanwhile; its own flow settles the hold
 		}

@@ -22,6 +22,8 @@ type Biller struct {
 	Pool          *pgxpool.Pool
 	Subscriptions *subscriptions.Store
 	Clock         clock.Clock
+	// Charges writes the charges' moves and publishes their events.
+	Charges *charges.Store
 	// Client enqueues jobs in the caller's transaction; set it once the
 	// River client exists (the client needs the workers that need Biller).
 	Client *river.Client[pgx.Tx]
@@ -123,7 +125,7 @@ func (b *Biller) dueBefore(ctx context.Context, tx pgx.Tx, sub subscriptions.Sub
 // Cancelled stops the cancelled subscription's charges: unstarted ones are
 // voided, held money is released by void jobs, and nothing is captured.
 func (b *Biller) Cancelled(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID) error {
-	flagged, err := charges.RequestVoid(ctx, tx, subscriptionID, b.Clock.Now())
+	flagged, err := b.Charges.RequestVoid(ctx, tx, subscriptionID, b.Clock.Now())
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,8 @@ import (
 type Outcomes struct {
 	Subscriptions *subscriptions.Store
 	Clock         clock.Clock
+	// Charges writes the charges' moves and publishes their events.
+	Charges *charges.Store
 	// Biller charges the periods that began before a subscription's
 	// dunning ended, when it ends (nil: they are not, as in tests of
 	// other matters).
@@ -81,7 +83,7 @@ func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge) e
 	}
 	if sub.Status == subscriptions.Unpaid {
 		if sub.UnpaidSince != nil {
-			if err := charges.NotOwedSince(ctx, tx, c.SubscriptionID, *sub.UnpaidSince, o.Clock.Now()); err != nil {
+			if err := o.Charges.NotOwedSince(ctx, tx, c.SubscriptionID, *sub.UnpaidSince, o.Clock.Now()); err != nil {
 				return err
 			}
 		}
@@ -121,7 +123,7 @@ func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge)
 	if err != nil || !moved {
 		return err
 	}
-	return charges.DunningEnded(ctx, tx, c.SubscriptionID, end, o.Clock.Now())
+	return o.Charges.DunningEnded(ctx, tx, c.SubscriptionID, end, o.Clock.Now())
 }
 
 // DunningEnd is when the dunning that failed charge c ended: when its last

@@ -215,7 +215,7 @@ func (b *Biller) walkDue(ctx context.Context, now time.Time) (int, error) {
 // retryDue starts the dunning attempts whose time has come.
 func (b *Biller) retryDue(ctx context.Context, now time.Time) (int, error) {
 	return b.inBatches(ctx, "dunning retries", func(tx pgx.Tx) (int, error) {
-		retried, err := charges.DueRetries(ctx, tx, now, b.BatchSize)
+		retried, err := b.Charges.DueRetries(ctx, tx, now, b.BatchSize)
 		if err != nil {
 			return 0, err
 		}
@@ -228,7 +228,7 @@ func (b *Biller) retryDue(ctx context.Context, now time.Time) (int, error) {
 func (b *Biller) sweepDiscarded(ctx context.Context, now time.Time) (int, error) {
 	total := 0
 	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-		swept, err := charges.SweepDiscarded(ctx, tx, now)
+		swept, err := b.Charges.SweepDiscarded(ctx, tx, now)
 		if err != nil {
 			return err
 		}

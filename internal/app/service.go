@@ -113,17 +113,22 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	recorder := &notify.Recorder{}
 	subs := subscriptions.NewStore(svc.Clock)
 	subs.SetEventSink(recorder)
-	charges.SetEventSink(recorder)
+	chargeStore := &charges.Store{Events: recorder}
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
 	poster, registrySim := buildRegistry(cfg, pool, svc.Clock, breakers, retry, log)
 	warnNoRegistry(poster, log)
+	if poster != nil {
+		poster.Charges = chargeStore
+	}
 	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, log)
+	bills.Charges = chargeStore
 	bills.Registry = poster != nil
-	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
+	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, Charges: chargeStore, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
 		Logger: log.With().Str("component", "scheduler").Logger()}
-	pipeline := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock, Biller: biller},
+	outcomes := scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock, Charges: chargeStore, Biller: biller}
+	pipeline := &charges.Pipeline{Pool: pool, Store: chargeStore, Gateways: breakers, Subscriptions: outcomes,
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
 		UnavailableFor: cfg.UnavailableFor, CaptureInline: true, Logger: log.With().Str("component", "charges").Logger(),
 		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges"), Enrollments: billOutcomes}
@@ -183,6 +188,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	bills.Client = client
 	recorder.Enqueue = client
 	svc.Inspector.Jobs = client
+	svc.Inspector.Charges = chargeStore
 	svc.River = client
 	svc.Biller = biller
 	if dev != nil {
