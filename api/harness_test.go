@@ -69,7 +69,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	subs.SetEventSink(&notify.Recorder{})
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Client: insertOnly, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
+	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
 	var dev *api.Dev
 	if o.dev != nil {
 		dev = o.dev(t, pool)

@@ -119,5 +119,5 @@ func (s *Service) RetryCharge(ctx context.Context, tx pgx.Tx, caller Caller, id 
 			return charges.Charge{}, err
 		}
 	}
-	return next, s.Biller.EnqueueAuthorize(ctx, tx, []charges.Charge{next})
+	return next, nil
 }

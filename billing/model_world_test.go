@@ -121,9 +121,11 @@ func newWorld(t *testing.T) *world {
 		t.Fatalf("install the move log: %v", err)
 	}
 	subs := subscriptions.NewStore(w.clock)
+	store := &charges.Store{}
 	w.pipeline = &charges.Pipeline{
 		Pool:          w.pool,
-		Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: w.clock},
+		Store:         store,
+		Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: w.clock, Charges: store},
 		Clock:         w.clock,
 		Dunning:       modelDunning,
 		CallTimeout:   5 * time.Second,
@@ -134,9 +136,9 @@ func newWorld(t *testing.T) *world {
 		UnavailableFor: modelUnavailableFor,
 		Logger:         zerolog.Nop(),
 	}
-	w.biller = &scheduler.Biller{Pool: w.pool, Subscriptions: subs, Clock: w.clock, CatchUpWindow: modelCatchUp,
+	w.biller = &scheduler.Biller{Pool: w.pool, Subscriptions: subs, Clock: w.clock, Charges: store, CatchUpWindow: modelCatchUp,
 		BatchSize: 2, ScanWorkers: 1, ScanInterval: time.Minute, Logger: zerolog.Nop()}
-	w.pipeline.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Clock: w.clock, Biller: w.biller}
+	w.pipeline.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Clock: w.clock, Charges: store, Biller: w.biller}
 	w.svc = &billing.Service{Pool: w.pool, Subscriptions: subs, Biller: w.biller, Attempts: w.pipeline, Clock: w.clock}
 	w.newGateways()
 
@@ -156,7 +158,7 @@ func newWorld(t *testing.T) *world {
 		t.Fatalf("river client: %v", err)
 	}
 	w.client = client
-	w.biller.Client = client
+	store.Queue = client
 	addWorker(w, driver, config, river.Worker[charges.AuthorizeArgs](&charges.AuthorizeWorker{Pipeline: w.pipeline}))
 	addWorker(w, driver, config, river.Worker[charges.CaptureArgs](&charges.CaptureWorker{Pipeline: w.pipeline}))
 	addWorker(w, driver, config, river.Worker[charges.VoidArgs](&charges.VoidWorker{Pipeline: w.pipeline}))

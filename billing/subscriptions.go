@@ -162,9 +162,6 @@ func (s *Service) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller Cal
 	if err != nil {
 		return subscriptions.Subscription{}, err
 	}
-	if err := s.Biller.EnqueueAuthorize(ctx, tx, retried); err != nil {
-		return subscriptions.Subscription{}, err
-	}
 	switch {
 	case sub.Status == subscriptions.Unpaid && len(retried) > 0:
 		sub, _, err = s.Subscriptions.RetryUnpaid(ctx, tx, sub.ID, caller.Actor)

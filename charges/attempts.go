@@ -17,13 +17,17 @@ const newAttempt = `attempt_count = attempt_count + 1, attempt_due_at = $1,
 
 // DueRetries starts the next dunning attempt of every declined charge
 // whose retry time has come: a new attempt number (so a new gateway key),
-// status scheduled. The caller enqueues their authorize jobs in tx.
+// status scheduled, with its authorize job enqueued in tx.
 func (s *Store) DueRetries(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Charge, error) {
-	return s.moveWhere(ctx, tx, transition{from: []Status{Declined}, to: Scheduled,
+	retried, err := s.moveWhere(ctx, tx, transition{from: []Status{Declined}, to: Scheduled,
 		set: `attempt_count = attempt_count + 1, attempt_due_at = next_attempt_at, attempt_times = attempt_times || $1::timestamptz,
 			unknown_phase = NULL, authorization_ref = NULL`}, now,
 		`charges.id IN (SELECT id FROM charges WHERE status = $3 AND next_attempt_at <= $1
 			ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)`, now, limit, string(Declined))
+	if err != nil {
+		return nil, err
+	}
+	return retried, s.Start(ctx, tx, retried)
 }
 
 // Card-network rules on retrying one card: at most SameCardAttempts
@@ -67,7 +71,8 @@ func (c Charge) sameCardRetryAllowed(token string, now time.Time) error {
 // subscription's charges, in tx after the subscription row was locked:
 // charges whose attempt has not begun take the new card, and charges that
 // wait (declined, failed and unresolved) start a new attempt at once with
-// it, oldest first, returned for the caller to enqueue. Attempts in flight
+// it, oldest first, their authorize jobs enqueued in tx; they are
+// returned. Attempts in flight
 // keep their card and finish first: a second attempt beside them could
 // place a second hold. Returns an error wrapping ErrRetryRefused, and
 // changes nothing, when the same card may not be tried again.
@@ -105,12 +110,13 @@ func (s *Store) paymentMethodChanged(ctx context.Context, tx pgx.Tx, owner strin
 		}
 		retried = append(retried, next)
 	}
-	return retried, nil
+	return retried, s.Start(ctx, tx, retried)
 }
 
 // RetryFromReview starts a new attempt of a charge in requires_review or
-// failed, at a person's request, on the given payment method. The caller
-// has checked at the gateway that the previous attempt holds no money.
+// failed, at a person's request, on the given payment method, and
+// enqueues its authorize job in tx. The caller has checked at the gateway
+// that the previous attempt holds no money.
 // Returns ErrStale when the charge moved on meanwhile, a *TransitionError
 // from any other status, or ErrRetryRefused under card-network rules.
 func (s *Store) RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gateway, token string, now time.Time) (Charge, error) {
@@ -138,7 +144,10 @@ func (s *Store) RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gatewa
 			return Charge{}, &TransitionError{From: c.Status, To: Scheduled}
 		}
 	}
-	return next, err
+	if err != nil {
+		return Charge{}, err
+	}
+	return next, s.Start(ctx, tx, []Charge{next})
 }
 
 // identityHeld reports whether the charge may be charged as far as its

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/internal/metrics"
@@ -101,7 +100,7 @@ func (e *IdentityHeldError) Unwrap() error { return ErrIdentityHeld }
 // inserting one identity serialise on the unique index (the second waits
 // for the first to commit, then finds it); callers inserting several
 // insert them in identity order, so that two of them cannot deadlock.
-// The caller enqueues the authorize job of a new one in tx.
+// The caller starts a new one in tx (Store.Start).
 func CreateForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Time) (Charge, bool, error) {
 	for range 3 {
 		c, created, err := createForBill(ctx, tx, n, now)
@@ -192,13 +191,12 @@ func ListByEnrollment(ctx context.Context, db DBTX, enrollmentID, before uuid.UU
 		WHERE enrollment_id = $1 AND ($2::uuid IS NULL OR id < $2) ORDER BY id DESC LIMIT $3`, enrollmentID, cursor, limit))
 }
 
-// RequestBillVoid stops the charges of an enrollment (all of them, or the
+// requestBillVoid stops the charges of an enrollment (all of them, or the
 // one with id chargeID when it is not uuid.Nil) from taking money: those
 // no attempt works on are voided at once with code; those that may hold
-// money are flagged so that no capture starts, and returned (the caller
-// enqueues the void jobs of the authorized ones), remembering code as the
-// reason their void will record. A capture in flight finishes.
-func (s *Store) RequestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, chargeID uuid.UUID, code string, now time.Time) ([]Charge, error) {
+// money are flagged so that no capture starts, and returned, remembering
+// code as the reason their void will record. A capture in flight finishes.
+func (s *Store) requestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, chargeID uuid.UUID, code string, now time.Time) ([]Charge, error) {
 	var one *uuid.UUID
 	if chargeID != uuid.Nil {
 		one = &chargeID
@@ -325,36 +323,27 @@ func (p *Pipeline) heldBack(ctx context.Context, s stageRun, c Charge) (bool, er
 // Confirm records the customer's confirmation of a bill's charge that
 // awaits one: it may be sent for up to amount (the bill's amount due at
 // the confirmation), the flag is cleared, and a new attempt starts (the
-// held-back one's authorize job has run; nothing was sent under its key),
-// returned for the caller to enqueue its authorize job in tx. A price
-// above amount later needs a new confirmation. Returns ErrStale when the
-// charge awaits no confirmation.
+// held-back one's authorize job has run; nothing was sent under its key)
+// with its authorize job enqueued in tx. A price above amount later needs
+// a new confirmation. Returns ErrStale when the charge awaits no
+// confirmation.
 func (s *Store) Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, amount int64, now time.Time) (Charge, error) {
-	return s.moveOne(ctx, tx, id, 0, transition{from: []Status{Scheduled}, to: Scheduled, where: "confirmation_required",
+	c, err := s.moveOne(ctx, tx, id, 0, transition{from: []Status{Scheduled}, to: Scheduled, where: "confirmation_required",
 		set: newAttempt + `, confirmed_amount = $3, confirmation_required = false`}, now, now, now, amount)
+	if err != nil {
+		return Charge{}, err
+	}
+	return c, s.Start(ctx, tx, []Charge{c})
 }
 
 // Postings posts the holds of charges with a RegistryUIN to the state
 // payment registry before they are captured: the registry is told only of
 // money that is held. The pipeline calls Held, in the transaction that
 // records the hold, instead of enqueueing the capture; the posting side
-// enqueues the capture (CaptureArgs) once the registry accepted the
-// payment, or sends the charge to review (HoldToReview) when it never does.
+// enqueues the capture (HoldPosted) once the registry accepted the
+// payment, or sends the charge to review (HoldRefused) when it never does.
 type Postings interface {
 	Held(ctx context.Context, tx pgx.Tx, c Charge) error
-}
-
-// HoldToReview sends an authorized charge whose hold may not be captured
-// (its posting to the registry failed for good) to review, and enqueues
-// the release of its hold in tx (the job's River client from ctx).
-// Returns ErrStale when the charge left that attempt's authorized status.
-func (s *Store) HoldToReview(ctx context.Context, tx pgx.Tx, id uuid.UUID, attempt int, reason string, now time.Time) (Charge, error) {
-	c, err := s.move(ctx, tx, id, attempt, []Status{Authorized}, RequiresReview, now, `review_reason = $1`, reason)
-	if err != nil {
-		return Charge{}, err
-	}
-	_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, ReleaseHoldArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
-	return c, err
 }
 
 // FailureDiscountEnded is the failure code of an attempt at the discounted

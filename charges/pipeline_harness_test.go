@@ -119,6 +119,7 @@ func setup(t *testing.T) *testBundle {
 	client, err := river.NewClient(b.driver, b.config)
 	require.NoError(t, err)
 	b.client = client
+	b.pipeline.Store.Queue = client
 
 	_, err = pool.Exec(ctx, `INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval,
 			interval_count, timezone, billing_anchor, next_charge_at, pm_gateway, pm_token, pm_exp_month, pm_exp_year,
@@ -207,13 +208,12 @@ func (b *testBundle) get(ctx context.Context, t *testing.T, id uuid.UUID) charge
 }
 
 // requestVoid is a cancel of the subscription as the subscription side
-// does it: the charges learn it in one transaction (charges.RequestVoid)
+// does it: the charges learn it in one transaction (StopSubscription)
 // and Lock reports the subscription cancelled from then on.
 func (b *testBundle) requestVoid(ctx context.Context, t *testing.T) {
 	t.Helper()
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := b.pipeline.Store.RequestVoid(ctx, tx, b.subscriptionID, b.clock.Now())
-		return err
+		return b.pipeline.Store.StopSubscription(ctx, tx, b.subscriptionID, b.clock.Now())
 	}))
 	b.subs.update(func(s *charges.Subscription) { s.Cancelled = true })
 }

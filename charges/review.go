@@ -142,8 +142,8 @@ func CountInReview(ctx context.Context, db DBTX) (int64, error) {
 // SweepDiscarded is the durable backstop of the dead-letter path: a charge
 // whose current job River discarded (the rescuer gave up on a crashed
 // last attempt, which no worker code sees) goes to review. It reads
-// River's job table, the one place that records the discard, and returns
-// the charges it moved (the caller has their holds checked).
+// River's job table, the one place that records the discard, enqueues the
+// check of each moved charge's hold in tx, and returns the charges.
 func (s *Store) SweepDiscarded(ctx context.Context, tx pgx.Tx, now time.Time) ([]Charge, error) {
 	from := []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}
 	found, err := tx.Query(ctx, `SELECT c.id, c.attempt_count, 'River discarded the ' || j.kind || ' job after its last attempt'
@@ -175,7 +175,7 @@ func (s *Store) SweepDiscarded(ctx context.Context, tx pgx.Tx, now time.Time) ([
 	if err != nil {
 		return nil, fmt.Errorf("sweep discarded jobs: %w", err)
 	}
-	return moved, nil
+	return moved, s.checkHolds(ctx, tx, moved)
 }
 
 // DiscardedHoldChecks returns the hold checks (release_hold jobs) that

@@ -188,6 +188,9 @@ type Store struct {
 	// Events receives every published change, in the transaction that
 	// makes it; nil publishes none.
 	Events EventSink
+	// Queue enqueues the jobs the store's verbs start, in the caller's
+	// transaction; nil: the River client of the job that runs the verb.
+	Queue Queue
 }
 
 // transition is one guarded move: from one of from to to, publishing

@@ -9,11 +9,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// RequestVoid flags the subscription's charges that have not been captured
-// so that no capture starts, and returns those already holding money (the
-// caller enqueues their void jobs). Charges not yet authorized become
-// voided at once: no hold exists to release.
-func (s *Store) RequestVoid(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time) ([]Charge, error) {
+// requestVoid flags the subscription's charges that have not been captured
+// so that no capture starts, and returns those that may hold money.
+// Charges not yet authorized become voided at once: no hold exists to
+// release.
+func (s *Store) requestVoid(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time) ([]Charge, error) {
 	if _, err := s.voidWaiting(ctx, tx, subscriptionID, now, "subscription_cancelled", time.Time{}); err != nil {
 		return nil, err
 	}

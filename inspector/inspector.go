@@ -60,7 +60,8 @@ const batch = 500
 type Inspector struct {
 	Pool *pgxpool.Pool
 	Jobs charges.JobInserter
-	// Charges writes the charges' moves and publishes their events.
+	// Charges writes the charges' moves, publishes their events and
+	// enqueues their jobs.
 	Charges    *charges.Store
 	Clock      clock.Clock
 	Thresholds Thresholds

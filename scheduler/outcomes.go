@@ -17,7 +17,8 @@ import (
 type Outcomes struct {
 	Subscriptions *subscriptions.Store
 	Clock         clock.Clock
-	// Charges writes the charges' moves and publishes their events.
+	// Charges writes the charges' moves, publishes their events and
+	// enqueues their jobs.
 	Charges *charges.Store
 	// Biller charges the periods that began before a subscription's
 	// dunning ended, when it ends (nil: they are not, as in tests of

@@ -184,8 +184,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	if err != nil {
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
-	biller.Client = client
-	bills.Client = client
+	chargeStore.Queue = client
 	recorder.Enqueue = client
 	svc.Inspector.Jobs = client
 	svc.Inspector.Charges = chargeStore
