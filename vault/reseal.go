@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/rebill/rebill/internal/metrics"
 )
@@ -152,9 +153,14 @@ type ResealArgs struct{}
 // Kind is River's name of the job.
 func (ResealArgs) Kind() string { return "secrets_reseal" }
 
-// InsertOpts makes it one at a time.
+// InsertOpts makes it one at a time. A finished run does not count: a
+// node restarted with a new key within the minute of the last start must
+// still reseal at once, not at the next hourly run.
 func (ResealArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: 3, UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute}}
+	return river.InsertOpts{MaxAttempts: 3, UniqueOpts: river.UniqueOpts{ByPeriod: time.Minute, ByState: []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
+		rivertype.JobStateRunning, rivertype.JobStateScheduled,
+	}}}
 }
 
 // ResealWorker runs ResealArgs.
