@@ -77,7 +77,8 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	known := func(name string) bool { return name == "sim1" || name == "sim2" }
 	keys, err := secrets.NewKeyring(testEncryptionKey)
 	require.NoError(t, err)
-	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk}
+	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk,
+		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: clk, Charges: biller.Charges, Biller: biller}}}
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
 		Billing: uses, Ready: pool.Ping, KnownGateway: known, Gateways: o.gateways,

@@ -51,7 +51,7 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 	if err != nil {
 		return charges.Charge{}, err
 	}
-	events := s.ownerOf(c)
+	events := s.Owners.Of(c)
 	if _, err := events.Lock(ctx, tx, c.OwnerID()); err != nil { // the subscription (or enrollment) before the charge
 		return charges.Charge{}, err
 	}
@@ -100,7 +100,7 @@ func (s *Service) RetryCharge(ctx context.Context, tx pgx.Tx, caller Caller, id 
 	if found != "" {
 		return refuse("the gateway shows " + found + ": resolve it instead")
 	}
-	owner, err := s.ownerOf(c).Lock(ctx, tx, c.OwnerID())
+	owner, err := s.Owners.Of(c).Lock(ctx, tx, c.OwnerID())
 	if err != nil {
 		return charges.Charge{}, err
 	}

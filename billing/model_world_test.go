@@ -123,12 +123,12 @@ func newWorld(t *testing.T) *world {
 	subs := subscriptions.NewStore(w.clock)
 	store := &charges.Store{}
 	w.pipeline = &charges.Pipeline{
-		Pool:          w.pool,
-		Store:         store,
-		Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: w.clock, Charges: store},
-		Clock:         w.clock,
-		Dunning:       modelDunning,
-		CallTimeout:   5 * time.Second,
+		Pool:        w.pool,
+		Store:       store,
+		Owners:      charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: w.clock, Charges: store}},
+		Clock:       w.clock,
+		Dunning:     modelDunning,
+		CallTimeout: 5 * time.Second,
 		// Waits for a gateway that did nothing are not jittered (zero):
 		// the step may run again at once, and after UnavailableFor on the
 		// test clock it goes to review.
@@ -138,8 +138,9 @@ func newWorld(t *testing.T) *world {
 	}
 	w.biller = &scheduler.Biller{Pool: w.pool, Subscriptions: subs, Clock: w.clock, Charges: store, CatchUpWindow: modelCatchUp,
 		BatchSize: 2, ScanWorkers: 1, ScanInterval: time.Minute, Logger: zerolog.Nop()}
-	w.pipeline.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Clock: w.clock, Charges: store, Biller: w.biller}
-	w.svc = &billing.Service{Pool: w.pool, Subscriptions: subs, Biller: w.biller, Attempts: w.pipeline, Clock: w.clock}
+	w.pipeline.Owners.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Clock: w.clock, Charges: store, Biller: w.biller}
+	w.svc = &billing.Service{Pool: w.pool, Subscriptions: subs, Biller: w.biller, Attempts: w.pipeline, Clock: w.clock,
+		Owners: w.pipeline.Owners}
 	w.newGateways()
 
 	driver := riverpgxv5.New(w.pool)

@@ -171,7 +171,7 @@ var heldAndCapturing = transition{from: []Status{Authorizing}, to: Capturing, wh
 //   - otherwise a hard decline fails the charge and a soft one is dunned on
 //     the service clock until the schedule is exhausted.
 func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Status, code string, hard bool, now time.Time) error {
-	owner := p.owner(c)
+	owner := p.Owners.Of(c)
 	sub, err := owner.Lock(ctx, tx, c.OwnerID())
 	if err != nil {
 		return err

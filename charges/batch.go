@@ -169,7 +169,7 @@ func newPipelineBatches(p *Pipeline) *pipelineBatches {
 // then each charge moved to succeeded under its guard, with its event,
 // and its subscription told when the payment can change it.
 func (p *Pipeline) recordCaptures(ctx context.Context, batch []*guardedMove) (map[uuid.UUID]Charge, error) {
-	locker, ok := p.Subscriptions.(ManyLocker)
+	locker, ok := p.Owners.Subscriptions.(ManyLocker)
 	if !ok {
 		return nil, errors.New("the subscriptions cannot be locked together")
 	}
@@ -192,7 +192,7 @@ func (p *Pipeline) recordCaptures(ctx context.Context, batch []*guardedMove) (ma
 		for _, c := range cs {
 			p.transitioned(c, "")
 			if owner, ok := locked[c.OwnerID()]; !ok || !owner.PaidChangesNothing {
-				if err := p.Subscriptions.ChargePaid(ctx, tx, c); err != nil {
+				if err := p.Owners.Subscriptions.ChargePaid(ctx, tx, c); err != nil {
 					return err
 				}
 			}

@@ -156,17 +156,17 @@ type lockingOwners struct {
 	recovering map[uuid.UUID]bool
 }
 
-func (o *lockingOwners) Lock(context.Context, pgx.Tx, uuid.UUID) (Subscription, error) {
-	return Subscription{}, errors.New("locked one by one")
+func (o *lockingOwners) Lock(context.Context, pgx.Tx, uuid.UUID) (OwnerState, error) {
+	return OwnerState{}, errors.New("locked one by one")
 }
 
-func (o *lockingOwners) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]Subscription, error) {
+func (o *lockingOwners) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]OwnerState, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.locked = append(o.locked, ids)
-	out := map[uuid.UUID]Subscription{}
+	out := map[uuid.UUID]OwnerState{}
 	for _, id := range ids {
-		out[id] = Subscription{PaidChangesNothing: !o.recovering[id]}
+		out[id] = OwnerState{PaidChangesNothing: !o.recovering[id]}
 	}
 	return out, nil
 }
@@ -210,7 +210,7 @@ func TestBatchedCapturesLockOwnersInOrder(t *testing.T) {
 		want[id] = status
 		batch = append(batch, &guardedMove{id: id, attempt: 1, owner: owner, done: make(chan struct{})})
 	}
-	p := &Pipeline{Pool: pool, Clock: clock.Wall{}, Subscriptions: owners}
+	p := &Pipeline{Pool: pool, Clock: clock.Wall{}, Owners: Owners{Subscriptions: owners}}
 	p.batched().captured.run(ctx, batch)
 
 	for _, m := range batch {

@@ -255,7 +255,7 @@ const billVoidCodeSQL = `coalesce(void_reason, 'enrollment_cancelled')`
 
 // BillOwner is the owner of charges with a cap and a last moment to start
 // (an enrollment's bills), told in the transaction that records it, its
-// row locked first (Subscriptions.Lock), when the start of an attempt was
+// row locked first (Owner.Lock), when the start of an attempt was
 // held back.
 type BillOwner interface {
 	// ConfirmationRequired: c's new attempt would be sent above what the
@@ -292,12 +292,12 @@ func (p *Pipeline) heldBack(ctx context.Context, s stageRun, c Charge) (bool, er
 		(!expired && !c.overCap(now)) {
 		return false, nil
 	}
-	owner, ok := p.owner(c).(BillOwner)
+	owner, ok := p.Owners.Of(c).(BillOwner)
 	if !ok {
 		return false, nil
 	}
 	err := p.record(ctx, s, func(tx pgx.Tx) error {
-		if _, err := p.owner(c).Lock(ctx, tx, c.OwnerID()); err != nil {
+		if _, err := p.Owners.Of(c).Lock(ctx, tx, c.OwnerID()); err != nil {
 			return err
 		}
 		if expired {

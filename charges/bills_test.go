@@ -24,12 +24,12 @@ type fakeEnrollments struct {
 	recorded []string
 }
 
-func (e *fakeEnrollments) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Subscription, error) {
+func (e *fakeEnrollments) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.OwnerState, error) {
 	var found uuid.UUID
 	if err := tx.QueryRow(ctx, `SELECT id FROM enrollments WHERE id = $1 FOR UPDATE`, id).Scan(&found); err != nil {
-		return charges.Subscription{}, fmt.Errorf("lock enrollment: %w", err)
+		return charges.OwnerState{}, fmt.Errorf("lock enrollment: %w", err)
 	}
-	return charges.Subscription{Gateway: "fake", Token: currentCard}, nil
+	return charges.OwnerState{Gateway: "fake", Token: currentCard}, nil
 }
 
 func (e *fakeEnrollments) record(s string) {
@@ -101,7 +101,7 @@ func TestDiscountedHoldNotCapturedByTheDeadlineIsMadeAgainInFull(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	owner := &fakeEnrollments{}
-	b.pipeline.Enrollments = owner
+	b.pipeline.Owners.Enrollments = owner
 	deadline := start.Add(time.Hour)
 	c, _ := newBillCharge(ctx, t, b, deadline)
 
@@ -178,7 +178,7 @@ func TestBillsExpiredHoldIsAuthorizedAgainOnTheEnrollmentsCard(t *testing.T) {
 	b.withHoldLifetime()
 	b.pipeline.UnavailableFor = 2 * holdLifetime
 	owner := &fakeEnrollments{}
-	b.pipeline.Enrollments = owner
+	b.pipeline.Owners.Enrollments = owner
 	c, _ := newBillCharge(ctx, t, b, start.Add(3*holdLifetime)) // the discount outlasts the test
 
 	b.gateway.AuthorizeFunc = answer(succeeded, nil)
@@ -276,7 +276,7 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	owner := &fakeEnrollments{}
-	b.pipeline.Enrollments = owner
+	b.pipeline.Owners.Enrollments = owner
 	deadline := start.Add(time.Hour)
 	c := newCappedBillCharge(ctx, t, b, deadline, 600, start.Add(30*24*time.Hour))
 
@@ -356,7 +356,7 @@ func TestNoBillAttemptStartsAfterItsLastMoment(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	owner := &fakeEnrollments{}
-	b.pipeline.Enrollments = owner
+	b.pipeline.Owners.Enrollments = owner
 	c := newCappedBillCharge(ctx, t, b, start.Add(240*time.Hour), 100000, start.Add(time.Hour))
 	b.gateway.AuthorizeFunc = answer(succeeded, nil)
 	b.clock.Advance(time.Hour)

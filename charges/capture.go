@@ -110,7 +110,7 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 		return p.review(ctx, s, c, fmt.Sprintf("the gateway refused the capture of an authorized hold: %s %s", res.Status, res.DeclineCode))
 	}
 	metrics.StageRuns.WithLabelValues(s.stage, "succeeded").Inc()
-	if _, ok := p.Subscriptions.(ManyLocker); ok && c.EnrollmentID == uuid.Nil && slices.Equal(from, []Status{Capturing}) {
+	if _, ok := p.Owners.Subscriptions.(ManyLocker); ok && c.EnrollmentID == uuid.Nil && slices.Equal(from, []Status{Capturing}) {
 		// Recorded with the captures other runs made meanwhile.
 		_, err := p.batched().captured.do(ctx, &guardedMove{id: c.ID, attempt: c.AttemptCount, owner: c.OwnerID()})
 		if err != nil && !errors.Is(err, ErrStale) { // stale: another run already recorded it
@@ -120,7 +120,7 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 	}
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		owner := p.owner(c)
+		owner := p.Owners.Of(c)
 		locked, err := owner.Lock(ctx, tx, c.OwnerID())
 		if err != nil {
 			return err

@@ -88,7 +88,7 @@ func (p *Pipeline) replaceExpiredHold(ctx context.Context, s stageRun, c Charge,
 func (p *Pipeline) reauthorize(ctx context.Context, s stageRun, c Charge, from []Status, code, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		sub, err := p.owner(c).Lock(ctx, tx, c.OwnerID())
+		sub, err := p.Owners.Of(c).Lock(ctx, tx, c.OwnerID())
 		if err != nil {
 			return err
 		}

@@ -90,7 +90,7 @@ func setup(t *testing.T) *testBundle {
 		gateway:        fake,
 		logs:           logs,
 		pool:           pool,
-		subs:           &fakeSubscriptions{current: charges.Subscription{Gateway: fake.Name(), Token: currentCard}},
+		subs:           &fakeSubscriptions{current: charges.OwnerState{Gateway: fake.Name(), Token: currentCard}},
 		subscriptionID: uuid.New(),
 		fixtures:       map[uuid.UUID]charges.Status{},
 	}
@@ -98,7 +98,7 @@ func setup(t *testing.T) *testBundle {
 		Pool:           pool,
 		Store:          &charges.Store{Events: events},
 		Gateways:       charges.NewGateways([]gateway.Gateway{fake}, charges.DefaultBreaker),
-		Subscriptions:  b.subs,
+		Owners:         charges.Owners{Subscriptions: b.subs},
 		Clock:          clk,
 		Dunning:        dunning,
 		CallTimeout:    5 * time.Second,
@@ -215,7 +215,7 @@ func (b *testBundle) requestVoid(ctx context.Context, t *testing.T) {
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		return b.pipeline.Store.StopSubscription(ctx, tx, b.subscriptionID, b.clock.Now())
 	}))
-	b.subs.update(func(s *charges.Subscription) { s.Cancelled = true })
+	b.subs.update(func(s *charges.OwnerState) { s.Cancelled = true })
 }
 
 // changeCard is a payment-method change as the subscription side does it.
@@ -225,7 +225,7 @@ func (b *testBundle) changeCard(ctx context.Context, t *testing.T, token string)
 		_, err := b.pipeline.Store.PaymentMethodChanged(ctx, tx, b.subscriptionID, b.gateway.Name(), token, b.clock.Now())
 		return err
 	}))
-	b.subs.update(func(s *charges.Subscription) { s.Token = token })
+	b.subs.update(func(s *charges.OwnerState) { s.Token = token })
 }
 
 // tripCircuit opens the fake gateway's circuit: one call that gets no
@@ -455,11 +455,11 @@ var (
 // as "declined", "paid(<charge status>)" and "failed(<charge status>)".
 type fakeSubscriptions struct {
 	mu       sync.Mutex
-	current  charges.Subscription
+	current  charges.OwnerState
 	recorded []string
 }
 
-func (s *fakeSubscriptions) update(fn func(*charges.Subscription)) {
+func (s *fakeSubscriptions) update(fn func(*charges.OwnerState)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fn(&s.current)
@@ -477,10 +477,10 @@ func (s *fakeSubscriptions) record(call string) {
 	s.recorded = append(s.recorded, call)
 }
 
-func (s *fakeSubscriptions) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Subscription, error) {
+func (s *fakeSubscriptions) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.OwnerState, error) {
 	var found uuid.UUID
 	if err := tx.QueryRow(ctx, `SELECT id FROM subscriptions WHERE id = $1 FOR UPDATE`, id).Scan(&found); err != nil {
-		return charges.Subscription{}, fmt.Errorf("lock subscription: %w", err)
+		return charges.OwnerState{}, fmt.Errorf("lock subscription: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -508,7 +508,7 @@ func (s *fakeSubscriptions) ChargeFailed(_ context.Context, _ pgx.Tx, c charges.
 type stepCase struct {
 	name    string
 	fixture fixture
-	sub     func(*charges.Subscription) // changes what Lock returns
+	sub     func(*charges.OwnerState) // changes what Lock returns
 	// The gateway's answers for the step's call; lookups answer from found
 	// (by phase of the charge's attempt), not found otherwise.
 	res       gateway.Result

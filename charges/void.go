@@ -75,7 +75,7 @@ func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, fro
 		}
 		return err
 	}
-	owner := p.owner(c)
+	owner := p.Owners.Of(c)
 	sub, err := owner.Lock(ctx, tx, c.OwnerID())
 	if err != nil {
 		return err

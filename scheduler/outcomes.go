@@ -12,8 +12,8 @@ import (
 	"github.com/rebill/rebill/subscriptions"
 )
 
-// Outcomes moves subscriptions as their charges settle; it is the
-// charges.Subscriptions the pipeline reports to.
+// Outcomes moves subscriptions as their charges settle: the port of
+// subscriptions as owners of charges (charges.Owner).
 type Outcomes struct {
 	Subscriptions *subscriptions.Store
 	Clock         clock.Clock
@@ -28,22 +28,22 @@ type Outcomes struct {
 
 // Lock locks the subscription's row and returns what a charge outcome
 // needs of it.
-func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Subscription, error) {
+func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.OwnerState, error) {
 	sub, err := o.Subscriptions.GetForUpdate(ctx, tx, id)
 	if err != nil {
-		return charges.Subscription{}, err
+		return charges.OwnerState{}, err
 	}
 	return outcomeState(sub), nil
 }
 
 // LockMany is Lock for many subscriptions in one statement, their rows
 // locked in the order of their ids.
-func (o Outcomes) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]charges.Subscription, error) {
+func (o Outcomes) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]charges.OwnerState, error) {
 	subs, err := o.Subscriptions.GetManyForUpdate(ctx, tx, ids)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[uuid.UUID]charges.Subscription, len(subs))
+	out := make(map[uuid.UUID]charges.OwnerState, len(subs))
 	for _, sub := range subs {
 		out[sub.ID] = outcomeState(sub)
 	}
@@ -51,8 +51,8 @@ func (o Outcomes) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map
 }
 
 // outcomeState is what a charge outcome needs of sub.
-func outcomeState(sub subscriptions.Subscription) charges.Subscription {
-	state := charges.Subscription{Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token,
+func outcomeState(sub subscriptions.Subscription) charges.OwnerState {
+	state := charges.OwnerState{Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token,
 		Cancelled: sub.Status == subscriptions.Cancelled,
 		// What ChargePaid would find: only a past-due or unpaid
 		// subscription is moved by a paid charge.

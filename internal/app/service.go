@@ -127,11 +127,12 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
 		Logger: log.With().Str("component", "scheduler").Logger()}
-	outcomes := scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock, Charges: chargeStore, Biller: biller}
-	pipeline := &charges.Pipeline{Pool: pool, Store: chargeStore, Gateways: breakers, Subscriptions: outcomes,
+	owners := charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock, Charges: chargeStore, Biller: biller},
+		Enrollments: billOutcomes}
+	pipeline := &charges.Pipeline{Pool: pool, Store: chargeStore, Gateways: breakers, Owners: owners,
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
 		UnavailableFor: cfg.UnavailableFor, CaptureInline: true, Logger: log.With().Str("component", "charges").Logger(),
-		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges"), Enrollments: billOutcomes}
+		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges")}
 	if poster != nil {
 		pipeline.Postings = poster
 	}
@@ -205,7 +206,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	}
 	svc.closers = append(svc.closers, stopUI)
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, Attempts: pipeline,
-		KnownGateway: breakers.Known, Clock: svc.Clock, Enrollments: bills.Enrollments, Autopay: bills, BillOutcomes: billOutcomes,
+		KnownGateway: breakers.Known, Clock: svc.Clock, Enrollments: bills.Enrollments, Autopay: bills, Owners: owners,
 		Velocity: limiter, Tokens: tokens}
 	if dev != nil {
 		dev.BillSources = devBillSources(bills, client, log)
