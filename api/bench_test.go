@@ -126,7 +126,7 @@ func benchSetup(b *testing.B) benchBundle {
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
 	known := func(name string) bool { return name == "sim1" || name == "sim2" }
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk,
-		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: clk, Charges: biller.Charges, Biller: biller}}}
+		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Biller: biller}}}
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, time.Minute),
 		Billing: uses, Ready: pool.Ping, KnownGateway: known,

@@ -78,7 +78,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	keys, err := secrets.NewKeyring(testEncryptionKey)
 	require.NoError(t, err)
 	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk,
-		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: clk, Charges: biller.Charges, Biller: biller}}}
+		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Biller: biller}}}
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
 		Billing: uses, Ready: pool.Ping, KnownGateway: known, Gateways: o.gateways,

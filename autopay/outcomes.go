@@ -60,8 +60,8 @@ func (o Outcomes) expiries(ctx context.Context, tx pgx.Tx, id uuid.UUID) (map[uu
 }
 
 // ChargePaid marks the charge's bill paid.
-func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
-	return o.Enrollments.ChargeOutcome(ctx, tx, c.ID, true, c.Amount)
+func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge, _ bool) (*time.Time, error) {
+	return nil, o.Enrollments.ChargeOutcome(ctx, tx, c.ID, true, c.Amount)
 }
 
 // ChargeDeclined changes nothing: the bill stays paying while dunning
@@ -70,8 +70,8 @@ func (o Outcomes) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error { ret
 
 // ChargeFailed marks the charge's bill failed: a payment-method change
 // retries it while it may still be paid.
-func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
-	return o.Enrollments.ChargeOutcome(ctx, tx, c.ID, false, 0)
+func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) (*time.Time, error) {
+	return nil, o.Enrollments.ChargeOutcome(ctx, tx, c.ID, false, 0)
 }
 
 // ConfirmationRequired marks the charge's bill awaiting confirmation: its

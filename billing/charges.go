@@ -59,7 +59,7 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 		return charges.Charge{}, err
 	}
 	if c.Status == charges.Succeeded {
-		return c, events.ChargePaid(ctx, tx, c)
+		return c, s.Biller.Charges.Paid(ctx, tx, events, c, s.Clock.Now())
 	}
 	// A person ended the collection now: the subscription is unpaid from
 	// now on, not as of the charge's last attempt, which may lie long
@@ -67,7 +67,7 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 	// chaos soak, seed 10).
 	failed := c
 	failed.AttemptDueAt = s.Clock.Now()
-	return c, events.ChargeFailed(ctx, tx, failed)
+	return c, s.Biller.Charges.Failed(ctx, tx, events, failed, s.Clock.Now())
 }
 
 // RetryCharge starts, at a person's request, a new attempt of a charge in

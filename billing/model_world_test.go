@@ -125,7 +125,7 @@ func newWorld(t *testing.T) *world {
 	w.pipeline = &charges.Pipeline{
 		Pool:        w.pool,
 		Store:       store,
-		Owners:      charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: w.clock, Charges: store}},
+		Owners:      charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs}},
 		Clock:       w.clock,
 		Dunning:     modelDunning,
 		CallTimeout: 5 * time.Second,
@@ -138,7 +138,7 @@ func newWorld(t *testing.T) *world {
 	}
 	w.biller = &scheduler.Biller{Pool: w.pool, Subscriptions: subs, Clock: w.clock, Charges: store, CatchUpWindow: modelCatchUp,
 		BatchSize: 2, ScanWorkers: 1, ScanInterval: time.Minute, Logger: zerolog.Nop()}
-	w.pipeline.Owners.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Clock: w.clock, Charges: store, Biller: w.biller}
+	w.pipeline.Owners.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Biller: w.biller}
 	w.svc = &billing.Service{Pool: w.pool, Subscriptions: subs, Biller: w.biller, Attempts: w.pipeline, Clock: w.clock,
 		Owners: w.pipeline.Owners}
 	w.newGateways()

@@ -232,7 +232,7 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		if unpaid {
 			return nil
 		}
-		return owner.ChargeFailed(ctx, tx, failed)
+		return p.Store.Failed(ctx, tx, owner, failed, now)
 	}
 	next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Declined, now,
 		`failure_code = $1, first_declined_at = $2, next_attempt_at = $3, unknown_phase = NULL`, code, first, at)

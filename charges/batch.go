@@ -185,14 +185,15 @@ func (p *Pipeline) recordCaptures(ctx context.Context, batch []*guardedMove) (ma
 		if err != nil {
 			return err
 		}
-		cs, err := p.Store.apply(ctx, tx, captured([]Status{Capturing}), p.Clock.Now(), batchRows(batch))
+		now := p.Clock.Now()
+		cs, err := p.Store.apply(ctx, tx, captured([]Status{Capturing}), now, batchRows(batch))
 		if err != nil {
 			return err
 		}
 		for _, c := range cs {
 			p.transitioned(c, "")
 			if owner, ok := locked[c.OwnerID()]; !ok || !owner.PaidChangesNothing {
-				if err := p.Owners.Subscriptions.ChargePaid(ctx, tx, c); err != nil {
+				if err := p.Store.Paid(ctx, tx, p.Owners.Subscriptions, c, now); err != nil {
 					return err
 				}
 			}

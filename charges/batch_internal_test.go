@@ -171,15 +171,17 @@ func (o *lockingOwners) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID
 	return out, nil
 }
 
-func (o *lockingOwners) ChargePaid(_ context.Context, _ pgx.Tx, c Charge) error {
+func (o *lockingOwners) ChargePaid(_ context.Context, _ pgx.Tx, c Charge, _ bool) (*time.Time, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.paid = append(o.paid, c.ID)
-	return nil
+	return nil, nil
 }
 
 func (o *lockingOwners) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error { return nil }
-func (o *lockingOwners) ChargeFailed(context.Context, pgx.Tx, Charge) error      { return nil }
+func (o *lockingOwners) ChargeFailed(context.Context, pgx.Tx, Charge) (*time.Time, error) {
+	return nil, nil
+}
 
 // Captures recorded together lock their subscriptions first, all in one
 // statement and in the order of their ids; each charge capturing for its

@@ -38,9 +38,9 @@ func (e *fakeEnrollments) record(s string) {
 	e.recorded = append(e.recorded, s)
 }
 
-func (e *fakeEnrollments) ChargePaid(_ context.Context, _ pgx.Tx, c charges.Charge) error {
+func (e *fakeEnrollments) ChargePaid(context.Context, pgx.Tx, charges.Charge, bool) (*time.Time, error) {
 	e.record("paid")
-	return nil
+	return nil, nil
 }
 
 func (e *fakeEnrollments) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error {
@@ -48,9 +48,9 @@ func (e *fakeEnrollments) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) err
 	return nil
 }
 
-func (e *fakeEnrollments) ChargeFailed(context.Context, pgx.Tx, charges.Charge) error {
+func (e *fakeEnrollments) ChargeFailed(context.Context, pgx.Tx, charges.Charge) (*time.Time, error) {
 	e.record("failed")
-	return nil
+	return nil, nil
 }
 
 // newBillCharge inserts an enrollment and the charge of its fine, held

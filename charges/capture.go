@@ -133,6 +133,6 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 		if locked.PaidChangesNothing {
 			return nil
 		}
-		return owner.ChargePaid(ctx, tx, next)
+		return p.Store.Paid(ctx, tx, owner, next, now)
 	})
 }

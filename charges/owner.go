@@ -43,13 +43,48 @@ type Owner interface {
 	// uses too, so the two serialise without deadlock and an outcome sees
 	// any event that committed before it.
 	Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (OwnerState, error)
-	// ChargePaid: a charge succeeded (a past-due owner may recover).
-	ChargePaid(ctx context.Context, tx pgx.Tx, c Charge) error
+	// ChargePaid: c succeeded, or was voided as not owed: a past-due or
+	// unpaid owner may recover, unless it owesMore (another of its charges
+	// is owed and not collected). notOwedSince, when set, is when the
+	// dunning of an owner that left unpaid had ended: its charges of
+	// periods that began since are not owed.
+	ChargePaid(ctx context.Context, tx pgx.Tx, c Charge, owesMore bool) (notOwedSince *time.Time, err error)
 	// ChargeDeclined: a soft decline; dunning will retry (past due).
 	ChargeDeclined(ctx context.Context, tx pgx.Tx, ownerID uuid.UUID) error
-	// ChargeFailed: a hard decline or dunning exhausted (unpaid); the
-	// owner's dunning ended when c's last attempt was due.
-	ChargeFailed(ctx context.Context, tx pgx.Tx, c Charge) error
+	// ChargeFailed: a hard decline or dunning exhausted. dunningEnded,
+	// when set, is when the dunning of an owner that became unpaid ended
+	// (the owner's rule says when): its charges of periods that began
+	// since are not owed, and its other declined charges stop retrying.
+	ChargeFailed(ctx context.Context, tx pgx.Tx, c Charge) (dunningEnded *time.Time, err error)
+}
+
+// Paid reports to owner, in tx, that c was paid (or voided as not owed),
+// with whether the owner owes more, and stops the charges its answer says
+// are not owed. The caller locked the owner first.
+func (s *Store) Paid(ctx context.Context, tx pgx.Tx, owner Owner, c Charge, now time.Time) error {
+	owesMore := false
+	if c.EnrollmentID == uuid.Nil {
+		var err error
+		if owesMore, err = hasUnpaid(ctx, tx, c.SubscriptionID, c.ID); err != nil {
+			return err
+		}
+	}
+	since, err := owner.ChargePaid(ctx, tx, c, owesMore)
+	if err != nil || since == nil {
+		return err
+	}
+	return s.NotOwedSince(ctx, tx, c.SubscriptionID, *since, now)
+}
+
+// Failed reports to owner, in tx, that c failed, and applies the end of
+// the owner's dunning to its other charges when its answer says it ended.
+// The caller locked the owner first.
+func (s *Store) Failed(ctx context.Context, tx pgx.Tx, owner Owner, c Charge, now time.Time) error {
+	end, err := owner.ChargeFailed(ctx, tx, c)
+	if err != nil || end == nil {
+		return err
+	}
+	return s.dunningEnded(ctx, tx, c.SubscriptionID, *end, now)
 }
 
 // ManyLocker is an Owner that can lock many owners in one statement, in

@@ -487,9 +487,9 @@ func (s *fakeSubscriptions) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (
 	return s.current, nil
 }
 
-func (s *fakeSubscriptions) ChargePaid(_ context.Context, _ pgx.Tx, c charges.Charge) error {
+func (s *fakeSubscriptions) ChargePaid(_ context.Context, _ pgx.Tx, c charges.Charge, _ bool) (*time.Time, error) {
 	s.record("paid(" + string(c.Status) + ")")
-	return nil
+	return nil, nil
 }
 
 func (s *fakeSubscriptions) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error {
@@ -497,9 +497,9 @@ func (s *fakeSubscriptions) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) e
 	return nil
 }
 
-func (s *fakeSubscriptions) ChargeFailed(_ context.Context, _ pgx.Tx, c charges.Charge) error {
+func (s *fakeSubscriptions) ChargeFailed(_ context.Context, _ pgx.Tx, c charges.Charge) (*time.Time, error) {
 	s.record("failed(" + string(c.Status) + ")")
-	return nil
+	return nil, nil
 }
 
 // stepCase is one run of a step: the charge's state before it, the

@@ -33,12 +33,12 @@ func (s *Store) voidWaiting(ctx context.Context, tx pgx.Tx, subscriptionID uuid.
 	return int64(len(voided)), nil
 }
 
-// DunningEnded applies the end of a subscription's dunning (it became
+// dunningEnded applies the end of a subscription's dunning (it became
 // unpaid at dunningEnd) to its other charges: those of periods that began
 // at or after that moment are not owed and are voided; declined ones of
 // earlier periods stop retrying (failed: a payment-method change retries
 // them). Attempts in flight finish.
-func (s *Store) DunningEnded(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, dunningEnd, now time.Time) error {
+func (s *Store) dunningEnded(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, dunningEnd, now time.Time) error {
 	if _, err := s.voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", dunningEnd); err != nil {
 		return err
 	}
@@ -49,10 +49,10 @@ func (s *Store) DunningEnded(ctx context.Context, tx pgx.Tx, subscriptionID uuid
 	return nil
 }
 
-// HasUnpaid reports whether the subscription has a charge other than
+// hasUnpaid reports whether the subscription has a charge other than
 // except that is owed and not collected: declined, or failed and not
 // settled by a person.
-func HasUnpaid(ctx context.Context, db DBTX, subscriptionID, except uuid.UUID) (bool, error) {
+func hasUnpaid(ctx context.Context, db DBTX, subscriptionID, except uuid.UUID) (bool, error) {
 	var found bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM charges WHERE subscription_id = $1 AND id <> $2
 		AND (status = $3 OR (status = $4 AND resolution IS NULL)))`,

@@ -92,5 +92,5 @@ func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, fro
 	if sub.Cancelled || sub.PaidChangesNothing || sub.UnpaidSince != nil {
 		return nil
 	}
-	return owner.ChargePaid(ctx, tx, next)
+	return p.Store.Paid(ctx, tx, owner, next, now)
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -16,10 +15,6 @@ import (
 // subscriptions as owners of charges (charges.Owner).
 type Outcomes struct {
 	Subscriptions *subscriptions.Store
-	Clock         clock.Clock
-	// Charges writes the charges' moves, publishes their events and
-	// enqueues their jobs.
-	Charges *charges.Store
 	// Biller charges the periods that began before a subscription's
 	// dunning ended, when it ends (nil: they are not, as in tests of
 	// other matters).
@@ -66,33 +61,24 @@ func outcomeState(sub subscriptions.Subscription) charges.OwnerState {
 	return state
 }
 
-// ChargePaid returns a past-due or unpaid subscription to active once no
-// other charge of it is owed and uncollected; an unpaid one goes on after
-// the periods that began while it was unpaid (not owed). The caller locked
-// the row.
-func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+// ChargePaid returns a past-due or unpaid subscription to active once it
+// owes nothing more; an unpaid one goes on after the periods that began
+// while it was unpaid, which are not owed (returned: when its dunning
+// ended). The caller locked the row.
+func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge, owesMore bool) (*time.Time, error) {
 	sub, err := o.Subscriptions.Get(ctx, tx, c.SubscriptionID)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if sub.Status != subscriptions.PastDue && sub.Status != subscriptions.Unpaid {
-		return nil
-	}
-	unpaid, err := charges.HasUnpaid(ctx, tx, c.SubscriptionID, c.ID)
-	if err != nil || unpaid {
-		return err
+	if owesMore || (sub.Status != subscriptions.PastDue && sub.Status != subscriptions.Unpaid) {
+		return nil, nil
 	}
 	if sub.Status == subscriptions.Unpaid {
-		if sub.UnpaidSince != nil {
-			if err := o.Charges.NotOwedSince(ctx, tx, c.SubscriptionID, *sub.UnpaidSince, o.Clock.Now()); err != nil {
-				return err
-			}
-		}
 		_, _, err = o.Subscriptions.ReactivateUnpaid(ctx, tx, c.SubscriptionID)
-		return err
+		return sub.UnpaidSince, err
 	}
 	_, _, err = o.Subscriptions.SetStatus(ctx, tx, c.SubscriptionID, subscriptions.Active, subscriptions.EventReactivated, subscriptions.System)
-	return err
+	return nil, err
 }
 
 // ChargeDeclined makes an active subscription past due.
@@ -102,10 +88,10 @@ func (o Outcomes) ChargeDeclined(ctx context.Context, tx pgx.Tx, id uuid.UUID) e
 
 // ChargeFailed makes an active or past-due subscription unpaid: no new
 // period is charged until the payment method changes. Its dunning ended
-// when c's last attempt was due (see DunningEnd): charges of periods that
-// began since are voided (not owed), and its other declined charges stop
-// retrying.
-func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+// when c's last attempt was due (see DunningEnd), which it returns: the
+// charges of periods that began since are not owed, and its other
+// declined charges stop retrying.
+func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) (*time.Time, error) {
 	end := DunningEnd(c)
 	if o.Biller != nil {
 		// Periods that began before the end of dunning are owed; those the
@@ -114,17 +100,17 @@ func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge)
 		// unpaid skips every period that has begun.
 		sub, err := o.Subscriptions.GetForUpdate(ctx, tx, c.SubscriptionID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := o.Biller.dueBefore(ctx, tx, sub, end); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	_, moved, err := o.Subscriptions.MarkUnpaid(ctx, tx, c.SubscriptionID, end)
 	if err != nil || !moved {
-		return err
+		return nil, err
 	}
-	return o.Charges.DunningEnded(ctx, tx, c.SubscriptionID, end, o.Clock.Now())
+	return &end, nil
 }
 
 // DunningEnd is when the dunning that failed charge c ended: when its last

@@ -127,7 +127,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
 		Logger: log.With().Str("component", "scheduler").Logger()}
-	owners := charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock, Charges: chargeStore, Biller: biller},
+	owners := charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Biller: biller},
 		Enrollments: billOutcomes}
 	pipeline := &charges.Pipeline{Pool: pool, Store: chargeStore, Gateways: breakers, Owners: owners,
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,

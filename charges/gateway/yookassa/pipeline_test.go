@@ -259,13 +259,15 @@ func (s *paidSubscriptions) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (
 	return s.current, nil
 }
 
-func (s *paidSubscriptions) ChargePaid(_ context.Context, _ pgx.Tx, c charges.Charge) error {
+func (s *paidSubscriptions) ChargePaid(_ context.Context, _ pgx.Tx, c charges.Charge, _ bool) (*time.Time, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.charged = append(s.charged, c.ID)
-	return nil
+	return nil, nil
 }
 
 func (s *paidSubscriptions) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error { return nil }
 
-func (s *paidSubscriptions) ChargeFailed(context.Context, pgx.Tx, charges.Charge) error { return nil }
+func (s *paidSubscriptions) ChargeFailed(context.Context, pgx.Tx, charges.Charge) (*time.Time, error) {
+	return nil, nil
+}
