@@ -42,6 +42,12 @@ func procAudit(t *testing.T, env map[string]string, args ...string) (int, string
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	if _, set := env["REBILL_GATEWAY_TIMEOUT"]; !set {
+		// The audit lists a whole day of operations per gateway: on a
+		// loaded machine that takes longer than dev mode's 2 s per call,
+		// and a timed-out listing would read as missing captures.
+		cmd.Env = append(cmd.Env, "REBILL_GATEWAY_TIMEOUT=30s")
+	}
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

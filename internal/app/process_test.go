@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -86,14 +87,25 @@ type procServer struct {
 	done   chan struct{} // closed when the process has exited and been waited for
 }
 
-// procFreePort asks the kernel for a free TCP port on loopback.
+// procFreePort finds a free TCP port on loopback for a process to listen
+// on. It is drawn below Linux's ephemeral range (32768-60999): a port the
+// kernel handed out for ":0" and that was closed again is the next one it
+// hands out, often as the local port of one of the suite's many client
+// connections, before the process gets to bind it.
 func procFreePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	return port
+	const low, high = 20000, 32767
+	for range 100 {
+		port := low + rand.IntN(high-low+1)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		require.NoError(t, l.Close())
+		return port
+	}
+	t.Fatal("free port: 100 ports below the ephemeral range were taken")
+	return 0
 }
 
 // procStart starts `rebill serve` with env on top of this process'
