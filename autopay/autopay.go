@@ -31,7 +31,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges"
@@ -46,9 +45,9 @@ type Autopay struct {
 	Enrollments *enrollments.Store
 	Clock       clock.Clock
 	Rules       enrollments.Rules
-	// Client enqueues jobs in the caller's transaction; set once the River
-	// client exists.
-	Client    *river.Client[pgx.Tx]
+	// Charges writes the charges' moves, publishes their events and
+	// enqueues their jobs.
+	Charges   *charges.Store
 	Sources   map[enrollments.Kind]BillSource
 	BatchSize int
 	// Registry: a state payment registry is configured, so fines may be
@@ -143,29 +142,11 @@ func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollmen
 		return enrollments.Bill{}, fmt.Errorf("bill %s to paying: %w", n.BillID, err)
 	}
 	if created {
-		if err := a.enqueue(ctx, tx, []charges.Charge{c}); err != nil {
+		if err := a.Charges.Start(ctx, tx, []charges.Charge{c}); err != nil {
 			return enrollments.Bill{}, err
 		}
 	}
 	return b, nil
-}
-
-// enqueue inserts the authorize jobs of the charges' current attempts.
-func (a *Autopay) enqueue(ctx context.Context, tx pgx.Tx, cs []charges.Charge) error {
-	if len(cs) == 0 {
-		return nil
-	}
-	if a.Client == nil {
-		return errors.New("autopay: River client not set")
-	}
-	jobs := make([]river.InsertManyParams, len(cs))
-	for i, c := range cs {
-		jobs[i] = river.InsertManyParams{Args: charges.AuthorizeArgs{ChargeID: c.ID, Attempt: c.AttemptCount}}
-	}
-	if _, err := a.Client.InsertManyTx(ctx, tx, jobs); err != nil {
-		return fmt.Errorf("enqueue %d bill charges: %w", len(jobs), err)
-	}
-	return nil
 }
 
 // voidCharges stops the charges of bills (those that have one) from taking
@@ -175,30 +156,9 @@ func (a *Autopay) voidCharges(ctx context.Context, tx pgx.Tx, bills []enrollment
 		if b.ChargeID == nil {
 			continue
 		}
-		held, err := charges.RequestBillVoid(ctx, tx, b.EnrollmentID, *b.ChargeID, code, a.Clock.Now())
-		if err != nil {
+		if err := a.Charges.StopBills(ctx, tx, b.EnrollmentID, *b.ChargeID, code, a.Clock.Now()); err != nil {
 			return err
 		}
-		if err := a.voids(ctx, tx, held); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// voids enqueues the void jobs of the held charges among cs.
-func (a *Autopay) voids(ctx context.Context, tx pgx.Tx, cs []charges.Charge) error {
-	var jobs []river.InsertManyParams
-	for _, c := range cs {
-		if c.Status == charges.Authorized {
-			jobs = append(jobs, river.InsertManyParams{Args: charges.VoidArgs{ChargeID: c.ID, Attempt: c.AttemptCount}})
-		}
-	}
-	if len(jobs) == 0 {
-		return nil
-	}
-	if _, err := a.Client.InsertManyTx(ctx, tx, jobs); err != nil {
-		return fmt.Errorf("enqueue %d voids: %w", len(jobs), err)
 	}
 	return nil
 }

@@ -274,8 +274,8 @@ func TestChargeOutcomesMoveTheBill(t *testing.T) {
 	paid := b.mustPush(t, e, fine(t, paidID, 100000, 50000, "2027-03-20", "2027-05-09"))
 	failed := b.mustPush(t, e, fine(t, failedID, 100000, 50000, "2027-03-20", "2027-05-09"))
 
-	b.inTx(t, func(tx pgx.Tx) error { return b.outcomes.ChargePaid(ctx, tx, b.charge(t, paid)) })
-	b.inTx(t, func(tx pgx.Tx) error { return b.outcomes.ChargeFailed(ctx, tx, b.charge(t, failed)) })
+	b.inTx(t, func(tx pgx.Tx) error { _, err := b.outcomes.ChargePaid(ctx, tx, b.charge(t, paid), false); return err })
+	b.inTx(t, func(tx pgx.Tx) error { _, err := b.outcomes.ChargeFailed(ctx, tx, b.charge(t, failed)); return err })
 	paid = b.bill(t, e, paidID)
 	require.Equal(t, enrollments.BillPaid, paid.Status)
 	require.NotNil(t, paid.PaidAmount)
@@ -285,7 +285,7 @@ func TestChargeOutcomesMoveTheBill(t *testing.T) {
 	require.Equal(t, []string{"received", "failed"}, b.events.of(failedID))
 
 	// The paid bill stays paid whatever its charge reports later.
-	b.inTx(t, func(tx pgx.Tx) error { return b.outcomes.ChargeFailed(ctx, tx, b.charge(t, paid)) })
+	b.inTx(t, func(tx pgx.Tx) error { _, err := b.outcomes.ChargeFailed(ctx, tx, b.charge(t, paid)); return err })
 	require.Equal(t, enrollments.BillPaid, b.bill(t, e, paidID).Status)
 }
 

@@ -61,7 +61,7 @@ func setup(t *testing.T) *testBundle {
 		pool:   pool,
 		clock:  clk,
 		driver: driver,
-		autopay: &autopay.Autopay{Pool: pool, Enrollments: store, Clock: clk, Rules: rules, Client: client,
+		autopay: &autopay.Autopay{Pool: pool, Enrollments: store, Clock: clk, Rules: rules, Charges: &charges.Store{Queue: client},
 			BatchSize: 2, Registry: true, Logger: zerolog.Nop()},
 		outcomes: autopay.Outcomes{Enrollments: store, Rules: rules},
 		events:   events,

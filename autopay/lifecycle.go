@@ -58,11 +58,7 @@ func (a *Autopay) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID) (enrollme
 	if err != nil || !changed {
 		return e, err
 	}
-	held, err := charges.RequestBillVoid(ctx, tx, id, uuid.Nil, "enrollment_cancelled", a.Clock.Now())
-	if err != nil {
-		return e, err
-	}
-	return e, a.voids(ctx, tx, held)
+	return e, a.Charges.StopBills(ctx, tx, id, uuid.Nil, "enrollment_cancelled", a.Clock.Now())
 }
 
 // ChangePaymentMethod gives the enrollment a new card (or the same: the
@@ -83,7 +79,7 @@ func (a *Autopay) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UU
 	for _, b := range payable {
 		chargeIDs = append(chargeIDs, *b.ChargeID)
 	}
-	retried, err := charges.EnrollmentPaymentMethodChanged(ctx, tx, id, chargeIDs, pm.Gateway, pm.Token, now)
+	retried, err := a.Charges.EnrollmentPaymentMethodChanged(ctx, tx, id, chargeIDs, pm.Gateway, pm.Token, now)
 	if err != nil {
 		return e, changed, err
 	}
@@ -98,7 +94,7 @@ func (a *Autopay) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UU
 			}
 		}
 	}
-	return e, changed, a.enqueue(ctx, tx, retried)
+	return e, changed, nil
 }
 
 // Confirm records the customer's consent to a bill above max_amount, up
@@ -114,14 +110,11 @@ func (a *Autopay) Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, billID s
 		return b, err
 	}
 	if b.Status == enrollments.BillPaying && b.ChargeID != nil && b.ConfirmedAmount != nil {
-		c, err := charges.Confirm(ctx, tx, *b.ChargeID, *b.ConfirmedAmount, a.Clock.Now())
+		_, err := a.Charges.Confirm(ctx, tx, *b.ChargeID, *b.ConfirmedAmount, a.Clock.Now())
 		if errors.Is(err, charges.ErrStale) {
 			return b, nil
 		}
-		if err != nil {
-			return b, err
-		}
-		return b, a.enqueue(ctx, tx, []charges.Charge{c})
+		return b, err
 	}
 	return a.ChargeIfDue(ctx, tx, e, b)
 }
@@ -139,12 +132,12 @@ func (a *Autopay) Withdraw(ctx context.Context, tx pgx.Tx, id uuid.UUID, billID 
 	if err != nil || b.Status == enrollments.BillWithdrawn {
 		return b, err
 	}
-	var held []charges.Charge
 	if b.ChargeID != nil {
-		// Flag the charge first: the flag and a capture's start take the
+		// Stop the charge first: its flag and a capture's start take the
 		// same row lock, so after it either no capture will start or one
-		// has, and then the bill cannot be withdrawn.
-		if held, err = charges.RequestBillVoid(ctx, tx, id, *b.ChargeID, "bill_withdrawn", a.Clock.Now()); err != nil {
+		// has, and then the bill cannot be withdrawn (nor its hold's void
+		// enqueued: the transaction fails).
+		if err := a.Charges.StopBills(ctx, tx, id, *b.ChargeID, "bill_withdrawn", a.Clock.Now()); err != nil {
 			return b, err
 		}
 		c, err := charges.Get(ctx, tx, *b.ChargeID)
@@ -157,10 +150,7 @@ func (a *Autopay) Withdraw(ctx context.Context, tx pgx.Tx, id uuid.UUID, billID 
 		}
 	}
 	b, _, err = a.Enrollments.Withdraw(ctx, tx, e, billID)
-	if err != nil {
-		return b, err
-	}
-	return b, a.voids(ctx, tx, held)
+	return b, err
 }
 
 // Retried records that a person started a new attempt of a bill's charge:

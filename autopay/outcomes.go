@@ -12,9 +12,8 @@ import (
 	"github.com/rebill/rebill/enrollments"
 )
 
-// Outcomes moves bills as their charges settle; it is the
-// charges.Subscriptions the pipeline reports enrollments' charges to (the
-// ids it gets are enrollments').
+// Outcomes moves bills as their charges settle: the port of enrollments
+// as owners of charges (charges.Owner; the ids it gets are enrollments').
 type Outcomes struct {
 	Enrollments *enrollments.Store
 	Rules       enrollments.Rules
@@ -23,17 +22,17 @@ type Outcomes struct {
 // Lock locks the enrollment's row and returns what a charge outcome needs
 // of it: its card, whether it is cancelled, and the bills' dunning (fitted
 // to each bill's discount deadline and last payable day).
-func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Subscription, error) {
+func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.OwnerState, error) {
 	e, err := o.Enrollments.GetForUpdate(ctx, tx, id)
 	if err != nil {
-		return charges.Subscription{}, err
+		return charges.OwnerState{}, err
 	}
 	expiries, err := o.expiries(ctx, tx, id)
 	if err != nil {
-		return charges.Subscription{}, err
+		return charges.OwnerState{}, err
 	}
 	rules := o.Rules
-	return charges.Subscription{Gateway: e.PaymentMethod.Gateway, Token: e.PaymentMethod.Token,
+	return charges.OwnerState{Gateway: e.PaymentMethod.Gateway, Token: e.PaymentMethod.Token,
 		Cancelled: e.Status == enrollments.Cancelled,
 		NextAttempt: func(c charges.Charge, first time.Time) (time.Time, bool) {
 			expires, ok := expiries[c.ID]
@@ -61,8 +60,8 @@ func (o Outcomes) expiries(ctx context.Context, tx pgx.Tx, id uuid.UUID) (map[uu
 }
 
 // ChargePaid marks the charge's bill paid.
-func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
-	return o.Enrollments.ChargeOutcome(ctx, tx, c.ID, true, c.Amount)
+func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge, _ bool) (*time.Time, error) {
+	return nil, o.Enrollments.ChargeOutcome(ctx, tx, c.ID, true, c.Amount)
 }
 
 // ChargeDeclined changes nothing: the bill stays paying while dunning
@@ -71,8 +70,8 @@ func (o Outcomes) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error { ret
 
 // ChargeFailed marks the charge's bill failed: a payment-method change
 // retries it while it may still be paid.
-func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
-	return o.Enrollments.ChargeOutcome(ctx, tx, c.ID, false, 0)
+func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) (*time.Time, error) {
+	return nil, o.Enrollments.ChargeOutcome(ctx, tx, c.ID, false, 0)
 }
 
 // ConfirmationRequired marks the charge's bill awaiting confirmation: its

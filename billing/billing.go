@@ -19,7 +19,6 @@ package billing
 import (
 	"context"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -71,28 +70,16 @@ type Service struct {
 	KnownGateway func(name string) bool
 	Clock        clock.Clock
 	// Enrollments and Autopay are the autopay enrollments and the charging
-	// of their bills; BillOutcomes is what bills' charges report to.
-	Enrollments  *enrollments.Store
-	Autopay      *autopay.Autopay
-	BillOutcomes charges.Subscriptions
+	// of their bills.
+	Enrollments *enrollments.Store
+	Autopay     *autopay.Autopay
+	// Owners are the charges' owners, as the pipeline reports to them.
+	Owners charges.Owners
 	// Velocity limits customer keys (nil: no limits).
 	Velocity *velocity.Limiter
 	// Tokens keeps payment tokens at rest (nil: tokens are stored as
 	// given, as in tests of other matters).
 	Tokens *vault.Vault
-}
-
-func (s *Service) outcomes() scheduler.Outcomes {
-	return scheduler.Outcomes{Subscriptions: s.Subscriptions, Clock: s.Clock, Biller: s.Biller}
-}
-
-// ownerOf is who c's outcomes are reported to: its subscription or its
-// enrollment.
-func (s *Service) ownerOf(c charges.Charge) charges.Subscriptions {
-	if c.EnrollmentID != uuid.Nil {
-		return s.BillOutcomes
-	}
-	return s.outcomes()
 }
 
 // db is the caller's transaction when there is one, else the pool.

@@ -51,15 +51,15 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 	if err != nil {
 		return charges.Charge{}, err
 	}
-	events := s.ownerOf(c)
+	events := s.Owners.Of(c)
 	if _, err := events.Lock(ctx, tx, c.OwnerID()); err != nil { // the subscription (or enrollment) before the charge
 		return charges.Charge{}, err
 	}
-	if c, err = charges.Resolve(ctx, tx, id, r, s.Clock.Now()); err != nil {
+	if c, err = s.Biller.Charges.Resolve(ctx, tx, id, r, s.Clock.Now()); err != nil {
 		return charges.Charge{}, err
 	}
 	if c.Status == charges.Succeeded {
-		return c, events.ChargePaid(ctx, tx, c)
+		return c, s.Biller.Charges.Paid(ctx, tx, events, c, s.Clock.Now())
 	}
 	// A person ended the collection now: the subscription is unpaid from
 	// now on, not as of the charge's last attempt, which may lie long
@@ -67,7 +67,7 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 	// chaos soak, seed 10).
 	failed := c
 	failed.AttemptDueAt = s.Clock.Now()
-	return c, events.ChargeFailed(ctx, tx, failed)
+	return c, s.Biller.Charges.Failed(ctx, tx, events, failed, s.Clock.Now())
 }
 
 // RetryCharge starts, at a person's request, a new attempt of a charge in
@@ -100,14 +100,14 @@ func (s *Service) RetryCharge(ctx context.Context, tx pgx.Tx, caller Caller, id 
 	if found != "" {
 		return refuse("the gateway shows " + found + ": resolve it instead")
 	}
-	owner, err := s.ownerOf(c).Lock(ctx, tx, c.OwnerID())
+	owner, err := s.Owners.Of(c).Lock(ctx, tx, c.OwnerID())
 	if err != nil {
 		return charges.Charge{}, err
 	}
 	if owner.Cancelled {
 		return refuse("the subscription or enrollment is cancelled")
 	}
-	next, err := charges.RetryFromReview(ctx, tx, c, owner.Gateway, owner.Token, s.Clock.Now())
+	next, err := s.Biller.Charges.RetryFromReview(ctx, tx, c, owner.Gateway, owner.Token, s.Clock.Now())
 	if errors.Is(err, charges.ErrStale) {
 		return refuse("the charge changed meanwhile")
 	}
@@ -119,5 +119,5 @@ func (s *Service) RetryCharge(ctx context.Context, tx pgx.Tx, caller Caller, id 
 			return charges.Charge{}, err
 		}
 	}
-	return next, s.Biller.EnqueueAuthorize(ctx, tx, []charges.Charge{next})
+	return next, nil
 }

@@ -122,12 +122,14 @@ func newWorld(t *testing.T) *world {
 		t.Fatalf("install the move log: %v", err)
 	}
 	subs := subscriptions.NewStore(w.clock)
+	store := &charges.Store{}
 	w.pipeline = &charges.Pipeline{
-		Pool:          w.pool,
-		Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: w.clock},
-		Clock:         w.clock,
-		Dunning:       modelDunning,
-		CallTimeout:   5 * time.Second,
+		Pool:        w.pool,
+		Store:       store,
+		Owners:      charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs}},
+		Clock:       w.clock,
+		Dunning:     modelDunning,
+		CallTimeout: 5 * time.Second,
 		// Waits for a gateway that did nothing are not jittered (zero):
 		// the step may run again at once, and after UnavailableFor on the
 		// test clock it goes to review.
@@ -135,10 +137,11 @@ func newWorld(t *testing.T) *world {
 		UnavailableFor: modelUnavailableFor,
 		Logger:         zerolog.Nop(),
 	}
-	w.biller = &scheduler.Biller{Pool: w.pool, Subscriptions: subs, Clock: w.clock, CatchUpWindow: modelCatchUp,
+	w.biller = &scheduler.Biller{Pool: w.pool, Subscriptions: subs, Clock: w.clock, Charges: store, CatchUpWindow: modelCatchUp,
 		BatchSize: 2, ScanWorkers: 1, ScanInterval: time.Minute, Logger: zerolog.Nop()}
-	w.pipeline.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Clock: w.clock, Biller: w.biller}
-	w.svc = &billing.Service{Pool: w.pool, Subscriptions: subs, Biller: w.biller, Attempts: w.pipeline, Clock: w.clock}
+	w.pipeline.Owners.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Biller: w.biller}
+	w.svc = &billing.Service{Pool: w.pool, Subscriptions: subs, Biller: w.biller, Attempts: w.pipeline, Clock: w.clock,
+		Owners: w.pipeline.Owners}
 	w.newGateways()
 
 	driver := riverpgxv5.New(w.pool)
@@ -157,7 +160,7 @@ func newWorld(t *testing.T) *world {
 		t.Fatalf("river client: %v", err)
 	}
 	w.client = client
-	w.biller.Client = client
+	store.Queue = client
 	addWorker(w, driver, config, river.Worker[charges.AuthorizeArgs](&charges.AuthorizeWorker{Pipeline: w.pipeline}))
 	addWorker(w, driver, config, river.Worker[charges.CaptureArgs](&charges.CaptureWorker{Pipeline: w.pipeline}))
 	addWorker(w, driver, config, river.Worker[charges.VoidArgs](&charges.VoidWorker{Pipeline: w.pipeline}))

@@ -142,7 +142,7 @@ func (s *Service) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller Cal
 	}
 	if before.Status == subscriptions.Unpaid && before.UnpaidSince != nil {
 		// Leaving unpaid: the periods that began meanwhile stay not owed.
-		if err := charges.NotOwedSince(ctx, tx, id, *before.UnpaidSince, s.Clock.Now()); err != nil {
+		if err := s.Biller.Charges.NotOwedSince(ctx, tx, id, *before.UnpaidSince, s.Clock.Now()); err != nil {
 			return subscriptions.Subscription{}, err
 		}
 	}
@@ -158,11 +158,8 @@ func (s *Service) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller Cal
 			return subscriptions.Subscription{}, err
 		}
 	}
-	retried, err := charges.PaymentMethodChanged(ctx, tx, sub.ID, sub.PaymentMethod.Gateway, sub.PaymentMethod.Token, s.Clock.Now())
+	retried, err := s.Biller.Charges.PaymentMethodChanged(ctx, tx, sub.ID, sub.PaymentMethod.Gateway, sub.PaymentMethod.Token, s.Clock.Now())
 	if err != nil {
-		return subscriptions.Subscription{}, err
-	}
-	if err := s.Biller.EnqueueAuthorize(ctx, tx, retried); err != nil {
 		return subscriptions.Subscription{}, err
 	}
 	switch {

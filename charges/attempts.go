@@ -19,17 +19,17 @@ const newAttempt = `attempt_count = attempt_count + 1, attempt_due_at = $1,
 
 // DueRetries starts the next dunning attempt of every declined charge
 // whose retry time has come: a new attempt number (so a new gateway key),
-// status scheduled. The caller enqueues their authorize jobs in tx.
-func DueRetries(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Charge, error) {
-	if !CanTransition(Declined, Scheduled) {
-		return nil, Machine.Refuse(Declined, Scheduled, "")
+// status scheduled, with its authorize job enqueued in tx.
+func (s *Store) DueRetries(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Charge, error) {
+	retried, err := s.moveWhere(ctx, tx, transition{from: []Status{Declined}, to: Scheduled,
+		set: `attempt_count = attempt_count + 1, attempt_due_at = next_attempt_at, attempt_times = attempt_times || $1::timestamptz,
+			unknown_phase = NULL, authorization_ref = NULL`}, now,
+		`charges.id IN (SELECT id FROM charges WHERE status = $3 AND next_attempt_at <= $1
+			ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)`, now, limit, string(Declined))
+	if err != nil {
+		return nil, err
 	}
-	return collect(tx.Query(ctx, `UPDATE charges SET status = $3, attempt_count = attempt_count + 1,
-			attempt_due_at = next_attempt_at, attempt_times = attempt_times || $1::timestamptz,
-			next_attempt_at = NULL, unknown_phase = NULL, authorization_ref = NULL, updated_at = $1
-		WHERE id IN (SELECT id FROM charges WHERE status = $4 AND next_attempt_at <= $1
-			ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
-		RETURNING `+columns, now, limit, string(Scheduled), string(Declined)))
+	return retried, s.Start(ctx, tx, retried)
 }
 
 // Card-network rules on retrying one card: at most SameCardAttempts
@@ -73,18 +73,19 @@ func (c Charge) sameCardRetryAllowed(token string, now time.Time) error {
 // subscription's charges, in tx after the subscription row was locked:
 // charges whose attempt has not begun take the new card, and charges that
 // wait (declined, failed and unresolved) start a new attempt at once with
-// it, oldest first, returned for the caller to enqueue. Attempts in flight
+// it, oldest first, their authorize jobs enqueued in tx; they are
+// returned. Attempts in flight
 // keep their card and finish first: a second attempt beside them could
 // place a second hold. Returns an error wrapping ErrRetryRefused, and
 // changes nothing, when the same card may not be tried again.
-func PaymentMethodChanged(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, gateway, token string, now time.Time) ([]Charge, error) {
-	return paymentMethodChanged(ctx, tx, "subscription_id", subscriptionID, nil, gateway, token, now)
+func (s *Store) PaymentMethodChanged(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, gateway, token string, now time.Time) ([]Charge, error) {
+	return s.paymentMethodChanged(ctx, tx, "subscription_id", subscriptionID, nil, gateway, token, now)
 }
 
 // paymentMethodChanged is PaymentMethodChanged for the charges whose
 // owner column (subscription_id or enrollment_id) is id; when only is not
 // nil, for those of its charges only.
-func paymentMethodChanged(ctx context.Context, tx pgx.Tx, owner string, id uuid.UUID, only []uuid.UUID, gateway, token string,
+func (s *Store) paymentMethodChanged(ctx context.Context, tx pgx.Tx, owner string, id uuid.UUID, only []uuid.UUID, gateway, token string,
 	now time.Time) ([]Charge, error) {
 	waiting, err := collect(tx.Query(ctx, `SELECT `+columns+` FROM charges
 		WHERE `+owner+` = $1 AND (status = $2 OR (status = $3 AND resolution IS NULL)) AND ($4::uuid[] IS NULL OR id = ANY($4))
@@ -103,7 +104,7 @@ func paymentMethodChanged(ctx context.Context, tx pgx.Tx, owner string, id uuid.
 	}
 	retried := make([]Charge, 0, len(waiting))
 	for _, c := range waiting {
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{c.Status}, Scheduled, now,
+		next, err := s.move(ctx, tx, c.ID, c.AttemptCount, []Status{c.Status}, Scheduled, now,
 			newAttempt+`, gateway = $3, pm_token = $4, failure_code = NULL, first_declined_at = NULL`,
 			now, now, gateway, token)
 		if err != nil {
@@ -111,15 +112,16 @@ func paymentMethodChanged(ctx context.Context, tx pgx.Tx, owner string, id uuid.
 		}
 		retried = append(retried, next)
 	}
-	return retried, nil
+	return retried, s.Start(ctx, tx, retried)
 }
 
 // RetryFromReview starts a new attempt of a charge in requires_review or
-// failed, at a person's request, on the given payment method. The caller
-// has checked at the gateway that the previous attempt holds no money.
+// failed, at a person's request, on the given payment method, and
+// enqueues its authorize job in tx. The caller has checked at the gateway
+// that the previous attempt holds no money.
 // Returns ErrStale when the charge moved on meanwhile, a *fsm.TransitionError
 // from any other status, or ErrRetryRefused under card-network rules.
-func RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gateway, token string, now time.Time) (Charge, error) {
+func (s *Store) RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gateway, token string, now time.Time) (Charge, error) {
 	if c.Status != RequiresReview && c.Status != Failed {
 		return Charge{}, Machine.Refuse(c.Status, Scheduled, "")
 	}
@@ -135,16 +137,19 @@ func RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gateway, token st
 	// A bill's charge that no longer holds its bill's identity (released,
 	// or the later of two copies) is never charged again: another copy
 	// pays the bill.
-	next, err := guardedUpdate(ctx, tx, c.ID, c.AttemptCount, []Status{RequiresReview, Failed}, Scheduled, "", now,
-		"(bill_identity IS NULL OR identity_held)",
-		newAttempt+`, gateway = $3, pm_token = $4, failure_code = NULL, first_declined_at = NULL, review_reason = NULL,
-			hold_released_at = NULL, void_requested = false`, now, now, gateway, token)
+	next, err := s.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{RequiresReview, Failed}, to: Scheduled,
+		where: "(bill_identity IS NULL OR identity_held)",
+		set: newAttempt + `, gateway = $3, pm_token = $4, failure_code = NULL, first_declined_at = NULL, review_reason = NULL,
+			hold_released_at = NULL, void_requested = false`}, now, now, now, gateway, token)
 	if errors.Is(err, ErrStale) {
 		if held, herr := identityHeld(ctx, tx, c.ID); herr == nil && !held {
 			return Charge{}, Machine.Refuse(c.Status, Scheduled, "")
 		}
 	}
-	return next, err
+	if err != nil {
+		return Charge{}, err
+	}
+	return next, s.Start(ctx, tx, []Charge{next})
 }
 
 // identityHeld reports whether the charge may be charged as far as its

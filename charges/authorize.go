@@ -85,7 +85,7 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 		}
 		var capturing Charge // set when this run goes on to capture
 		err := p.record(ctx, s, func(tx pgx.Tx) error {
-			next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Authorized, now,
+			next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Authorized, now,
 				`authorization_ref = $1, authorized_at = $2, unknown_phase = NULL, failure_code = NULL`, res.Reference, now)
 			if err != nil {
 				return err
@@ -105,11 +105,11 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 			case next.RegistryUIN != "":
 				// A fine held with no registry to post it to (authorized
 				// before the registry was removed): never captured.
-				next, err = HoldToReview(ctx, tx, c.ID, c.AttemptCount, "a fine was held but no payment registry is configured to post it to", now)
+				next, err = p.Store.HoldRefused(ctx, tx, c.ID, c.AttemptCount, "a fine was held but no payment registry is configured to post it to", now)
 			case p.CaptureInline && !s.reconcile:
 				// The capture's "about to call", in the transaction that
 				// read the charge's void flag under its row lock.
-				next, err = guardedUpdate(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Capturing, "", now, postedSQL, "")
+				next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Authorized}, to: Capturing, where: postedSQL}, now)
 				if err == nil {
 					p.transitioned(next, "")
 					capturing = next
@@ -156,6 +156,11 @@ func (p *Pipeline) holdThenCapture(ctx context.Context, s stageRun, c Charge, fr
 	return next, nil
 }
 
+// heldAndCapturing is the move of holdThenCapture, whose arguments are
+// the time ($1) and, for each charge, its hold's reference.
+var heldAndCapturing = transition{from: []Status{Authorizing}, to: Capturing, where: "NOT void_requested AND registry_uin IS NULL",
+	set: "authorization_ref = b.bnote, authorized_at = $1, unknown_phase = NULL, failure_code = NULL"}
+
 // declined records an attempt the issuer or gateway refused. What follows
 // depends on the subscription as it is now (locked first):
 //   - cancelled meanwhile: the charge is voided, nothing was held;
@@ -166,7 +171,7 @@ func (p *Pipeline) holdThenCapture(ctx context.Context, s stageRun, c Charge, fr
 //   - otherwise a hard decline fails the charge and a soft one is dunned on
 //     the service clock until the schedule is exhausted.
 func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Status, code string, hard bool, now time.Time) error {
-	owner := p.owner(c)
+	owner := p.Owners.Of(c)
 	sub, err := owner.Lock(ctx, tx, c.OwnerID())
 	if err != nil {
 		return err
@@ -187,7 +192,7 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 	}
 	unpaid := sub.UnpaidSince != nil
 	if unpaid && !c.PeriodStart.Before(*sub.UnpaidSince) {
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = $1, unknown_phase = NULL`,
+		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = $1, unknown_phase = NULL`,
 			"subscription_unpaid")
 		if err == nil {
 			p.transitioned(next, "")
@@ -195,7 +200,7 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		return err
 	}
 	if (sub.Token != c.token || sub.Gateway != c.Gateway) && !unpaid {
-		declined, err := move(ctx, tx, c.ID, c.AttemptCount, from, Declined, now,
+		declined, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Declined, now,
 			`failure_code = $1, first_declined_at = $2, next_attempt_at = $3, unknown_phase = NULL`, code, first, now)
 		if err != nil {
 			return err
@@ -204,7 +209,7 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		if err := owner.ChargeDeclined(ctx, tx, c.OwnerID()); err != nil {
 			return err
 		}
-		retry, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Declined}, Scheduled, now,
+		retry, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Declined}, Scheduled, now,
 			newAttempt+`, gateway = $3, pm_token = $4, first_declined_at = NULL`, now, now, sub.Gateway, sub.Token)
 		if err != nil {
 			return err
@@ -219,7 +224,7 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		at, dun = sub.NextAttempt(c, first)
 	}
 	if hard || !dun || unpaid {
-		failed, err := move(ctx, tx, c.ID, c.AttemptCount, from, Failed, now, `failure_code = $1, unknown_phase = NULL`, code)
+		failed, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Failed, now, `failure_code = $1, unknown_phase = NULL`, code)
 		if err != nil {
 			return err
 		}
@@ -227,9 +232,9 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		if unpaid {
 			return nil
 		}
-		return owner.ChargeFailed(ctx, tx, failed)
+		return p.Store.Failed(ctx, tx, owner, failed, now)
 	}
-	next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Declined, now,
+	next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Declined, now,
 		`failure_code = $1, first_declined_at = $2, next_attempt_at = $3, unknown_phase = NULL`, code, first, at)
 	if err != nil {
 		return err

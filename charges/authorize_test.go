@@ -149,19 +149,19 @@ func TestAuthorizeWorker(t *testing.T) {
 		},
 		{
 			name: "SubscriptionCancelledThenDeclined",
-			sub:  func(s *charges.Subscription) { s.Cancelled = true },
+			sub:  func(s *charges.OwnerState) { s.Cancelled = true },
 			res:  hardDecline,
 			want: outcome{status: charges.Voided, failureCode: "subscription_cancelled", calls: []string{authorize}},
 		},
 		{
 			name: "UnpaidBeforeThePeriodThenDeclined",
-			sub:  func(s *charges.Subscription) { s.UnpaidSince = new(periodStart.Add(-time.Hour)) },
+			sub:  func(s *charges.OwnerState) { s.UnpaidSince = new(periodStart.Add(-time.Hour)) },
 			res:  softDecline, // the period began after dunning ended: it is not owed
 			want: outcome{status: charges.Voided, failureCode: "subscription_unpaid", calls: []string{authorize}},
 		},
 		{
 			name: "UnpaidDuringThePeriodThenDeclined",
-			sub:  func(s *charges.Subscription) { s.UnpaidSince = new(periodStart.Add(time.Hour)) },
+			sub:  func(s *charges.OwnerState) { s.UnpaidSince = new(periodStart.Add(time.Hour)) },
 			res:  softDecline, // owed, and waits for a new card; the subscription is unpaid already
 			want: outcome{status: charges.Failed, failureCode: "insufficient_funds", calls: []string{authorize}},
 		},
@@ -184,7 +184,7 @@ func TestAuthorizeWorker(t *testing.T) {
 			name: "NotOwedSinceThenDeclined",
 			meanwhile: func(ctx context.Context, t *testing.T, b *testBundle) {
 				require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-					return charges.NotOwedSince(ctx, tx, b.subscriptionID, periodStart, b.clock.Now())
+					return b.pipeline.Store.NotOwedSince(ctx, tx, b.subscriptionID, periodStart, b.clock.Now())
 				}))
 			},
 			res: softDecline,

@@ -115,16 +115,31 @@ func (b *moveBatcher) sendSafely(ctx context.Context, batch []*guardedMove) (mov
 	return b.send(ctx, batch)
 }
 
-// batchArgs are a batch's moves as the arrays its statement unnests, in
+// batchRows are a batch's moves as the rows of one store statement, in
 // the order of their ids: every batch locks its rows in the same order,
 // so two batches that share a charge wait for each other, never deadlock.
-func batchArgs(batch []*guardedMove) (ids []uuid.UUID, attempts []int32, references []string) {
+// A move's note is its hold's reference.
+func batchRows(batch []*guardedMove) rows {
 	sorted := slices.SortedFunc(slices.Values(batch), func(a, b *guardedMove) int { return bytes.Compare(a.id[:], b.id[:]) })
-	ids, attempts, references = make([]uuid.UUID, len(batch)), make([]int32, len(batch)), make([]string, len(batch))
+	r := rows{ids: make([]uuid.UUID, len(batch)), attempts: make([]int32, len(batch)), notes: make([]string, len(batch))}
 	for i, m := range sorted {
-		ids[i], attempts[i], references[i] = m.id, int32(m.attempt), m.reference
+		r.ids[i], r.attempts[i], r.notes[i] = m.id, int32(m.attempt), m.reference
 	}
-	return ids, attempts, references
+	return r
+}
+
+// moveBatch runs t on the charges of batch in one statement, the same
+// guarded move each would make alone, and returns them by id as moved.
+func (s *Store) moveBatch(ctx context.Context, db DBTX, t transition, now time.Time, batch []*guardedMove, args ...any) (map[uuid.UUID]Charge, error) {
+	cs, err := s.apply(ctx, db, t, now, batchRows(batch), args...)
+	if err != nil {
+		return nil, fmt.Errorf("batched move: %w", err)
+	}
+	moved := make(map[uuid.UUID]Charge, len(cs))
+	for _, c := range cs {
+		moved[c.ID] = c
+	}
+	return moved, nil
 }
 
 // pipelineBatches are the moves of the pipeline's hot path that runs
@@ -135,42 +150,14 @@ type pipelineBatches struct {
 }
 
 func newPipelineBatches(p *Pipeline) *pipelineBatches {
-	db, clk := p.Pool, p.Clock
-	// Both are moves of the table, checked as every move is; and like every
-	// move they publish their events, though these statuses have none.
-	authorizing := allowed(authorizeFrom, Authorizing)
-	var holdThenCapture error
-	if _, ok := PassesThrough(Authorizing, Capturing); !ok {
-		holdThenCapture = Machine.Refuse(Authorizing, Capturing, "")
-	}
 	return &pipelineBatches{
 		authorizing: moveBatcher{send: func(ctx context.Context, batch []*guardedMove) (map[uuid.UUID]Charge, error) {
-			if authorizing != nil {
-				return nil, authorizing
-			}
-			ids, attempts, _ := batchArgs(batch)
-			now := clk.Now()
-			return sendMoves(ctx, db, now, nil, `UPDATE charges SET status = $3, updated_at = $1, next_attempt_at = NULL,
-					`+repriceSQL+`
-				FROM unnest($4::uuid[], $5::int[]) AS b(bid, battempt)
-				WHERE id = b.bid AND status = ANY($6) AND (b.battempt = 0 OR attempt_count = b.battempt) AND NOT void_requested
-					AND `+startableSQL+` AND `+p.registryGuard()+`
-				RETURNING `+columns,
-				now, string(Scheduled), string(Authorizing), ids, attempts, texts(authorizeFrom))
+			now := p.Clock.Now()
+			return p.Store.moveBatch(ctx, p.Pool, p.beginning(authorizeFrom, Authorizing), now, batch, now, string(Scheduled))
 		}},
 		holdThenCapture: moveBatcher{send: func(ctx context.Context, batch []*guardedMove) (map[uuid.UUID]Charge, error) {
-			if holdThenCapture != nil {
-				return nil, holdThenCapture
-			}
-			ids, attempts, references := batchArgs(batch)
-			now := clk.Now()
-			return sendMoves(ctx, db, now, []Status{Authorized}, `UPDATE charges SET status = $1, updated_at = $2, next_attempt_at = NULL,
-					authorization_ref = b.bref, authorized_at = $2, unknown_phase = NULL, failure_code = NULL
-				FROM unnest($3::uuid[], $4::int[], $5::text[]) AS b(bid, battempt, bref)
-				WHERE id = b.bid AND status = $6 AND (b.battempt = 0 OR attempt_count = b.battempt) AND NOT void_requested
-					AND registry_uin IS NULL
-				RETURNING `+columns,
-				string(Capturing), now, ids, attempts, references, string(Authorizing))
+			now := p.Clock.Now()
+			return p.Store.moveBatch(ctx, p.Pool, heldAndCapturing, now, batch, now)
 		}},
 		captured: moveBatcher{send: p.recordCaptures},
 	}
@@ -182,12 +169,9 @@ func newPipelineBatches(p *Pipeline) *pipelineBatches {
 // then each charge moved to succeeded under its guard, with its event,
 // and its subscription told when the payment can change it.
 func (p *Pipeline) recordCaptures(ctx context.Context, batch []*guardedMove) (map[uuid.UUID]Charge, error) {
-	locker, ok := p.Subscriptions.(ManyLocker)
+	locker, ok := p.Owners.Subscriptions.(ManyLocker)
 	if !ok {
 		return nil, errors.New("the subscriptions cannot be locked together")
-	}
-	if err := allowed([]Status{Capturing}, Succeeded); err != nil {
-		return nil, err
 	}
 	owners := make([]uuid.UUID, 0, len(batch))
 	for _, m := range batch {
@@ -195,7 +179,6 @@ func (p *Pipeline) recordCaptures(ctx context.Context, batch []*guardedMove) (ma
 	}
 	slices.SortFunc(owners, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	owners = slices.Compact(owners)
-	ids, attempts, _ := batchArgs(batch)
 	moved := map[uuid.UUID]Charge{}
 	err := pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
 		locked, err := locker.LockMany(ctx, tx, owners)
@@ -203,22 +186,14 @@ func (p *Pipeline) recordCaptures(ctx context.Context, batch []*guardedMove) (ma
 			return err
 		}
 		now := p.Clock.Now()
-		cs, err := collect(tx.Query(ctx, `UPDATE charges SET status = $1, updated_at = $2, next_attempt_at = NULL,
-				unknown_phase = NULL, failure_code = NULL
-			FROM unnest($3::uuid[], $4::int[]) AS b(bid, battempt)
-			WHERE id = b.bid AND status = $5 AND (b.battempt = 0 OR attempt_count = b.battempt)
-			RETURNING `+columns,
-			string(Succeeded), now, ids, attempts, string(Capturing)))
+		cs, err := p.Store.apply(ctx, tx, captured([]Status{Capturing}), now, batchRows(batch))
 		if err != nil {
 			return err
 		}
 		for _, c := range cs {
 			p.transitioned(c, "")
-			if err := publish(ctx, tx, "", c, now); err != nil {
-				return err
-			}
 			if owner, ok := locked[c.OwnerID()]; !ok || !owner.PaidChangesNothing {
-				if err := p.Subscriptions.ChargePaid(ctx, tx, c); err != nil {
+				if err := p.Store.Paid(ctx, tx, p.Owners.Subscriptions, c, now); err != nil {
 					return err
 				}
 			}
@@ -228,31 +203,6 @@ func (p *Pipeline) recordCaptures(ctx context.Context, batch []*guardedMove) (ma
 	})
 	if err != nil {
 		return nil, fmt.Errorf("record captures: %w", err)
-	}
-	return moved, nil
-}
-
-// sendMoves runs a batched guarded UPDATE at now and returns the charges
-// it moved, by id, having published each move, through the statuses of
-// passed first.
-func sendMoves(ctx context.Context, db DBTX, now time.Time, passed []Status, query string, args ...any) (map[uuid.UUID]Charge, error) {
-	cs, err := collect(db.Query(ctx, query, args...))
-	if err != nil {
-		return nil, fmt.Errorf("batched move: %w", err)
-	}
-	moved := make(map[uuid.UUID]Charge, len(cs))
-	for _, c := range cs {
-		for _, via := range passed {
-			step := c
-			step.Status = via
-			if err := publish(ctx, db, "", step, now); err != nil {
-				return nil, err
-			}
-		}
-		if err := publish(ctx, db, "", c, now); err != nil {
-			return nil, err
-		}
-		moved[c.ID] = c
 	}
 	return moved, nil
 }

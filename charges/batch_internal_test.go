@@ -156,30 +156,32 @@ type lockingOwners struct {
 	recovering map[uuid.UUID]bool
 }
 
-func (o *lockingOwners) Lock(context.Context, pgx.Tx, uuid.UUID) (Subscription, error) {
-	return Subscription{}, errors.New("locked one by one")
+func (o *lockingOwners) Lock(context.Context, pgx.Tx, uuid.UUID) (OwnerState, error) {
+	return OwnerState{}, errors.New("locked one by one")
 }
 
-func (o *lockingOwners) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]Subscription, error) {
+func (o *lockingOwners) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]OwnerState, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.locked = append(o.locked, ids)
-	out := map[uuid.UUID]Subscription{}
+	out := map[uuid.UUID]OwnerState{}
 	for _, id := range ids {
-		out[id] = Subscription{PaidChangesNothing: !o.recovering[id]}
+		out[id] = OwnerState{PaidChangesNothing: !o.recovering[id]}
 	}
 	return out, nil
 }
 
-func (o *lockingOwners) ChargePaid(_ context.Context, _ pgx.Tx, c Charge) error {
+func (o *lockingOwners) ChargePaid(_ context.Context, _ pgx.Tx, c Charge, _ bool) (*time.Time, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.paid = append(o.paid, c.ID)
-	return nil
+	return nil, nil
 }
 
 func (o *lockingOwners) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error { return nil }
-func (o *lockingOwners) ChargeFailed(context.Context, pgx.Tx, Charge) error      { return nil }
+func (o *lockingOwners) ChargeFailed(context.Context, pgx.Tx, Charge) (*time.Time, error) {
+	return nil, nil
+}
 
 // Captures recorded together lock their subscriptions first, all in one
 // statement and in the order of their ids; each charge capturing for its
@@ -210,7 +212,7 @@ func TestBatchedCapturesLockOwnersInOrder(t *testing.T) {
 		want[id] = status
 		batch = append(batch, &guardedMove{id: id, attempt: 1, owner: owner, done: make(chan struct{})})
 	}
-	p := &Pipeline{Pool: pool, Clock: clock.Wall{}, Subscriptions: owners}
+	p := &Pipeline{Pool: pool, Clock: clock.Wall{}, Owners: Owners{Subscriptions: owners}}
 	p.batched().captured.run(ctx, batch)
 
 	for _, m := range batch {

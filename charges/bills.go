@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/internal/metrics"
@@ -101,7 +100,7 @@ func (e *IdentityHeldError) Unwrap() error { return ErrIdentityHeld }
 // inserting one identity serialise on the unique index (the second waits
 // for the first to commit, then finds it); callers inserting several
 // insert them in identity order, so that two of them cannot deadlock.
-// The caller enqueues the authorize job of a new one in tx.
+// The caller starts a new one in tx (Store.Start).
 func CreateForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Time) (Charge, bool, error) {
 	for range 3 {
 		c, created, err := createForBill(ctx, tx, n, now)
@@ -192,30 +191,19 @@ func ListByEnrollment(ctx context.Context, db DBTX, enrollmentID, before uuid.UU
 		WHERE enrollment_id = $1 AND ($2::uuid IS NULL OR id < $2) ORDER BY id DESC LIMIT $3`, enrollmentID, cursor, limit))
 }
 
-// RequestBillVoid stops the charges of an enrollment (all of them, or the
+// requestBillVoid stops the charges of an enrollment (all of them, or the
 // one with id chargeID when it is not uuid.Nil) from taking money: those
 // no attempt works on are voided at once with code; those that may hold
-// money are flagged so that no capture starts, and returned (the caller
-// enqueues the void jobs of the authorized ones), remembering code as the
-// reason their void will record. A capture in flight finishes.
-func RequestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, chargeID uuid.UUID, code string, now time.Time) ([]Charge, error) {
-	for _, from := range []Status{Scheduled, Declined} {
-		if !CanTransition(from, Voided) {
-			return nil, Machine.Refuse(from, Voided, "")
-		}
-	}
+// money are flagged so that no capture starts, and returned, remembering
+// code as the reason their void will record. A capture in flight finishes.
+func (s *Store) requestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, chargeID uuid.UUID, code string, now time.Time) ([]Charge, error) {
 	var one *uuid.UUID
 	if chargeID != uuid.Nil {
 		one = &chargeID
 	}
-	voided, err := collect(tx.Query(ctx, `UPDATE charges SET status = $4, failure_code = $5, next_attempt_at = NULL, updated_at = $3
-		WHERE enrollment_id = $1 AND ($2::uuid IS NULL OR id = $2) AND status = ANY($6) RETURNING `+columns,
-		enrollmentID, one, now, string(Voided), code, texts([]Status{Scheduled, Declined})))
-	if err != nil {
+	if _, err := s.moveWhere(ctx, tx, transition{from: []Status{Scheduled, Declined}, to: Voided, set: "failure_code = $3"}, now,
+		"enrollment_id = $1 AND ($2::uuid IS NULL OR charges.id = $2)", enrollmentID, one, code); err != nil {
 		return nil, fmt.Errorf("void waiting bill charges: %w", err)
-	}
-	if err := publishAll(ctx, tx, voided, now); err != nil {
-		return nil, err
 	}
 	return collect(tx.Query(ctx, `UPDATE charges SET void_requested = true, void_reason = $5, updated_at = $3
 		WHERE enrollment_id = $1 AND ($2::uuid IS NULL OR id = $2) AND status = ANY($4) AND NOT void_requested
@@ -225,12 +213,12 @@ func RequestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, chargeID uuid
 // EnrollmentPaymentMethodChanged is PaymentMethodChanged for an
 // enrollment's bill charges: those of bills still payable (the ids in
 // payable) are retried.
-func EnrollmentPaymentMethodChanged(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, payable []uuid.UUID, gateway, token string,
+func (s *Store) EnrollmentPaymentMethodChanged(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, payable []uuid.UUID, gateway, token string,
 	now time.Time) ([]Charge, error) {
 	if payable == nil {
 		payable = []uuid.UUID{}
 	}
-	return paymentMethodChanged(ctx, tx, "enrollment_id", enrollmentID, payable, gateway, token, now)
+	return s.paymentMethodChanged(ctx, tx, "enrollment_id", enrollmentID, payable, gateway, token, now)
 }
 
 // discountReleased records the void of a hold placed at a discounted price
@@ -249,10 +237,11 @@ func (p *Pipeline) discountReleased(ctx context.Context, tx pgx.Tx, c Charge, no
 	default:
 		code = FailureHoldExpired
 	}
-	next, err := guardedUpdate(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Declined, "", now, "NOT void_requested",
-		`failure_code = $2, next_attempt_at = $3, first_declined_at = coalesce(first_declined_at, $1)`, now, code, at)
+	next, err := p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Authorized}, to: Declined,
+		where: "NOT void_requested", set: `failure_code = $2, next_attempt_at = $3, first_declined_at = coalesce(first_declined_at, $1)`},
+		now, now, code, at)
 	if errors.Is(err, ErrStale) {
-		next, err = move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = `+billVoidCodeSQL)
+		next, err = p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = `+billVoidCodeSQL)
 	}
 	if err == nil {
 		p.transitioned(next, "the discount ended before the capture")
@@ -266,7 +255,7 @@ const billVoidCodeSQL = `coalesce(void_reason, 'enrollment_cancelled')`
 
 // BillOwner is the owner of charges with a cap and a last moment to start
 // (an enrollment's bills), told in the transaction that records it, its
-// row locked first (Subscriptions.Lock), when the start of an attempt was
+// row locked first (Owner.Lock), when the start of an attempt was
 // held back.
 type BillOwner interface {
 	// ConfirmationRequired: c's new attempt would be sent above what the
@@ -303,16 +292,16 @@ func (p *Pipeline) heldBack(ctx context.Context, s stageRun, c Charge) (bool, er
 		(!expired && !c.overCap(now)) {
 		return false, nil
 	}
-	owner, ok := p.owner(c).(BillOwner)
+	owner, ok := p.Owners.Of(c).(BillOwner)
 	if !ok {
 		return false, nil
 	}
 	err := p.record(ctx, s, func(tx pgx.Tx) error {
-		if _, err := p.owner(c).Lock(ctx, tx, c.OwnerID()); err != nil {
+		if _, err := p.Owners.Of(c).Lock(ctx, tx, c.OwnerID()); err != nil {
 			return err
 		}
 		if expired {
-			next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled}, Voided, now,
+			next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled}, Voided, now,
 				`failure_code = 'bill_expired'`)
 			if err != nil {
 				return err
@@ -320,9 +309,9 @@ func (p *Pipeline) heldBack(ctx context.Context, s stageRun, c Charge) (bool, er
 			p.transitioned(next, "the bill's last moment to start an attempt passed")
 			return owner.ChargeExpired(ctx, tx, next)
 		}
-		next, err := update(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled}, Scheduled, now,
-			`NOT void_requested AND NOT confirmation_required AND NOT `+withinCapSQL,
-			`confirmation_required = true, amount = `+priceSQL, now)
+		next, err := p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: Scheduled,
+			where: `NOT void_requested AND NOT confirmation_required AND NOT ` + withinCapSQL,
+			set:   `confirmation_required = true, amount = ` + priceSQL}, now, now)
 		if err != nil {
 			return err
 		}
@@ -334,36 +323,27 @@ func (p *Pipeline) heldBack(ctx context.Context, s stageRun, c Charge) (bool, er
 // Confirm records the customer's confirmation of a bill's charge that
 // awaits one: it may be sent for up to amount (the bill's amount due at
 // the confirmation), the flag is cleared, and a new attempt starts (the
-// held-back one's authorize job has run; nothing was sent under its key),
-// returned for the caller to enqueue its authorize job in tx. A price
-// above amount later needs a new confirmation. Returns ErrStale when the
-// charge awaits no confirmation.
-func Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, amount int64, now time.Time) (Charge, error) {
-	return update(ctx, tx, id, 0, []Status{Scheduled}, Scheduled, now, "confirmation_required",
-		newAttempt+`, confirmed_amount = $3, confirmation_required = false`, now, now, amount)
+// held-back one's authorize job has run; nothing was sent under its key)
+// with its authorize job enqueued in tx. A price above amount later needs
+// a new confirmation. Returns ErrStale when the charge awaits no
+// confirmation.
+func (s *Store) Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, amount int64, now time.Time) (Charge, error) {
+	c, err := s.moveOne(ctx, tx, id, 0, transition{from: []Status{Scheduled}, to: Scheduled, where: "confirmation_required",
+		set: newAttempt + `, confirmed_amount = $3, confirmation_required = false`}, now, now, now, amount)
+	if err != nil {
+		return Charge{}, err
+	}
+	return c, s.Start(ctx, tx, []Charge{c})
 }
 
 // Postings posts the holds of charges with a RegistryUIN to the state
 // payment registry before they are captured: the registry is told only of
 // money that is held. The pipeline calls Held, in the transaction that
 // records the hold, instead of enqueueing the capture; the posting side
-// enqueues the capture (CaptureArgs) once the registry accepted the
-// payment, or sends the charge to review (HoldToReview) when it never does.
+// enqueues the capture (HoldPosted) once the registry accepted the
+// payment, or sends the charge to review (HoldRefused) when it never does.
 type Postings interface {
 	Held(ctx context.Context, tx pgx.Tx, c Charge) error
-}
-
-// HoldToReview sends an authorized charge whose hold may not be captured
-// (its posting to the registry failed for good) to review, and enqueues
-// the release of its hold in tx (the job's River client from ctx).
-// Returns ErrStale when the charge left that attempt's authorized status.
-func HoldToReview(ctx context.Context, tx pgx.Tx, id uuid.UUID, attempt int, reason string, now time.Time) (Charge, error) {
-	c, err := move(ctx, tx, id, attempt, []Status{Authorized}, RequiresReview, now, `review_reason = $1`, reason)
-	if err != nil {
-		return Charge{}, err
-	}
-	_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, ReleaseHoldArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
-	return c, err
 }
 
 // FailureDiscountEnded is the failure code of an attempt at the discounted

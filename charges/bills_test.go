@@ -25,12 +25,12 @@ type fakeEnrollments struct {
 	recorded []string
 }
 
-func (e *fakeEnrollments) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Subscription, error) {
+func (e *fakeEnrollments) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.OwnerState, error) {
 	var found uuid.UUID
 	if err := tx.QueryRow(ctx, `SELECT id FROM enrollments WHERE id = $1 FOR UPDATE`, id).Scan(&found); err != nil {
-		return charges.Subscription{}, fmt.Errorf("lock enrollment: %w", err)
+		return charges.OwnerState{}, fmt.Errorf("lock enrollment: %w", err)
 	}
-	return charges.Subscription{Gateway: "fake", Token: currentCard}, nil
+	return charges.OwnerState{Gateway: "fake", Token: currentCard}, nil
 }
 
 func (e *fakeEnrollments) record(s string) {
@@ -39,9 +39,9 @@ func (e *fakeEnrollments) record(s string) {
 	e.recorded = append(e.recorded, s)
 }
 
-func (e *fakeEnrollments) ChargePaid(_ context.Context, _ pgx.Tx, c charges.Charge) error {
+func (e *fakeEnrollments) ChargePaid(context.Context, pgx.Tx, charges.Charge, bool) (*time.Time, error) {
 	e.record("paid")
-	return nil
+	return nil, nil
 }
 
 func (e *fakeEnrollments) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error {
@@ -49,9 +49,9 @@ func (e *fakeEnrollments) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) err
 	return nil
 }
 
-func (e *fakeEnrollments) ChargeFailed(context.Context, pgx.Tx, charges.Charge) error {
+func (e *fakeEnrollments) ChargeFailed(context.Context, pgx.Tx, charges.Charge) (*time.Time, error) {
 	e.record("failed")
-	return nil
+	return nil, nil
 }
 
 // newBillCharge inserts an enrollment and the charge of its fine, held
@@ -102,7 +102,7 @@ func TestDiscountedHoldNotCapturedByTheDeadlineIsMadeAgainInFull(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	owner := &fakeEnrollments{}
-	b.pipeline.Enrollments = owner
+	b.pipeline.Owners.Enrollments = owner
 	deadline := start.Add(time.Hour)
 	c, _ := newBillCharge(ctx, t, b, deadline)
 
@@ -140,7 +140,7 @@ func TestDiscountedHoldNotCapturedByTheDeadlineIsMadeAgainInFull(t *testing.T) {
 
 	var retried []charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
-		retried, err = charges.DueRetries(ctx, tx, b.clock.Now(), 10)
+		retried, err = b.pipeline.Store.DueRetries(ctx, tx, b.clock.Now(), 10)
 		return err
 	}))
 	require.Len(t, retried, 1)
@@ -179,7 +179,7 @@ func TestBillsExpiredHoldIsAuthorizedAgainOnTheEnrollmentsCard(t *testing.T) {
 	b.withHoldLifetime()
 	b.pipeline.UnavailableFor = 2 * holdLifetime
 	owner := &fakeEnrollments{}
-	b.pipeline.Enrollments = owner
+	b.pipeline.Owners.Enrollments = owner
 	c, _ := newBillCharge(ctx, t, b, start.Add(3*holdLifetime)) // the discount outlasts the test
 
 	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
@@ -277,7 +277,7 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	owner := &fakeEnrollments{}
-	b.pipeline.Enrollments = owner
+	b.pipeline.Owners.Enrollments = owner
 	deadline := start.Add(time.Hour)
 	c := newCappedBillCharge(ctx, t, b, deadline, 600, start.Add(30*24*time.Hour))
 
@@ -303,7 +303,7 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 	require.Equal(t, charges.Declined, b.get(ctx, t, c.ID).Status)
 
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.DueRetries(ctx, tx, b.clock.Now(), 10)
+		_, err := b.pipeline.Store.DueRetries(ctx, tx, b.clock.Now(), 10)
 		return err
 	}))
 	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
@@ -323,7 +323,7 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 
 	// A confirmation of less than the price does not let it go.
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.Confirm(ctx, tx, c.ID, 900, b.clock.Now())
+		_, err := b.pipeline.Store.Confirm(ctx, tx, c.ID, 900, b.clock.Now())
 		return err
 	}))
 	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 3}, nil)
@@ -332,11 +332,11 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 	require.Equal(t, []int64{500}, authorizeAmounts(b))
 
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.Confirm(ctx, tx, c.ID, 1000, b.clock.Now())
+		_, err := b.pipeline.Store.Confirm(ctx, tx, c.ID, 1000, b.clock.Now())
 		return err
 	}))
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.Confirm(ctx, tx, c.ID, 1000, b.clock.Now())
+		_, err := b.pipeline.Store.Confirm(ctx, tx, c.ID, 1000, b.clock.Now())
 		require.ErrorIs(t, err, charges.ErrStale, "confirming a charge that awaits nothing changes nothing")
 		return nil
 	}))
@@ -357,7 +357,7 @@ func TestNoBillAttemptStartsAfterItsLastMoment(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	owner := &fakeEnrollments{}
-	b.pipeline.Enrollments = owner
+	b.pipeline.Owners.Enrollments = owner
 	c := newCappedBillCharge(ctx, t, b, start.Add(240*time.Hour), 100000, start.Add(time.Hour))
 	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
 	b.clock.Advance(time.Hour)
@@ -384,7 +384,7 @@ func TestRetryPastABillsLastMomentIsRefused(t *testing.T) {
 	b.clock.Advance(time.Hour)
 	c = b.get(ctx, t, c.ID)
 	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.RetryFromReview(ctx, tx, c, "fake", "tok_other", b.clock.Now())
+		_, err := b.pipeline.Store.RetryFromReview(ctx, tx, c, "fake", "tok_other", b.clock.Now())
 		return err
 	})
 	require.ErrorIs(t, err, charges.ErrRetryRefused)

@@ -91,6 +91,12 @@ func (p *Pipeline) voidInstead(ctx context.Context, s stageRun) error {
 	})
 }
 
+// captured is the move that records a capture's success, alone or in a
+// batch.
+func captured(from []Status) transition {
+	return transition{from: from, to: Succeeded, set: "unknown_phase = NULL, failure_code = NULL"}
+}
+
 func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from []Status, res gateway.Result, callErr error) error {
 	if callErr != nil {
 		return p.technicalFailure(ctx, s, c, gateway.OpCapture, callErr)
@@ -104,7 +110,7 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 		return p.review(ctx, s, c, fmt.Sprintf("the gateway refused the capture of an authorized hold: %s %s", res.Status, res.DeclineCode))
 	}
 	metrics.StageRuns.WithLabelValues(s.stage, "succeeded").Inc()
-	if _, ok := p.Subscriptions.(ManyLocker); ok && c.EnrollmentID == uuid.Nil && slices.Equal(from, []Status{Capturing}) {
+	if _, ok := p.Owners.Subscriptions.(ManyLocker); ok && c.EnrollmentID == uuid.Nil && slices.Equal(from, []Status{Capturing}) {
 		// Recorded with the captures other runs made meanwhile.
 		_, err := p.batched().captured.do(ctx, &guardedMove{id: c.ID, attempt: c.AttemptCount, owner: c.OwnerID()})
 		if err != nil && !errors.Is(err, ErrStale) { // stale: another run already recorded it
@@ -114,12 +120,12 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 	}
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		owner := p.owner(c)
+		owner := p.Owners.Of(c)
 		locked, err := owner.Lock(ctx, tx, c.OwnerID())
 		if err != nil {
 			return err
 		}
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Succeeded, now, `unknown_phase = NULL, failure_code = NULL`)
+		next, err := p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, captured(from), now)
 		if err != nil {
 			return err
 		}
@@ -127,6 +133,6 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 		if locked.PaidChangesNothing {
 			return nil
 		}
-		return owner.ChargePaid(ctx, tx, next)
+		return p.Store.Paid(ctx, tx, owner, next, now)
 	})
 }

@@ -51,8 +51,8 @@
 //
 // A charge may belong to an autopay enrollment's bill instead of a
 // subscription period (EnrollmentID set, PeriodKey the bill id, one per
-// bill by a unique index). Its outcomes go to Pipeline.Enrollments, which
-// may fit dunning to the bill's deadlines (Subscription.NextAttempt). A
+// bill by a unique index). Its outcomes go to its enrollment (Owners), which
+// may fit dunning to the bill's deadlines (OwnerState.NextAttempt). A
 // fine's price drops until its discount deadline: the amount is fixed when
 // an attempt's hold is first sent, and a discounted hold not captured by
 // the deadline is voided and followed by a new attempt at the full price

@@ -3,7 +3,6 @@ package charges
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,53 +24,25 @@ const EventResolved = "resolved"
 // status. Reaching any other (scheduled, authorizing...) is internal.
 var published = map[Status]bool{Succeeded: true, Declined: true, Failed: true, RequiresReview: true, Voided: true}
 
-// sink is set once at wiring (SetEventSink). The charge functions of this
-// package are free functions over a DBTX, with no store value to carry it;
-// every status change goes through guardedUpdate or one of the bulk moves,
-// which all call publish, so no caller can forget the event.
-var sink atomic.Pointer[EventSink]
-
-// SetEventSink makes every charge transition publish its event to s (nil:
-// none). Call it before workers start. It is process-wide: every node
-// built in one process publishes through the latest sink, which is why
-// sinks must hold no per-node state that matters for correctness.
-func SetEventSink(s EventSink) {
-	if s == nil {
-		sink.Store(nil)
-		return
-	}
-	sink.Store(&s)
-}
-
 // publish sends the event of c reaching its status (eventType "" names it
 // after the status) if that is a published one. db must be the
 // transaction of the change.
-func publish(ctx context.Context, db DBTX, eventType string, c Charge, at time.Time) error {
+func (s *Store) publish(ctx context.Context, db DBTX, eventType string, c Charge, at time.Time) error {
 	if eventType == "" {
 		if !published[c.Status] {
 			return nil
 		}
 		eventType = string(c.Status)
 	}
-	s := sink.Load()
-	if s == nil {
+	if s == nil || s.Events == nil {
 		return nil
 	}
 	tx, ok := db.(pgx.Tx)
 	if !ok {
 		return fmt.Errorf("charge %s moved to %s outside a transaction: its event cannot be written with it", c.ID, c.Status)
 	}
-	if err := (*s).ChargeChanged(ctx, tx, eventType, c, at); err != nil {
+	if err := s.Events.ChargeChanged(ctx, tx, eventType, c, at); err != nil {
 		return fmt.Errorf("publish charge.%s: %w", eventType, err)
-	}
-	return nil
-}
-
-func publishAll(ctx context.Context, tx pgx.Tx, cs []Charge, at time.Time) error {
-	for _, c := range cs {
-		if err := publish(ctx, tx, "", c, at); err != nil {
-			return err
-		}
 	}
 	return nil
 }

@@ -12,10 +12,10 @@ import (
 	"github.com/rebill/rebill/notify"
 )
 
-// Every step of the pipeline tests publishes through notify's recorder
-// into the test's database (the sink is process-wide; the recorder holds
-// no state), and requireOutcome checks the events of each step.
-func init() { charges.SetEventSink(&notify.Recorder{}) }
+// events is the sink of every pipeline test's store: notify's recorder,
+// into the test's database (it holds no state), so that requireOutcome
+// checks the events of each step.
+var events = &notify.Recorder{}
 
 var publishedStatus = map[charges.Status]bool{charges.Succeeded: true, charges.Declined: true, charges.Failed: true,
 	charges.RequiresReview: true, charges.Voided: true}
@@ -48,7 +48,7 @@ func TestResolvePublishesResolvedOnly(t *testing.T) {
 	b := setup(t)
 	c := b.newCharge(ctx, t, fixture{status: charges.RequiresReview, reviewReason: "lost"})
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.Resolve(ctx, tx, c.ID, charges.Resolution{Outcome: charges.Succeeded, Evidence: "ledger", Actor: "support"}, b.clock.Now())
+		_, err := b.pipeline.Store.Resolve(ctx, tx, c.ID, charges.Resolution{Outcome: charges.Succeeded, Evidence: "ledger", Actor: "support"}, b.clock.Now())
 		return err
 	}))
 	var types []string

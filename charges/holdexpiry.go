@@ -88,11 +88,11 @@ func (p *Pipeline) replaceExpiredHold(ctx context.Context, s stageRun, c Charge,
 func (p *Pipeline) reauthorize(ctx context.Context, s stageRun, c Charge, from []Status, code, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		sub, err := p.owner(c).Lock(ctx, tx, c.OwnerID())
+		sub, err := p.Owners.Of(c).Lock(ctx, tx, c.OwnerID())
 		if err != nil {
 			return err
 		}
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Scheduled, now,
+		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Scheduled, now,
 			newAttempt+`, gateway = $3, pm_token = $4, failure_code = $5, authorized_at = NULL`,
 			now, now, sub.Gateway, sub.Token, code)
 		if err != nil {

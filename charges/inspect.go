@@ -177,9 +177,9 @@ func Kick(ctx context.Context, tx pgx.Tx, jobs JobInserter, c Charge) (string, e
 // not moved since c was read (ErrStale otherwise). Like the pipeline's own
 // path to review, a charge that may hold an authorization gets its hold
 // checked and, unless captured, released.
-func ToReview(ctx context.Context, tx pgx.Tx, jobs JobInserter, c Charge, reason string, now time.Time) (Charge, error) {
-	next, err := guardedUpdate(ctx, tx, c.ID, c.AttemptCount, []Status{c.Status}, RequiresReview, "", now,
-		"updated_at = $2", "review_reason = $1", reason, c.UpdatedAt)
+func (s *Store) ToReview(ctx context.Context, tx pgx.Tx, jobs JobInserter, c Charge, reason string, now time.Time) (Charge, error) {
+	next, err := s.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{c.Status}, to: RequiresReview,
+		where: "updated_at = $2", set: "review_reason = $1"}, now, reason, c.UpdatedAt)
 	if err != nil {
 		return Charge{}, err
 	}

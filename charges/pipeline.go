@@ -22,64 +22,17 @@ import (
 	"github.com/rebill/rebill/internal/metrics"
 )
 
-// Subscription is what a charge's outcome needs of its subscription.
-type Subscription struct {
-	// Gateway and Token are the subscription's current payment method.
-	Gateway string
-	Token   string
-	// UnpaidSince is set while the subscription is unpaid: its dunning
-	// ended then. Charges of periods that began since are not owed; older
-	// ones wait for a new card.
-	UnpaidSince *time.Time
-	// Cancelled: nothing more may be taken.
-	Cancelled bool
-	// NextAttempt, when set, replaces the pipeline's dunning schedule for
-	// this owner's charge: when the attempt of c just declined, whose
-	// first decline was at first, is followed by another (ok false: none).
-	// Bills use it to fit dunning before their deadlines.
-	NextAttempt func(c Charge, first time.Time) (at time.Time, ok bool)
-	// PaidChangesNothing: a paid charge leaves this owner as it is locked
-	// (an active subscription), so ChargePaid is not called and its reads
-	// are spared on the path every successful charge takes.
-	PaidChangesNothing bool
-}
-
-// Subscriptions is what the pipeline tells the subscription a charge
-// bills, inside the transaction that records the charge's outcome.
-type Subscriptions interface {
-	// Lock locks the subscription's row until tx ends and returns it.
-	// Outcomes lock the subscription before the charge, the order every
-	// subscription event uses too, so the two serialise without deadlock
-	// and an outcome sees any event that committed before it.
-	Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Subscription, error)
-	// ChargePaid: a charge succeeded (a past-due subscription may recover).
-	ChargePaid(ctx context.Context, tx pgx.Tx, c Charge) error
-	// ChargeDeclined: a soft decline; dunning will retry (past due).
-	ChargeDeclined(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID) error
-	// ChargeFailed: a hard decline or dunning exhausted (unpaid); the
-	// subscription's dunning ended when c's last attempt was due.
-	ChargeFailed(ctx context.Context, tx pgx.Tx, c Charge) error
-}
-
-// ManyLocker is Subscriptions that can lock many subscriptions in one
-// statement, in the order of their ids: the pipeline then records the
-// captures of many charges in one transaction.
-type ManyLocker interface {
-	LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]Subscription, error)
-}
-
 // Pipeline runs the gateway steps of charges. Each step persists that it is
 // about to call the gateway (a guarded move), calls it holding no
 // transaction or connection, and records the outcome together with the
 // next step's job in one transaction.
 type Pipeline struct {
-	Pool          *pgxpool.Pool
-	Gateways      *fleet.Gateways
-	Subscriptions Subscriptions
-	// Enrollments is told about the charges of enrollments' bills, in the
-	// same terms (the id it gets is the enrollment's); nil when no
-	// enrollment exists.
-	Enrollments Subscriptions
+	Pool *pgxpool.Pool
+	// Store writes the charges' moves and publishes their events.
+	Store    *Store
+	Gateways *fleet.Gateways
+	// Owners are told the outcomes of the charges they own.
+	Owners Owners
 	// Postings posts holds to the state payment registry before their
 	// capture (charges with a RegistryUIN); nil: such charges are captured
 	// without posting.
@@ -120,15 +73,6 @@ type Pipeline struct {
 func (p *Pipeline) batched() *pipelineBatches {
 	p.batchesOnce.Do(func() { p.batches = newPipelineBatches(p) })
 	return p.batches
-}
-
-// owner is who c's outcome is reported to: its subscription, or its
-// enrollment.
-func (p *Pipeline) owner(c Charge) Subscriptions {
-	if c.EnrollmentID != uuid.Nil && p.Enrollments != nil {
-		return p.Enrollments
-	}
-	return p.Subscriptions
 }
 
 // stageRun is one run of a pipeline stage's job: the charge it works on
@@ -230,6 +174,13 @@ func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ct
 // not configured).
 func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Status) (Charge, gateway.Gateway, error) {
 	now := p.Clock.Now()
+	c, err := p.Store.moveOne(ctx, p.Pool, s.chargeID, s.attempt, p.beginning(from, to), now, now, string(Scheduled))
+	return p.begun(ctx, s, c, err)
+}
+
+// beginning is the guarded move of a step's "about to call", alone or in
+// a batch; its arguments are the time ($1) and the scheduled status ($2).
+func (p *Pipeline) beginning(from []Status, to Status) transition {
 	where := "NOT void_requested AND " + startableSQL
 	switch to {
 	case Capturing:
@@ -237,8 +188,7 @@ func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Stat
 	case Authorizing:
 		where += " AND " + p.registryGuard()
 	}
-	c, err := guardedUpdate(ctx, p.Pool, s.chargeID, s.attempt, from, to, "", now, where, repriceSQL, now, string(Scheduled))
-	return p.begun(ctx, s, c, err)
+	return transition{from: from, to: to, where: where, set: repriceSQL}
 }
 
 // beginAuthorize is begin for an authorize job's step, from scheduled (or
@@ -355,7 +305,7 @@ func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op 
 func (p *Pipeline) toReconcile(ctx context.Context, s stageRun, c Charge, op gateway.Op, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorizing, Capturing}, Unknown, now,
+		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorizing, Capturing}, Unknown, now,
 			`unknown_phase = $1, failure_code = NULL`, string(op))
 		if err != nil {
 			return err
@@ -373,7 +323,7 @@ func (p *Pipeline) toReconcile(ctx context.Context, s stageRun, c Charge, op gat
 func (p *Pipeline) review(ctx context.Context, s stageRun, c Charge, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}, RequiresReview, now,
+		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}, RequiresReview, now,
 			`review_reason = $1`, reason)
 		if err != nil {
 			return err

@@ -91,14 +91,15 @@ func setup(t *testing.T) *testBundle {
 		gateway:        fake,
 		logs:           logs,
 		pool:           pool,
-		subs:           &fakeSubscriptions{current: charges.Subscription{Gateway: fake.Name(), Token: currentCard}},
+		subs:           &fakeSubscriptions{current: charges.OwnerState{Gateway: fake.Name(), Token: currentCard}},
 		subscriptionID: uuid.New(),
 		fixtures:       map[uuid.UUID]charges.Status{},
 	}
 	b.pipeline = &charges.Pipeline{
 		Pool:           pool,
+		Store:          &charges.Store{Events: events},
 		Gateways:       fleet.New([]gateway.Gateway{fake}, fleet.DefaultBreaker),
-		Subscriptions:  b.subs,
+		Owners:         charges.Owners{Subscriptions: b.subs},
 		Clock:          clk,
 		Dunning:        dunning,
 		CallTimeout:    5 * time.Second,
@@ -119,6 +120,7 @@ func setup(t *testing.T) *testBundle {
 	client, err := river.NewClient(b.driver, b.config)
 	require.NoError(t, err)
 	b.client = client
+	b.pipeline.Store.Queue = client
 
 	_, err = pool.Exec(ctx, `INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval,
 			interval_count, timezone, billing_anchor, next_charge_at, pm_gateway, pm_token, pm_exp_month, pm_exp_year,
@@ -207,25 +209,24 @@ func (b *testBundle) get(ctx context.Context, t *testing.T, id uuid.UUID) charge
 }
 
 // requestVoid is a cancel of the subscription as the subscription side
-// does it: the charges learn it in one transaction (charges.RequestVoid)
+// does it: the charges learn it in one transaction (StopSubscription)
 // and Lock reports the subscription cancelled from then on.
 func (b *testBundle) requestVoid(ctx context.Context, t *testing.T) {
 	t.Helper()
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.RequestVoid(ctx, tx, b.subscriptionID, b.clock.Now())
-		return err
+		return b.pipeline.Store.StopSubscription(ctx, tx, b.subscriptionID, b.clock.Now())
 	}))
-	b.subs.update(func(s *charges.Subscription) { s.Cancelled = true })
+	b.subs.update(func(s *charges.OwnerState) { s.Cancelled = true })
 }
 
 // changeCard is a payment-method change as the subscription side does it.
 func (b *testBundle) changeCard(ctx context.Context, t *testing.T, token string) {
 	t.Helper()
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := charges.PaymentMethodChanged(ctx, tx, b.subscriptionID, b.gateway.Name(), token, b.clock.Now())
+		_, err := b.pipeline.Store.PaymentMethodChanged(ctx, tx, b.subscriptionID, b.gateway.Name(), token, b.clock.Now())
 		return err
 	}))
-	b.subs.update(func(s *charges.Subscription) { s.Token = token })
+	b.subs.update(func(s *charges.OwnerState) { s.Token = token })
 }
 
 // tripCircuit opens the fake gateway's circuit: one call that gets no
@@ -356,11 +357,11 @@ var (
 // as "declined", "paid(<charge status>)" and "failed(<charge status>)".
 type fakeSubscriptions struct {
 	mu       sync.Mutex
-	current  charges.Subscription
+	current  charges.OwnerState
 	recorded []string
 }
 
-func (s *fakeSubscriptions) update(fn func(*charges.Subscription)) {
+func (s *fakeSubscriptions) update(fn func(*charges.OwnerState)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fn(&s.current)
@@ -378,19 +379,19 @@ func (s *fakeSubscriptions) record(call string) {
 	s.recorded = append(s.recorded, call)
 }
 
-func (s *fakeSubscriptions) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Subscription, error) {
+func (s *fakeSubscriptions) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.OwnerState, error) {
 	var found uuid.UUID
 	if err := tx.QueryRow(ctx, `SELECT id FROM subscriptions WHERE id = $1 FOR UPDATE`, id).Scan(&found); err != nil {
-		return charges.Subscription{}, fmt.Errorf("lock subscription: %w", err)
+		return charges.OwnerState{}, fmt.Errorf("lock subscription: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.current, nil
 }
 
-func (s *fakeSubscriptions) ChargePaid(_ context.Context, _ pgx.Tx, c charges.Charge) error {
+func (s *fakeSubscriptions) ChargePaid(_ context.Context, _ pgx.Tx, c charges.Charge, _ bool) (*time.Time, error) {
 	s.record("paid(" + string(c.Status) + ")")
-	return nil
+	return nil, nil
 }
 
 func (s *fakeSubscriptions) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error {
@@ -398,9 +399,9 @@ func (s *fakeSubscriptions) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) e
 	return nil
 }
 
-func (s *fakeSubscriptions) ChargeFailed(_ context.Context, _ pgx.Tx, c charges.Charge) error {
+func (s *fakeSubscriptions) ChargeFailed(_ context.Context, _ pgx.Tx, c charges.Charge) (*time.Time, error) {
 	s.record("failed(" + string(c.Status) + ")")
-	return nil
+	return nil, nil
 }
 
 // stepCase is one run of a step: the charge's state before it, the
@@ -409,7 +410,7 @@ func (s *fakeSubscriptions) ChargeFailed(_ context.Context, _ pgx.Tx, c charges.
 type stepCase struct {
 	name    string
 	fixture fixture
-	sub     func(*charges.Subscription) // changes what Lock returns
+	sub     func(*charges.OwnerState) // changes what Lock returns
 	// The gateway's answers for the step's call; lookups answer from found
 	// (by phase of the charge's attempt), not found otherwise.
 	res       gateway.Result

@@ -98,7 +98,7 @@ func (p *Pipeline) notSentNotWanted(ctx context.Context, s stageRun, c Charge, o
 			// gateway, not wanted since.
 			return p.voidedNotWanted(ctx, tx, c, []Status{Unknown, Authorizing}, now)
 		}
-		next, err := move(ctx, tx, s.chargeID, s.attempt, []Status{Unknown}, Authorized, now, `unknown_phase = NULL`)
+		next, err := p.Store.move(ctx, tx, s.chargeID, s.attempt, []Status{Unknown}, Authorized, now, `unknown_phase = NULL`)
 		if err != nil {
 			return err
 		}

@@ -91,7 +91,7 @@ func TestReconcileWorker(t *testing.T) {
 			{
 				name:    "NotFoundVoidRequested",
 				fixture: fixture{voidRequested: true}, // nothing was held: nothing to release, nothing sent
-				sub:     func(s *charges.Subscription) { s.Cancelled = true },
+				sub:     func(s *charges.OwnerState) { s.Cancelled = true },
 				want:    outcome{status: charges.Voided, failureCode: "subscription_cancelled", calls: []string{lookup}},
 			},
 			{

@@ -77,7 +77,7 @@ func TestFineIsNotAuthorizedWithoutARegistry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	b.pipeline.Enrollments = &fakeEnrollments{}
+	b.pipeline.Owners.Enrollments = &fakeEnrollments{}
 	c := newFineCharge(ctx, t, b, start.Add(48*time.Hour))
 
 	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
@@ -113,7 +113,7 @@ func TestFineIsNotCapturedWithoutAnAcceptedPosting(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setup(t)
-			b.pipeline.Enrollments = &fakeEnrollments{}
+			b.pipeline.Owners.Enrollments = &fakeEnrollments{}
 			b.pipeline.Postings = &fakePostings{}
 			c := newFineCharge(ctx, t, b, start.Add(48*time.Hour))
 			b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
@@ -169,7 +169,7 @@ func TestDiscountedCaptureOvertakenByTheDeadline(t *testing.T) {
 			ctx := context.Background()
 			b := setup(t)
 			owner := &fakeEnrollments{}
-			b.pipeline.Enrollments = owner
+			b.pipeline.Owners.Enrollments = owner
 			b.pipeline.Postings = &fakePostings{}
 			deadline := start.Add(2 * time.Hour)
 			c := newFineCharge(ctx, t, b, deadline)
@@ -234,7 +234,7 @@ func TestUnknownDiscountedCaptureAfterTheDeadlineIsNotResent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	b.pipeline.Enrollments = &fakeEnrollments{}
+	b.pipeline.Owners.Enrollments = &fakeEnrollments{}
 	b.pipeline.Postings = &fakePostings{}
 	c := newFineCharge(ctx, t, b, start.Add(2*time.Hour))
 	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
@@ -273,7 +273,7 @@ func TestFineHoldThatCanNoLongerBePostedIsReleased(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setup(t)
-			b.pipeline.Enrollments = &fakeEnrollments{}
+			b.pipeline.Owners.Enrollments = &fakeEnrollments{}
 			b.pipeline.Postings = &fakePostings{}
 			deadline := start.Add(3 * time.Hour)
 			c := newFineCharge(ctx, t, b, deadline)

@@ -108,14 +108,13 @@ func (r Resolution) Validate() error {
 // Returns ErrNotFound, or a *fsm.TransitionError from any other status and for
 // succeeded when rebill found no capture at the gateway and released the
 // hold.
-func Resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, r Resolution, now time.Time) (Charge, error) {
-	where := ""
+func (s *Store) Resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, r Resolution, now time.Time) (Charge, error) {
+	t := transition{from: []Status{RequiresReview}, to: r.Outcome, event: EventResolved,
+		set: `resolution = $1, resolution_evidence = $2, resolved_by = $3, resolved_at = $4`}
 	if r.Outcome == Succeeded {
-		where = "hold_released_at IS NULL"
+		t.where = "hold_released_at IS NULL"
 	}
-	c, err := guardedUpdate(ctx, tx, id, 0, []Status{RequiresReview}, r.Outcome, EventResolved, now, where,
-		`resolution = $1, resolution_evidence = $2, resolved_by = $3, resolved_at = $4`,
-		string(r.Outcome), r.Evidence, r.Actor, now)
+	c, err := s.moveOne(ctx, tx, id, 0, t, now, string(r.Outcome), r.Evidence, r.Actor, now)
 	if errors.Is(err, ErrStale) {
 		current, gerr := Get(ctx, tx, id)
 		if gerr != nil {
@@ -143,35 +142,40 @@ func CountInReview(ctx context.Context, db DBTX) (int64, error) {
 // SweepDiscarded is the durable backstop of the dead-letter path: a charge
 // whose current job River discarded (the rescuer gave up on a crashed
 // last attempt, which no worker code sees) goes to review. It reads
-// River's job table, the one place that records the discard, and returns
-// the charges it moved (the caller has their holds checked).
-func SweepDiscarded(ctx context.Context, tx pgx.Tx, now time.Time) ([]Charge, error) {
+// River's job table, the one place that records the discard, enqueues the
+// check of each moved charge's hold in tx, and returns the charges.
+func (s *Store) SweepDiscarded(ctx context.Context, tx pgx.Tx, now time.Time) ([]Charge, error) {
 	from := []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}
-	for _, f := range from {
-		if !CanTransition(f, RequiresReview) {
-			return nil, Machine.Refuse(f, RequiresReview, "")
-		}
-	}
-	moved, err := collect(tx.Query(ctx, `WITH swept AS (
-			SELECT c.id AS charge_id, j.kind AS job_kind FROM charges c JOIN river_job j
-			  ON j.state = 'discarded'
-			 AND j.kind IN ('charge_authorize', 'charge_capture', 'charge_void', 'charge_reconcile')
-			 AND (j.args ->> 'charge_id')::uuid = c.id
-			 AND (j.args ->> 'attempt')::int = c.attempt_count
-			WHERE c.status = ANY($2)
-			FOR UPDATE OF c SKIP LOCKED
-		)
-		UPDATE charges SET status = $3, updated_at = $1, next_attempt_at = NULL,
-			review_reason = 'River discarded the ' || swept.job_kind || ' job after its last attempt'
-		FROM swept WHERE charges.id = swept.charge_id
-		RETURNING `+columns, now, texts(from), string(RequiresReview)))
+	found, err := tx.Query(ctx, `SELECT c.id, c.attempt_count, 'River discarded the ' || j.kind || ' job after its last attempt'
+		FROM charges c JOIN river_job j
+		  ON j.state = 'discarded'
+		 AND j.kind IN ('charge_authorize', 'charge_capture', 'charge_void', 'charge_reconcile')
+		 AND (j.args ->> 'charge_id')::uuid = c.id
+		 AND (j.args ->> 'attempt')::int = c.attempt_count
+		WHERE c.status = ANY($1)
+		ORDER BY c.id
+		FOR UPDATE OF c SKIP LOCKED`, texts(from))
 	if err != nil {
 		return nil, fmt.Errorf("sweep discarded jobs: %w", err)
 	}
-	if err := publishAll(ctx, tx, moved, now); err != nil {
-		return nil, err
+	var r rows
+	var id uuid.UUID
+	var attempt int32
+	var reason string
+	if _, err := pgx.ForEachRow(found, []any{&id, &attempt, &reason}, func() error {
+		r.ids, r.attempts, r.notes = append(r.ids, id), append(r.attempts, attempt), append(r.notes, reason)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("sweep discarded jobs: %w", err)
 	}
-	return moved, nil
+	if len(r.ids) == 0 {
+		return nil, nil
+	}
+	moved, err := s.apply(ctx, tx, transition{from: from, to: RequiresReview, set: "review_reason = b.bnote"}, now, r)
+	if err != nil {
+		return nil, fmt.Errorf("sweep discarded jobs: %w", err)
+	}
+	return moved, s.checkHolds(ctx, tx, moved)
 }
 
 // DiscardedHoldChecks returns the hold checks (release_hold jobs) that

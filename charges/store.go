@@ -175,68 +175,139 @@ func createManyArgs(news []New, now time.Time) ([]any, error) {
 	return []any{ids, subs, customers, keys, starts, amounts, currencies, gateways, tokens, now, string(Scheduled), receipts}, nil
 }
 
-// move is the one guarded transition: it changes the charge only if its
-// status is one of from (and, when attempt > 0, the attempt matches), and
-// only along a move that CanTransition allows. set holds extra assignments
-// whose parameters start at $1. Leaving for any status but declined clears
-// next_attempt_at. Returns ErrStale when the guard fails.
-func move(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time, set string, args ...any) (Charge, error) {
-	return guardedUpdate(ctx, db, id, attempt, from, to, "", now, "", set, args...)
+// Store is the one writer of a charge's status: every statement that
+// changes charges.status is built by apply, from a transition checked
+// against the table ([CanTransition]) and guarded by the statuses it
+// leaves, and publishes its events in the transaction that makes it. One
+// charge's move and a batch's are the same statement over one row or
+// many, so the pipeline's group-committed hot path keeps every guard of
+// the single move. The zero Store, and a nil one, publish nothing.
+type Store struct {
+	// Events receives every published change, in the transaction that
+	// makes it; nil publishes none.
+	Events EventSink
+	// Queue enqueues the jobs the store's verbs start, in the caller's
+	// transaction; nil: the River client of the job that runs the verb.
+	Queue Queue
 }
 
-// guardedUpdate is move with an event type to publish instead of the one
-// named after to ("" for that), and a condition on the row. It publishes
-// the change's event in db, the transaction of the move.
-func guardedUpdate(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, event string, now time.Time,
-	where, set string, args ...any) (Charge, error) {
-	if err := allowed(from, to); err != nil {
-		return Charge{}, err
-	}
-	c, err := update(ctx, db, id, attempt, from, to, now, where, set, args...)
-	if err != nil {
-		return Charge{}, err
-	}
-	if err := publish(ctx, db, event, c, now); err != nil {
-		return Charge{}, err
-	}
-	return c, nil
+// transition is one guarded move: from one of from to to, publishing
+// event instead of the event named after to ("" for that). where is a
+// condition the row must meet besides its status, set the assignments
+// besides the status; both may use the statement's arguments from $1, and
+// a row picked by id its note as b.bnote. Leaving for any status but
+// declined clears next_attempt_at.
+type transition struct {
+	from  []Status
+	to    Status
+	event string
+	where string
+	set   string
 }
 
-// allowed checks every move from one of from to to against the table.
-func allowed(from []Status, to Status) error {
-	for _, f := range from {
-		if f != to && !CanTransition(f, to) {
-			return Machine.Refuse(f, to, "")
+// check asks the table whether every move of t is allowed, and returns
+// the status a one-statement move passes through (empty: none). Staying
+// in a status is not a transition and is allowed.
+func (t transition) check() (via Status, err error) {
+	for _, f := range t.from {
+		if f == t.to || CanTransition(f, t.to) {
+			continue
 		}
+		v, ok := PassesThrough(f, t.to)
+		if !ok || len(t.from) != 1 {
+			return "", Machine.Refuse(f, t.to, "")
+		}
+		via = v
 	}
-	return nil
+	return via, nil
 }
 
-// update is the guarded UPDATE of a move the caller checked: it moves the
-// charge to to only from one of from, for attempt (0: any), and where
-// holds; ErrStale when it does not.
-func update(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time,
-	where, set string, args ...any) (Charge, error) {
+// rows are the charges a move applies to: by id, each with its attempt
+// (0: any) and a note the move's assignments may use (b.bnote); or, when
+// selector is set, those that meet it.
+type rows struct {
+	ids      []uuid.UUID
+	attempts []int32
+	notes    []string
+	selector string
+}
+
+// byID are the rows of one charge's move.
+func byID(id uuid.UUID, attempt int, note string) rows {
+	return rows{ids: []uuid.UUID{id}, attempts: []int32{int32(attempt)}, notes: []string{note}}
+}
+
+// apply runs t on r at now as one guarded UPDATE and publishes, in db,
+// the event of every charge it moved (first as the status it passed
+// through, if any). It returns the moved charges; one that the guard held
+// back is not among them.
+func (s *Store) apply(ctx context.Context, db DBTX, t transition, now time.Time, r rows, args ...any) ([]Charge, error) {
+	via, err := t.check()
+	if err != nil {
+		return nil, err
+	}
 	n := len(args)
 	query := fmt.Sprintf(`UPDATE charges SET status = $%d, updated_at = $%d`, n+1, n+2)
-	if to != Declined {
+	if t.to != Declined {
 		query += ", next_attempt_at = NULL"
 	}
-	if set != "" {
-		query += ", " + set
+	if t.set != "" {
+		query += ", " + t.set
 	}
-	query += fmt.Sprintf(` WHERE id = $%d AND status = ANY($%d) AND ($%d = 0 OR attempt_count = $%d)`, n+3, n+4, n+5, n+5)
-	if where != "" {
-		query += " AND " + where
+	args = append(args, string(t.to), now, texts(t.from))
+	where := r.selector
+	if where == "" {
+		query += fmt.Sprintf(` FROM unnest($%d::uuid[], $%d::int[], $%d::text[]) AS b(bid, battempt, bnote)`, n+4, n+5, n+6)
+		where = "charges.id = b.bid AND (b.battempt = 0 OR charges.attempt_count = b.battempt)"
+		args = append(args, r.ids, r.attempts, r.notes)
 	}
-	c, err := scan(db.QueryRow(ctx, query+` RETURNING `+columns, append(args, to, now, id, texts(from), attempt)...))
-	if errors.Is(err, ErrNotFound) {
+	query += fmt.Sprintf(` WHERE %s AND charges.status = ANY($%d)`, where, n+3)
+	if t.where != "" {
+		query += " AND " + t.where
+	}
+	moved, err := collect(db.Query(ctx, query+` RETURNING `+columns, args...))
+	if err != nil {
+		return nil, fmt.Errorf("move charges to %s: %w", t.to, err)
+	}
+	for _, c := range moved {
+		if via != "" {
+			step := c
+			step.Status = via
+			if err := s.publish(ctx, db, "", step, now); err != nil {
+				return nil, err
+			}
+		}
+		if err := s.publish(ctx, db, t.event, c, now); err != nil {
+			return nil, err
+		}
+	}
+	return moved, nil
+}
+
+// moveOne runs t on one charge, for attempt (0: any). Returns ErrStale
+// when the guard held it back.
+func (s *Store) moveOne(ctx context.Context, db DBTX, id uuid.UUID, attempt int, t transition, now time.Time, args ...any) (Charge, error) {
+	moved, err := s.apply(ctx, db, t, now, byID(id, attempt, ""), args...)
+	if err != nil {
+		return Charge{}, err
+	}
+	if len(moved) == 0 {
 		return Charge{}, ErrStale
 	}
-	if err != nil {
-		return Charge{}, fmt.Errorf("move charge to %s: %w", to, err)
-	}
-	return c, nil
+	return moved[0], nil
+}
+
+// move is moveOne of the plain transition from one of from to to with the
+// assignments set.
+func (s *Store) move(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time, set string,
+	args ...any) (Charge, error) {
+	return s.moveOne(ctx, db, id, attempt, transition{from: from, to: to, set: set}, now, args...)
+}
+
+// moveWhere runs t on every charge that meets selector, a condition over
+// the charges row that may use args from $1.
+func (s *Store) moveWhere(ctx context.Context, db DBTX, t transition, now time.Time, selector string, args ...any) ([]Charge, error) {
+	return s.apply(ctx, db, t, now, rows{selector: selector}, args...)
 }
 
 // inFlightSQL is the predicate of the partial index charges_open_idx,

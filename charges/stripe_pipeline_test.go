@@ -51,12 +51,13 @@ func setupStripe(t *testing.T, token string) *stripeBundle {
 		HTTPClient: &http.Client{Transport: transport}, Clock: clk})
 	require.NoError(t, err)
 	b := &stripeBundle{pool: pool, clock: clk, fake: fake, subscriptionID: uuid.New(),
-		subs: &fakeSubscriptions{current: charges.Subscription{Gateway: g.Name(), Token: token}}}
+		subs: &fakeSubscriptions{current: charges.OwnerState{Gateway: g.Name(), Token: token}}}
 	retry := charges.RetryPolicy{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond, Now: time.Now}
 	p := &charges.Pipeline{
 		Pool:           pool,
+		Store:          &charges.Store{Events: events},
 		Gateways:       fleet.New([]gateway.Gateway{g}, fleet.DefaultBreaker),
-		Subscriptions:  b.subs,
+		Owners:         charges.Owners{Subscriptions: b.subs},
 		Clock:          clk,
 		Dunning:        dunning,
 		CallTimeout:    5 * time.Second,

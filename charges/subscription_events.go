@@ -9,12 +9,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// RequestVoid flags the subscription's charges that have not been captured
-// so that no capture starts, and returns those already holding money (the
-// caller enqueues their void jobs). Charges not yet authorized become
-// voided at once: no hold exists to release.
-func RequestVoid(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time) ([]Charge, error) {
-	if _, err := voidWaiting(ctx, tx, subscriptionID, now, "subscription_cancelled", time.Time{}); err != nil {
+// requestVoid flags the subscription's charges that have not been captured
+// so that no capture starts, and returns those that may hold money.
+// Charges not yet authorized become voided at once: no hold exists to
+// release.
+func (s *Store) requestVoid(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time) ([]Charge, error) {
+	if _, err := s.voidWaiting(ctx, tx, subscriptionID, now, "subscription_cancelled", time.Time{}); err != nil {
 		return nil, err
 	}
 	return collect(tx.Query(ctx, `UPDATE charges SET void_requested = true, updated_at = $2
@@ -24,48 +24,35 @@ func RequestVoid(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now t
 
 // voidWaiting voids the subscription's charges that no attempt is working
 // on (scheduled or declined) whose period started at or after since.
-func voidWaiting(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time, code string, since time.Time) (int64, error) {
-	for _, from := range []Status{Scheduled, Declined} {
-		if !CanTransition(from, Voided) {
-			return 0, Machine.Refuse(from, Voided, "")
-		}
-	}
-	voided, err := collect(tx.Query(ctx, `UPDATE charges SET status = $5, failure_code = $3, next_attempt_at = NULL, updated_at = $2
-		WHERE subscription_id = $1 AND status = ANY($6) AND period_start >= $4 RETURNING `+columns,
-		subscriptionID, now, code, since, string(Voided), texts([]Status{Scheduled, Declined})))
+func (s *Store) voidWaiting(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time, code string, since time.Time) (int64, error) {
+	voided, err := s.moveWhere(ctx, tx, transition{from: []Status{Scheduled, Declined}, to: Voided, set: "failure_code = $2"}, now,
+		"subscription_id = $1 AND period_start >= $3", subscriptionID, code, since)
 	if err != nil {
 		return 0, fmt.Errorf("void waiting charges: %w", err)
-	}
-	if err := publishAll(ctx, tx, voided, now); err != nil {
-		return 0, err
 	}
 	return int64(len(voided)), nil
 }
 
-// DunningEnded applies the end of a subscription's dunning (it became
+// dunningEnded applies the end of a subscription's dunning (it became
 // unpaid at dunningEnd) to its other charges: those of periods that began
 // at or after that moment are not owed and are voided; declined ones of
 // earlier periods stop retrying (failed: a payment-method change retries
 // them). Attempts in flight finish.
-func DunningEnded(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, dunningEnd, now time.Time) error {
-	if _, err := voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", dunningEnd); err != nil {
+func (s *Store) dunningEnded(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, dunningEnd, now time.Time) error {
+	if _, err := s.voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", dunningEnd); err != nil {
 		return err
 	}
-	if !CanTransition(Declined, Failed) {
-		return Machine.Refuse(Declined, Failed, "")
-	}
-	failed, err := collect(tx.Query(ctx, `UPDATE charges SET status = $3, next_attempt_at = NULL, updated_at = $2
-		WHERE subscription_id = $1 AND status = $4 RETURNING `+columns, subscriptionID, now, string(Failed), string(Declined)))
-	if err != nil {
+	if _, err := s.moveWhere(ctx, tx, transition{from: []Status{Declined}, to: Failed}, now, "subscription_id = $1",
+		subscriptionID); err != nil {
 		return fmt.Errorf("stop dunning: %w", err)
 	}
-	return publishAll(ctx, tx, failed, now)
+	return nil
 }
 
-// HasUnpaid reports whether the subscription has a charge other than
+// hasUnpaid reports whether the subscription has a charge other than
 // except that is owed and not collected: declined, or failed and not
 // settled by a person.
-func HasUnpaid(ctx context.Context, db DBTX, subscriptionID, except uuid.UUID) (bool, error) {
+func hasUnpaid(ctx context.Context, db DBTX, subscriptionID, except uuid.UUID) (bool, error) {
 	var found bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM charges WHERE subscription_id = $1 AND id <> $2
 		AND (status = $3 OR (status = $4 AND resolution IS NULL)))`,
@@ -94,8 +81,8 @@ func HasOpen(ctx context.Context, db DBTX, subscriptionID uuid.UUID) (bool, erro
 // voided, and ones in flight are flagged so that a hold they get is voided
 // and a decline is not retried with a new card. Found by the chaos soak
 // (unpaid-as-of-capture).
-func NotOwedSince(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, since, now time.Time) error {
-	if _, err := voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", since); err != nil {
+func (s *Store) NotOwedSince(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, since, now time.Time) error {
+	if _, err := s.voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", since); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE charges SET void_requested = true, updated_at = $2

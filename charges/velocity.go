@@ -168,7 +168,7 @@ func (p *Pipeline) heldForDeclines(ctx context.Context, s stageRun, c Charge) er
 	metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorizing}, RequiresReview, now,
+		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorizing}, RequiresReview, now,
 			`review_reason = $1`, reasonDeclineLimit)
 		if err == nil {
 			p.transitioned(next, reasonDeclineLimit)

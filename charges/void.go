@@ -69,13 +69,13 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, from []Status, now time.Time) error {
 	const unknownCleared = `, unknown_phase = NULL`
 	if c.EnrollmentID != uuid.Nil {
-		next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = `+billVoidCodeSQL+unknownCleared)
+		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = `+billVoidCodeSQL+unknownCleared)
 		if err == nil {
 			p.transitioned(next, "")
 		}
 		return err
 	}
-	owner := p.owner(c)
+	owner := p.Owners.Of(c)
 	sub, err := owner.Lock(ctx, tx, c.OwnerID())
 	if err != nil {
 		return err
@@ -84,7 +84,7 @@ func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, fro
 	if !sub.Cancelled {
 		code = "subscription_unpaid"
 	}
-	next, err := move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = $1`+unknownCleared, code)
+	next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = $1`+unknownCleared, code)
 	if err != nil {
 		return err
 	}
@@ -92,5 +92,5 @@ func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, fro
 	if sub.Cancelled || sub.PaidChangesNothing || sub.UnpaidSince != nil {
 		return nil
 	}
-	return owner.ChargePaid(ctx, tx, next)
+	return p.Store.Paid(ctx, tx, owner, next, now)
 }

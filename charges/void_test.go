@@ -28,7 +28,7 @@ func TestVoidWorker(t *testing.T) {
 			// Its period began while the subscription was unpaid: not owed,
 			// and a past-due subscription owing nothing else is told.
 			name: "SucceededNotOwed",
-			sub:  func(s *charges.Subscription) { s.Cancelled = false },
+			sub:  func(s *charges.OwnerState) { s.Cancelled = false },
 			res:  gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"},
 			want: outcome{status: charges.Voided, authorizationRef: holdRef, failureCode: "subscription_unpaid",
 				calls: []string{void}, subCalls: []string{"paid(voided)"}},
@@ -78,7 +78,7 @@ func TestVoidWorker(t *testing.T) {
 				f = cancelled
 			}
 			c := b.newCharge(ctx, t, f)
-			b.subs.update(func(s *charges.Subscription) { s.Cancelled = true }) // what requested the void; tc.sub may say otherwise
+			b.subs.update(func(s *charges.OwnerState) { s.Cancelled = true }) // what requested the void; tc.sub may say otherwise
 			b.gateway.VoidFunc = tc.call(t, b)
 			attempt := c.AttemptCount
 			if tc.jobAttempt != 0 {

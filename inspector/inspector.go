@@ -58,8 +58,11 @@ const batch = 500
 
 // Inspector finds and handles stuck charges.
 type Inspector struct {
-	Pool       *pgxpool.Pool
-	Jobs       charges.JobInserter
+	Pool *pgxpool.Pool
+	Jobs charges.JobInserter
+	// Charges writes the charges' moves, publishes their events and
+	// enqueues their jobs.
+	Charges    *charges.Store
 	Clock      clock.Clock
 	Thresholds Thresholds
 	Logger     zerolog.Logger
@@ -146,7 +149,7 @@ func (in *Inspector) handle(ctx context.Context, s charges.Stuck, now time.Time)
 
 func (in *Inspector) review(ctx context.Context, c charges.Charge, reason string, now time.Time) error {
 	return pgx.BeginFunc(ctx, in.Pool, func(tx pgx.Tx) error {
-		_, err := charges.ToReview(ctx, tx, in.Jobs, c, reason, now)
+		_, err := in.Charges.ToReview(ctx, tx, in.Jobs, c, reason, now)
 		return err
 	})
 }

@@ -67,6 +67,9 @@ type Poster struct {
 	Pool     *pgxpool.Pool
 	Gateways *Balancer
 	Clock    clock.Clock
+	// Charges writes the charges' moves, publishes their events and
+	// enqueues their jobs.
+	Charges *charges.Store
 	// Holds tells how long a hold may still be posted (charges PostBy):
 	// the registry is told only of money that is held and can still be
 	// captured at the price posted. Past it the posting is cancelled and
@@ -212,8 +215,7 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 		if err != nil || !moved {
 			return err
 		}
-		_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: ps.Attempt}, nil)
-		return err
+		return p.Charges.HoldPosted(ctx, tx, c.ID, ps.Attempt)
 	})
 }
 
@@ -284,7 +286,7 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 		if err != nil || !moved {
 			return err
 		}
-		_, err = charges.HoldToReview(ctx, tx, c.ID, ps.Attempt, reason, p.Clock.Now())
+		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, reason, p.Clock.Now())
 		if errors.Is(err, charges.ErrStale) {
 			return nil // the charge moved on meanwhile; its own flow settles the hold
 		}
@@ -302,7 +304,9 @@ func (p *Poster) tooLate(ctx context.Context, job *river.Job[PostArgs], ps posti
 	metrics.StageRuns.WithLabelValues("posting", "too_late").Inc()
 	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Time("post_by", by).
 		Msg("the hold can no longer be posted in time: voiding it")
-	if _, err := river.ClientFromContext[pgx.Tx](ctx).Insert(ctx, charges.VoidArgs{ChargeID: c.ID, Attempt: ps.Attempt}, nil); err != nil {
+	if err := pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
+		return p.Charges.HoldUnpostable(ctx, tx, c.ID, ps.Attempt)
+	}); err != nil {
 		return fmt.Errorf("enqueue void of a hold too late to post: %w", err)
 	}
 	if err := p.settleUnsent(ctx, ps, "not posted: the hold could no longer be captured in time", p.Clock.Now()); err != nil {
@@ -385,18 +389,9 @@ type SweepWorker struct {
 // failed with its hold released.
 func (w *SweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
 	return pgx.BeginFunc(ctx, w.Poster.Pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT p.payment_id FROM registry_postings p JOIN charges c ON c.id = p.charge_id
-			WHERE p.status = $1 AND (c.attempt_count > p.attempt OR c.status = ANY($2)
-				OR (c.status = ANY($3) AND c.hold_released_at IS NOT NULL))
-			ORDER BY p.payment_id LIMIT 1000`, StatusAccepted,
-			[]string{string(charges.Voided), string(charges.Declined)},
-			[]string{string(charges.RequiresReview), string(charges.Failed)})
+		ids, err := charges.PostingsToAnnul(ctx, tx, 1000)
 		if err != nil {
-			return fmt.Errorf("postings to annul: %w", err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("postings to annul: %w", err)
+			return err
 		}
 		if len(ids) == 0 {
 			return nil

@@ -7,7 +7,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges"
@@ -22,9 +21,9 @@ type Biller struct {
 	Pool          *pgxpool.Pool
 	Subscriptions *subscriptions.Store
 	Clock         clock.Clock
-	// Client enqueues jobs in the caller's transaction; set it once the
-	// River client exists (the client needs the workers that need Biller).
-	Client *river.Client[pgx.Tx]
+	// Charges writes the charges' moves, publishes their events and
+	// enqueues their jobs.
+	Charges *charges.Store
 	// CatchUpWindow: missed periods that began longer ago than this are
 	// skipped; the current period is always charged.
 	CatchUpWindow time.Duration
@@ -79,7 +78,7 @@ func (b *Biller) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, act
 	if err != nil {
 		return subscriptions.Subscription{}, err
 	}
-	if err := b.EnqueueAuthorize(ctx, tx, created); err != nil {
+	if err := b.Charges.Start(ctx, tx, created); err != nil {
 		return subscriptions.Subscription{}, err
 	}
 	metrics.PeriodsEnqueued.Add(float64(len(created)))
@@ -123,15 +122,5 @@ func (b *Biller) dueBefore(ctx context.Context, tx pgx.Tx, sub subscriptions.Sub
 // Cancelled stops the cancelled subscription's charges: unstarted ones are
 // voided, held money is released by void jobs, and nothing is captured.
 func (b *Biller) Cancelled(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID) error {
-	flagged, err := charges.RequestVoid(ctx, tx, subscriptionID, b.Clock.Now())
-	if err != nil {
-		return err
-	}
-	var jobs []river.InsertManyParams
-	for _, c := range flagged {
-		if c.Status == charges.Authorized {
-			jobs = append(jobs, river.InsertManyParams{Args: charges.VoidArgs{ChargeID: c.ID, Attempt: c.AttemptCount}})
-		}
-	}
-	return b.insertMany(ctx, tx, jobs)
+	return b.Charges.StopSubscription(ctx, tx, subscriptionID, b.Clock.Now())
 }

@@ -8,15 +8,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/subscriptions"
 )
 
-// Outcomes moves subscriptions as their charges settle; it is the
-// charges.Subscriptions the pipeline reports to.
+// Outcomes moves subscriptions as their charges settle: the port of
+// subscriptions as owners of charges (charges.Owner).
 type Outcomes struct {
 	Subscriptions *subscriptions.Store
-	Clock         clock.Clock
 	// Biller charges the periods that began before a subscription's
 	// dunning ended, when it ends (nil: they are not, as in tests of
 	// other matters).
@@ -25,22 +23,22 @@ type Outcomes struct {
 
 // Lock locks the subscription's row and returns what a charge outcome
 // needs of it.
-func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Subscription, error) {
+func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.OwnerState, error) {
 	sub, err := o.Subscriptions.GetForUpdate(ctx, tx, id)
 	if err != nil {
-		return charges.Subscription{}, err
+		return charges.OwnerState{}, err
 	}
 	return outcomeState(sub), nil
 }
 
 // LockMany is Lock for many subscriptions in one statement, their rows
 // locked in the order of their ids.
-func (o Outcomes) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]charges.Subscription, error) {
+func (o Outcomes) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]charges.OwnerState, error) {
 	subs, err := o.Subscriptions.GetManyForUpdate(ctx, tx, ids)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[uuid.UUID]charges.Subscription, len(subs))
+	out := make(map[uuid.UUID]charges.OwnerState, len(subs))
 	for _, sub := range subs {
 		out[sub.ID] = outcomeState(sub)
 	}
@@ -48,8 +46,8 @@ func (o Outcomes) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map
 }
 
 // outcomeState is what a charge outcome needs of sub.
-func outcomeState(sub subscriptions.Subscription) charges.Subscription {
-	state := charges.Subscription{Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token,
+func outcomeState(sub subscriptions.Subscription) charges.OwnerState {
+	state := charges.OwnerState{Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token,
 		Cancelled: sub.Status == subscriptions.Cancelled,
 		// What ChargePaid would find: only a past-due or unpaid
 		// subscription is moved by a paid charge.
@@ -63,33 +61,24 @@ func outcomeState(sub subscriptions.Subscription) charges.Subscription {
 	return state
 }
 
-// ChargePaid returns a past-due or unpaid subscription to active once no
-// other charge of it is owed and uncollected; an unpaid one goes on after
-// the periods that began while it was unpaid (not owed). The caller locked
-// the row.
-func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+// ChargePaid returns a past-due or unpaid subscription to active once it
+// owes nothing more; an unpaid one goes on after the periods that began
+// while it was unpaid, which are not owed (returned: when its dunning
+// ended). The caller locked the row.
+func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge, owesMore bool) (*time.Time, error) {
 	sub, err := o.Subscriptions.Get(ctx, tx, c.SubscriptionID)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if sub.Status != subscriptions.PastDue && sub.Status != subscriptions.Unpaid {
-		return nil
-	}
-	unpaid, err := charges.HasUnpaid(ctx, tx, c.SubscriptionID, c.ID)
-	if err != nil || unpaid {
-		return err
+	if owesMore || (sub.Status != subscriptions.PastDue && sub.Status != subscriptions.Unpaid) {
+		return nil, nil
 	}
 	if sub.Status == subscriptions.Unpaid {
-		if sub.UnpaidSince != nil {
-			if err := charges.NotOwedSince(ctx, tx, c.SubscriptionID, *sub.UnpaidSince, o.Clock.Now()); err != nil {
-				return err
-			}
-		}
 		_, _, err = o.Subscriptions.ReactivateUnpaid(ctx, tx, c.SubscriptionID)
-		return err
+		return sub.UnpaidSince, err
 	}
 	_, _, err = o.Subscriptions.SetStatus(ctx, tx, c.SubscriptionID, subscriptions.Active, subscriptions.EventReactivated, subscriptions.System)
-	return err
+	return nil, err
 }
 
 // ChargeDeclined makes an active subscription past due.
@@ -99,10 +88,10 @@ func (o Outcomes) ChargeDeclined(ctx context.Context, tx pgx.Tx, id uuid.UUID) e
 
 // ChargeFailed makes an active or past-due subscription unpaid: no new
 // period is charged until the payment method changes. Its dunning ended
-// when c's last attempt was due (see DunningEnd): charges of periods that
-// began since are voided (not owed), and its other declined charges stop
-// retrying.
-func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
+// when c's last attempt was due (see DunningEnd), which it returns: the
+// charges of periods that began since are not owed, and its other
+// declined charges stop retrying.
+func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) (*time.Time, error) {
 	end := DunningEnd(c)
 	if o.Biller != nil {
 		// Periods that began before the end of dunning are owed; those the
@@ -111,17 +100,17 @@ func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge)
 		// unpaid skips every period that has begun.
 		sub, err := o.Subscriptions.GetForUpdate(ctx, tx, c.SubscriptionID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := o.Biller.dueBefore(ctx, tx, sub, end); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	_, moved, err := o.Subscriptions.MarkUnpaid(ctx, tx, c.SubscriptionID, end)
 	if err != nil || !moved {
-		return err
+		return nil, err
 	}
-	return charges.DunningEnded(ctx, tx, c.SubscriptionID, end, o.Clock.Now())
+	return &end, nil
 }
 
 // DunningEnd is when the dunning that failed charge c ended: when its last

@@ -54,7 +54,7 @@ func (b *Biller) billUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptions.S
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := b.EnqueueAuthorize(ctx, tx, created); err != nil {
+	if err := b.Charges.Start(ctx, tx, created); err != nil {
 		return 0, nil, err
 	}
 	if err := b.Subscriptions.AdvanceAll(ctx, tx, advanced, now); err != nil {

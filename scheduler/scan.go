@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -212,11 +211,8 @@ func (b *Biller) walkDue(ctx context.Context, now time.Time) (int, error) {
 // retryDue starts the dunning attempts whose time has come.
 func (b *Biller) retryDue(ctx context.Context, now time.Time) (int, error) {
 	return b.inBatches(ctx, "dunning retries", func(tx pgx.Tx) (int, error) {
-		retried, err := charges.DueRetries(ctx, tx, now, b.BatchSize)
-		if err != nil {
-			return 0, err
-		}
-		return len(retried), b.EnqueueAuthorize(ctx, tx, retried)
+		retried, err := b.Charges.DueRetries(ctx, tx, now, b.BatchSize)
+		return len(retried), err
 	})
 }
 
@@ -225,40 +221,20 @@ func (b *Biller) retryDue(ctx context.Context, now time.Time) (int, error) {
 func (b *Biller) sweepDiscarded(ctx context.Context, now time.Time) (int, error) {
 	total := 0
 	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-		swept, err := charges.SweepDiscarded(ctx, tx, now)
+		swept, err := b.Charges.SweepDiscarded(ctx, tx, now)
 		if err != nil {
 			return err
 		}
-		jobs := make([]river.InsertManyParams, len(swept))
-		for i, c := range swept {
+		for _, c := range swept {
 			b.Logger.Warn().Str("charge_id", c.ID.String()).Str("reason", c.ReviewReason).Msg("charge sent to review")
-			jobs[i] = river.InsertManyParams{Args: charges.ReleaseHoldArgs{ChargeID: c.ID, Attempt: c.AttemptCount}}
 		}
 		total = len(swept)
-		if err := b.insertMany(ctx, tx, jobs); err != nil {
-			return err
+		retried, err := b.Charges.RetryDiscardedHoldChecks(ctx, tx, now, b.HoldCheckRetryAfter)
+		for _, id := range retried {
+			metrics.Retry("release_hold", metrics.RetryDiscarded)
+			b.Logger.Warn().Int64("job_id", id).Msg("a hold check was discarded with its hold not released: River runs it again")
 		}
-		return b.retryHoldChecks(ctx, tx, now)
+		return err
 	})
 	return total, err
-}
-
-// retryHoldChecks has River run again the hold checks it discarded while
-// their hold was never released: the backstop for money left held.
-func (b *Biller) retryHoldChecks(ctx context.Context, tx pgx.Tx, now time.Time) error {
-	ids, err := charges.DiscardedHoldChecks(ctx, tx, now, b.HoldCheckRetryAfter)
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		if b.Client == nil {
-			return errors.New("scheduler: River client not set")
-		}
-		if _, err := b.Client.JobRetryTx(ctx, tx, id); err != nil {
-			return fmt.Errorf("run discarded hold check %d again: %w", id, err)
-		}
-		metrics.Retry("release_hold", metrics.RetryDiscarded)
-		b.Logger.Warn().Int64("job_id", id).Msg("a hold check was discarded with its hold not released: River runs it again")
-	}
-	return nil
 }

@@ -37,7 +37,7 @@ func setup(t *testing.T) testBundle {
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
 	return testBundle{pool: pool, clock: clk, subs: subs, biller: &scheduler.Biller{
-		Pool: pool, Subscriptions: subs, Clock: clk, Client: insertOnly, CatchUpWindow: 90 * 24 * time.Hour,
+		Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour,
 		BatchSize: 2, ScanWorkers: 2, ScanInterval: time.Minute, Logger: zerolog.Nop(),
 	}}
 }

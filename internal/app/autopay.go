@@ -33,12 +33,11 @@ const billPullInterval = time.Minute
 // store publishing through recorder, the outcomes the pipeline reports
 // bills' charges to, and, in dev mode, the simulated bill sources; it
 // enqueues through jobs.
-func buildAutopay(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, recorder *notify.Recorder, jobs *river.Client[pgx.Tx],
-	log zerolog.Logger) (*autopay.Autopay, autopay.Outcomes) {
+func buildAutopay(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, recorder *notify.Recorder, log zerolog.Logger) (*autopay.Autopay, autopay.Outcomes) {
 	store := enrollments.NewStore(clk)
 	store.SetEventSink(recorder)
 	rules := enrollments.Rules{Dunning: cfg.DunningSchedule, CaptureMargin: billCaptureMargin}
-	a := &autopay.Autopay{Pool: pool, Client: jobs, Enrollments: store, Clock: clk, Rules: rules, BatchSize: cfg.ScanBatch,
+	a := &autopay.Autopay{Pool: pool, Enrollments: store, Clock: clk, Rules: rules, BatchSize: cfg.ScanBatch,
 		Sources: map[enrollments.Kind]autopay.BillSource{}, Logger: log.With().Str("component", "autopay").Logger()}
 	if cfg.Dev {
 		for _, kind := range []enrollments.Kind{enrollments.Housing, enrollments.Fines} {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -170,4 +171,62 @@ func TestSharedBoilerplateIsDeclaredOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, handles, "a database handle interface outside internal/pg: take pg.DBTX")
 	require.Empty(t, uniques, "uniqueness by job state outside internal/riverjob: use its rules")
+}
+
+// chargesJob names a job argument type of the charge pipeline (AuthorizeArgs,
+// CaptureArgs...): an identifier of package charges ending in Args.
+func chargesJob(name string) bool { return strings.HasSuffix(name, "Args") }
+
+// The pipeline's River jobs are its own: other packages drive it through
+// the verbs of charges.Store (Start, StopSubscription, HoldPosted...), which
+// enqueue the jobs and write the rows, so no code outside charges names a
+// job argument type of it. Tests may, to look at the jobs a step left.
+func TestOnlyChargesEnqueuesItsJobs(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-json", module+"...").Output()
+	require.NoError(t, err)
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	var offenders []string
+	packages := 0
+	for dec.More() {
+		var pkg struct {
+			ImportPath string
+			Dir        string
+			GoFiles    []string
+		}
+		require.NoError(t, dec.Decode(&pkg))
+		name := strings.TrimPrefix(pkg.ImportPath, module)
+		if name == "charges" || strings.HasPrefix(name, "charges/") {
+			continue
+		}
+		packages++
+		for _, f := range pkg.GoFiles {
+			file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(pkg.Dir, f), nil, parser.SkipObjectResolution)
+			require.NoError(t, err)
+			alias := ""
+			for _, imp := range file.Imports {
+				if path, _ := strconv.Unquote(imp.Path.Value); path == module+"charges" {
+					alias = "charges"
+					if imp.Name != nil {
+						alias = imp.Name.Name
+					}
+				}
+			}
+			if alias == "" {
+				continue
+			}
+			ast.Inspect(file, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == alias && chargesJob(sel.Sel.Name) {
+					offenders = append(offenders, name+"/"+f+": charges."+sel.Sel.Name)
+				}
+				return true
+			})
+		}
+	}
+	require.Greater(t, packages, 10, "go list found rebill's packages")
+	require.Empty(t, offenders, "packages outside charges name its job argument types; use a verb of charges.Store")
 }

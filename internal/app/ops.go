@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 
+	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/inspector"
@@ -32,7 +33,7 @@ type ops struct {
 // buildOps wires them, enqueuing through jobs; the replica's pool is
 // closed with svc.
 func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpool.Pool, gateways []fleet.Configured,
-	jobs *river.Client[pgx.Tx], log zerolog.Logger) (ops, error) {
+	jobs *river.Client[pgx.Tx], chargeStore *charges.Store, log zerolog.Logger) (ops, error) {
 	read := pg.DBTX(pool)
 	if cfg.ReplicaURL != "" {
 		replica, err := openReplica(ctx, cfg.ReplicaURL)
@@ -53,7 +54,7 @@ func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpoo
 		return bps
 	}
 	o := ops{
-		inspector: &inspector.Inspector{Pool: pool, Jobs: jobs, Clock: svc.Clock, Logger: log.With().Str("component", "inspector").Logger(),
+		inspector: &inspector.Inspector{Pool: pool, Jobs: jobs, Charges: chargeStore, Clock: svc.Clock, Logger: log.With().Str("component", "inspector").Logger(),
 			Thresholds: inspector.Thresholds{NoJobAfter: cfg.InspectNoJobAfter, UnknownAfter: cfg.InspectUnknownAfter,
 				HoldWarnAfter: cfg.InspectHoldWarn}},
 		reconciler: &reconcile.Reconciler{Pool: pool, Jobs: jobs, Read: read, Gateways: byName, Clock: svc.Clock, Days: cfg.ReconcileDays,

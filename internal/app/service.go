@@ -155,6 +155,7 @@ type pipeline struct {
 	biller       *scheduler.Biller
 	bills        *autopay.Autopay
 	billOutcomes autopay.Outcomes
+	owners       charges.Owners
 	registrySim  *registry.Sim
 	limiter      *velocity.Limiter
 	idem         *idempotency.Store
@@ -192,20 +193,27 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	recorder := &notify.Recorder{Enqueue: jobs}
 	subs := subscriptions.NewStore(svc.Clock)
 	subs.SetEventSink(recorder)
-	charges.SetEventSink(recorder)
+	chargeStore := &charges.Store{Events: recorder}
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
 	poster, registrySim := buildRegistry(cfg, pool, svc.Clock, breakers, retry, log)
 	warnNoRegistry(poster, log)
-	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, jobs, log)
+	chargeStore.Queue = jobs
+	if poster != nil {
+		poster.Charges = chargeStore
+	}
+	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, log)
+	bills.Charges = chargeStore
 	bills.Registry = poster != nil
-	biller := &scheduler.Biller{Pool: pool, Client: jobs, Subscriptions: subs, Clock: svc.Clock, CatchUpWindow: cfg.CatchUpWindow,
+	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, Charges: chargeStore, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
 		Logger: log.With().Str("component", "scheduler").Logger()}
-	pipe := &charges.Pipeline{Pool: pool, Gateways: breakers, Subscriptions: scheduler.Outcomes{Subscriptions: subs, Clock: svc.Clock, Biller: biller},
+	owners := charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Biller: biller},
+		Enrollments: billOutcomes}
+	pipe := &charges.Pipeline{Pool: pool, Store: chargeStore, Gateways: breakers, Owners: owners,
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
 		UnavailableFor: cfg.UnavailableFor, CaptureInline: true, Logger: log.With().Str("component", "charges").Logger(),
-		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges"), Enrollments: billOutcomes}
+		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges")}
 	if poster != nil {
 		pipe.Postings = poster
 	}
@@ -215,7 +223,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 		BatchSize: cfg.ScanBatch}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
 	policy := notify.URLPolicy{AllowPrivate: cfg.Dev || cfg.WebhookAllowPrivate}
-	ops, err := buildOps(ctx, cfg, svc, pool, gateways, jobs, log)
+	ops, err := buildOps(ctx, cfg, svc, pool, gateways, jobs, chargeStore, log)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +241,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	ops.register(workers)
 	periodic := append(append(periodicJobs(cfg), autopayPeriodicJobs(cfg, poster != nil)...), ops.periodicJobs(cfg)...)
 	return &pipeline{keys: keys, tokens: tokens, breakers: breakers, subs: subs, charges: pipe, biller: biller,
-		bills: bills, billOutcomes: billOutcomes, registrySim: registrySim, limiter: limiter, idem: idem,
+		bills: bills, billOutcomes: billOutcomes, owners: owners, registrySim: registrySim, limiter: limiter, idem: idem,
 		policy: policy, ops: ops, retry: retry, workers: workers, periodic: periodic}, nil
 }
 
@@ -296,7 +304,7 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 	}
 	svc.closers = append(svc.closers, stopUI)
 	uses := &billing.Service{Pool: pool, Subscriptions: p.subs, Biller: p.biller, Attempts: p.charges,
-		KnownGateway: p.breakers.Known, Clock: svc.Clock, Enrollments: p.bills.Enrollments, Autopay: p.bills, BillOutcomes: p.billOutcomes,
+		KnownGateway: p.breakers.Known, Clock: svc.Clock, Enrollments: p.bills.Enrollments, Autopay: p.bills, Owners: p.owners,
 		Velocity: p.limiter, Tokens: p.tokens}
 	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())
 	zeroMetrics(p.breakers.List(), svc.reseal)

@@ -125,12 +125,12 @@ func newPipelineWorld(t *testing.T) *pipelineWorld {
 	gw, err := yookassa.New(yookassa.Config{Name: "yk1", BaseURL: fake.URL(), ShopID: fake.shopID,
 		SecretKey: testSecret, Timeout: 2 * time.Second, Clock: clk})
 	require.NoError(t, err)
-	subs := &paidSubscriptions{current: charges.Subscription{Gateway: "yk1", Token: "pm_ok_1"}}
+	subs := &paidSubscriptions{current: charges.OwnerState{Gateway: "yk1", Token: "pm_ok_1"}}
 	p := &charges.Pipeline{
 		Pool: pool,
 		// A breaker that never opens: this test is about lost answers.
 		Gateways:       fleet.New([]gateway.Gateway{gw}, fleet.Breaker{Window: time.Hour, MinCalls: math.MaxUint32, FailureRatio: 1, OpenFor: time.Second}),
-		Subscriptions:  subs,
+		Owners:         charges.Owners{Subscriptions: subs},
 		Clock:          clk,
 		Dunning:        charges.Dunning{24 * time.Hour},
 		CallTimeout:    2 * time.Second,
@@ -240,7 +240,7 @@ func (w *pipelineWorld) drain(ctx context.Context, t *testing.T) {
 // and ChargePaid records the charge.
 type paidSubscriptions struct {
 	mu      sync.Mutex
-	current charges.Subscription
+	current charges.OwnerState
 	charged []uuid.UUID
 }
 
@@ -250,23 +250,25 @@ func (s *paidSubscriptions) paid() []uuid.UUID {
 	return append([]uuid.UUID(nil), s.charged...)
 }
 
-func (s *paidSubscriptions) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Subscription, error) {
+func (s *paidSubscriptions) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.OwnerState, error) {
 	var found uuid.UUID
 	if err := tx.QueryRow(ctx, `SELECT id FROM subscriptions WHERE id = $1 FOR UPDATE`, id).Scan(&found); err != nil {
-		return charges.Subscription{}, fmt.Errorf("lock subscription: %w", err)
+		return charges.OwnerState{}, fmt.Errorf("lock subscription: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.current, nil
 }
 
-func (s *paidSubscriptions) ChargePaid(_ context.Context, _ pgx.Tx, c charges.Charge) error {
+func (s *paidSubscriptions) ChargePaid(_ context.Context, _ pgx.Tx, c charges.Charge, _ bool) (*time.Time, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.charged = append(s.charged, c.ID)
-	return nil
+	return nil, nil
 }
 
 func (s *paidSubscriptions) ChargeDeclined(context.Context, pgx.Tx, uuid.UUID) error { return nil }
 
-func (s *paidSubscriptions) ChargeFailed(context.Context, pgx.Tx, charges.Charge) error { return nil }
+func (s *paidSubscriptions) ChargeFailed(context.Context, pgx.Tx, charges.Charge) (*time.Time, error) {
+	return nil, nil
+}
