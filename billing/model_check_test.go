@@ -365,7 +365,7 @@ func (m *machine) nextWake(t *rapid.T) (time.Time, bool) {
 	return next, true
 }
 
-// final judges the settled world (issue 8's invariants): every charge
+// final judges the settled world (the model's invariants): every charge
 // ended paid, failed for good, voided for a reason the contract gives, or
 // in review with a reason; every capture belongs to a paid (or reviewed)
 // charge of its attempt; no hold is left behind outside review.

@@ -15,7 +15,7 @@ import (
 	"github.com/rebill/rebill/subscriptions/period"
 )
 
-// Regression tests for what TestModel found (issue 8, item 1): each is the
+// Regression tests for what TestModel found : each is the
 // shrunk sequence of actions, written out, on the same world (real stores,
 // use cases, scan and pipeline; the fake gateway's ledger). The model
 // starts every sequence at modelStart, 2027-01-30 09:00 UTC.
@@ -137,7 +137,7 @@ func at(month time.Month, day, hour int) time.Time {
 	return time.Date(2027, month, day, hour, 0, 0, 0, time.UTC)
 }
 
-// Finding 1. Minimal sequence: create a daily subscription; advance 24h
+// Minimal sequence: create a daily subscription; advance 24h
 // (its second period begins; the scan has not run); cancel at period end.
 // The scan then cancelled it as of the start of the period that had
 // begun, 2027-01-31 09:00, before the customer asked, and that period was
@@ -164,7 +164,7 @@ func TestCancelAtPeriodEndChargesThePeriodThatBegan(t *testing.T) {
 	require.Equal(t, []string{"2027-01-30", "2027-01-31"}, s.periodKeys(id))
 }
 
-// Finding 1, the same race with a pause: a period that began before the
+// The same race with a pause: a period that began before the
 // pause is owed (decision 4), also when the scan had not reached it.
 func TestPauseChargesThePeriodThatBegan(t *testing.T) {
 	t.Parallel()
@@ -179,7 +179,7 @@ func TestPauseChargesThePeriodThatBegan(t *testing.T) {
 	require.Equal(t, subscriptions.Paused, s.sub(id).Status)
 }
 
-// Finding 2. Minimal sequence: create a daily subscription at 09:00
+// Minimal sequence: create a daily subscription at 09:00
 // (period 2027-01-30 charged); pause it with resume_at 10:00; advance 1h;
 // scan. The resume starts a new period at 10:00 (decision 5), but a
 // period's key is its start date, and 2027-01-30 names the period charged
@@ -211,7 +211,7 @@ func TestResumeOnTheDayOfAChargedPeriodIsThatPeriod(t *testing.T) {
 	require.WithinDuration(t, resumeAt.Add(24*time.Hour), cs[1].PeriodStart, 0)
 }
 
-// Finding 3. Minimal sequence: create a daily subscription; cancel at
+// Minimal sequence: create a daily subscription; cancel at
 // period end; its first charge is hard-declined (unpaid); advance 24h;
 // scan. The period ended, but the subscription stayed unpaid with the
 // cancel scheduled, for ever: the scan carried out scheduled cancels of
@@ -235,7 +235,7 @@ func TestScheduledCancelTakesEffectWhileUnpaid(t *testing.T) {
 	require.False(t, sub.CancelAtPeriodEnd)
 }
 
-// Finding 4. Minimal sequence: create a daily subscription; its first
+// Minimal sequence: create a daily subscription; its first
 // charge is hard-declined (do_not_honor: unpaid); send the same card
 // again. The customer's "try again" failed with a database error
 // (RetryUnpaid set unpaid_since twice: "multiple assignments to same
@@ -261,7 +261,7 @@ func TestSameCardAgainOnAnUnpaidSubscriptionRetries(t *testing.T) {
 	require.Equal(t, subscriptions.Active, s.sub(id).Status)
 }
 
-// Finding 5. Minimal sequence: create a daily subscription; advance 24h;
+// Minimal sequence: create a daily subscription; advance 24h;
 // its first charge is hard-declined (unpaid since 2027-01-30 09:00);
 // support retries it, and it is paid. The subscription became active but
 // kept its next period, 2027-01-31, which began while it was unpaid: the
@@ -314,7 +314,7 @@ func (s *scenario) liveHolds() []string {
 	return live
 }
 
-// Finding 6. Minimal sequence: a charge goes to review while its
+// Minimal sequence: a charge goes to review while its
 // authorization is live (authorize answer lost, lookups unavailable past
 // the limit); a person resolves it as failed (the provider shows no
 // capture) before its hold check runs; the hold check then runs. It found
@@ -338,7 +338,7 @@ func TestResolvedAsFailedStillReleasesTheHold(t *testing.T) {
 	require.Empty(t, s.w.gw.view().check())
 }
 
-// Finding 7. Minimal sequence: a charge goes to review while its
+// Minimal sequence: a charge goes to review while its
 // authorization is live; its hold check's lookups time out on each of the
 // job's River attempts. River discarded the job, and nothing else ever
 // releases the hold (the scan's sweep of discarded jobs skips hold checks,
@@ -359,7 +359,7 @@ func TestHoldCheckOutlastsLookupTimeouts(t *testing.T) {
 	require.NotNil(t, s.charges(id)[0].HoldReleasedAt)
 }
 
-// Finding 8. Minimal sequence: a charge goes to review while its
+// Minimal sequence: a charge goes to review while its
 // authorization is live; its hold check's worker crashes on each of the
 // job's River attempts (a process dying mid-job, or a panic in the release
 // path). River discarded the job, and nothing released the hold: the
@@ -390,7 +390,7 @@ func TestDiscardedHoldCheckStillReleasesTheHold(t *testing.T) {
 	require.Empty(t, s.liveHolds(), "the hold is voided once the gateway answers")
 }
 
-// Soak seed 300, on this session's code: seven weekly periods of an active
+// Found by the chaos soak (seed 300): seven weekly periods of an active
 // subscription were never charged. Minimal sequence: a daily subscription's
 // first charge goes to review; the clock moves three days and, before the
 // scan reaches the periods that began meanwhile, a person resolves the

@@ -23,7 +23,7 @@ import (
 )
 
 // TestModel is a model-based test of the subscription and charge state
-// machines (issue 8, item 1). rapid generates sequences of everything that
+// machines. rapid generates sequences of everything that
 // can happen to subscriptions: customers create them (daily, weekly,
 // monthly; anchored now or ahead), pause them (with or without a resume
 // date), resume, cancel (now or at period end) and change cards (the same
@@ -553,7 +553,7 @@ func (m *machine) runJobs(t *rapid.T) {
 
 // meanwhile may arm a customer's request on the job's subscription that
 // commits during the job's first gateway call, while it is in flight: the
-// races of issue 8 (a card change while an authorize is in flight, a
+// races the model is for (a card change while an authorize is in flight, a
 // cancel while a capture's outcome is unknown).
 func (m *machine) meanwhile(t *rapid.T, j pendingJob) {
 	s := m.subs[j.subIndex]

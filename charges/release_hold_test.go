@@ -91,7 +91,7 @@ func TestReleaseHoldWorker(t *testing.T) {
 		{
 			// Lookups are safe to repeat: a timeout waits like a 503 and
 			// spends no attempt, or River would discard the job and leave
-			// the hold (issue 8, finding 7).
+			// the hold.
 			name:      "LookupTimedOut",
 			lookupErr: gateway.ErrUnknownOutcome,
 			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, reviewReason: reason,

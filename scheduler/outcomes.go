@@ -121,7 +121,7 @@ func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge)
 // very period c was collecting, and a support retry or a card change would
 // then void it unpaid. Such a dunning ends one microsecond, PostgreSQL's
 // resolution, after the period began. A later period that began at the
-// moment a retry failed for good is still not owed (issue 6, defect 5).
+// moment a retry failed for good is still not owed.
 func DunningEnd(c charges.Charge) time.Time {
 	if c.AttemptDueAt.After(c.PeriodStart) {
 		return c.AttemptDueAt
