@@ -15,7 +15,7 @@ import (
 	"github.com/rebill/rebill/subscriptions/period"
 )
 
-// Regression tests for what TestModel found : each is the
+// Regression tests for what TestModel found: each is the
 // shrunk sequence of actions, written out, on the same world (real stores,
 // use cases, scan and pipeline; the fake gateway's ledger). The model
 // starts every sequence at modelStart, 2027-01-30 09:00 UTC.
