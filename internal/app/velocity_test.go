@@ -249,9 +249,11 @@ func TestVelocityDeclineSlotsLetGoodCardsThrough(t *testing.T) {
 // the approval of that call frees the slot.
 func TestVelocityWaitingChargeProceedsWhenSlotFrees(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1, map[string]string{"REBILL_VELOCITY_DECLINES_PER_DAY": "1", "REBILL_GATEWAY_TIMEOUT": "3s",
-		"REBILL_RESCUE_AFTER": "20s"})
-	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"latency_ms": 1000})
+	// The first call holds the slot for 4 s: long enough for the second
+	// charge to meet it in flight on a loaded machine.
+	b := setup(t, 1, map[string]string{"REBILL_VELOCITY_DECLINES_PER_DAY": "1", "REBILL_GATEWAY_TIMEOUT": "6s",
+		"REBILL_RESCUE_AFTER": "30s"})
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"latency_ms": 4000})
 	first := b.createSubscription(t, "tok_ok", "month")
 	b.waitCharges(t, first, 1, "authorizing")
 	second := b.createSubscription(t, "tok_ok", "month")
