@@ -18,9 +18,9 @@ import (
 	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify/objects"
-	"github.com/rebill/rebill/registry"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -77,8 +77,8 @@ func (s *Server) enrollmentRoutes(r chi.Router) {
 // gateways' fault switches.
 type DevRegistry interface {
 	Known(gateway string) bool
-	Ledger(ctx context.Context) ([]registry.LedgerEntry, error)
-	SetFaults(ctx context.Context, gateway string, patch registry.FaultsPatch) (registry.Faults, error)
+	Ledger(ctx context.Context) ([]gisgmp.LedgerEntry, error)
+	SetFaults(ctx context.Context, gateway string, patch gisgmp.FaultsPatch) (gisgmp.Faults, error)
 }
 
 func (s *Server) registryLedger(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +92,7 @@ func (s *Server) registryLedger(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if entries == nil {
-		entries = []registry.LedgerEntry{}
+		entries = []gisgmp.LedgerEntry{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": entries})
 }
@@ -103,7 +103,7 @@ func (s *Server) registryFaults(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errUnknownID)
 		return
 	}
-	var patch registry.FaultsPatch
+	var patch gisgmp.FaultsPatch
 	if err := decodeBody(r, &patch); err != nil {
 		s.fail(w, r, err)
 		return

@@ -26,7 +26,7 @@ const module = "github.com/rebill/rebill/"
 // charges/gateway/fleet (breakers, health, routing, call metrics), which
 // knows nothing of charges.
 var allowedImports = map[string][]string{
-	"api":                               {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/fleet", "charges/gateway/sim", "enrollments", "notify", "notify/objects", "reconcile", "registry", "reports", "subscriptions", "subscriptions/period", "velocity"},
+	"api":                               {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/fleet", "charges/gateway/sim", "enrollments", "gisgmp", "notify", "notify/objects", "reconcile", "reports", "subscriptions", "subscriptions/period", "velocity"},
 	"api/idempotency":                   nil,
 	"api/openapitest":                   nil,
 	"apikeys":                           {"subscriptions"},
@@ -46,9 +46,9 @@ var allowedImports = map[string][]string{
 	"charges/gateway/yookassa":          {"charges/gateway"},
 	"charges/gateway/stripe":            {"charges/gateway"},
 	"charges/gateway/stripe/stripetest": nil,
-	"enrollments":                       {"charges", "registry", "subscriptions"},
+	"enrollments":                       {"charges", "gisgmp", "subscriptions"},
 	"autopay":                           {"charges", "enrollments", "subscriptions"},
-	"registry":                          {"charges", "charges/gateway/fleet"},
+	"gisgmp":                            {"charges", "charges/gateway/fleet"},
 	"audit":                             {"audit/billcheck", "charges", "charges/gateway", "enrollments", "subscriptions"},
 	"audit/billcheck":                   nil,
 	"reconcile":                         {"charges", "charges/gateway"},

@@ -22,6 +22,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/console"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
@@ -31,7 +32,6 @@ import (
 	"github.com/rebill/rebill/internal/tracing"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/reconcile"
-	"github.com/rebill/rebill/registry"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/vault"
@@ -156,7 +156,7 @@ type pipeline struct {
 	bills        *autopay.Autopay
 	billOutcomes autopay.Outcomes
 	owners       charges.Owners
-	registrySim  *registry.Sim
+	registrySim  *gisgmp.Sim
 	limiter      *velocity.Limiter
 	idem         *idempotency.Store
 	policy       notify.URLPolicy
