@@ -26,7 +26,7 @@ const module = "github.com/rebill/rebill/"
 // charges/gateway/fleet (breakers, health, routing, call metrics), which
 // knows nothing of charges.
 var allowedImports = map[string][]string{
-	"api":                               {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/fleet", "charges/gateway/sim", "enrollments", "gisgmp", "notify", "notify/objects", "reconcile", "reports", "subscriptions", "subscriptions/period", "velocity"},
+	"api":                               {"api/idempotency", "apikeys", "apiobjects", "autopay", "billing", "charges", "charges/gateway/fleet", "charges/gateway/sim", "enrollments", "gisgmp", "notify", "reconcile", "reports", "subscriptions", "subscriptions/period", "velocity"},
 	"api/idempotency":                   nil,
 	"api/openapitest":                   nil,
 	"apikeys":                           {"subscriptions"},
@@ -40,8 +40,8 @@ var allowedImports = map[string][]string{
 	"charges/gateway/sim":               {"charges/gateway"},
 	"fault":                             nil,
 	"migrations":                        nil,
-	"notify":                            {"charges", "enrollments", "notify/objects", "subscriptions", "webhook/signature"},
-	"notify/objects":                    {"charges", "enrollments", "subscriptions"},
+	"notify":                            {"apiobjects", "charges", "enrollments", "subscriptions", "webhook/signature"},
+	"apiobjects":                        {"charges", "enrollments", "subscriptions"},
 	"cmd/rebill":                        {"internal/app"},
 	"ops":                               nil,
 	"charges/gateway/yookassa":          {"charges/gateway"},
