@@ -36,12 +36,12 @@ import (
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 )
 
 const (
@@ -125,7 +125,7 @@ func benchSetup(b *testing.B) benchBundle {
 	}
 	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
 	known := func(name string) bool { return name == "sim1" || name == "sim2" }
-	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk,
+	uses := &usecases.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk,
 		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Biller: biller}}}
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, time.Minute),

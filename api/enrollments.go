@@ -16,28 +16,28 @@ import (
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/autopay"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 )
 
-// Autopay is the enrollments' use cases (package billing).
+// Autopay is the enrollments' use cases (package usecases).
 type Autopay interface {
-	CreateEnrollment(ctx context.Context, tx pgx.Tx, caller billing.Caller, n enrollments.New) (enrollments.Enrollment, error)
-	Enrollment(ctx context.Context, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)
-	ListEnrollments(ctx context.Context, caller billing.Caller, p enrollments.ListParams) ([]enrollments.Enrollment, error)
-	PauseEnrollment(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)
-	ResumeEnrollment(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)
-	CancelEnrollment(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)
-	ChangeEnrollmentPaymentMethod(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, pm subscriptions.PaymentMethod) (enrollments.Enrollment, error)
-	PushBill(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, in enrollments.BillInput) (enrollments.Bill, bool, error)
-	Bills(ctx context.Context, caller billing.Caller, id, before uuid.UUID, limit int) ([]enrollments.Bill, error)
-	ConfirmBill(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
-	WithdrawBill(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
-	EnrollmentCharges(ctx context.Context, caller billing.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
+	CreateEnrollment(ctx context.Context, tx pgx.Tx, caller usecases.Caller, n enrollments.New) (enrollments.Enrollment, error)
+	Enrollment(ctx context.Context, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
+	ListEnrollments(ctx context.Context, caller usecases.Caller, p enrollments.ListParams) ([]enrollments.Enrollment, error)
+	PauseEnrollment(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
+	ResumeEnrollment(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
+	CancelEnrollment(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
+	ChangeEnrollmentPaymentMethod(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, pm subscriptions.PaymentMethod) (enrollments.Enrollment, error)
+	PushBill(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, in enrollments.BillInput) (enrollments.Bill, bool, error)
+	Bills(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]enrollments.Bill, error)
+	ConfirmBill(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
+	WithdrawBill(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
+	EnrollmentCharges(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
 }
 
 // DevBillSources is dev mode's simulated bill sources.
@@ -225,7 +225,7 @@ func (s *Server) listEnrollments(w http.ResponseWriter, r *http.Request) {
 
 // enrollmentChange is a POST on /v1/enrollments/{id}/... with an empty
 // body that runs one transition.
-func (s *Server) enrollmentChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)) http.HandlerFunc {
+func (s *Server) enrollmentChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		change(s, w, r, apiobjects.FromEnrollment, func(tx pgx.Tx, id uuid.UUID, _ struct{}) (enrollments.Enrollment, error) {
 			return use(s.Autopay, r.Context(), tx, callerFrom(r), id)
@@ -329,7 +329,7 @@ func (s *Server) listBills(w http.ResponseWriter, r *http.Request) {
 
 // billChange is a POST on /v1/enrollments/{id}/bills/{bill_id}/... with
 // an empty body.
-func (s *Server) billChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)) http.HandlerFunc {
+func (s *Server) billChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		show := func(b enrollments.Bill) apiobjects.Bill { return billJSON(r, b, s.now()) }
 		change(s, w, r, show, func(tx pgx.Tx, id uuid.UUID, _ struct{}) (enrollments.Bill, error) {

@@ -21,7 +21,6 @@ import (
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/dbtest"
@@ -30,6 +29,7 @@ import (
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 )
 
 const adminKey = "test-admin-key"
@@ -78,7 +78,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	known := func(name string) bool { return name == "sim1" || name == "sim2" }
 	keys, err := secrets.NewKeyring(testEncryptionKey)
 	require.NoError(t, err)
-	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk,
+	uses := &usecases.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk,
 		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Biller: biller}}}
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),

@@ -17,7 +17,6 @@ import (
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/autopay"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/sim"
@@ -34,6 +33,7 @@ import (
 	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 	"github.com/rebill/rebill/vault"
 	"github.com/rebill/rebill/velocity"
 )
@@ -303,7 +303,7 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 		return nil, err
 	}
 	svc.closers = append(svc.closers, stopUI)
-	uses := &billing.Service{Pool: pool, Subscriptions: p.subs, Biller: p.biller, Attempts: p.charges,
+	uses := &usecases.Service{Pool: pool, Subscriptions: p.subs, Biller: p.biller, Attempts: p.charges,
 		KnownGateway: p.breakers.Known, Clock: svc.Clock, Enrollments: p.bills.Enrollments, Autopay: p.bills, Owners: p.owners,
 		Velocity: p.limiter, Tokens: p.tokens}
 	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())
