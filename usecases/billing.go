@@ -64,7 +64,7 @@ type Service struct {
 	// Pool serves reads; changes run in the caller's transaction.
 	Pool          *pgxpool.Pool
 	Subscriptions *subscriptions.Store
-	Biller        *scheduler.Biller
+	Renewals      *scheduler.Renewals
 	Attempts      Attempts
 	// KnownGateway tells whether a payment method may name a gateway.
 	KnownGateway func(name string) bool

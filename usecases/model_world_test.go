@@ -63,7 +63,7 @@ type world struct {
 	clock    *testsupport.Clock
 	gw       *fakeGateway
 	pipeline *charges.Pipeline
-	biller   *scheduler.Biller
+	renewals *scheduler.Renewals
 	svc      *usecases.Service
 	client   *river.Client[pgx.Tx] // inserts jobs, unique per attempt as in production
 	stats    map[string]int        // what the checks reached, for -v
@@ -137,10 +137,10 @@ func newWorld(t *testing.T) *world {
 		UnavailableFor: modelUnavailableFor,
 		Logger:         zerolog.Nop(),
 	}
-	w.biller = &scheduler.Biller{Pool: w.pool, Subscriptions: subs, Clock: w.clock, Charges: store, CatchUpWindow: modelCatchUp,
+	w.renewals = &scheduler.Renewals{Pool: w.pool, Subscriptions: subs, Clock: w.clock, Charges: store, CatchUpWindow: modelCatchUp,
 		BatchSize: 2, ScanWorkers: 1, ScanInterval: time.Minute, Logger: zerolog.Nop()}
-	w.pipeline.Owners.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Biller: w.biller}
-	w.svc = &usecases.Service{Pool: w.pool, Subscriptions: subs, Biller: w.biller, Attempts: w.pipeline, Clock: w.clock,
+	w.pipeline.Owners.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Renewals: w.renewals}
+	w.svc = &usecases.Service{Pool: w.pool, Subscriptions: subs, Renewals: w.renewals, Attempts: w.pipeline, Clock: w.clock,
 		Owners: w.pipeline.Owners}
 	w.newGateways()
 
