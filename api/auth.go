@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 )
 
 // Principal is the authenticated caller: the API key that signed the
@@ -17,8 +17,8 @@ type Principal apikeys.Key
 
 // Caller is the principal as the use cases see it: the author of events
 // and, for a customer key, the one customer it acts for.
-func (p Principal) Caller() billing.Caller {
-	return billing.Caller{Actor: subscriptions.Actor{ID: p.ID, Role: string(p.Role)}, CustomerID: p.CustomerID}
+func (p Principal) Caller() usecases.Caller {
+	return usecases.Caller{Actor: subscriptions.Actor{ID: p.ID, Role: string(p.Role)}, CustomerID: p.CustomerID}
 }
 
 // IdempotencyScope is the namespace of the principal's idempotency keys. A
@@ -39,7 +39,7 @@ func principalFrom(ctx context.Context) Principal {
 	return p
 }
 
-func callerFrom(r *http.Request) billing.Caller { return principalFrom(r.Context()).Caller() }
+func callerFrom(r *http.Request) usecases.Caller { return principalFrom(r.Context()).Caller() }
 
 // authenticate resolves the bearer token; 401 when missing or wrong, 503
 // when the key store cannot be read.

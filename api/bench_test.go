@@ -36,12 +36,12 @@ import (
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 )
 
 const (
@@ -112,7 +112,7 @@ func benchPool(b *testing.B) *pgxpool.Pool {
 }
 
 // benchSetup mirrors setup in harness_test.go for a benchmark: the same
-// server, idempotency store, River insert-only client and Biller, over a
+// server, idempotency store, River insert-only client and Renewals, over a
 // larger pool, and an HTTP client that keeps a connection per client.
 func benchSetup(b *testing.B) benchBundle {
 	b.Helper()
@@ -123,10 +123,10 @@ func benchSetup(b *testing.B) benchBundle {
 	if err != nil {
 		b.Fatalf("river client: %v", err)
 	}
-	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
+	renewals := &scheduler.Renewals{Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
 	known := func(name string) bool { return name == "sim1" || name == "sim2" }
-	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk,
-		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Biller: biller}}}
+	uses := &usecases.Service{Pool: pool, Subscriptions: subs, Renewals: renewals, KnownGateway: known, Clock: clk,
+		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Renewals: renewals}}}
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, time.Minute),
 		Billing: uses, Ready: pool.Ping, KnownGateway: known,

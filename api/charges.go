@@ -6,13 +6,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/notify/objects"
 )
 
-type chargeJSON = objects.Charge
+type chargeJSON = apiobjects.Charge
 
-func toChargeJSON(c charges.Charge) chargeJSON { return objects.FromCharge(c) }
+func toChargeJSON(c charges.Charge) chargeJSON { return apiobjects.FromCharge(c) }
 
 // chargeCursor names the charges' lists' pages: they are in id order.
 func chargeCursor(c charges.Charge) string { return c.ID.String() }

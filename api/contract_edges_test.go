@@ -24,12 +24,12 @@ import (
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/reports"
+	"github.com/rebill/rebill/usecases"
 )
 
 // httpSeries returns the lines of /metrics that belong to the request
@@ -104,14 +104,14 @@ type billsAutopay struct {
 	got []string
 }
 
-func (a *billsAutopay) ConfirmBill(_ context.Context, _ pgx.Tx, _ billing.Caller, _ uuid.UUID, billID string) (enrollments.Bill, error) {
+func (a *billsAutopay) ConfirmBill(_ context.Context, _ pgx.Tx, _ usecases.Caller, _ uuid.UUID, billID string) (enrollments.Bill, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.got = append(a.got, billID)
 	return enrollments.Bill{}, enrollments.ErrBillNotFound
 }
 
-func (a *billsAutopay) WithdrawBill(ctx context.Context, tx pgx.Tx, c billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error) {
+func (a *billsAutopay) WithdrawBill(ctx context.Context, tx pgx.Tx, c usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error) {
 	return a.ConfirmBill(ctx, tx, c, id, billID)
 }
 

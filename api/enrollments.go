@@ -14,30 +14,30 @@ import (
 
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/autopay"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/validate"
-	"github.com/rebill/rebill/notify/objects"
-	"github.com/rebill/rebill/registry"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 )
 
-// Autopay is the enrollments' use cases (package billing).
+// Autopay is the enrollments' use cases (package usecases).
 type Autopay interface {
-	CreateEnrollment(ctx context.Context, tx pgx.Tx, caller billing.Caller, n enrollments.New) (enrollments.Enrollment, error)
-	Enrollment(ctx context.Context, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)
-	ListEnrollments(ctx context.Context, caller billing.Caller, p enrollments.ListParams) ([]enrollments.Enrollment, error)
-	PauseEnrollment(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)
-	ResumeEnrollment(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)
-	CancelEnrollment(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)
-	ChangeEnrollmentPaymentMethod(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, pm subscriptions.PaymentMethod) (enrollments.Enrollment, error)
-	PushBill(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, in enrollments.BillInput) (enrollments.Bill, bool, error)
-	Bills(ctx context.Context, caller billing.Caller, id, before uuid.UUID, limit int) ([]enrollments.Bill, error)
-	ConfirmBill(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
-	WithdrawBill(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
-	EnrollmentCharges(ctx context.Context, caller billing.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
+	CreateEnrollment(ctx context.Context, tx pgx.Tx, caller usecases.Caller, n enrollments.New) (enrollments.Enrollment, error)
+	Enrollment(ctx context.Context, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
+	ListEnrollments(ctx context.Context, caller usecases.Caller, p enrollments.ListParams) ([]enrollments.Enrollment, error)
+	PauseEnrollment(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
+	ResumeEnrollment(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
+	CancelEnrollment(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
+	ChangeEnrollmentPaymentMethod(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, pm subscriptions.PaymentMethod) (enrollments.Enrollment, error)
+	PushBill(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, in enrollments.BillInput) (enrollments.Bill, bool, error)
+	Bills(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]enrollments.Bill, error)
+	ConfirmBill(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
+	WithdrawBill(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
+	EnrollmentCharges(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
 }
 
 // DevBillSources is dev mode's simulated bill sources.
@@ -77,8 +77,8 @@ func (s *Server) enrollmentRoutes(r chi.Router) {
 // gateways' fault switches.
 type DevRegistry interface {
 	Known(gateway string) bool
-	Ledger(ctx context.Context) ([]registry.LedgerEntry, error)
-	SetFaults(ctx context.Context, gateway string, patch registry.FaultsPatch) (registry.Faults, error)
+	Ledger(ctx context.Context) ([]gisgmp.LedgerEntry, error)
+	SetFaults(ctx context.Context, gateway string, patch gisgmp.FaultsPatch) (gisgmp.Faults, error)
 }
 
 func (s *Server) registryLedger(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +92,7 @@ func (s *Server) registryLedger(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if entries == nil {
-		entries = []registry.LedgerEntry{}
+		entries = []gisgmp.LedgerEntry{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": entries})
 }
@@ -103,7 +103,7 @@ func (s *Server) registryFaults(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errUnknownID)
 		return
 	}
-	var patch registry.FaultsPatch
+	var patch gisgmp.FaultsPatch
 	if err := decodeBody(r, &patch); err != nil {
 		s.fail(w, r, err)
 		return
@@ -196,7 +196,7 @@ func (s *Server) createEnrollment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/enrollments/"+e.ID.String())
-	writeJSON(w, http.StatusCreated, objects.FromEnrollment(e))
+	writeJSON(w, http.StatusCreated, apiobjects.FromEnrollment(e))
 }
 
 func (s *Server) getEnrollment(w http.ResponseWriter, r *http.Request) {
@@ -210,7 +210,7 @@ func (s *Server) getEnrollment(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, objects.FromEnrollment(e))
+	writeJSON(w, http.StatusOK, apiobjects.FromEnrollment(e))
 }
 
 func (s *Server) listEnrollments(w http.ResponseWriter, r *http.Request) {
@@ -220,21 +220,21 @@ func (s *Server) listEnrollments(w http.ResponseWriter, r *http.Request) {
 			return nil, validate.Errors{{Field: "customer_id", Message: "must be 1..255 printable ASCII characters, not only spaces"}}
 		}
 		return s.Autopay.ListEnrollments(r.Context(), callerFrom(r), p)
-	}, objects.FromEnrollment, func(e enrollments.Enrollment) string { return e.ID.String() })
+	}, apiobjects.FromEnrollment, func(e enrollments.Enrollment) string { return e.ID.String() })
 }
 
 // enrollmentChange is a POST on /v1/enrollments/{id}/... with an empty
 // body that runs one transition.
-func (s *Server) enrollmentChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)) http.HandlerFunc {
+func (s *Server) enrollmentChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		change(s, w, r, objects.FromEnrollment, func(tx pgx.Tx, id uuid.UUID, _ struct{}) (enrollments.Enrollment, error) {
+		change(s, w, r, apiobjects.FromEnrollment, func(tx pgx.Tx, id uuid.UUID, _ struct{}) (enrollments.Enrollment, error) {
 			return use(s.Autopay, r.Context(), tx, callerFrom(r), id)
 		})
 	}
 }
 
 func (s *Server) changeEnrollmentPaymentMethod(w http.ResponseWriter, r *http.Request) {
-	change(s, w, r, objects.FromEnrollment, func(tx pgx.Tx, id uuid.UUID, req paymentMethodRequest) (enrollments.Enrollment, error) {
+	change(s, w, r, apiobjects.FromEnrollment, func(tx pgx.Tx, id uuid.UUID, req paymentMethodRequest) (enrollments.Enrollment, error) {
 		return s.Autopay.ChangeEnrollmentPaymentMethod(r.Context(), tx, callerFrom(r), id, req.domain())
 	})
 }
@@ -303,8 +303,8 @@ func (s *Server) pushBill(w http.ResponseWriter, r *http.Request) {
 
 // billJSON is b as the caller sees it: a duplicate names the enrollment
 // that pays the bill only to staff, since it may be another customer's.
-func billJSON(r *http.Request, b enrollments.Bill, now time.Time) objects.Bill {
-	out := objects.FromBill(b, now)
+func billJSON(r *http.Request, b enrollments.Bill, now time.Time) apiobjects.Bill {
+	out := apiobjects.FromBill(b, now)
 	if callerFrom(r).CustomerID == "" {
 		out.PaidByEnrollmentID = b.PaidByEnrollmentID
 	}
@@ -323,15 +323,15 @@ func (s *Server) listBills(w http.ResponseWriter, r *http.Request) {
 	now := s.now()
 	listPage(s, w, r, idCursor, underPath(r, func(id, before uuid.UUID, limit int) ([]enrollments.Bill, error) {
 		return s.Autopay.Bills(r.Context(), callerFrom(r), id, before, limit)
-	}), func(b enrollments.Bill) objects.Bill { return billJSON(r, b, now) },
+	}), func(b enrollments.Bill) apiobjects.Bill { return billJSON(r, b, now) },
 		func(b enrollments.Bill) string { return b.ID.String() })
 }
 
 // billChange is a POST on /v1/enrollments/{id}/bills/{bill_id}/... with
 // an empty body.
-func (s *Server) billChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)) http.HandlerFunc {
+func (s *Server) billChange(use func(a Autopay, ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		show := func(b enrollments.Bill) objects.Bill { return billJSON(r, b, s.now()) }
+		show := func(b enrollments.Bill) apiobjects.Bill { return billJSON(r, b, s.now()) }
 		change(s, w, r, show, func(tx pgx.Tx, id uuid.UUID, _ struct{}) (enrollments.Bill, error) {
 			return use(s.Autopay, r.Context(), tx, callerFrom(r), id, chi.URLParam(r, "bill_id"))
 		})

@@ -21,7 +21,6 @@ import (
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/dbtest"
@@ -30,6 +29,7 @@ import (
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 )
 
 const adminKey = "test-admin-key"
@@ -70,7 +70,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	subs.SetEventSink(&notify.Recorder{})
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
+	renewals := &scheduler.Renewals{Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
 	var dev *api.Dev
 	if o.dev != nil {
 		dev = o.dev(t, pool)
@@ -78,8 +78,8 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	known := func(name string) bool { return name == "sim1" || name == "sim2" }
 	keys, err := secrets.NewKeyring(testEncryptionKey)
 	require.NoError(t, err)
-	uses := &billing.Service{Pool: pool, Subscriptions: subs, Biller: biller, KnownGateway: known, Clock: clk,
-		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Biller: biller}}}
+	uses := &usecases.Service{Pool: pool, Subscriptions: subs, Renewals: renewals, KnownGateway: known, Clock: clk,
+		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Renewals: renewals}}}
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
 		Billing: uses, Ready: pool.Ping, KnownGateway: known, Gateways: o.gateways,

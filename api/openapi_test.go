@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/api/openapitest"
+	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/internal/validate"
-	"github.com/rebill/rebill/notify/objects"
 )
 
 // The request/response validation of the whole test suite lives in
@@ -74,9 +74,9 @@ func TestOpenAPISchemasMatchResponses(t *testing.T) {
 	doc := loadOpenAPI(t)
 	for schema, typ := range map[string]reflect.Type{
 		"Subscription":      reflect.TypeOf(subscriptionJSON{}),
-		"Period":            reflect.TypeOf(objects.Period{}),
-		"Pause":             reflect.TypeOf(objects.Pause{}),
-		"PaymentMethod":     reflect.TypeOf(objects.PaymentMethod{}),
+		"Period":            reflect.TypeOf(apiobjects.Period{}),
+		"Pause":             reflect.TypeOf(apiobjects.Pause{}),
+		"PaymentMethod":     reflect.TypeOf(apiobjects.PaymentMethod{}),
 		"Charge":            reflect.TypeOf(chargeJSON{}),
 		"Event":             reflect.TypeOf(eventJSON{}),
 		"NotificationEvent": reflect.TypeOf(notifyEventJSON{}),

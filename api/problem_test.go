@@ -19,7 +19,6 @@ import (
 
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/autopay"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/fault"
@@ -27,6 +26,7 @@ import (
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 	"github.com/rebill/rebill/velocity"
 )
 
@@ -66,7 +66,7 @@ func domainFailures() []failCase {
 		{name: "enrollment not found", err: enrollments.ErrNotFound, status: 404, body: notFound},
 		{name: "bill not found", err: enrollments.ErrBillNotFound, status: 404, body: notFound},
 		{name: "not found behind context", err: fmt.Errorf("charge %s: %w", id, charges.ErrNotFound), status: 404, body: notFound},
-		{name: "another customer", err: billing.ErrForbidden,
+		{name: "another customer", err: usecases.ErrForbidden,
 			status: 403, body: `{"type":"https://rebill.dev/problems/forbidden","title":"Forbidden","status":403,"detail":"A customer key can only create and list its own customer's subscriptions."}` + "\n"},
 		{name: "subscription transition",
 			err:    &fsm.TransitionError{Machine: "subscription", From: "active", To: "active", Reason: "only a paused subscription can be resumed"},

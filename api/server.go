@@ -1,7 +1,7 @@
 // Package api is rebill's HTTP edge: the chi router, authentication, the
 // Idempotency-Key middleware, problem+json errors and the OpenAPI
 // document. A handler decodes its request, calls one use case of package
-// billing, and encodes the answer; every error reaches the client through
+// usecases, and encodes the answer; every error reaches the client through
 // one function, Server.fail (problem.go).
 package api
 
@@ -24,13 +24,13 @@ import (
 
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 )
 
 //go:embed openapi.json
@@ -51,23 +51,23 @@ type Dev struct {
 
 // Billing is the use cases the HTTP layer calls: one per request, the
 // changes inside the request's transaction so that what they enqueue
-// commits with the stored response (see package billing for the errors).
+// commits with the stored response (see package usecases for the errors).
 type Billing interface {
-	CreateSubscription(ctx context.Context, tx pgx.Tx, caller billing.Caller, n subscriptions.New) (subscriptions.Subscription, error)
-	Subscription(ctx context.Context, caller billing.Caller, id uuid.UUID) (subscriptions.Subscription, error)
-	ListSubscriptions(ctx context.Context, caller billing.Caller, p subscriptions.ListParams) ([]subscriptions.Subscription, error)
-	Pause(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error)
-	Resume(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (subscriptions.Subscription, error)
-	Cancel(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, atPeriodEnd bool) (subscriptions.Subscription, error)
-	ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, pm subscriptions.PaymentMethod) (subscriptions.Subscription, error)
-	Events(ctx context.Context, caller billing.Caller, id uuid.UUID, after int64, limit int) ([]subscriptions.Event, error)
-	SubscriptionCharges(ctx context.Context, caller billing.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
-	Charge(ctx context.Context, caller billing.Caller, id uuid.UUID) (charges.Charge, error)
+	CreateSubscription(ctx context.Context, tx pgx.Tx, caller usecases.Caller, n subscriptions.New) (subscriptions.Subscription, error)
+	Subscription(ctx context.Context, caller usecases.Caller, id uuid.UUID) (subscriptions.Subscription, error)
+	ListSubscriptions(ctx context.Context, caller usecases.Caller, p subscriptions.ListParams) ([]subscriptions.Subscription, error)
+	Pause(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error)
+	Resume(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (subscriptions.Subscription, error)
+	Cancel(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, atPeriodEnd bool) (subscriptions.Subscription, error)
+	ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, pm subscriptions.PaymentMethod) (subscriptions.Subscription, error)
+	Events(ctx context.Context, caller usecases.Caller, id uuid.UUID, after int64, limit int) ([]subscriptions.Event, error)
+	SubscriptionCharges(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
+	Charge(ctx context.Context, caller usecases.Caller, id uuid.UUID) (charges.Charge, error)
 	ReviewQueue(ctx context.Context, after *charges.ReviewCursor, limit int) ([]charges.Charge, error)
-	ResolveCharge(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error)
-	RetryCharge(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (charges.Charge, error)
-	PublishedEvents(ctx context.Context, caller billing.Caller, p notify.ListParams) ([]notify.Event, error)
-	PublishedEvent(ctx context.Context, caller billing.Caller, id uuid.UUID) (notify.Event, error)
+	ResolveCharge(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error)
+	RetryCharge(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (charges.Charge, error)
+	PublishedEvents(ctx context.Context, caller usecases.Caller, p notify.ListParams) ([]notify.Event, error)
+	PublishedEvent(ctx context.Context, caller usecases.Caller, id uuid.UUID) (notify.Event, error)
 }
 
 // Keys authenticates API keys and issues new ones.

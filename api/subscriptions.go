@@ -9,18 +9,18 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/internal/validate"
-	"github.com/rebill/rebill/notify/objects"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
 )
 
-type subscriptionJSON = objects.Subscription
+type subscriptionJSON = apiobjects.Subscription
 
-func optional(s string) *string { return objects.Optional(s) }
+func optional(s string) *string { return apiobjects.Optional(s) }
 
 func toSubscriptionJSON(s subscriptions.Subscription) subscriptionJSON {
-	return objects.FromSubscription(s)
+	return apiobjects.FromSubscription(s)
 }
 
 type paymentMethodRequest struct {

@@ -24,7 +24,7 @@ import (
 // captured at the price posted: PostBy.
 
 // postingAccepted is the status of a registry posting the registry holds
-// (registry.StatusAccepted; that package builds on this one).
+// (gisgmp.StatusAccepted; that package builds on this one).
 const postingAccepted = "accepted"
 
 // postedSQL holds for a charge whose capture may start: one without a UIN,

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/usecases"
 )
 
 // action is one state change a console form asks for.
@@ -21,7 +21,7 @@ type action struct {
 	evidence string // what the person typed to justify it, if asked
 	back     string // the page to return to
 	// do runs the use case in tx and says what was done.
-	do func(ctx context.Context, tx pgx.Tx, caller billing.Caller) (string, error)
+	do func(ctx context.Context, tx pgx.Tx, caller usecases.Caller) (string, error)
 }
 
 // validFormID: the random id formid renders (43 base64url characters);

@@ -2,7 +2,7 @@
 // /console/ where support staff and admins find a customer's
 // subscriptions, enrollments and charges, act on them, work the review
 // queue and watch operations. It is an HTTP layer beside package api, not
-// part of the JSON API: it calls the same use cases (package billing) with
+// part of the JSON API: it calls the same use cases (package usecases) with
 // the logged-in key as the actor, so a support key can do here exactly
 // what the API lets it do.
 //
@@ -27,7 +27,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/enrollments"
@@ -35,6 +34,7 @@ import (
 	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/reports"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 )
 
 // Keys authenticates API keys, at login by the key and afterwards by the
@@ -45,29 +45,29 @@ type Keys interface {
 }
 
 // Billing is the subscription and charge use cases the console calls
-// (package billing), the same the API calls.
+// (package usecases), the same the API calls.
 type Billing interface {
-	Subscription(ctx context.Context, caller billing.Caller, id uuid.UUID) (subscriptions.Subscription, error)
-	ListSubscriptions(ctx context.Context, caller billing.Caller, p subscriptions.ListParams) ([]subscriptions.Subscription, error)
-	Pause(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error)
-	Resume(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (subscriptions.Subscription, error)
-	Cancel(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, atPeriodEnd bool) (subscriptions.Subscription, error)
-	Events(ctx context.Context, caller billing.Caller, id uuid.UUID, after int64, limit int) ([]subscriptions.Event, error)
-	SubscriptionCharges(ctx context.Context, caller billing.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
-	Charge(ctx context.Context, caller billing.Caller, id uuid.UUID) (charges.Charge, error)
+	Subscription(ctx context.Context, caller usecases.Caller, id uuid.UUID) (subscriptions.Subscription, error)
+	ListSubscriptions(ctx context.Context, caller usecases.Caller, p subscriptions.ListParams) ([]subscriptions.Subscription, error)
+	Pause(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error)
+	Resume(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (subscriptions.Subscription, error)
+	Cancel(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, atPeriodEnd bool) (subscriptions.Subscription, error)
+	Events(ctx context.Context, caller usecases.Caller, id uuid.UUID, after int64, limit int) ([]subscriptions.Event, error)
+	SubscriptionCharges(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
+	Charge(ctx context.Context, caller usecases.Caller, id uuid.UUID) (charges.Charge, error)
 	ReviewQueue(ctx context.Context, after *charges.ReviewCursor, limit int) ([]charges.Charge, error)
-	ResolveCharge(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error)
-	RetryCharge(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID) (charges.Charge, error)
+	ResolveCharge(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error)
+	RetryCharge(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (charges.Charge, error)
 }
 
-// Autopay is the enrollments' use cases (package billing).
+// Autopay is the enrollments' use cases (package usecases).
 type Autopay interface {
-	Enrollment(ctx context.Context, caller billing.Caller, id uuid.UUID) (enrollments.Enrollment, error)
-	ListEnrollments(ctx context.Context, caller billing.Caller, p enrollments.ListParams) ([]enrollments.Enrollment, error)
-	Bills(ctx context.Context, caller billing.Caller, id, before uuid.UUID, limit int) ([]enrollments.Bill, error)
-	ConfirmBill(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
-	WithdrawBill(ctx context.Context, tx pgx.Tx, caller billing.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
-	EnrollmentCharges(ctx context.Context, caller billing.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
+	Enrollment(ctx context.Context, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
+	ListEnrollments(ctx context.Context, caller usecases.Caller, p enrollments.ListParams) ([]enrollments.Enrollment, error)
+	Bills(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]enrollments.Bill, error)
+	ConfirmBill(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
+	WithdrawBill(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
+	EnrollmentCharges(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
 }
 
 // Reconciliation reads the daily reconciliation's results.

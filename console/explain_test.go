@@ -7,12 +7,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 )
 
 // What staff see for each error a console action meets: the API's status,
@@ -33,7 +33,7 @@ func TestExplain(t *testing.T) {
 		"charge not found":       {charges.ErrNotFound, 404, "Not found."},
 		"enrollment not found":   {enrollments.ErrNotFound, 404, "Not found."},
 		"bill not found":         {enrollments.ErrBillNotFound, 404, "Not found."},
-		"forbidden":              {billing.ErrForbidden, 403, "This key may not do that."},
+		"forbidden":              {usecases.ErrForbidden, 403, "This key may not do that."},
 		"subscription transition": {&fsm.TransitionError{Machine: "subscription", From: "cancelled", To: "cancelled", Reason: "the subscription is cancelled"},
 			409, "Not done: subscription cannot move from cancelled to cancelled: the subscription is cancelled."},
 		"charge transition": {&fsm.TransitionError{Machine: "charge", From: "declined", To: "scheduled"}, 409, "Not done: charge cannot move from declined to scheduled."},

@@ -11,17 +11,17 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/reports"
+	"github.com/rebill/rebill/usecases"
 )
 
 // subscriptionAction acts on the {id} subscription through a use case.
 func (h *Handler) subscriptionAction(w http.ResponseWriter, r *http.Request, name string,
-	do func(ctx context.Context, tx pgx.Tx, caller billing.Caller) (string, error)) {
+	do func(ctx context.Context, tx pgx.Tx, caller usecases.Caller) (string, error)) {
 	s := sessionFrom(r.Context())
 	id, err := pathUUID(r, "id")
 	if err != nil {
@@ -33,7 +33,7 @@ func (h *Handler) subscriptionAction(w http.ResponseWriter, r *http.Request, nam
 
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	id, _ := pathUUID(r, "id")
-	h.subscriptionAction(w, r, "subscription.pause", func(ctx context.Context, tx pgx.Tx, c billing.Caller) (string, error) {
+	h.subscriptionAction(w, r, "subscription.pause", func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) {
 		sub, err := h.opts.Billing.Pause(ctx, tx, c, id, nil)
 		return "Paused: the subscription is " + string(sub.Status) + ".", err
 	})
@@ -41,7 +41,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 	id, _ := pathUUID(r, "id")
-	h.subscriptionAction(w, r, "subscription.resume", func(ctx context.Context, tx pgx.Tx, c billing.Caller) (string, error) {
+	h.subscriptionAction(w, r, "subscription.resume", func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) {
 		sub, err := h.opts.Billing.Resume(ctx, tx, c, id)
 		return "Resumed: the subscription is " + string(sub.Status) + ".", err
 	})
@@ -63,7 +63,7 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 	if atPeriodEnd {
 		name = "subscription.cancel_at_period_end"
 	}
-	h.subscriptionAction(w, r, name, func(ctx context.Context, tx pgx.Tx, c billing.Caller) (string, error) {
+	h.subscriptionAction(w, r, name, func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) {
 		sub, err := h.opts.Billing.Cancel(ctx, tx, c, id, atPeriodEnd)
 		if atPeriodEnd {
 			return "Cancel at period end scheduled: the subscription is " + string(sub.Status) + " until its period ends.", err
@@ -89,7 +89,7 @@ func (h *Handler) retry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.act(w, r, action{name: "charge.retry", object: id.String(), back: chargeBack(r, id.String()),
-		do: func(ctx context.Context, tx pgx.Tx, c billing.Caller) (string, error) {
+		do: func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) {
 			ch, err := h.opts.Billing.RetryCharge(ctx, tx, c, id)
 			return fmt.Sprintf("Retry started: charge %s is %s (attempt %d).", id, ch.Status, ch.AttemptCount), err
 		}})
@@ -114,7 +114,7 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	h.act(w, r, action{name: "charge.resolve_" + string(outcome), object: id.String(), evidence: evidence,
 		back: chargeBack(r, id.String()),
-		do: func(ctx context.Context, tx pgx.Tx, c billing.Caller) (string, error) {
+		do: func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) {
 			ch, err := h.opts.Billing.ResolveCharge(ctx, tx, c, id, charges.Resolution{Outcome: outcome, Evidence: evidence,
 				Actor: string(s.key.Role) + ":" + s.key.ID})
 			return fmt.Sprintf("Resolved: charge %s is %s.", id, ch.Status), err
@@ -124,7 +124,7 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request) {
 // billAction acts on bill {bill} of enrollment {id}. The record is keyed
 // by the bill's own id, so the enrollment page lists it under the bill.
 func (h *Handler) billAction(w http.ResponseWriter, r *http.Request, name string, evidence string,
-	do func(ctx context.Context, tx pgx.Tx, c billing.Caller, billID string) (string, error)) {
+	do func(ctx context.Context, tx pgx.Tx, c usecases.Caller, billID string) (string, error)) {
 	s := sessionFrom(r.Context())
 	if h.opts.Autopay == nil {
 		h.fail(w, r, s, errNotFound)
@@ -143,7 +143,7 @@ func (h *Handler) billAction(w http.ResponseWriter, r *http.Request, name string
 		return
 	}
 	h.act(w, r, action{name: name, object: object, evidence: evidence, back: "/console/enrollments/" + id.String(),
-		do: func(ctx context.Context, tx pgx.Tx, c billing.Caller) (string, error) { return do(ctx, tx, c, billID) }})
+		do: func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) { return do(ctx, tx, c, billID) }})
 }
 
 // confirmBill consents, for the customer, to a bill above the
@@ -157,7 +157,7 @@ func (h *Handler) confirmBill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, _ := pathUUID(r, "id")
-	h.billAction(w, r, "bill.confirm", evidence, func(ctx context.Context, tx pgx.Tx, c billing.Caller, billID string) (string, error) {
+	h.billAction(w, r, "bill.confirm", evidence, func(ctx context.Context, tx pgx.Tx, c usecases.Caller, billID string) (string, error) {
 		b, err := h.opts.Autopay.ConfirmBill(ctx, tx, c, id, billID)
 		return fmt.Sprintf("Confirmed: bill %s is %s.", billID, b.Status), err
 	})
@@ -165,7 +165,7 @@ func (h *Handler) confirmBill(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) withdrawBill(w http.ResponseWriter, r *http.Request) {
 	id, _ := pathUUID(r, "id")
-	h.billAction(w, r, "bill.withdraw", "", func(ctx context.Context, tx pgx.Tx, c billing.Caller, billID string) (string, error) {
+	h.billAction(w, r, "bill.withdraw", "", func(ctx context.Context, tx pgx.Tx, c usecases.Caller, billID string) (string, error) {
 		b, err := h.opts.Autopay.WithdrawBill(ctx, tx, c, id, billID)
 		return fmt.Sprintf("Withdrawn: bill %s is %s.", billID, b.Status), err
 	})
@@ -303,7 +303,7 @@ func (h *Handler) sessions(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) endSessions(w http.ResponseWriter, r *http.Request) {
 	keyID := chi.URLParam(r, "key")
 	h.act(w, r, action{name: "sessions.end", object: keyID, back: "/console/sessions",
-		do: func(ctx context.Context, tx pgx.Tx, c billing.Caller) (string, error) {
+		do: func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) {
 			if c.Actor.Role != string(apikeys.Admin) {
 				return "", fmt.Errorf("%w: only an admin key may end sessions", errInput)
 			}

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 )
 
 // CookieName is the session cookie.
@@ -34,8 +34,8 @@ type session struct {
 
 // caller is the session's key as the use cases see it: the actor of the
 // events its actions cause, exactly as the API records it.
-func (s session) caller() billing.Caller {
-	return billing.Caller{Actor: subscriptions.Actor{ID: s.key.ID, Role: string(s.key.Role)}, CustomerID: s.key.CustomerID}
+func (s session) caller() usecases.Caller {
+	return usecases.Caller{Actor: subscriptions.Actor{ID: s.key.ID, Role: string(s.key.Role)}, CustomerID: s.key.CustomerID}
 }
 
 func randomID() string {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/fault"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/pg"
-	"github.com/rebill/rebill/registry"
 )
 
 // ErrEnrollmentExists: the customer already has an enrollment, not
@@ -86,7 +86,7 @@ const releasableSQL = `c.identity_held AND (c.status = '` + string(charges.Voide
 				AND oe.status <> '` + string(Cancelled) + `')))
 	AND NOT EXISTS (SELECT 1 FROM registry_postings p
 		WHERE (p.charge_id = c.id OR p.uin = c.registry_uin)
-			AND p.status IN ('` + string(registry.StatusPosting) + `', '` + string(registry.StatusAccepted) + `'))`
+			AND p.status IN ('` + string(gisgmp.StatusPosting) + `', '` + string(gisgmp.StatusAccepted) + `'))`
 
 // Releasable lists up to limit identities whose holding charge may let go
 // of them (see ReleaseIdentity).

@@ -6,8 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/notify/objects"
 )
 
 // Event type prefixes of enrollments and bills.
@@ -18,7 +18,7 @@ const (
 
 // EnrollmentChanged records enrollment.<eventType>.
 func (r *Recorder) EnrollmentChanged(ctx context.Context, tx pgx.Tx, eventType string, e enrollments.Enrollment, at time.Time) error {
-	_, err := r.Record(ctx, tx, enrollmentPrefix+eventType, e.ID, nil, e.CustomerID, objects.FromEnrollment(e), at, "")
+	_, err := r.Record(ctx, tx, enrollmentPrefix+eventType, e.ID, nil, e.CustomerID, apiobjects.FromEnrollment(e), at, "")
 	return err
 }
 
@@ -26,11 +26,11 @@ func (r *Recorder) EnrollmentChanged(ctx context.Context, tx pgx.Tx, eventType s
 // enrollment.
 func (r *Recorder) BillChanged(ctx context.Context, tx pgx.Tx, eventType string, b enrollments.Bill, at time.Time) error {
 	parent := b.EnrollmentID
-	_, err := r.Record(ctx, tx, billPrefix+eventType, b.ID, &parent, b.CustomerID, objects.FromBill(b, at), at, "")
+	_, err := r.Record(ctx, tx, billPrefix+eventType, b.ID, &parent, b.CustomerID, apiobjects.FromBill(b, at), at, "")
 	return err
 }
 
 // BillStored restates b, read at at, in the events tx wrote of it.
 func (r *Recorder) BillStored(ctx context.Context, tx pgx.Tx, b enrollments.Bill, at time.Time) error {
-	return r.Restate(ctx, tx, b.ID, objects.FromBill(b, at))
+	return r.Restate(ctx, tx, b.ID, apiobjects.FromBill(b, at))
 }

@@ -21,10 +21,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/pg"
-	"github.com/rebill/rebill/notify/objects"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -120,20 +120,20 @@ type Recorder struct {
 
 // SubscriptionChanged records subscription.<eventType>.
 func (r *Recorder) SubscriptionChanged(ctx context.Context, tx pgx.Tx, eventType string, sub subscriptions.Subscription, at time.Time) error {
-	_, err := r.Record(ctx, tx, subscriptionPrefix+eventType, sub.ID, nil, sub.CustomerID, objects.FromSubscription(sub), at, "")
+	_, err := r.Record(ctx, tx, subscriptionPrefix+eventType, sub.ID, nil, sub.CustomerID, apiobjects.FromSubscription(sub), at, "")
 	return err
 }
 
 // SubscriptionStored restates sub in the events tx wrote of it.
 func (r *Recorder) SubscriptionStored(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) error {
-	return r.Restate(ctx, tx, sub.ID, objects.FromSubscription(sub))
+	return r.Restate(ctx, tx, sub.ID, apiobjects.FromSubscription(sub))
 }
 
 // ChargeChanged records charge.<eventType>; its parent is the charge's
 // subscription or enrollment.
 func (r *Recorder) ChargeChanged(ctx context.Context, tx pgx.Tx, eventType string, c charges.Charge, at time.Time) error {
 	parent := c.OwnerID()
-	_, err := r.Record(ctx, tx, chargePrefix+eventType, c.ID, &parent, c.CustomerID, objects.FromCharge(c), at, "")
+	_, err := r.Record(ctx, tx, chargePrefix+eventType, c.ID, &parent, c.CustomerID, apiobjects.FromCharge(c), at, "")
 	return err
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/rebill/rebill/notify/objects"
+	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -81,7 +81,7 @@ func (n *Notices) each(ctx context.Context, now time.Time, typ, query string, ar
 				if err != nil {
 					return err
 				}
-				if _, err := n.Recorder.Record(ctx, tx, typ, sub.ID, nil, sub.CustomerID, objects.FromSubscription(sub), now, d.key); err != nil {
+				if _, err := n.Recorder.Record(ctx, tx, typ, sub.ID, nil, sub.CustomerID, apiobjects.FromSubscription(sub), now, d.key); err != nil {
 					return err
 				}
 			}

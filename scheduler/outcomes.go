@@ -15,10 +15,10 @@ import (
 // subscriptions as owners of charges (charges.Owner).
 type Outcomes struct {
 	Subscriptions *subscriptions.Store
-	// Biller charges the periods that began before a subscription's
+	// Renewals charges the periods that began before a subscription's
 	// dunning ended, when it ends (nil: they are not, as in tests of
 	// other matters).
-	Biller *Biller
+	Renewals *Renewals
 }
 
 // Lock locks the subscription's row and returns what a charge outcome
@@ -93,7 +93,7 @@ func (o Outcomes) ChargeDeclined(ctx context.Context, tx pgx.Tx, id uuid.UUID) e
 // declined charges stop retrying.
 func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge) (*time.Time, error) {
 	end := DunningEnd(c)
-	if o.Biller != nil {
+	if o.Renewals != nil {
 		// Periods that began before the end of dunning are owed; those the
 		// scan had not reached yet (it ran late, or the clock jumped) are
 		// charged now: nothing charges an unpaid subscription, and leaving
@@ -102,7 +102,7 @@ func (o Outcomes) ChargeFailed(ctx context.Context, tx pgx.Tx, c charges.Charge)
 		if err != nil {
 			return nil, err
 		}
-		if err := o.Biller.dueBefore(ctx, tx, sub, end); err != nil {
+		if err := o.Renewals.dueBefore(ctx, tx, sub, end); err != nil {
 			return nil, err
 		}
 	}

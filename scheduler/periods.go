@@ -14,14 +14,14 @@ import (
 	"github.com/rebill/rebill/subscriptions/period"
 )
 
-// bill creates the charges of every due period of subs (rows locked by
+// charge creates the charges of every due period of subs (rows locked by
 // the caller) and advances each subscription past them, in tx.
-func (b *Biller) bill(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subscription, now time.Time) (int, []subscriptions.Advance, error) {
-	return b.billUpTo(ctx, tx, subs, now, now)
+func (r *Renewals) charge(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subscription, now time.Time) (int, []subscriptions.Advance, error) {
+	return r.chargeUpTo(ctx, tx, subs, now, now)
 }
 
-// billUpTo is bill for the periods that began by upTo, written at now.
-func (b *Biller) billUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subscription, upTo, now time.Time) (int, []subscriptions.Advance, error) {
+// chargeUpTo is charge for the periods that began by upTo, written at now.
+func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subscription, upTo, now time.Time) (int, []subscriptions.Advance, error) {
 	var (
 		news     []charges.New
 		advanced []subscriptions.Advance
@@ -36,7 +36,7 @@ func (b *Biller) billUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptions.S
 		if sub.CancelAtPeriodEnd {
 			// The period that was to be the last has ended (or, before the
 			// first anchor, the trial): no later period is charged.
-			if err := b.cancelScheduled(ctx, tx, sub); err != nil {
+			if err := r.cancelScheduled(ctx, tx, sub); err != nil {
 				return 0, nil, err
 			}
 			continue
@@ -45,7 +45,7 @@ func (b *Biller) billUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptions.S
 			adv subscriptions.Advance
 			err error
 		)
-		if news, adv, err = b.periodsDue(news, sub, sched, from, last, now); err != nil {
+		if news, adv, err = r.periodsDue(news, sub, sched, from, last, now); err != nil {
 			return 0, nil, err
 		}
 		advanced = append(advanced, adv)
@@ -54,10 +54,10 @@ func (b *Biller) billUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptions.S
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := b.Charges.Start(ctx, tx, created); err != nil {
+	if err := r.Charges.Start(ctx, tx, created); err != nil {
 		return 0, nil, err
 	}
-	if err := b.Subscriptions.AdvanceAll(ctx, tx, advanced, now); err != nil {
+	if err := r.Subscriptions.AdvanceAll(ctx, tx, advanced, now); err != nil {
 		return 0, nil, err
 	}
 	metrics.PeriodsEnqueued.Add(float64(len(created)))
@@ -68,13 +68,13 @@ func (b *Biller) billUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptions.S
 // periodsDue appends to news the charges of sub's periods from..last that
 // catch-up charges (older ones are skipped and logged), and returns the
 // advance of sub past last.
-func (b *Biller) periodsDue(news []charges.New, sub subscriptions.Subscription, sched period.Schedule, from, last int,
+func (r *Renewals) periodsDue(news []charges.New, sub subscriptions.Subscription, sched period.Schedule, from, last int,
 	now time.Time) ([]charges.New, subscriptions.Advance, error) {
-	if first := b.firstCaughtUp(sched, from, last, now); first > from {
+	if first := r.firstCaughtUp(sched, from, last, now); first > from {
 		skipped := first - from
 		metrics.PeriodsSkipped.Add(float64(skipped))
-		b.Logger.Warn().Str("subscription_id", sub.ID.String()).Int("skipped_periods", skipped).
-			Dur("catch_up_window", b.CatchUpWindow).
+		r.Logger.Warn().Str("subscription_id", sub.ID.String()).Int("skipped_periods", skipped).
+			Dur("catch_up_window", r.CatchUpWindow).
 			Msg("missed periods older than the catch-up window were skipped, not charged")
 		from = first
 	}
@@ -97,8 +97,8 @@ func (b *Biller) periodsDue(news []charges.New, sub subscriptions.Subscription, 
 // firstCaughtUp is the first period in [from, last] that catch-up charges:
 // the oldest one that began within CatchUpWindow of now, and never later
 // than last, the current period.
-func (b *Biller) firstCaughtUp(sched period.Schedule, from, last int, now time.Time) int {
-	horizon := now.Add(-b.CatchUpWindow)
+func (r *Renewals) firstCaughtUp(sched period.Schedule, from, last int, now time.Time) int {
+	horizon := now.Add(-r.CatchUpWindow)
 	for from < last && sched.Start(from).Before(horizon) {
 		from++
 	}
@@ -107,9 +107,9 @@ func (b *Biller) firstCaughtUp(sched period.Schedule, from, last int, now time.T
 
 // cancelScheduled carries out a cancel scheduled at period end: as of the
 // end of the current period (the first anchor before billing began).
-func (b *Biller) cancelScheduled(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) error {
-	if _, _, err := b.Subscriptions.CancelAt(ctx, tx, sub.ID, sub.NextChargeAt, subscriptions.System); err != nil {
+func (r *Renewals) cancelScheduled(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) error {
+	if _, _, err := r.Subscriptions.CancelAt(ctx, tx, sub.ID, sub.NextChargeAt, subscriptions.System); err != nil {
 		return fmt.Errorf("cancel at period end: %w", err)
 	}
-	return b.Cancelled(ctx, tx, sub.ID)
+	return r.Cancelled(ctx, tx, sub.ID)
 }

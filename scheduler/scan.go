@@ -34,7 +34,7 @@ func (ScanArgs) InsertOpts() river.InsertOpts {
 // ScanWorker runs ScanArgs jobs.
 type ScanWorker struct {
 	river.WorkerDefaults[ScanArgs]
-	Biller *Biller
+	Renewals *Renewals
 }
 
 // Work scans what is due, and scans again at once while the clock jumped
@@ -43,11 +43,11 @@ type ScanWorker struct {
 // that wait is the next periodic scan's, not a reason to spin.
 func (w *ScanWorker) Work(ctx context.Context, _ *river.Job[ScanArgs]) error {
 	for {
-		now := w.Biller.Clock.Now()
-		if _, err := w.Biller.Scan(ctx, now); err != nil {
+		now := w.Renewals.Clock.Now()
+		if _, err := w.Renewals.Scan(ctx, now); err != nil {
 			return err
 		}
-		if w.Biller.Clock.Now().Sub(now) <= w.Biller.ScanInterval {
+		if w.Renewals.Clock.Now().Sub(now) <= w.Renewals.ScanInterval {
 			return nil
 		}
 	}
@@ -55,7 +55,7 @@ func (w *ScanWorker) Work(ctx context.Context, _ *river.Job[ScanArgs]) error {
 
 // Timeout stays below River's rescue threshold, so a running scan is never
 // rescued while alive; a scan cut short resumes where the data says.
-func (w *ScanWorker) Timeout(*river.Job[ScanArgs]) time.Duration { return w.Biller.ScanTimeout }
+func (w *ScanWorker) Timeout(*river.Job[ScanArgs]) time.Duration { return w.Renewals.ScanTimeout }
 
 // ScanResult counts what one scan did.
 type ScanResult struct {
@@ -74,31 +74,31 @@ type ScanResult struct {
 // to run concurrently and on several nodes: rows are claimed with FOR
 // UPDATE SKIP LOCKED and every charge is created under its unique period
 // key.
-func (b *Biller) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
+func (r *Renewals) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 	defer metrics.TimeStage("scan")()
 	var res ScanResult
 	var err error
-	if res.Cancelled, err = b.cancelDue(ctx, now); err != nil {
+	if res.Cancelled, err = r.cancelDue(ctx, now); err != nil {
 		return res, err
 	}
-	if res.Resumed, err = b.resumeDue(ctx, now); err != nil {
+	if res.Resumed, err = r.resumeDue(ctx, now); err != nil {
 		return res, err
 	}
-	if res.Enqueued, err = b.chargeDue(ctx, now); err != nil {
+	if res.Enqueued, err = r.chargeDue(ctx, now); err != nil {
 		return res, err
 	}
-	if res.Retries, err = b.retryDue(ctx, now); err != nil {
+	if res.Retries, err = r.retryDue(ctx, now); err != nil {
 		return res, err
 	}
-	if res.ToReview, err = b.sweepDiscarded(ctx, now); err != nil {
+	if res.ToReview, err = r.sweepDiscarded(ctx, now); err != nil {
 		return res, err
 	}
-	if b.Notices != nil {
-		if res.Notices, err = b.Notices.SendNotices(ctx, now); err != nil {
+	if r.Notices != nil {
+		if res.Notices, err = r.Notices.SendNotices(ctx, now); err != nil {
 			return res, err
 		}
 	}
-	if n, err := charges.CountInReview(ctx, b.Pool); err == nil {
+	if n, err := charges.CountInReview(ctx, r.Pool); err == nil {
 		metrics.ReviewQueueSize.Set(float64(n))
 	}
 	metrics.StageRuns.WithLabelValues("scan", "ok").Inc()
@@ -108,11 +108,11 @@ func (b *Biller) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 
 // inBatches runs fn in one transaction per batch until a batch comes back
 // smaller than BatchSize.
-func (b *Biller) inBatches(ctx context.Context, what string, fn func(tx pgx.Tx) (int, error)) (int, error) {
+func (r *Renewals) inBatches(ctx context.Context, what string, fn func(tx pgx.Tx) (int, error)) (int, error) {
 	total := 0
 	for {
 		n := 0
-		err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) (err error) {
+		err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) (err error) {
 			n, err = fn(tx)
 			return err
 		})
@@ -120,7 +120,7 @@ func (b *Biller) inBatches(ctx context.Context, what string, fn func(tx pgx.Tx) 
 			return total, fmt.Errorf("%s: %w", what, err)
 		}
 		total += n
-		if n < b.BatchSize {
+		if n < r.BatchSize {
 			return total, nil
 		}
 	}
@@ -128,14 +128,14 @@ func (b *Biller) inBatches(ctx context.Context, what string, fn func(tx pgx.Tx) 
 
 // cancelDue carries out the cancels scheduled at a period end that passed
 // while the subscription was paused or unpaid, as of that end.
-func (b *Biller) cancelDue(ctx context.Context, now time.Time) (int, error) {
-	return b.inBatches(ctx, "scheduled cancels", func(tx pgx.Tx) (int, error) {
-		subs, err := b.Subscriptions.LockScheduledCancels(ctx, tx, now, b.BatchSize)
+func (r *Renewals) cancelDue(ctx context.Context, now time.Time) (int, error) {
+	return r.inBatches(ctx, "scheduled cancels", func(tx pgx.Tx) (int, error) {
+		subs, err := r.Subscriptions.LockScheduledCancels(ctx, tx, now, r.BatchSize)
 		if err != nil {
 			return 0, err
 		}
 		for _, sub := range subs {
-			if err := b.cancelScheduled(ctx, tx, sub); err != nil {
+			if err := r.cancelScheduled(ctx, tx, sub); err != nil {
 				return 0, err
 			}
 		}
@@ -145,14 +145,14 @@ func (b *Biller) cancelDue(ctx context.Context, now time.Time) (int, error) {
 
 // resumeDue resumes paused subscriptions whose resume_at has come, as of
 // resume_at; a period that then begins is due like any other.
-func (b *Biller) resumeDue(ctx context.Context, now time.Time) (int, error) {
-	return b.inBatches(ctx, "scheduled resumes", func(tx pgx.Tx) (int, error) {
-		subs, err := b.Subscriptions.LockResumes(ctx, tx, now, b.BatchSize)
+func (r *Renewals) resumeDue(ctx context.Context, now time.Time) (int, error) {
+	return r.inBatches(ctx, "scheduled resumes", func(tx pgx.Tx) (int, error) {
+		subs, err := r.Subscriptions.LockResumes(ctx, tx, now, r.BatchSize)
 		if err != nil {
 			return 0, err
 		}
 		for _, sub := range subs {
-			if _, _, err := b.Subscriptions.ResumeAt(ctx, tx, sub.ID, *sub.ResumeAt, subscriptions.System); err != nil {
+			if _, _, err := r.Subscriptions.ResumeAt(ctx, tx, sub.ID, *sub.ResumeAt, subscriptions.System); err != nil {
 				return 0, err
 			}
 		}
@@ -164,13 +164,13 @@ func (b *Biller) resumeDue(ctx context.Context, now time.Time) (int, error) {
 // one batch per transaction, so memory stays flat however many are due.
 // ScanWorkers walkers run at once: each claims its rows with SKIP LOCKED,
 // so they take disjoint batches, and each one's cursor only moves forward.
-func (b *Biller) chargeDue(ctx context.Context, now time.Time) (int, error) {
-	walkers := max(b.ScanWorkers, 1)
+func (r *Renewals) chargeDue(ctx context.Context, now time.Time) (int, error) {
+	walkers := max(r.ScanWorkers, 1)
 	var total atomic.Int64
 	g, ctx := errgroup.WithContext(ctx)
 	for range walkers {
 		g.Go(func() error {
-			n, err := b.walkDue(ctx, now)
+			n, err := r.walkDue(ctx, now)
 			total.Add(int64(n))
 			return err
 		})
@@ -179,7 +179,7 @@ func (b *Biller) chargeDue(ctx context.Context, now time.Time) (int, error) {
 	return int(total.Load()), err
 }
 
-func (b *Biller) walkDue(ctx context.Context, now time.Time) (int, error) {
+func (r *Renewals) walkDue(ctx context.Context, now time.Time) (int, error) {
 	var (
 		total   int
 		afterAt = time.Time{}
@@ -187,20 +187,20 @@ func (b *Biller) walkDue(ctx context.Context, now time.Time) (int, error) {
 	)
 	for {
 		var batch []subscriptions.Subscription
-		err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
 			var err error
-			batch, err = b.Subscriptions.LockDue(ctx, tx, now, afterAt, afterID, b.BatchSize)
+			batch, err = r.Subscriptions.LockDue(ctx, tx, now, afterAt, afterID, r.BatchSize)
 			if err != nil {
 				return err
 			}
-			n, _, err := b.bill(ctx, tx, batch, now)
+			n, _, err := r.charge(ctx, tx, batch, now)
 			total += n
 			return err
 		})
 		if err != nil {
 			return total, fmt.Errorf("charge due periods: %w", err)
 		}
-		if len(batch) < b.BatchSize {
+		if len(batch) < r.BatchSize {
 			return total, nil
 		}
 		last := batch[len(batch)-1]
@@ -209,30 +209,30 @@ func (b *Biller) walkDue(ctx context.Context, now time.Time) (int, error) {
 }
 
 // retryDue starts the dunning attempts whose time has come.
-func (b *Biller) retryDue(ctx context.Context, now time.Time) (int, error) {
-	return b.inBatches(ctx, "dunning retries", func(tx pgx.Tx) (int, error) {
-		retried, err := b.Charges.DueRetries(ctx, tx, now, b.BatchSize)
+func (r *Renewals) retryDue(ctx context.Context, now time.Time) (int, error) {
+	return r.inBatches(ctx, "dunning retries", func(tx pgx.Tx) (int, error) {
+		retried, err := r.Charges.DueRetries(ctx, tx, now, r.BatchSize)
 		return len(retried), err
 	})
 }
 
 // sweepDiscarded sends to review the charges whose current job River
 // discarded, and has their holds checked and released.
-func (b *Biller) sweepDiscarded(ctx context.Context, now time.Time) (int, error) {
+func (r *Renewals) sweepDiscarded(ctx context.Context, now time.Time) (int, error) {
 	total := 0
-	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-		swept, err := b.Charges.SweepDiscarded(ctx, tx, now)
+	err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
+		swept, err := r.Charges.SweepDiscarded(ctx, tx, now)
 		if err != nil {
 			return err
 		}
 		for _, c := range swept {
-			b.Logger.Warn().Str("charge_id", c.ID.String()).Str("reason", c.ReviewReason).Msg("charge sent to review")
+			r.Logger.Warn().Str("charge_id", c.ID.String()).Str("reason", c.ReviewReason).Msg("charge sent to review")
 		}
 		total = len(swept)
-		retried, err := b.Charges.RetryDiscardedHoldChecks(ctx, tx, now, b.HoldCheckRetryAfter)
+		retried, err := r.Charges.RetryDiscardedHoldChecks(ctx, tx, now, r.HoldCheckRetryAfter)
 		for _, id := range retried {
 			metrics.Retry("release_hold", metrics.RetryDiscarded)
-			b.Logger.Warn().Int64("job_id", id).Msg("a hold check was discarded with its hold not released: River runs it again")
+			r.Logger.Warn().Int64("job_id", id).Msg("a hold check was discarded with its hold not released: River runs it again")
 		}
 		return err
 	})

@@ -23,10 +23,10 @@ import (
 )
 
 type testBundle struct {
-	pool   *pgxpool.Pool
-	clock  *testsupport.Clock
-	subs   *subscriptions.Store
-	biller *scheduler.Biller
+	pool     *pgxpool.Pool
+	clock    *testsupport.Clock
+	subs     *subscriptions.Store
+	renewals *scheduler.Renewals
 }
 
 func setup(t *testing.T) testBundle {
@@ -36,13 +36,13 @@ func setup(t *testing.T) testBundle {
 	subs := subscriptions.NewStore(clk)
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	return testBundle{pool: pool, clock: clk, subs: subs, biller: &scheduler.Biller{
+	return testBundle{pool: pool, clock: clk, subs: subs, renewals: &scheduler.Renewals{
 		Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour,
 		BatchSize: 2, ScanWorkers: 2, ScanInterval: time.Minute, Logger: zerolog.Nop(),
 	}}
 }
 
-// create makes a subscription as the API would, without billing it.
+// create makes a subscription as the API would, without charging it.
 func (b testBundle) create(t *testing.T, interval period.Interval, anchor *time.Time) subscriptions.Subscription {
 	t.Helper()
 	var sub subscriptions.Subscription
@@ -64,7 +64,7 @@ func (b testBundle) inTx(t *testing.T, fn func(tx pgx.Tx) error) {
 
 func (b testBundle) scan(t *testing.T) scheduler.ScanResult {
 	t.Helper()
-	res, err := b.biller.Scan(context.Background(), b.clock.Now())
+	res, err := b.renewals.Scan(context.Background(), b.clock.Now())
 	require.NoError(t, err)
 	return res
 }
@@ -115,7 +115,7 @@ func TestConcurrentScansChargeOncePerPeriod(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := b.biller.Scan(context.Background(), b.clock.Now())
+			res, err := b.renewals.Scan(context.Background(), b.clock.Now())
 			require.NoError(t, err)
 			total[i] = res.Enqueued
 		}()

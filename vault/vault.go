@@ -8,7 +8,7 @@
 // [Vault.Seal] returns the reference a token already has (found by its
 // fingerprint, an HMAC under a key derived from the encryption key, never
 // the token in clear), so the same card given again keeps its reference
-// and the comparisons of references in billing and charges (same card,
+// and the comparisons of references in usecases and charges (same card,
 // card changed) still hold.
 //
 // # Opening

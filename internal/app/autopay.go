@@ -15,10 +15,10 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/notify"
-	"github.com/rebill/rebill/registry"
 )
 
 // billCaptureMargin is how long before a fine's discount deadline its
@@ -49,11 +49,11 @@ func buildAutopay(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, record
 
 // registerAutopay adds the bill scan and pull workers, and the registry's
 // when fines are posted.
-func registerAutopay(workers *river.Workers, a *autopay.Autopay, poster *registry.Poster) {
+func registerAutopay(workers *river.Workers, a *autopay.Autopay, poster *gisgmp.Poster) {
 	river.AddWorker(workers, &autopay.ScanWorker{Autopay: a})
 	river.AddWorker(workers, &autopay.PullWorker{Autopay: a})
 	if poster != nil {
-		registry.Register(workers, poster)
+		gisgmp.Register(workers, poster)
 	}
 }
 
@@ -62,17 +62,17 @@ func registerAutopay(workers *river.Workers, a *autopay.Autopay, poster *registr
 // (no production registry adapter yet: no fine is charged, see
 // warnNoRegistry).
 func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds *fleet.Gateways, retry charges.RetryPolicy,
-	log zerolog.Logger) (*registry.Poster, *registry.Sim) {
+	log zerolog.Logger) (*gisgmp.Poster, *gisgmp.Sim) {
 	if !cfg.Dev {
 		return nil, nil
 	}
-	sim := &registry.Sim{Pool: pool, Clock: clk}
-	return &registry.Poster{Pool: pool, Gateways: registry.NewBalancer(sim.Gateways(), cfg.GatewayTimeout), Clock: clk, Holds: holds,
+	sim := &gisgmp.Sim{Pool: pool, Clock: clk}
+	return &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer(sim.Gateways(), cfg.GatewayTimeout), Clock: clk, Holds: holds,
 		GiveUpAfter: cfg.UnavailableFor, Retry: retry, Logger: log.With().Str("component", "registry").Logger()}, sim
 }
 
 // warnNoRegistry says at start that fines cannot be paid on this node.
-func warnNoRegistry(poster *registry.Poster, log zerolog.Logger) {
+func warnNoRegistry(poster *gisgmp.Poster, log zerolog.Logger) {
 	if poster == nil {
 		log.Warn().Msg("no state payment registry is configured: fines enrollments are refused (409 registry-not-configured) " +
 			"and fines' bills wait in awaiting_registry; no fine is authorized or captured")
@@ -91,7 +91,7 @@ func autopayPeriodicJobs(cfg config.Config, registryConfigured bool) []*river.Pe
 			&river.PeriodicJobOpts{ID: "bills_scan", RunOnStart: true}))
 		if registryConfigured {
 			jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ScanInterval),
-				func() (river.JobArgs, *river.InsertOpts) { return registry.SweepArgs{}, nil },
+				func() (river.JobArgs, *river.InsertOpts) { return gisgmp.SweepArgs{}, nil },
 				&river.PeriodicJobOpts{ID: "registry_sweep", RunOnStart: true}))
 		}
 	}
@@ -101,7 +101,7 @@ func autopayPeriodicJobs(cfg config.Config, registryConfigured bool) []*river.Pe
 // billsMoved pulls the bill sources and scans bills at once: the dev
 // clock moved, or a bill was published.
 func billsMoved(ctx context.Context, jobs *river.Client[pgx.Tx], log zerolog.Logger) {
-	params := []river.InsertManyParams{{Args: autopay.PullArgs{}}, {Args: autopay.ScanArgs{}}, {Args: registry.SweepArgs{}}}
+	params := []river.InsertManyParams{{Args: autopay.PullArgs{}}, {Args: autopay.ScanArgs{}}, {Args: gisgmp.SweepArgs{}}}
 	if _, err := jobs.InsertMany(ctx, params); err != nil {
 		log.Error().Err(err).Msg("enqueue bill pull and scan")
 	}

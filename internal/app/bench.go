@@ -170,7 +170,7 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 	// not a share of two cores it contends for with the workers; the
 	// end-to-end time counts from the scan's start all the same.
 	start := time.Now()
-	scan, err := svc.Biller.Scan(ctx, svc.Clock.Now())
+	scan, err := svc.Renewals.Scan(ctx, svc.Clock.Now())
 	if err != nil {
 		return bench.BillingResult{}, err
 	}

@@ -222,6 +222,6 @@ func (b testBundle) clockNow(t *testing.T) time.Time {
 // that nothing was created without sleeping.
 func (b testBundle) scanNow(t *testing.T) {
 	t.Helper()
-	_, err := b.nodes[0].svc.Biller.Scan(context.Background(), b.clockNow(t))
+	_, err := b.nodes[0].svc.Renewals.Scan(context.Background(), b.clockNow(t))
 	require.NoError(t, err)
 }

@@ -19,18 +19,18 @@ const module = "github.com/rebill/rebill/"
 
 // allowedImports pins the layout: for each of rebill's packages, the
 // rebill packages it may import (internal helpers aside). api calls the
-// use cases of billing; billing composes the domain; scheduler composes
+// use cases (usecases), which compose the domain; scheduler composes
 // subscriptions and charges; domain packages never import the HTTP layer,
 // and subscriptions and charges know nothing of each other's tables.
 // charges holds the charge state machine and drives the gateways through
 // charges/gateway/fleet (breakers, health, routing, call metrics), which
 // knows nothing of charges.
 var allowedImports = map[string][]string{
-	"api":                               {"api/idempotency", "apikeys", "autopay", "billing", "charges", "charges/gateway/fleet", "charges/gateway/sim", "enrollments", "notify", "notify/objects", "reconcile", "registry", "reports", "subscriptions", "subscriptions/period", "velocity"},
+	"api":                               {"api/idempotency", "apikeys", "apiobjects", "autopay", "charges", "charges/gateway/fleet", "charges/gateway/sim", "enrollments", "gisgmp", "notify", "reconcile", "reports", "subscriptions", "subscriptions/period", "usecases", "velocity"},
 	"api/idempotency":                   nil,
 	"api/openapitest":                   nil,
 	"apikeys":                           {"subscriptions"},
-	"billing":                           {"autopay", "charges", "enrollments", "notify", "scheduler", "subscriptions", "vault", "velocity"},
+	"usecases":                          {"autopay", "charges", "enrollments", "notify", "scheduler", "subscriptions", "vault", "velocity"},
 	"scheduler":                         {"charges", "subscriptions", "subscriptions/period"},
 	"subscriptions":                     {"subscriptions/period"},
 	"subscriptions/period":              nil,
@@ -38,17 +38,19 @@ var allowedImports = map[string][]string{
 	"charges/gateway":                   nil,
 	"charges/gateway/fleet":             {"charges/gateway"},
 	"charges/gateway/sim":               {"charges/gateway"},
+	"fault":                             nil,
 	"migrations":                        nil,
-	"notify":                            {"charges", "enrollments", "notify/objects", "subscriptions", "webhook/signature"},
-	"notify/objects":                    {"charges", "enrollments", "subscriptions"},
+	"notify":                            {"apiobjects", "charges", "enrollments", "subscriptions", "webhook/signature"},
+	"apiobjects":                        {"charges", "enrollments", "subscriptions"},
 	"cmd/rebill":                        {"internal/app"},
 	"ops":                               nil,
 	"charges/gateway/yookassa":          {"charges/gateway"},
 	"charges/gateway/stripe":            {"charges/gateway"},
+	"charges/gateway/gatewaytest":       {"charges/gateway"},
 	"charges/gateway/stripe/stripetest": nil,
-	"enrollments":                       {"charges", "registry", "subscriptions"},
+	"enrollments":                       {"charges", "gisgmp", "subscriptions"},
 	"autopay":                           {"charges", "enrollments", "subscriptions"},
-	"registry":                          {"charges", "charges/gateway/fleet"},
+	"gisgmp":                            {"charges", "charges/gateway/fleet"},
 	"audit":                             {"audit/billcheck", "charges", "charges/gateway", "enrollments", "subscriptions"},
 	"audit/billcheck":                   nil,
 	"reconcile":                         {"charges", "charges/gateway"},
@@ -58,7 +60,7 @@ var allowedImports = map[string][]string{
 	"vault":                             {"charges/gateway"},
 	"webhook/signature":                 nil,
 	"client":                            {"webhook/signature"},
-	"console":                           {"apikeys", "billing", "charges", "charges/gateway/fleet", "enrollments", "reconcile", "reports", "subscriptions", "subscriptions/period"},
+	"console":                           {"apikeys", "charges", "charges/gateway/fleet", "enrollments", "reconcile", "reports", "subscriptions", "subscriptions/period", "usecases"},
 }
 
 // ownedImports are libraries that one package wraps for all the others:

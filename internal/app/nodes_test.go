@@ -39,7 +39,7 @@ func TestThreeNodesScanConcurrentlyChargeOncePerPeriod(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, err := nd.svc.Biller.Scan(ctx, nd.svc.Clock.Now())
+				_, err := nd.svc.Renewals.Scan(ctx, nd.svc.Clock.Now())
 				errs <- err
 			}()
 		}

@@ -17,11 +17,11 @@ import (
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/autopay"
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/console"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
@@ -31,9 +31,9 @@ import (
 	"github.com/rebill/rebill/internal/tracing"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/reconcile"
-	"github.com/rebill/rebill/registry"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 	"github.com/rebill/rebill/vault"
 	"github.com/rebill/rebill/velocity"
 )
@@ -41,10 +41,10 @@ import (
 // Service is one rebill node over a migrated database: the HTTP handler
 // and the River client (not yet started) whose workers bill.
 type Service struct {
-	Handler http.Handler
-	River   *river.Client[pgx.Tx]
-	Biller  *scheduler.Biller
-	Clock   clock.Clock
+	Handler  http.Handler
+	River    *river.Client[pgx.Tx]
+	Renewals *scheduler.Renewals
+	Clock    clock.Clock
 	// Inspector and Reconciler run periodically; tests call them directly.
 	Inspector  *inspector.Inspector
 	Reconciler *reconcile.Reconciler
@@ -99,7 +99,7 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 	if svc.River, err = newRiver(cfg, pool, p, log); err != nil {
 		return nil, err
 	}
-	svc.Biller = p.biller
+	svc.Renewals = p.renewals
 	if svc.Handler, err = svc.buildHTTP(ctx, cfg, pool, p, jobs, dev, log); err != nil {
 		return nil, err
 	}
@@ -152,11 +152,11 @@ type pipeline struct {
 	breakers     *fleet.Gateways
 	subs         *subscriptions.Store
 	charges      *charges.Pipeline
-	biller       *scheduler.Biller
+	renewals     *scheduler.Renewals
 	bills        *autopay.Autopay
 	billOutcomes autopay.Outcomes
 	owners       charges.Owners
-	registrySim  *registry.Sim
+	registrySim  *gisgmp.Sim
 	limiter      *velocity.Limiter
 	idem         *idempotency.Store
 	policy       notify.URLPolicy
@@ -204,11 +204,11 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, log)
 	bills.Charges = chargeStore
 	bills.Registry = poster != nil
-	biller := &scheduler.Biller{Pool: pool, Subscriptions: subs, Clock: svc.Clock, Charges: chargeStore, CatchUpWindow: cfg.CatchUpWindow,
+	renewals := &scheduler.Renewals{Pool: pool, Subscriptions: subs, Clock: svc.Clock, Charges: chargeStore, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
 		Logger: log.With().Str("component", "scheduler").Logger()}
-	owners := charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Biller: biller},
+	owners := charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Renewals: renewals},
 		Enrollments: billOutcomes}
 	pipe := &charges.Pipeline{Pool: pool, Store: chargeStore, Gateways: breakers, Owners: owners,
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
@@ -219,7 +219,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	}
 	limiter := newLimiter(cfg, svc.Clock)
 	pipe.Declines = newDeclineLimit(limiter, pool)
-	biller.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
+	renewals.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
 		BatchSize: cfg.ScanBatch}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
 	policy := notify.URLPolicy{AllowPrivate: cfg.Dev || cfg.WebhookAllowPrivate}
@@ -233,14 +233,14 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	deliver.PerEndpoint = max(2, cfg.WebhookWorkers/4)
 	river.AddWorker(workers, deliver)
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
-	river.AddWorker(workers, &scheduler.ScanWorker{Biller: biller})
+	river.AddWorker(workers, &scheduler.ScanWorker{Renewals: renewals})
 	svc.reseal = resealSteps(pool, tokens)
 	river.AddWorker(workers, &vault.ResealWorker{Steps: svc.reseal, Batch: resealBatch})
 	charges.Register(workers, pipe)
 	registerAutopay(workers, bills, poster)
 	ops.register(workers)
 	periodic := append(append(periodicJobs(cfg), autopayPeriodicJobs(cfg, poster != nil)...), ops.periodicJobs(cfg)...)
-	return &pipeline{keys: keys, tokens: tokens, breakers: breakers, subs: subs, charges: pipe, biller: biller,
+	return &pipeline{keys: keys, tokens: tokens, breakers: breakers, subs: subs, charges: pipe, renewals: renewals,
 		bills: bills, billOutcomes: billOutcomes, owners: owners, registrySim: registrySim, limiter: limiter, idem: idem,
 		policy: policy, ops: ops, retry: retry, workers: workers, periodic: periodic}, nil
 }
@@ -303,7 +303,7 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 		return nil, err
 	}
 	svc.closers = append(svc.closers, stopUI)
-	uses := &billing.Service{Pool: pool, Subscriptions: p.subs, Biller: p.biller, Attempts: p.charges,
+	uses := &usecases.Service{Pool: pool, Subscriptions: p.subs, Renewals: p.renewals, Attempts: p.charges,
 		KnownGateway: p.breakers.Known, Clock: svc.Clock, Enrollments: p.bills.Enrollments, Autopay: p.bills, Owners: p.owners,
 		Velocity: p.limiter, Tokens: p.tokens}
 	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())

@@ -1,4 +1,4 @@
-package registry_test
+package gisgmp_test
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
-	"github.com/rebill/rebill/registry"
 )
 
 var start = time.Date(2027, 3, 20, 9, 0, 0, 0, time.UTC)
@@ -29,7 +29,7 @@ type tooLateBundle struct {
 	pool   *pgxpool.Pool
 	clk    *testsupport.Clock
 	gw     *fakeGateway
-	worker *rivertest.Worker[registry.PostArgs, pgx.Tx]
+	worker *rivertest.Worker[gisgmp.PostArgs, pgx.Tx]
 	charge charges.Charge
 	id     string
 }
@@ -41,14 +41,14 @@ func setupTooLate(ctx context.Context, t *testing.T) tooLateBundle {
 	pool := dbtest.Pool(t)
 	clk := testsupport.NewClock(start)
 	gw := newFakeGateway(t, "gmp1")
-	poster := &registry.Poster{Pool: pool, Gateways: registry.NewBalancer([]registry.Gateway{gw}, time.Second), Clock: clk,
+	poster := &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{gw}, time.Second), Clock: clk,
 		GiveUpAfter: 24 * time.Hour, Retry: charges.RetryPolicy{Base: time.Second, Max: time.Minute, Now: clk.Now},
 		Logger: zerolog.Nop()}
 	workers := river.NewWorkers()
-	registry.Register(workers, poster)
+	gisgmp.Register(workers, poster)
 	charges.Register(workers, &charges.Pipeline{Pool: pool, Clock: clk})
 	worker := rivertest.NewWorker(t, riverpgxv5.New(pool), &river.Config{Logger: slog.New(slog.DiscardHandler),
-		Test: river.TestConfig{Time: clk}, TestOnly: true, Workers: workers}, &registry.PostWorker{Poster: poster})
+		Test: river.TestConfig{Time: clk}, TestOnly: true, Workers: workers}, &gisgmp.PostWorker{Poster: poster})
 
 	enrollmentID := uuid.New()
 	_, err := pool.Exec(ctx, `INSERT INTO enrollments (id, customer_id, kind, sts, status, currency, max_amount, pm_gateway,
@@ -66,16 +66,16 @@ func setupTooLate(ctx context.Context, t *testing.T) tooLateBundle {
 	_, err = pool.Exec(ctx, `UPDATE charges SET status = 'authorized', authorized_at = $2 WHERE id = $1`, c.ID, start)
 	require.NoError(t, err)
 	c.AttemptCount = 1
-	id := registry.PaymentID(c.Key(), 1, 500)
+	id := gisgmp.PaymentID(c.Key(), 1, 500)
 	_, err = pool.Exec(ctx, `INSERT INTO registry_postings (payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at)
 		VALUES ($1, $2, 1, $3, 500, 'posting', $4, $4)`, id, c.ID, c.RegistryUIN, start)
 	require.NoError(t, err)
 	return tooLateBundle{pool: pool, clk: clk, gw: gw, worker: worker, charge: c, id: id}
 }
 
-func (b tooLateBundle) status(ctx context.Context, t *testing.T) registry.PostingStatus {
+func (b tooLateBundle) status(ctx context.Context, t *testing.T) gisgmp.PostingStatus {
 	t.Helper()
-	var status registry.PostingStatus
+	var status gisgmp.PostingStatus
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT status FROM registry_postings WHERE payment_id = $1`, b.id).Scan(&status))
 	return status
 }
@@ -91,11 +91,11 @@ func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 	for name, tc := range map[string]struct {
 		known bool
 		err   error
-		want  registry.PostingStatus
+		want  gisgmp.PostingStatus
 	}{
-		"unknown to the registry: cancelled":   {want: registry.StatusCancelled},
-		"made by an earlier run: accepted":     {known: true, want: registry.StatusAccepted},
-		"registry unreachable: left to settle": {err: registry.ErrUnavailable, want: registry.StatusPosting},
+		"unknown to the registry: cancelled":   {want: gisgmp.StatusCancelled},
+		"made by an earlier run: accepted":     {known: true, want: gisgmp.StatusAccepted},
+		"registry unreachable: left to settle": {err: gisgmp.ErrUnavailable, want: gisgmp.StatusPosting},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -108,7 +108,7 @@ func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 			tx, err := b.pool.Begin(ctx)
 			require.NoError(t, err)
 			defer tx.Rollback(ctx)
-			_, err = b.worker.Work(ctx, t, tx, registry.PostArgs{PaymentID: b.id}, nil)
+			_, err = b.worker.Work(ctx, t, tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
 			require.Empty(t, b.gw.callsOf("post"), "nothing is sent to the registry")
 			require.NotEmpty(t, b.gw.callsOf("lookup"), "the registry is asked first")

@@ -1,4 +1,4 @@
-// Package registry posts the payments of fines to the state payment
+// Package gisgmp posts the payments of fines to the state payment
 // registry (GIS GMP): a fine counts as paid only once its payment is
 // posted there with the fine's UIN.
 //
@@ -43,7 +43,7 @@
 // The registry is reached through one or more gateways, tried in turn
 // starting from a rotating one (balancing), skipping gateways that failed
 // recently (moving traffic off a degraded one) unless all did.
-package registry
+package gisgmp
 
 import (
 	"context"

@@ -15,9 +15,9 @@ import (
 	"github.com/rebill/rebill/subscriptions"
 )
 
-// Biller creates charges for due periods and tells subscriptions about
+// Renewals creates charges for due periods and tells subscriptions about
 // their charges' outcomes.
-type Biller struct {
+type Renewals struct {
 	Pool          *pgxpool.Pool
 	Subscriptions *subscriptions.Store
 	Clock         clock.Clock
@@ -51,14 +51,14 @@ type Notifier interface {
 	SendNotices(ctx context.Context, now time.Time) (int, error)
 }
 
-// Create creates the subscription n describes, in tx, billed for the
+// Create creates the subscription n describes, in tx, charged for the
 // periods due at once (the first one, unless the billing anchor is in the
 // future): it is inserted already advanced past them, their charges are
 // written in the same round trip, and their authorize jobs are enqueued.
 // The periods are those due at the subscription's creation time.
-func (b *Biller) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, actor subscriptions.Actor) (subscriptions.Subscription, error) {
+func (r *Renewals) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, actor subscriptions.Actor) (subscriptions.Subscription, error) {
 	var created []charges.Charge
-	sub, err := b.Subscriptions.Create(ctx, tx, n, actor,
+	sub, err := r.Subscriptions.Create(ctx, tx, n, actor,
 		func(sub subscriptions.Subscription, batch *pgx.Batch) (*subscriptions.Advance, error) {
 			now := sub.CreatedAt
 			sched := sub.Schedule()
@@ -66,7 +66,7 @@ func (b *Biller) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, act
 			if last < sub.NextPeriodIndex {
 				return nil, nil
 			}
-			news, adv, err := b.periodsDue(nil, sub, sched, sub.NextPeriodIndex, last, now)
+			news, adv, err := r.periodsDue(nil, sub, sched, sub.NextPeriodIndex, last, now)
 			if err != nil {
 				return nil, err
 			}
@@ -78,7 +78,7 @@ func (b *Biller) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, act
 	if err != nil {
 		return subscriptions.Subscription{}, err
 	}
-	if err := b.Charges.Start(ctx, tx, created); err != nil {
+	if err := r.Charges.Start(ctx, tx, created); err != nil {
 		return subscriptions.Subscription{}, err
 	}
 	metrics.PeriodsEnqueued.Add(float64(len(created)))
@@ -90,37 +90,37 @@ func (b *Biller) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, act
 // after resuming a subscription, and before pausing or cancelling one, so
 // that a period due at once is enqueued in the same transaction. Returns
 // the updated subscription.
-func (b *Biller) Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) (subscriptions.Subscription, error) {
-	now := b.Clock.Now()
+func (r *Renewals) Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) (subscriptions.Subscription, error) {
+	now := r.Clock.Now()
 	if sub.NextChargeAt.After(now) || (sub.Status != subscriptions.Active && sub.Status != subscriptions.PastDue) {
 		return sub, nil
 	}
-	_, advanced, err := b.bill(ctx, tx, []subscriptions.Subscription{sub}, now)
+	_, advanced, err := r.charge(ctx, tx, []subscriptions.Subscription{sub}, now)
 	if err != nil {
 		return subscriptions.Subscription{}, err
 	}
 	if len(advanced) != 1 {
-		return b.Subscriptions.Get(ctx, tx, sub.ID) // cancelled at period end instead
+		return r.Subscriptions.Get(ctx, tx, sub.ID) // cancelled at period end instead
 	}
 	// What the advance wrote, without reading the row back. An event this
 	// transaction wrote of sub before the advance (a resume's) shows it.
 	sub.NextPeriodIndex, sub.NextChargeAt, sub.UpdatedAt = advanced[0].NextPeriodIndex, advanced[0].NextChargeAt, now
-	return sub, b.Subscriptions.Stored(ctx, tx, sub)
+	return sub, r.Subscriptions.Stored(ctx, tx, sub)
 }
 
 // dueBefore charges, in tx, the periods of the locked subscription sub that
 // began before until and that no scan has reached: an active or past-due
 // subscription's periods, up to the end of its dunning.
-func (b *Biller) dueBefore(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription, until time.Time) error {
+func (r *Renewals) dueBefore(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription, until time.Time) error {
 	if !sub.NextChargeAt.Before(until) || (sub.Status != subscriptions.Active && sub.Status != subscriptions.PastDue) {
 		return nil
 	}
-	_, _, err := b.billUpTo(ctx, tx, []subscriptions.Subscription{sub}, until.Add(-time.Nanosecond), b.Clock.Now())
+	_, _, err := r.chargeUpTo(ctx, tx, []subscriptions.Subscription{sub}, until.Add(-time.Nanosecond), r.Clock.Now())
 	return err
 }
 
 // Cancelled stops the cancelled subscription's charges: unstarted ones are
 // voided, held money is released by void jobs, and nothing is captured.
-func (b *Biller) Cancelled(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID) error {
-	return b.Charges.StopSubscription(ctx, tx, subscriptionID, b.Clock.Now())
+func (r *Renewals) Cancelled(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID) error {
+	return r.Charges.StopSubscription(ctx, tx, subscriptionID, r.Clock.Now())
 }

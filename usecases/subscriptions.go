@@ -1,4 +1,4 @@
-package billing
+package usecases
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func (s *Service) CreateSubscription(ctx context.Context, tx pgx.Tx, caller Call
 	if n.PaymentMethod, err = s.seal(ctx, tx, n.PaymentMethod); err != nil {
 		return subscriptions.Subscription{}, err
 	}
-	return s.Biller.Create(ctx, tx, n, caller.Actor)
+	return s.Renewals.Create(ctx, tx, n, caller.Actor)
 }
 
 // Subscription returns a subscription the caller may see. Returns
@@ -85,7 +85,7 @@ func (s *Service) billBegun(ctx context.Context, tx pgx.Tx, id uuid.UUID) error 
 	if err != nil {
 		return err
 	}
-	_, err = s.Biller.Due(ctx, tx, sub)
+	_, err = s.Renewals.Due(ctx, tx, sub)
 	return err
 }
 
@@ -100,7 +100,7 @@ func (s *Service) Resume(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.
 	if err != nil || !changed {
 		return sub, err
 	}
-	return s.Biller.Due(ctx, tx, sub)
+	return s.Renewals.Due(ctx, tx, sub)
 }
 
 // Cancel ends the subscription now, or at the end of its period (a period
@@ -119,7 +119,7 @@ func (s *Service) Cancel(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.
 	}
 	sub, changed, err := s.Subscriptions.Cancel(ctx, tx, id, atPeriodEnd, caller.Actor)
 	if err == nil && changed && sub.Status == subscriptions.Cancelled {
-		err = s.Biller.Cancelled(ctx, tx, id)
+		err = s.Renewals.Cancelled(ctx, tx, id)
 	}
 	return sub, err
 }
@@ -142,7 +142,7 @@ func (s *Service) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller Cal
 	}
 	if before.Status == subscriptions.Unpaid && before.UnpaidSince != nil {
 		// Leaving unpaid: the periods that began meanwhile stay not owed.
-		if err := s.Biller.Charges.NotOwedSince(ctx, tx, id, *before.UnpaidSince, s.Clock.Now()); err != nil {
+		if err := s.Renewals.Charges.NotOwedSince(ctx, tx, id, *before.UnpaidSince, s.Clock.Now()); err != nil {
 			return subscriptions.Subscription{}, err
 		}
 	}
@@ -158,7 +158,7 @@ func (s *Service) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller Cal
 			return subscriptions.Subscription{}, err
 		}
 	}
-	retried, err := s.Biller.Charges.PaymentMethodChanged(ctx, tx, sub.ID, sub.PaymentMethod.Gateway, sub.PaymentMethod.Token, s.Clock.Now())
+	retried, err := s.Renewals.Charges.PaymentMethodChanged(ctx, tx, sub.ID, sub.PaymentMethod.Gateway, sub.PaymentMethod.Token, s.Clock.Now())
 	if err != nil {
 		return subscriptions.Subscription{}, err
 	}

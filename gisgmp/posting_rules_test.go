@@ -1,4 +1,4 @@
-package registry_test
+package gisgmp_test
 
 // The rules of postings, specified on the post, annul and sweep workers
 // over a real database with rivertest: what the registry's answers do to
@@ -20,9 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
-	"github.com/rebill/rebill/registry"
 )
 
 const giveUpAfter = 24 * time.Hour
@@ -33,9 +33,9 @@ type postingBundle struct {
 	pool   *pgxpool.Pool
 	clock  *testsupport.Clock
 	gw     *fakeGateway
-	post   *rivertest.Worker[registry.PostArgs, pgx.Tx]
-	annul  *rivertest.Worker[registry.AnnulArgs, pgx.Tx]
-	sweep  *rivertest.Worker[registry.SweepArgs, pgx.Tx]
+	post   *rivertest.Worker[gisgmp.PostArgs, pgx.Tx]
+	annul  *rivertest.Worker[gisgmp.AnnulArgs, pgx.Tx]
+	sweep  *rivertest.Worker[gisgmp.SweepArgs, pgx.Tx]
 	charge charges.Charge
 	id     string
 	tx     pgx.Tx // the job's transaction, rolled back at the end
@@ -46,19 +46,19 @@ func setupPosting(ctx context.Context, t *testing.T) *postingBundle {
 	pool := dbtest.Pool(t)
 	clk := testsupport.NewClock(start)
 	gw := newFakeGateway(t, "gmp1")
-	poster := &registry.Poster{Pool: pool, Gateways: registry.NewBalancer([]registry.Gateway{gw}, time.Second), Clock: clk,
+	poster := &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{gw}, time.Second), Clock: clk,
 		GiveUpAfter: giveUpAfter, Retry: charges.RetryPolicy{Base: time.Second, Max: time.Minute, Now: clk.Now},
 		Logger: zerolog.Nop()}
 	workers := river.NewWorkers()
-	registry.Register(workers, poster)
+	gisgmp.Register(workers, poster)
 	charges.Register(workers, &charges.Pipeline{Pool: pool, Clock: clk})
 	config := &river.Config{Logger: slog.New(slog.DiscardHandler), Test: river.TestConfig{Time: clk}, TestOnly: true,
 		Workers: workers}
 	driver := riverpgxv5.New(pool)
 	b := &postingBundle{pool: pool, clock: clk, gw: gw,
-		post:  rivertest.NewWorker(t, driver, config, &registry.PostWorker{Poster: poster}),
-		annul: rivertest.NewWorker(t, driver, config, &registry.AnnulWorker{Poster: poster}),
-		sweep: rivertest.NewWorker(t, driver, config, &registry.SweepWorker{Poster: poster}),
+		post:  rivertest.NewWorker(t, driver, config, &gisgmp.PostWorker{Poster: poster}),
+		annul: rivertest.NewWorker(t, driver, config, &gisgmp.AnnulWorker{Poster: poster}),
+		sweep: rivertest.NewWorker(t, driver, config, &gisgmp.SweepWorker{Poster: poster}),
 	}
 	b.charge, b.id = b.heldFine(ctx, t, "18810142200817004923")
 	tx, err := pool.Begin(ctx)
@@ -86,7 +86,7 @@ func (b *postingBundle) heldFine(ctx context.Context, t *testing.T, uin string) 
 	_, err = b.pool.Exec(ctx, `UPDATE charges SET status = 'authorized', authorized_at = $2 WHERE id = $1`, c.ID, start)
 	require.NoError(t, err)
 	c.AttemptCount = 1
-	id := registry.PaymentID(c.Key(), 1, 500)
+	id := gisgmp.PaymentID(c.Key(), 1, 500)
 	_, err = b.pool.Exec(ctx, `INSERT INTO registry_postings (payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at)
 		VALUES ($1, $2, 1, $3, 500, 'posting', $4, $4)`, id, c.ID, uin, start)
 	require.NoError(t, err)
@@ -94,7 +94,7 @@ func (b *postingBundle) heldFine(ctx context.Context, t *testing.T, uin string) 
 }
 
 // posting reads the posting's status, gateway and last error.
-func (b *postingBundle) posting(ctx context.Context, t *testing.T, id string) (status registry.PostingStatus, gateway, lastError string) {
+func (b *postingBundle) posting(ctx context.Context, t *testing.T, id string) (status gisgmp.PostingStatus, gateway, lastError string) {
 	t.Helper()
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT status, coalesce(gateway, ''), coalesce(last_error, '')
 		FROM registry_postings WHERE payment_id = $1`, id).Scan(&status, &gateway, &lastError))
@@ -116,19 +116,19 @@ func TestAcceptedPostingEnqueuesTheCapture(t *testing.T) {
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
 	b.gw.PostFunc = posts(nil)
-	_, err := b.post.Work(ctx, t, b.tx, registry.PostArgs{PaymentID: b.id}, nil)
+	_, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 
 	status, gateway, _ := b.posting(ctx, t, b.id)
-	require.Equal(t, registry.StatusAccepted, status)
+	require.Equal(t, gisgmp.StatusAccepted, status)
 	require.Equal(t, "gmp1", gateway)
 	require.Equal(t, []registryCall{{Op: "post", PaymentID: b.id,
-		Payment: registry.Payment{PaymentID: b.id, UIN: "18810142200817004923", Amount: 500}}}, b.gw.callsOf("post"))
+		Payment: gisgmp.Payment{PaymentID: b.id, UIN: "18810142200817004923", Amount: 500}}}, b.gw.callsOf("post"))
 	job := rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 	require.Equal(t, charges.CaptureArgs{ChargeID: b.charge.ID, Attempt: 1}, job.Args)
 
 	// Run again (a retried job): nothing is posted twice.
-	_, err = b.post.Work(ctx, t, b.tx, registry.PostArgs{PaymentID: b.id}, nil)
+	_, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Len(t, b.gw.callsOf("post"), 1)
 }
@@ -139,12 +139,12 @@ func TestRefusedPostingSendsTheChargeToReview(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
-	b.gw.PostFunc = posts(registry.ErrRejected)
-	_, err := b.post.Work(ctx, t, b.tx, registry.PostArgs{PaymentID: b.id}, nil)
+	b.gw.PostFunc = posts(gisgmp.ErrRejected)
+	_, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 
 	status, _, lastError := b.posting(ctx, t, b.id)
-	require.Equal(t, registry.StatusFailed, status)
+	require.Equal(t, gisgmp.StatusFailed, status)
 	require.Contains(t, lastError, "rejected")
 	c := b.chargeNow(ctx, t)
 	require.Equal(t, charges.RequiresReview, c.Status)
@@ -159,20 +159,20 @@ func TestUnavailableRegistryIsWaitedForThenGivenUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
-	b.gw.PostFunc = posts(registry.ErrUnavailable)
-	res, err := b.post.Work(ctx, t, b.tx, registry.PostArgs{PaymentID: b.id}, nil)
+	b.gw.PostFunc = posts(gisgmp.ErrUnavailable)
+	res, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
 	status, _, _ := b.posting(ctx, t, b.id)
-	require.Equal(t, registry.StatusPosting, status)
+	require.Equal(t, gisgmp.StatusPosting, status)
 	require.Equal(t, charges.Authorized, b.chargeNow(ctx, t).Status)
 
 	b.clock.Advance(giveUpAfter + time.Minute)
-	res, err = b.post.Work(ctx, t, b.tx, registry.PostArgs{PaymentID: b.id}, nil)
+	res, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobCompleted, res.EventKind)
 	status, _, _ = b.posting(ctx, t, b.id)
-	require.Equal(t, registry.StatusFailed, status)
+	require.Equal(t, gisgmp.StatusFailed, status)
 	require.Equal(t, charges.RequiresReview, b.chargeNow(ctx, t).Status)
 }
 
@@ -183,19 +183,19 @@ func TestLostAnswerIsLookedUpBeforeAnythingElse(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
 		found      bool
-		wantStatus registry.PostingStatus
+		wantStatus gisgmp.PostingStatus
 		wantErr    bool
 	}{
-		"found: accepted":    {found: true, wantStatus: registry.StatusAccepted},
-		"not found: retried": {wantStatus: registry.StatusPosting, wantErr: true},
+		"found: accepted":    {found: true, wantStatus: gisgmp.StatusAccepted},
+		"not found: retried": {wantStatus: gisgmp.StatusPosting, wantErr: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setupPosting(ctx, t)
-			b.gw.PostFunc = posts(registry.ErrUnknownOutcome)
+			b.gw.PostFunc = posts(gisgmp.ErrUnknownOutcome)
 			b.gw.LookupFunc = looksUp(tc.found, false, nil)
-			_, err := b.post.Work(ctx, t, b.tx, registry.PostArgs{PaymentID: b.id}, nil)
+			_, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
 			require.Equal(t, tc.wantErr, err != nil, "%v", err)
 			status, _, _ := b.posting(ctx, t, b.id)
 			require.Equal(t, tc.wantStatus, status)
@@ -221,10 +221,10 @@ func TestPostingNoLongerWantedIsCancelledUnsent(t *testing.T) {
 	_, err := b.pool.Exec(ctx, `UPDATE charges SET void_requested = true WHERE id = $1`, b.charge.ID)
 	require.NoError(t, err)
 	b.gw.LookupFunc = looksUp(false, false, nil)
-	_, err = b.post.Work(ctx, t, b.tx, registry.PostArgs{PaymentID: b.id}, nil)
+	_, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	status, _, _ := b.posting(ctx, t, b.id)
-	require.Equal(t, registry.StatusCancelled, status)
+	require.Equal(t, gisgmp.StatusCancelled, status)
 	require.Empty(t, b.gw.callsOf("post"))
 	rivertest.RequireNotInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 }
@@ -245,20 +245,20 @@ func TestSweepAnnulsAcceptedPostingsWhoseMoneyWasNotCaptured(t *testing.T) {
 	_, err = b.pool.Exec(ctx, `UPDATE charges SET status = 'succeeded' WHERE id = $1`, captured.ID)
 	require.NoError(t, err)
 
-	_, err = b.sweep.Work(ctx, t, b.tx, registry.SweepArgs{}, nil)
+	_, err = b.sweep.Work(ctx, t, b.tx, gisgmp.SweepArgs{}, nil)
 	require.NoError(t, err)
-	job := rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, registry.AnnulArgs{}, nil)
-	require.Equal(t, registry.AnnulArgs{PaymentID: b.id}, job.Args, "only the voided charge's posting")
+	job := rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, gisgmp.AnnulArgs{}, nil)
+	require.Equal(t, gisgmp.AnnulArgs{PaymentID: b.id}, job.Args, "only the voided charge's posting")
 
 	b.gw.AnnulFunc = annuls(nil)
-	_, err = b.annul.Work(ctx, t, b.tx, registry.AnnulArgs{PaymentID: b.id}, nil)
+	_, err = b.annul.Work(ctx, t, b.tx, gisgmp.AnnulArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	status, _, _ := b.posting(ctx, t, b.id)
-	require.Equal(t, registry.StatusAnnulled, status)
+	require.Equal(t, gisgmp.StatusAnnulled, status)
 	status, _, _ = b.posting(ctx, t, capturedID)
-	require.Equal(t, registry.StatusAccepted, status)
+	require.Equal(t, gisgmp.StatusAccepted, status)
 
-	_, err = b.annul.Work(ctx, t, b.tx, registry.AnnulArgs{PaymentID: b.id}, nil)
+	_, err = b.annul.Work(ctx, t, b.tx, gisgmp.AnnulArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Len(t, b.gw.callsOf("annul"), 1, "an annulled posting is not annulled again")
 }
@@ -272,16 +272,16 @@ func TestLostAnnulmentIsCheckedBeforeItIsRecorded(t *testing.T) {
 	b := setupPosting(ctx, t)
 	_, err := b.pool.Exec(ctx, `UPDATE registry_postings SET status = 'accepted'`)
 	require.NoError(t, err)
-	b.gw.AnnulFunc = annuls(registry.ErrUnknownOutcome)
+	b.gw.AnnulFunc = annuls(gisgmp.ErrUnknownOutcome)
 	b.gw.LookupFunc = looksUp(true, false, nil)
-	_, err = b.annul.Work(ctx, t, b.tx, registry.AnnulArgs{PaymentID: b.id}, nil)
+	_, err = b.annul.Work(ctx, t, b.tx, gisgmp.AnnulArgs{PaymentID: b.id}, nil)
 	require.Error(t, err)
 	status, _, _ := b.posting(ctx, t, b.id)
-	require.Equal(t, registry.StatusAccepted, status)
+	require.Equal(t, gisgmp.StatusAccepted, status)
 
 	b.gw.LookupFunc = looksUp(true, true, nil)
-	_, err = b.annul.Work(ctx, t, b.tx, registry.AnnulArgs{PaymentID: b.id}, nil)
+	_, err = b.annul.Work(ctx, t, b.tx, gisgmp.AnnulArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	status, _, _ = b.posting(ctx, t, b.id)
-	require.Equal(t, registry.StatusAnnulled, status)
+	require.Equal(t, gisgmp.StatusAnnulled, status)
 }

@@ -1,4 +1,4 @@
-package billing_test
+package usecases_test
 
 import (
 	"context"
@@ -37,7 +37,7 @@ import (
 // resolves charges in review with the provider's evidence, or retries
 // them.
 //
-// The real stores, use cases (billing.Service), scan (scheduler.Biller)
+// The real stores, use cases (usecases.Service), scan (scheduler.Renewals)
 // and pipeline (charges.Pipeline, through its River workers) run on one
 // PostgreSQL database (world). Beside them runs a reference model in plain
 // Go, written from the contract (api/openapi.json, "Decisions"): which
@@ -430,7 +430,7 @@ func (m *machine) advance(t *rapid.T) {
 
 func (m *machine) scan(t *rapid.T) {
 	now := m.now()
-	res, err := m.w.biller.Scan(m.ctx, now)
+	res, err := m.w.renewals.Scan(m.ctx, now)
 	if err != nil {
 		t.Fatalf("scan: %v", err)
 	}

@@ -1,9 +1,9 @@
-// Package objects holds the JSON shapes of rebill's objects as their GET
+// Package apiobjects holds the JSON shapes of rebill's objects as their GET
 // endpoints return them. The api encodes responses with them and notify
 // stores them as an event's data.object, so that an event shows the object
 // exactly as it was read at that moment, without the domain packages (or
 // notify) importing the HTTP layer.
-package objects
+package apiobjects
 
 import (
 	"time"

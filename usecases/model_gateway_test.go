@@ -1,4 +1,4 @@
-package billing_test
+package usecases_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package billing_test
+package usecases_test
 
 import (
 	"context"
@@ -54,7 +54,7 @@ func (s *scenario) advance(d time.Duration) { s.w.clock.Advance(d) }
 
 func (s *scenario) scan() {
 	s.t.Helper()
-	_, err := s.w.biller.Scan(s.ctx, s.w.clock.Now())
+	_, err := s.w.renewals.Scan(s.ctx, s.w.clock.Now())
 	require.NoError(s.t, err)
 }
 

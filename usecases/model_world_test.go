@@ -1,4 +1,4 @@
-package billing_test
+package usecases_test
 
 import (
 	"context"
@@ -19,7 +19,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
-	"github.com/rebill/rebill/billing"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
@@ -27,6 +26,7 @@ import (
 	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/usecases"
 )
 
 // The world is everything the model test drives: the real stores, use
@@ -63,8 +63,8 @@ type world struct {
 	clock    *testsupport.Clock
 	gw       *fakeGateway
 	pipeline *charges.Pipeline
-	biller   *scheduler.Biller
-	svc      *billing.Service
+	renewals *scheduler.Renewals
+	svc      *usecases.Service
 	client   *river.Client[pgx.Tx] // inserts jobs, unique per attempt as in production
 	stats    map[string]int        // what the checks reached, for -v
 	work     map[string]func(ctx context.Context, tx pgx.Tx, job *rivertype.JobRow) (*rivertest.WorkResult, error)
@@ -101,7 +101,7 @@ func addWorker[T river.JobArgs](w *world, driver *riverpgxv5.Driver, config *riv
 
 // staff is who makes the requests: the use cases' rules for customers are
 // not what these tests are about.
-var staff = billing.Caller{Actor: subscriptions.Actor{ID: "model", Role: "admin"}}
+var staff = usecases.Caller{Actor: subscriptions.Actor{ID: "model", Role: "admin"}}
 
 // card is a payment method on the fake gateway.
 func card(token string) subscriptions.PaymentMethod {
@@ -137,10 +137,10 @@ func newWorld(t *testing.T) *world {
 		UnavailableFor: modelUnavailableFor,
 		Logger:         zerolog.Nop(),
 	}
-	w.biller = &scheduler.Biller{Pool: w.pool, Subscriptions: subs, Clock: w.clock, Charges: store, CatchUpWindow: modelCatchUp,
+	w.renewals = &scheduler.Renewals{Pool: w.pool, Subscriptions: subs, Clock: w.clock, Charges: store, CatchUpWindow: modelCatchUp,
 		BatchSize: 2, ScanWorkers: 1, ScanInterval: time.Minute, Logger: zerolog.Nop()}
-	w.pipeline.Owners.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Biller: w.biller}
-	w.svc = &billing.Service{Pool: w.pool, Subscriptions: subs, Biller: w.biller, Attempts: w.pipeline, Clock: w.clock,
+	w.pipeline.Owners.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Renewals: w.renewals}
+	w.svc = &usecases.Service{Pool: w.pool, Subscriptions: subs, Renewals: w.renewals, Attempts: w.pipeline, Clock: w.clock,
 		Owners: w.pipeline.Owners}
 	w.newGateways()
 

@@ -1,4 +1,4 @@
-package registry_test
+package gisgmp_test
 
 import (
 	"context"
@@ -6,14 +6,14 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/rebill/rebill/registry"
+	"github.com/rebill/rebill/gisgmp"
 )
 
 // registryCall is one call a fake registry gateway got.
 type registryCall struct {
 	Op        string // post, annul or lookup
 	PaymentID string
-	Payment   registry.Payment // posts only
+	Payment   gisgmp.Payment // posts only
 }
 
 // fakeGateway is a registry gateway that answers through its Func fields
@@ -21,7 +21,7 @@ type registryCall struct {
 // answers ErrUnavailable (it did nothing). Set the fields while no call is
 // in flight; recording is safe for concurrent use.
 type fakeGateway struct {
-	PostFunc   func(ctx context.Context, p registry.Payment) error
+	PostFunc   func(ctx context.Context, p gisgmp.Payment) error
 	AnnulFunc  func(ctx context.Context, paymentID string) error
 	LookupFunc func(ctx context.Context, paymentID string) (found, annulled bool, err error)
 
@@ -44,10 +44,10 @@ func (g *fakeGateway) record(c registryCall, set bool) error {
 		return nil
 	}
 	g.t.Errorf("fake registry %s: unexpected %s %s", g.name, c.Op, c.PaymentID)
-	return fmt.Errorf("%w: unexpected %s", registry.ErrUnavailable, c.Op)
+	return fmt.Errorf("%w: unexpected %s", gisgmp.ErrUnavailable, c.Op)
 }
 
-func (g *fakeGateway) Post(ctx context.Context, p registry.Payment) error {
+func (g *fakeGateway) Post(ctx context.Context, p gisgmp.Payment) error {
 	fn := g.PostFunc
 	if err := g.record(registryCall{Op: "post", PaymentID: p.PaymentID, Payment: p}, fn != nil); err != nil {
 		return err
@@ -85,8 +85,8 @@ func (g *fakeGateway) callsOf(op string) []registryCall {
 }
 
 // posts answers every post with err.
-func posts(err error) func(context.Context, registry.Payment) error {
-	return func(context.Context, registry.Payment) error { return err }
+func posts(err error) func(context.Context, gisgmp.Payment) error {
+	return func(context.Context, gisgmp.Payment) error { return err }
 }
 
 // annuls answers every annulment with err.

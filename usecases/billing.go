@@ -1,4 +1,4 @@
-// Package billing is what clients and support staff ask of rebill: the use
+// Package usecases is what clients and support staff ask of rebill: the use
 // cases behind the HTTP API. Each composes the domain packages in the
 // caller's transaction (the request's, which also stores its idempotent
 // response): a subscription and the charge its first period needs, a
@@ -14,7 +14,7 @@
 // for an object that does not exist or that the caller may not see, and a
 // *fsm.TransitionError for a change any state machine forbids. Each doc
 // comment lists what else it returns.
-package billing
+package usecases
 
 import (
 	"context"
@@ -64,7 +64,7 @@ type Service struct {
 	// Pool serves reads; changes run in the caller's transaction.
 	Pool          *pgxpool.Pool
 	Subscriptions *subscriptions.Store
-	Biller        *scheduler.Biller
+	Renewals      *scheduler.Renewals
 	Attempts      Attempts
 	// KnownGateway tells whether a payment method may name a gateway.
 	KnownGateway func(name string) bool

@@ -1,4 +1,4 @@
-package billing
+package usecases
 
 import (
 	"context"
@@ -55,11 +55,11 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 	if _, err := events.Lock(ctx, tx, c.OwnerID()); err != nil { // the subscription (or enrollment) before the charge
 		return charges.Charge{}, err
 	}
-	if c, err = s.Biller.Charges.Resolve(ctx, tx, id, r, s.Clock.Now()); err != nil {
+	if c, err = s.Renewals.Charges.Resolve(ctx, tx, id, r, s.Clock.Now()); err != nil {
 		return charges.Charge{}, err
 	}
 	if c.Status == charges.Succeeded {
-		return c, s.Biller.Charges.Paid(ctx, tx, events, c, s.Clock.Now())
+		return c, s.Renewals.Charges.Paid(ctx, tx, events, c, s.Clock.Now())
 	}
 	// A person ended the collection now: the subscription is unpaid from
 	// now on, not as of the charge's last attempt, which may lie long
@@ -67,7 +67,7 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 	// chaos soak, seed 10).
 	failed := c
 	failed.AttemptDueAt = s.Clock.Now()
-	return c, s.Biller.Charges.Failed(ctx, tx, events, failed, s.Clock.Now())
+	return c, s.Renewals.Charges.Failed(ctx, tx, events, failed, s.Clock.Now())
 }
 
 // RetryCharge starts, at a person's request, a new attempt of a charge in
@@ -107,7 +107,7 @@ func (s *Service) RetryCharge(ctx context.Context, tx pgx.Tx, caller Caller, id 
 	if owner.Cancelled {
 		return refuse("the subscription or enrollment is cancelled")
 	}
-	next, err := s.Biller.Charges.RetryFromReview(ctx, tx, c, owner.Gateway, owner.Token, s.Clock.Now())
+	next, err := s.Renewals.Charges.RetryFromReview(ctx, tx, c, owner.Gateway, owner.Token, s.Clock.Now())
 	if errors.Is(err, charges.ErrStale) {
 		return refuse("the charge changed meanwhile")
 	}

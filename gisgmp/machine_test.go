@@ -1,0 +1,32 @@
+package gisgmp_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/internal/fsm/fsmtest"
+)
+
+func TestPostingTransitions(t *testing.T) {
+	t.Parallel()
+	fsmtest.RequireMoves(t, gisgmp.Machine, map[gisgmp.PostingStatus][]gisgmp.PostingStatus{
+		gisgmp.StatusPosting:   {gisgmp.StatusAccepted, gisgmp.StatusFailed, gisgmp.StatusCancelled, gisgmp.StatusAnnulled},
+		gisgmp.StatusAccepted:  {gisgmp.StatusAnnulled},
+		gisgmp.StatusFailed:    nil,
+		gisgmp.StatusCancelled: nil,
+		gisgmp.StatusAnnulled:  nil,
+	})
+	require.False(t, gisgmp.CanTransition(gisgmp.StatusAnnulled, gisgmp.StatusAccepted), "an annulment is final")
+	require.False(t, gisgmp.CanTransition(gisgmp.StatusAccepted, gisgmp.StatusCancelled),
+		"a payment the registry holds is annulled, never just forgotten")
+}
+
+// No SQL names a posting's status: conditions are built from the
+// constants. The simulated registry keeps its own ledger, with statuses
+// of its own.
+func TestNoPostingStatusLiteral(t *testing.T) {
+	t.Parallel()
+	fsmtest.RequireNoLiterals(t, gisgmp.PostingStatuses, "gisgmp/sim.go")
+}
