@@ -110,13 +110,16 @@ func TestGatewayDownChargesWaitAndResume(t *testing.T) {
 		subs[i] = b.createSubscription(t, "tok_ok_down", "month")
 	}
 	for _, sub := range subs {
+		// Six charges of one customer at once may briefly find its five
+		// decline slots in flight (velocity_slots_in_flight); each then
+		// waits on the gateway, and says so.
+		var c map[string]any
 		require.Eventually(t, func() bool {
-			c := b.charges(t, sub)[0]
-			return c["next_attempt_at"] != nil
-		}, 10*time.Second, 50*time.Millisecond, "a waiting charge shows when it is tried next")
-		c := b.charges(t, sub)[0]
+			c = b.charges(t, sub)[0]
+			return c["next_attempt_at"] != nil &&
+				(c["failure_code"] == "gateway_unavailable" || c["failure_code"] == "gateway_circuit_open")
+		}, 10*time.Second, 50*time.Millisecond, "a waiting charge shows when it is tried next, and why")
 		require.Contains(t, []any{"scheduled", "authorizing"}, c["status"], "waiting, not failed or re-routed")
-		require.Contains(t, []any{"gateway_unavailable", "gateway_circuit_open"}, c["failure_code"], "and why")
 	}
 	// The node sees sim1 fail: its circuit opens and new bindings go to
 	// the next cheapest gateway, while sim1's charges stay where they are.
