@@ -114,3 +114,15 @@ func (b *Balancer) Lookup(ctx context.Context, paymentID string) (found, annulle
 	})
 	return found, annulled, err
 }
+
+// Quittance asks the first gateway that answers what the registry holds
+// against uin.
+func (b *Balancer) Quittance(ctx context.Context, uin string) (Quittance, error) {
+	var q Quittance
+	_, err := b.each(ctx, func(ctx context.Context, g Gateway) error {
+		var qerr error
+		q, qerr = g.Quittance(ctx, uin)
+		return qerr
+	})
+	return q, err
+}

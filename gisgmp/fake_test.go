@@ -24,6 +24,8 @@ type fakeGateway struct {
 	PostFunc   func(ctx context.Context, p gisgmp.Payment) error
 	AnnulFunc  func(ctx context.Context, paymentID string) error
 	LookupFunc func(ctx context.Context, paymentID string) (found, annulled bool, err error)
+	// QuittanceFunc nil: the registry holds no payment of the UIN.
+	QuittanceFunc func(ctx context.Context, uin string) (gisgmp.Quittance, error)
 
 	t    testing.TB
 	name string
@@ -97,4 +99,11 @@ func annuls(err error) func(context.Context, string) error {
 // looksUp answers every look-up with found, annulled and err.
 func looksUp(found, annulled bool, err error) func(context.Context, string) (bool, bool, error) {
 	return func(context.Context, string) (bool, bool, error) { return found, annulled, err }
+}
+
+func (g *fakeGateway) Quittance(ctx context.Context, uin string) (gisgmp.Quittance, error) {
+	if g.QuittanceFunc == nil {
+		return gisgmp.Quittance{}, nil
+	}
+	return g.QuittanceFunc(ctx, uin)
 }

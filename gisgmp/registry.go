@@ -67,6 +67,36 @@ type Gateway interface {
 	// Lookup tells whether the registry holds the payment (found) and
 	// whether it is annulled. Returns ErrUnavailable.
 	Lookup(ctx context.Context, paymentID string) (found, annulled bool, err error)
+	// Quittance lists every payment the registry holds against the
+	// accrual uin, annulled ones included: its quittance status, from
+	// which rebill tells how much was paid outside it. An accrual the
+	// registry does not know has no payments. Returns ErrUnavailable.
+	Quittance(ctx context.Context, uin string) (Quittance, error)
+}
+
+// Quittance is what the registry holds against one accrual.
+type Quittance struct {
+	Payments []QuittancePayment
+}
+
+// QuittancePayment is one payment the registry holds against an accrual.
+type QuittancePayment struct {
+	PaymentID string
+	Amount    int64
+	Annulled  bool
+}
+
+// PaidExcept is how much the quittance's payments that stand (not
+// annulled) add up to, leaving out those whose payment id own reports as
+// rebill's: what was paid outside rebill.
+func (q Quittance) PaidExcept(own func(paymentID string) bool) int64 {
+	var paid int64
+	for _, p := range q.Payments {
+		if !p.Annulled && !own(p.PaymentID) {
+			paid += p.Amount
+		}
+	}
+	return paid
 }
 
 // Payment is what is posted.

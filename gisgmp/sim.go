@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -174,14 +175,58 @@ func (g simGateway) Annul(ctx context.Context, paymentID string) error {
 	return nil
 }
 
-func (g simGateway) Lookup(ctx context.Context, paymentID string) (found, annulled bool, err error) {
-	var f Faults
-	err = g.pool.QueryRow(ctx, `SELECT down FROM dev_registry_faults WHERE gateway = $1`, g.name).Scan(&f.Down)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return false, false, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+// OutsideGateway is the name the simulated book gives payments made
+// outside rebill (at a bank, a kiosk, another app).
+const OutsideGateway = "outside"
+
+// PaidOutside records in the book a payment of amount against uin made
+// outside rebill, under a payment id of its own, and returns it.
+func (s Sim) PaidOutside(ctx context.Context, uin string, amount int64) (LedgerEntry, error) {
+	var clk clock.Clock = clock.Wall{}
+	if s.Clock != nil {
+		clk = s.Clock
 	}
-	if f.Down {
-		return false, false, fmt.Errorf("%w: %s is down", ErrUnavailable, g.name)
+	e := LedgerEntry{Gateway: OutsideGateway, PaymentID: "outside-" + uuid.NewString(), UIN: uin, Amount: amount,
+		Status: string(StatusAccepted), At: clk.Now().UTC()}
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO dev_registry_ledger (payment_id, gateway, uin, amount, status, at)
+		VALUES ($1, $2, $3, $4, $5, $6)`, e.PaymentID, e.Gateway, e.UIN, e.Amount, e.Status, e.At); err != nil {
+		return LedgerEntry{}, fmt.Errorf("record a payment made outside rebill: %w", err)
+	}
+	return e, nil
+}
+
+func (g simGateway) Quittance(ctx context.Context, uin string) (Quittance, error) {
+	if err := g.reachable(ctx); err != nil {
+		return Quittance{}, err
+	}
+	rows, err := g.pool.Query(ctx, `SELECT payment_id, amount, status = 'annulled' FROM dev_registry_ledger WHERE uin = $1 ORDER BY seq`, uin)
+	if err != nil {
+		return Quittance{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+	}
+	payments, err := pgx.CollectRows(rows, pgx.RowToStructByPos[QuittancePayment])
+	if err != nil {
+		return Quittance{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+	}
+	return Quittance{Payments: payments}, nil
+}
+
+// reachable fails a read while the gateway is down; reads ignore the other
+// faults.
+func (g simGateway) reachable(ctx context.Context) error {
+	var down bool
+	err := g.pool.QueryRow(ctx, `SELECT down FROM dev_registry_faults WHERE gateway = $1`, g.name).Scan(&down)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+	}
+	if down {
+		return fmt.Errorf("%w: %s is down", ErrUnavailable, g.name)
+	}
+	return nil
+}
+
+func (g simGateway) Lookup(ctx context.Context, paymentID string) (found, annulled bool, err error) {
+	if err := g.reachable(ctx); err != nil {
+		return false, false, err
 	}
 	var status string
 	err = g.pool.QueryRow(ctx, `SELECT status FROM dev_registry_ledger WHERE payment_id = $1`, paymentID).Scan(&status)
