@@ -16,6 +16,9 @@ import (
 type SourcedBill struct {
 	Account enrollments.AccountRef
 	Bill    enrollments.BillInput
+	// PaidOutside is how much of the bill the source reports paid by
+	// payments rebill did not make (0: none known).
+	PaidOutside int64
 }
 
 // BillSource is where one kind's bills are published (GIS ZhKKh for
