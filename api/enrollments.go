@@ -70,6 +70,7 @@ func (s *Server) enrollmentRoutes(r chi.Router) {
 		staff.Post("/v1/dev/bill-sources/{kind}/bills", s.publishDevBill)
 		staff.Get("/v1/dev/registry/ledger", s.registryLedger)
 		staff.Post("/v1/dev/registry/{gateway}/faults", s.registryFaults)
+		staff.Post("/v1/dev/registry/paid", s.registryPaidOutside)
 	}
 }
 
@@ -79,6 +80,50 @@ type DevRegistry interface {
 	Known(gateway string) bool
 	Ledger(ctx context.Context) ([]gisgmp.LedgerEntry, error)
 	SetFaults(ctx context.Context, gateway string, patch gisgmp.FaultsPatch) (gisgmp.Faults, error)
+	// PaidOutside records a payment against uin made outside rebill.
+	PaidOutside(ctx context.Context, uin string, amount int64) (gisgmp.LedgerEntry, error)
+}
+
+// maxOutsidePayment bounds a payment recorded outside rebill: 10 billion
+// roubles in kopecks, far above any fine.
+const maxOutsidePayment = 1_000_000_000_000
+
+func (s *Server) registryPaidOutside(w http.ResponseWriter, r *http.Request) {
+	if s.Dev.Registry == nil {
+		s.fail(w, r, errUnknownID)
+		return
+	}
+	var body struct {
+		UIN    *string `json:"uin"`
+		Amount *int64  `json:"amount"`
+	}
+	if err := decodeBody(r, &body); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var errs validate.Errors
+	switch {
+	case body.UIN == nil:
+		errs.Add("uin", "required")
+	case !enrollments.ValidUIN(*body.UIN):
+		errs.Add("uin", "must be a UIN: 20 or 25 digits with a valid check digit")
+	}
+	switch {
+	case body.Amount == nil:
+		errs.Add("amount", "required")
+	case *body.Amount < 1 || *body.Amount > maxOutsidePayment:
+		errs.Add("amount", "must be 1..1000000000000 (minor units)")
+	}
+	if err := errs.Err(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	entry, err := s.Dev.Registry.PaidOutside(r.Context(), *body.UIN, *body.Amount)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, entry)
 }
 
 func (s *Server) registryLedger(w http.ResponseWriter, r *http.Request) {

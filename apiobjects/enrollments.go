@@ -72,8 +72,11 @@ type Bill struct {
 	PaidAt           *time.Time `json:"paid_at"`
 	ConfirmedAt      *time.Time `json:"confirmed_at"`
 	ConfirmedAmount  *int64     `json:"confirmed_amount"`
-	ReceivedAt       time.Time  `json:"received_at"`
-	UpdatedAt        time.Time  `json:"updated_at"`
+	// PaidElsewhereAmount is what was reported paid against the bill
+	// outside rebill; amount_due is what is left.
+	PaidElsewhereAmount int64     `json:"paid_elsewhere_amount"`
+	ReceivedAt          time.Time `json:"received_at"`
+	UpdatedAt           time.Time `json:"updated_at"`
 	// PaidByEnrollmentID: on a duplicate, the enrollment whose copy is
 	// paid; set for staff only (FromBill leaves it out).
 	PaidByEnrollmentID *uuid.UUID `json:"paid_by_enrollment_id,omitempty"`
@@ -89,7 +92,7 @@ func FromBill(b enrollments.Bill, now time.Time) Bill {
 	out := Bill{ID: b.ID, EnrollmentID: b.EnrollmentID, BillID: b.BillID, Amount: b.Amount, DiscountedAmount: b.DiscountedAmount,
 		IssuedAt: b.IssuedAt, DueDate: b.DueDate.String(), Status: string(b.Status), PayAt: b.PayAt, AmountDue: b.AmountDue(at),
 		ExpiresAt: b.ExpiresAt, ChargeID: b.ChargeID, PaidAt: UTCPtr(b.PaidAt), ConfirmedAt: UTCPtr(b.ConfirmedAt),
-		ConfirmedAmount: b.ConfirmedAmount, ReceivedAt: b.ReceivedAt, UpdatedAt: b.UpdatedAt}
+		ConfirmedAmount: b.ConfirmedAmount, PaidElsewhereAmount: b.PaidOutside, ReceivedAt: b.ReceivedAt, UpdatedAt: b.UpdatedAt}
 	if b.DiscountDeadline != nil {
 		d := b.DiscountDeadline.String()
 		out.DiscountDeadline = &d

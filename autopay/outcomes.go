@@ -12,6 +12,8 @@ import (
 	"github.com/rebill/rebill/enrollments"
 )
 
+var _ charges.BillOwner = Outcomes{}
+
 // Outcomes moves bills as their charges settle: the port of enrollments
 // as owners of charges (charges.Owner; the ids it gets are enrollments').
 type Outcomes struct {
@@ -84,4 +86,10 @@ func (o Outcomes) ConfirmationRequired(ctx context.Context, tx pgx.Tx, c charges
 // an attempt passed.
 func (o Outcomes) ChargeExpired(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
 	return o.Enrollments.ChargeExpired(ctx, tx, c.ID)
+}
+
+// PaidOutside records on the charge's bill what was found paid outside
+// rebill: paid elsewhere when that covers its price.
+func (o Outcomes) PaidOutside(ctx context.Context, tx pgx.Tx, c charges.Charge, inFull bool) error {
+	return o.Enrollments.PaidOutside(ctx, tx, c.ID, c.PaidOutside, inFull)
 }

@@ -25,6 +25,15 @@ func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs])
 	defer metrics.TimeStage(s.stage)()
 	c, g, err := p.beginAuthorize(ctx, s)
 	if errors.Is(err, ErrStale) {
+		checked, cerr := p.checkOutside(ctx, s)
+		if cerr != nil {
+			return cerr
+		}
+		if checked {
+			c, g, err = p.beginAuthorize(ctx, s)
+		}
+	}
+	if errors.Is(err, ErrStale) {
 		return p.authorizeNotWanted(ctx, s)
 	}
 	if g == nil {

@@ -231,6 +231,8 @@ func (s *Store) EnrollmentPaymentMethodChanged(ctx context.Context, tx pgx.Tx, e
 func (p *Pipeline) discountReleased(ctx context.Context, tx pgx.Tx, c Charge, now time.Time) error {
 	code, at := FailureDiscountEnded, now
 	switch {
+	case c.outsideRecheck:
+		code = FailurePaidOutsideChanged
 	case c.discountMissed(now):
 	case c.DiscountUntil != nil && c.Amount < c.FullAmount:
 		at = *c.DiscountUntil
@@ -238,7 +240,8 @@ func (p *Pipeline) discountReleased(ctx context.Context, tx pgx.Tx, c Charge, no
 		code = FailureHoldExpired
 	}
 	next, err := p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Authorized}, to: Declined,
-		where: "NOT void_requested", set: `failure_code = $2, next_attempt_at = $3, first_declined_at = coalesce(first_declined_at, $1)`},
+		where: "NOT void_requested", set: `failure_code = $2, next_attempt_at = $3, first_declined_at = coalesce(first_declined_at, $1),
+			outside_recheck = false`},
 		now, now, code, at)
 	if errors.Is(err, ErrStale) {
 		next, err = p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = `+billVoidCodeSQL)
@@ -264,6 +267,10 @@ type BillOwner interface {
 	// ChargeExpired: c was voided (bill_expired) because its last moment
 	// to start an attempt came before the attempt started.
 	ChargeExpired(ctx context.Context, tx pgx.Tx, c Charge) error
+	// PaidOutside: c's bill was paid outside rebill, c.PaidOutside so
+	// far; inFull: that covers its price, and c was voided
+	// (FailurePaidElsewhere).
+	PaidOutside(ctx context.Context, tx pgx.Tx, c Charge, inFull bool) error
 }
 
 // overCap reports whether c's new attempt, starting at now, would be sent

@@ -174,9 +174,14 @@ type Charge struct {
 	// bill's expires_at less an hour): a scheduled charge reaching it is
 	// voided (bill_expired) instead.
 	PayUntil *time.Time
+	// PaidOutside is what was paid against the bill outside rebill, as
+	// last found (OutsidePayments): Amount and FullAmount are net of it.
+	PaidOutside int64
 
-	token   string // the attempt's payment token: sent to the gateway only
-	receipt []byte // the fiscal receipt (gateway.Receipt as JSON), nil when none
+	outsideChecked int    // the attempt whose payments outside rebill were last asked for
+	outsideRecheck bool   // the hold was voided because more was paid outside since
+	token          string // the attempt's payment token: sent to the gateway only
+	receipt        []byte // the fiscal receipt (gateway.Receipt as JSON), nil when none
 }
 
 // Key is the charge's deterministic business key: its owner (the

@@ -37,6 +37,9 @@ type Pipeline struct {
 	// capture (charges with a RegistryUIN); nil: such charges are captured
 	// without posting.
 	Postings Postings
+	// Outside tells, before a fine's hold, what was paid against it
+	// outside rebill; nil: no check (a fine is then held at its price).
+	Outside OutsidePayments
 
 	Clock   clock.Clock
 	Dunning Dunning
@@ -186,7 +189,7 @@ func (p *Pipeline) beginning(from []Status, to Status) transition {
 	case Capturing:
 		where += " AND NOT " + discountMissedSQL + " AND " + postedSQL
 	case Authorizing:
-		where += " AND " + p.registryGuard()
+		where += " AND " + p.registryGuard() + " AND " + p.outsideGuard()
 	}
 	return transition{from: from, to: to, where: where, set: repriceSQL}
 }

@@ -23,7 +23,7 @@ const columns = `id, coalesce(subscription_id, '00000000-0000-0000-0000-00000000
 	attempt_due_at, attempt_times, hold_released_at, resolution IS NOT NULL,
 	coalesce(enrollment_id, '00000000-0000-0000-0000-000000000000'), coalesce(full_amount, 0), discount_until,
 	coalesce(registry_uin, ''), authorized_at, receipt, coalesce(max_amount, 0), coalesce(confirmed_amount, 0),
-	confirmation_required, pay_until`
+	confirmation_required, pay_until, paid_outside, coalesce(outside_checked_attempt, 0), outside_recheck`
 
 func scan(row pgx.Row) (Charge, error) {
 	var c Charge
@@ -32,7 +32,7 @@ func scan(row pgx.Row) (Charge, error) {
 		&c.FirstDeclinedAt, &c.NextAttemptAt, &c.FailureCode, &c.ReviewReason, &c.CreatedAt, &c.UpdatedAt, &c.token,
 		&c.AttemptDueAt, &c.AttemptTimes, &c.HoldReleasedAt, &c.Resolved,
 		&c.EnrollmentID, &c.FullAmount, &c.DiscountUntil, &c.RegistryUIN, &c.AuthorizedAt, &c.receipt,
-		&c.MaxAmount, &c.ConfirmedAmount, &c.ConfirmationRequired, &c.PayUntil)
+		&c.MaxAmount, &c.ConfirmedAmount, &c.ConfirmationRequired, &c.PayUntil, &c.PaidOutside, &c.outsideChecked, &c.outsideRecheck)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Charge{}, ErrNotFound
 	}

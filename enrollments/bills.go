@@ -49,6 +49,10 @@ const (
 	// that never had a charge is scheduled again when that charge is
 	// released; one whose own charge was released stays so for good.
 	BillDuplicate BillStatus = "duplicate"
+	// BillPaidElsewhere: paid in full outside rebill (at a bank, a kiosk,
+	// another app), as the state payment registry (fines) or the bill's
+	// source (housing) reports; never charged here. Final.
+	BillPaidElsewhere BillStatus = "paid_elsewhere"
 )
 
 // billTransitions lists, for every status, the statuses a bill may move
@@ -57,34 +61,38 @@ const (
 // package doc draws the same graph.
 var billTransitions = map[BillStatus][]BillStatus{
 	// Resume schedules it (or asks for a confirmation first).
-	BillPending: {BillScheduled, BillAwaitingConfirmation, BillWithdrawn, BillExpired},
+	BillPending: {BillScheduled, BillAwaitingConfirmation, BillWithdrawn, BillExpired, BillPaidElsewhere},
 	// The customer confirms: scheduled, kept pending while paused, or
 	// paying again when its charge's new attempt waited for it.
-	BillAwaitingConfirmation: {BillScheduled, BillPending, BillPaying, BillWithdrawn, BillExpired},
+	BillAwaitingConfirmation: {BillScheduled, BillPending, BillPaying, BillWithdrawn, BillExpired, BillPaidElsewhere},
 	// A payment registry is configured.
-	BillAwaitingRegistry: {BillScheduled, BillPending, BillWithdrawn, BillExpired},
+	BillAwaitingRegistry: {BillScheduled, BillPending, BillWithdrawn, BillExpired, BillPaidElsewhere},
 	// Its charge is created; or it waits for a registry, for resume, or
 	// for another copy's charge.
-	BillScheduled: {BillPaying, BillAwaitingRegistry, BillPending, BillDuplicate, BillWithdrawn, BillExpired},
+	BillScheduled: {BillPaying, BillAwaitingRegistry, BillPending, BillDuplicate, BillWithdrawn, BillExpired, BillPaidElsewhere},
 	// Its charge settles, or its new attempt needs a confirmation, or its
-	// charge let go of the bill's identity.
-	BillPaying: {BillPaid, BillFailed, BillAwaitingConfirmation, BillDuplicate, BillWithdrawn, BillExpired},
+	// charge let go of the bill's identity, or the check before a hold
+	// found it paid outside rebill.
+	BillPaying: {BillPaid, BillFailed, BillAwaitingConfirmation, BillDuplicate, BillWithdrawn, BillExpired, BillPaidElsewhere},
 	// A card change or a support retry starts a new attempt; a person
 	// resolved its charge as paid.
-	BillFailed: {BillPaying, BillPaid, BillAwaitingConfirmation, BillDuplicate, BillWithdrawn, BillExpired},
+	BillFailed: {BillPaying, BillPaid, BillAwaitingConfirmation, BillDuplicate, BillWithdrawn, BillExpired, BillPaidElsewhere},
 	BillPaid:   nil,
 	// Withdrawn is final.
 	BillWithdrawn: nil,
 	// A capture that landed is recorded whatever the bill's status said.
 	BillExpired: {BillPaid, BillWithdrawn},
 	// The charge holding the bill's identity let go of it: a copy never
-	// charged takes its place.
-	BillDuplicate: {BillScheduled, BillPending, BillAwaitingConfirmation, BillPaid, BillWithdrawn},
+	// charged takes its place; or the copy that held it was found paid
+	// outside rebill, and so is this one.
+	BillDuplicate: {BillScheduled, BillPending, BillAwaitingConfirmation, BillPaid, BillWithdrawn, BillPaidElsewhere},
+	// Paid elsewhere is final: nothing of rebill's was held for it.
+	BillPaidElsewhere: nil,
 }
 
 // BillStatuses lists every bill status, in the order of the life cycle.
 var BillStatuses = []BillStatus{BillPending, BillAwaitingConfirmation, BillAwaitingRegistry, BillScheduled, BillPaying,
-	BillPaid, BillFailed, BillWithdrawn, BillExpired, BillDuplicate}
+	BillPaid, BillFailed, BillWithdrawn, BillExpired, BillDuplicate, BillPaidElsewhere}
 
 // BillMachine is the bill state machine: its table, and the
 // *fsm.TransitionError of a move it forbids.
@@ -104,6 +112,7 @@ const (
 	BillEventWithdrawn            = "withdrawn"
 	BillEventExpired              = "expired"
 	BillEventDuplicate            = "duplicate"
+	BillEventPaidElsewhere        = "paid_elsewhere"
 )
 
 // Identity is what a bill is paid for, whichever enrollment carries it: a
@@ -146,6 +155,10 @@ type Bill struct {
 	// PaidByEnrollmentID is, for a duplicate, the enrollment whose copy
 	// is being paid (staff only: it may be another customer's).
 	PaidByEnrollmentID *uuid.UUID
+	// PaidOutside is what was last reported paid against the bill outside
+	// rebill (the registry for a fine, the source for a housing bill):
+	// the amount due is what is left of the price.
+	PaidOutside int64
 }
 
 // DiscountEnds is the end of the discount deadline's day, nil without a
@@ -158,13 +171,17 @@ func (b Bill) DiscountEnds() *time.Time {
 	return &end
 }
 
-// AmountDue is what the bill costs when captured at t; a paid bill's is
-// what was captured, whenever it is read.
+// AmountDue is what the bill costs when captured at t, less what was paid
+// outside rebill; a paid bill's is what was captured, whenever it is
+// read, and a bill paid elsewhere costs nothing.
 func (b Bill) AmountDue(t time.Time) int64 {
-	if b.Status == BillPaid && b.PaidAmount != nil {
+	switch {
+	case b.Status == BillPaid && b.PaidAmount != nil:
 		return *b.PaidAmount
+	case b.Status == BillPaidElsewhere:
+		return 0
 	}
-	return AmountDue(b.Amount, b.DiscountedAmount, b.DiscountEnds(), t)
+	return max(AmountDue(b.Amount, b.DiscountedAmount, b.DiscountEnds(), t)-b.PaidOutside, 0)
 }
 
 // overCap reports whether b, charged at t, costs more than the
@@ -188,7 +205,7 @@ func (b Bill) sameContent(in BillInput) bool {
 
 const billColumns = `id, enrollment_id, customer_id, bill_id, amount, discounted_amount, discount_deadline, issued_at, due_date,
 	status, pay_at, expires_at, confirmed_at, charge_id, paid_at, received_at, updated_at, confirmed_amount, paid_amount,
-	identity, paid_by_enrollment_id`
+	identity, paid_by_enrollment_id, paid_outside`
 
 func scanBill(row pgx.Row) (Bill, error) {
 	var b Bill
@@ -196,7 +213,7 @@ func scanBill(row pgx.Row) (Bill, error) {
 	var due time.Time
 	err := row.Scan(&b.ID, &b.EnrollmentID, &b.CustomerID, &b.BillID, &b.Amount, &b.DiscountedAmount, &deadline, &b.IssuedAt,
 		&due, &b.Status, &b.PayAt, &b.ExpiresAt, &b.ConfirmedAt, &b.ChargeID, &b.PaidAt, &b.ReceivedAt, &b.UpdatedAt,
-		&b.ConfirmedAmount, &b.PaidAmount, &b.Identity, &b.PaidByEnrollmentID)
+		&b.ConfirmedAmount, &b.PaidAmount, &b.Identity, &b.PaidByEnrollmentID, &b.PaidOutside)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Bill{}, ErrBillNotFound
 	}
@@ -644,4 +661,69 @@ func (st *Store) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit 
 		}
 	}
 	return due, nil
+}
+
+// PaidOutside records what the check before a hold of the charge
+// chargeID found paid against its bill outside rebill (paid): in full,
+// the bill is paid elsewhere (event bill.paid_elsewhere); in part, the
+// amount due is the rest. A bill that left the statuses of one being paid
+// is left as it is.
+func (st *Store) PaidOutside(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, paid int64, inFull bool) error {
+	b, err := st.BillByCharge(ctx, tx, chargeID)
+	if errors.Is(err, ErrBillNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	being := []BillStatus{BillPaying, BillFailed, BillAwaitingConfirmation}
+	if inFull {
+		_, err = st.moveBill(ctx, tx, b.ID, being, BillPaidElsewhere, BillEventPaidElsewhere, `paid_outside = $1`, paid)
+	} else {
+		_, err = st.updateBill(ctx, tx, b.ID, being, "", `paid_outside = $1`, paid)
+	}
+	if errors.Is(err, ErrBillNotFound) {
+		return nil
+	}
+	return err
+}
+
+// SourcePaid records what the bill's source reports paid against it
+// outside rebill (paid, more than recorded so far), for a bill whose own
+// charge holds no money (the caller checked): in full at its price now,
+// the bill is paid elsewhere (event bill.paid_elsewhere) and the caller
+// voids its waiting charge; in part, the amount due is the rest, and the
+// caller reprices that charge. Returns the bill and whether it is paid in
+// full. The caller locked the enrollment.
+func (st *Store) SourcePaid(ctx context.Context, tx pgx.Tx, b Bill, paid int64) (Bill, bool, error) {
+	open := []BillStatus{BillPending, BillAwaitingConfirmation, BillAwaitingRegistry, BillScheduled, BillPaying, BillFailed, BillDuplicate}
+	now := st.clock.Now()
+	at := now
+	if b.PayAt.After(at) {
+		at = b.PayAt
+	}
+	if AmountDue(b.Amount, b.DiscountedAmount, b.DiscountEnds(), at) <= paid {
+		b, err := st.moveBill(ctx, tx, b.ID, []BillStatus{b.Status}, BillPaidElsewhere, BillEventPaidElsewhere, `paid_outside = $1`, paid)
+		return b, err == nil, err
+	}
+	b, err := st.updateBill(ctx, tx, b.ID, open, "", `paid_outside = GREATEST(paid_outside, $1)`, paid)
+	return b, false, err
+}
+
+// CopiesPaidElsewhere marks the copies of identity that never had a
+// charge (duplicates) paid elsewhere, as paid, when the copy that was
+// being paid was found paid outside rebill: it is one bill.
+func (st *Store) CopiesPaidElsewhere(ctx context.Context, tx pgx.Tx, identity string, paid int64) error {
+	copies, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills WHERE identity = $1 AND status = $2
+		AND charge_id IS NULL ORDER BY id`, identity, string(BillDuplicate)))
+	if err != nil {
+		return err
+	}
+	for _, c := range copies {
+		if _, err := st.moveBill(ctx, tx, c.ID, []BillStatus{BillDuplicate}, BillPaidElsewhere, BillEventPaidElsewhere,
+			`paid_outside = $1, paid_by_enrollment_id = NULL`, paid); err != nil && !errors.Is(err, ErrBillNotFound) {
+			return err
+		}
+	}
+	return nil
 }

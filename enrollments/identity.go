@@ -141,6 +141,9 @@ func (st *Store) ReleaseIdentity(ctx context.Context, tx pgx.Tx, r Released, now
 	case errors.Is(err, ErrBillNotFound):
 	case err != nil:
 		return nil, false, err
+	case released.Status == BillPaidElsewhere:
+		// The bill was paid outside rebill: so were its other copies.
+		return nil, true, st.CopiesPaidElsewhere(ctx, tx, released.Identity, released.PaidOutside)
 	default:
 		_, err = st.moveBill(ctx, tx, released.ID, []BillStatus{BillScheduled, BillPaying, BillFailed}, BillDuplicate,
 			BillEventDuplicate, `paid_by_enrollment_id = NULL`)

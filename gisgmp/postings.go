@@ -82,6 +82,8 @@ type Poster struct {
 	// Retry spaces the waits and retries (real time).
 	Retry  charges.RetryPolicy
 	Logger zerolog.Logger
+
+	quittances quittanceCache
 }
 
 // Held stores the posting of c's hold and enqueues its job, in tx (the
@@ -190,6 +192,15 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 	// charge that it accepted are annulled.
 	if err := p.annulOlder(ctx, ps); err != nil {
 		return p.retryOrGiveUp(ctx, job, ps, c, err)
+	}
+	// Asked again, afresh, just before the registry hears of this hold: a
+	// fine paid at a bank since the attempt was priced is not posted.
+	paid, err := p.paidOutside(ctx, c, true)
+	if err != nil {
+		return p.retryOrGiveUp(ctx, job, ps, c, err)
+	}
+	if paid > c.PaidOutside {
+		return p.outpaid(ctx, job, ps, c, paid)
 	}
 	pay := Payment{PaymentID: ps.PaymentID, UIN: ps.UIN, Amount: ps.Amount}
 	gateway, err := p.Gateways.Post(ctx, pay)
@@ -310,6 +321,23 @@ func (p *Poster) tooLate(ctx context.Context, job *river.Job[PostArgs], ps posti
 		return fmt.Errorf("enqueue void of a hold too late to post: %w", err)
 	}
 	if err := p.settleUnsent(ctx, ps, "not posted: the hold could no longer be captured in time", p.Clock.Now()); err != nil {
+		return p.retryOrGiveUp(ctx, job, ps, c, err)
+	}
+	return nil
+}
+
+// outpaid releases c's hold, unposted, because paid was found paid
+// outside rebill since the attempt was priced (c.PaidOutside): the next
+// attempt, due at once, is priced again or finds the fine paid elsewhere.
+func (p *Poster) outpaid(ctx context.Context, job *river.Job[PostArgs], ps posting, c charges.Charge, paid int64) error {
+	metrics.StageRuns.WithLabelValues("posting", "paid_outside").Inc()
+	p.Logger.Info().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Int64("paid_outside", paid).
+		Int64("priced_with", c.PaidOutside).Msg("more of the fine was paid outside rebill: its hold is released unposted")
+	err := pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error { return p.Charges.HoldOutpaid(ctx, tx, c.ID, ps.Attempt) })
+	if err != nil && !errors.Is(err, charges.ErrStale) {
+		return fmt.Errorf("release a hold paid outside rebill: %w", err)
+	}
+	if err := p.settleUnsent(ctx, ps, "not posted: more of the fine was paid outside rebill", p.Clock.Now()); err != nil {
 		return p.retryOrGiveUp(ctx, job, ps, c, err)
 	}
 	return nil

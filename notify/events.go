@@ -48,7 +48,7 @@ var Types = []string{
 	"enrollment.created", "enrollment.paused", "enrollment.resumed", "enrollment.cancelled",
 	"enrollment.payment_method_updated",
 	"bill.received", "bill.awaiting_confirmation", "bill.awaiting_registry", "bill.paid", "bill.failed", "bill.withdrawn", "bill.expired",
-	"bill.duplicate",
+	"bill.duplicate", "bill.paid_elsewhere",
 }
 
 // KnownType reports whether t is one of Types.

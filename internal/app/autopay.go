@@ -120,3 +120,29 @@ func devBillSources(a *autopay.Autopay, jobs *river.Client[pgx.Tx], log zerolog.
 		Published: func(ctx context.Context) { billsMoved(ctx, jobs, log) },
 	}
 }
+
+// devRegistry is the simulated registry as dev mode's endpoints reach it:
+// a payment recorded outside rebill is seen by this node's next check at
+// once (other nodes within gisgmp.QuittanceMaxAge).
+type devRegistry struct {
+	*gisgmp.Sim
+	poster *gisgmp.Poster
+}
+
+// PaidOutside records the payment in the book and forgets what the
+// registry said of uin.
+func (d devRegistry) PaidOutside(ctx context.Context, uin string, amount int64) (gisgmp.LedgerEntry, error) {
+	e, err := d.Sim.PaidOutside(ctx, uin, amount)
+	if err == nil {
+		d.poster.Forget(uin)
+	}
+	return e, err
+}
+
+// newDevRegistry is nil without a simulated registry.
+func newDevRegistry(sim *gisgmp.Sim, poster *gisgmp.Poster) api.DevRegistry {
+	if sim == nil || poster == nil {
+		return nil
+	}
+	return devRegistry{Sim: sim, poster: poster}
+}

@@ -21,7 +21,6 @@ import (
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/console"
-	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
@@ -156,7 +155,7 @@ type pipeline struct {
 	bills        *autopay.Autopay
 	billOutcomes autopay.Outcomes
 	owners       charges.Owners
-	registrySim  *gisgmp.Sim
+	devRegistry  api.DevRegistry
 	limiter      *velocity.Limiter
 	idem         *idempotency.Store
 	policy       notify.URLPolicy
@@ -215,7 +214,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 		UnavailableFor: cfg.UnavailableFor, CaptureInline: true, Logger: log.With().Str("component", "charges").Logger(),
 		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges")}
 	if poster != nil {
-		pipe.Postings = poster
+		pipe.Postings, pipe.Outside = poster, poster
 	}
 	limiter := newLimiter(cfg, svc.Clock)
 	pipe.Declines = newDeclineLimit(limiter, pool)
@@ -241,7 +240,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	ops.register(workers)
 	periodic := append(append(periodicJobs(cfg), autopayPeriodicJobs(cfg, poster != nil)...), ops.periodicJobs(cfg)...)
 	return &pipeline{keys: keys, tokens: tokens, breakers: breakers, subs: subs, charges: pipe, renewals: renewals,
-		bills: bills, billOutcomes: billOutcomes, owners: owners, registrySim: registrySim, limiter: limiter, idem: idem,
+		bills: bills, billOutcomes: billOutcomes, owners: owners, devRegistry: newDevRegistry(registrySim, poster), limiter: limiter, idem: idem,
 		policy: policy, ops: ops, retry: retry, workers: workers, periodic: periodic}, nil
 }
 
@@ -289,7 +288,7 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 	dev *devSetup, log zerolog.Logger) (http.Handler, error) {
 	var devAPI *api.Dev
 	if dev != nil {
-		devAPI = &api.Dev{Clock: dev.clock, Gateways: sim.NewStore(pool), Registry: p.registrySim,
+		devAPI = &api.Dev{Clock: dev.clock, Gateways: sim.NewStore(pool), Registry: p.devRegistry,
 			BillSources: devBillSources(p.bills, jobs, log),
 			ClockMoved: func(ctx context.Context) {
 				if _, err := jobs.Insert(ctx, scheduler.ScanArgs{}, nil); err != nil {

@@ -1,0 +1,163 @@
+package charges
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/rebill/rebill/internal/metrics"
+)
+
+// People pay fines at a bank, at a kiosk, in another app. A fine paid
+// there must not be paid again here, so before the first hold of every
+// attempt of a fine the pipeline asks how much of it was paid outside
+// rebill (OutsidePayments) and records the answer on the charge:
+//   - paid in full at the price that applies now: the charge is voided
+//     (FailurePaidElsewhere) and its owner told (BillOwner.PaidOutside);
+//   - paid in part: the attempt is for the rest, Amount and FullAmount
+//     net of PaidOutside, and the cap applies to that rest;
+//   - no answer: the attempt waits (FailureOutsideUnknown) and asks again;
+//     nothing is held blind. Waiting past the discount deadline prices
+//     the next try in full, and past PayUntil the bill expires.
+// The guarded "about to call" of a fine's first hold requires that the
+// attempt was checked (outsideCheckedSQL), whatever path leads to it.
+
+// OutsidePayments tells how much of a fine's price was paid outside
+// rebill: by payments other than rebill's own, as the state payment
+// registry holds them.
+type OutsidePayments interface {
+	PaidOutside(ctx context.Context, c Charge) (int64, error)
+}
+
+const (
+	// FailurePaidElsewhere is the failure code of a bill's charge voided
+	// because the bill was paid in full outside rebill.
+	FailurePaidElsewhere = "paid_elsewhere"
+	// FailurePaidOutsideChanged is the waiting reason of a charge whose
+	// hold was released, before it was posted, because more of the bill
+	// was paid outside rebill meanwhile; its next attempt is due at once
+	// and asks again.
+	FailurePaidOutsideChanged = "paid_outside_changed"
+	// FailureOutsideUnknown is the waiting reason of a fine's attempt that
+	// cannot start because the registry could not say how much of the fine
+	// was paid outside rebill.
+	FailureOutsideUnknown = "registry_unavailable"
+)
+
+// outsideCheckedSQL holds, in the guarded move that starts a first
+// authorize call ($2 the scheduled status), for a charge that needs no
+// check of payments outside rebill, or whose current attempt had one.
+const outsideCheckedSQL = `(status <> $2 OR registry_uin IS NULL OR outside_checked_attempt = attempt_count)`
+
+// outsideGuard is the condition an authorize's "about to call" adds when
+// fines are checked for payments outside rebill.
+func (p *Pipeline) outsideGuard() string {
+	if p.Outside == nil {
+		return "true"
+	}
+	return outsideCheckedSQL
+}
+
+// priceAt is what c's attempt would be held for at now, net of what was
+// paid outside rebill.
+func (c Charge) priceAt(now time.Time) int64 {
+	if c.DiscountUntil != nil && !now.Before(*c.DiscountUntil) {
+		return c.FullAmount
+	}
+	return c.Amount
+}
+
+// checkOutside asks, for an authorize step held back because its fine's
+// attempt was not checked for payments outside rebill, what was paid, and
+// records it (see above). It reports whether the attempt may now be
+// started; false with a nil error: the step is not this check's to handle.
+func (p *Pipeline) checkOutside(ctx context.Context, s stageRun) (bool, error) {
+	if p.Outside == nil {
+		return false, nil
+	}
+	c, err := Get(ctx, p.Pool, s.chargeID)
+	if err != nil {
+		return false, err
+	}
+	now := p.Clock.Now()
+	if c.Status != Scheduled || c.RegistryUIN == "" || c.outsideChecked == c.AttemptCount || c.AttemptCount != s.attempt ||
+		c.VoidRequested || c.ConfirmationRequired || (c.PayUntil != nil && !now.Before(*c.PayUntil)) {
+		return false, nil
+	}
+	paid, err := p.Outside.PaidOutside(ctx, c)
+	if err != nil {
+		metrics.Retry(s.stage, metrics.RetryRegistryUnavailable)
+		delay := p.Retry.Delay(max(s.run, 1))
+		if c.PayUntil != nil && c.PayUntil.After(now) {
+			delay = max(min(delay, c.PayUntil.Sub(now)), time.Second) // wake up in time to expire the bill
+		}
+		if err := markWaiting(ctx, p.Pool, c.ID, c.AttemptCount, c.Status, now.Add(delay), FailureOutsideUnknown, now); err != nil {
+			return false, err
+		}
+		p.Logger.Warn().Str("charge_id", c.ID.String()).Err(err).Msg("a fine's attempt waits: the registry cannot say what was paid outside rebill")
+		return false, river.JobSnooze(delay)
+	}
+	err = p.record(ctx, s, func(tx pgx.Tx) error { return p.recordOutside(ctx, tx, c, paid, now) })
+	if errors.Is(err, ErrStale) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// recordOutside records that paid was paid outside rebill against c's
+// bill, as checked at now for c's current attempt: the charge is voided
+// when that covers its price now, repriced to the rest otherwise. The
+// owner, locked first, is told when paid changed or covers the price.
+func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, paid int64, now time.Time) error {
+	owner := p.Owners.Of(c)
+	if _, err := owner.Lock(ctx, tx, c.OwnerID()); err != nil {
+		return err
+	}
+	delta := paid - c.PaidOutside
+	inFull := c.priceAt(now)-delta <= 0
+	var next Charge
+	var err error
+	if inFull {
+		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: Voided,
+			where: "NOT void_requested",
+			set:   `failure_code = $2, paid_outside = $3, outside_checked_attempt = attempt_count`}, now, FailurePaidElsewhere, paid)
+		if err == nil {
+			p.transitioned(next, "paid in full outside rebill")
+		}
+	} else {
+		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: Scheduled,
+			where: "NOT void_requested",
+			set: `paid_outside = $3, outside_checked_attempt = attempt_count, full_amount = full_amount - $2,
+				amount = CASE WHEN discount_until <= $1 THEN full_amount - $2 ELSE amount - $2 END`}, now, delta, paid)
+	}
+	if err != nil {
+		return err
+	}
+	bills, ok := owner.(BillOwner)
+	if !ok || (!inFull && delta == 0) {
+		return nil
+	}
+	return bills.PaidOutside(ctx, tx, next, inFull)
+}
+
+// HoldOutpaid enqueues, in tx, the void of a fine's hold (attempt) that
+// is not to be posted because more of the fine was paid outside rebill
+// since the attempt was priced: once the hold is released the next
+// attempt is due at once, and asks again. Returns ErrStale when the
+// charge left that attempt's hold.
+func (s *Store) HoldOutpaid(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, attempt int) error {
+	tag, err := tx.Exec(ctx, `UPDATE charges SET outside_recheck = true WHERE id = $1 AND attempt_count = $2 AND status = $3`,
+		chargeID, attempt, string(Authorized))
+	if err != nil {
+		return fmt.Errorf("mark hold outpaid: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrStale
+	}
+	return s.HoldUnpostable(ctx, tx, chargeID, attempt)
+}

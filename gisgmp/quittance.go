@@ -1,0 +1,126 @@
+package gisgmp
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/internal/pg"
+)
+
+// QuittanceMaxAge bounds how long the registry's answer about an accrual
+// is reused: a fine paid at a bank is seen within it.
+const QuittanceMaxAge = 5 * time.Minute
+
+// quittanceCache keeps the registry's recent answers per UIN, for
+// QuittanceMaxAge on the service clock (a dev clock moved back also asks
+// again; dev mode forgets an answer when it records a payment outside
+// rebill, see Forget).
+type quittanceCache struct {
+	mu      sync.Mutex
+	answers map[string]cachedQuittance
+}
+
+type cachedQuittance struct {
+	q  Quittance
+	at time.Time
+}
+
+func (c *quittanceCache) get(uin string, now time.Time) (Quittance, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.answers[uin]
+	if !ok || now.Sub(a.at) >= QuittanceMaxAge || now.Before(a.at) {
+		return Quittance{}, false
+	}
+	return a.q, true
+}
+
+func (c *quittanceCache) put(uin string, q Quittance, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.answers == nil {
+		c.answers = map[string]cachedQuittance{}
+	}
+	for k, a := range c.answers { // bounded by the fines checked within the last minutes
+		if now.Sub(a.at) >= QuittanceMaxAge || now.Before(a.at) {
+			delete(c.answers, k)
+		}
+	}
+	c.answers[uin] = cachedQuittance{q: q, at: now}
+}
+
+// Forget drops the cached answer about uin: the next check asks the
+// registry (dev mode, after a payment outside rebill is recorded).
+func (p *Poster) Forget(uin string) {
+	p.quittances.mu.Lock()
+	defer p.quittances.mu.Unlock()
+	delete(p.quittances.answers, uin)
+}
+
+// PaidOutside tells how much of c's fine was paid outside rebill: the
+// payments the registry holds against its UIN that stand, less rebill's
+// own (any payment id rebill ever posted). While one of rebill's postings
+// of the UIN stands accepted the registry is not asked (it would count
+// money rebill may still capture) and what the charge last recorded
+// stands. It implements charges.OutsidePayments.
+func (p *Poster) PaidOutside(ctx context.Context, c charges.Charge) (int64, error) {
+	return p.paidOutside(ctx, c, false)
+}
+
+// paidOutside is PaidOutside, asking the registry afresh when fresh.
+func (p *Poster) paidOutside(ctx context.Context, c charges.Charge, fresh bool) (int64, error) {
+	standing, err := ownStanding(ctx, p.Pool, c.RegistryUIN)
+	if err != nil {
+		return 0, err
+	}
+	if standing {
+		return c.PaidOutside, nil
+	}
+	now := p.Clock.Now()
+	q, ok := p.quittances.get(c.RegistryUIN, now)
+	if !ok || fresh {
+		if q, err = p.Gateways.Quittance(ctx, c.RegistryUIN); err != nil {
+			return 0, fmt.Errorf("quittance status of %s: %w", c.RegistryUIN, err)
+		}
+		p.quittances.put(c.RegistryUIN, q, now)
+	}
+	own, err := ownPaymentIDs(ctx, p.Pool, c.RegistryUIN)
+	if err != nil {
+		return 0, err
+	}
+	return q.PaidExcept(func(id string) bool { return own[id] }), nil
+}
+
+// ownStanding reports whether one of rebill's postings of uin stands
+// accepted at the registry.
+func ownStanding(ctx context.Context, db pg.DBTX, uin string) (bool, error) {
+	var standing bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM registry_postings WHERE uin = $1 AND status = $2)`,
+		uin, StatusAccepted).Scan(&standing)
+	if err != nil {
+		return false, fmt.Errorf("own postings of %s: %w", uin, err)
+	}
+	return standing, nil
+}
+
+// ownPaymentIDs are the payment ids rebill ever used for uin.
+func ownPaymentIDs(ctx context.Context, db pg.DBTX, uin string) (map[string]bool, error) {
+	rows, err := db.Query(ctx, `SELECT payment_id FROM registry_postings WHERE uin = $1`, uin)
+	if err != nil {
+		return nil, fmt.Errorf("own payment ids of %s: %w", uin, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("own payment ids of %s: %w", uin, err)
+	}
+	own := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		own[id] = true
+	}
+	return own, nil
+}
