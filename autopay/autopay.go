@@ -162,3 +162,42 @@ func (a *Autopay) voidCharges(ctx context.Context, tx pgx.Tx, bills []enrollment
 	}
 	return nil
 }
+
+// sourcePaid records what a housing bill's source reports paid against it
+// outside rebill (paid, more than recorded so far), in tx with the
+// enrollment locked: in full, the bill is paid elsewhere and its waiting
+// charge voided; in part, its charge's next attempt is for the rest. A
+// bill whose charge may hold money (a hold or a capture under way) is
+// left as it is: what the source reports may be that very payment, and a
+// later pull reports it again.
+func (a *Autopay) sourcePaid(ctx context.Context, tx pgx.Tx, b enrollments.Bill, paid int64) error {
+	switch b.Status {
+	case enrollments.BillPaid, enrollments.BillPaidElsewhere, enrollments.BillWithdrawn, enrollments.BillExpired:
+		return nil
+	}
+	var c *charges.Charge
+	if b.ChargeID != nil {
+		got, err := charges.Get(ctx, tx, *b.ChargeID)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains([]charges.Status{charges.Scheduled, charges.Declined, charges.Failed, charges.Voided}, got.Status) ||
+			got.VoidRequested {
+			return nil
+		}
+		c = &got
+	}
+	b, inFull, err := a.Enrollments.SourcePaid(ctx, tx, b, paid)
+	if err != nil || c == nil {
+		return err
+	}
+	now := a.Clock.Now()
+	if inFull {
+		return a.Charges.StopBills(ctx, tx, b.EnrollmentID, c.ID, charges.FailurePaidElsewhere, now)
+	}
+	err = a.Charges.RepriceOutside(ctx, tx, c.ID, paid, now)
+	if errors.Is(err, charges.ErrStale) {
+		return nil
+	}
+	return err
+}

@@ -204,9 +204,13 @@ func (a *Autopay) deliver(ctx context.Context, kind enrollments.Kind, sb Sourced
 			continue
 		}
 		isNew := false
-		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) (err error) {
-			_, isNew, err = a.Push(ctx, tx, e.ID, sb.Bill)
-			return err
+		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
+			b, created, err := a.Push(ctx, tx, e.ID, sb.Bill)
+			isNew = created
+			if err != nil || kind != enrollments.Housing || sb.PaidOutside <= b.PaidOutside {
+				return err
+			}
+			return a.sourcePaid(ctx, tx, b, sb.PaidOutside)
 		})
 		if err == nil && isNew {
 			created++

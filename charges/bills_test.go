@@ -229,6 +229,11 @@ func (e *fakeEnrollments) ConfirmationRequired(_ context.Context, _ pgx.Tx, c ch
 	return nil
 }
 
+func (e *fakeEnrollments) PaidOutside(_ context.Context, _ pgx.Tx, c charges.Charge, inFull bool) error {
+	e.record(fmt.Sprintf("paid outside %d (in full: %t)", c.PaidOutside, inFull))
+	return nil
+}
+
 func (e *fakeEnrollments) ChargeExpired(context.Context, pgx.Tx, charges.Charge) error {
 	e.record("expired")
 	return nil

@@ -125,7 +125,7 @@ func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, paid 
 	if inFull {
 		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: Voided,
 			where: "NOT void_requested",
-			set:   `failure_code = $2, paid_outside = $3, outside_checked_attempt = attempt_count`}, now, FailurePaidElsewhere, paid)
+			set:   `failure_code = $1, paid_outside = $2, outside_checked_attempt = attempt_count`}, now, FailurePaidElsewhere, paid)
 		if err == nil {
 			p.transitioned(next, "paid in full outside rebill")
 		}
@@ -133,7 +133,7 @@ func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, paid 
 		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: Scheduled,
 			where: "NOT void_requested",
 			set: `paid_outside = $3, outside_checked_attempt = attempt_count, full_amount = full_amount - $2,
-				amount = CASE WHEN discount_until <= $1 THEN full_amount - $2 ELSE amount - $2 END`}, now, delta, paid)
+				amount = CASE WHEN discount_until <= $1 THEN full_amount - $2 ELSE amount - $2 END`}, now, now, delta, paid)
 	}
 	if err != nil {
 		return err
@@ -160,4 +160,23 @@ func (s *Store) HoldOutpaid(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, 
 		return ErrStale
 	}
 	return s.HoldUnpostable(ctx, tx, chargeID, attempt)
+}
+
+// RepriceOutside records that paid was paid outside rebill against the
+// bill of the charge id (more than it last recorded), for a charge whose
+// money is not in flight (scheduled, declined or failed; the caller
+// checked): its next attempt is for the rest. Returns ErrStale when the
+// charge is in flight or nothing is left to charge (the caller voids it).
+func (s *Store) RepriceOutside(ctx context.Context, tx pgx.Tx, id uuid.UUID, paid int64, now time.Time) error {
+	tag, err := tx.Exec(ctx, `UPDATE charges SET amount = amount - ($2 - paid_outside),
+			full_amount = full_amount - ($2 - paid_outside), paid_outside = $2, updated_at = $3
+		WHERE id = $1 AND status = ANY($4) AND $2 > paid_outside AND amount - ($2 - paid_outside) > 0`,
+		id, paid, now, texts([]Status{Scheduled, Declined, Failed}))
+	if err != nil {
+		return fmt.Errorf("reprice charge %s for payments outside rebill: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrStale
+	}
+	return nil
 }

@@ -41,6 +41,10 @@
 //	scheduled --------------(another copy's charge holds the bill's identity)--> duplicate
 //	scheduled|paying|failed --(its own charge released the identity)--> duplicate (for good)
 //	duplicate (never charged) --(the holder released the identity)--> scheduled | pending | awaiting_confirmation
+//	any but paid, withdrawn, expired --(paid in full outside rebill)--> paid_elsewhere (final)
+//
+// A bill paid in part outside rebill keeps its status; its amount due is
+// what is left (Bill.PaidOutside).
 //
 // A confirmation of a pending bill is recorded without a move: it stays
 // pending until resume.

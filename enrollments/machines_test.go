@@ -42,18 +42,20 @@ func TestBillTransitions(t *testing.T) {
 		withdrawn = enrollments.BillWithdrawn
 		expired   = enrollments.BillExpired
 		duplicate = enrollments.BillDuplicate
+		elsewhere = enrollments.BillPaidElsewhere
 	)
 	fsmtest.RequireMoves(t, enrollments.BillMachine, map[enrollments.BillStatus][]enrollments.BillStatus{
-		pending:   {scheduled, confirm, withdrawn, expired},
-		confirm:   {scheduled, pending, paying, withdrawn, expired},
-		registry:  {scheduled, pending, withdrawn, expired},
-		scheduled: {paying, registry, pending, duplicate, withdrawn, expired},
-		paying:    {paid, failed, confirm, duplicate, withdrawn, expired},
-		failed:    {paying, paid, confirm, duplicate, withdrawn, expired},
+		pending:   {scheduled, confirm, withdrawn, expired, elsewhere},
+		confirm:   {scheduled, pending, paying, withdrawn, expired, elsewhere},
+		registry:  {scheduled, pending, withdrawn, expired, elsewhere},
+		scheduled: {paying, registry, pending, duplicate, withdrawn, expired, elsewhere},
+		paying:    {paid, failed, confirm, duplicate, withdrawn, expired, elsewhere},
+		failed:    {paying, paid, confirm, duplicate, withdrawn, expired, elsewhere},
 		paid:      nil,
 		withdrawn: nil,
 		expired:   {paid, withdrawn},
-		duplicate: {scheduled, pending, confirm, paid, withdrawn},
+		duplicate: {scheduled, pending, confirm, paid, withdrawn, elsewhere},
+		elsewhere: nil,
 	})
 	// Money rules the table encodes.
 	require.True(t, enrollments.CanBillTransition(expired, paid), "a capture that landed is recorded")
@@ -62,6 +64,8 @@ func TestBillTransitions(t *testing.T) {
 	require.False(t, enrollments.CanBillTransition(withdrawn, scheduled), "a withdrawn bill is never charged")
 	require.False(t, enrollments.CanBillTransition(pending, paying), "a paused enrollment's bill is not charged")
 	require.False(t, enrollments.CanBillTransition(registry, paying), "a fine is charged only once a registry can take it")
+	require.False(t, enrollments.CanBillTransition(elsewhere, paying), "a bill paid elsewhere is never charged")
+	require.False(t, enrollments.CanBillTransition(paid, elsewhere), "a bill rebill paid stays paid")
 }
 
 // No SQL names an enrollment's or a bill's status: conditions are built

@@ -1,0 +1,167 @@
+package charges_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
+)
+
+// The rules of fines paid outside rebill: before the first hold of every
+// attempt the registry is asked what was paid elsewhere; a fine paid in
+// full is never held, one paid in part is held for the rest, and no
+// answer holds nothing.
+
+// fakeOutside answers what was paid outside rebill, or err, and counts
+// the questions.
+type fakeOutside struct {
+	mu    sync.Mutex
+	paid  int64
+	err   error
+	asked int
+}
+
+func (f *fakeOutside) PaidOutside(context.Context, charges.Charge) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked++
+	return f.paid, f.err
+}
+
+func (f *fakeOutside) set(paid int64, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.paid, f.err = paid, err
+}
+
+func TestFinePaidOutsideRebill(t *testing.T) {
+	t.Parallel()
+	deadline := start.Add(48 * time.Hour)
+	for _, tc := range []struct {
+		name      string
+		paid      int64
+		at        time.Time // when the attempt starts
+		wantHeld  int64     // 0: nothing is sent to the gateway
+		wantOwner []string
+	}{
+		{name: "nothing paid elsewhere", paid: 0, at: start, wantHeld: 500},
+		{name: "the discounted price paid elsewhere", paid: 500, at: start,
+			wantOwner: []string{"paid outside 500 (in full: true)"}},
+		{name: "more than the price paid elsewhere", paid: 700, at: start,
+			wantOwner: []string{"paid outside 700 (in full: true)"}},
+		{name: "part of the discounted price paid", paid: 200, at: start, wantHeld: 300,
+			wantOwner: []string{"paid outside 200 (in full: false)"}},
+		{name: "the discounted price paid after the deadline leaves the rest of the full one", paid: 500,
+			at: deadline.Add(time.Hour), wantHeld: 500, wantOwner: []string{"paid outside 500 (in full: false)"}},
+		{name: "part paid after the deadline", paid: 300, at: deadline.Add(time.Hour), wantHeld: 700,
+			wantOwner: []string{"paid outside 300 (in full: false)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			owner := &fakeEnrollments{}
+			b.pipeline.Owners.Enrollments = owner
+			postings := &fakePostings{}
+			outside := &fakeOutside{paid: tc.paid}
+			b.pipeline.Postings, b.pipeline.Outside = postings, outside
+			c := newFineCharge(ctx, t, b, deadline)
+			b.clock.Set(tc.at)
+			b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+
+			authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			got := b.get(ctx, t, c.ID)
+			require.Equal(t, 1, outside.asked, "the registry is asked once")
+			require.Equal(t, tc.wantOwner, owner.recorded)
+			require.Equal(t, tc.paid, got.PaidOutside)
+			if tc.wantHeld == 0 {
+				require.Empty(t, b.gateway.Calls(), "a fine paid elsewhere is never held")
+				require.Equal(t, charges.Voided, got.Status)
+				require.Equal(t, charges.FailurePaidElsewhere, got.FailureCode)
+				require.Empty(t, postings.held)
+				return
+			}
+			require.Equal(t, charges.Authorized, got.Status)
+			require.Equal(t, tc.wantHeld, got.Amount, "held for the rest of the price that applies")
+			calls := b.gateway.Calls()
+			require.Len(t, calls, 1)
+			require.Equal(t, tc.wantHeld, calls[0].Request.Amount)
+			require.Equal(t, []int{1}, postings.held)
+		})
+	}
+}
+
+// A registry that cannot say what was paid elsewhere delays the hold:
+// nothing is sent, the charge shows why, and the same job goes on once
+// the registry answers.
+func TestFineWaitsWhileTheRegistryCannotSayWhatWasPaidElsewhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.pipeline.Owners.Enrollments = &fakeEnrollments{}
+	outside := &fakeOutside{err: errors.New("registry down")}
+	b.pipeline.Postings, b.pipeline.Outside = &fakePostings{}, outside
+	c := newFineCharge(ctx, t, b, start.Add(48*time.Hour))
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+
+	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+	res, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
+	require.Empty(t, b.gateway.Calls(), "never held blind")
+	waiting := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Scheduled, waiting.Status)
+	require.Equal(t, charges.FailureOutsideUnknown, waiting.FailureCode)
+	require.NotNil(t, waiting.NextAttemptAt)
+
+	outside.set(100, nil)
+	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	held := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Authorized, held.Status)
+	require.Equal(t, int64(400), held.Amount)
+	require.Equal(t, []int64{400}, amounts(b.gateway.Calls()))
+}
+
+// A rerun of an attempt already checked is not asked again, and a rerun
+// of an attempt already sent is never held back by the check.
+func TestAnAttemptIsCheckedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.pipeline.Owners.Enrollments = &fakeEnrollments{}
+	outside := &fakeOutside{paid: 100}
+	b.pipeline.Postings, b.pipeline.Outside = &fakePostings{}, outside
+	c := newFineCharge(ctx, t, b, start.Add(48*time.Hour))
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnknownOutcome)
+
+	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+	_, _ = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.Equal(t, 1, outside.asked)
+	outside.set(500, nil) // paid in full meanwhile: the attempt may already be at the gateway
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+	b.gateway.LookupFunc = gatewaytest.Found(nil)
+	_, _ = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.Equal(t, 1, outside.asked, "the rerun of a checked attempt is not asked again")
+	for _, call := range b.gateway.Calls() {
+		require.Equal(t, int64(400), call.Request.Amount, "every call of the attempt is for the amount it was priced at")
+	}
+}
+
+func amounts(calls []gatewaytest.Call) []int64 {
+	out := make([]int64, len(calls))
+	for i, c := range calls {
+		out[i] = c.Request.Amount
+	}
+	return out
+}

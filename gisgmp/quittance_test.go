@@ -1,0 +1,111 @@
+package gisgmp_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertest"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/internal/testsupport"
+)
+
+// quittance answers that the registry holds payments.
+func quittance(payments ...gisgmp.QuittancePayment) func(context.Context, string) (gisgmp.Quittance, error) {
+	return func(context.Context, string) (gisgmp.Quittance, error) { return gisgmp.Quittance{Payments: payments}, nil }
+}
+
+// Just before a hold is posted the registry is asked again, afresh: a fine
+// paid at a bank since the attempt was priced is not posted, its hold is
+// released and its next attempt asks again; rebill's own payments and
+// annulled ones do not count.
+func TestHoldIsNotPostedWhenMoreWasPaidElsewhere(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		payments []gisgmp.QuittancePayment
+		posted   bool
+	}{
+		"nothing paid elsewhere": {posted: true},
+		"only rebill's own payment, replayed": {payments: []gisgmp.QuittancePayment{{PaymentID: "own", Amount: 500}},
+			posted: true},
+		"an annulled payment elsewhere": {payments: []gisgmp.QuittancePayment{{PaymentID: "bank-1", Amount: 200, Annulled: true}},
+			posted: true},
+		"paid in part at a bank": {payments: []gisgmp.QuittancePayment{{PaymentID: "bank-1", Amount: 200}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setupTooLate(ctx, t)
+			payments := tc.payments
+			for i := range payments {
+				if payments[i].PaymentID == "own" {
+					payments[i].PaymentID = b.id
+				}
+			}
+			b.gw.QuittanceFunc = quittance(payments...)
+			b.gw.PostFunc = func(context.Context, gisgmp.Payment) error { return nil }
+			b.gw.LookupFunc = looksUp(false, false, nil)
+			tx, err := b.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(ctx)
+			_, err = b.worker.Work(ctx, t, tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+			require.NoError(t, err)
+			if tc.posted {
+				require.Len(t, b.gw.callsOf("post"), 1)
+				require.Equal(t, gisgmp.StatusAccepted, b.status(ctx, t))
+				return
+			}
+			require.Empty(t, b.gw.callsOf("post"), "the registry never hears of a hold paid elsewhere meanwhile")
+			require.Equal(t, gisgmp.StatusCancelled, b.status(ctx, t))
+			var recheck bool
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT outside_recheck FROM charges WHERE id = $1`, b.charge.ID).Scan(&recheck))
+			require.True(t, recheck, "the next attempt is due at once and asks again")
+			rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, riverpgxv5.New(b.pool),
+				charges.VoidArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)
+		})
+	}
+}
+
+// What was paid outside rebill is what the registry holds that stands,
+// less every payment id rebill used; while one of rebill's postings of the
+// UIN stands accepted the registry is not asked (it would count money
+// rebill may still capture); an answer is reused for at most five minutes.
+func TestPaidOutside(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupTooLate(ctx, t)
+	clk := testsupport.NewClock(start)
+	poster := &gisgmp.Poster{Pool: b.pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{b.gw}, time.Second), Clock: clk,
+		Logger: zerolog.Nop()}
+	asked := 0
+	b.gw.QuittanceFunc = func(context.Context, string) (gisgmp.Quittance, error) {
+		asked++
+		return gisgmp.Quittance{Payments: []gisgmp.QuittancePayment{{PaymentID: b.id, Amount: 500},
+			{PaymentID: "bank-1", Amount: 150}, {PaymentID: "kiosk-2", Amount: 100, Annulled: true}}}, nil
+	}
+	paid, err := poster.PaidOutside(ctx, b.charge)
+	require.NoError(t, err)
+	require.Equal(t, int64(150), paid, "rebill's own payment and the annulled one are left out")
+
+	_, err = poster.PaidOutside(ctx, b.charge)
+	require.NoError(t, err)
+	require.Equal(t, 1, asked, "the answer is reused within five minutes")
+	clk.Advance(gisgmp.QuittanceMaxAge)
+	_, err = poster.PaidOutside(ctx, b.charge)
+	require.NoError(t, err)
+	require.Equal(t, 2, asked, "and asked again after them")
+
+	_, err = b.pool.Exec(ctx, `UPDATE registry_postings SET status = 'accepted' WHERE payment_id = $1`, b.id)
+	require.NoError(t, err)
+	clk.Advance(gisgmp.QuittanceMaxAge)
+	b.charge.PaidOutside = 40
+	paid, err = poster.PaidOutside(ctx, b.charge)
+	require.NoError(t, err)
+	require.Equal(t, 2, asked, "not asked while rebill's own posting stands")
+	require.Equal(t, int64(40), paid, "what the charge last recorded stands")
+}
