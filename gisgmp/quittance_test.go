@@ -17,7 +17,9 @@ import (
 
 // quittance answers that the registry holds payments.
 func quittance(payments ...gisgmp.QuittancePayment) func(context.Context, string) (gisgmp.Quittance, error) {
-	return func(context.Context, string) (gisgmp.Quittance, error) { return gisgmp.Quittance{Payments: payments}, nil }
+	return func(context.Context, string) (gisgmp.Quittance, error) {
+		return gisgmp.Quittance{Payments: payments}, nil
+	}
 }
 
 // Just before a hold is posted the registry is asked again, afresh: a fine
