@@ -50,6 +50,7 @@ const (
 	BillStatusExpired              BillStatus = "expired"
 	BillStatusFailed               BillStatus = "failed"
 	BillStatusPaid                 BillStatus = "paid"
+	BillStatusPaidElsewhere        BillStatus = "paid_elsewhere"
 	BillStatusPaying               BillStatus = "paying"
 	BillStatusPending              BillStatus = "pending"
 	BillStatusScheduled            BillStatus = "scheduled"
@@ -70,6 +71,8 @@ func (e BillStatus) Valid() bool {
 	case BillStatusFailed:
 		return true
 	case BillStatusPaid:
+		return true
+	case BillStatusPaidElsewhere:
 		return true
 	case BillStatusPaying:
 		return true
@@ -341,6 +344,7 @@ const (
 	BillExpired                      EventType = "bill.expired"
 	BillFailed                       EventType = "bill.failed"
 	BillPaid                         EventType = "bill.paid"
+	BillPaidElsewhere                EventType = "bill.paid_elsewhere"
 	BillReceived                     EventType = "bill.received"
 	BillWithdrawn                    EventType = "bill.withdrawn"
 	ChargeDeclined                   EventType = "charge.declined"
@@ -381,6 +385,8 @@ func (e EventType) Valid() bool {
 	case BillFailed:
 		return true
 	case BillPaid:
+		return true
+	case BillPaidElsewhere:
 		return true
 	case BillReceived:
 		return true
@@ -806,7 +812,7 @@ type Bill struct {
 	// Examples: 49900
 	Amount Amount `json:"amount"`
 
-	// AmountDue What a capture now (or at `pay_at`, if later) costs: `discounted_amount` before the end of `discount_deadline` (Europe/Moscow), else `amount`. For a `paid` bill: what was captured, whenever it is read.
+	// AmountDue What a capture now (or at `pay_at`, if later) costs: `discounted_amount` before the end of `discount_deadline` (Europe/Moscow), else `amount`, less `paid_elsewhere_amount`. For a `paid` bill: what was captured, whenever it is read; for a `paid_elsewhere` bill: 0.
 	AmountDue int `json:"amount_due"`
 
 	// BillId The issuer's id: for fines the 20- or 25-digit payment identifier (UIN).
@@ -830,11 +836,14 @@ type Bill struct {
 	// PaidByEnrollmentId Support and admin keys only, on a `duplicate`: the enrollment whose copy of the bill is paid (it may be another customer's, so a customer key never sees it).
 	PaidByEnrollmentId *openapi_types.UUID `json:"paid_by_enrollment_id,omitempty"`
 
+	// PaidElsewhereAmount What was last reported paid against the bill outside rebill (by the state payment registry for a fine, less rebill's own payments; by the bill's source for a housing bill); 0 when nothing is known (decision 34).
+	PaidElsewhereAmount int `json:"paid_elsewhere_amount"`
+
 	// PayAt When the bill is (or would be) charged.
 	PayAt      time.Time `json:"pay_at"`
 	ReceivedAt time.Time `json:"received_at"`
 
-	// Status `pending`: arrived while the enrollment was paused; `awaiting_confirmation`: `amount_due` above the enrollment's `max_amount`, waiting for the customer's confirm; `awaiting_registry`: a fine waiting for a state payment registry to be configured (decision 26); `scheduled`: charged at `pay_at`; `paying`: its charge is being collected (hold, capture, dunning); `paid` (final); `failed`: its charge failed (a payment-method change retries it while payable); `withdrawn` (final): annulled by the issuer, never charged; `expired` (final): its last payable day passed unpaid; `duplicate`: a copy of a bill another enrollment's copy pays (the same fine, or the same account's bill, enrolled twice: decision 23), never charged here; a copy that never had a charge is scheduled again if that payment is released.
+	// Status `pending`: arrived while the enrollment was paused; `awaiting_confirmation`: `amount_due` above the enrollment's `max_amount`, waiting for the customer's confirm; `awaiting_registry`: a fine waiting for a state payment registry to be configured (decision 26); `scheduled`: charged at `pay_at`; `paying`: its charge is being collected (hold, capture, dunning); `paid` (final); `failed`: its charge failed (a payment-method change retries it while payable); `withdrawn` (final): annulled by the issuer, never charged; `expired` (final): its last payable day passed unpaid; `duplicate`: a copy of a bill another enrollment's copy pays (the same fine, or the same account's bill, enrolled twice: decision 23), never charged here; a copy that never had a charge is scheduled again if that payment is released; `paid_elsewhere` (final): paid in full outside rebill (at a bank, a kiosk, another app), as the state payment registry (fines) or the bill's source (housing) reports; never charged here (decision 34).
 	Status    BillStatus `json:"status"`
 	UpdatedAt time.Time  `json:"updated_at"`
 }
@@ -863,7 +872,7 @@ type BillPush struct {
 	IssuedAt time.Time          `json:"issued_at"`
 }
 
-// BillStatus `pending`: arrived while the enrollment was paused; `awaiting_confirmation`: `amount_due` above the enrollment's `max_amount`, waiting for the customer's confirm; `awaiting_registry`: a fine waiting for a state payment registry to be configured (decision 26); `scheduled`: charged at `pay_at`; `paying`: its charge is being collected (hold, capture, dunning); `paid` (final); `failed`: its charge failed (a payment-method change retries it while payable); `withdrawn` (final): annulled by the issuer, never charged; `expired` (final): its last payable day passed unpaid; `duplicate`: a copy of a bill another enrollment's copy pays (the same fine, or the same account's bill, enrolled twice: decision 23), never charged here; a copy that never had a charge is scheduled again if that payment is released.
+// BillStatus `pending`: arrived while the enrollment was paused; `awaiting_confirmation`: `amount_due` above the enrollment's `max_amount`, waiting for the customer's confirm; `awaiting_registry`: a fine waiting for a state payment registry to be configured (decision 26); `scheduled`: charged at `pay_at`; `paying`: its charge is being collected (hold, capture, dunning); `paid` (final); `failed`: its charge failed (a payment-method change retries it while payable); `withdrawn` (final): annulled by the issuer, never charged; `expired` (final): its last payable day passed unpaid; `duplicate`: a copy of a bill another enrollment's copy pays (the same fine, or the same account's bill, enrolled twice: decision 23), never charged here; a copy that never had a charge is scheduled again if that payment is released; `paid_elsewhere` (final): paid in full outside rebill (at a bank, a kiosk, another app), as the state payment registry (fines) or the bill's source (housing) reports; never charged here (decision 34).
 type BillStatus string
 
 // BindingCandidate defines model for BindingCandidate.
@@ -922,7 +931,7 @@ type Charge struct {
 	// EnrollmentId The enrollment of a bill's charge; null for a period's charge.
 	EnrollmentId *openapi_types.UUID `json:"enrollment_id"`
 
-	// FailureCode Why the charge was declined, failed or voided: a gateway decline code (`insufficient_funds`, ...), or one of rebill's: `subscription_cancelled`, `subscription_unpaid` (a period's charge no longer owed), `enrollment_cancelled`, `bill_withdrawn`, `bill_expired` (a bill's charge voided: its enrollment cancelled, the bill withdrawn by its issuer, or its last moment to start an attempt passed), `discount_ended` (a discounted hold released at the deadline), `hold_expired`, `gateway_refused`; while a step waits for its gateway, `gateway_unavailable` or `gateway_circuit_open`.
+	// FailureCode Why the charge was declined, failed or voided: a gateway decline code (`insufficient_funds`, ...), or one of rebill's: `subscription_cancelled`, `subscription_unpaid` (a period's charge no longer owed), `enrollment_cancelled`, `bill_withdrawn`, `bill_expired` (a bill's charge voided: its enrollment cancelled, the bill withdrawn by its issuer, or its last moment to start an attempt passed), `discount_ended` (a discounted hold released at the deadline), `hold_expired`, `gateway_refused`, `paid_elsewhere` (a bill's charge voided before any hold: the bill was paid in full outside rebill), `paid_outside_changed` (a fine's hold released before it was posted: more was paid outside rebill meanwhile; the next attempt is due at once); while a step waits for its gateway, `gateway_unavailable` or `gateway_circuit_open`; while a fine's attempt waits for the registry to say what was paid outside rebill, `registry_unavailable`.
 	//
 	// Examples: insufficient_funds
 	FailureCode *string `json:"failure_code"`
@@ -1634,12 +1643,12 @@ type RegistryLedgerEntry struct {
 	// At When it was accepted, on the service clock (the dev clock).
 	At time.Time `json:"at"`
 
-	// Gateway The registry gateway that first accepted the payment.
+	// Gateway The registry gateway that first accepted the payment; `outside` for a payment made outside rebill (`POST /v1/dev/registry/paid`).
 	//
 	// Examples: gmp1
 	Gateway string `json:"gateway"`
 
-	// PaymentId Derived from the charge's key, the attempt and its amount: a retry is a replay, a new attempt or amount a new payment.
+	// PaymentId Rebill's: derived from the charge's key, the attempt and its amount (a retry is a replay, a new attempt or amount a new payment). A payment made outside rebill has one of its own.
 	PaymentId string                    `json:"payment_id"`
 	Status    RegistryLedgerEntryStatus `json:"status"`
 	Uin       string                    `json:"uin"`
@@ -1647,6 +1656,19 @@ type RegistryLedgerEntry struct {
 
 // RegistryLedgerEntryStatus defines model for RegistryLedgerEntry.Status.
 type RegistryLedgerEntryStatus string
+
+// RegistryPaidOutside A payment made outside rebill against a fine, to record in the simulated registry.
+type RegistryPaidOutside struct {
+	// Amount Minor units (kopecks).
+	//
+	// Examples: 150000
+	Amount int `json:"amount"`
+
+	// Uin The fine's UIN: 20 or 25 digits with a valid check digit.
+	//
+	// Examples: 18810177230012345670
+	Uin string `json:"uin"`
+}
 
 // ResolveRequest defines model for ResolveRequest.
 type ResolveRequest struct {
@@ -1964,6 +1986,12 @@ type SetGatewayFaultsParams struct {
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
 
+// RecordRegistryPaymentOutsideParams defines parameters for RecordRegistryPaymentOutside.
+type RecordRegistryPaymentOutsideParams struct {
+	// IdempotencyKey Required on every POST. 1..255 printable ASCII characters, not only spaces, case-sensitive; a quoted structured-field string (`"abc"`) and the bare token (`abc`) are the same key. Missing: 400 `idempotency-key-missing`; empty, only spaces, longer than 255, non-printable or sent twice: 400 `idempotency-key-invalid`; a key that looks like a card number: 400 `card-number-refused`. Scoped to the authenticated API key's principal. See the Idempotency section of the API description.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
 // SetRegistryFaultsParams defines parameters for SetRegistryFaults.
 type SetRegistryFaultsParams struct {
 	// IdempotencyKey Required on every POST. 1..255 printable ASCII characters, not only spaces, case-sensitive; a quoted structured-field string (`"abc"`) and the bare token (`abc`) are the same key. Missing: 400 `idempotency-key-missing`; empty, only spaces, longer than 255, non-printable or sent twice: 400 `idempotency-key-invalid`; a key that looks like a card number: 400 `card-number-refused`. Scoped to the authenticated API key's principal. See the Idempotency section of the API description.
@@ -2230,6 +2258,9 @@ type SetDevClockJSONRequestBody = ClockUpdate
 
 // SetGatewayFaultsJSONRequestBody defines body for SetGatewayFaults for application/json ContentType.
 type SetGatewayFaultsJSONRequestBody = FaultsUpdate
+
+// RecordRegistryPaymentOutsideJSONRequestBody defines body for RecordRegistryPaymentOutside for application/json ContentType.
+type RecordRegistryPaymentOutsideJSONRequestBody = RegistryPaidOutside
 
 // SetRegistryFaultsJSONRequestBody defines body for SetRegistryFaults for application/json ContentType.
 type SetRegistryFaultsJSONRequestBody = RegistryFaultsUpdate
@@ -2811,6 +2842,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/dev/registry/ledger (the `RegistryLedger` operationId).
 	RegistryLedger(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RecordRegistryPaymentOutsideWithBody Record a payment made outside rebill in the simulated registry
+	//
+	// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Records in the simulated state payment registry's book a payment against `uin` made outside rebill (at a bank, a kiosk, another app), under a payment id of its own and gateway `outside`, as a bank would have posted it. The next check before a hold of that fine sees it (this node at once, others within 5 minutes): paid in full, the bill becomes `paid_elsewhere`; in part, the attempt is held for the rest (decision 34). Nothing else is changed.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/dev/registry/paid (the `RecordRegistryPaymentOutside` operationId).
+	RecordRegistryPaymentOutsideWithBody(ctx context.Context, params *RecordRegistryPaymentOutsideParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RecordRegistryPaymentOutside Record a payment made outside rebill in the simulated registry
+	//
+	// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Records in the simulated state payment registry's book a payment against `uin` made outside rebill (at a bank, a kiosk, another app), under a payment id of its own and gateway `outside`, as a bank would have posted it. The next check before a hold of that fine sees it (this node at once, others within 5 minutes): paid in full, the bill becomes `paid_elsewhere`; in part, the attempt is held for the rest (decision 34). Nothing else is changed.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/dev/registry/paid (the `RecordRegistryPaymentOutside` operationId).
+	RecordRegistryPaymentOutside(ctx context.Context, params *RecordRegistryPaymentOutsideParams, body RecordRegistryPaymentOutsideJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SetRegistryFaultsWithBody Set a simulated registry gateway's fault switches
 	//
@@ -3635,6 +3684,44 @@ func (c *RawClient) GetGatewayLedger(ctx context.Context, name GatewayName, reqE
 // Corresponds with GET /v1/dev/registry/ledger (the `RegistryLedger` operationId).
 func (c *RawClient) RegistryLedger(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRegistryLedgerRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RecordRegistryPaymentOutsideWithBody Record a payment made outside rebill in the simulated registry
+//
+// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Records in the simulated state payment registry's book a payment against `uin` made outside rebill (at a bank, a kiosk, another app), under a payment id of its own and gateway `outside`, as a bank would have posted it. The next check before a hold of that fine sees it (this node at once, others within 5 minutes): paid in full, the bill becomes `paid_elsewhere`; in part, the attempt is held for the rest (decision 34). Nothing else is changed.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/dev/registry/paid (the `RecordRegistryPaymentOutside` operationId).
+func (c *RawClient) RecordRegistryPaymentOutsideWithBody(ctx context.Context, params *RecordRegistryPaymentOutsideParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRecordRegistryPaymentOutsideRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RecordRegistryPaymentOutside Record a payment made outside rebill in the simulated registry
+//
+// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Records in the simulated state payment registry's book a payment against `uin` made outside rebill (at a bank, a kiosk, another app), under a payment id of its own and gateway `outside`, as a bank would have posted it. The next check before a hold of that fine sees it (this node at once, others within 5 minutes): paid in full, the bill becomes `paid_elsewhere`; in part, the attempt is held for the rest (decision 34). Nothing else is changed.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/dev/registry/paid (the `RecordRegistryPaymentOutside` operationId).
+func (c *RawClient) RecordRegistryPaymentOutside(ctx context.Context, params *RecordRegistryPaymentOutsideParams, body RecordRegistryPaymentOutsideJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRecordRegistryPaymentOutsideRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5244,6 +5331,59 @@ func NewRegistryLedgerRequest(server string) (*http.Request, error) {
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRecordRegistryPaymentOutsideRequest calls the generic RecordRegistryPaymentOutside builder with application/json body
+func NewRecordRegistryPaymentOutsideRequest(server string, params *RecordRegistryPaymentOutsideParams, body RecordRegistryPaymentOutsideJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRecordRegistryPaymentOutsideRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewRecordRegistryPaymentOutsideRequestWithBody constructs an http.Request for the RecordRegistryPaymentOutside method, with any body, and a specified content type
+func NewRecordRegistryPaymentOutsideRequestWithBody(server string, params *RecordRegistryPaymentOutsideParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/dev/registry/paid")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
 	}
 
 	return req, nil
@@ -7702,6 +7842,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/dev/registry/ledger (the `RegistryLedger` operationId).
 	RegistryLedgerWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*RegistryLedgerResponse, error)
 
+	// RecordRegistryPaymentOutsideWithBodyWithResponse Record a payment made outside rebill in the simulated registry
+	//
+	// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Records in the simulated state payment registry's book a payment against `uin` made outside rebill (at a bank, a kiosk, another app), under a payment id of its own and gateway `outside`, as a bank would have posted it. The next check before a hold of that fine sees it (this node at once, others within 5 minutes): paid in full, the bill becomes `paid_elsewhere`; in part, the attempt is held for the rest (decision 34). Nothing else is changed.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/dev/registry/paid (the `RecordRegistryPaymentOutside` operationId).
+	RecordRegistryPaymentOutsideWithBodyWithResponse(ctx context.Context, params *RecordRegistryPaymentOutsideParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RecordRegistryPaymentOutsideResponse, error)
+
+	// RecordRegistryPaymentOutsideWithResponse Record a payment made outside rebill in the simulated registry
+	//
+	// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Records in the simulated state payment registry's book a payment against `uin` made outside rebill (at a bank, a kiosk, another app), under a payment id of its own and gateway `outside`, as a bank would have posted it. The next check before a hold of that fine sees it (this node at once, others within 5 minutes): paid in full, the bill becomes `paid_elsewhere`; in part, the attempt is held for the rest (decision 34). Nothing else is changed.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/dev/registry/paid (the `RecordRegistryPaymentOutside` operationId).
+	RecordRegistryPaymentOutsideWithResponse(ctx context.Context, params *RecordRegistryPaymentOutsideParams, body RecordRegistryPaymentOutsideJSONRequestBody, reqEditors ...RequestEditorFn) (*RecordRegistryPaymentOutsideResponse, error)
+
 	// SetRegistryFaultsWithBodyWithResponse Set a simulated registry gateway's fault switches
 	//
 	// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). The simulated state payment registry (GIS GMP) is one book reached through the gateways `gmp1` and `gmp2`; fines are posted to it between hold and capture, balanced over the gateways and moved off one that does not answer. Partial update: omitted fields keep their value. `down` and `error_rate`: the gateway does nothing; `latency_ms` delays it (a caller that times out meanwhile gets nothing done); `lose_response`: it acts but its answer is lost.
@@ -9471,6 +9629,131 @@ func (r RegistryLedgerResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RegistryLedgerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RecordRegistryPaymentOutsideResponse201Headers the declared response headers of an HTTP 201 response for RecordRegistryPaymentOutside
+type RecordRegistryPaymentOutsideResponse201Headers struct {
+	IdempotentReplayed *string
+}
+
+// RecordRegistryPaymentOutsideResponse409Headers the declared response headers of an HTTP 409 response for RecordRegistryPaymentOutside
+type RecordRegistryPaymentOutsideResponse409Headers struct {
+	RetryAfter int
+}
+
+// RecordRegistryPaymentOutsideResponse503Headers the declared response headers of an HTTP 503 response for RecordRegistryPaymentOutside
+type RecordRegistryPaymentOutsideResponse503Headers struct {
+	RetryAfter int
+}
+
+type RecordRegistryPaymentOutsideResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *RegistryLedgerEntry
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *DevNotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *IdempotencyKeyInUse
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyMismatch
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *RecordRegistryPaymentOutsideResponse201Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RecordRegistryPaymentOutsideResponse409Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RecordRegistryPaymentOutsideResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r RecordRegistryPaymentOutsideResponse) GetJSON201() *RegistryLedgerEntry {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RecordRegistryPaymentOutsideResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RecordRegistryPaymentOutsideResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RecordRegistryPaymentOutsideResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RecordRegistryPaymentOutsideResponse) GetApplicationproblemJSON404() *DevNotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RecordRegistryPaymentOutsideResponse) GetApplicationproblemJSON409() *IdempotencyKeyInUse {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RecordRegistryPaymentOutsideResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RecordRegistryPaymentOutsideResponse) GetApplicationproblemJSON422() *IdempotencyKeyMismatch {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RecordRegistryPaymentOutsideResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RecordRegistryPaymentOutsideResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RecordRegistryPaymentOutsideResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RecordRegistryPaymentOutsideResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RecordRegistryPaymentOutsideResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RecordRegistryPaymentOutsideResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -13689,6 +13972,36 @@ func (c *ClientWithResponses) RegistryLedgerWithResponse(ctx context.Context, re
 	return ParseRegistryLedgerResponse(rsp)
 }
 
+// RecordRegistryPaymentOutsideWithBodyWithResponse Record a payment made outside rebill in the simulated registry
+//
+// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Records in the simulated state payment registry's book a payment against `uin` made outside rebill (at a bank, a kiosk, another app), under a payment id of its own and gateway `outside`, as a bank would have posted it. The next check before a hold of that fine sees it (this node at once, others within 5 minutes): paid in full, the bill becomes `paid_elsewhere`; in part, the attempt is held for the rest (decision 34). Nothing else is changed.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/dev/registry/paid (the `RecordRegistryPaymentOutside` operationId).
+func (c *ClientWithResponses) RecordRegistryPaymentOutsideWithBodyWithResponse(ctx context.Context, params *RecordRegistryPaymentOutsideParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RecordRegistryPaymentOutsideResponse, error) {
+	rsp, err := c.RecordRegistryPaymentOutsideWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRecordRegistryPaymentOutsideResponse(rsp)
+}
+
+// RecordRegistryPaymentOutsideWithResponse Record a payment made outside rebill in the simulated registry
+//
+// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Records in the simulated state payment registry's book a payment against `uin` made outside rebill (at a bank, a kiosk, another app), under a payment id of its own and gateway `outside`, as a bank would have posted it. The next check before a hold of that fine sees it (this node at once, others within 5 minutes): paid in full, the bill becomes `paid_elsewhere`; in part, the attempt is held for the rest (decision 34). Nothing else is changed.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/dev/registry/paid (the `RecordRegistryPaymentOutside` operationId).
+func (c *ClientWithResponses) RecordRegistryPaymentOutsideWithResponse(ctx context.Context, params *RecordRegistryPaymentOutsideParams, body RecordRegistryPaymentOutsideJSONRequestBody, reqEditors ...RequestEditorFn) (*RecordRegistryPaymentOutsideResponse, error) {
+	rsp, err := c.RecordRegistryPaymentOutside(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRecordRegistryPaymentOutsideResponse(rsp)
+}
+
 // SetRegistryFaultsWithBodyWithResponse Set a simulated registry gateway's fault switches
 //
 // Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). The simulated state payment registry (GIS GMP) is one book reached through the gateways `gmp1` and `gmp2`; fines are posted to it between hold and capture, balanced over the gateways and moved off one that does not answer. Partial update: omitted fields keep their value. `down` and `error_rate`: the gateway does nothing; `latency_ms` delays it (a caller that times out meanwhile gets nothing done); `lose_response`: it acts but its answer is lost.
@@ -15696,6 +16009,128 @@ func ParseRegistryLedgerResponse(rsp *http.Response) (*RegistryLedgerResponse, e
 	switch {
 	case rsp.StatusCode == 503:
 		var headers RegistryLedgerResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRecordRegistryPaymentOutsideResponse parses an HTTP response from a RecordRegistryPaymentOutsideWithResponse call
+func ParseRecordRegistryPaymentOutsideResponse(rsp *http.Response) (*RecordRegistryPaymentOutsideResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RecordRegistryPaymentOutsideResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest RegistryLedgerEntry
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest DevNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest IdempotencyKeyInUse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers RecordRegistryPaymentOutsideResponse201Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 409:
+		var headers RecordRegistryPaymentOutsideResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 503:
+		var headers RecordRegistryPaymentOutsideResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
