@@ -85,3 +85,49 @@ func TestRecordingAPaymentOutsideRebillIsChecked(t *testing.T) {
 	require.Equal(t, map[string]bool{"uin": true, "amount": true}, fields)
 	require.Empty(t, b.registryLedger(t, "123"))
 }
+
+// A fine's hold that lapses before its capture is released and held
+// again; the registry, down at that moment, hears of the new attempt only
+// after the old attempt's accepted posting is annulled, and the fine is
+// captured once.
+func TestLapsedFineHoldIsPostedAgainOnlyAfterItsPostingIsAnnulled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	start := b.autopayStart(t)
+	enr := b.createFinesEnrollment(t, "tok_ok", 500000)
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"captures_down": true})
+	id := uin(34)
+	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
+	require.Eventually(t, func() bool {
+		book := b.registryLedger(t, id)
+		return len(book) == 1 && book[0].Status == "accepted"
+	}, 30*time.Second, 20*time.Millisecond, "held and posted; the capture cannot be made")
+	first := b.registryLedger(t, id)[0].PaymentID
+
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"down": true})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"down": true})
+	b.advance(t, "167h") // the hold lapses within the hour: it is released, and held again
+	key := enr + ":" + id
+	require.Eventually(t, func() bool {
+		return opsFor(b.ledger(t, "sim1"), key)["authorize:succeeded"] == 2
+	}, 30*time.Second, 20*time.Millisecond, "a new hold for the new attempt")
+	require.Len(t, b.registryLedger(t, id), 1, "nothing is posted while the registry is down")
+
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"captures_down": false})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"down": false})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"down": false})
+	b.waitBill(t, enr, id, "paid")
+	require.Equal(t, []int64{50000}, captured(b.ledger(t, "sim1"), key), "captured once")
+	book := b.registryLedger(t, id)
+	require.Len(t, book, 2)
+	standing := 0
+	for _, e := range book {
+		if e.PaymentID == first {
+			require.Equal(t, "annulled", e.Status, "the lapsed attempt's posting is annulled")
+		}
+		if e.Status == "accepted" {
+			standing++
+		}
+	}
+	require.Equal(t, 1, standing, "one payment stands at the registry")
+}
