@@ -3,6 +3,7 @@ package gisgmp_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"regexp"
 	"testing"
 	"time"
@@ -178,4 +179,38 @@ func TestPendingPostingPastTheBoundIsWithdrawnThenFailed(t *testing.T) {
 	require.Contains(t, lastError, "still processing")
 	require.Equal(t, charges.RequiresReview, b.chargeNow(ctx, t).Status)
 	require.Len(t, b.gw.callsOf("annul"), 2)
+}
+
+// Held stores a posting under the first identifier derived that no other
+// posting holds, and keeps a stored posting's identifier when the hold is
+// recorded again.
+func TestHeldPassesOverAnIdentifierAnotherPostingHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupPosting(ctx, t)
+	ids := gisgmp.PaymentIDs{Format: gisgmp.PaymentIDUIP, BIK: "044525225"}
+	c, _ := b.heldFine(ctx, t, "18810162210739014395")
+	_, err := b.pool.Exec(ctx, `DELETE FROM registry_postings WHERE charge_id = $1`, c.ID)
+	require.NoError(t, err)
+	first := ids.ID(c.Key(), 1, 500, b.clock.Now(), 0)
+	_, err = b.pool.Exec(ctx, `UPDATE registry_postings SET payment_id = $2 WHERE charge_id = $1`, b.charge.ID, first)
+	require.NoError(t, err)
+
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Logger: slog.New(slog.DiscardHandler), TestOnly: true})
+	require.NoError(t, err)
+	poster := &gisgmp.Poster{Pool: b.pool, Clock: b.clock, PaymentIDs: ids}
+	ctx = rivertest.WorkContext(ctx, client)
+	require.NoError(t, poster.Held(ctx, b.tx, c))
+	second := ids.ID(c.Key(), 1, 500, b.clock.Now(), 1)
+	var stored string
+	require.NoError(t, b.tx.QueryRow(ctx, `SELECT payment_id FROM registry_postings WHERE charge_id = $1`, c.ID).Scan(&stored))
+	require.Equal(t, second, stored)
+	job := rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, gisgmp.PostArgs{}, nil)
+	require.Equal(t, second, job.Args.PaymentID)
+
+	b.clock.Advance(48 * time.Hour) // another day: another first choice
+	require.NoError(t, poster.Held(ctx, b.tx, c))
+	var n int
+	require.NoError(t, b.tx.QueryRow(ctx, `SELECT count(*) FROM registry_postings WHERE charge_id = $1`, c.ID).Scan(&n))
+	require.Equal(t, 1, n, "the stored posting is kept with its identifier")
 }
