@@ -40,9 +40,11 @@
 //
 // # Gateways
 //
-// The registry is reached through one or more gateways, tried in turn
-// starting from a rotating one (balancing), skipping gateways that failed
-// recently (moving traffic off a degraded one) unless all did.
+// The registry is reached through one or more gateways, tried by priority
+// and in turn among equals, starting from a rotating one (balancing),
+// skipping gateways that failed recently (moving traffic off a degraded
+// one) unless all did. A gateway that answers "still processing"
+// ([PendingError]) is not degraded: the posting waits and asks again.
 package gisgmp
 
 import (

@@ -119,9 +119,9 @@ func (f *Fake) add(e *Entry) {
 	f.order = append(f.order, e.PaymentID)
 }
 
-// ServeHTTP answers the protocol's endpoints, and GET and PUT /faults and
-// GET /ledger, POST /outside for a fake run on its own (rebill
-// registryfake).
+// ServeHTTP answers the protocol's endpoints, and, for a fake served on
+// its own and driven from outside, GET and PUT /faults, GET /ledger and
+// POST /outside ({uin, amount}).
 func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.calls++
