@@ -1,9 +1,11 @@
 package gisgmp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +14,8 @@ import (
 // Balancer spreads calls over the registry gateways and moves them off a
 // degraded one: each call starts at the next gateway in turn, skips those
 // that failed recently (unless every one did) and goes on to the next
-// while a gateway answers that it did nothing.
+// while a gateway answers that it did nothing. Gateways with a priority
+// (see WithSettings) are tried lower priority first, in turn among equals.
 type Balancer struct {
 	gateways []Gateway
 	next     atomic.Uint64
@@ -41,29 +44,70 @@ func (b *Balancer) Names() []string {
 	return out
 }
 
-// order is the gateways to try for one call: healthy ones first, from a
-// rotating start, then the degraded ones.
+// Settings are what a deployment says of one gateway.
+type Settings struct {
+	// Priority orders the gateways: lower first; equal ones take turns.
+	Priority int
+	// Timeout bounds the gateway's calls instead of the balancer's
+	// CallTimeout; zero: CallTimeout.
+	Timeout time.Duration
+}
+
+// WithSettings is g with its settings, for a Balancer.
+func WithSettings(g Gateway, s Settings) Gateway { return settled{Gateway: g, settings: s} }
+
+type settled struct {
+	Gateway
+	settings Settings
+}
+
+func settingsOf(g Gateway) Settings {
+	if s, ok := g.(settled); ok {
+		return s.settings
+	}
+	return Settings{}
+}
+
+// order is the gateways to try for one call: healthy ones first, then the
+// degraded ones, each by priority, from a rotating start among equals.
 func (b *Balancer) order() []Gateway {
-	n := len(b.gateways)
-	start := int(b.next.Add(1) % uint64(max(n, 1)))
+	turn := b.next.Add(1)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var healthy, degraded []Gateway
-	for i := 0; i < n; i++ {
-		g := b.gateways[(start+i)%n]
+	for _, g := range b.gateways {
 		if at, ok := b.failedAt[g.Name()]; ok && b.Now().Sub(at) < b.Cooldown {
 			degraded = append(degraded, g)
 		} else {
 			healthy = append(healthy, g)
 		}
 	}
-	return append(healthy, degraded...)
+	return append(inTurn(healthy, turn), inTurn(degraded, turn)...)
 }
 
+// inTurn orders gs by priority, each run of equal priority rotated by
+// turn, so that equals take turns at being tried first.
+func inTurn(gs []Gateway, turn uint64) []Gateway {
+	slices.SortStableFunc(gs, func(x, y Gateway) int { return cmp.Compare(settingsOf(x).Priority, settingsOf(y).Priority) })
+	out := make([]Gateway, 0, len(gs))
+	for i := 0; i < len(gs); {
+		j := i
+		for j < len(gs) && settingsOf(gs[j]).Priority == settingsOf(gs[i]).Priority {
+			j++
+		}
+		run := gs[i:j]
+		k := int(turn % uint64(len(run)))
+		out = append(append(out, run[k:]...), run[:k]...)
+		i = j
+	}
+	return out
+}
+
+// note records whether g answered: a pending answer is an answer.
 func (b *Balancer) note(g Gateway, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnknownOutcome) {
+	if _, pending := Pending(err); !pending && (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnknownOutcome)) {
 		b.failedAt[g.Name()] = b.Now()
 	} else {
 		delete(b.failedAt, g.Name())
@@ -79,7 +123,11 @@ func (b *Balancer) each(ctx context.Context, fn func(ctx context.Context, g Gate
 	}
 	var last error
 	for _, g := range b.order() {
-		callCtx, cancel := context.WithTimeout(ctx, b.CallTimeout)
+		timeout := b.CallTimeout
+		if t := settingsOf(g).Timeout; t > 0 {
+			timeout = t
+		}
+		callCtx, cancel := context.WithTimeout(ctx, timeout)
 		err := fn(callCtx, g)
 		if err != nil && callCtx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrUnavailable) {
 			err = fmt.Errorf("%w: %s timed out: %w", ErrUnknownOutcome, g.Name(), err)

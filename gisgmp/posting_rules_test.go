@@ -123,7 +123,7 @@ func TestAcceptedPostingEnqueuesTheCapture(t *testing.T) {
 	require.Equal(t, gisgmp.StatusAccepted, status)
 	require.Equal(t, "gmp1", gateway)
 	require.Equal(t, []registryCall{{Op: "post", PaymentID: b.id,
-		Payment: gisgmp.Payment{PaymentID: b.id, UIN: "18810142200817004923", Amount: 500}}}, b.gw.callsOf("post"))
+		Payment: gisgmp.Payment{PaymentID: b.id, UIN: "18810142200817004923", Amount: 500, PaidAt: start}}}, b.gw.callsOf("post"))
 	job := rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 	require.Equal(t, charges.CaptureArgs{ChargeID: b.charge.ID, Attempt: 1}, job.Args)
 

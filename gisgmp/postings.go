@@ -82,19 +82,40 @@ type Poster struct {
 	// Retry spaces the waits and retries (real time).
 	Retry  charges.RetryPolicy
 	Logger zerolog.Logger
+	// PaymentIDs derives the payment identifiers of new postings; a stored
+	// posting keeps the one it was given.
+	PaymentIDs PaymentIDs
 
 	quittances quittanceCache
 }
 
+// maxPaymentIDTries bounds the identifiers tried for one posting whose
+// first choices are other postings': a uip collides about once in 10^8 per
+// pair of the day's postings, so this is never reached but by a bug.
+const maxPaymentIDTries = 8
+
 // Held stores the posting of c's hold and enqueues its job, in tx (the
-// transaction that records the hold).
+// transaction that records the hold). A posting of the attempt already
+// stored is kept with its identifier; an identifier another posting holds
+// is passed over for the next one derived.
 func (p *Poster) Held(ctx context.Context, tx pgx.Tx, c charges.Charge) error {
-	id := PaymentID(c.Key(), c.AttemptCount, c.Amount)
 	now := p.Clock.Now()
-	if _, err := tx.Exec(ctx, `INSERT INTO registry_postings (payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT DO NOTHING`,
-		id, c.ID, c.AttemptCount, c.RegistryUIN, c.Amount, StatusPosting, now); err != nil {
-		return fmt.Errorf("store posting: %w", err)
+	var id string
+	for try := 0; id == "" && try < maxPaymentIDTries; try++ {
+		candidate := p.PaymentIDs.ID(c.Key(), c.AttemptCount, c.Amount, now, try)
+		if _, err := tx.Exec(ctx, `INSERT INTO registry_postings (payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT DO NOTHING`,
+			candidate, c.ID, c.AttemptCount, c.RegistryUIN, c.Amount, StatusPosting, now); err != nil {
+			return fmt.Errorf("store posting: %w", err)
+		}
+		err := tx.QueryRow(ctx, `SELECT payment_id FROM registry_postings WHERE charge_id = $1 AND attempt = $2`,
+			c.ID, c.AttemptCount).Scan(&id)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("stored posting: %w", err)
+		}
+	}
+	if id == "" {
+		return fmt.Errorf("store posting: %d payment identifiers in a row belong to other postings", maxPaymentIDTries)
 	}
 	_, err := river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, PostArgs{PaymentID: id}, nil)
 	return err
@@ -202,18 +223,24 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 	if paid > c.PaidOutside {
 		return p.outpaid(ctx, job, ps, c, paid)
 	}
-	pay := Payment{PaymentID: ps.PaymentID, UIN: ps.UIN, Amount: ps.Amount}
+	pay := Payment{PaymentID: ps.PaymentID, UIN: ps.UIN, Amount: ps.Amount, PaidAt: ps.CreatedAt.UTC()}
 	gateway, err := p.Gateways.Post(ctx, pay)
-	if errors.Is(err, ErrUnknownOutcome) {
+	if _, pending := Pending(err); errors.Is(err, ErrUnknownOutcome) && !pending {
 		metrics.Retry("posting", metrics.RetryUnknownOutcome)
 		found, _, lerr := p.Gateways.Lookup(ctx, ps.PaymentID)
-		switch {
+		switch _, pending := Pending(lerr); {
+		case pending:
+			err = lerr // it arrived, and is still processing
 		case lerr != nil:
 			return p.retryOrGiveUp(ctx, job, ps, c, fmt.Errorf("%w; lookup: %w", err, lerr))
 		case !found:
 			return p.retryOrGiveUp(ctx, job, ps, c, err) // never arrived: posted again, same id
+		default:
+			err = nil
 		}
-		err = nil
+	}
+	if pe, ok := Pending(err); ok {
+		return p.stillProcessing(ctx, job, ps, c, pe)
 	}
 	if err != nil {
 		return p.retryOrGiveUp(ctx, job, ps, c, err)
@@ -303,6 +330,32 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 		}
 		return err
 	})
+}
+
+// stillProcessing waits for a posting the registry took but has not
+// accepted yet: the job runs again after the gateway's Retry-After (its
+// post then is a replay, answered with the outcome), not counting as a
+// failure. Past GiveUpAfter the payment is annulled (an annulment of a
+// payment in process withdraws it) before the posting fails for good, so
+// that the registry never keeps a payment whose hold is released.
+func (p *Poster) stillProcessing(ctx context.Context, job *river.Job[PostArgs], ps posting, c charges.Charge, pe *PendingError) error {
+	now := p.Clock.Now()
+	if now.Sub(ps.CreatedAt) > p.GiveUpAfter {
+		if _, err := p.Gateways.Annul(ctx, ps.PaymentID); err != nil {
+			return fmt.Errorf("withdraw posting %s still processing past the give-up bound: %w", ps.PaymentID, err)
+		}
+		return p.retryOrGiveUp(ctx, job, ps, c, fmt.Errorf("not accepted within %s: %w", p.GiveUpAfter, pe))
+	}
+	metrics.StageRuns.WithLabelValues("posting", "pending").Inc()
+	delay := pe.RetryAfter
+	if delay <= 0 {
+		delay = p.Retry.Delay(max(job.Attempt, 1))
+	}
+	if by, ok := charges.PostBy(p.Holds, c); ok && by.After(now) {
+		// Wake up in time to release a hold that can no longer be posted.
+		delay = min(delay, by.Sub(now))
+	}
+	return river.JobSnooze(max(delay, time.Second))
 }
 
 // tooLate enqueues the void of c's hold, past by, the last moment it

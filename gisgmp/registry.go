@@ -40,9 +40,11 @@
 //
 // # Gateways
 //
-// The registry is reached through one or more gateways, tried in turn
-// starting from a rotating one (balancing), skipping gateways that failed
-// recently (moving traffic off a degraded one) unless all did.
+// The registry is reached through one or more gateways, tried by priority
+// and in turn among equals, starting from a rotating one (balancing),
+// skipping gateways that failed recently (moving traffic off a degraded
+// one) unless all did. A gateway that answers "still processing"
+// ([PendingError]) is not degraded: the posting waits and asks again.
 package gisgmp
 
 import (
@@ -51,6 +53,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Gateway is one way into the registry.
@@ -59,13 +62,15 @@ type Gateway interface {
 	// Post records a payment. Posting a payment_id the registry holds is
 	// a replay: it answers as for the first and records nothing new.
 	// Returns ErrUnavailable (nothing was done), ErrUnknownOutcome (the
-	// answer was lost), or ErrRejected (the registry refuses it for good).
+	// answer was lost), a *PendingError (taken, no outcome yet: not
+	// accepted), or ErrRejected (the registry refuses it for good).
 	Post(ctx context.Context, p Payment) error
 	// Annul cancels a posted payment; annulling one that is annulled or
 	// unknown changes nothing. Returns ErrUnavailable or ErrUnknownOutcome.
 	Annul(ctx context.Context, paymentID string) error
 	// Lookup tells whether the registry holds the payment (found) and
-	// whether it is annulled. Returns ErrUnavailable.
+	// whether it is annulled. Returns ErrUnavailable, or a *PendingError
+	// while a post of it has no outcome yet.
 	Lookup(ctx context.Context, paymentID string) (found, annulled bool, err error)
 	// Quittance lists every payment the registry holds against the
 	// accrual uin, annulled ones included: its quittance status, from
@@ -104,6 +109,9 @@ type Payment struct {
 	PaymentID string
 	UIN       string
 	Amount    int64
+	// PaidAt is when the payer's money was taken (the hold): the payment's
+	// date at the registry. Zero: the gateway's own clock.
+	PaidAt time.Time
 }
 
 var (
@@ -114,6 +122,32 @@ var (
 	// ErrRejected: the registry refuses the payment for good.
 	ErrRejected = errors.New("registry rejected the payment")
 )
+
+// PendingError is a gateway's answer that it took the call but has no
+// outcome yet (the registry is asynchronous): the payment is not accepted
+// until a later call (a replay of the post, or a look-up) says so. It is
+// an unknown outcome (errors.Is(err, ErrUnknownOutcome)) whose gateway is
+// healthy and says when to ask again.
+type PendingError struct {
+	Gateway string
+	// RetryAfter is how long the gateway asks to be left alone; zero: it
+	// did not say.
+	RetryAfter time.Duration
+}
+
+func (e *PendingError) Error() string {
+	return fmt.Sprintf("%s: still processing at the registry, ask again in %s", e.Gateway, e.RetryAfter)
+}
+
+// Is makes a pending answer an unknown outcome.
+func (e *PendingError) Is(target error) bool { return target == ErrUnknownOutcome }
+
+// Pending returns err's *PendingError, if it has one.
+func Pending(err error) (*PendingError, bool) {
+	var pe *PendingError
+	ok := errors.As(err, &pe)
+	return pe, ok
+}
 
 // PaymentID derives the registry's payment identifier of one attempt of a
 // charge at one amount: the same for every retry of that posting, new for

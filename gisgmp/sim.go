@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,6 +27,15 @@ type Sim struct {
 	// clock), as the simulated payment gateways stamp their operations, so
 	// the book reads on the days rebill's records do. Nil: real time.
 	Clock clock.Clock
+	// Names are its gateways' names; nil: SimNames.
+	Names []string
+}
+
+func (s Sim) names() []string {
+	if s.Names == nil {
+		return SimNames
+	}
+	return s.Names
 }
 
 // Gateways returns the simulated gateways.
@@ -34,22 +44,16 @@ func (s Sim) Gateways() []Gateway {
 	if s.Clock != nil {
 		clk = s.Clock
 	}
-	out := make([]Gateway, len(SimNames))
-	for i, name := range SimNames {
+	names := s.names()
+	out := make([]Gateway, len(names))
+	for i, name := range names {
 		out[i] = simGateway{name: name, pool: s.Pool, clock: clk}
 	}
 	return out
 }
 
 // Known reports whether name is a simulated registry gateway.
-func (Sim) Known(name string) bool {
-	for _, n := range SimNames {
-		if n == name {
-			return true
-		}
-	}
-	return false
-}
+func (s Sim) Known(name string) bool { return slices.Contains(s.names(), name) }
 
 // LedgerEntry is one payment in the simulated registry's book.
 type LedgerEntry struct {

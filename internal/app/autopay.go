@@ -16,6 +16,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/gisgmp/agentapi"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/notify"
@@ -57,18 +58,73 @@ func registerAutopay(workers *river.Workers, a *autopay.Autopay, poster *gisgmp.
 	}
 }
 
-// buildRegistry is the poster of fines to the state payment registry: in
-// dev mode through the simulated gateways gmp1 and gmp2; nil outside it
-// (no production registry adapter yet: no fine is charged, see
-// warnNoRegistry).
+// buildRegistry is the poster of fines to the state payment registry,
+// balanced over REBILL_REGISTRY_FILE's gateways; without the file, in dev
+// mode through the simulated gateways gmp1 and gmp2, and nil outside it
+// (no fine is charged, see warnNoRegistry). The simulated book is returned
+// when a gateway uses it, for the dev endpoints.
 func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds *fleet.Gateways, retry charges.RetryPolicy,
-	log zerolog.Logger) (*gisgmp.Poster, *gisgmp.Sim) {
-	if !cfg.Dev {
-		return nil, nil
+	log zerolog.Logger) (*gisgmp.Poster, *gisgmp.Sim, error) {
+	var gateways []gisgmp.Gateway
+	var sim *gisgmp.Sim
+	var ids gisgmp.PaymentIDs
+	switch {
+	case len(cfg.Registries) > 0:
+		var err error
+		if gateways, sim, err = registryGateways(cfg.Registries, pool, clk); err != nil {
+			return nil, nil, err
+		}
+		// The file's entries agree on it (config checks).
+		id := cfg.Registries[0].PaymentID
+		ids = gisgmp.PaymentIDs{Format: id.Format, BIK: id.BIK, Branch: id.Branch}
+	case cfg.Dev:
+		sim = &gisgmp.Sim{Pool: pool, Clock: clk}
+		gateways = sim.Gateways()
+	default:
+		return nil, nil, nil
 	}
-	sim := &gisgmp.Sim{Pool: pool, Clock: clk}
-	return &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer(sim.Gateways(), cfg.GatewayTimeout), Clock: clk, Holds: holds,
-		GiveUpAfter: cfg.UnavailableFor, Retry: retry, Logger: log.With().Str("component", "registry").Logger()}, sim
+	return &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer(gateways, cfg.GatewayTimeout), Clock: clk, Holds: holds,
+		GiveUpAfter: cfg.UnavailableFor, Retry: retry, PaymentIDs: ids,
+		Logger: log.With().Str("component", "registry").Logger()}, sim, nil
+}
+
+// registryGateways builds the registry file's entries, each with its
+// priority and timeout; the sim entries share one simulated book (config
+// refuses them outside dev mode).
+func registryGateways(entries []config.Registry, pool *pgxpool.Pool, clk clock.Clock) ([]gisgmp.Gateway, *gisgmp.Sim, error) {
+	var simNames []string
+	for _, e := range entries {
+		if e.Kind == config.RegistrySim {
+			simNames = append(simNames, e.Name)
+		}
+	}
+	var sim *gisgmp.Sim
+	simGateways := map[string]gisgmp.Gateway{}
+	if len(simNames) > 0 {
+		sim = &gisgmp.Sim{Pool: pool, Clock: clk, Names: simNames}
+		for _, g := range sim.Gateways() {
+			simGateways[g.Name()] = g
+		}
+	}
+	out := make([]gisgmp.Gateway, 0, len(entries))
+	for _, e := range entries {
+		var g gisgmp.Gateway
+		switch e.Kind {
+		case config.RegistrySim:
+			g = simGateways[e.Name]
+		case config.RegistryHTTP:
+			client, err := agentapi.New(agentapi.Options{Name: e.Name, BaseURL: e.BaseURL, TLS: e.TLS,
+				BearerToken: e.Secrets[config.RegistryBearerCredential]})
+			if err != nil {
+				return nil, nil, err
+			}
+			g = client
+		default:
+			return nil, nil, fmt.Errorf("registry %s: kind %q has no gateway", e.Name, e.Kind)
+		}
+		out = append(out, gisgmp.WithSettings(g, gisgmp.Settings{Priority: e.Priority, Timeout: e.Timeout}))
+	}
+	return out, sim, nil
 }
 
 // warnNoRegistry says at start that fines cannot be paid on this node.

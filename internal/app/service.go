@@ -194,7 +194,10 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	subs.SetEventSink(recorder)
 	chargeStore := &charges.Store{Events: recorder}
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
-	poster, registrySim := buildRegistry(cfg, pool, svc.Clock, breakers, retry, log)
+	poster, registrySim, err := buildRegistry(cfg, pool, svc.Clock, breakers, retry, log)
+	if err != nil {
+		return nil, err
+	}
 	warnNoRegistry(poster, log)
 	chargeStore.Queue = jobs
 	if poster != nil {

@@ -79,6 +79,10 @@ type Config struct {
 	// StartupRetryFor bounds how long start-up steps that talk to the
 	// database are tried again on transient errors (0: once).
 	StartupRetryFor time.Duration
+	// Registries are REBILL_REGISTRY_FILE's registry gateways; none: dev
+	// mode's simulated ones, or no registry outside dev mode.
+	Registries   []Registry
+	RegistryFile string
 }
 
 // variable documents one environment variable.
@@ -180,6 +184,8 @@ var variables = []variable{
 			c.Gateways = simShorthand(pairs)
 			return nil
 		}},
+	{"REBILL_REGISTRY_FILE", "", "path of the registry file (JSON or YAML list, see docs/registry.md): the gateways to the state payment registry (GIS GMP) that fines are posted through, kind http (a bank or payment agent, mTLS and a bearer token) or sim (dev mode only), with priority, timeout and the payment identifier format; empty: dev mode's simulated gmp1 and gmp2, no registry outside dev mode (fines are refused)",
+		func(c *Config, v string) error { c.RegistryFile = v; return nil }},
 	{"REBILL_RESCUE_AFTER", "5m (30s in dev mode)", "a job running this long belonged to a crashed node: River runs it again (same gateway key)",
 		durationInto(func(c *Config) *time.Duration { return &c.RescueAfter })},
 	{"REBILL_FETCH_COOLDOWN", "20ms", "least time between two fetches of jobs by one node",
@@ -349,6 +355,13 @@ func Load(getenv func(string) string) (Config, error) {
 			return Config{}, prefixLines("REBILL_GATEWAYS_FILE: ", err)
 		}
 		c.Gateways = gateways
+	}
+	if c.RegistryFile != "" {
+		registries, err := LoadRegistriesFile(c.RegistryFile, getenv, c.Dev)
+		if err != nil {
+			return Config{}, prefixLines("REBILL_REGISTRY_FILE: ", err)
+		}
+		c.Registries = registries
 	}
 	defaults := map[*time.Duration][2]time.Duration{ // [production, dev]
 		&c.ScanInterval:   {time.Minute, time.Second},

@@ -1,0 +1,320 @@
+// Package agentapi is a registry gateway (gisgmp.Gateway) over HTTP: the
+// API of a bank or payment agent that posts payments to the state payment
+// registry (GIS GMP) on rebill's behalf. The protocol is docs/registry.md's;
+// package agentfake plays the other side in tests.
+//
+// # Outcomes
+//
+// What an answer means to rebill is decided in one place, classify:
+// a call refused before the party could act (no connection, a TLS
+// handshake the party refused, 429, 503, a credential or path it does not
+// know) did nothing (gisgmp.ErrUnavailable); 202 is taken but not yet
+// accepted (*gisgmp.PendingError); 400, 409 and 422 with the party's error
+// body are refusals for good (gisgmp.ErrRejected); a write whose answer
+// may have been lost after the request was sent (a timeout, a dropped
+// connection, another 5xx) has an unknown outcome (gisgmp.ErrUnknownOutcome).
+// A read that fails did nothing.
+package agentapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rebill/rebill/gisgmp"
+)
+
+// Options configure a Client.
+type Options struct {
+	Name string
+	// BaseURL is the party's API root; the endpoints are below it.
+	BaseURL string
+	// TLS is the client's TLS settings (internal/mtls: the client
+	// certificate and the party's CA); nil: the system's trust store.
+	TLS *tls.Config
+	// BearerToken, when set, is sent as Authorization: Bearer.
+	BearerToken string
+	// Now reads the clock for Retry-After given as a date; nil: time.Now.
+	Now func() time.Time
+}
+
+// Client is one registry gateway over HTTP. Its calls are bounded by the
+// caller's context (gisgmp.Balancer gives each the entry's timeout).
+type Client struct {
+	name  string
+	base  string
+	token string
+	http  *http.Client
+	now   func() time.Time
+}
+
+// New returns the client of o.
+func New(o Options) (*Client, error) {
+	u, err := url.Parse(o.BaseURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, fmt.Errorf("registry %s: base URL: want an absolute https URL", o.Name)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	if o.TLS != nil {
+		transport.TLSClientConfig = o.TLS.Clone()
+	}
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Client{name: o.Name, base: strings.TrimRight(o.BaseURL, "/"), token: o.BearerToken,
+		http: &http.Client{Transport: transport, CheckRedirect: noRedirects}, now: now}, nil
+}
+
+// noRedirects keeps a redirect from sending a payment, and the bearer
+// token, somewhere the configuration does not name.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Name is the entry's name.
+func (c *Client) Name() string { return c.name }
+
+// paymentRequest is an import of a payment.
+type paymentRequest struct {
+	PaymentID   string `json:"payment_id"`
+	UIN         string `json:"uin"`
+	Amount      int64  `json:"amount"`
+	PaymentDate string `json:"payment_date,omitempty"`
+}
+
+// paymentStatus is the party's answer about one payment.
+type paymentStatus struct {
+	PaymentID string `json:"payment_id"`
+	Status    string `json:"status"`
+}
+
+// The statuses of a payment in the protocol.
+const (
+	statusAccepted   = "accepted"
+	statusAnnulled   = "annulled"
+	statusProcessing = "processing"
+	statusNotFound   = "not_found"
+)
+
+type quittanceAnswer struct {
+	UIN      string `json:"uin"`
+	Payments []struct {
+		PaymentID string `json:"payment_id"`
+		Amount    int64  `json:"amount"`
+		Annulled  bool   `json:"annulled"`
+	} `json:"payments"`
+}
+
+// moscow is the zone of a payment's date at the registry (see
+// gisgmp.PaymentIDs).
+var moscow = time.FixedZone("MSK", 3*60*60)
+
+// Post imports p: POST /payments.
+func (c *Client) Post(ctx context.Context, p gisgmp.Payment) error {
+	req := paymentRequest{PaymentID: p.PaymentID, UIN: p.UIN, Amount: p.Amount}
+	if !p.PaidAt.IsZero() {
+		req.PaymentDate = p.PaidAt.In(moscow).Format(time.DateOnly)
+	}
+	var st paymentStatus
+	if err := c.call(ctx, http.MethodPost, "/payments", req, write, &st); err != nil {
+		return err
+	}
+	return c.expect(st, p.PaymentID, write, statusAccepted, statusAnnulled)
+}
+
+// Annul annuls a payment: POST /payments/{id}/annulment. An id the party
+// does not hold is nothing to annul.
+func (c *Client) Annul(ctx context.Context, paymentID string) error {
+	var st paymentStatus
+	if err := c.call(ctx, http.MethodPost, "/payments/"+url.PathEscape(paymentID)+"/annulment", nil, write, &st); err != nil {
+		return err
+	}
+	return c.expect(st, paymentID, write, statusAnnulled, statusNotFound)
+}
+
+// Lookup asks for a payment: GET /payments/{id}.
+func (c *Client) Lookup(ctx context.Context, paymentID string) (found, annulled bool, err error) {
+	var st paymentStatus
+	if err := c.call(ctx, http.MethodGet, "/payments/"+url.PathEscape(paymentID), nil, read, &st); err != nil {
+		return false, false, err
+	}
+	if err := c.expect(st, paymentID, read, statusAccepted, statusAnnulled, statusNotFound); err != nil {
+		return false, false, err
+	}
+	return st.Status != statusNotFound, st.Status == statusAnnulled, nil
+}
+
+// Quittance asks for the payments against an accrual: GET /quittances/{uin}.
+func (c *Client) Quittance(ctx context.Context, uin string) (gisgmp.Quittance, error) {
+	var a quittanceAnswer
+	if err := c.call(ctx, http.MethodGet, "/quittances/"+url.PathEscape(uin), nil, read, &a); err != nil {
+		return gisgmp.Quittance{}, err
+	}
+	if a.UIN != uin {
+		return gisgmp.Quittance{}, fmt.Errorf("%w: %s answered for accrual %q, not %q", gisgmp.ErrUnavailable, c.name, a.UIN, uin)
+	}
+	q := gisgmp.Quittance{Payments: make([]gisgmp.QuittancePayment, 0, len(a.Payments))}
+	for _, p := range a.Payments {
+		q.Payments = append(q.Payments, gisgmp.QuittancePayment{PaymentID: p.PaymentID, Amount: p.Amount, Annulled: p.Annulled})
+	}
+	return q, nil
+}
+
+// kind tells a write, whose lost answer leaves the outcome unknown, from a
+// read, which did nothing when it fails.
+type kind bool
+
+const (
+	write kind = true
+	read  kind = false
+)
+
+// lost is the error of a call whose outcome cannot be told: unknown for a
+// write, nothing done for a read.
+func (k kind) lost() error {
+	if k == write {
+		return gisgmp.ErrUnknownOutcome
+	}
+	return gisgmp.ErrUnavailable
+}
+
+// expect checks that an answer is about id and in one of want.
+func (c *Client) expect(st paymentStatus, id string, k kind, want ...string) error {
+	for _, w := range want {
+		if st.Status == w && st.PaymentID == id {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s answered status %q for payment %q, asked about %q", k.lost(), c.name, st.Status, st.PaymentID, id)
+}
+
+// maxBody bounds what is read of an answer.
+const maxBody = 1 << 20
+
+// call sends one request and decodes a 200 or 201 answer into out; every
+// other answer, or none, is classified into the gateway's errors.
+func (c *Client) call(ctx context.Context, method, path string, body any, k kind, out any) error {
+	var reader io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("%w: %s: encode request: %w", gisgmp.ErrUnavailable, c.name, err)
+		}
+		reader = bytes.NewReader(raw)
+	}
+	var wrote atomic.Bool // set by the transport's writing goroutine
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
+		if info.Err == nil {
+			wrote.Store(true)
+		}
+	}})
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, reader)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", gisgmp.ErrUnavailable, c.name, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if !wrote.Load() || refusedHandshake(err) {
+			return fmt.Errorf("%w: %s: %s %s: %w", gisgmp.ErrUnavailable, c.name, method, path, err)
+		}
+		return fmt.Errorf("%w: %s: %s %s: %w", k.lost(), c.name, method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return fmt.Errorf("%w: %s: %s %s: reading the answer: %w", k.lost(), c.name, method, path, err)
+	}
+	return c.classify(resp, raw, k, out)
+}
+
+// classify is what an answer means to rebill (see the package doc).
+func (c *Client) classify(resp *http.Response, raw []byte, k kind, out any) error {
+	status := resp.StatusCode
+	switch {
+	case status == http.StatusOK || status == http.StatusCreated:
+		if err := json.Unmarshal(raw, out); err != nil {
+			return fmt.Errorf("%w: %s: answer %d is not the protocol's JSON: %w", k.lost(), c.name, status, err)
+		}
+		return nil
+	case status == http.StatusAccepted:
+		return &gisgmp.PendingError{Gateway: c.name, RetryAfter: c.retryAfter(resp)}
+	case status == http.StatusTooManyRequests:
+		return fmt.Errorf("%w: %s: rate limited (429), retry after %s", gisgmp.ErrUnavailable, c.name, c.retryAfter(resp))
+	case status == http.StatusServiceUnavailable:
+		return fmt.Errorf("%w: %s: unavailable (503)", gisgmp.ErrUnavailable, c.name)
+	case status == http.StatusBadRequest || status == http.StatusConflict || status == http.StatusUnprocessableEntity:
+		var e struct {
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+			// Not the party's refusal: a proxy's or a misconfiguration's.
+			return fmt.Errorf("%w: %s: answer %d without the protocol's error body", gisgmp.ErrUnavailable, c.name, status)
+		}
+		return fmt.Errorf("%w: %s: %d %s: %s", gisgmp.ErrRejected, c.name, status, e.Error.Code, clip(e.Error.Message))
+	case status >= 400 && status < 500:
+		// 401, 403, 404, 405...: the party did not take the call (a
+		// credential or a base URL to fix), so nothing was done.
+		return fmt.Errorf("%w: %s: refused with %d: check its base_url and credentials", gisgmp.ErrUnavailable, c.name, status)
+	default:
+		return fmt.Errorf("%w: %s: answer %d", k.lost(), c.name, status)
+	}
+}
+
+// retryAfter reads Retry-After, in seconds or as a date; zero when absent.
+func (c *Client) retryAfter(resp *http.Response) time.Duration {
+	v := resp.Header.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(at.Sub(c.now()), 0)
+	}
+	return 0
+}
+
+// refusedHandshake reports whether the party ended the TLS handshake (a
+// client certificate it does not accept, or none): it never read the
+// request, though the client may have written it (TLS 1.3 reports the
+// refusal after the client's side of the handshake is done).
+func refusedHandshake(err error) bool {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "remote error" {
+		return true
+	}
+	var verifyErr *tls.CertificateVerificationError
+	return errors.As(err, &verifyErr)
+}
+
+// clip keeps a party's message short in an error and in the posting's
+// last_error.
+func clip(s string) string {
+	const n = 200
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}

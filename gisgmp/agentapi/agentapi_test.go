@@ -1,0 +1,245 @@
+package agentapi_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/gisgmp/agentapi"
+	"github.com/rebill/rebill/gisgmp/agentfake"
+	"github.com/rebill/rebill/gisgmp/gisgmptest"
+	"github.com/rebill/rebill/internal/mtls"
+)
+
+// authority is a test certificate authority.
+type authority struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newAuthority(t *testing.T, name string) authority {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	return authority{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue signs a leaf certificate for a server (at 127.0.0.1) or a client
+// and returns it and its key as PEM.
+func (a authority) issue(t *testing.T, name string, server bool) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, &key.PublicKey, a.key)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+}
+
+// party is the fake behind a TLS server that requires a client certificate
+// signed by its CA, and the TLS settings clients may use.
+type party struct {
+	fake *agentfake.Fake
+	url  string
+	// good has rebill's certificate; none has no certificate; wrong has
+	// one the party's CA did not sign.
+	good, none, wrong *tls.Config
+}
+
+func writeFile(t *testing.T, dir, name string, data []byte) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+	return path
+}
+
+func startParty(t *testing.T) party {
+	t.Helper()
+	serverCA, clientCA, strangerCA := newAuthority(t, "bank CA"), newAuthority(t, "clients CA"), newAuthority(t, "stranger CA")
+	serverCert, serverKey := serverCA.issue(t, "gisgmp.bank.test", true)
+	pair, err := tls.X509KeyPair(serverCert, serverKey)
+	require.NoError(t, err)
+	clients := x509.NewCertPool()
+	clients.AddCert(clientCA.cert)
+
+	fake := agentfake.New()
+	srv := httptest.NewUnstartedServer(fake)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients,
+		MinVersion: tls.VersionTLS12}
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are the point
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	// The client's settings come from files, as REBILL_REGISTRY_FILE names them.
+	dir := t.TempDir()
+	ca := writeFile(t, dir, "bank-ca.pem", serverCA.pem)
+	config := func(t *testing.T, files mtls.Files) *tls.Config {
+		cfg, err := files.Config()
+		require.NoError(t, err)
+		return cfg
+	}
+	goodCert, goodKey := clientCA.issue(t, "rebill", false)
+	wrongCert, wrongKey := strangerCA.issue(t, "rebill", false)
+	return party{fake: fake, url: srv.URL,
+		good: config(t, mtls.Files{CertFile: writeFile(t, dir, "rebill.pem", goodCert),
+			KeyFile: writeFile(t, dir, "rebill.key", goodKey), CAFile: ca}),
+		none: config(t, mtls.Files{CAFile: ca}),
+		wrong: config(t, mtls.Files{CertFile: writeFile(t, dir, "wrong.pem", wrongCert),
+			KeyFile: writeFile(t, dir, "wrong.key", wrongKey), CAFile: ca}),
+	}
+}
+
+func (p party) client(t *testing.T, name string, cfg *tls.Config) *agentapi.Client {
+	t.Helper()
+	c, err := agentapi.New(agentapi.Options{Name: name, BaseURL: p.url, TLS: cfg})
+	require.NoError(t, err)
+	return c
+}
+
+// The HTTP adapter over the fake passes the registry gateways'
+// conformance suite, over TLS with a client certificate.
+func TestHTTPConformance(t *testing.T) {
+	t.Parallel()
+	gisgmptest.Run(t, func(t *testing.T) gisgmptest.Harness {
+		p := startParty(t)
+		set := func(change func(*agentfake.Faults)) {
+			f := p.fake.Faults()
+			change(&f)
+			p.fake.SetFaults(f)
+		}
+		return gisgmptest.Harness{
+			Gateway: p.client(t, "bank", p.good),
+			PaidOutside: func(t *testing.T, uin string, amount int64) string {
+				return p.fake.PaidOutside(uin, amount)
+			},
+			LoseAnswers: func(t *testing.T, on bool) { set(func(f *agentfake.Faults) { f.LoseAnswers = on }) },
+			Unavailable: func(t *testing.T, on bool) { set(func(f *agentfake.Faults) { f.RateLimited = on }) },
+			Processing:  func(t *testing.T, looks int) { set(func(f *agentfake.Faults) { f.Processing = looks }) },
+			Refused: map[string]gisgmp.Gateway{
+				"no client certificate":       p.client(t, "bank", p.none),
+				"a certificate of another CA": p.client(t, "bank", p.wrong),
+			},
+		}
+	})
+}
+
+// What each answer means to rebill, by status: the one place the
+// protocol's statuses are mapped (see docs/registry.md).
+func TestAnswersAreClassified(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		status  int
+		body    string
+		header  map[string]string
+		want    error
+		pending time.Duration
+	}{
+		"201 accepted":                  {status: 201, body: `{"payment_id": "p1", "status": "accepted"}`},
+		"200 replay of an annulled one": {status: 200, body: `{"payment_id": "p1", "status": "annulled"}`},
+		"202 processing":                {status: 202, body: `{"payment_id": "p1", "status": "processing"}`, header: map[string]string{"Retry-After": "30"}, want: gisgmp.ErrUnknownOutcome, pending: 30 * time.Second},
+		"429 did nothing":               {status: 429, header: map[string]string{"Retry-After": "5"}, want: gisgmp.ErrUnavailable},
+		"503 did nothing":               {status: 503, want: gisgmp.ErrUnavailable},
+		"500 may have done it":          {status: 500, want: gisgmp.ErrUnknownOutcome},
+		"504 may have done it":          {status: 504, want: gisgmp.ErrUnknownOutcome},
+		"422 refused for good":          {status: 422, body: `{"error": {"code": "uin_unknown", "message": "no such accrual"}}`, want: gisgmp.ErrRejected},
+		"409 id reused":                 {status: 409, body: `{"error": {"code": "payment_id_reused", "message": "x"}}`, want: gisgmp.ErrRejected},
+		"400 without the error body":    {status: 400, body: `<html>bad request</html>`, want: gisgmp.ErrUnavailable},
+		"401 a credential to fix":       {status: 401, want: gisgmp.ErrUnavailable},
+		"404 a base URL to fix":         {status: 404, body: `{"error": {"code": "not_found", "message": "x"}}`, want: gisgmp.ErrUnavailable},
+		"201 about another payment":     {status: 201, body: `{"payment_id": "p2", "status": "accepted"}`, want: gisgmp.ErrUnknownOutcome},
+		"200 not JSON":                  {status: 200, body: `ok`, want: gisgmp.ErrUnknownOutcome},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				require.Equal(t, "Bearer tok-1", r.Header.Get("Authorization"))
+				for k, v := range tc.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			t.Cleanup(srv.Close)
+			c, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: srv.URL, BearerToken: "tok-1"})
+			require.NoError(t, err)
+			err = c.Post(context.Background(), gisgmp.Payment{PaymentID: "p1", UIN: "18810142200817004923", Amount: 500})
+			if tc.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, tc.want)
+			pe, pending := gisgmp.Pending(err)
+			require.Equal(t, tc.pending > 0, pending)
+			if pending {
+				require.Equal(t, tc.pending, pe.RetryAfter)
+			}
+			require.NotContains(t, err.Error(), "tok-1", "the token is never in an error")
+		})
+	}
+}
+
+// A party that cannot be reached did nothing; one that does not answer in
+// time may have done it.
+func TestTransportFailures(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	c, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: "http://" + addr})
+	require.NoError(t, err)
+	err = c.Post(context.Background(), gisgmp.Payment{PaymentID: "p1", UIN: "u", Amount: 1})
+	require.ErrorIs(t, err, gisgmp.ErrUnavailable, "connection refused")
+
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	c, err = agentapi.New(agentapi.Options{Name: "bank", BaseURL: srv.URL})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = c.Post(ctx, gisgmp.Payment{PaymentID: "p1", UIN: "u", Amount: 1})
+	require.ErrorIs(t, err, gisgmp.ErrUnknownOutcome, "sent, then no answer in time")
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	_, _, err = c.Lookup(ctx2, "p1")
+	require.ErrorIs(t, err, gisgmp.ErrUnavailable, "a read that fails did nothing")
+}

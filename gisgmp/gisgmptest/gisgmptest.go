@@ -1,0 +1,191 @@
+// Package gisgmptest is the conformance suite of registry gateways: what
+// every gisgmp.Gateway must do, run against the simulated book and the
+// HTTP adapter over its fake alike, so that the two cannot drift apart.
+package gisgmptest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/gisgmp"
+)
+
+// Harness is one gateway under test and the switches of what stands
+// behind it. A nil switch is a capability the gateway lacks: its cases are
+// skipped.
+type Harness struct {
+	Gateway gisgmp.Gateway
+	// PaidOutside records a payment of amount against uin made elsewhere
+	// and returns its payment id.
+	PaidOutside func(t *testing.T, uin string, amount int64) string
+	// LoseAnswers makes writes do their work and lose the answer.
+	LoseAnswers func(t *testing.T, on bool)
+	// Unavailable makes the gateway refuse every call having done nothing
+	// (429 or 503 over HTTP, down for the simulator).
+	Unavailable func(t *testing.T, on bool)
+	// Processing makes payments posted meanwhile answer "still
+	// processing" to their first looks (posts and look-ups) before they are
+	// accepted.
+	Processing func(t *testing.T, looks int)
+	// Refused are the same gateway reached with credentials the party
+	// refuses (no client certificate, a wrong one), by name.
+	Refused map[string]gisgmp.Gateway
+}
+
+// seq makes the ids of one run unique, so that harnesses may share a book.
+var seq atomic.Int64
+
+func ids() (paymentID, uin string) {
+	n := seq.Add(1)
+	stamp := time.Now().UnixNano() % 1_000_000_000
+	return fmt.Sprintf("conf-%d-%d", stamp, n), fmt.Sprintf("188%09d%08d", stamp, n%100_000_000)
+}
+
+// Run runs every case, each on a harness of its own from newHarness.
+func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
+	ctx := context.Background()
+	t.Run("post then replay posts once", func(t *testing.T) {
+		h := newHarness(t)
+		id, uin := ids()
+		p := gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 50000, PaidAt: time.Now()}
+		require.NoError(t, h.Gateway.Post(ctx, p))
+		require.NoError(t, h.Gateway.Post(ctx, p), "a replay answers as the first")
+		q, err := h.Gateway.Quittance(ctx, uin)
+		require.NoError(t, err)
+		require.Equal(t, []gisgmp.QuittancePayment{{PaymentID: id, Amount: 50000}}, q.Payments, "recorded once")
+	})
+	t.Run("lookup finds a posted payment, not an unknown one", func(t *testing.T) {
+		h := newHarness(t)
+		id, uin := ids()
+		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 700}))
+		found, annulled, err := h.Gateway.Lookup(ctx, id)
+		require.NoError(t, err)
+		require.True(t, found)
+		require.False(t, annulled)
+		unknown, _ := ids()
+		found, _, err = h.Gateway.Lookup(ctx, unknown)
+		require.NoError(t, err)
+		require.False(t, found)
+	})
+	t.Run("annul then lookup shows it annulled, annulling again changes nothing", func(t *testing.T) {
+		h := newHarness(t)
+		id, uin := ids()
+		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 700}))
+		require.NoError(t, h.Gateway.Annul(ctx, id))
+		found, annulled, err := h.Gateway.Lookup(ctx, id)
+		require.NoError(t, err)
+		require.True(t, found)
+		require.True(t, annulled)
+		require.NoError(t, h.Gateway.Annul(ctx, id))
+		found, annulled, err = h.Gateway.Lookup(ctx, id)
+		require.NoError(t, err)
+		require.True(t, found && annulled)
+	})
+	t.Run("annulling an unknown id is a no-op", func(t *testing.T) {
+		h := newHarness(t)
+		id, _ := ids()
+		require.NoError(t, h.Gateway.Annul(ctx, id))
+		found, _, err := h.Gateway.Lookup(ctx, id)
+		require.NoError(t, err)
+		require.False(t, found, "nothing was recorded")
+	})
+	t.Run("quittance lists every payment, annulled and outside ones included", func(t *testing.T) {
+		h := newHarness(t)
+		kept, uin := ids()
+		annulledID, _ := ids()
+		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: kept, UIN: uin, Amount: 500}))
+		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: annulledID, UIN: uin, Amount: 1000}))
+		require.NoError(t, h.Gateway.Annul(ctx, annulledID))
+		outside := h.PaidOutside(t, uin, 300)
+		q, err := h.Gateway.Quittance(ctx, uin)
+		require.NoError(t, err)
+		require.ElementsMatch(t, []gisgmp.QuittancePayment{{PaymentID: kept, Amount: 500},
+			{PaymentID: annulledID, Amount: 1000, Annulled: true}, {PaymentID: outside, Amount: 300}}, q.Payments)
+		own := func(id string) bool { return id == kept || id == annulledID }
+		require.Equal(t, int64(300), q.PaidExcept(own), "paid outside rebill")
+		_, other := ids()
+		q, err = h.Gateway.Quittance(ctx, other)
+		require.NoError(t, err)
+		require.Empty(t, q.Payments, "an accrual the registry does not know has no payments")
+	})
+	t.Run("a lost answer's payment is found by lookup", func(t *testing.T) {
+		h := newHarness(t)
+		if h.LoseAnswers == nil {
+			t.Skip("the gateway cannot lose answers")
+		}
+		id, uin := ids()
+		h.LoseAnswers(t, true)
+		err := h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 900})
+		require.ErrorIs(t, err, gisgmp.ErrUnknownOutcome)
+		_, pending := gisgmp.Pending(err)
+		require.False(t, pending, "a lost answer is no pending one")
+		h.LoseAnswers(t, false)
+		found, annulled, err := h.Gateway.Lookup(ctx, id)
+		require.NoError(t, err)
+		require.True(t, found, "the work was done")
+		require.False(t, annulled)
+		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 900}), "and a replay answers")
+	})
+	t.Run("a payment still processing is pending, then accepted", func(t *testing.T) {
+		h := newHarness(t)
+		if h.Processing == nil {
+			t.Skip("the gateway answers at once")
+		}
+		id, uin := ids()
+		h.Processing(t, 2)
+		p := gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 400}
+		err := h.Gateway.Post(ctx, p)
+		pe, pending := gisgmp.Pending(err)
+		require.True(t, pending, "%v", err)
+		require.ErrorIs(t, err, gisgmp.ErrUnknownOutcome, "not accepted yet")
+		require.Positive(t, pe.RetryAfter)
+		h.Processing(t, 0)
+		_, _, err = h.Gateway.Lookup(ctx, id)
+		_, pending = gisgmp.Pending(err)
+		require.True(t, pending, "still processing: %v", err)
+		q, err := h.Gateway.Quittance(ctx, uin)
+		require.NoError(t, err)
+		require.Empty(t, q.Payments, "not at the registry yet")
+		require.NoError(t, h.Gateway.Post(ctx, p), "the replay answers the outcome")
+		found, _, err := h.Gateway.Lookup(ctx, id)
+		require.NoError(t, err)
+		require.True(t, found)
+	})
+	t.Run("an unavailable gateway does nothing", func(t *testing.T) {
+		h := newHarness(t)
+		if h.Unavailable == nil {
+			t.Skip("the gateway cannot be made unavailable")
+		}
+		id, uin := ids()
+		h.Unavailable(t, true)
+		err := h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 900})
+		require.ErrorIs(t, err, gisgmp.ErrUnavailable)
+		_, _, err = h.Gateway.Lookup(ctx, id)
+		require.ErrorIs(t, err, gisgmp.ErrUnavailable)
+		h.Unavailable(t, false)
+		found, _, err := h.Gateway.Lookup(ctx, id)
+		require.NoError(t, err)
+		require.False(t, found, "nothing was recorded")
+	})
+	t.Run("refused credentials do nothing", func(t *testing.T) {
+		h := newHarness(t)
+		if len(h.Refused) == 0 {
+			t.Skip("the gateway takes no credentials")
+		}
+		for name, g := range h.Refused {
+			id, uin := ids()
+			err := g.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 900})
+			require.ErrorIs(t, err, gisgmp.ErrUnavailable, name)
+			require.False(t, errors.Is(err, gisgmp.ErrRejected), "%s: a refused credential is no refused payment", name)
+			found, _, err := h.Gateway.Lookup(ctx, id)
+			require.NoError(t, err)
+			require.False(t, found, "%s: nothing was recorded", name)
+		}
+	})
+}
