@@ -122,8 +122,10 @@ func TestPostingThatFailsForGoodVoidsTheHold(t *testing.T) {
 	b := setup(t, 1, map[string]string{"REBILL_UNAVAILABLE_FOR": "2s"})
 	start := b.autopayStart(t)
 	enr := b.createFinesEnrollment(t, "tok_ok", 500000)
-	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"down": true})
-	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"down": true})
+	// Every posting fails (the registry still answers what was paid
+	// elsewhere, so the fine is held).
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"error_rate": 1})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"error_rate": 1})
 	id := uin(14)
 	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
 	key := enr + ":" + id
@@ -151,7 +153,7 @@ func TestPostingThatFailsForGoodVoidsTheHold(t *testing.T) {
 	// A person settles it as failed: the bill is failed, told to its
 	// enrollment like a period's charge to its subscription.
 	b.call(t, http.MethodPost, "/v1/charges/"+cs[0]["id"].(string)+"/resolve",
-		map[string]any{"outcome": "failed", "evidence": "registry gmp1/gmp2 down; sim1 shows the hold voided"})
+		map[string]any{"outcome": "failed", "evidence": "registry gmp1/gmp2 failing every posting; sim1 shows the hold voided"})
 	require.Equal(t, "failed", b.bills(t, enr)[0]["status"])
 	events := b.call(t, http.MethodGet, "/v1/events?object_id="+enr+"&limit=100", nil)["data"].([]any)
 	var types []string
@@ -168,10 +170,11 @@ func TestWithdrawnFineHasItsPostingAnnulled(t *testing.T) {
 	b := setup(t, 1, map[string]string{"REBILL_GATEWAY_TIMEOUT": "5s", "REBILL_RESCUE_AFTER": "30s"})
 	start := b.autopayStart(t)
 	enr := b.createFinesEnrollment(t, "tok_ok", 500000)
-	// The simulated registry reads its fault switches as a call arrives:
-	// with their table locked (on a connection of its own, the node's pool
-	// is small), a posting that reaches a gateway waits there, past its
-	// last look at the charge.
+	// The simulated registry writes its book as a posting arrives: with
+	// the book locked against writes (on a connection of its own, the
+	// node's pool is small), a posting that reaches a gateway waits there,
+	// past its last look at the charge; reads (what was paid elsewhere)
+	// still answer.
 	ctx := context.Background()
 	conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig)
 	require.NoError(t, err)
@@ -179,14 +182,14 @@ func TestWithdrawnFineHasItsPostingAnnulled(t *testing.T) {
 	atRegistry, err := conn.Begin(ctx)
 	require.NoError(t, err)
 	defer atRegistry.Rollback(ctx)
-	_, err = atRegistry.Exec(ctx, `LOCK TABLE dev_registry_faults IN ACCESS EXCLUSIVE MODE`)
+	_, err = atRegistry.Exec(ctx, `LOCK TABLE dev_registry_ledger IN SHARE MODE`)
 	require.NoError(t, err)
 	id := uin(15)
 	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
 	// Withdrawn while the posting is on its way to the registry: a
 	// withdraw before it is sent posts nothing at all, and one after its
 	// capture began is refused.
-	b.waitLockWaiter(t, "dev_registry_faults")
+	b.waitLockWaiter(t, "dev_registry_ledger")
 	require.Equal(t, "withdrawn", b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills/"+id+"/withdraw", nil)["status"])
 	require.NoError(t, atRegistry.Commit(ctx))
 	require.Eventually(t, func() bool {

@@ -420,6 +420,13 @@ func testEnrollmentEventObjects(t *testing.T, o eventObjects) {
 	b.waitBill(t, enr, failing, "failed")
 	o.settled(t, "bill.failed", pushed["id"].(string), o.bill(t, enr))
 
+	// Paid in full at a bank: never held, paid elsewhere.
+	elsewhere := uin(67)
+	b.call(t, http.MethodPost, "/v1/dev/registry/paid", map[string]any{"uin": elsewhere, "amount": 10000})
+	pushed = o.request(t, http.MethodPost, bills, plainFine(elsewhere, 10000, start, "2027-05-09"), nil, "bill.received")
+	b.waitBill(t, enr, elsewhere, "paid_elsewhere")
+	o.settled(t, "bill.paid_elsewhere", pushed["id"].(string), o.bill(t, enr))
+
 	// The same car enrolled by another customer: its copy of a fine paid
 	// here is a duplicate.
 	other := o.request(t, http.MethodPost, "/v1/enrollments", enrollment("cust-bob", "tok_ok", 600000), o.enrollment(t),
