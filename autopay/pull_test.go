@@ -41,7 +41,7 @@ func setupSource(t *testing.T, window time.Duration, batch int) *sourceBundle {
 	t.Cleanup(srv.Close)
 	name := "fake-" + t.Name()
 	metrics.ZeroBillSource(name, time.Hour)
-	client := billsource.New(billsource.Config{Name: name, Bills: enrollments.Fines, BaseURL: srv.URL,
+	client := billsource.New(billsource.Config{Name: name, BaseURL: srv.URL,
 		Timeout: 2 * time.Second, BatchSize: batch, RateLimit: 1000, RereadWindow: window, MaxTries: 2,
 		Backoff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Millisecond) }})
 	b.autopay.Sources = map[enrollments.Kind]autopay.BillSource{enrollments.Fines: client}

@@ -49,7 +49,6 @@ import (
 // Config is one source's settings.
 type Config struct {
 	Name         string
-	Bills        enrollments.Kind
 	BaseURL      string
 	Token        string      // bearer token; "": none
 	TLS          *tls.Config // nil: the system's trust store, no client certificate

@@ -34,7 +34,7 @@ func setup(t *testing.T, kind enrollments.Kind, tweak func(*billsource.Config)) 
 	fake := sourcefake.New(token)
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	cfg := billsource.Config{Name: "fake", Bills: kind, BaseURL: srv.URL, Token: token, Timeout: 2 * time.Second,
+	cfg := billsource.Config{Name: "fake", BaseURL: srv.URL, Token: token, Timeout: 2 * time.Second,
 		BatchSize: 50, RateLimit: 1000, RereadWindow: time.Hour,
 		Backoff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Millisecond) }}
 	if tweak != nil {

@@ -53,9 +53,8 @@ func billSources(cfg config.Config, pool *pgxpool.Pool, log zerolog.Logger) map[
 	switch {
 	case len(cfg.BillSources) > 0:
 		for _, s := range cfg.BillSources {
-			sources[enrollments.Kind(s.Bills)] = billsource.New(billsource.Config{Name: s.Name, Bills: enrollments.Kind(s.Bills),
-				BaseURL: s.BaseURL, Token: s.Token, TLS: s.TLS, Timeout: s.Timeout, BatchSize: s.BatchSize,
-				RateLimit: s.RateLimit, RereadWindow: s.RereadWindow})
+			sources[enrollments.Kind(s.Bills)] = billsource.New(billsource.Config{Name: s.Name, BaseURL: s.BaseURL, Token: s.Token,
+				TLS: s.TLS, Timeout: s.Timeout, BatchSize: s.BatchSize, RateLimit: s.RateLimit, RereadWindow: s.RereadWindow})
 			metrics.ZeroBillSource(s.Name, s.SilentAfter)
 			log.Info().Str("source", s.Name).Str("bills", s.Bills).Msg("bill source configured")
 		}
