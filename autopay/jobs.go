@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -171,26 +172,27 @@ func (w *PullWorker) Work(ctx context.Context, _ *river.Job[PullArgs]) error {
 	return err
 }
 
-// Pull fetches every source's bills and pushes each to the enrollments of
-// its account (cancelled ones take none). A bill already stored is a
-// no-op; a bill the source got wrong (bad UIN, dates) is logged and
-// skipped, never stored. Returns how many bills were new.
+// Pull reads every source's new bills (see pullSource) and pushes each to
+// the enrollments of its account (cancelled ones take none). A bill
+// already stored is a no-op; a bill the source got wrong (bad UIN, dates)
+// is logged and skipped, never stored. A failing source does not keep the
+// others from being pulled. Returns how many bills were new.
 func (a *Autopay) Pull(ctx context.Context) (int, error) {
 	created := 0
-	for kind, src := range a.Sources {
-		bills, err := src.Pull(ctx)
+	var errs []error
+	kinds := make([]enrollments.Kind, 0, len(a.Sources))
+	for kind := range a.Sources {
+		kinds = append(kinds, kind)
+	}
+	slices.Sort(kinds)
+	for _, kind := range kinds {
+		n, err := a.pullSource(ctx, kind, a.Sources[kind])
+		created += n
 		if err != nil {
-			return created, err
-		}
-		for _, sb := range bills {
-			n, err := a.deliver(ctx, kind, sb)
-			created += n
-			if err != nil {
-				return created, err
-			}
+			errs = append(errs, err)
 		}
 	}
-	return created, nil
+	return created, errors.Join(errs...)
 }
 
 func (a *Autopay) deliver(ctx context.Context, kind enrollments.Kind, sb SourcedBill) (int, error) {

@@ -21,13 +21,73 @@ type SourcedBill struct {
 	PaidOutside int64
 }
 
-// BillSource is where one kind's bills are published (GIS ZhKKh for
-// housing, GIS GMP for fines). Pull returns every bill the source holds
-// for rebill's payers; rebill stores each once however often it is
-// pulled, so a source need not remember what it handed out.
-type BillSource interface {
-	Pull(ctx context.Context) ([]SourcedBill, error)
+// PullRequest asks a bill source for the bills of some accounts published
+// after a sequence.
+type PullRequest struct {
+	// Accounts name one identifier each: an ELS (housing), an STS or a
+	// driving licence (fines). At most Limit; none asks only for the
+	// source's head (Page.Next), which also tells that it answers.
+	Accounts []enrollments.AccountRef
+	// After: only bills whose sequence is above it (0: from the first).
+	After int64
+	// Limit bounds Page.Bills and Page.Invalid together.
+	Limit int
 }
+
+// Page is a source's answer to a PullRequest.
+type Page struct {
+	// Bills of the accounts with a sequence above After, by sequence.
+	Bills []SourcedBill
+	// Invalid are bills the source published that cannot be read (a bad
+	// date, an unknown account form): logged and skipped, never stored.
+	Invalid []InvalidBill
+	// HasMore: bills above Next remain; ask again with After = Next, which
+	// is then above After.
+	HasMore bool
+	// Next is the sequence the answer covers: with HasMore, the last bill
+	// returned; without, the source's head when it answered (at least
+	// After): every bill of the accounts up to it was returned.
+	Next int64
+}
+
+// InvalidBill is a published bill a source could not turn into a
+// SourcedBill, and why.
+type InvalidBill struct {
+	BillID   string
+	Sequence int64
+	Err      error
+}
+
+// SourceInfo is what the pull needs to know of a source.
+type SourceInfo struct {
+	// Name keys the source's cursor, metrics and logs; it identifies the
+	// source's sequence, so a different system needs a different name.
+	Name string
+	// BatchSize is PullRequest.Limit: accounts per request, bills per page
+	// (at least 2: a fines enrollment may name an STS and a licence).
+	BatchSize int
+	// RereadWindow: each pull asks from the cursor that was current this
+	// long ago, so that bills made visible late are read too.
+	RereadWindow time.Duration
+}
+
+// BillSource is where one kind's bills are published (GIS ZhKKh for
+// housing, GIS GMP for fines). Each published bill has a sequence number
+// that grows with publication; rebill keeps a cursor over it per source
+// (see Autopay.Pull) and stores each bill once however often it is read,
+// so a source may answer the same bill many times.
+type BillSource interface {
+	Info() SourceInfo
+	// Pull answers one page of req. An error means nothing was read: the
+	// pull stops and its cursor stays.
+	Pull(ctx context.Context, req PullRequest) (Page, error)
+}
+
+// Defaults of the simulated sources, the production ones' defaults.
+const (
+	devBatchSize    = 200
+	devRereadWindow = 7 * 24 * time.Hour
+)
 
 // DevSource is dev mode's simulated bill source of one kind: bills
 // published with POST /v1/dev/bill-sources/{kind}/bills, kept in the
@@ -83,37 +143,82 @@ func (s DevSource) Publish(ctx context.Context, tx pgx.Tx, b SourcedBill, now ti
 	return tag.RowsAffected() == 1, nil
 }
 
-// Pull returns every bill published to the simulated source.
-func (s DevSource) Pull(ctx context.Context) ([]SourcedBill, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT bill FROM dev_bill_source WHERE kind = $1 ORDER BY received_at, bill_id`, s.Kind)
-	if err != nil {
-		return nil, fmt.Errorf("pull %s bills: %w", s.Kind, err)
+// Info names the simulated source dev-<kind>.
+func (s DevSource) Info() SourceInfo {
+	return SourceInfo{Name: "dev-" + string(s.Kind), BatchSize: devBatchSize, RereadWindow: devRereadWindow}
+}
+
+// Pull answers a page of the simulated source: the page and the head are
+// read in one snapshot, so that Next covers exactly what was visible.
+func (s DevSource) Pull(ctx context.Context, req PullRequest) (Page, error) {
+	keys := make([]string, len(req.Accounts))
+	for i, ref := range req.Accounts {
+		keys[i] = accountKey(ref)
 	}
-	raws, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return nil, fmt.Errorf("pull %s bills: %w", s.Kind, err)
-	}
-	out := make([]SourcedBill, 0, len(raws))
-	for _, raw := range raws {
-		var row devBill
-		if err := json.Unmarshal(raw, &row); err != nil {
-			return nil, fmt.Errorf("decode published bill: %w", err)
-		}
-		due, err := enrollments.ParseDate(row.DueDate)
+	limit := max(req.Limit, 1)
+	var page Page
+	var raws [][]byte
+	var seqs []int64
+	var head int64
+	err := pgx.BeginTxFunc(ctx, s.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT seq, bill FROM dev_bill_source
+			WHERE kind = $1 AND seq > $2 AND account_key = ANY($3) ORDER BY seq LIMIT $4`, s.Kind, req.After, keys, limit+1)
 		if err != nil {
-			return nil, fmt.Errorf("published bill %s: %w", row.BillID, err)
+			return err
 		}
-		b := SourcedBill{Account: enrollments.AccountRef{ELS: row.ELS, STS: row.STS, DriverLicense: row.DriverLicense},
-			Bill: enrollments.BillInput{BillID: row.BillID, Amount: row.Amount, IssuedAt: row.IssuedAt, DueDate: due,
-				DiscountedAmount: row.DiscountedAmount}}
-		if row.DiscountDeadline != nil {
-			d, err := enrollments.ParseDate(*row.DiscountDeadline)
-			if err != nil {
-				return nil, fmt.Errorf("published bill %s: %w", row.BillID, err)
+		for rows.Next() {
+			var seq int64
+			var raw []byte
+			if err := rows.Scan(&seq, &raw); err != nil {
+				rows.Close()
+				return err
 			}
-			b.Bill.DiscountDeadline = &d
+			seqs, raws = append(seqs, seq), append(raws, raw)
 		}
-		out = append(out, b)
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM dev_bill_source WHERE kind = $1`, s.Kind).Scan(&head)
+	})
+	if err != nil {
+		return Page{}, fmt.Errorf("pull %s bills: %w", s.Kind, err)
 	}
-	return out, nil
+	page.Next = max(req.After, head)
+	if len(raws) > limit {
+		raws, seqs = raws[:limit], seqs[:limit]
+		page.HasMore, page.Next = true, seqs[limit-1]
+	}
+	for i, raw := range raws {
+		b, id, err := decodeDevBill(raw)
+		if err != nil {
+			page.Invalid = append(page.Invalid, InvalidBill{BillID: id, Sequence: seqs[i], Err: err})
+			continue
+		}
+		page.Bills = append(page.Bills, b)
+	}
+	return page, nil
+}
+
+// decodeDevBill reads a stored bill; the bill id is returned even when
+// the rest is bad.
+func decodeDevBill(raw []byte) (SourcedBill, string, error) {
+	var row devBill
+	if err := json.Unmarshal(raw, &row); err != nil {
+		return SourcedBill{}, "", fmt.Errorf("decode published bill: %w", err)
+	}
+	due, err := enrollments.ParseDate(row.DueDate)
+	if err != nil {
+		return SourcedBill{}, row.BillID, fmt.Errorf("due_date: %w", err)
+	}
+	b := SourcedBill{Account: enrollments.AccountRef{ELS: row.ELS, STS: row.STS, DriverLicense: row.DriverLicense},
+		Bill: enrollments.BillInput{BillID: row.BillID, Amount: row.Amount, IssuedAt: row.IssuedAt, DueDate: due,
+			DiscountedAmount: row.DiscountedAmount}}
+	if row.DiscountDeadline != nil {
+		d, err := enrollments.ParseDate(*row.DiscountDeadline)
+		if err != nil {
+			return SourcedBill{}, row.BillID, fmt.Errorf("discount_deadline: %w", err)
+		}
+		b.Bill.DiscountDeadline = &d
+	}
+	return b, row.BillID, nil
 }

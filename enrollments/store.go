@@ -169,6 +169,14 @@ func (st *Store) ByAccount(ctx context.Context, db pg.DBTX, kind Kind, ref Accou
 		kind, nullable(ref.ELS), nullable(ref.STS), nullable(ref.DriverLicense)))
 }
 
+// Enrolled returns up to limit enrollments of kind that take bills (not
+// cancelled) with ids after after (uuid.Nil: from the first), by id: the
+// accounts a bill source is asked about, page by page.
+func (st *Store) Enrolled(ctx context.Context, db pg.DBTX, kind Kind, after uuid.UUID, limit int) ([]Enrollment, error) {
+	return collect(db.Query(ctx, `SELECT `+columns+` FROM enrollments
+		WHERE kind = $1 AND status <> 'cancelled' AND id > $2 ORDER BY id LIMIT $3`, kind, after, limit))
+}
+
 // SetStatus moves an enrollment to status to (pause, resume, cancel).
 // Reaching a status already reached changes nothing (changed false).
 // Returns ErrNotFound or a *fsm.TransitionError.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/autopay"
+	"github.com/rebill/rebill/autopay/billsource"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/enrollments"
@@ -19,6 +20,7 @@ import (
 	"github.com/rebill/rebill/gisgmp/agentapi"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/notify"
 )
 
@@ -32,20 +34,41 @@ const billPullInterval = time.Minute
 
 // buildAutopay wires enrollments and the charging of their bills: the
 // store publishing through recorder, the outcomes the pipeline reports
-// bills' charges to, and, in dev mode, the simulated bill sources; it
-// enqueues through jobs.
+// bills' charges to, and the bill sources (billSources).
 func buildAutopay(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, recorder *notify.Recorder, log zerolog.Logger) (*autopay.Autopay, autopay.Outcomes) {
 	store := enrollments.NewStore(clk)
 	store.SetEventSink(recorder)
 	rules := enrollments.Rules{Dunning: cfg.DunningSchedule, CaptureMargin: billCaptureMargin}
 	a := &autopay.Autopay{Pool: pool, Enrollments: store, Clock: clk, Rules: rules, BatchSize: cfg.ScanBatch,
-		Sources: map[enrollments.Kind]autopay.BillSource{}, Logger: log.With().Str("component", "autopay").Logger()}
-	if cfg.Dev {
-		for _, kind := range []enrollments.Kind{enrollments.Housing, enrollments.Fines} {
-			a.Sources[kind] = autopay.DevSource{Pool: pool, Kind: kind}
-		}
-	}
+		Logger: log.With().Str("component", "autopay").Logger()}
+	a.Sources = billSources(cfg, pool, log)
 	return a, autopay.Outcomes{Enrollments: store, Rules: rules}
+}
+
+// billSources are REBILL_BILL_SOURCES_FILE's sources or, without it, dev
+// mode's simulated ones; outside dev mode without it, none (said in the
+// log). Each source's metrics are created here, so that its series exist
+// from the start.
+func billSources(cfg config.Config, pool *pgxpool.Pool, log zerolog.Logger) map[enrollments.Kind]autopay.BillSource {
+	sources := map[enrollments.Kind]autopay.BillSource{}
+	switch {
+	case len(cfg.BillSources) > 0:
+		for _, s := range cfg.BillSources {
+			sources[enrollments.Kind(s.Bills)] = billsource.New(billsource.Config{Name: s.Name, BaseURL: s.BaseURL, Token: s.Token,
+				TLS: s.TLS, Timeout: s.Timeout, BatchSize: s.BatchSize, RateLimit: s.RateLimit, RereadWindow: s.RereadWindow})
+			metrics.ZeroBillSource(s.Name, s.SilentAfter)
+			log.Info().Str("source", s.Name).Str("bills", s.Bills).Msg("bill source configured")
+		}
+	case cfg.Dev:
+		for _, kind := range []enrollments.Kind{enrollments.Housing, enrollments.Fines} {
+			src := autopay.DevSource{Pool: pool, Kind: kind}
+			sources[kind] = src
+			metrics.ZeroBillSource(src.Info().Name, config.DefaultBillSourceSilentAfter)
+		}
+	default:
+		log.Info().Msg("no bill sources configured (REBILL_BILL_SOURCES_FILE): bills arrive only through the API")
+	}
+	return sources
 }
 
 // registerAutopay adds the bill scan and pull workers, and the registry's

@@ -40,8 +40,12 @@ type Config struct {
 	GatewayLatency    time.Duration // expected latency of a gateway call; sizes Workers
 	// Gateways are the configured gateways besides dev mode's simulators:
 	// REBILL_GATEWAYS_FILE's, or REBILL_GATEWAYS's simulators.
-	Gateways          []Gateway
-	GatewaysFile      string
+	Gateways     []Gateway
+	GatewaysFile string
+	// BillSources are REBILL_BILL_SOURCES_FILE's bill sources, at most one
+	// per kind of bill; none: dev mode's simulated sources, or none.
+	BillSources       []BillSource
+	BillSourcesFile   string
 	ShutdownTimeout   time.Duration
 	RescueAfter       time.Duration
 	FetchCooldown     time.Duration
@@ -186,6 +190,8 @@ var variables = []variable{
 		}},
 	{"REBILL_REGISTRY_FILE", "", "path of the registry file (JSON or YAML list, see docs/registry.md): the gateways to the state payment registry (GIS GMP) that fines are posted through, kind http (a bank or payment agent, mTLS and a bearer token) or sim (dev mode only), with priority, timeout and the payment identifier format; empty: dev mode's simulated gmp1 and gmp2, no registry outside dev mode (fines are refused)",
 		func(c *Config, v string) error { c.RegistryFile = v; return nil }},
+	{"REBILL_BILL_SOURCES_FILE", "", "path of the bill sources file (JSON or YAML; see docs/bill-sources.md): the HTTP sources autopay pulls housing bills and fines from, at most one per kind, with their URL, bearer token variable, TLS files, timeout, batch size, rate limit, re-read window and silence alert; unset: dev mode's simulated sources, none outside dev mode",
+		func(c *Config, v string) error { c.BillSourcesFile = v; return nil }},
 	{"REBILL_RESCUE_AFTER", "5m (30s in dev mode)", "a job running this long belonged to a crashed node: River runs it again (same gateway key)",
 		durationInto(func(c *Config) *time.Duration { return &c.RescueAfter })},
 	{"REBILL_FETCH_COOLDOWN", "20ms", "least time between two fetches of jobs by one node",
@@ -362,6 +368,13 @@ func Load(getenv func(string) string) (Config, error) {
 			return Config{}, prefixLines("REBILL_REGISTRY_FILE: ", err)
 		}
 		c.Registries = registries
+	}
+	if c.BillSourcesFile != "" {
+		sources, err := LoadBillSourcesFile(c.BillSourcesFile, getenv)
+		if err != nil {
+			return Config{}, prefixLines("REBILL_BILL_SOURCES_FILE: ", err)
+		}
+		c.BillSources = sources
 	}
 	defaults := map[*time.Duration][2]time.Duration{ // [production, dev]
 		&c.ScanInterval:   {time.Minute, time.Second},
