@@ -127,6 +127,17 @@ func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollmen
 	if ends := b.DiscountEnds(); ends != nil && now.Before(*ends) {
 		n.Amount, n.FullAmount, n.DiscountUntil = *b.DiscountedAmount, b.Amount, ends
 	}
+	if b.PaidOutside > 0 {
+		if b.AmountDue(now) == 0 {
+			// What was reported paid elsewhere covers the price now.
+			b, _, err := a.Enrollments.SourcePaid(ctx, tx, b, b.PaidOutside)
+			return b, err
+		}
+		n.PaidOutside, n.Amount = b.PaidOutside, n.Amount-b.PaidOutside
+		if n.DiscountUntil != nil {
+			n.FullAmount -= b.PaidOutside
+		}
+	}
 	c, created, err := charges.CreateForBill(ctx, tx, n, now)
 	var held *charges.IdentityHeldError
 	if errors.As(err, &held) {
