@@ -174,7 +174,7 @@ func (st *Store) ByAccount(ctx context.Context, db pg.DBTX, kind Kind, ref Accou
 // accounts a bill source is asked about, page by page.
 func (st *Store) Enrolled(ctx context.Context, db pg.DBTX, kind Kind, after uuid.UUID, limit int) ([]Enrollment, error) {
 	return collect(db.Query(ctx, `SELECT `+columns+` FROM enrollments
-		WHERE kind = $1 AND status <> 'cancelled' AND id > $2 ORDER BY id LIMIT $3`, kind, after, limit))
+		WHERE kind = $1 AND status <> $4 AND id > $2 ORDER BY id LIMIT $3`, kind, after, limit, string(Cancelled)))
 }
 
 // SetStatus moves an enrollment to status to (pause, resume, cancel).
