@@ -24,6 +24,7 @@ import (
 
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/gisgmp/agentfake"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pgembed"
@@ -40,6 +41,8 @@ Usage:
   rebill migrate                apply migrations and print their status
   rebill apikey create --role admin|support|customer [--customer ID]
   rebill gatewaysim [--addr ADDR]  run the simulated gateways sim1..sim5 standalone
+  rebill registryfake [--addr ADDR]
+                                run the conformance fake of a bank's registry gateway (docs/registry.md)
   rebill bench [-n 20000] [-private] [-latency 250ms] [-sim-ledger memory]
                                 measure billing end to end beside a pgbench INSERT baseline
                                 (creates and drops database rebill_bench; see BENCHMARKS.md)
@@ -101,6 +104,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		info, _ := debug.ReadBuildInfo()
 		fmt.Fprint(stdout, versionText(info, buildCommit))
 		return nil
+	case "registryfake":
+		return registryfake(ctx, args[2:], stdout, stderr)
 	}
 	cfg, err := config.Load(getenv)
 	if err != nil {
@@ -589,4 +594,38 @@ func devEncryptionKey(dataDir string) ([]byte, error) {
 		return nil, fmt.Errorf("read dev encryption key: %w", err)
 	}
 	return secrets.ParseKey(string(raw))
+}
+
+// registryfake serves the conformance fake of a bank's or payment agent's
+// registry gateway (gisgmp/agentfake, in memory), so that a production
+// node can be tried without a bank: point an http entry of
+// REBILL_REGISTRY_FILE at it. It needs no database.
+func registryfake(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("registryfake", "Usage: rebill registryfake [--addr ADDR]\n\n"+
+		"Serves, in memory, the conformance fake of the HTTP registry gateway that rebill's\n"+
+		"kind http speaks to (docs/registry.md): POST /payments, GET /payments/{id},\n"+
+		"POST /payments/{id}/annulment, GET /quittances/{uin}; and, to drive it, GET /ledger,\n"+
+		"GET and PUT /faults, POST /outside {\"uin\", \"amount\"} (a payment made at another bank).\n"+
+		"Its book is lost when it stops.")
+	addr := fs.String("addr", "127.0.0.1:8092", "listen address")
+	if done, err := parseFlags(fs, args, stdout, stderr); done || err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("registryfake: listen on %s: %w", *addr, err)
+	}
+	srv := &http.Server{Handler: agentfake.New(), ReadHeaderTimeout: 10 * time.Second}
+	log := newLogger(stderr, "info")
+	log.Info().Str("addr", ln.Addr().String()).Msg("registryfake listening")
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("registryfake: %w", err)
+	}
+	return nil
 }

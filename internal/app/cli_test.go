@@ -49,6 +49,7 @@ func TestHelpOnEveryCommandDoesNothingElse(t *testing.T) {
 		{"migrate", "--help"}, {"migrate", "-h"},
 		{"apikey", "--help"}, {"apikey", "create", "--help"}, {"apikey", "create", "--role", "admin", "-h"},
 		{"gatewaysim", "--help"},
+		{"registryfake", "--help"},
 		{"bench", "--help"},
 		{"audit", "--help"},
 		{"secrets", "--help"}, {"secrets", "rotate", "--help"},

@@ -2,6 +2,8 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -93,4 +95,55 @@ func TestAuditRefusesWithoutGateways(t *testing.T) {
 	out, err := auditInProcess(t, pool)
 	require.NoError(t, err)
 	requireAuditCount(t, out, "discrepancies", 0)
+}
+
+// rebill registryfake serves the registry gateway's conformance fake with
+// no database: a payment recorded as made at another bank is in its book,
+// and it stops when its context ends.
+func TestRegistryFakeServesStandalone(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Run(ctx, []string{"rebill", "registryfake", "--addr", "127.0.0.1:0"}, func(string) string { return "" },
+			&stdout, &stderr)
+	}()
+	var addr string
+	require.Eventually(t, func() bool {
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			var line struct {
+				Message string `json:"message"`
+				Addr    string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(l), &line) == nil && line.Message == "registryfake listening" {
+				addr = line.Addr
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 20*time.Millisecond, "no start line; stderr: %s", stderr.String())
+	res, err := http.Post("http://"+addr+"/outside", "application/json", strings.NewReader(`{"uin":"18800000000000000016","amount":500}`))
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	res, err = http.Get("http://" + addr + "/quittances/18800000000000000016")
+	require.NoError(t, err)
+	var q struct {
+		Payments []struct {
+			Amount int64 `json:"amount"`
+		} `json:"payments"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&q))
+	res.Body.Close()
+	require.Len(t, q.Payments, 1)
+	require.EqualValues(t, 500, q.Payments[0].Amount)
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("registryfake did not stop")
+	}
 }
