@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
@@ -164,4 +165,36 @@ func amounts(calls []gatewaytest.Call) []int64 {
 		out[i] = c.Request.Amount
 	}
 	return out
+}
+
+// A hold the poster found outpaid (more paid outside rebill since it was
+// priced) is released, not captured, and the next attempt is due at once,
+// even with the discount still running; the new attempt asks again.
+func TestOutpaidHoldIsReleasedAndTriedAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.pipeline.Owners.Enrollments = &fakeEnrollments{}
+	outside := &fakeOutside{}
+	b.pipeline.Postings, b.pipeline.Outside = &fakePostings{}, outside
+	c := newFineCharge(ctx, t, b, start.Add(48*time.Hour))
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status)
+
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		return b.pipeline.Store.HoldOutpaid(ctx, tx, c.ID, 1)
+	}))
+	b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+	void := newWorker(t, b, &charges.VoidWorker{Pipeline: b.pipeline})
+	_, err = void.Work(ctx, t, b.tx, charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{c.Key() + ":a1:void"}, b.ops(gateway.OpVoid), "the hold is released")
+	got := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Declined, got.Status)
+	require.Equal(t, charges.FailurePaidOutsideChanged, got.FailureCode)
+	require.True(t, got.NextAttemptAt.Equal(b.clock.Now()), "due at once: %s", got.NextAttemptAt)
+	require.Empty(t, b.ops(gateway.OpCapture))
 }

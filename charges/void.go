@@ -15,8 +15,10 @@ import (
 
 // Void runs a void job: the subscription was cancelled (or the bill
 // withdrawn) while the charge held money that was not captured, the
-// discount of the held price ended before its capture, or a fine's hold
-// could no longer be posted to the registry in time (PostBy).
+// discount of the held price ended before its capture, a fine's hold
+// could no longer be posted to the registry in time (PostBy), or more of
+// the fine was paid outside rebill before its hold was posted
+// (HoldOutpaid).
 func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 	s := newStep("void", job, job.Args.ChargeID, job.Args.Attempt)
 	defer metrics.TimeStage(s.stage)()
@@ -24,7 +26,7 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 	if err != nil {
 		return err
 	}
-	wanted := c.VoidRequested || c.discountMissed(p.Clock.Now())
+	wanted := c.VoidRequested || c.outsideRecheck || c.discountMissed(p.Clock.Now())
 	if !wanted && c.Status == Authorized && c.AttemptCount == s.attempt {
 		if wanted, err = p.unpostable(ctx, c, p.Clock.Now()); err != nil {
 			return err
