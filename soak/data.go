@@ -53,7 +53,6 @@ type FineBill struct {
 	EnrollmentID string
 	Status       string // paid_elsewhere: paid in full outside rebill
 	ChargeKey    string // its charge's key, "" when it never had one
-	PaidOutside  int64  // what rebill last recorded paid outside it
 }
 
 // FineOp is one gateway operation of a fine's charge.
