@@ -273,9 +273,13 @@ func (r *runner) collectFines(b *billcheck.Data) []soak.Fine {
 	for _, e := range b.Enrollments {
 		kinds[e.ID] = e.Kind
 	}
-	chargeKeys := map[string]string{}
+	charges := map[string]billcheck.Charge{}
 	for _, c := range b.Charges {
-		chargeKeys[c.ID] = c.Key()
+		charges[c.ID] = c
+	}
+	postings := map[string]string{} // charge id and attempt -> status
+	for _, p := range b.Postings {
+		postings[p.ChargeID+"#"+fmt.Sprint(p.Attempt)] = p.Status
 	}
 	byUIN := map[string]*soak.Fine{}
 	var uins []string
@@ -289,7 +293,12 @@ func (r *runner) collectFines(b *billcheck.Data) []soak.Fine {
 			byUIN[x.BillID] = f
 			uins = append(uins, x.BillID)
 		}
-		f.Bills = append(f.Bills, soak.FineBill{EnrollmentID: x.EnrollmentID, Status: x.Status, ChargeKey: chargeKeys[x.ChargeID]})
+		fb := soak.FineBill{EnrollmentID: x.EnrollmentID, Status: x.Status}
+		if c, ok := charges[x.ChargeID]; ok {
+			fb.ChargeKey, fb.ChargeStatus, fb.Attempt = c.Key(), c.Status, c.AttemptCount
+			fb.Posting = postings[c.ID+"#"+fmt.Sprint(c.AttemptCount)]
+		}
+		f.Bills = append(f.Bills, fb)
 	}
 	uinOf := map[string]string{} // charge key -> UIN
 	for _, c := range b.Charges {

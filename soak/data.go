@@ -53,6 +53,11 @@ type FineBill struct {
 	EnrollmentID string
 	Status       string // paid_elsewhere: paid in full outside rebill
 	ChargeKey    string // its charge's key, "" when it never had one
+	// ChargeStatus and Attempt are its charge's status and attempt
+	// count; Posting is the status of rebill's posting of that attempt
+	// (posting, accepted, failed, cancelled, annulled; "" without one).
+	ChargeStatus, Posting string
+	Attempt               int
 }
 
 // FineOp is one gateway operation of a fine's charge.

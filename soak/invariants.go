@@ -71,6 +71,7 @@ var Invariants = []Invariant{
 	{PaidElsewhereUnpaid, PaidElsewhereNotPaidByRebill},
 	{FineNotOverpaid, FineNotOverpaidByRebill},
 	{PaidBeforeHold, FinePaidBeforeHoldNotCaptured},
+	{UnpostedHoldReleased, FineHoldNotLeftUnposted},
 }
 
 // CheckAll runs every invariant and returns their violations.
@@ -878,10 +879,36 @@ func sameDayPeriod(cs []Charge, p Period) bool {
 
 // Names of the checks of fines paid outside rebill.
 const (
-	PaidElsewhereUnpaid = "paid-elsewhere-not-paid-by-rebill"
-	FineNotOverpaid     = "fine-not-overpaid-by-rebill"
-	PaidBeforeHold      = "fine-paid-before-hold-not-captured"
+	PaidElsewhereUnpaid  = "paid-elsewhere-not-paid-by-rebill"
+	FineNotOverpaid      = "fine-not-overpaid-by-rebill"
+	PaidBeforeHold       = "fine-paid-before-hold-not-captured"
+	UnpostedHoldReleased = "fine-hold-not-left-unposted"
 )
+
+// FineHoldNotLeftUnposted: once everything settled, no fine's charge still
+// holds money (authorized) for an attempt whose posting to the registry
+// will not be made (cancelled or failed, or none at all): such a hold,
+// released unposted because more was paid outside rebill meanwhile or
+// because it could no longer be posted in time, is voided and the charge
+// moves on.
+func FineHoldNotLeftUnposted(d *Data) []Violation {
+	var out []Violation
+	for _, f := range d.Fines {
+		for _, b := range f.Bills {
+			if b.ChargeStatus != "authorized" || b.Posting == "accepted" || b.Posting == "posting" {
+				continue
+			}
+			posting := b.Posting
+			if posting == "" {
+				posting = "none"
+			}
+			out = append(out, viol(UnpostedHoldReleased, "fine "+f.UIN, b.ChargeKey, fmt.Sprintf("fine %s: the charge is left "+
+				"authorized at a%d, its posting %s; book: %s", f.UIN, b.Attempt, posting, f.describeBook())))
+		}
+	}
+	sortViolations(out)
+	return out
+}
 
 // PaidElsewhereNotPaidByRebill: a fine one of whose copies rebill marked
 // paid_elsewhere (paid in full outside rebill, so nothing of rebill's

@@ -412,3 +412,16 @@ func TestFinePaidBeforeHoldNotCaptured(t *testing.T) {
 	expect(t, FinePaidBeforeHoldNotCaptured(d))
 	expect(t, FineNotOverpaidByRebill(d))
 }
+
+func TestFineHoldNotLeftUnposted(t *testing.T) {
+	d := fine("paying")
+	b := &d.Fines[0].Bills[0]
+	b.ChargeStatus, b.Attempt, b.Posting = "authorized", 1, "accepted"
+	expect(t, FineHoldNotLeftUnposted(d))
+	b.ChargeStatus, b.Attempt, b.Posting = "declined", 1, "cancelled" // released: the next attempt asks again
+	expect(t, FineHoldNotLeftUnposted(d))
+	b.ChargeStatus, b.Attempt, b.Posting = "authorized", 1, "cancelled"
+	expect(t, FineHoldNotLeftUnposted(d), "left authorized at a1, its posting cancelled")
+	b.Posting = ""
+	expect(t, FineHoldNotLeftUnposted(d), "its posting none")
+}
