@@ -97,7 +97,8 @@ func BillData(ctx context.Context, db pg.DBTX, gateways []gateway.Gateway, from,
 		}
 		chargeIDs = append(chargeIDs, c.ID)
 		d.Charges = append(d.Charges, billcheck.Charge{ID: c.ID.String(), EnrollmentID: c.EnrollmentID.String(), BillID: c.PeriodKey,
-			Status: string(c.Status), AttemptCount: c.AttemptCount, AttemptTimes: c.AttemptTimes, UpdatedAt: c.UpdatedAt})
+			Status: string(c.Status), AttemptCount: c.AttemptCount, AttemptTimes: c.AttemptTimes, UpdatedAt: c.UpdatedAt,
+			PaidOutside: c.PaidOutside})
 		g := byName[c.Gateway]
 		if g == nil {
 			continue

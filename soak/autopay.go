@@ -15,7 +15,8 @@ const (
 	KindWithdraw      = "withdraw"       // the issuer withdraws bill BillID of Enr
 	KindEnrolAction   = "enrol-action"   // Action pause, resume, cancel or confirm (bill BillID) on Enr
 	KindEnrolCard     = "enrol-card"     // give Enr the payment method Card
-	KindRegistryFault = "registry-fault" // the registry gateway Gateway goes Down or comes back
+	KindRegistryFault = "registry-fault" // the registry gateway Gateway: Down, ErrorRate (posts and annulments), LoseResponse
+	KindPaidElsewhere = "paid-elsewhere" // PaidAmount of fine BillID (of Enr) is paid outside rebill, at a bank
 	// KindClockTo moves the dev clock to a moment of bill BillID of Enr,
 	// plus Offset seconds (a barrier, like KindClock): Target
 	// TargetDiscount (the end of its discount, read from rebill) or
@@ -51,6 +52,27 @@ type AutopayStep struct {
 
 	Target string `json:"target,omitempty"` // clock-to
 	Offset int    `json:"offset,omitempty"` // clock-to: seconds after the target (negative: before)
+
+	LoseResponse *bool `json:"lose_response,omitempty"` // registry-fault: posts and annulments made, answers lost
+
+	// PaidAmount is paid-elsewhere's payment; Part says what of the fine
+	// it is: PartFull, PartDiscounted or PartSome.
+	PaidAmount int64  `json:"paid_amount,omitempty"`
+	Part       string `json:"part,omitempty"`
+}
+
+// What of a fine a payment made outside rebill pays.
+const (
+	PartFull       = "full"       // the full price
+	PartDiscounted = "discounted" // the discounted price (the full one without a discount)
+	PartSome       = "some"       // a tenth to nine tenths of the discounted (or full) price
+)
+
+// genFine is a fine the generator sent, for payments made outside rebill.
+type genFine struct {
+	uin                string
+	enr                int
+	amount, discounted int64
 }
 
 type genEnrollment struct {
@@ -96,8 +118,10 @@ func (g *Generator) autopay(s Step) Step {
 	switch {
 	case len(g.enrs) < 2 || (r < 18 && len(g.enrs) < g.cfg.MaxEnrollments):
 		return g.enrol(s)
-	case r < 51:
+	case r < 46:
 		return g.bill(s)
+	case r < 51:
+		return g.paidElsewhere(s)
 	case r < 54.5:
 		return g.clockTo(s)
 	case r < 55:
@@ -129,13 +153,127 @@ func (g *Generator) autopay(s Step) Step {
 		g.enrs[s.Enr-1].card = c
 		return s
 	default:
-		s.Kind = KindRegistryFault
-		s.Gateway = fmt.Sprintf("gmp%d", 1+g.rng.IntN(2))
+		return g.registryFault(s)
+	}
+}
+
+// registryFault switches one of a registry gateway's faults: down (every
+// call fails), an error rate or lost answers (posts and annulments; the
+// registry's reads answer, so the checks of payments made outside rebill
+// still see the book).
+func (g *Generator) registryFault(s Step) Step {
+	s.Kind = KindRegistryFault
+	s.Gateway = fmt.Sprintf("gmp%d", 1+g.rng.IntN(2))
+	switch g.rng.IntN(4) {
+	case 0:
+		on := !g.regFault[s.Gateway+":error"] && g.chance(0.7)
+		g.regFault[s.Gateway+":error"] = on
+		rate := 0.0
+		if on {
+			rate = []float64{0.3, 0.6, 0.9, 1}[g.rng.IntN(4)]
+		}
+		s.ErrorRate = &rate
+	case 1:
+		on := !g.regFault[s.Gateway+":lose"] && g.chance(0.7)
+		g.regFault[s.Gateway+":lose"] = on
+		s.LoseResponse = &on
+	default:
 		down := !g.regDown[s.Gateway] && g.chance(0.7)
 		g.regDown[s.Gateway] = down
 		s.Down = &down
-		return s
 	}
+	return s
+}
+
+// paidElsewhere has a fine paid outside rebill (in full, at its discount,
+// or a part) at a moment chosen against rebill's own handling of it:
+// before it reaches rebill, at any moment after, while the registry is
+// down (rebill's check before the hold waits), while the registry loses or
+// refuses postings (a hold waits to be posted: the check before posting
+// sees the payment), or while the card's gateway is down (the attempt
+// waits for the next one).
+func (g *Generator) paidElsewhere(s Step) Step {
+	var fines []int
+	for i, e := range g.enrs {
+		if e.kind == "fines" {
+			fines = append(fines, i)
+		}
+	}
+	if len(fines) == 0 {
+		return Step{}
+	}
+	i := fines[g.rng.IntN(len(fines))]
+	how := g.rng.IntN(5)
+	if how == 1 && len(g.fines) > 0 {
+		f := g.fines[g.rng.IntN(len(g.fines))]
+		return g.payOutside(s, f.enr, f.uin, f.amount, f.discounted)
+	}
+	b := g.billOf(Step{Node: g.rng.IntN(2)}, i+1)
+	if b.DueIn < 0 {
+		b.IssuedAgo, b.DueIn = 1, 19 // due ahead: its hold is rebill's to make
+		b.DiscountIn = min(b.DiscountIn, b.DueIn)
+	}
+	g.recordBill(b)
+	pay := g.payOutside(Step{Node: g.rng.IntN(2)}, i+1, b.BillID, b.BillAmount, b.Discounted)
+	wait := Step{Kind: KindWait, Wait: "1.5s"}
+	registry := func(patch Step) Step {
+		patch.Kind, patch.Node = KindRegistryFault, g.rng.IntN(2)
+		return patch
+	}
+	t, f := true, false
+	zero := 0.0
+	var steps []Step
+	switch how {
+	case 0, 1:
+		steps = []Step{pay, b}
+	case 2:
+		steps = []Step{registry(Step{Gateway: "gmp1", Down: &t}), registry(Step{Gateway: "gmp2", Down: &t}), b, wait, pay,
+			registry(Step{Gateway: "gmp1", Down: &f}), registry(Step{Gateway: "gmp2", Down: &f})}
+		g.regDown["gmp1"], g.regDown["gmp2"] = false, false
+	case 3:
+		patch := func(gw string, on bool) Step {
+			g.regFault[gw+":error"], g.regFault[gw+":lose"] = false, false
+			if g.chance(0.5) {
+				return registry(Step{Gateway: gw, AutopayStep: AutopayStep{LoseResponse: &on}})
+			}
+			rate := 1.0
+			if !on {
+				rate = 0
+			}
+			return registry(Step{Gateway: gw, ErrorRate: &rate})
+		}
+		steps = []Step{patch("gmp1", true), patch("gmp2", true), b, wait, pay,
+			registry(Step{Gateway: "gmp1", ErrorRate: &zero, AutopayStep: AutopayStep{LoseResponse: &f}}),
+			registry(Step{Gateway: "gmp2", ErrorRate: &zero, AutopayStep: AutopayStep{LoseResponse: &f}})}
+	default:
+		gw := g.enrs[i].card.Gateway
+		g.fault[gw] = false
+		steps = []Step{{Kind: KindFault, Node: g.rng.IntN(2), Gateway: gw, Down: &t}, b, wait, pay,
+			{Kind: KindFault, Node: g.rng.IntN(2), Gateway: gw, Down: &f}}
+	}
+	first := steps[0]
+	first.N = s.N
+	g.queue = append(g.queue, steps[1:]...)
+	return first
+}
+
+// payOutside is a paid-elsewhere step paying part of fine uin of
+// enrollment enr.
+func (g *Generator) payOutside(s Step, enr int, uin string, amount, discounted int64) Step {
+	s.Kind, s.Enr, s.BillID = KindPaidElsewhere, enr, uin
+	price := amount
+	if discounted > 0 {
+		price = discounted
+	}
+	switch r := g.rng.Float64(); {
+	case r < 0.35:
+		s.Part, s.PaidAmount = PartFull, amount
+	case r < 0.6:
+		s.Part, s.PaidAmount = PartDiscounted, price
+	default:
+		s.Part, s.PaidAmount = PartSome, price*int64(1+g.rng.IntN(9))/10
+	}
+	return s
 }
 
 func (g *Generator) enrol(s Step) Step {
@@ -318,6 +456,9 @@ func (g *Generator) recordBill(s Step) {
 			}
 		}
 	}
+	if e.kind == "fines" {
+		g.fines = append(g.fines, genFine{uin: s.BillID, enr: s.Enr, amount: s.BillAmount, discounted: s.Discounted})
+	}
 }
 
 func (s Step) autopayString() string {
@@ -340,7 +481,19 @@ func (s Step) autopayString() string {
 	case KindEnrolCard:
 		return fmt.Sprintf("%s card %s %s", enr, s.Card.Gateway, s.Card.Token)
 	case KindRegistryFault:
-		return fmt.Sprintf("registry %s down=%t", s.Gateway, *s.Down)
+		var parts []string
+		if s.Down != nil {
+			parts = append(parts, fmt.Sprintf("down=%t", *s.Down))
+		}
+		if s.ErrorRate != nil {
+			parts = append(parts, fmt.Sprintf("error_rate=%.2f", *s.ErrorRate))
+		}
+		if s.LoseResponse != nil {
+			parts = append(parts, fmt.Sprintf("lose_response=%t", *s.LoseResponse))
+		}
+		return fmt.Sprintf("registry %s %s", s.Gateway, strings.Join(parts, " "))
+	case KindPaidElsewhere:
+		return fmt.Sprintf("%s fine %s paid outside rebill: %d (%s)", enr, s.BillID, s.PaidAmount, s.Part)
 	case KindClockTo:
 		return fmt.Sprintf("clock to %s of bill %s of %s %+ds", s.Target, s.BillID, enr, s.Offset)
 	}

@@ -83,3 +83,71 @@ func TestAutopayStepsCoverDeadlinesHoldsAndReEnrolment(t *testing.T) {
 		t.Error("no clock move past a hold's lifetime while it waits")
 	}
 }
+
+// Fines are paid outside rebill in full, at their discount and in part,
+// before they reach rebill, while the registry is down, while it refuses
+// or loses postings, and while the card's gateway is down; the registry's
+// faults include error rates and lost answers.
+func TestGenPaidElsewhereAtEveryMoment(t *testing.T) {
+	g := soak.NewGenerator(11, soak.GeneratorConfig{MaxSubscriptions: 40, LiveSubscriptions: 20, Chaos: true, Autopay: 0.3,
+		MaxEnrollments: 60})
+	steps := make([]soak.Step, 8000)
+	for i := range steps {
+		steps[i] = g.Next()
+	}
+	parts := map[string]int{}
+	moments := map[string]int{}
+	regFaults := map[string]int{}
+	arrived := map[string]bool{}
+	for i, s := range steps {
+		switch s.Kind {
+		case soak.KindBill:
+			arrived[s.BillID] = true
+		case soak.KindRegistryFault:
+			switch {
+			case s.ErrorRate != nil && *s.ErrorRate > 0:
+				regFaults["error_rate"]++
+			case s.LoseResponse != nil && *s.LoseResponse:
+				regFaults["lose_response"]++
+			case s.Down != nil && *s.Down:
+				regFaults["down"]++
+			}
+		case soak.KindPaidElsewhere:
+			parts[s.Part]++
+			if s.PaidAmount <= 0 || s.BillID == "" || s.Enr == 0 {
+				t.Fatalf("step %d: %s", s.N, s)
+			}
+			if !arrived[s.BillID] {
+				moments["before arrival"]++
+				continue
+			}
+			if i < 3 || steps[i-1].Kind != soak.KindWait {
+				moments["any time after"]++
+				continue
+			}
+			switch prev := steps[i-3]; {
+			case prev.Kind == soak.KindRegistryFault && prev.Down != nil:
+				moments["registry down"]++
+			case prev.Kind == soak.KindRegistryFault:
+				moments["postings refused or lost"]++
+			case prev.Kind == soak.KindFault:
+				moments["card's gateway down"]++
+			}
+		}
+	}
+	for _, p := range []string{soak.PartFull, soak.PartDiscounted, soak.PartSome} {
+		if parts[p] == 0 {
+			t.Errorf("no fine paid outside rebill %s: %v", p, parts)
+		}
+	}
+	for _, m := range []string{"before arrival", "any time after", "registry down", "postings refused or lost", "card's gateway down"} {
+		if moments[m] == 0 {
+			t.Errorf("no fine paid outside rebill %s: %v", m, moments)
+		}
+	}
+	for _, f := range []string{"down", "error_rate", "lose_response"} {
+		if regFaults[f] == 0 {
+			t.Errorf("no registry fault %s: %v", f, regFaults)
+		}
+	}
+}

@@ -21,7 +21,7 @@ func (r *runner) runAutopay(step soak.Step) {
 	}
 	enr := r.enrSteps[step.Enr]
 	r.obsMu.Unlock()
-	if step.Kind != soak.KindEnrol && step.Kind != soak.KindRegistryFault && id == "" {
+	if step.Kind != soak.KindEnrol && step.Kind != soak.KindRegistryFault && step.Kind != soak.KindPaidElsewhere && id == "" {
 		return // its enrollment was not created
 	}
 	var a answer
@@ -68,8 +68,22 @@ func (r *runner) runAutopay(step soak.Step) {
 	case soak.KindEnrolCard:
 		a, ok = r.post(step, "/v1/enrollments/"+id+"/payment-method", cardBody(*step.Card))
 	case soak.KindRegistryFault:
-		a, ok = r.request(step.Node, http.MethodPost, "/v1/dev/registry/"+step.Gateway+"/faults", r.idem(step, ""),
-			map[string]any{"down": *step.Down}, 60*time.Second)
+		body := map[string]any{}
+		if step.Down != nil {
+			body["down"] = *step.Down
+		}
+		if step.ErrorRate != nil {
+			body["error_rate"] = *step.ErrorRate
+		}
+		if step.LoseResponse != nil {
+			body["lose_response"] = *step.LoseResponse
+		}
+		a, ok = r.request(step.Node, http.MethodPost, "/v1/dev/registry/"+step.Gateway+"/faults", r.idem(step, ""), body, 60*time.Second)
+	case soak.KindPaidElsewhere:
+		a, ok = r.post(step, "/v1/dev/registry/paid", map[string]any{"uin": step.BillID, "amount": step.PaidAmount})
+		if ok && a.status != http.StatusCreated {
+			r.note("step %d (%s): %d %s", step.N, step, a.status, a.body)
+		}
 	}
 	if !ok || a.status >= 500 {
 		r.note("step %d (%s): %d %s", step.N, step, a.status, a.body)
@@ -248,6 +262,118 @@ func (r *runner) collectBills(d *soak.Data) *billcheck.Data {
 	}
 	d.Ledger = periods
 	return b
+}
+
+// collectFines reads what the checks of payments made outside rebill
+// judge: every fine of b's bills with its copies, its holds and captures
+// out of b.Ops, and the registry's book of its UIN (the simulated book,
+// in the order written, rebill's postings named by charge and attempt).
+func (r *runner) collectFines(b *billcheck.Data) []soak.Fine {
+	kinds := map[string]string{}
+	for _, e := range b.Enrollments {
+		kinds[e.ID] = e.Kind
+	}
+	charges := map[string]billcheck.Charge{}
+	for _, c := range b.Charges {
+		charges[c.ID] = c
+	}
+	postings := map[string]string{} // charge id and attempt -> status
+	for _, p := range b.Postings {
+		postings[p.ChargeID+"#"+fmt.Sprint(p.Attempt)] = p.Status
+	}
+	byUIN := map[string]*soak.Fine{}
+	var uins []string
+	for _, x := range b.Bills {
+		if kinds[x.EnrollmentID] != "fines" {
+			continue
+		}
+		f := byUIN[x.BillID]
+		if f == nil {
+			f = &soak.Fine{UIN: x.BillID, Amount: x.Amount, DiscountedAmount: x.DiscountedAmount, DiscountEnds: x.DiscountEnds}
+			byUIN[x.BillID] = f
+			uins = append(uins, x.BillID)
+		}
+		fb := soak.FineBill{EnrollmentID: x.EnrollmentID, Status: x.Status}
+		if c, ok := charges[x.ChargeID]; ok {
+			fb.ChargeKey, fb.ChargeStatus, fb.Attempt = c.Key(), c.Status, c.AttemptCount
+			fb.Posting = postings[c.ID+"#"+fmt.Sprint(c.AttemptCount)]
+		}
+		f.Bills = append(f.Bills, fb)
+	}
+	uinOf := map[string]string{} // charge key -> UIN
+	for _, c := range b.Charges {
+		if byUIN[c.BillID] != nil && kinds[c.EnrollmentID] == "fines" {
+			uinOf[c.Key()] = c.BillID
+		}
+	}
+	for _, o := range b.Ops {
+		key, attempt, op, ok := billcheck.SplitGatewayKey(o.IdempotencyKey)
+		f := byUIN[uinOf[key]]
+		if !ok || f == nil || o.Status != "succeeded" {
+			continue
+		}
+		x := soak.FineOp{ChargeKey: key, Attempt: attempt, Amount: o.Amount, At: o.At}
+		switch op {
+		case "authorize":
+			f.Holds = append(f.Holds, x)
+		case "capture":
+			f.Captures = append(f.Captures, x)
+		}
+	}
+	rows, err := r.db.Query(r.ctx, `SELECT l.seq, l.payment_id, l.gateway, l.uin, l.amount, l.status, l.at,
+			coalesce(c.enrollment_id::text || ':' || c.period_key, ''), coalesce(p.attempt, 0)
+		FROM dev_registry_ledger l LEFT JOIN registry_postings p ON p.payment_id = l.payment_id
+			LEFT JOIN charges c ON c.id = p.charge_id ORDER BY l.seq`)
+	if err != nil {
+		r.t.Fatalf("collect fines: %v", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e soak.BookEntry
+		var uin string
+		if err := rows.Scan(&e.Seq, &e.PaymentID, &e.Gateway, &uin, &e.Amount, &e.Status, &e.At, &e.ChargeKey, &e.Attempt); err != nil {
+			r.t.Fatalf("collect fines: %v", err)
+		}
+		e.At = e.At.UTC()
+		if f := byUIN[uin]; f != nil {
+			f.Book = append(f.Book, e)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		r.t.Fatalf("collect fines: %v", err)
+	}
+	out := make([]soak.Fine, 0, len(uins))
+	for _, u := range uins {
+		out = append(out, *byUIN[u])
+	}
+	return out
+}
+
+// fineCounts is how much of the fines was paid outside rebill, for a
+// schedule's summary.
+func fineCounts(fines []soak.Fine) map[string]int {
+	out := map[string]int{"fines": len(fines)}
+	for _, f := range fines {
+		outside, captured := false, len(f.Captures) > 0
+		for _, e := range f.Book {
+			if e.Outside() {
+				out["outside_payments"]++
+				outside = true
+			}
+		}
+		if outside {
+			out["fines_paid_outside"]++
+		}
+		if outside && captured {
+			out["fines_paid_outside_and_captured"]++
+		}
+		for _, b := range f.Bills {
+			if b.Status == "paid_elsewhere" {
+				out["bills_paid_elsewhere"]++
+			}
+		}
+	}
+	return out
 }
 
 // billCounts is how much autopay a schedule did, for its summary.

@@ -23,7 +23,73 @@ type Data struct {
 	// Observed is what the driver saw happen in real time; nil when there
 	// was no driver. Checks that need it skip their observed parts then.
 	Observed *Observations
+	// Fines are the fines autopay enrollments carried, one per UIN, with
+	// what rebill did about them and what the registry's book holds
+	// against them; the checks of payments made outside rebill judge
+	// them.
+	Fines []Fine
 }
+
+// Fine is one UIN: its price, every enrollment's copy of it, rebill's
+// holds and captures of any copy, and the registry's book of it.
+type Fine struct {
+	UIN string
+	// Amount is the full price; DiscountedAmount applies before
+	// DiscountEnds (both nil without a discount).
+	Amount           int64
+	DiscountedAmount *int64
+	DiscountEnds     *time.Time
+	Bills            []FineBill
+	// Holds and Captures are the succeeded authorizations and captures
+	// of the copies' charges, stamped on the service clock.
+	Holds, Captures []FineOp
+	// Book is the registry's book of the UIN in the order it was
+	// written: rebill's postings and payments made outside rebill.
+	Book []BookEntry
+}
+
+// FineBill is one enrollment's copy of a fine.
+type FineBill struct {
+	EnrollmentID string
+	Status       string // paid_elsewhere: paid in full outside rebill
+	ChargeKey    string // its charge's key, "" when it never had one
+	// ChargeStatus and Attempt are its charge's status and attempt
+	// count; Posting is the status of rebill's posting of that attempt
+	// (posting, accepted, failed, cancelled, annulled; "" without one).
+	ChargeStatus, Posting string
+	Attempt               int
+}
+
+// FineOp is one gateway operation of a fine's charge.
+type FineOp struct {
+	ChargeKey string
+	Attempt   int
+	Amount    int64
+	At        time.Time
+}
+
+// BookEntry is one payment in the registry's book.
+type BookEntry struct {
+	Seq       int64
+	PaymentID string
+	Gateway   string // "outside" for a payment made outside rebill
+	Amount    int64
+	Status    string // accepted or annulled
+	At        time.Time
+	// ChargeKey and Attempt name the posting of rebill's this payment
+	// is; "" for a payment made outside rebill.
+	ChargeKey string
+	Attempt   int
+}
+
+// OutsideGateway is the book's name for payments made outside rebill.
+const OutsideGateway = "outside"
+
+// Outside reports whether the entry is a payment made outside rebill.
+func (e BookEntry) Outside() bool { return e.ChargeKey == "" && e.Gateway == OutsideGateway }
+
+// Stands reports whether the entry counts as paid (not annulled).
+func (e BookEntry) Stands() bool { return e.Status != "annulled" }
 
 // Subscription is a subscription as GET /v1/subscriptions/{id} shows it,
 // with its events (GET .../events, oldest first) and charges.

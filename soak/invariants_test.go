@@ -318,3 +318,110 @@ func TestResumeInTheInstantOfTheAnchorIsNoMove(t *testing.T) {
 		}
 	}
 }
+
+// fine builds a fine of 100000 (50000 before day 5) carried by one
+// enrollment, whose charge key is its enrollment id and UIN.
+func fine(status string) *Data {
+	disc, ends := int64(50000), day(5)
+	uin := "18810100000000000017"
+	return &Data{Now: day(30), Fines: []Fine{{UIN: uin, Amount: 100000, DiscountedAmount: &disc, DiscountEnds: &ends,
+		Bills: []FineBill{{EnrollmentID: "enr1", Status: status, ChargeKey: "enr1:" + uin}}}}}
+}
+
+func (f *Fine) outside(seq int64, amount int64, at time.Time) {
+	f.Book = append(f.Book, BookEntry{Seq: seq, PaymentID: "outside-" + itoa(int(seq)), Gateway: OutsideGateway, Amount: amount,
+		Status: "accepted", At: at})
+}
+
+// rebill adds rebill's posting of attempt (book entry seq) and, when
+// captured, its hold and capture.
+func (f *Fine) rebill(seq int64, attempt int, amount int64, at time.Time, status string, captured bool) {
+	key := f.Bills[0].ChargeKey
+	f.Book = append(f.Book, BookEntry{Seq: seq, PaymentID: "pay-" + itoa(int(seq)), Gateway: "gmp1", Amount: amount, Status: status,
+		At: at, ChargeKey: key, Attempt: attempt})
+	f.Holds = append(f.Holds, FineOp{ChargeKey: key, Attempt: attempt, Amount: amount, At: at.Add(-time.Second)})
+	if captured {
+		f.Captures = append(f.Captures, FineOp{ChargeKey: key, Attempt: attempt, Amount: amount, At: at.Add(time.Second)})
+	}
+}
+
+func TestPaidElsewhereFineNotPaidByRebill(t *testing.T) {
+	d := fine("paid_elsewhere")
+	f := &d.Fines[0]
+	f.outside(1, 100000, day(1))
+	expect(t, CheckAll(d))
+
+	f.rebill(2, 1, 100000, day(2), "annulled", false) // an attempt held and released: its posting annulled
+	expect(t, PaidElsewhereNotPaidByRebill(d))
+
+	d = fine("paid_elsewhere")
+	d.Fines[0].outside(1, 100000, day(1))
+	d.Fines[0].rebill(2, 1, 100000, day(2), "accepted", false)
+	expect(t, PaidElsewhereNotPaidByRebill(d), "stands accepted")
+
+	d = fine("paid_elsewhere")
+	d.Fines[0].rebill(1, 1, 100000, day(2), "accepted", true)
+	d.Fines[0].outside(2, 100000, day(3))
+	expect(t, PaidElsewhereNotPaidByRebill(d), "paid_elsewhere (enrollments enr1) but a1 captured 100000")
+}
+
+func TestFineNotOverpaidByRebill(t *testing.T) {
+	d := fine("paid")
+	f := &d.Fines[0]
+	f.outside(1, 30000, day(6))
+	f.rebill(2, 1, 70000, day(6.5), "accepted", true) // the rest
+	f.outside(3, 100000, day(7))                      // paid again at a bank afterwards: not rebill's doing
+	expect(t, CheckAll(d))
+
+	d = fine("paid")
+	d.Fines[0].outside(1, 30000, day(6))
+	d.Fines[0].rebill(2, 1, 100000, day(6.5), "accepted", true)
+	expect(t, FineNotOverpaidByRebill(d), "130000 in all")
+
+	d = fine("paid")
+	d.Fines[0].outside(1, 100000, day(6))
+	d.Fines[0].rebill(2, 1, 100000, day(6.5), "annulled", false) // released unposted would have no entry; annulled, not captured
+	d.Fines[0].rebill(3, 2, 20000, day(7), "accepted", true)
+	expect(t, FineNotOverpaidByRebill(d), "a2 captured 20000 after 100000 was paid outside rebill")
+}
+
+func TestFinePaidBeforeHoldNotCaptured(t *testing.T) {
+	d := fine("paid")
+	f := &d.Fines[0]
+	f.rebill(1, 1, 50000, day(1), "accepted", true)
+	f.outside(2, 100000, day(2)) // after rebill's hold: the payer's overpayment
+	expect(t, FinePaidBeforeHoldNotCaptured(d))
+
+	d = fine("paid")
+	d.Fines[0].outside(1, 30000, day(1))
+	d.Fines[0].outside(2, 70000, day(6))
+	d.Fines[0].rebill(3, 1, 100000, day(7), "accepted", true)
+	expect(t, FinePaidBeforeHoldNotCaptured(d), "paid in full outside rebill by outside-2")
+
+	// The discounted price paid in time pays the fine, even when rebill
+	// first holds it after the discount ended.
+	d = fine("paid")
+	d.Fines[0].outside(1, 50000, day(4))
+	d.Fines[0].rebill(2, 1, 50000, day(6), "accepted", true)
+	expect(t, FinePaidBeforeHoldNotCaptured(d), "by outside-1")
+
+	// Paid late, the discounted price is only a part: the rest is owed.
+	d = fine("paid")
+	d.Fines[0].outside(1, 50000, day(5))
+	d.Fines[0].rebill(2, 1, 50000, day(6), "accepted", true)
+	expect(t, FinePaidBeforeHoldNotCaptured(d))
+	expect(t, FineNotOverpaidByRebill(d))
+}
+
+func TestFineHoldNotLeftUnposted(t *testing.T) {
+	d := fine("paying")
+	b := &d.Fines[0].Bills[0]
+	b.ChargeStatus, b.Attempt, b.Posting = "authorized", 1, "accepted"
+	expect(t, FineHoldNotLeftUnposted(d))
+	b.ChargeStatus, b.Attempt, b.Posting = "declined", 1, "cancelled" // released: the next attempt asks again
+	expect(t, FineHoldNotLeftUnposted(d))
+	b.ChargeStatus, b.Attempt, b.Posting = "authorized", 1, "cancelled"
+	expect(t, FineHoldNotLeftUnposted(d), "left authorized at a1, its posting cancelled")
+	b.Posting = ""
+	expect(t, FineHoldNotLeftUnposted(d), "its posting none")
+}

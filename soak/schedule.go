@@ -142,7 +142,7 @@ func (s Step) String() string {
 		return "wait " + s.Wait
 	case KindSettle:
 		return "settle (wait until charging is quiet)"
-	case KindEnrol, KindBill, KindWithdraw, KindEnrolAction, KindEnrolCard, KindRegistryFault, KindClockTo:
+	case KindEnrol, KindBill, KindWithdraw, KindEnrolAction, KindEnrolCard, KindRegistryFault, KindClockTo, KindPaidElsewhere:
 		return s.autopayString() + via
 	}
 	return s.Kind
@@ -211,6 +211,11 @@ type Generator struct {
 	enrs    []genEnrollment
 	bills   int
 	regDown map[string]bool
+	// regFault: a registry gateway's error rate ("gmp1:error") or lost
+	// answers ("gmp1:lose") are on.
+	regFault map[string]bool
+	// fines are the fines sent, for payments made outside rebill.
+	fines []genFine
 	// queue holds the rest of a sequence of steps chosen together.
 	queue []Step
 }
@@ -236,7 +241,7 @@ type genSub struct {
 // NewGenerator returns the generator of seed.
 func NewGenerator(seed uint64, cfg GeneratorConfig) *Generator {
 	return &Generator{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, fault: map[string]bool{},
-		regDown: map[string]bool{}}
+		regDown: map[string]bool{}, regFault: map[string]bool{}}
 }
 
 var tokenKinds = []struct {

@@ -242,6 +242,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 	sampler()
 	d := r.collect()
 	bills := r.collectBills(d)
+	d.Fines = r.collectFines(bills)
 	all := append(soak.CheckAll(d), r.driverViolations...)
 	all = append(all, billViolations(bills)...)
 	all = append(all, r.selfAudit(clock.Now, d.Now)...)
@@ -265,7 +266,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		"gateway_ops_per_minute": float64(len(d.Ledger)) / total.Minutes(),
 		"coverage":               cov, "violations": len(violations), "kinds": r.counts, "node_kills": r.kills,
 		"clock_moves": len(r.obs.ClockMoves), "dev_days": d.Now.Sub(clock.Now).Hours() / 24, "notes": r.notes,
-		"autopay": billCounts(bills), "clock_moves_at_bills": r.clockTargets,
+		"autopay": billCounts(bills), "clock_moves_at_bills": r.clockTargets, "paid_elsewhere": fineCounts(d.Fines),
 	}
 	line, _ := json.Marshal(summary)
 	t.Logf("summary: %s", line)
@@ -557,7 +558,8 @@ func (r *runner) run(step soak.Step) {
 		r.support(step)
 	case soak.KindSettle:
 		r.waitQuiet(90 * time.Second)
-	case soak.KindEnrol, soak.KindBill, soak.KindWithdraw, soak.KindEnrolAction, soak.KindEnrolCard, soak.KindRegistryFault, soak.KindClockTo:
+	case soak.KindEnrol, soak.KindBill, soak.KindWithdraw, soak.KindEnrolAction, soak.KindEnrolCard, soak.KindRegistryFault, soak.KindClockTo,
+		soak.KindPaidElsewhere:
 		r.runAutopay(step)
 	}
 }
@@ -841,7 +843,7 @@ func (r *runner) drain() {
 	}
 	for _, gw := range []string{"gmp1", "gmp2"} {
 		r.request(0, http.MethodPost, "/v1/dev/registry/"+gw+"/faults", fmt.Sprintf("soak-%d-drain-%s", r.seed, gw),
-			map[string]any{"down": false}, 120*time.Second)
+			map[string]any{"down": false, "error_rate": 0, "lose_response": false}, 120*time.Second)
 	}
 	for i := range r.nodes {
 		r.nodesMu.Lock()

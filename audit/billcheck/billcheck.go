@@ -13,7 +13,8 @@
 //   - an accepted posting whose money was not captured is annulled within
 //     AnnulWithin of the service clock;
 //   - a fine is paid at its discounted price only while the discount
-//     holds: by an attempt that started before the discount ended;
+//     holds: by an attempt that started before the discount ended
+//     (either price less what its charge found paid outside rebill);
 //   - no attempt starts at or after the bill's expires_at minus
 //     LastAttemptMargin. rebill numbers a new attempt when it schedules
 //     it (a dunning retry, a card change, a person's retry) and decides
@@ -110,6 +111,10 @@ type Charge struct {
 	AttemptCount             int
 	AttemptTimes             []time.Time
 	UpdatedAt                time.Time
+	// PaidOutside is what was paid against the bill outside rebill as
+	// the check before its last attempt found it: that attempt is for the
+	// price less it.
+	PaidOutside int64
 }
 
 // Key is the charge's business key, as its gateway keys begin.
@@ -390,13 +395,14 @@ func (x *index) discountHonest(c *Charge) []Violation {
 		return nil
 	}
 	var out []Violation
+	full, discounted := b.Amount-c.PaidOutside, *b.DiscountedAmount-c.PaidOutside
 	for _, cp := range x.captures[c.Key()] {
-		if cp.op.Amount == b.Amount {
+		if cp.op.Amount == full {
 			continue
 		}
-		if cp.op.Amount != *b.DiscountedAmount {
-			out = append(out, x.viol(DiscountHonest, c, "a%d captured %d: neither the full %d nor the discounted %d", cp.attempt,
-				cp.op.Amount, b.Amount, *b.DiscountedAmount))
+		if cp.op.Amount != discounted {
+			out = append(out, x.viol(DiscountHonest, c, "a%d captured %d: neither the full %d nor the discounted %d (less %d paid outside rebill)",
+				cp.attempt, cp.op.Amount, b.Amount, *b.DiscountedAmount, c.PaidOutside))
 			continue
 		}
 		if cp.attempt <= len(c.AttemptTimes) {

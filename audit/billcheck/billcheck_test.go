@@ -80,6 +80,17 @@ func TestCleanBillsPass(t *testing.T) {
 	require.Empty(t, billcheck.Check(clean()))
 }
 
+// A fine partly paid outside rebill is captured for the rest of either
+// price, as its charge found it.
+func TestRestOfAFinePaidInPartOutsideRebillPasses(t *testing.T) {
+	d := clean()
+	d.Charges[1].PaidOutside = 20000
+	d.Ops[2].Amount, d.Ops[3].Amount, d.Postings[0].Amount = 30000, 30000, 30000
+	d.Charges[2].PaidOutside = 35000
+	d.Ops[6].Amount, d.Ops[7].Amount, d.Postings[2].Amount = 65000, 65000, 65000
+	require.Empty(t, billcheck.Check(d))
+}
+
 // Each case breaks one rule in otherwise clean data: a check that cannot
 // fail is worthless.
 func TestEachBrokenRuleIsFound(t *testing.T) {
@@ -149,6 +160,10 @@ func TestEachBrokenRuleIsFound(t *testing.T) {
 		{"a fine captured at a made-up price", billcheck.DiscountHonest, func(d *billcheck.Data) {
 			d.Ops[3].Amount = 40000
 			d.Postings[0].Amount = 40000
+		}, ""},
+		{"a fine captured at its discount less more than its charge found paid outside rebill", billcheck.DiscountHonest, func(d *billcheck.Data) {
+			d.Charges[1].PaidOutside = 20000
+			d.Ops[3].Amount, d.Postings[0].Amount = 20000, 20000
 		}, ""},
 		{"an attempt within the last hour before expiry", billcheck.NoLateAttempt, func(d *billcheck.Data) {
 			d.Charges[0].AttemptTimes = []time.Time{d.Bills[0].ExpiresAt.Add(-59 * time.Minute)}
