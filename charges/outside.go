@@ -17,7 +17,9 @@ import (
 // there must not be paid again here, so before the first hold of every
 // attempt of a fine the pipeline asks how much of it was paid outside
 // rebill (OutsidePayments) and records the answer on the charge:
-//   - paid in full at the price that applies now: the charge is voided
+//   - paid in full at the price that applies now, or settled in the
+//     registry's own judgement (which applies the fine's discount rules
+//     to the payments' dates): the charge is voided
 //     (FailurePaidElsewhere) and its owner told (BillOwner.PaidOutside);
 //   - paid in part: the attempt is for the rest, Amount and FullAmount
 //     net of PaidOutside, and the cap applies to that rest;
@@ -31,7 +33,15 @@ import (
 // rebill: by payments other than rebill's own, as the state payment
 // registry holds them.
 type OutsidePayments interface {
-	PaidOutside(ctx context.Context, c Charge) (int64, error)
+	PaidOutside(ctx context.Context, c Charge) (OutsidePaid, error)
+}
+
+// OutsidePaid is what was paid against a fine outside rebill.
+type OutsidePaid struct {
+	Amount int64
+	// Settled: the registry itself judges the fine paid in full (a fine
+	// paid at its discount before the deadline is, whatever it costs now).
+	Settled bool
 }
 
 const (
@@ -109,17 +119,19 @@ func (p *Pipeline) checkOutside(ctx context.Context, s stageRun) (bool, error) {
 	return err == nil, err
 }
 
-// recordOutside records that paid was paid outside rebill against c's
-// bill, as checked at now for c's current attempt: the charge is voided
-// when that covers its price now, repriced to the rest otherwise. The
-// owner, locked first, is told when paid changed or covers the price.
-func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, paid int64, now time.Time) error {
+// recordOutside records what was paid outside rebill against c's bill,
+// as checked at now for c's current attempt: the charge is voided when
+// that covers its price now or the registry judges the fine settled,
+// repriced to the rest otherwise. The owner, locked first, is told when
+// the amount changed or the fine is paid.
+func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, outside OutsidePaid, now time.Time) error {
 	owner := p.Owners.Of(c)
 	if _, err := owner.Lock(ctx, tx, c.OwnerID()); err != nil {
 		return err
 	}
+	paid := outside.Amount
 	delta := paid - c.PaidOutside
-	inFull := c.priceAt(now)-delta <= 0
+	inFull := outside.Settled || c.priceAt(now)-delta <= 0
 	var next Charge
 	var err error
 	if inFull {

@@ -24,17 +24,18 @@ import (
 // fakeOutside answers what was paid outside rebill, or err, and counts
 // the questions.
 type fakeOutside struct {
-	mu    sync.Mutex
-	paid  int64
-	err   error
-	asked int
+	mu      sync.Mutex
+	paid    int64
+	settled bool
+	err     error
+	asked   int
 }
 
-func (f *fakeOutside) PaidOutside(context.Context, charges.Charge) (int64, error) {
+func (f *fakeOutside) PaidOutside(context.Context, charges.Charge) (charges.OutsidePaid, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.asked++
-	return f.paid, f.err
+	return charges.OutsidePaid{Amount: f.paid, Settled: f.settled}, f.err
 }
 
 func (f *fakeOutside) set(paid int64, err error) {
@@ -49,6 +50,7 @@ func TestFinePaidOutsideRebill(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		paid      int64
+		settled   bool
 		at        time.Time // when the attempt starts
 		wantHeld  int64     // 0: nothing is sent to the gateway
 		wantOwner []string
@@ -64,6 +66,8 @@ func TestFinePaidOutsideRebill(t *testing.T) {
 			at: deadline.Add(time.Hour), wantHeld: 500, wantOwner: []string{"paid outside 500 (in full: false)"}},
 		{name: "part paid after the deadline", paid: 300, at: deadline.Add(time.Hour), wantHeld: 700,
 			wantOwner: []string{"paid outside 300 (in full: false)"}},
+		{name: "the discounted price paid before the deadline, checked after it: the registry judges it settled",
+			paid: 500, settled: true, at: deadline.Add(time.Hour), wantOwner: []string{"paid outside 500 (in full: true)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -72,7 +76,7 @@ func TestFinePaidOutsideRebill(t *testing.T) {
 			owner := &fakeEnrollments{}
 			b.pipeline.Owners.Enrollments = owner
 			postings := &fakePostings{}
-			outside := &fakeOutside{paid: tc.paid}
+			outside := &fakeOutside{paid: tc.paid, settled: tc.settled}
 			b.pipeline.Postings, b.pipeline.Outside = postings, outside
 			c := newFineCharge(ctx, t, b, deadline)
 			b.clock.Set(tc.at)

@@ -220,8 +220,8 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 	if err != nil {
 		return p.retryOrGiveUp(ctx, job, ps, c, err)
 	}
-	if paid > c.PaidOutside {
-		return p.outpaid(ctx, job, ps, c, paid)
+	if paid.Settled || paid.Amount > c.PaidOutside {
+		return p.outpaid(ctx, job, ps, c, paid.Amount)
 	}
 	pay := Payment{PaymentID: ps.PaymentID, UIN: ps.UIN, Amount: ps.Amount, PaidAt: ps.CreatedAt.UTC()}
 	gateway, err := p.Gateways.Post(ctx, pay)

@@ -67,33 +67,34 @@ func (p *Poster) Forget(uin string) {
 // own (any payment id rebill ever posted). While one of rebill's postings
 // of the UIN stands accepted the registry is not asked (it would count
 // money rebill may still capture) and what the charge last recorded
-// stands. It implements charges.OutsidePayments.
-func (p *Poster) PaidOutside(ctx context.Context, c charges.Charge) (int64, error) {
+// stands. The registry's verdict that the accrual is settled is passed
+// on. It implements charges.OutsidePayments.
+func (p *Poster) PaidOutside(ctx context.Context, c charges.Charge) (charges.OutsidePaid, error) {
 	return p.paidOutside(ctx, c, false)
 }
 
 // paidOutside is PaidOutside, asking the registry afresh when fresh.
-func (p *Poster) paidOutside(ctx context.Context, c charges.Charge, fresh bool) (int64, error) {
+func (p *Poster) paidOutside(ctx context.Context, c charges.Charge, fresh bool) (charges.OutsidePaid, error) {
 	standing, err := ownStanding(ctx, p.Pool, c.RegistryUIN)
 	if err != nil {
-		return 0, err
+		return charges.OutsidePaid{}, err
 	}
 	if standing {
-		return c.PaidOutside, nil
+		return charges.OutsidePaid{Amount: c.PaidOutside}, nil
 	}
 	now := p.Clock.Now()
 	q, ok := p.quittances.get(c.RegistryUIN, now)
 	if !ok || fresh {
 		if q, err = p.Gateways.Quittance(ctx, c.RegistryUIN); err != nil {
-			return 0, fmt.Errorf("quittance status of %s: %w", c.RegistryUIN, err)
+			return charges.OutsidePaid{}, fmt.Errorf("quittance status of %s: %w", c.RegistryUIN, err)
 		}
 		p.quittances.put(c.RegistryUIN, q, now)
 	}
 	own, err := ownPaymentIDs(ctx, p.Pool, c.RegistryUIN)
 	if err != nil {
-		return 0, err
+		return charges.OutsidePaid{}, err
 	}
-	return q.PaidExcept(func(id string) bool { return own[id] }), nil
+	return charges.OutsidePaid{Amount: q.PaidExcept(func(id string) bool { return own[id] }), Settled: q.Settled}, nil
 }
 
 // ownStanding reports whether one of rebill's postings of uin stands

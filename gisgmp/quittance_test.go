@@ -92,7 +92,7 @@ func TestPaidOutside(t *testing.T) {
 	}
 	paid, err := poster.PaidOutside(ctx, b.charge)
 	require.NoError(t, err)
-	require.Equal(t, int64(150), paid, "rebill's own payment and the annulled one are left out")
+	require.Equal(t, charges.OutsidePaid{Amount: 150}, paid, "rebill's own payment and the annulled one are left out")
 
 	_, err = poster.PaidOutside(ctx, b.charge)
 	require.NoError(t, err)
@@ -109,5 +109,5 @@ func TestPaidOutside(t *testing.T) {
 	paid, err = poster.PaidOutside(ctx, b.charge)
 	require.NoError(t, err)
 	require.Equal(t, 2, asked, "not asked while rebill's own posting stands")
-	require.Equal(t, int64(40), paid, "what the charge last recorded stands")
+	require.Equal(t, charges.OutsidePaid{Amount: 40}, paid, "what the charge last recorded stands")
 }

@@ -82,6 +82,11 @@ type Gateway interface {
 // Quittance is what the registry holds against one accrual.
 type Quittance struct {
 	Payments []QuittancePayment
+	// Settled: the registry judges the accrual paid in full (GIS GMP's
+	// quittance status, which applies the accrual's own rules, such as a
+	// fine's discount for payment before its deadline, to the payments'
+	// dates). A gateway that cannot tell leaves it false.
+	Settled bool
 }
 
 // QuittancePayment is one payment the registry holds against an accrual.

@@ -109,6 +109,7 @@ const (
 
 type quittanceAnswer struct {
 	UIN      string `json:"uin"`
+	Settled  bool   `json:"settled"`
 	Payments []struct {
 		PaymentID string `json:"payment_id"`
 		Amount    int64  `json:"amount"`
@@ -164,7 +165,7 @@ func (c *Client) Quittance(ctx context.Context, uin string) (gisgmp.Quittance, e
 	if a.UIN != uin {
 		return gisgmp.Quittance{}, fmt.Errorf("%w: %s answered for accrual %q, not %q", gisgmp.ErrUnavailable, c.name, a.UIN, uin)
 	}
-	q := gisgmp.Quittance{Payments: make([]gisgmp.QuittancePayment, 0, len(a.Payments))}
+	q := gisgmp.Quittance{Payments: make([]gisgmp.QuittancePayment, 0, len(a.Payments)), Settled: a.Settled}
 	for _, p := range a.Payments {
 		q.Payments = append(q.Payments, gisgmp.QuittancePayment{PaymentID: p.PaymentID, Amount: p.Amount, Annulled: p.Annulled})
 	}

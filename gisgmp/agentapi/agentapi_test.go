@@ -243,3 +243,24 @@ func TestTransportFailures(t *testing.T) {
 	_, _, err = c.Lookup(ctx2, "p1")
 	require.ErrorIs(t, err, gisgmp.ErrUnavailable, "a read that fails did nothing")
 }
+
+// The registry's own verdict that an accrual is settled (a fine paid at
+// its discount before the deadline) reaches rebill with the payments.
+func TestSettledAccrualIsReported(t *testing.T) {
+	t.Parallel()
+	fake := agentfake.New()
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	c, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: srv.URL})
+	require.NoError(t, err)
+	const uin = "18810142200817004923"
+	fake.PaidOutside(uin, 50000)
+	q, err := c.Quittance(context.Background(), uin)
+	require.NoError(t, err)
+	require.False(t, q.Settled)
+	require.Len(t, q.Payments, 1)
+	fake.Settle(uin)
+	q, err = c.Quittance(context.Background(), uin)
+	require.NoError(t, err)
+	require.True(t, q.Settled)
+}

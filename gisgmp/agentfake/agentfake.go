@@ -65,6 +65,7 @@ type Fake struct {
 	payments map[string]*Entry
 	order    []string
 	outside  int
+	settled  map[string]bool
 	calls    int
 }
 
@@ -94,6 +95,18 @@ func (f *Fake) PaidOutside(uin string, amount int64) string {
 	id := fmt.Sprintf("outside-%d", f.outside)
 	f.add(&Entry{PaymentID: id, UIN: uin, Amount: amount, Status: "accepted", Outside: true})
 	return id
+}
+
+// Settle makes the fake report the accrual uin settled (paid in full in
+// the registry's judgement, as GIS GMP judges a fine paid at its discount
+// before the deadline).
+func (f *Fake) Settle(uin string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.settled == nil {
+		f.settled = map[string]bool{}
+	}
+	f.settled[uin] = true
 }
 
 // Ledger lists the payments, oldest first.
@@ -284,7 +297,7 @@ func (f *Fake) quittance(w http.ResponseWriter, uin string) {
 			payments = append(payments, payment{PaymentID: e.PaymentID, Amount: e.Amount, Annulled: e.Status == "annulled"})
 		}
 	}
-	answer(w, http.StatusOK, map[string]any{"uin": uin, "payments": payments})
+	answer(w, http.StatusOK, map[string]any{"uin": uin, "payments": payments, "settled": f.settled[uin]})
 }
 
 func (f *Fake) serveFaults(w http.ResponseWriter, r *http.Request) {
