@@ -203,15 +203,58 @@ func (g simGateway) Quittance(ctx context.Context, uin string) (Quittance, error
 	if err := g.reachable(ctx); err != nil {
 		return Quittance{}, err
 	}
-	rows, err := g.pool.Query(ctx, `SELECT payment_id, amount, status = 'annulled' FROM dev_registry_ledger WHERE uin = $1 ORDER BY seq`, uin)
+	rows, err := g.pool.Query(ctx, `SELECT payment_id, amount, status = 'annulled', at FROM dev_registry_ledger WHERE uin = $1 ORDER BY seq`, uin)
 	if err != nil {
 		return Quittance{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
 	}
-	payments, err := pgx.CollectRows(rows, pgx.RowToStructByPos[QuittancePayment])
-	if err != nil {
+	var q Quittance
+	var paid []time.Time
+	var p QuittancePayment
+	var at time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&p.PaymentID, &p.Amount, &p.Annulled, &at}, func() error {
+		q.Payments = append(q.Payments, p)
+		paid = append(paid, at)
+		return nil
+	}); err != nil {
 		return Quittance{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
 	}
-	return Quittance{Payments: payments}, nil
+	if q.Settled, err = g.settled(ctx, uin, q.Payments, paid); err != nil {
+		return Quittance{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+	}
+	return q, nil
+}
+
+// settled judges the accrual uin paid in full as GIS GMP would, by the
+// fine's own rules: its standing payments, in the book's order, reach its
+// full price, or its discounted price by payments made before the
+// discount ended. The simulated registry knows the accrual from the
+// fine's bill in rebill's database (dev mode only), as the real registry
+// knows it from the authority that issued it; one it does not know is
+// never settled.
+func (g simGateway) settled(ctx context.Context, uin string, payments []QuittancePayment, paid []time.Time) (bool, error) {
+	var amount int64
+	var discounted *int64
+	var discountEnds *time.Time
+	err := g.pool.QueryRow(ctx, `SELECT amount, discounted_amount,
+			(discount_deadline + 1)::timestamp AT TIME ZONE 'Europe/Moscow'
+		FROM bills WHERE identity = 'uin:' || $1 ORDER BY received_at LIMIT 1`, uin).Scan(&amount, &discounted, &discountEnds)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("the accrual of %s: %w", uin, err)
+	}
+	var sum int64
+	for i, p := range payments {
+		if p.Annulled {
+			continue
+		}
+		sum += p.Amount
+		if sum >= amount || (discounted != nil && discountEnds != nil && paid[i].Before(*discountEnds) && sum >= *discounted) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // reachable fails a read while the gateway is down; reads ignore the other

@@ -131,3 +131,28 @@ func TestLapsedFineHoldIsPostedAgainOnlyAfterItsPostingIsAnnulled(t *testing.T) 
 	}
 	require.Equal(t, 1, standing, "one payment stands at the registry")
 }
+
+// A fine paid elsewhere at its discount before the deadline is paid, even
+// when rebill can only ask after the deadline (the registry was down), when
+// the discounted amount no longer covers the price: the registry judges it
+// settled, and nothing is charged.
+func TestFinePaidAtItsDiscountElsewhereIsSettledWheneverRebillAsks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	start := b.autopayStart(t)
+	enr := b.createFinesEnrollment(t, "tok_ok", 500000)
+	id := uin(35)
+	b.call(t, http.MethodPost, "/v1/dev/registry/paid", map[string]any{"uin": id, "amount": 50000})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"down": true})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"down": true})
+	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
+	require.Eventually(t, func() bool {
+		cs := b.enrollmentCharges(t, enr)
+		return len(cs) == 1 && cs[0]["failure_code"] == "registry_unavailable"
+	}, 30*time.Second, 20*time.Millisecond, "the attempt waits for the registry")
+	b.call(t, http.MethodPost, "/v1/dev/clock", map[string]any{"now": "2027-03-22T09:00:00Z"}) // past the deadline
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"down": false})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"down": false})
+	b.waitBill(t, enr, id, "paid_elsewhere")
+	require.Empty(t, opsFor(b.ledger(t, "sim1"), enr+":"+id), "the other half is never charged")
+}
