@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"strconv"
 	"time"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/rebill/rebill/internal/mtls"
 )
@@ -95,49 +92,22 @@ func LoadBillSourcesFile(path string, getenv func(string) string) ([]BillSource,
 
 // ParseBillSources is LoadBillSourcesFile on the file's contents.
 func ParseBillSources(raw []byte, getenv func(string) string) ([]BillSource, error) {
-	data, err := yaml.YAMLToJSON(raw)
-	if err != nil {
-		return nil, fmt.Errorf("bill sources file is neither JSON nor YAML: %w", err)
-	}
-	var entries []json.RawMessage
-	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&entries); err != nil {
-		return nil, fmt.Errorf("bill sources file: want a list of bill sources: %w", err)
-	}
-	if len(entries) == 0 {
-		return nil, errors.New("bill sources file: the list is empty")
-	}
-	out := make([]BillSource, 0, len(entries))
-	names := map[string]int{}
-	bills := map[string]string{}
-	var errs []error
-	for i, raw := range entries {
-		s, entryErrs := parseBillSource(raw, getenv)
-		where := fmt.Sprintf("bill source #%d", i+1)
-		if s.Name != "" {
-			where = fmt.Sprintf("bill source %q", s.Name)
-		}
-		if first, dup := names[s.Name]; dup && s.Name != "" {
-			entryErrs = append(entryErrs, fmt.Errorf("name: already used by bill source #%d", first+1))
-		} else {
-			names[s.Name] = i
-		}
-		if other, taken := bills[s.Bills]; taken && s.Bills != "" {
-			entryErrs = append(entryErrs, fmt.Errorf("bills: %s bills already come from bill source %s (at most one source per kind of bill)",
-				s.Bills, other))
-		} else if s.Bills != "" {
-			bills[s.Bills] = where[len("bill source "):]
-		}
-		for _, err := range entryErrs {
-			errs = append(errs, fmt.Errorf("%s: %w", where, err))
-		}
-		if len(entryErrs) == 0 {
-			out = append(out, s)
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return out, nil
+	bills := map[string]string{} // the kind of bill of each source read so far
+	return entryList[BillSource]{file: "bill sources file", noun: "bill source", plural: "bill sources",
+		parse: func(raw json.RawMessage) (BillSource, string, []error) {
+			s, errs := parseBillSource(raw, getenv)
+			return s, s.Name, errs
+		},
+		across: func(s BillSource, where string) []error {
+			if other, taken := bills[s.Bills]; taken && s.Bills != "" {
+				return []error{fmt.Errorf("bills: %s bills already come from bill source %s (at most one source per kind of bill)",
+					s.Bills, other)}
+			}
+			if s.Bills != "" {
+				bills[s.Bills] = where[len("bill source "):]
+			}
+			return nil
+		}}.read(raw)
 }
 
 // decodeBillSource decodes an entry field by field, so that every bad

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,8 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/rebill/rebill/internal/validate"
 )
@@ -104,43 +101,11 @@ func prefixLines(prefix string, err error) error {
 // whole file before it answers: the error has one line per fault, each
 // naming the entry and the field, so that one start reports them all.
 func ParseGateways(raw []byte, getenv func(string) string) ([]Gateway, error) {
-	data, err := yaml.YAMLToJSON(raw)
-	if err != nil {
-		return nil, fmt.Errorf("gateways file is neither JSON nor YAML: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var entries []json.RawMessage
-	if err := dec.Decode(&entries); err != nil {
-		return nil, fmt.Errorf("gateways file: want a list of gateways: %w", err)
-	}
-	if len(entries) == 0 {
-		return nil, errors.New("gateways file: the list is empty")
-	}
-	out := make([]Gateway, 0, len(entries))
-	seen := map[string]int{}
-	var errs []error
-	for i, raw := range entries {
-		g, entryErrs := parseEntry(raw, getenv)
-		where := fmt.Sprintf("gateway #%d", i+1)
-		if g.Name != "" {
-			where = fmt.Sprintf("gateway %q", g.Name)
-		}
-		for _, err := range entryErrs {
-			errs = append(errs, fmt.Errorf("%s: %w", where, err))
-		}
-		if first, dup := seen[g.Name]; dup && g.Name != "" {
-			errs = append(errs, fmt.Errorf("%s: name: already used by gateway #%d", where, first+1))
-		} else {
-			seen[g.Name] = i
-		}
-		if len(entryErrs) == 0 {
-			out = append(out, g)
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return out, nil
+	return entryList[Gateway]{file: "gateways file", noun: "gateway", plural: "gateways",
+		parse: func(raw json.RawMessage) (Gateway, string, []error) {
+			g, errs := parseEntry(raw, getenv)
+			return g, g.Name, errs
+		}}.read(raw)
 }
 
 // entryFields are the fields of an entry, as gatewayEntry names them.

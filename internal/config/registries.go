@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/rebill/rebill/internal/mtls"
 )
 
@@ -105,50 +103,24 @@ func LoadRegistriesFile(path string, getenv func(string) string, dev bool) ([]Re
 
 // ParseRegistries is LoadRegistriesFile on the file's contents.
 func ParseRegistries(raw []byte, getenv func(string) string, dev bool) ([]Registry, error) {
-	data, err := yaml.YAMLToJSON(raw)
-	if err != nil {
-		return nil, fmt.Errorf("registry file is neither JSON nor YAML: %w", err)
-	}
-	var entries []json.RawMessage
-	if err := json.Unmarshal(data, &entries); err != nil {
-		return nil, fmt.Errorf("registry file: want a list of registry gateways: %w", err)
-	}
-	if len(entries) == 0 {
-		return nil, errors.New("registry file: the list is empty")
-	}
-	out := make([]Registry, 0, len(entries))
-	seen := map[string]int{}
-	var errs []error
-	var first *Registry // the first entry whose payment_id the others must match
+	var first *Registry // the first entry, whose payment_id the others must match
 	firstWhere := ""
-	for i, raw := range entries {
-		r, entryErrs := parseRegistryEntry(raw, getenv, dev)
-		where := fmt.Sprintf("registry #%d", i+1)
-		if r.Name != "" {
-			where = fmt.Sprintf("registry %q", r.Name)
-		}
-		if first == nil {
-			first, firstWhere = &r, where
-		} else if r.PaymentID != first.PaymentID {
-			entryErrs = append(entryErrs, fmt.Errorf("payment_id: %s differs from %s's %s: every entry must derive the same "+
-				"identifiers, since a posting's retry may go through any of them", r.PaymentID, firstWhere, first.PaymentID))
-		}
-		for _, err := range entryErrs {
-			errs = append(errs, fmt.Errorf("%s: %w", where, err))
-		}
-		if at, dup := seen[r.Name]; dup && r.Name != "" {
-			errs = append(errs, fmt.Errorf("%s: name: already used by registry #%d", where, at+1))
-		} else {
-			seen[r.Name] = i
-		}
-		if len(entryErrs) == 0 {
-			out = append(out, r)
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return out, nil
+	return entryList[Registry]{file: "registry file", noun: "registry", plural: "registry gateways",
+		parse: func(raw json.RawMessage) (Registry, string, []error) {
+			r, errs := parseRegistryEntry(raw, getenv, dev)
+			return r, r.Name, errs
+		},
+		across: func(r Registry, where string) []error {
+			if first == nil {
+				first, firstWhere = &r, where
+				return nil
+			}
+			if r.PaymentID != first.PaymentID {
+				return []error{fmt.Errorf("payment_id: %s differs from %s's %s: every entry must derive the same "+
+					"identifiers, since a posting's retry may go through any of them", r.PaymentID, firstWhere, first.PaymentID)}
+			}
+			return nil
+		}}.read(raw)
 }
 
 func (p RegistryPaymentID) String() string {
