@@ -201,20 +201,28 @@ func parseEntry(raw json.RawMessage, getenv func(string) string) (Gateway, []err
 	if g.Timeout, err = positiveDuration(e.Timeout); err != nil {
 		bad("timeout", "%v", err)
 	}
-	g.Secrets = map[string]string{}
-	for _, name := range sortedKeys(e.Credentials) {
-		env := e.Credentials[name]
-		// The variable's value is never put in a message: only its name.
+	g.Secrets = readSecrets(e.Credentials, getenv, bad)
+	return g, errs
+}
+
+// readSecrets reads the value of each credential from the environment
+// variable it names, reporting through bad a credential that names none or
+// one that is not set. A value is never put in a message: only its
+// variable's name.
+func readSecrets(credentials map[string]string, getenv func(string) string, bad func(field, format string, args ...any)) map[string]string {
+	secrets := map[string]string{}
+	for _, name := range sortedKeys(credentials) {
+		env := credentials[name]
 		switch value := getenv(env); {
 		case env == "":
 			bad("credentials."+name, "want the name of the environment variable that holds it")
 		case value == "":
 			bad("credentials."+name, "environment variable %s is not set or empty", env)
 		default:
-			g.Secrets[name] = value
+			secrets[name] = value
 		}
 	}
-	return g, errs
+	return secrets
 }
 
 // fieldError turns encoding/json's message about field into one that

@@ -217,19 +217,7 @@ func parseRegistryEntry(raw json.RawMessage, getenv func(string) string, dev boo
 	if r.Timeout, err = positiveDuration(e.Timeout); err != nil {
 		bad("timeout", "%v", err)
 	}
-	r.Secrets = map[string]string{}
-	for _, name := range sortedKeys(e.Credentials) {
-		env := e.Credentials[name]
-		// The variable's value is never put in a message: only its name.
-		switch value := getenv(env); {
-		case env == "":
-			bad("credentials."+name, "want the name of the environment variable that holds it")
-		case value == "":
-			bad("credentials."+name, "environment variable %s is not set or empty", env)
-		default:
-			r.Secrets[name] = value
-		}
-	}
+	r.Secrets = readSecrets(e.Credentials, getenv, bad)
 	if e.TLS != nil && e.Kind != RegistrySim {
 		r.TLSFiles = *e.TLS
 		if !r.TLSFiles.Empty() {
