@@ -150,14 +150,25 @@ func (a *Autopay) Scan(ctx context.Context, now time.Time) (ScanResult, error) {
 }
 
 // PullArgs pulls every bill source.
-type PullArgs struct{}
+type PullArgs struct {
+	// While, when set, is the pull job that was running when this one was
+	// asked for (a bill was published): that one may have read the source
+	// before the bill was there, so this one is queued beside it rather
+	// than absorbed by it. Zero for the periodic pull.
+	While int64 `json:"while,omitempty" river:"unique"`
+}
 
 // Kind names the job in River.
 func (PullArgs) Kind() string { return "bills_pull" }
 
-// InsertOpts allows one pending or running pull.
+// InsertOpts allows one pending or running pull per While: a trigger
+// while a pull runs queues one more (see While). Two pulls side by side
+// are safe: bills are stored once, and the cursor only moves up, under its
+// row lock.
 func (PullArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: riverjob.OneAtATime()}
+	unique := riverjob.OneAtATime()
+	unique.ByArgs = true
+	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: unique}
 }
 
 // PullWorker runs PullArgs jobs.

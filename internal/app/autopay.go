@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/api"
@@ -178,9 +179,18 @@ func autopayPeriodicJobs(cfg config.Config, registryConfigured bool) []*river.Pe
 }
 
 // billsMoved pulls the bill sources and scans bills at once: the dev
-// clock moved, or a bill was published.
+// clock moved, or a bill was published. A pull already running may have
+// read the sources before the change, so the pull asked for here is
+// queued beside it (PullArgs.While).
 func billsMoved(ctx context.Context, jobs *river.Client[pgx.Tx], log zerolog.Logger) {
-	params := []river.InsertManyParams{{Args: autopay.PullArgs{}}, {Args: autopay.ScanArgs{}}, {Args: gisgmp.SweepArgs{}}}
+	pull := autopay.PullArgs{}
+	running, err := jobs.JobList(ctx, river.NewJobListParams().Kinds(pull.Kind()).States(rivertype.JobStateRunning).First(1))
+	if err != nil {
+		log.Error().Err(err).Msg("look for a running bill pull")
+	} else if len(running.Jobs) > 0 {
+		pull.While = running.Jobs[0].ID
+	}
+	params := []river.InsertManyParams{{Args: pull}, {Args: autopay.ScanArgs{}}, {Args: gisgmp.SweepArgs{}}}
 	if _, err := jobs.InsertMany(ctx, params); err != nil {
 		log.Error().Err(err).Msg("enqueue bill pull and scan")
 	}
