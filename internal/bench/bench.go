@@ -126,6 +126,11 @@ func Run(ctx context.Context, o Options) error {
 	n := float64(res.Charges)
 	fmt.Fprintf(o.Out, "commits per charge:      %8.2f (rebill's database; the simulator has its own)\n",
 		float64(after.Commits-before.Commits)/n)
+	if upd := after.ChargeUpdates - before.ChargeUpdates; upd > 0 {
+		hot := after.ChargeHOTUpdates - before.ChargeHOTUpdates
+		fmt.Fprintf(o.Out, "charges updates HOT:     %8.1f %% (%d of %d updates heap-only; %.2f updates per charge)\n",
+			100*float64(hot)/float64(upd), hot, upd, float64(upd)/n)
+	}
 	if counted {
 		fmt.Fprintf(o.Out, "statements per charge:   %8.2f (%.2f of them INSERT/UPDATE/DELETE; BEGIN/COMMIT not counted)\n",
 			float64(after.Statements-before.Statements)/n, float64(after.Writes-before.Writes)/n)

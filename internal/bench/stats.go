@@ -116,6 +116,10 @@ type dbStats struct {
 	Commits    int64 // transactions committed (pg_stat_database)
 	Statements int64 // statements run, BEGIN/COMMIT/ROLLBACK not counted (pg_stat_statements)
 	Writes     int64 // of which INSERT, UPDATE, DELETE (or a WITH that may write)
+	// Updates of the charges table (pg_stat_user_tables), and how many of
+	// them were heap-only (HOT): an update that changes no indexed column
+	// and fits on its page touches no index.
+	ChargeUpdates, ChargeHOTUpdates int64
 }
 
 // statementStatsOn reports whether pg_stat_statements can be read: the
@@ -139,6 +143,10 @@ func readStats(ctx context.Context, pool *pgxpool.Pool, db string, statements bo
 	}
 	if err := pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, db).Scan(&s.Commits); err != nil {
 		return s, fmt.Errorf("read commits of %s: %w", db, err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(n_tup_upd), 0)::bigint, coalesce(sum(n_tup_hot_upd), 0)::bigint
+		FROM pg_stat_user_tables WHERE relname = 'charges'`).Scan(&s.ChargeUpdates, &s.ChargeHOTUpdates); err != nil {
+		return s, fmt.Errorf("read updates of charges in %s: %w", db, err)
 	}
 	if !statements {
 		return s, nil
