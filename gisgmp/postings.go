@@ -218,7 +218,7 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 	// fine paid at a bank since the attempt was priced is not posted.
 	paid, err := p.paidOutside(ctx, c, true)
 	if err != nil {
-		return p.retryOrGiveUp(ctx, job, ps, c, err)
+		return p.waitToAskAgain(job, c, err)
 	}
 	if paid.Settled || paid.Amount > c.PaidOutside {
 		return p.outpaid(ctx, job, ps, c, paid.Amount)
@@ -377,6 +377,25 @@ func (p *Poster) tooLate(ctx context.Context, job *river.Job[PostArgs], ps posti
 		return p.retryOrGiveUp(ctx, job, ps, c, err)
 	}
 	return nil
+}
+
+// waitToAskAgain waits for a registry that could not say, just before a
+// posting, what was paid outside rebill: nothing is posted without the
+// answer, and the wait alone never fails the posting (the job runs again
+// in time for the hold's last moment to be posted, PostBy, past which the
+// hold is released). An error other than the registry's is returned.
+func (p *Poster) waitToAskAgain(job *river.Job[PostArgs], c charges.Charge, cause error) error {
+	if !errors.Is(cause, ErrUnavailable) {
+		metrics.Retry("posting", metrics.RetryError)
+		return fmt.Errorf("ask the registry again before posting: %w", cause)
+	}
+	metrics.Retry("posting", metrics.RetryRegistryUnavailable)
+	now := p.Clock.Now()
+	delay := p.Retry.Delay(max(job.Attempt, 1))
+	if by, ok := charges.PostBy(p.Holds, c); ok && by.After(now) {
+		delay = max(min(delay, by.Sub(now)), time.Second)
+	}
+	return river.JobSnooze(delay)
 }
 
 // outpaid releases c's hold, unposted, because paid was found paid

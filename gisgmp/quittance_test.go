@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertest"
 	"github.com/rs/zerolog"
@@ -110,4 +111,25 @@ func TestPaidOutside(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, asked, "not asked while rebill's own posting stands")
 	require.Equal(t, charges.OutsidePaid{Amount: 40}, paid, "what the charge last recorded stands")
+}
+
+// A registry that cannot say, just before a posting, what was paid
+// elsewhere delays the posting: nothing is posted blind, and the posting
+// waits rather than failing.
+func TestPostingWaitsForTheRegistryToAnswerAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupTooLate(ctx, t)
+	b.gw.QuittanceFunc = func(context.Context, string) (gisgmp.Quittance, error) {
+		return gisgmp.Quittance{}, gisgmp.ErrUnavailable
+	}
+	b.clk.Set(start.Add(time.Hour))
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	res, err := b.worker.Work(ctx, t, tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+	require.NoError(t, err)
+	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
+	require.Empty(t, b.gw.callsOf("post"), "nothing is posted without the answer")
+	require.Equal(t, gisgmp.StatusPosting, b.status(ctx, t), "the posting waits, not failed")
 }
