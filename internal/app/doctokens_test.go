@@ -137,14 +137,19 @@ func (p *poller) last() observation {
 }
 
 // statuses are the distinct statuses seen in order.
+// statuses are the statuses the client saw, one per change: the same
+// status under a new attempt is a change too (a poller may miss the new
+// attempt's brief steps before it).
 func (p *poller) statuses() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []string
-	for _, o := range p.seen {
-		if len(out) == 0 || out[len(out)-1] != o.Status {
+	var last observation
+	for i, o := range p.seen {
+		if i == 0 || last.Status != o.Status || last.Attempt != o.Attempt {
 			out = append(out, o.Status)
 		}
+		last = o
 	}
 	return out
 }
