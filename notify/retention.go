@@ -18,7 +18,8 @@ import (
 
 // Retention defaults.
 const (
-	// RetentionBatch is how many events one transaction deletes.
+	// RetentionBatch is how many events one transaction reads, and so
+	// deletes at most.
 	RetentionBatch = 1000
 	// retentionBatchesPerRun bounds one run of the job, so that it never
 	// holds a worker long enough to look stuck; a run that stops with
@@ -48,39 +49,48 @@ type Purged struct {
 }
 
 // DeleteOldEvents deletes the events created before cutoff, with their
-// delivery attempts, in transactions of at most batch events (at most
-// maxBatches of them; 0: until none is left), and returns how many events
-// and attempts it deleted. An event with a delivery still pending (its
-// webhook_deliver job queued, running or waiting for a retry) is kept, so
-// that no delivery loses its event; so is an event another transaction
-// holds locked. Every delivery of a deleted event is over, so all its
-// attempts are history and go with it: the foreign key needs no less.
+// delivery attempts, reading at most batch events per transaction (at most
+// maxBatches transactions; 0: until none is left), and returns how many
+// events and attempts it deleted. An event with a delivery still pending
+// (its webhook_deliver job queued, running or waiting for a retry) is
+// kept, so that no delivery loses its event; so is an event another
+// transaction holds locked. Every delivery of a deleted event is over, so
+// all its attempts are history and go with it: the foreign key needs no
+// less.
 //
-// Event ids are UUIDv7, in creation order: only ids made before cutoff
-// are read, so that the last batch stops at the cutoff instead of reading
-// every event kept. An event whose id was made after its created_at (a
-// transition timestamped at the start of a long transaction) goes on a
-// later run, never before cutoff.
+// Each transaction reads the next batch events in id order from where the
+// last one stopped, so that a batch costs the same however many events
+// are left or kept. Event ids are UUIDv7, in creation order: only ids made
+// before cutoff are read, so the last batch stops at the cutoff instead
+// of reading every event kept. An event whose id was made after its
+// created_at (a transition timestamped at the start of a long
+// transaction) goes on a later run, never before cutoff.
 func DeleteOldEvents(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, batch, maxBatches int) (Purged, error) {
 	if batch <= 0 {
 		batch = RetentionBatch
 	}
 	bound := idBefore(cutoff)
 	var done Purged
+	var after uuid.UUID // the last id read
 	for i := 0; maxBatches <= 0 || i < maxBatches; i++ {
-		var n, m int64
+		var read, n, m int64
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			// The batch is read first, in index order, so that the
+			// pending deliveries are matched against it alone.
 			var ids []uuid.UUID
-			rows, err := tx.Query(ctx, `SELECT e.id FROM events e
-				WHERE e.id < $1 AND e.created_at < $2
-				  AND NOT EXISTS (SELECT 1 FROM river_job j
-					WHERE j.kind = 'webhook_deliver' AND j.state IN `+pendingDeliveryStates+`
-					  AND j.args->>'event_id' = e.id::text)
-				ORDER BY e.id LIMIT $3 FOR UPDATE OF e SKIP LOCKED`, bound, cutoff.UTC(), batch)
+			err := tx.QueryRow(ctx, `WITH batch AS MATERIALIZED (
+					SELECT id, created_at FROM events WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
+				), doomed AS (
+					SELECT e.id FROM events e JOIN batch b ON b.id = e.id
+					WHERE b.created_at < $4
+					  AND NOT EXISTS (SELECT 1 FROM river_job j
+						WHERE j.kind = 'webhook_deliver' AND j.state IN `+pendingDeliveryStates+`
+						  AND j.args->>'event_id' = e.id::text)
+					FOR UPDATE OF e SKIP LOCKED
+				)
+				SELECT (SELECT count(*) FROM batch), coalesce((SELECT id FROM batch ORDER BY id DESC LIMIT 1), $1),
+					array(SELECT id FROM doomed)`, after, bound, batch, cutoff.UTC()).Scan(&read, &after, &ids)
 			if err != nil {
-				return fmt.Errorf("find events before %s: %w", cutoff.UTC().Format(time.RFC3339), err)
-			}
-			if ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
 				return fmt.Errorf("find events before %s: %w", cutoff.UTC().Format(time.RFC3339), err)
 			}
 			if len(ids) == 0 {
@@ -103,7 +113,7 @@ func DeleteOldEvents(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, 
 		done.Events, done.Attempts = done.Events+n, done.Attempts+m
 		metrics.RetentionDeleted.WithLabelValues(TableEvents).Add(float64(n))
 		metrics.RetentionDeleted.WithLabelValues(TableAttempts).Add(float64(m))
-		if n < int64(batch) {
+		if read < int64(batch) {
 			return done, nil
 		}
 	}
