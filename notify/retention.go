@@ -23,7 +23,7 @@ const (
 	RetentionBatch = 1000
 	// retentionBatchesPerRun bounds one run of the job, so that it never
 	// holds a worker long enough to look stuck; a run that stops with
-	// more to delete snoozes and goes on at once.
+	// more to read snoozes and goes on a second later.
 	retentionBatchesPerRun = 50
 )
 
@@ -44,7 +44,7 @@ const pendingDeliveryStates = `('available', 'pending', 'retryable', 'running', 
 // Purged is what one DeleteOldEvents call deleted.
 type Purged struct {
 	Events, Attempts int64
-	// More: it stopped at its batches' bound with events left to delete.
+	// More: it stopped at maxBatches with events left to read.
 	More bool
 }
 
@@ -84,12 +84,12 @@ func DeleteOldEvents(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time, 
 					SELECT e.id FROM events e JOIN batch b ON b.id = e.id
 					WHERE b.created_at < $4
 					  AND NOT EXISTS (SELECT 1 FROM river_job j
-						WHERE j.kind = 'webhook_deliver' AND j.state IN `+pendingDeliveryStates+`
+						WHERE j.kind = $5 AND j.state IN `+pendingDeliveryStates+`
 						  AND j.args->>'event_id' = e.id::text)
 					FOR UPDATE OF e SKIP LOCKED
 				)
 				SELECT (SELECT count(*) FROM batch), coalesce((SELECT id FROM batch ORDER BY id DESC LIMIT 1), $1),
-					array(SELECT id FROM doomed)`, after, bound, batch, cutoff.UTC()).Scan(&read, &after, &ids)
+					array(SELECT id FROM doomed)`, after, bound, batch, cutoff.UTC(), DeliverArgs{}.Kind()).Scan(&read, &after, &ids)
 			if err != nil {
 				return fmt.Errorf("find events before %s: %w", cutoff.UTC().Format(time.RFC3339), err)
 			}
