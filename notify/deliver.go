@@ -147,6 +147,15 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		return river.JobSnooze(time.Second)
 	}
 	defer w.release(job.Args.EndpointID)
+	event, err := GetEvent(ctx, w.Pool, job.Args.EventID, "")
+	if errors.Is(err, ErrNotFound) {
+		// The retention deleted it in the instant between a redelivery's
+		// check and its commit: there is nothing left to send.
+		return river.JobCancel(fmt.Errorf("event %s is no longer kept: %w", FormatID(job.Args.EventID), err))
+	}
+	if err != nil {
+		return fmt.Errorf("load event: %w", err)
+	}
 	secrets, err := w.openSecrets(job.Args.EndpointID, sealed, sealedPrevious)
 	if err != nil {
 		// A node without the key that sealed it (REBILL_ENCRYPTION_KEY
@@ -160,10 +169,6 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		}
 		metrics.WebhookDeliveries.WithLabelValues(OutcomeFailed).Inc()
 		return river.JobCancel(err)
-	}
-	event, err := GetEvent(ctx, w.Pool, job.Args.EventID, "")
-	if err != nil {
-		return fmt.Errorf("load event: %w", err)
 	}
 	body, err := json.Marshal(event.Body())
 	if err != nil {

@@ -110,6 +110,9 @@ func zeroMetrics(gateways []fleet.GatewayStatus, reseal []vault.Step) {
 	for _, outcome := range notify.Outcomes {
 		metrics.WebhookDeliveries.WithLabelValues(outcome)
 	}
+	for _, table := range notify.RetentionTables {
+		metrics.RetentionDeleted.WithLabelValues(table)
+	}
 	for _, limit := range []velocity.Limit{velocity.Creations, velocity.PaymentMethodChanges, velocity.Declines} {
 		metrics.VelocityLimited.WithLabelValues(limit.Name)
 	}

@@ -235,6 +235,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	deliver.PerEndpoint = max(2, cfg.WebhookWorkers/4)
 	river.AddWorker(workers, deliver)
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
+	river.AddWorker(workers, &notify.RetentionWorker{Pool: pool, Clock: svc.Clock, Keep: cfg.EventsRetention})
 	river.AddWorker(workers, &scheduler.ScanWorker{Renewals: renewals})
 	svc.reseal = resealSteps(pool, tokens)
 	river.AddWorker(workers, &vault.ResealWorker{Steps: svc.reseal, Batch: resealBatch})
@@ -382,7 +383,8 @@ func withMaxConns(cfg *pgxpool.Config, maxConns int32) *pgxpool.Config {
 }
 
 // periodicJobs are enqueued by River's leader only. A zero scan interval
-// (the benchmark, which scans by hand) leaves the billing scan out.
+// (the benchmark, which scans by hand) leaves the billing scan out; the
+// events retention runs only when REBILL_EVENTS_RETENTION is set.
 func periodicJobs(cfg config.Config) []*river.PeriodicJob {
 	jobs := []*river.PeriodicJob{
 		river.NewPeriodicJob(river.PeriodicInterval(10*time.Minute),
@@ -394,6 +396,11 @@ func periodicJobs(cfg config.Config) []*river.PeriodicJob {
 		jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ScanInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return scheduler.ScanArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "billing_scan", RunOnStart: true}))
+	}
+	if cfg.EventsRetention > 0 {
+		jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
+			func() (river.JobArgs, *river.InsertOpts) { return notify.RetentionArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "events_retention", RunOnStart: true}))
 	}
 	return jobs
 }

@@ -58,6 +58,8 @@ type Config struct {
 	WebhookAllowPrivate bool
 	WebhookWorkers      int
 	UpcomingNotice      time.Duration
+	// EventsRetention: events older than this are deleted (0: kept forever).
+	EventsRetention time.Duration
 	// MetricsAddr, when set, serves /metrics there instead of on Addr.
 	MetricsAddr string
 	// OTLPEndpoint, when set, exports traces there (OTLP over HTTP).
@@ -219,6 +221,8 @@ var variables = []variable{
 		intInto(func(c *Config) *int { return &c.WebhookWorkers })},
 	{"REBILL_UPCOMING_NOTICE", "72h", "charge.upcoming is published this long before each renewal",
 		durationInto(func(c *Config) *time.Duration { return &c.UpcomingNotice })},
+	{"REBILL_EVENTS_RETENTION", "", "events (GET /v1/events) older than this by the service clock are deleted with their webhook delivery attempts, hourly; a Go duration or days (400d), at least 396d (13 months, 9504h); an event whose delivery is not over is kept; empty or 0: events are kept forever",
+		func(c *Config, v string) (err error) { c.EventsRetention, err = parseRetention(v); return }},
 	{"REBILL_METRICS_ADDR", "", "listen address of /metrics (e.g. 127.0.0.1:9090); when set, REBILL_ADDR no longer serves /metrics, so it need not be public",
 		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318): traces of requests, jobs and gateway calls go to its /v1/traces; empty: no tracing. The other OTEL_EXPORTER_OTLP_* variables (headers, timeout) apply",
@@ -280,6 +284,33 @@ var variables = []variable{
 			c.StartupRetryFor = d
 			return nil
 		}},
+}
+
+// MinEventsRetention is 13 months, taken as 396 days (a year of 365 days
+// and a 31-day month): a year of events, with a month to spare for a
+// dispute about the oldest, is never deleted.
+const MinEventsRetention = 396 * 24 * time.Hour
+
+// parseRetention reads REBILL_EVENTS_RETENTION: a Go duration or whole
+// days ("400d"), at least MinEventsRetention; "0" is off, like empty.
+func parseRetention(v string) (time.Duration, error) {
+	if v == "0" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		var n int
+		n, err = strconv.Atoi(days)
+		d = time.Duration(n) * 24 * time.Hour
+		if n > math.MaxInt64/int(24*time.Hour) {
+			err = errors.New("too long")
+		}
+	}
+	if err != nil || d < MinEventsRetention {
+		return 0, fmt.Errorf("want at least 13 months, %dd (%dh), as days (400d) or a Go duration (9600h); empty or 0 keeps events forever",
+			int(MinEventsRetention.Hours()/24), int(MinEventsRetention.Hours()))
+	}
+	return d, nil
 }
 
 func countInto(field func(*Config) *int) func(*Config, string) error {

@@ -38,6 +38,14 @@ var (
 	})
 )
 
+// RetentionDeleted counts the rows the events retention
+// (REBILL_EVENTS_RETENTION) deleted, by table (notify.RetentionTables):
+// the events and their delivery attempts.
+var RetentionDeleted = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "rebill_retention_deleted_total",
+	Help: "Rows deleted by the events retention (REBILL_EVENTS_RETENTION), by table (events, webhook_attempts).",
+}, []string{"table"})
+
 // The billing scan's heartbeat: an alert fires when no node has finished a
 // scan for three intervals.
 var (
