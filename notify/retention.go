@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
@@ -38,8 +40,10 @@ const (
 var RetentionTables = []string{TableEvents, TableAttempts}
 
 // pendingDeliveryStates are the River states of a delivery not over yet:
-// queued, waiting for its retry, or running.
-const pendingDeliveryStates = `('available', 'pending', 'retryable', 'running', 'scheduled')`
+// queued, waiting for its retry, or running, written from River's
+// constants.
+var pendingDeliveryStates = "('" + strings.Join([]string{string(rivertype.JobStateAvailable), string(rivertype.JobStatePending),
+	string(rivertype.JobStateRetryable), string(rivertype.JobStateRunning), string(rivertype.JobStateScheduled)}, "', '") + "')"
 
 // Purged is what one DeleteOldEvents call deleted.
 type Purged struct {
