@@ -193,16 +193,10 @@ func (g *Generator) registryFault(s Step) Step {
 // sees the payment), or while the card's gateway is down (the attempt
 // waits for the next one).
 func (g *Generator) paidElsewhere(s Step) Step {
-	var fines []int
-	for i, e := range g.enrs {
-		if e.kind == "fines" {
-			fines = append(fines, i)
-		}
-	}
-	if len(fines) == 0 {
+	i, ok := g.anyFines()
+	if !ok {
 		return Step{}
 	}
-	i := fines[g.rng.IntN(len(fines))]
 	how := g.rng.IntN(5)
 	if how == 1 && len(g.fines) > 0 {
 		f := g.fines[g.rng.IntN(len(g.fines))]
@@ -368,16 +362,10 @@ func (g *Generator) clockTo(s Step) Step {
 // the clock moves past the hold's lifetime. Later steps (or the drain)
 // bring them back.
 func (g *Generator) holdsOutliveGateway(s Step) Step {
-	var fines []int
-	for i, e := range g.enrs {
-		if e.kind == "fines" {
-			fines = append(fines, i)
-		}
-	}
-	if len(fines) == 0 {
+	i, ok := g.anyFines()
+	if !ok {
 		return Step{}
 	}
-	i := fines[g.rng.IntN(len(fines))]
 	registry := func(gw string, down bool) Step {
 		return Step{Kind: KindRegistryFault, Node: g.rng.IntN(2), Gateway: gw, Down: &down}
 	}
@@ -498,4 +486,18 @@ func (s Step) autopayString() string {
 		return fmt.Sprintf("clock to %s of bill %s of %s %+ds", s.Target, s.BillID, enr, s.Offset)
 	}
 	return s.Kind
+}
+
+// anyFines picks one of the fines enrollments, false when there is none.
+func (g *Generator) anyFines() (int, bool) {
+	var fines []int
+	for i, e := range g.enrs {
+		if e.kind == "fines" {
+			fines = append(fines, i)
+		}
+	}
+	if len(fines) == 0 {
+		return 0, false
+	}
+	return fines[g.rng.IntN(len(fines))], true
 }
