@@ -68,7 +68,8 @@ func (p *Poster) Forget(uin string) {
 // of the UIN stands accepted the registry is not asked (it would count
 // money rebill may still capture) and what the charge last recorded
 // stands. The registry's verdict that the accrual is settled is passed
-// on. It implements charges.OutsidePayments.
+// on unless one of rebill's own payments stands in it. It implements
+// charges.OutsidePayments.
 func (p *Poster) PaidOutside(ctx context.Context, c charges.Charge) (charges.OutsidePaid, error) {
 	return p.paidOutside(ctx, c, false)
 }
@@ -94,7 +95,17 @@ func (p *Poster) paidOutside(ctx context.Context, c charges.Charge, fresh bool) 
 	if err != nil {
 		return charges.OutsidePaid{}, err
 	}
-	return charges.OutsidePaid{Amount: q.PaidExcept(func(id string) bool { return own[id] }), Settled: q.Settled}, nil
+	// The registry's settled verdict counts every payment it holds: while
+	// one of rebill's own stands there (an attempt whose answer was lost,
+	// not yet annulled), the verdict may be rebill's own doing and says
+	// nothing of payments made elsewhere.
+	settled := q.Settled
+	for _, pay := range q.Payments {
+		if own[pay.PaymentID] && !pay.Annulled {
+			settled = false
+		}
+	}
+	return charges.OutsidePaid{Amount: q.PaidExcept(func(id string) bool { return own[id] }), Settled: settled}, nil
 }
 
 // ownStanding reports whether one of rebill's postings of uin stands

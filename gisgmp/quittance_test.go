@@ -133,3 +133,29 @@ func TestPostingWaitsForTheRegistryToAnswerAgain(t *testing.T) {
 	require.Empty(t, b.gw.callsOf("post"), "nothing is posted without the answer")
 	require.Equal(t, gisgmp.StatusPosting, b.status(ctx, t), "the posting waits, not failed")
 }
+
+// The registry's settled verdict counts rebill's own payments too: while
+// one of them stands there (an earlier attempt whose answer was lost),
+// the verdict is not taken for a payment made elsewhere.
+func TestSettledVerdictWithOwnPaymentStandingIsNotTaken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupTooLate(ctx, t)
+	poster := &gisgmp.Poster{Pool: b.pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{b.gw}, time.Second), Clock: b.clk,
+		Logger: zerolog.Nop()}
+	b.gw.QuittanceFunc = func(context.Context, string) (gisgmp.Quittance, error) {
+		return gisgmp.Quittance{Settled: true, Payments: []gisgmp.QuittancePayment{{PaymentID: b.id, Amount: 500}}}, nil
+	}
+	paid, err := poster.PaidOutside(ctx, b.charge)
+	require.NoError(t, err)
+	require.Equal(t, charges.OutsidePaid{}, paid, "settled by rebill's own payment: nothing paid elsewhere")
+
+	b.gw.QuittanceFunc = func(context.Context, string) (gisgmp.Quittance, error) {
+		return gisgmp.Quittance{Settled: true, Payments: []gisgmp.QuittancePayment{{PaymentID: b.id, Amount: 500, Annulled: true},
+			{PaymentID: "bank-1", Amount: 500}}}, nil
+	}
+	b.clk.Advance(gisgmp.QuittanceMaxAge)
+	paid, err = poster.PaidOutside(ctx, b.charge)
+	require.NoError(t, err)
+	require.Equal(t, charges.OutsidePaid{Amount: 500, Settled: true}, paid, "rebill's annulled, the bank's stands: settled elsewhere")
+}

@@ -140,7 +140,14 @@ func TestCrashMidChargingPaysEachBillOnce(t *testing.T) {
 	b.waitReady(t, 60*time.Second)
 	require.True(t, procEventually(t, 120*time.Second, func() bool {
 		return count(`SELECT count(*) FROM bills WHERE status = 'paid'`) == bills
-	}), "bills paid: %d of %d", count(`SELECT count(*) FROM bills WHERE status = 'paid'`), bills)
+	}), "bills paid: %d of %d; the others: %s", count(`SELECT count(*) FROM bills WHERE status = 'paid'`), bills,
+		func() string {
+			var out string
+			_ = db.QueryRow(ctx, `SELECT coalesce(string_agg(b.bill_id || ' ' || b.status || ' charge ' || coalesce(c.status, '-') ||
+					' ' || coalesce(c.failure_code, '') || ' a' || coalesce(c.attempt_count::text, '-') || ' ' || coalesce(c.review_reason, ''), '; '), '')
+				FROM bills b LEFT JOIN charges c ON c.id = b.charge_id WHERE b.status <> 'paid'`).Scan(&out)
+			return out
+		}())
 
 	require.Equal(t, bills, count(`SELECT count(*) FROM charges`), "one charge per bill")
 	require.Equal(t, bills, count(`SELECT count(*) FROM charges WHERE status = 'succeeded'`))
