@@ -68,6 +68,7 @@
 package charges
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -182,6 +183,21 @@ type Charge struct {
 	outsideRecheck bool   // the hold was voided because more was paid outside since
 	token          string // the attempt's payment token: sent to the gateway only
 	receipt        []byte // the fiscal receipt (gateway.Receipt as JSON), nil when none
+	experiments    string // the experiment arms that govern it, as the jsonb column's text
+}
+
+// Experiments are the arms of the experiments that govern c's policies,
+// by experiment key; nil when none. Decoded on demand: most charges are in
+// no experiment and most reads of a charge do not ask.
+func (c Charge) Experiments() map[string]string {
+	if c.experiments == "" || c.experiments == "{}" {
+		return nil
+	}
+	var rec map[string]string
+	if err := json.Unmarshal([]byte(c.experiments), &rec); err != nil {
+		return nil // the column only ever holds an object of strings
+	}
+	return rec
 }
 
 // Key is the charge's deterministic business key: its owner (the

@@ -1,6 +1,7 @@
 package charges
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
+	"github.com/rebill/rebill/experiments"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
 )
@@ -66,6 +68,9 @@ type Pipeline struct {
 	// Declines holds subscription charges for review once their customer
 	// reached the declines-per-day limit (nil: no limit).
 	Declines DeclineLimit
+	// Experiments vary the call timeout and the backoff of a charge whose
+	// record names a running gateway_timeout arm; nil runs none.
+	Experiments *experiments.Set
 
 	batchesOnce sync.Once
 	batches     *pipelineBatches
@@ -136,11 +141,41 @@ func (p *Pipeline) transitioned(c Charge, reason string) {
 	}
 }
 
+// timeoutArm is the gateway_timeout arm that governs c now.
+func (p *Pipeline) timeoutArm(c Charge) (experiments.Params, bool) {
+	if p.Experiments == nil {
+		return experiments.Params{}, false
+	}
+	_, arm, ok := p.Experiments.Governing(experiments.PolicyGatewayTimeout, c.Experiments(), p.Clock.Now())
+	return arm.Params, ok
+}
+
+// callTimeout bounds c's gateway calls: its arm's timeout, or its
+// gateway's own, or CallTimeout. The charge jobs' timeout allows for the
+// longest arm (experiments.Set.MaxTimeout).
+func (p *Pipeline) callTimeout(c Charge) time.Duration {
+	if arm, ok := p.timeoutArm(c); ok && arm.Timeout > 0 {
+		return arm.Timeout
+	}
+	return p.Gateways.Timeout(c.Gateway, p.CallTimeout)
+}
+
+// retry spaces the waits of c's steps on a gateway that did nothing: its
+// arm's backoff where the arm sets one.
+func (p *Pipeline) retry(c Charge) RetryPolicy {
+	r := p.Retry
+	if arm, ok := p.timeoutArm(c); ok {
+		r.Base, r.Max = cmp.Or(arm.RetryBase, r.Base), cmp.Or(arm.RetryMax, r.Max)
+		r.Max = max(r.Max, r.Base)
+	}
+	return r
+}
+
 // call runs one gateway call under its gateway's timeout (CallTimeout
 // unless the gateway has its own) and logs its outcome: ids, gateway, op,
 // attempt, outcome, latency; never the token.
 func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ctx context.Context) (gateway.Result, error)) (gateway.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.Gateways.Timeout(c.Gateway, p.CallTimeout))
+	ctx, cancel := context.WithTimeout(ctx, p.callTimeout(c))
 	defer cancel()
 	observed := fleet.Call{Gateway: c.Gateway, Op: op, ChargeID: c.ID, SubscriptionID: c.SubscriptionID, Attempt: c.AttemptCount}
 	ctx, span := observed.Start(ctx, p.Tracer)
@@ -285,7 +320,7 @@ func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op 
 		p.releaseSlot(ctx, c)
 	}
 	reason := metrics.RetryGatewayUnavailable
-	delay := p.Retry.Delay(max(s.run, 1))
+	delay := p.retry(c).Delay(max(s.run, 1))
 	if errors.Is(callErr, fleet.ErrCircuitOpen) {
 		reason = metrics.RetryGatewayCircuitOpen
 		open := p.Gateways.OpenFor()

@@ -2,6 +2,7 @@ package charges
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -23,7 +24,7 @@ const columns = `id, coalesce(subscription_id, '00000000-0000-0000-0000-00000000
 	attempt_due_at, attempt_times, hold_released_at, resolution IS NOT NULL,
 	coalesce(enrollment_id, '00000000-0000-0000-0000-000000000000'), coalesce(full_amount, 0), discount_until,
 	coalesce(registry_uin, ''), authorized_at, receipt, coalesce(max_amount, 0), coalesce(confirmed_amount, 0),
-	confirmation_required, pay_until, paid_outside, coalesce(outside_checked_attempt, 0), outside_recheck`
+	confirmation_required, pay_until, paid_outside, coalesce(outside_checked_attempt, 0), outside_recheck, experiments::text`
 
 func scan(row pgx.Row) (Charge, error) {
 	var c Charge
@@ -32,7 +33,7 @@ func scan(row pgx.Row) (Charge, error) {
 		&c.FirstDeclinedAt, &c.NextAttemptAt, &c.FailureCode, &c.ReviewReason, &c.CreatedAt, &c.UpdatedAt, &c.token,
 		&c.AttemptDueAt, &c.AttemptTimes, &c.HoldReleasedAt, &c.Resolved,
 		&c.EnrollmentID, &c.FullAmount, &c.DiscountUntil, &c.RegistryUIN, &c.AuthorizedAt, &c.receipt,
-		&c.MaxAmount, &c.ConfirmedAmount, &c.ConfirmationRequired, &c.PayUntil, &c.PaidOutside, &c.outsideChecked, &c.outsideRecheck)
+		&c.MaxAmount, &c.ConfirmedAmount, &c.ConfirmationRequired, &c.PayUntil, &c.PaidOutside, &c.outsideChecked, &c.outsideRecheck, &c.experiments)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Charge{}, ErrNotFound
 	}
@@ -101,6 +102,9 @@ type New struct {
 	// Receipt is the fiscal receipt the charge's calls carry, as JSON in
 	// the shape of gateway.Receipt; nil when none.
 	Receipt []byte
+	// Experiments are the experiment arms that govern the charge's
+	// policies, by experiment key (its subscription's record).
+	Experiments map[string]string
 }
 
 // CreateMany inserts charges for due periods and returns those that did
@@ -140,11 +144,11 @@ func QueueCreateMany(batch *pgx.Batch, news []New, now time.Time, created func([
 }
 
 const createManySQL = `INSERT INTO charges (id, subscription_id, customer_id, period_key, period_start, amount,
-		currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, receipt)
+		currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, receipt, experiments)
 	SELECT id, sub, cust, key, start, amount, currency, gateway, token, $11, $10, $10, $10, ARRAY[$10::timestamptz],
-		receipt::jsonb
+		receipt::jsonb, exps::jsonb
 	FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::text[], $8::text[],
-		$9::text[], $12::text[]) AS t(id, sub, cust, key, start, amount, currency, gateway, token, receipt)
+		$9::text[], $12::text[], $13::text[]) AS t(id, sub, cust, key, start, amount, currency, gateway, token, receipt, exps)
 	ORDER BY start
 	ON CONFLICT (subscription_id, period_key) DO NOTHING
 	RETURNING ` + columns
@@ -161,6 +165,7 @@ func createManyArgs(news []New, now time.Time) ([]any, error) {
 	gateways := make([]string, len(news))
 	tokens := make([]string, len(news))
 	receipts := make([]*string, len(news))
+	records := make([]string, len(news))
 	for i, n := range news {
 		id, err := uuid.NewV7()
 		if err != nil {
@@ -171,8 +176,16 @@ func createManyArgs(news []New, now time.Time) ([]any, error) {
 		if n.Receipt != nil {
 			receipts[i] = new(string(n.Receipt))
 		}
+		records[i] = "{}"
+		if len(n.Experiments) > 0 {
+			b, err := json.Marshal(n.Experiments)
+			if err != nil {
+				return nil, fmt.Errorf("encode experiments of a charge of subscription %s: %w", n.SubscriptionID, err)
+			}
+			records[i] = string(b)
+		}
 	}
-	return []any{ids, subs, customers, keys, starts, amounts, currencies, gateways, tokens, now, string(Scheduled), receipts}, nil
+	return []any{ids, subs, customers, keys, starts, amounts, currencies, gateways, tokens, now, string(Scheduled), receipts, records}, nil
 }
 
 // Store is the one writer of a charge's status: every statement that

@@ -13,7 +13,7 @@ import (
 func JobTimeout(callTimeout time.Duration) time.Duration { return 3*callTimeout + 5*time.Second }
 
 func (p *Pipeline) jobTimeout() time.Duration {
-	return JobTimeout(p.Gateways.MaxTimeout(p.CallTimeout))
+	return JobTimeout(p.Experiments.MaxTimeout(p.Gateways.MaxTimeout(p.CallTimeout)))
 }
 
 // AuthorizeWorker runs AuthorizeArgs jobs.

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/experiments"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -28,7 +29,7 @@ func (o Outcomes) Lock(ctx context.Context, tx pgx.Tx, id uuid.UUID) (charges.Ow
 	if err != nil {
 		return charges.OwnerState{}, err
 	}
-	return outcomeState(sub), nil
+	return o.outcomeState(sub), nil
 }
 
 // LockMany is Lock for many subscriptions in one statement, their rows
@@ -40,13 +41,13 @@ func (o Outcomes) LockMany(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map
 	}
 	out := make(map[uuid.UUID]charges.OwnerState, len(subs))
 	for _, sub := range subs {
-		out[sub.ID] = outcomeState(sub)
+		out[sub.ID] = o.outcomeState(sub)
 	}
 	return out, nil
 }
 
 // outcomeState is what a charge outcome needs of sub.
-func outcomeState(sub subscriptions.Subscription) charges.OwnerState {
+func (o Outcomes) outcomeState(sub subscriptions.Subscription) charges.OwnerState {
 	state := charges.OwnerState{Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token,
 		Cancelled: sub.Status == subscriptions.Cancelled,
 		// What ChargePaid would find: only a past-due or unpaid
@@ -58,7 +59,25 @@ func outcomeState(sub subscriptions.Subscription) charges.OwnerState {
 			state.UnpaidSince = &sub.UpdatedAt
 		}
 	}
+	if o.Renewals != nil && o.Renewals.Experiments != nil {
+		state.NextAttempt = o.dunning(sub)
+	}
 	return state
+}
+
+// dunning is the schedule of sub's charges: the dunning arm that governs
+// a charge at the decision (its record's, while its experiment runs), or
+// the default schedule (nil from the returned function's ok: the
+// pipeline's).
+func (o Outcomes) dunning(sub subscriptions.Subscription) func(c charges.Charge, first time.Time) (time.Time, bool) {
+	exps, clk, def := o.Renewals.Experiments, o.Renewals.Clock, o.Renewals.Dunning
+	return func(c charges.Charge, first time.Time) (time.Time, bool) {
+		_, arm, ok := exps.Governing(experiments.PolicyDunning, c.Experiments(), clk.Now())
+		if !ok {
+			return def.NextAttempt(first, c.AttemptCount)
+		}
+		return arm.Params.NextRetry(first, c.AttemptCount, sub.Schedule().Location)
+	}
 }
 
 // ChargePaid returns a past-due or unpaid subscription to active once it

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/experiments"
 	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
@@ -45,7 +46,7 @@ func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptio
 			adv subscriptions.Advance
 			err error
 		)
-		if news, adv, err = r.periodsDue(news, sub, sched, from, last, now); err != nil {
+		if news, adv, err = r.periodsDue(ctx, news, sub, sched, from, last, now, renewalPolicies...); err != nil {
 			return 0, nil, err
 		}
 		advanced = append(advanced, adv)
@@ -65,11 +66,20 @@ func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptio
 	return len(created), advanced, nil
 }
 
+// renewalPolicies are the experiments' policies a renewal's charge takes
+// arms of: those that govern what happens to the charge. A routing arm is
+// recorded only when the subscription is created, right after the binding
+// it governed.
+var renewalPolicies = []experiments.Policy{experiments.PolicyDunning, experiments.PolicyGatewayTimeout}
+
 // periodsDue appends to news the charges of sub's periods from..last that
 // catch-up charges (older ones are skipped and logged), and returns the
-// advance of sub past last.
-func (r *Renewals) periodsDue(news []charges.New, sub subscriptions.Subscription, sched period.Schedule, from, last int,
-	now time.Time) ([]charges.New, subscriptions.Advance, error) {
+// advance of sub past last. The charges take sub's experiment arms, and
+// an arm of every running experiment of policies that admits sub and has
+// none recorded yet: a charge's arm is fixed before its first decision
+// (its first gateway call, or its first decline's dunning).
+func (r *Renewals) periodsDue(ctx context.Context, news []charges.New, sub subscriptions.Subscription, sched period.Schedule, from, last int,
+	now time.Time, policies ...experiments.Policy) ([]charges.New, subscriptions.Advance, error) {
 	if first := r.firstCaughtUp(sched, from, last, now); first > from {
 		skipped := first - from
 		metrics.PeriodsSkipped.Add(float64(skipped))
@@ -85,13 +95,14 @@ func (r *Renewals) periodsDue(news []charges.New, sub subscriptions.Subscription
 			return news, subscriptions.Advance{}, fmt.Errorf("encode receipt of subscription %s: %w", sub.ID, err)
 		}
 	}
+	rec, _ := r.Experiments.Assign(ctx, Subject(sub), sub.Experiments, now, policies...)
 	for i := from; i <= last; i++ {
 		p := sched.Period(i)
 		news = append(news, charges.New{SubscriptionID: sub.ID, CustomerID: sub.CustomerID, PeriodKey: p.Key,
 			PeriodStart: p.Start, Amount: sub.Amount, Currency: sub.Currency,
-			Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token, Receipt: receipt})
+			Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token, Receipt: receipt, Experiments: rec})
 	}
-	return news, subscriptions.Advance{ID: sub.ID, NextPeriodIndex: last + 1, NextChargeAt: sched.Start(last + 1)}, nil
+	return news, subscriptions.Advance{ID: sub.ID, NextPeriodIndex: last + 1, NextChargeAt: sched.Start(last + 1), Experiments: rec}, nil
 }
 
 // firstCaughtUp is the first period in [from, last] that catch-up charges:
@@ -112,4 +123,10 @@ func (r *Renewals) cancelScheduled(ctx context.Context, tx pgx.Tx, sub subscript
 		return fmt.Errorf("cancel at period end: %w", err)
 	}
 	return r.Cancelled(ctx, tx, sub.ID)
+}
+
+// Subject is what experiments know of sub.
+func Subject(sub subscriptions.Subscription) experiments.Subject {
+	return experiments.Subject{SubscriptionID: sub.ID.String(), CustomerID: sub.CustomerID, Currency: sub.Currency,
+		Interval: string(sub.Interval), CreatedAt: sub.CreatedAt}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/experiments"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/subscriptions"
@@ -43,6 +44,12 @@ type Renewals struct {
 	// Notices publishes the customer notices due at the scan's now (notify
 	// implements it); nil sends none.
 	Notices Notifier
+	// Experiments assigns subscriptions to the arms of running
+	// experiments as their charges are created; nil runs none.
+	Experiments *experiments.Set
+	// Dunning is the default dunning schedule, which subscriptions in no
+	// dunning arm follow.
+	Dunning charges.Dunning
 }
 
 // Notifier publishes the customer notices due at now, each once however
@@ -66,7 +73,8 @@ func (r *Renewals) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, a
 			if last < sub.NextPeriodIndex {
 				return nil, nil
 			}
-			news, adv, err := r.periodsDue(nil, sub, sched, sub.NextPeriodIndex, last, now)
+			news, adv, err := r.periodsDue(ctx, nil, sub, sched, sub.NextPeriodIndex, last, now,
+				append(renewalPolicies, experiments.PolicyRouting)...)
 			if err != nil {
 				return nil, err
 			}

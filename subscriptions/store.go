@@ -93,7 +93,7 @@ type New struct {
 const columns = `id, customer_id, status, amount, currency, interval, interval_count, timezone,
 	billing_anchor, next_period_index, next_charge_at, cancel_at_period_end, paused_at, resume_at,
 	pm_gateway, pm_token, coalesce(pm_brand, ''), coalesce(pm_last4, ''), pm_exp_month, pm_exp_year,
-	coalesce(description, ''), metadata, created_at, updated_at, cancelled_at, unpaid_since, receipt`
+	coalesce(description, ''), metadata, created_at, updated_at, cancelled_at, unpaid_since, receipt, experiments`
 
 func scan(row pgx.Row) (Subscription, error) {
 	var s Subscription
@@ -102,7 +102,7 @@ func scan(row pgx.Row) (Subscription, error) {
 		&s.BillingAnchor, &s.NextPeriodIndex, &s.NextChargeAt, &s.CancelAtPeriodEnd, &s.PausedAt, &s.ResumeAt,
 		&s.PaymentMethod.Gateway, &s.PaymentMethod.Token, &s.PaymentMethod.Brand, &s.PaymentMethod.Last4,
 		&s.PaymentMethod.ExpMonth, &s.PaymentMethod.ExpYear,
-		&s.Description, &meta, &s.CreatedAt, &s.UpdatedAt, &s.CancelledAt, &s.UnpaidSince, &receipt)
+		&s.Description, &meta, &s.CreatedAt, &s.UpdatedAt, &s.CancelledAt, &s.UnpaidSince, &receipt, &s.Experiments)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Subscription{}, ErrNotFound
 	}
@@ -175,7 +175,7 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill
 			return Subscription{}, err
 		}
 		if adv != nil {
-			draft.NextPeriodIndex, draft.NextChargeAt = adv.NextPeriodIndex, adv.NextChargeAt
+			draft.NextPeriodIndex, draft.NextChargeAt, draft.Experiments = adv.NextPeriodIndex, adv.NextChargeAt, adv.Experiments
 		}
 	}
 	// The row and its "created" event in one statement, bill's writes
@@ -185,9 +185,9 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill
 	batch.Queue(`WITH s AS (
 			INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval, interval_count,
 				timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token, pm_brand, pm_last4,
-				pm_exp_month, pm_exp_year, description, metadata, created_at, updated_at, receipt)
+				pm_exp_month, pm_exp_year, description, metadata, created_at, updated_at, receipt, experiments)
 			VALUES ($1, $2, `+fsm.Quoted(Active)+`, $3, $4, $5, $6, $7, $8, $22, $23, $9, $10, nullif($11, ''), nullif($12, ''), $13, $14,
-				nullif($15, ''), $16, $17, $17, $21)
+				nullif($15, ''), $16, $17, $17, $21, $24)
 			RETURNING *
 		), e AS (
 			INSERT INTO subscription_events (subscription_id, type, from_status, to_status, actor_id, actor_role, at)
@@ -197,7 +197,7 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill
 		id, n.CustomerID, n.Amount, n.Currency, n.Interval, n.IntervalCount, n.TimeZone, draft.BillingAnchor,
 		n.PaymentMethod.Gateway, n.PaymentMethod.Token, n.PaymentMethod.Brand, n.PaymentMethod.Last4,
 		n.PaymentMethod.ExpMonth, n.PaymentMethod.ExpYear, n.Description, metaJSON, now,
-		EventCreated, actor.ID, actor.Role, receiptJSON, draft.NextPeriodIndex, draft.NextChargeAt,
+		EventCreated, actor.ID, actor.Role, receiptJSON, draft.NextPeriodIndex, draft.NextChargeAt, recordJSON(draft.Experiments),
 	).QueryRow(func(row pgx.Row) error {
 		sub, err = scan(row)
 		return err
@@ -347,6 +347,9 @@ type Advance struct {
 	ID              uuid.UUID
 	NextPeriodIndex int
 	NextChargeAt    time.Time
+	// Experiments is the subscription's record of experiment arms after
+	// the advance; arms it already had are kept whatever this says.
+	Experiments map[string]string
 }
 
 // AdvanceAll applies advances in one statement, in the transaction that
@@ -359,14 +362,27 @@ func (st *Store) AdvanceAll(ctx context.Context, tx pgx.Tx, advances []Advance, 
 	ids := make([][16]byte, len(advances)) // binary uuid[]: no text round trip
 	indexes := make([]int32, len(advances))
 	ats := make([]time.Time, len(advances))
+	records := make([]string, len(advances))
 	for i, a := range advances {
-		ids[i], indexes[i], ats[i] = a.ID, int32(a.NextPeriodIndex), a.NextChargeAt
+		ids[i], indexes[i], ats[i], records[i] = a.ID, int32(a.NextPeriodIndex), a.NextChargeAt, recordJSON(a.Experiments)
 	}
-	_, err := tx.Exec(ctx, `UPDATE subscriptions s SET next_period_index = u.idx, next_charge_at = u.at, updated_at = $4
-		FROM unnest($1::uuid[], $2::int[], $3::timestamptz[]) AS u(id, idx, at)
-		WHERE s.id = u.id AND s.next_period_index < u.idx`, ids, indexes, ats, now)
+	// A recorded arm is never replaced: the stored record is the right
+	// operand of ||, whose keys win.
+	_, err := tx.Exec(ctx, `UPDATE subscriptions s SET next_period_index = u.idx, next_charge_at = u.at, updated_at = $4,
+			experiments = u.exps::jsonb || s.experiments
+		FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $5::text[]) AS u(id, idx, at, exps)
+		WHERE s.id = u.id AND s.next_period_index < u.idx`, ids, indexes, ats, now, records)
 	if err != nil {
 		return fmt.Errorf("advance subscriptions: %w", err)
 	}
 	return nil
+}
+
+// recordJSON is an experiment record as the jsonb column stores it.
+func recordJSON(rec map[string]string) string {
+	if len(rec) == 0 {
+		return "{}"
+	}
+	b, _ := json.Marshal(rec) // a map of strings always encodes
+	return string(b)
 }

@@ -135,6 +135,9 @@ type Subscription struct {
 	UnpaidSince *time.Time
 	// Receipt is the fiscal receipt its payments carry; nil when none.
 	Receipt *Receipt
+	// Experiments are the arms of the experiments the subscription takes
+	// part in, by experiment key; once recorded an arm does not change.
+	Experiments map[string]string
 }
 
 // Schedule is the subscription's period arithmetic. The zone was validated

@@ -102,7 +102,7 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		configs = append(config.DevGateways(baseURL), configs...)
 	}
 	now := clk.Now()
-	built, err := buildGateways(configs, cfg.GatewayTimeout, clk)
+	built, err := buildGateways(configs, cfg.GatewayTimeout, 0, clk)
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ func TestEveryGatewayKindIsBuilt(t *testing.T) {
 		gateways = append(gateways, config.Gateway{Name: "gw-" + kind, Kind: kind, BaseURL: "http://127.0.0.1:1/" + kind,
 			Priority: 1, CommissionBPS: map[string]int64{"*": 0}, Secrets: secrets})
 	}
-	built, err := buildGateways(gateways, time.Second, clock.Wall{})
+	built, err := buildGateways(gateways, time.Second, 0, clock.Wall{})
 	require.NoError(t, err)
 	require.Len(t, built, len(gateways))
 	for i, b := range built {
@@ -34,7 +34,7 @@ func TestEveryGatewayKindIsBuilt(t *testing.T) {
 		require.Equal(t, time.Second, b.Settings.Timeout)
 	}
 
-	_, err = buildGateways([]config.Gateway{{Name: "pp", Kind: "paypal"}}, time.Second, clock.Wall{})
+	_, err = buildGateways([]config.Gateway{{Name: "pp", Kind: "paypal"}}, time.Second, 0, clock.Wall{})
 	require.ErrorContains(t, err, `gateway "pp": kind: "paypal" is not one of sim, stripe, yookassa`)
 }
 

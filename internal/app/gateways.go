@@ -52,8 +52,10 @@ var gatewayBuilders = map[string]gatewayBuilder{
 
 // buildGateways makes the adapters of every configured gateway, each with
 // its settings: the entry's call timeout or REBILL_GATEWAY_TIMEOUT, the
-// entry's hold lifetime or its kind's.
-func buildGateways(gateways []config.Gateway, defaultTimeout time.Duration, clk clock.Clock) ([]fleet.Configured, error) {
+// entry's hold lifetime or its kind's. An adapter's own timeout is at
+// least adapterFloor: the longest an experiment arm gives a call, which
+// the pipeline's context then bounds call by call.
+func buildGateways(gateways []config.Gateway, defaultTimeout, adapterFloor time.Duration, clk clock.Clock) ([]fleet.Configured, error) {
 	out := make([]fleet.Configured, 0, len(gateways))
 	for _, g := range gateways {
 		kind, known := config.GatewayKinds[g.Kind]
@@ -62,7 +64,7 @@ func buildGateways(gateways []config.Gateway, defaultTimeout time.Duration, clk 
 			return nil, fmt.Errorf("gateway %q: kind: %q is not one of %s", g.Name, g.Kind, strings.Join(config.GatewayKindNames(), ", "))
 		}
 		timeout := cmp.Or(g.Timeout, defaultTimeout)
-		adapter, err := build(g, timeout, clk)
+		adapter, err := build(g, max(timeout, adapterFloor), clk)
 		if err != nil {
 			return nil, fmt.Errorf("gateway %q: %w", g.Name, err)
 		}

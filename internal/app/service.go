@@ -174,7 +174,11 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 		return nil, err
 	}
 	tokens := &vault.Vault{Pool: pool, Keys: keys, Holders: tokenHolders()}
-	gateways, err := buildGateways(gatewayConfigs, cfg.GatewayTimeout, svc.Clock)
+	exps, err := loadExperiments(cfg, gatewayConfigs)
+	if err != nil {
+		return nil, err
+	}
+	gateways, err := buildGateways(gatewayConfigs, cfg.GatewayTimeout, exps.MaxTimeout(0), svc.Clock)
 	if err != nil {
 		return nil, err
 	}
@@ -209,13 +213,13 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	renewals := &scheduler.Renewals{Pool: pool, Subscriptions: subs, Clock: svc.Clock, Charges: chargeStore, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
-		Logger: log.With().Str("component", "scheduler").Logger()}
+		Logger: log.With().Str("component", "scheduler").Logger(), Experiments: exps, Dunning: cfg.DunningSchedule}
 	owners := charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Renewals: renewals},
 		Enrollments: billOutcomes}
 	pipe := &charges.Pipeline{Pool: pool, Store: chargeStore, Gateways: breakers, Owners: owners,
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
 		UnavailableFor: cfg.UnavailableFor, CaptureInline: true, Logger: log.With().Str("component", "charges").Logger(),
-		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges")}
+		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges"), Experiments: exps}
 	if poster != nil {
 		pipe.Postings, pipe.Outside = poster, poster
 	}
@@ -262,7 +266,7 @@ func insertConfig(cfg config.Config, log zerolog.Logger) *river.Config {
 
 // newRiver is the client that works p's jobs (not yet started).
 func newRiver(cfg config.Config, pool *pgxpool.Pool, p *pipeline, log zerolog.Logger) (*river.Client[pgx.Tx], error) {
-	jobTimeout := charges.JobTimeout(p.breakers.MaxTimeout(cfg.GatewayTimeout))
+	jobTimeout := charges.JobTimeout(p.charges.Experiments.MaxTimeout(p.breakers.MaxTimeout(cfg.GatewayTimeout)))
 	if cfg.RescueAfter <= jobTimeout+5*time.Second {
 		return nil, fmt.Errorf("REBILL_RESCUE_AFTER (%s) must exceed a charge job's timeout (%s) by more than 5s", cfg.RescueAfter, jobTimeout)
 	}

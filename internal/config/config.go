@@ -44,8 +44,16 @@ type Config struct {
 	GatewaysFile string
 	// BillSources are REBILL_BILL_SOURCES_FILE's bill sources, at most one
 	// per kind of bill; none: dev mode's simulated sources, or none.
-	BillSources       []BillSource
-	BillSourcesFile   string
+	BillSources     []BillSource
+	BillSourcesFile string
+	// ExperimentsFile lists the billing-policy experiments (package
+	// experiments reads it, against the guard rails the node's settings
+	// give).
+	ExperimentsFile string
+	// DunningMax bounds every dunning schedule, the default and an
+	// experiment arm's: a charge's retries end within it of its first
+	// decline.
+	DunningMax        time.Duration
 	ShutdownTimeout   time.Duration
 	RescueAfter       time.Duration
 	FetchCooldown     time.Duration
@@ -149,6 +157,17 @@ var variables = []variable{
 			}
 			return nil
 		}},
+	{"REBILL_DUNNING_MAX", "720h (30 days)", "every dunning schedule (REBILL_DUNNING_SCHEDULE and an experiment arm's) ends within this of the first decline; at most 720h, the window of decision 7 (15 attempts per charge in 30 days)",
+		func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 || d > 720*time.Hour {
+				return errors.New("want a positive duration of at most 720h")
+			}
+			c.DunningMax = d
+			return nil
+		}},
+	{"REBILL_EXPERIMENTS_FILE", "", "path of a JSON or YAML list of billing-policy experiments (docs/experiments.md): key, policy, arms with weights and parameters, eligibility, start and stop; checked against the guard rails at start; empty: none",
+		func(c *Config, v string) error { c.ExperimentsFile = v; return nil }},
 	{"REBILL_GATEWAY_TIMEOUT", "10s (2s in dev mode)", "timeout of every gateway call",
 		durationInto(func(c *Config) *time.Duration { return &c.GatewayTimeout })},
 	{"REBILL_CHARGE_MAX_ATTEMPTS", "8", "technical attempts of a charge job before it goes to review",
@@ -364,6 +383,7 @@ func Load(getenv func(string) string) (Config, error) {
 		LogLevel: "info", ScanBatch: 500, ScanWorkers: 2, CatchUpWindow: 90 * 24 * time.Hour, ChargeMaxAttempts: 8,
 		TargetChargeRate: 1000, GatewayLatency: 300 * time.Millisecond,
 		DunningSchedule: []time.Duration{24 * time.Hour, 72 * time.Hour, 120 * time.Hour, 168 * time.Hour},
+		DunningMax:      720 * time.Hour,
 		BreakerOpenFor:  5 * time.Second, UnavailableFor: 24 * time.Hour,
 		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
 		DBMaxConns: 25, WebhookRetryBase: 5 * time.Second, WebhookWorkers: 20, UpcomingNotice: 72 * time.Hour,
@@ -399,6 +419,12 @@ func Load(getenv func(string) string) (Config, error) {
 			return Config{}, prefixLines("REBILL_REGISTRY_FILE: ", err)
 		}
 		c.Registries = registries
+	}
+	if last := c.DunningSchedule[len(c.DunningSchedule)-1]; last > c.DunningMax {
+		return Config{}, fmt.Errorf("REBILL_DUNNING_SCHEDULE: its last retry (%s after the first decline) is past REBILL_DUNNING_MAX (%s)", last, c.DunningMax)
+	}
+	if max := 14; len(c.DunningSchedule) > max { // decision 7: 15 attempts, the first and 14 retries
+		return Config{}, fmt.Errorf("REBILL_DUNNING_SCHEDULE: %d retries, but a charge may make at most 15 attempts (decision 7)", len(c.DunningSchedule))
 	}
 	if c.BillSourcesFile != "" {
 		sources, err := LoadBillSourcesFile(c.BillSourcesFile, getenv)

@@ -1,0 +1,47 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/experiments"
+	"github.com/rebill/rebill/internal/config"
+)
+
+// loadExperiments reads REBILL_EXPERIMENTS_FILE against the guard rails
+// of this node's settings; nil when none is set. A gateway timeout fits
+// when a charge job under it ends more than 5s before River would rescue
+// it (the check newRiver makes of the default).
+func loadExperiments(cfg config.Config, gateways []config.Gateway) (*experiments.Set, error) {
+	if cfg.ExperimentsFile == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(cfg.ExperimentsFile)
+	if err != nil {
+		return nil, fmt.Errorf("REBILL_EXPERIMENTS_FILE: %w", err)
+	}
+	var names []string
+	for _, g := range gateways {
+		names = append(names, g.Name)
+	}
+	set, err := experiments.Parse(raw, experiments.Limits{
+		DunningMax: cfg.DunningMax, MaxAttempts: experiments.DecisionSevenAttempts, Gateways: names,
+		TimeoutFits: func(t time.Duration) error {
+			if job := charges.JobTimeout(t); cfg.RescueAfter <= job+5*time.Second {
+				return fmt.Errorf("a charge job under it may run %s, and REBILL_RESCUE_AFTER (%s) must exceed that by more than 5s", job, cfg.RescueAfter)
+			}
+			return nil
+		}})
+	if err != nil {
+		lines := strings.Split(err.Error(), "\n")
+		for i, l := range lines {
+			lines[i] = "REBILL_EXPERIMENTS_FILE: " + l
+		}
+		return nil, errors.New(strings.Join(lines, "\n"))
+	}
+	return set, nil
+}
