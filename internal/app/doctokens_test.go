@@ -35,7 +35,7 @@ type tokenRow struct {
 }
 
 var (
-	tokenRe   = regexp.MustCompile("^`(tok_[a-z_]+)`")
+	tokenRe   = regexp.MustCompile("^`(tok_[a-z0-9_]+)`")
 	faultRe   = regexp.MustCompile("^`POST /v1/dev/gateways/(sim[0-9])/faults` `(\\{[^`]*\\})`")
 	advanceRe = regexp.MustCompile("`POST /v1/dev/clock` `\\{\"advance\": \"([0-9a-z]+)\"\\}`")
 	statusRe  = regexp.MustCompile("^(\\()?`([a-z_]+)`\\)?$")

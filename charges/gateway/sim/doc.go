@@ -56,7 +56,19 @@
 //     same way; look-ups answer normally.
 //   - tok_flaky: the first two calls with each idempotency key answer 503
 //     and do nothing; later calls behave like tok_ok.
-//   - anything else: authorize fails with invalid_token.
+//   - tok_funds_after_<N>d (N 1..30) and tok_funds_after_<N>h (N 1..720),
+//     N without leading zeros: a card whose funds return. Authorize is
+//     declined like tok_decline_funds until N days (hours) after the first
+//     authorize this gateway recorded with this exact token, by the
+//     operations' time (at), and behaves like tok_ok from then on. The
+//     token may go on with "_" and anything (tok_funds_after_3d_cust1), and
+//     each distinct token has its own first attempt, so a test gives each
+//     subscription its own card. The first attempt's time is kept in the
+//     gatewaysim schema under the token's SHA-256 (the in-memory books keep
+//     it in memory), so it holds across restarts and for every sim on the
+//     database; a replayed key is no new attempt.
+//   - anything else, tok_funds_after_0d and tok_funds_after_31d among
+//     them: authorize fails with invalid_token.
 //
 // A capture or void sent without a token behaves like the card of the
 // authorization it names. Only a token's last four characters are stored,

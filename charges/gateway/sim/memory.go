@@ -38,7 +38,10 @@ type memoryBooks struct {
 	settled map[string]gateway.Op // the succeeded capture or void of each authorization, by reference
 	order   []*memoryOp           // oldest first
 	calls   map[string]int        // by opKey(gateway, idempotency key)
-	faults  map[string]Faults
+	// firstSeen is each recovering token's first attempt, by
+	// opKey(gateway, tokenHash), as gatewaysim.token_first_seen.
+	firstSeen map[string]time.Time
+	faults    map[string]Faults
 	// clock stamps operations' At, as [Store.OnClock]; ReceivedAt is
 	// real time.
 	clock clock.Clock
@@ -52,7 +55,7 @@ type memoryOp struct {
 
 func newMemoryBooks(clk clock.Clock) *memoryBooks {
 	return &memoryBooks{clock: clk, ops: map[string]*memoryOp{}, refs: map[string]*memoryOp{}, settled: map[string]gateway.Op{},
-		calls: map[string]int{}, faults: map[string]Faults{}}
+		calls: map[string]int{}, firstSeen: map[string]time.Time{}, faults: map[string]Faults{}}
 }
 
 func opKey(gw, key string) string { return gw + "\x00" + key }
@@ -119,9 +122,19 @@ func (m *memoryBooks) perform(_ context.Context, gw string, req opRequest, kind 
 	defer m.mu.Unlock()
 	o, ok := m.ops[opKey(gw, req.IdempotencyKey)]
 	if !ok {
+		at := m.clock.Now().UTC()
+		if req.Op == gateway.OpAuthorize && kind == kindFundsAfter {
+			seen := opKey(gw, string(tokenHash(req.Token)))
+			first, ok := m.firstSeen[seen]
+			if !ok {
+				first = at
+				m.firstSeen[seen] = at
+			}
+			kind = recoveredKind(req.Token, first, at)
+		}
 		o = &memoryOp{gw: gw, operation: verdict(req, kind, m.authorization(gw, req.AuthorizationID), m.settled[req.AuthorizationID])}
 		o.Reference = gw + "_op_" + uuid.NewString()
-		o.At, o.ReceivedAt = m.clock.Now().UTC(), clock.Wall{}.Now()
+		o.At, o.ReceivedAt = at, clock.Wall{}.Now()
 		m.ops[opKey(gw, req.IdempotencyKey)] = o
 		m.refs[o.Reference] = o
 		m.order = append(m.order, o)

@@ -60,7 +60,7 @@ func TestInMemoryBooksAnswerLikePostgres(t *testing.T) {
 		}
 		return fmt.Sprintf("%s %s %s hard=%t %d %s", res.Op, res.Status, res.DeclineCode, res.Hard, res.Amount, res.Currency)
 	}
-	tokens := []string{tokOK, tokOK, tokOK, tokDeclineFunds, tokDeclineHard, tokFlaky, tokUnknown}
+	tokens := []string{tokOK, tokOK, tokOK, tokDeclineFunds, tokDeclineHard, tokFlaky, tokUnknown, "tok_funds_after_1h_secret"}
 	rng := rand.New(rand.NewPCG(7, 7))
 	for step := range 400 {
 		gw := []string{"sim1", "sim2"}[rng.IntN(2)]

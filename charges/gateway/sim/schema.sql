@@ -20,6 +20,7 @@ CREATE TABLE IF NOT EXISTS gatewaysim.operations (
     token_last4      text        NOT NULL,
     -- The test-token class (ok, decline_funds, ...), so a capture or void
     -- sent without a token behaves like the card it was authorized with.
+    -- A recovering token's authorization records the class it behaved as.
     token_kind       text        NOT NULL,
     charge_key       text        NOT NULL,
     amount           bigint      NOT NULL,
@@ -74,3 +75,13 @@ BEGIN
     END IF;
 END
 $$;
+
+-- When each recovering test token (tok_funds_after_...) was first used to
+-- authorize at a gateway, on the sim's clock: its declines end a set time
+-- after that. A token is known by its SHA-256 only, never kept itself.
+CREATE TABLE IF NOT EXISTS gatewaysim.token_first_seen (
+    gateway      text        NOT NULL,
+    token_sha256 bytea       NOT NULL CHECK (length(token_sha256) = 32),
+    first_at     timestamptz NOT NULL,
+    PRIMARY KEY (gateway, token_sha256)
+);

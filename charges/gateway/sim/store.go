@@ -2,9 +2,11 @@ package sim
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -172,7 +174,10 @@ const (
 	kindDeclineHard  tokenKind = "decline_hard"
 	kindLostResponse tokenKind = "lost_response"
 	kindFlaky        tokenKind = "flaky"
-	kindInvalid      tokenKind = "invalid"
+	// kindFundsAfter is a recovering token (see recoveryDelay). An
+	// authorization records the class it behaved as, decline_funds or ok.
+	kindFundsAfter tokenKind = "funds_after"
+	kindInvalid    tokenKind = "invalid"
 )
 
 // tokenPrefixes maps test-token prefixes to their class.
@@ -193,7 +198,70 @@ func classify(token string) tokenKind {
 			return p.kind
 		}
 	}
+	if _, ok := recoveryDelay(token); ok {
+		return kindFundsAfter
+	}
 	return kindInvalid
+}
+
+// fundsAfterPrefix starts a recovering token: tok_funds_after_<N>d or
+// tok_funds_after_<N>h, optionally followed by "_" and anything, so that
+// each subscription of a test can have a card of its own.
+const fundsAfterPrefix = "tok_funds_after_"
+
+// recoveryUnits are the units a recovering token's delay may be given in,
+// with the largest count each allows: a month either way.
+var recoveryUnits = map[byte]struct {
+	unit time.Duration
+	max  int
+}{
+	'd': {24 * time.Hour, 30},
+	'h': {time.Hour, 720},
+}
+
+// recoveryDelay parses a recovering token and returns how long after its
+// first attempt it stops being declined. The count is 1 or more, written
+// without leading zeros, so that one delay has one spelling; anything else
+// is no recovering token (and so an invalid one).
+func recoveryDelay(token string) (time.Duration, bool) {
+	rest, ok := strings.CutPrefix(token, fundsAfterPrefix)
+	if !ok {
+		return 0, false
+	}
+	digits := len(rest) - len(strings.TrimLeft(rest, "0123456789"))
+	if digits == 0 || digits > 3 || rest[0] == '0' || digits == len(rest) {
+		return 0, false
+	}
+	u, ok := recoveryUnits[rest[digits]]
+	if !ok {
+		return 0, false
+	}
+	if tail := rest[digits+1:]; tail != "" && tail[0] != '_' {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest[:digits])
+	if err != nil || n > u.max {
+		return 0, false
+	}
+	return time.Duration(n) * u.unit, true
+}
+
+// recoveredKind is how a recovering token authorizes at at, given the
+// time of its first attempt: declined like tok_decline_funds until its
+// delay has passed, then like tok_ok.
+func recoveredKind(token string, first, at time.Time) tokenKind {
+	delay, _ := recoveryDelay(token)
+	if at.Before(first.Add(delay)) {
+		return kindDeclineFunds
+	}
+	return kindOK
+}
+
+// tokenHash identifies a token in the books without keeping it: only
+// recovering tokens, which are test tokens, are ever hashed.
+func tokenHash(token string) []byte {
+	h := sha256.Sum256([]byte(token))
+	return h[:]
 }
 
 // last4 keeps what the ledger may show of a token. Runes, not bytes, so the
@@ -419,13 +487,19 @@ func (s *Store) perform(ctx context.Context, gw string, req opRequest, kind toke
 	at := s.clock.Now().UTC()
 	var o operation
 	var err error
-	if req.Op == gateway.OpAuthorize {
+	switch {
+	case req.Op == gateway.OpAuthorize && kind == kindFundsAfter:
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			o, err = authorizeRecovering(ctx, tx, gw, req, at)
+			return err
+		})
+	case req.Op == gateway.OpAuthorize:
 		// Decided without reading anything: its insert is the whole of it,
 		// one statement that needs no transaction around it.
 		o = verdict(req, kind, nil, "")
 		o.At = at
 		o, err = record(ctx, s.pool, gw, o)
-	} else {
+	default:
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			o, err = settle(ctx, tx, gw, req, kind, at)
 			return err
@@ -438,6 +512,37 @@ func (s *Store) perform(ctx context.Context, gw string, req opRequest, kind toke
 		return operation{}, fmt.Errorf("%s %s %q: %w", gw, req.Op, req.IdempotencyKey, errKeyReused)
 	}
 	return o, nil
+}
+
+// authorizeRecovering decides and records an authorize with a recovering
+// token. Its first attempt at gw is kept in token_first_seen in the same
+// transaction as the operation, so the time cannot exist without the
+// attempt. Concurrent first attempts queue on that row's key: the first
+// to commit sets the time, and the others, their insert done, read it in
+// a statement of their own, which sees the committed row.
+func authorizeRecovering(ctx context.Context, tx pgx.Tx, gw string, req opRequest, at time.Time) (operation, error) {
+	// A replay answers what its key recorded and is no attempt of its own.
+	prior, err := scanOperation(tx.QueryRow(ctx, `SELECT `+operationColumns+` FROM gatewaysim.operations
+		WHERE gateway = $1 AND idempotency_key = $2`, gw, req.IdempotencyKey))
+	if err == nil {
+		return prior, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return operation{}, fmt.Errorf("look up the key: %w", err)
+	}
+	hash := tokenHash(req.Token)
+	if _, err := tx.Exec(ctx, `INSERT INTO gatewaysim.token_first_seen (gateway, token_sha256, first_at)
+		VALUES ($1, $2, $3) ON CONFLICT (gateway, token_sha256) DO NOTHING`, gw, hash, at); err != nil {
+		return operation{}, fmt.Errorf("note the token's first attempt: %w", err)
+	}
+	var first time.Time
+	if err := tx.QueryRow(ctx, `SELECT first_at FROM gatewaysim.token_first_seen
+		WHERE gateway = $1 AND token_sha256 = $2`, gw, hash).Scan(&first); err != nil {
+		return operation{}, fmt.Errorf("read the token's first attempt: %w", err)
+	}
+	o := verdict(req, recoveredKind(req.Token, first, at), nil, "")
+	o.At = at
+	return record(ctx, tx, gw, o)
 }
 
 // settle decides a capture or void and records it. A repeated key is not
