@@ -109,6 +109,9 @@ type Deps struct {
 	// RiverUI is River's job console, served under /riverui/ to staff
 	// (see riverUI); nil leaves the paths out.
 	RiverUI http.Handler
+	// Experiments are the billing-policy experiments' reports (nil: none
+	// configured).
+	Experiments Experiments
 	// Console is the support console, served under /console/ (nil leaves
 	// the path out). It authenticates with a session cookie of its own,
 	// which nothing else here accepts.
@@ -207,6 +210,8 @@ func (s *Server) routes() *chi.Mux {
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/retry", s.retryCharge)
 		s.enrollmentRoutes(r)
 		staff.Get("/v1/gateways", s.listGateways)
+		staff.Get("/v1/experiments", s.listExperiments)
+		staff.Get("/v1/experiments/{key}", s.getExperiment)
 		r.Get("/v1/routing/binding", s.routeBinding)
 
 		if s.Dev != nil {

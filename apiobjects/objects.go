@@ -59,6 +59,9 @@ type Subscription struct {
 	CancelledAt       *time.Time        `json:"cancelled_at"`
 	// Receipt is the 54-FZ fiscal receipt its payments carry; null when none.
 	Receipt *subscriptions.Receipt `json:"receipt"`
+	// Experiments are the experiment arms it was assigned, by experiment
+	// key; {} when none.
+	Experiments map[string]string `json:"experiments"`
 }
 
 // Optional is nil for the empty string.
@@ -93,6 +96,7 @@ func FromSubscription(s subscriptions.Subscription) Subscription {
 		},
 		Description: Optional(s.Description), Metadata: s.Metadata,
 		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, CancelledAt: UTCPtr(s.CancelledAt), Receipt: s.Receipt,
+		Experiments: record(s.Experiments),
 	}
 	if s.Status != subscriptions.Cancelled && s.Status != subscriptions.Paused && s.Status != subscriptions.Unpaid {
 		next := s.NextChargeAt
@@ -125,6 +129,17 @@ type Charge struct {
 	ConfirmedAmount      *int64    `json:"confirmed_amount"`
 	CreatedAt            time.Time `json:"created_at"`
 	UpdatedAt            time.Time `json:"updated_at"`
+	// Experiments are the experiment arms that govern its policies, by
+	// experiment key; {} when none.
+	Experiments map[string]string `json:"experiments"`
+}
+
+// record is an experiment record as objects show it: {} rather than null.
+func record(rec map[string]string) map[string]string {
+	if rec == nil {
+		return map[string]string{}
+	}
+	return rec
 }
 
 // FromCharge is c as its GET returns it.
@@ -133,7 +148,7 @@ func FromCharge(c charges.Charge) Charge {
 		Amount: c.Amount, Currency: c.Currency, Gateway: c.Gateway, Status: string(c.Status),
 		AttemptCount: c.AttemptCount, NextAttemptAt: UTCPtr(c.NextAttemptAt), FailureCode: Optional(c.FailureCode),
 		ReviewReason: Optional(c.ReviewReason), ConfirmationRequired: c.ConfirmationRequired,
-		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, Experiments: record(c.Experiments())}
 	if c.ConfirmedAmount != 0 {
 		confirmed := c.ConfirmedAmount
 		out.ConfirmedAmount = &confirmed

@@ -7,8 +7,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/experiments"
+	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 )
 
@@ -44,4 +48,23 @@ func loadExperiments(cfg config.Config, gateways []config.Gateway) (*experiments
 		return nil, errors.New(strings.Join(lines, "\n"))
 	}
 	return set, nil
+}
+
+// experimentsReader reads exps' reports, pricing each paid charge at its
+// gateway's commission as configured.
+func experimentsReader(pool *pgxpool.Pool, exps *experiments.Set, gateways *fleet.Gateways, clk clock.Clock) *experiments.Reader {
+	settings := map[string]fleet.Settings{}
+	for _, g := range gateways.List() {
+		settings[g.Name] = fleet.Settings{CommissionBPS: g.CommissionBPS, Currencies: g.Currencies}
+	}
+	return &experiments.Reader{Pool: pool, Set: exps, Clock: clk,
+		Commission: func(gateway, currency string, amount int64) int64 {
+			bps, ok := settings[gateway].Commission(currency)
+			if !ok {
+				return 0
+			}
+			return fleet.CommissionCost(amount, bps)
+		},
+		Statuses: experiments.StatusNames{Succeeded: string(charges.Succeeded), Failed: string(charges.Failed),
+			Declined: string(charges.Declined), Review: string(charges.RequiresReview), Unknown: string(charges.Unknown)}}
 }
