@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/rebill/rebill/charges/gateway/fleet"
+	"github.com/rebill/rebill/experiments"
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/subscriptions"
 )
 
 // maxRoutedAmount is the largest amount a subscription may have.
@@ -93,6 +96,14 @@ type routeJSON struct {
 	Gateway    *string       `json:"gateway"`
 	Reason     string        `json:"reason"`
 	Candidates []verdictJSON `json:"candidates"`
+	// Experiment is the routing experiment and arm the customer is in;
+	// null when none governs the binding.
+	Experiment *armRefJSON `json:"experiment"`
+}
+
+type armRefJSON struct {
+	Key string `json:"key"`
+	Arm string `json:"arm"`
 }
 
 // routeBinding answers GET /v1/routing/binding: where a client should bind
@@ -108,17 +119,37 @@ func (s *Server) routeBinding(w http.ResponseWriter, r *http.Request) {
 	if err != nil || amount < 1 || amount > maxRoutedAmount {
 		errs.Add("amount", "must be an integer number of minor units between 1 and %d", int64(maxRoutedAmount))
 	}
+	customer := q.Get("customer_id")
+	if q.Has("customer_id") && !subscriptions.ValidCustomerID(customer) {
+		errs.Add("customer_id", "must be 1..%d printable ASCII characters, not only spaces", subscriptions.MaxCustomerID)
+	}
 	if err := errs.Err(); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	var route fleet.Route
+	// A customer key binds its own customer's cards: it may not learn
+	// another customer's arm.
+	if own := callerFrom(r).CustomerID; own != "" && customer != "" && customer != own {
+		s.fail(w, r, errForeignCustomer)
+		return
+	}
+	var (
+		route fleet.Route
+		ref   *armRefJSON
+	)
+	rule, list := fleet.RouteCheapest, []string(nil)
+	if customer != "" {
+		if e, arm, ok := s.routingArm(r, customer, currency); ok {
+			ref = &armRefJSON{Key: e.Key, Arm: arm.Name}
+			rule, list = routingRule(arm.Params)
+		}
+	}
 	if s.Gateways != nil {
-		route = s.Gateways.RouteBinding(currency, amount)
+		route = s.Gateways.RouteBindingBy(rule, list, currency, amount)
 	} else {
 		route = fleet.ChooseBinding(nil, currency, amount)
 	}
-	out := routeJSON{Reason: route.Reason, Candidates: make([]verdictJSON, len(route.Candidates))}
+	out := routeJSON{Reason: route.Reason, Candidates: make([]verdictJSON, len(route.Candidates)), Experiment: ref}
 	if route.Gateway != "" {
 		out.Gateway = &route.Gateway
 	}
@@ -126,4 +157,37 @@ func (s *Server) routeBinding(w http.ResponseWriter, r *http.Request) {
 		out.Candidates[i] = verdictJSON{Name: v.Name, Eligible: v.Eligible, Cost: v.Cost, Reason: v.Reason}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+var errForeignCustomer = fault.New(fault.Forbidden, "A customer key routes only its own customer's card bindings.")
+
+// routingArm is the routing experiment and arm that govern a binding of
+// customer's card in currency now: the customer is assigned by the hash of
+// the experiment key and its id, so the same customer gets the same arm
+// on every node, and its subscription records that arm when created.
+func (s *Server) routingArm(r *http.Request, customer, currency string) (experiments.Experiment, experiments.Arm, bool) {
+	if s.ExperimentSet == nil {
+		return experiments.Experiment{}, experiments.Arm{}, false
+	}
+	now := s.Clock.Now()
+	rec, _ := s.ExperimentSet.Assign(r.Context(), experiments.Subject{CustomerID: customer, Currency: currency}, nil, now,
+		experiments.PolicyRouting)
+	for key, name := range rec {
+		e, _ := s.ExperimentSet.Get(key)
+		arm, _ := e.Arm(name)
+		return e, arm, true
+	}
+	return experiments.Experiment{}, experiments.Arm{}, false
+}
+
+// routingRule is the fleet's rule for a routing arm's parameters (control
+// has none: the cheapest).
+func routingRule(p experiments.Params) (string, []string) {
+	switch p.Rule {
+	case experiments.RouteHealthiest:
+		return fleet.RouteHealthiest, nil
+	case experiments.RoutePriority:
+		return fleet.RouteFixedPriority, p.Priority
+	}
+	return fleet.RouteCheapest, nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
+	"github.com/rebill/rebill/experiments"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/notify"
@@ -112,6 +113,9 @@ type Deps struct {
 	// Experiments are the billing-policy experiments' reports (nil: none
 	// configured).
 	Experiments Experiments
+	// ExperimentSet picks the routing arm of a binding whose customer is
+	// named (nil: no experiments).
+	ExperimentSet *experiments.Set
 	// Console is the support console, served under /console/ (nil leaves
 	// the path out). It authenticates with a session cookie of its own,
 	// which nothing else here accepts.

@@ -132,6 +132,13 @@ func (p *Pipeline) record(ctx context.Context, s stageRun, fn func(tx pgx.Tx) er
 // transitioned counts a move and logs the ones people look for.
 func (p *Pipeline) transitioned(c Charge, reason string) {
 	metrics.ChargeTransitions.WithLabelValues(string(c.Status)).Inc()
+	if p.Experiments != nil {
+		for key, arm := range c.Experiments() {
+			if p.Experiments.Known(key, arm) {
+				metrics.ExperimentCharges.WithLabelValues(key, arm, string(c.Status)).Inc()
+			}
+		}
+	}
 	switch c.Status {
 	case Unknown, RequiresReview, Failed:
 		p.Logger.Warn().Str("charge_id", c.ID.String()).Str("owner_id", c.OwnerID().String()).

@@ -285,7 +285,7 @@ func parseArm(f fileArm, policy Policy, lim Limits) (Arm, []error) {
 			}
 		}
 	}
-	if f.Name == Control || len(errs) > 0 {
+	if f.Name == Control {
 		return a, errs
 	}
 	if len(set[policy]) == 0 {
@@ -312,6 +312,9 @@ func parseArm(f fileArm, policy Policy, lim Limits) (Arm, []error) {
 func dunningArm(f fileArm, lim Limits, errs []error) (Params, []error) {
 	var p Params
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if f.Hour != nil && (*f.Hour < 0 || *f.Hour > 23) {
+		add("hour: want 0 to 23")
+	}
 	if f.Dunning == nil {
 		add("dunning: want the retries' offsets from the first decline, e.g. [1d, 3d, 5d]")
 		return p, errs
@@ -332,9 +335,6 @@ func dunningArm(f fileArm, lim Limits, errs []error) (Params, []error) {
 		add("dunning: %d retries, but a charge may make at most %d attempts (decision 7)", len(p.Dunning), lim.MaxAttempts)
 	}
 	if f.Hour != nil {
-		if *f.Hour < 0 || *f.Hour > 23 {
-			add("hour: want 0 to 23")
-		}
 		p.Hour = f.Hour
 		for i := 1; i < len(p.Dunning); i++ {
 			if p.Dunning[i]-p.Dunning[i-1] < 24*time.Hour {

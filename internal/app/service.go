@@ -324,6 +324,7 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 		Autopay:          uses, Clock: svc.Clock,
 		Reconciliation: p.ops.reconciliation, Reports: p.ops.reports,
 		RiverUI: ui, Experiments: experimentsReader(pool, p.charges.Experiments, p.breakers, svc.Clock),
+		ExperimentSet: p.charges.Experiments,
 		Console: console.New(console.Options{Pool: pool, Keys: apiKeys, Billing: uses, Autopay: uses, Gateways: p.breakers,
 			Reconciliation: p.ops.reconciliation, Reports: p.ops.reports, Clock: svc.Clock,
 			Logger: log.With().Str("component", "console").Logger(), IdleTimeout: cfg.ConsoleIdleTimeout,

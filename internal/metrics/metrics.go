@@ -66,6 +66,13 @@ var (
 		Name: "rebill_charges_total",
 		Help: "Charges entering each status (a charge counts once per status it reaches).",
 	}, []string{"status"})
+	// ExperimentCharges carries experiment and arm labels from the
+	// experiments file only (a closed set): a record naming an experiment
+	// or arm no longer configured is not counted.
+	ExperimentCharges = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rebill_experiment_charges_total",
+		Help: "Charges in an experiment arm entering each status, by experiment and arm (the arm recorded on the charge).",
+	}, []string{"experiment", "arm", "status"})
 	PeriodsEnqueued = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "rebill_periods_enqueued_total",
 		Help: "Subscription periods for which the scan created a charge and enqueued its authorize job.",

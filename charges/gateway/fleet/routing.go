@@ -164,3 +164,78 @@ func (r *Gateways) RouteBinding(currency string, amount int64) Route {
 	}
 	return ChooseBinding(candidates, currency, amount)
 }
+
+// The rules a routing experiment's arm may set instead of the cheapest.
+const (
+	// RouteHealthiest: the eligible gateway with the lowest error rate in
+	// the health window, ties to the cheaper, then as ChooseBinding.
+	RouteHealthiest = "healthiest"
+	// RouteFixedPriority: the first eligible gateway of a fixed list; one
+	// not listed comes after those listed, as ChooseBinding orders them.
+	RouteFixedPriority = "fixed_priority"
+	// ReasonNotPreferred: eligible, but the rule preferred another.
+	ReasonNotPreferred = "not_preferred"
+)
+
+// ChooseBindingByHealth is ChooseBinding with the eligible gateways
+// reordered by error rate.
+func ChooseBindingByHealth(candidates []Candidate, currency string, amount int64) Route {
+	rate := map[string]float64{}
+	for _, c := range candidates {
+		rate[c.Name] = c.Health.ErrorRate
+	}
+	return reorder(ChooseBinding(candidates, currency, amount), RouteHealthiest, func(a, b Verdict) int {
+		return cmp.Compare(rate[a.Name], rate[b.Name])
+	})
+}
+
+// ChooseBindingByList is ChooseBinding with the eligible gateways
+// reordered by their place in list.
+func ChooseBindingByList(candidates []Candidate, currency string, amount int64, list []string) Route {
+	place := func(name string) int {
+		if i := slices.Index(list, name); i >= 0 {
+			return i
+		}
+		return len(list)
+	}
+	return reorder(ChooseBinding(candidates, currency, amount), RouteFixedPriority, func(a, b Verdict) int {
+		return cmp.Compare(place(a.Name), place(b.Name))
+	})
+}
+
+// reorder sorts the eligible head of route's candidates stably by less
+// (ties keep ChooseBinding's order) and picks the first: the ineligible
+// stay ineligible whatever a rule prefers.
+func reorder(route Route, reason string, less func(a, b Verdict) int) Route {
+	n := 0
+	for n < len(route.Candidates) && route.Candidates[n].Eligible {
+		n++
+	}
+	if n == 0 {
+		return route
+	}
+	slices.SortStableFunc(route.Candidates[:n], less)
+	for i := range route.Candidates[:n] {
+		route.Candidates[i].Reason = ReasonNotPreferred
+	}
+	route.Candidates[0].Reason = ReasonSelected
+	route.Gateway, route.Reason = route.Candidates[0].Name, reason
+	return route
+}
+
+// RouteBindingBy is RouteBinding under rule (RouteHealthiest,
+// RouteFixedPriority with list, or the cheapest for anything else).
+func (r *Gateways) RouteBindingBy(rule string, list []string, currency string, amount int64) Route {
+	gateways := r.List()
+	candidates := make([]Candidate, len(gateways))
+	for i, g := range gateways {
+		candidates[i] = Candidate{Name: g.Name, Settings: g.Settings, Health: g.Health}
+	}
+	switch rule {
+	case RouteHealthiest:
+		return ChooseBindingByHealth(candidates, currency, amount)
+	case RouteFixedPriority:
+		return ChooseBindingByList(candidates, currency, amount, list)
+	}
+	return ChooseBinding(candidates, currency, amount)
+}
