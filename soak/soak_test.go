@@ -149,6 +149,22 @@ type runner struct {
 	driverViolations []soak.Violation // what the driver saw break (idempotent replays)
 }
 
+// soakExperiments are the experiments every soak node runs.
+const soakExperiments = `
+- key: soak-dunning
+  policy: dunning
+  start: 2020-01-01T00:00:00Z
+  arms:
+    - {name: control, weight: 1}
+    - {name: short, weight: 1, dunning: [1d, 2d, 4d], hour: 9}
+- key: soak-timeout
+  policy: gateway_timeout
+  start: 2020-01-01T00:00:00Z
+  arms:
+    - {name: control, weight: 1}
+    - {name: patient, weight: 1, timeout: 700ms, retry_base: 100ms, retry_max: 500ms}
+`
+
 func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) {
 	dbURL := dbtest.URL(t)
 	cfg, err := pgxpool.ParseConfig(dbURL)
@@ -187,6 +203,14 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		cards:  map[int]soak.Card{},
 		counts: map[string]int{},
 		obs:    soak.Observations{Subscriptions: map[string]*soak.ObservedSubscription{}},
+	}
+	// Billing runs under experiments, so that the invariants hold for
+	// charges in treatment arms too: a shorter dunning schedule with its
+	// retries moved to an hour of day, and a longer call timeout with its
+	// own backoff (within what REBILL_RESCUE_AFTER allows).
+	r.env["REBILL_EXPERIMENTS_FILE"] = filepath.Join(r.dir, "experiments.yaml")
+	if err := os.WriteFile(r.env["REBILL_EXPERIMENTS_FILE"], []byte(soakExperiments), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		r.nodesMu.Lock()
