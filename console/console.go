@@ -1,10 +1,11 @@
 // Package console is the support console: server-rendered pages under
 // /console/ where support staff and admins find a customer's
 // subscriptions, enrollments and charges, act on them, work the review
-// queue and watch operations. It is an HTTP layer beside package api, not
-// part of the JSON API: it calls the same use cases (package usecases) with
-// the logged-in key as the actor, so a support key can do here exactly
-// what the API lets it do.
+// queue, watch operations and read the billing-policy experiments'
+// results. It is an HTTP layer beside package api, not part of the JSON
+// API: it calls the same use cases (package usecases) with the logged-in
+// key as the actor, so a support key can do here exactly what the API lets
+// it do.
 //
 // A session is a random id in an HttpOnly, SameSite=Strict cookie; only a
 // hash of it is stored, in PostgreSQL (console_sessions), so every node
@@ -30,6 +31,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/experiments"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/reports"
@@ -82,6 +84,15 @@ type Reports interface {
 	Daily(ctx context.Context, day time.Time) (reports.Daily, error)
 }
 
+// Experiments reads the billing-policy experiments' reports (package
+// experiments), the same the API serves to staff.
+type Experiments interface {
+	List(ctx context.Context) ([]experiments.Report, error)
+	// Get returns an error with code fault.NotFound for a key not in the
+	// file (experiments.ErrNotFound).
+	Get(ctx context.Context, key string) (experiments.Report, error)
+}
+
 // Defaults of Options.
 const (
 	DefaultIdleTimeout = 30 * time.Minute
@@ -100,6 +111,9 @@ type Options struct {
 	// Reconciliation and Reports may be nil (not shown).
 	Reconciliation Reconciliation
 	Reports        Reports
+	// Experiments may be nil: the Experiments page then says none is
+	// configured.
+	Experiments Experiments
 	// Clock is the service clock: when actions happen, what "today" is.
 	Clock  clock.Clock
 	Logger zerolog.Logger
@@ -206,6 +220,8 @@ func (h *Handler) routes() *chi.Mux {
 		r.Post("/console/enrollments/{id}/bills/{bill}/confirm", h.confirmBill)
 		r.Post("/console/enrollments/{id}/bills/{bill}/withdraw", h.withdrawBill)
 		r.Get("/console/operations", h.operations)
+		r.Get("/console/experiments", h.experimentsList)
+		r.Get("/console/experiments/{key}", h.experiment)
 		r.Get("/console/settings", h.settingsPage)
 		r.Post("/console/settings", h.settings)
 		r.Post("/console/logout", h.logout)

@@ -42,11 +42,20 @@ type node struct {
 
 func startNode(t *testing.T) node {
 	t.Helper()
+	return startNodeWith(t, nil)
+}
+
+// startNodeWith starts a node with more settings (over the defaults).
+func startNodeWith(t *testing.T, more map[string]string) node {
+	t.Helper()
 	pool := dbtest.Pool(t)
 	env := map[string]string{
 		"REBILL_DEV": "1", "REBILL_ADMIN_KEY": adminKey, "REBILL_GATEWAY_TIMEOUT": "400ms", "REBILL_RETRY_BASE": "50ms",
 		"REBILL_RETRY_MAX": "300ms", "REBILL_SCAN_INTERVAL": "200ms", "REBILL_RESCUE_AFTER": "15s", "REBILL_LOG_LEVEL": "warn",
 		"REBILL_DB_MAX_CONNS": "10", "REBILL_ENCRYPTION_KEY": testEncryptionKey,
+	}
+	for k, v := range more {
+		env[k] = v
 	}
 	cfg, err := config.Load(func(k string) string { return env[k] })
 	require.NoError(t, err)

@@ -153,6 +153,9 @@ func money(amount int64, currency string) string {
 	return digits + " " + currency
 }
 
+// percent writes a rate (0.725) as 72.5 %.
+func percent(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + " %" }
+
 func optMoney(amount *int64, currency string) string {
 	if amount == nil {
 		return "—"
@@ -183,7 +186,7 @@ var funcs = template.FuncMap{
 	"optmoney": optMoney,
 	"formid":   randomID,
 	"join":     strings.Join,
-	"percent":  func(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + " %" },
+	"percent":  percent,
 }
 
 var (

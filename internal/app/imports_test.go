@@ -66,7 +66,7 @@ var allowedImports = map[string][]string{
 	"vault":                             {"charges/gateway"},
 	"webhook/signature":                 nil,
 	"client":                            {"webhook/signature"},
-	"console":                           {"apikeys", "charges", "charges/gateway/fleet", "enrollments", "reconcile", "reports", "subscriptions", "subscriptions/period", "usecases"},
+	"console":                           {"apikeys", "charges", "charges/gateway/fleet", "enrollments", "experiments", "experiments/stats", "reconcile", "reports", "subscriptions", "subscriptions/period", "usecases"},
 }
 
 // ownedImports are libraries that one package wraps for all the others:

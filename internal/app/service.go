@@ -316,6 +316,7 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())
 	zeroMetrics(p.breakers.List(), svc.reseal)
 	apiKeys := apikeys.NewStore(pool, cfg.AdminKey)
+	exps := experimentsReader(pool, p.charges.Experiments, p.breakers, svc.Clock)
 	return tracing.Handler(api.NewServer(api.Deps{
 		Keys: apiKeys, Idempotency: p.idem, Billing: uses, Ready: pool.Ping,
 		KnownGateway: p.breakers.Known, Gateways: p.breakers, Dev: devAPI, Logger: log,
@@ -323,10 +324,9 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 		MetricsElsewhere: cfg.MetricsAddr != "",
 		Autopay:          uses, Clock: svc.Clock,
 		Reconciliation: p.ops.reconciliation, Reports: p.ops.reports,
-		RiverUI: ui, Experiments: experimentsReader(pool, p.charges.Experiments, p.breakers, svc.Clock),
-		ExperimentSet: p.charges.Experiments,
+		RiverUI: ui, Experiments: exps, ExperimentSet: p.charges.Experiments,
 		Console: console.New(console.Options{Pool: pool, Keys: apiKeys, Billing: uses, Autopay: uses, Gateways: p.breakers,
-			Reconciliation: p.ops.reconciliation, Reports: p.ops.reports, Clock: svc.Clock,
+			Reconciliation: p.ops.reconciliation, Reports: p.ops.reports, Experiments: exps, Clock: svc.Clock,
 			Logger: log.With().Str("component", "console").Logger(), IdleTimeout: cfg.ConsoleIdleTimeout,
 			TrustProxy: cfg.ConsoleTrustProxy, RiverUI: ui != nil}),
 	}), tracerProvider()), nil
