@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"net/http"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/rebill/rebill/experiments"
-	"github.com/rebill/rebill/experiments/stats"
 )
 
 // Experiments reads the experiments' reports (support and admin).
@@ -135,19 +133,6 @@ func toParamsJSON(p experiments.Params) armParamsJSON {
 	return out
 }
 
-// VerdictText is a verdict in plain words, as the console shows it too.
-func VerdictText(v stats.Verdict, minPerArm int64) string {
-	switch v {
-	case stats.VerdictTooEarly:
-		return fmt.Sprintf("too early: fewer than %d per arm", minPerArm)
-	case stats.VerdictTreatmentBetter:
-		return "treatment better"
-	case stats.VerdictTreatmentWorse:
-		return "treatment worse"
-	}
-	return "no difference detected"
-}
-
 func toExperimentJSON(rep experiments.Report) experimentJSON {
 	e := rep.Experiment
 	out := experimentJSON{Object: "experiment", Key: e.Key, Description: e.Description, Policy: string(e.Policy), Status: rep.Status,
@@ -182,7 +167,7 @@ func toExperimentJSON(rep experiments.Report) experimentJSON {
 		if c := a.Versus; c != nil {
 			arm.VersusControl = &comparisonJSON{Metric: rep.Primary, Difference: *finiteOr0(c.Difference),
 				CILow: *finiteOr0(c.Low), CIHigh: *finiteOr0(c.High), PValue: *finiteOr0(c.PValue), Alpha: c.Alpha,
-				Verdict: string(c.Verdict), VerdictText: VerdictText(c.Verdict, e.MinPerArm)}
+				Verdict: string(c.Verdict), VerdictText: experiments.VerdictText(c.Verdict, e.MinPerArm)}
 		}
 		out.Arms = append(out.Arms, arm)
 	}

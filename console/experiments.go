@@ -11,7 +11,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/rebill/rebill/experiments"
-	"github.com/rebill/rebill/experiments/stats"
 )
 
 // experimentView is an experiment's report as the pages show it: every
@@ -125,7 +124,7 @@ func viewExperiment(rep experiments.Report) experimentView {
 		}
 		if c := a.Versus; c != nil {
 			av.Versus = &versusView{Difference: points(c.Difference), PValue: pValue(c.PValue), Alpha: decimal(c.Alpha),
-				Verdict: string(c.Verdict), VerdictText: verdictText(c.Verdict, e.MinPerArm)}
+				Verdict: string(c.Verdict), VerdictText: experiments.VerdictText(c.Verdict, e.MinPerArm)}
 			if !math.IsNaN(c.Low) && !math.IsNaN(c.High) {
 				av.Versus.CI = points(c.Low) + " to " + points(c.High)
 			}
@@ -157,20 +156,6 @@ func metricLabel(m string) string {
 		return "dunning recovery"
 	}
 	return m
-}
-
-// verdictText says a verdict in the words GET /v1/experiments puts in
-// verdict_text.
-func verdictText(v stats.Verdict, minPerArm int64) string {
-	switch v {
-	case stats.VerdictTooEarly:
-		return fmt.Sprintf("too early: fewer than %d per arm", minPerArm)
-	case stats.VerdictTreatmentBetter:
-		return "treatment better"
-	case stats.VerdictTreatmentWorse:
-		return "treatment worse"
-	}
-	return "no difference detected"
 }
 
 // paramsText says what an arm sets, in the file's units.

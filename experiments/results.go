@@ -308,3 +308,17 @@ func compare(rep *Report, minPerArm int64) {
 		a.Versus = c
 	}
 }
+
+// VerdictText is a verdict in plain words, as the API and the console give
+// it.
+func VerdictText(v stats.Verdict, minPerArm int64) string {
+	switch v {
+	case stats.VerdictTooEarly:
+		return fmt.Sprintf("too early: fewer than %d per arm", minPerArm)
+	case stats.VerdictTreatmentBetter:
+		return "treatment better"
+	case stats.VerdictTreatmentWorse:
+		return "treatment worse"
+	}
+	return "no difference detected"
+}

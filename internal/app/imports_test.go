@@ -26,15 +26,17 @@ const module = "github.com/rebill/rebill/"
 // charges/gateway/fleet (breakers, health, routing, call metrics), which
 // knows nothing of charges.
 var allowedImports = map[string][]string{
-	"api":                               {"api/idempotency", "apikeys", "apiobjects", "autopay", "charges", "charges/gateway/fleet", "charges/gateway/sim", "enrollments", "gisgmp", "notify", "reconcile", "reports", "subscriptions", "subscriptions/period", "usecases", "velocity"},
+	"api":                               {"api/idempotency", "apikeys", "apiobjects", "autopay", "charges", "charges/gateway/fleet", "charges/gateway/sim", "enrollments", "experiments", "experiments/stats", "gisgmp", "notify", "reconcile", "reports", "subscriptions", "subscriptions/period", "usecases", "velocity"},
 	"api/idempotency":                   nil,
 	"api/openapitest":                   nil,
 	"apikeys":                           {"subscriptions"},
 	"usecases":                          {"autopay", "charges", "enrollments", "notify", "scheduler", "subscriptions", "vault", "velocity"},
-	"scheduler":                         {"charges", "subscriptions", "subscriptions/period"},
+	"scheduler":                         {"charges", "experiments", "subscriptions", "subscriptions/period"},
 	"subscriptions":                     {"subscriptions/period"},
 	"subscriptions/period":              nil,
-	"charges":                           {"charges/gateway", "charges/gateway/fleet"},
+	"charges":                           {"charges/gateway", "charges/gateway/fleet", "experiments"},
+	"experiments":                       {"experiments/stats", "subscriptions/period"},
+	"experiments/stats":                 nil,
 	"charges/gateway":                   nil,
 	"charges/gateway/fleet":             {"charges/gateway"},
 	"charges/gateway/sim":               {"charges/gateway"},
@@ -73,6 +75,9 @@ var allowedImports = map[string][]string{
 // the circuit breaker is gateway plumbing, not the charge state machine's.
 var ownedImports = map[string]string{
 	"github.com/sony/gobreaker/v2": "charges/gateway/fleet",
+	// Flags are evaluated in one place, behind experiments.Set.
+	"github.com/open-feature/go-sdk/openfeature":          "experiments",
+	"github.com/open-feature/go-sdk/openfeature/isolated": "experiments",
 }
 
 type listedPackage struct {
