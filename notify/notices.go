@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rebill/rebill/apiobjects"
+	"github.com/rebill/rebill/experiments"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -26,17 +27,47 @@ type Notices struct {
 	Subscriptions *subscriptions.Store
 	Upcoming      time.Duration // REBILL_UPCOMING_NOTICE
 	BatchSize     int
+	// Experiments give the subscriptions in a running notice_lead_time
+	// arm that arm's lead instead of Upcoming (nil: none).
+	Experiments *experiments.Set
+}
+
+// leads are the treatment arms of the notice_lead_time experiments running
+// at now, as parallel lists (key, arm, lead in seconds), and the longest
+// lead of all.
+func (n *Notices) leads(now time.Time) (keys, arms []string, secs []float64, longest time.Duration) {
+	longest = n.Upcoming
+	for _, e := range n.Experiments.List() {
+		if e.Policy != experiments.PolicyNoticeLead || !e.Running(now) {
+			continue
+		}
+		for _, a := range e.Arms {
+			if a.Name == experiments.Control || a.Params.Upcoming == 0 {
+				continue
+			}
+			keys, arms, secs = append(keys, e.Key), append(arms, a.Name), append(secs, a.Params.Upcoming.Seconds())
+			longest = max(longest, a.Params.Upcoming)
+		}
+	}
+	return keys, arms, secs, longest
 }
 
 // SendNotices publishes what is due at now and returns how many.
 func (n *Notices) SendNotices(ctx context.Context, now time.Time) (int, error) {
+	keys, arms, leads, longest := n.leads(now)
+	// The lead is the subscription's notice arm's while its experiment
+	// runs, the default's otherwise; the longest lead bounds the range the
+	// next_charge_at index is read over.
 	up, err := n.each(ctx, now, TypeChargeUpcoming, `SELECT id, 'charge.upcoming:' || id || ':' || extract(epoch FROM next_charge_at)::bigint
 		FROM subscriptions s
 		WHERE `+subscriptions.BillingSQL+` AND NOT cancel_at_period_end AND next_period_index >= 1
-		  AND next_charge_at > $1 AND next_charge_at <= $1 + make_interval(secs => $2)
+		  AND next_charge_at > $1 AND next_charge_at <= $1 + make_interval(secs => $6)
+		  AND next_charge_at <= $1 + make_interval(secs => coalesce(
+			(SELECT a.secs FROM unnest($3::text[], $4::text[], $5::float8[]) AS a(k, arm, secs)
+			 WHERE s.experiments->>a.k = a.arm LIMIT 1), $2))
 		  AND NOT EXISTS (SELECT 1 FROM events e
 			WHERE e.notice_key = 'charge.upcoming:' || s.id || ':' || extract(epoch FROM s.next_charge_at)::bigint)
-		ORDER BY next_charge_at, id LIMIT $3`, n.Upcoming.Seconds())
+		ORDER BY next_charge_at, id LIMIT $7`, n.Upcoming.Seconds(), keys, arms, leads, longest.Seconds())
 	if err != nil {
 		return up, err
 	}

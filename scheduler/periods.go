@@ -67,10 +67,11 @@ func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptio
 }
 
 // renewalPolicies are the experiments' policies a renewal's charge takes
-// arms of: those that govern what happens to the charge. A routing arm is
+// arms of: those that govern what happens to the charge, and the lead of
+// the notice before the subscription's next renewal. A routing arm is
 // recorded only when the subscription is created, right after the binding
 // it governed.
-var renewalPolicies = []experiments.Policy{experiments.PolicyDunning, experiments.PolicyGatewayTimeout}
+var renewalPolicies = []experiments.Policy{experiments.PolicyDunning, experiments.PolicyGatewayTimeout, experiments.PolicyNoticeLead}
 
 // periodsDue appends to news the charges of sub's periods from..last that
 // catch-up charges (older ones are skipped and logged), and returns the

@@ -42,7 +42,7 @@ var allowedImports = map[string][]string{
 	"charges/gateway/sim":               {"charges/gateway"},
 	"fault":                             nil,
 	"migrations":                        nil,
-	"notify":                            {"apiobjects", "charges", "enrollments", "subscriptions", "webhook/signature"},
+	"notify":                            {"apiobjects", "charges", "enrollments", "experiments", "subscriptions", "webhook/signature"},
 	"apiobjects":                        {"charges", "enrollments", "subscriptions"},
 	"cmd/rebill":                        {"internal/app"},
 	"ops":                               nil,

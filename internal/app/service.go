@@ -226,7 +226,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	limiter := newLimiter(cfg, svc.Clock)
 	pipe.Declines = newDeclineLimit(limiter, pool)
 	renewals.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
-		BatchSize: cfg.ScanBatch}
+		BatchSize: cfg.ScanBatch, Experiments: exps}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
 	policy := notify.URLPolicy{AllowPrivate: cfg.Dev || cfg.WebhookAllowPrivate}
 	ops, err := buildOps(ctx, cfg, svc, pool, gateways, jobs, chargeStore, log)
