@@ -441,6 +441,177 @@ func (e EventType) Valid() bool {
 	}
 }
 
+// Defines values for ExperimentAlpha.
+const (
+	N005 ExperimentAlpha = 0.05
+)
+
+// Valid indicates whether the value is a known member of the ExperimentAlpha enum.
+func (e ExperimentAlpha) Valid() bool {
+	switch e {
+	case N005:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExperimentMethod.
+const (
+	FixedHorizon ExperimentMethod = "fixed_horizon"
+)
+
+// Valid indicates whether the value is a known member of the ExperimentMethod enum.
+func (e ExperimentMethod) Valid() bool {
+	switch e {
+	case FixedHorizon:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExperimentObject.
+const (
+	ExperimentObjectExperiment ExperimentObject = "experiment"
+)
+
+// Valid indicates whether the value is a known member of the ExperimentObject enum.
+func (e ExperimentObject) Valid() bool {
+	switch e {
+	case ExperimentObjectExperiment:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExperimentPolicy.
+const (
+	Dunning        ExperimentPolicy = "dunning"
+	GatewayTimeout ExperimentPolicy = "gateway_timeout"
+	NoticeLeadTime ExperimentPolicy = "notice_lead_time"
+	Routing        ExperimentPolicy = "routing"
+)
+
+// Valid indicates whether the value is a known member of the ExperimentPolicy enum.
+func (e ExperimentPolicy) Valid() bool {
+	switch e {
+	case Dunning:
+		return true
+	case GatewayTimeout:
+		return true
+	case NoticeLeadTime:
+		return true
+	case Routing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExperimentPrimaryMetric.
+const (
+	ExperimentPrimaryMetricDunningRecovery      ExperimentPrimaryMetric = "dunning_recovery"
+	ExperimentPrimaryMetricFirstAttemptApproval ExperimentPrimaryMetric = "first_attempt_approval"
+)
+
+// Valid indicates whether the value is a known member of the ExperimentPrimaryMetric enum.
+func (e ExperimentPrimaryMetric) Valid() bool {
+	switch e {
+	case ExperimentPrimaryMetricDunningRecovery:
+		return true
+	case ExperimentPrimaryMetricFirstAttemptApproval:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExperimentStatus.
+const (
+	ExperimentStatusRunning   ExperimentStatus = "running"
+	ExperimentStatusScheduled ExperimentStatus = "scheduled"
+	ExperimentStatusStopped   ExperimentStatus = "stopped"
+)
+
+// Valid indicates whether the value is a known member of the ExperimentStatus enum.
+func (e ExperimentStatus) Valid() bool {
+	switch e {
+	case ExperimentStatusRunning:
+		return true
+	case ExperimentStatusScheduled:
+		return true
+	case ExperimentStatusStopped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExperimentArmParametersRule.
+const (
+	RuleCheapest   ExperimentArmParametersRule = "cheapest"
+	RuleHealthiest ExperimentArmParametersRule = "healthiest"
+	RulePriority   ExperimentArmParametersRule = "priority"
+)
+
+// Valid indicates whether the value is a known member of the ExperimentArmParametersRule enum.
+func (e ExperimentArmParametersRule) Valid() bool {
+	switch e {
+	case RuleCheapest:
+		return true
+	case RuleHealthiest:
+		return true
+	case RulePriority:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExperimentComparisonMetric.
+const (
+	ExperimentComparisonMetricDunningRecovery      ExperimentComparisonMetric = "dunning_recovery"
+	ExperimentComparisonMetricFirstAttemptApproval ExperimentComparisonMetric = "first_attempt_approval"
+)
+
+// Valid indicates whether the value is a known member of the ExperimentComparisonMetric enum.
+func (e ExperimentComparisonMetric) Valid() bool {
+	switch e {
+	case ExperimentComparisonMetricDunningRecovery:
+		return true
+	case ExperimentComparisonMetricFirstAttemptApproval:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExperimentComparisonVerdict.
+const (
+	NoDifferenceDetected ExperimentComparisonVerdict = "no_difference_detected"
+	TooEarly             ExperimentComparisonVerdict = "too_early"
+	TreatmentBetter      ExperimentComparisonVerdict = "treatment_better"
+	TreatmentWorse       ExperimentComparisonVerdict = "treatment_worse"
+)
+
+// Valid indicates whether the value is a known member of the ExperimentComparisonVerdict enum.
+func (e ExperimentComparisonVerdict) Valid() bool {
+	switch e {
+	case NoDifferenceDetected:
+		return true
+	case TooEarly:
+		return true
+	case TreatmentBetter:
+		return true
+	case TreatmentWorse:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GatewayKind.
 const (
 	Sim      GatewayKind = "sim"
@@ -931,6 +1102,11 @@ type Charge struct {
 	// EnrollmentId The enrollment of a bill's charge; null for a period's charge.
 	EnrollmentId *openapi_types.UUID `json:"enrollment_id"`
 
+	// Experiments The arms of the experiments that govern this charge's policies, by experiment key (decision 35): its subscription's record when the charge was created, and never changed afterwards. A running experiment applies the arm recorded here at each decision about the charge (a call's timeout, the date of its next retry). `{}` when none, and always for a bill's charge.
+	//
+	// Examples: {"dunning-evening-2027q1":"evening"}
+	Experiments map[string]string `json:"experiments"`
+
 	// FailureCode Why the charge was declined, failed or voided: a gateway decline code (`insufficient_funds`, ...), or one of rebill's: `subscription_cancelled`, `subscription_unpaid` (a period's charge no longer owed), `enrollment_cancelled`, `bill_withdrawn`, `bill_expired` (a bill's charge voided: its enrollment cancelled, the bill withdrawn by its issuer, or its last moment to start an attempt passed), `discount_ended` (a discounted hold released at the deadline), `hold_expired`, `gateway_refused`, `paid_elsewhere` (a bill's charge voided before any hold: the bill was paid in full outside rebill), `paid_outside_changed` (a fine's hold released before it was posted: more was paid outside rebill meanwhile; the next attempt is due at once); while a step waits for its gateway, `gateway_unavailable` or `gateway_circuit_open`; while a fine's attempt waits for the registry to say what was paid outside rebill, `registry_unavailable`.
 	//
 	// Examples: insufficient_funds
@@ -1252,6 +1428,227 @@ type EventList struct {
 // EventType A published event type. `subscription.*` carry the subscription, `charge.*` (but `charge.upcoming`) the charge, `charge.upcoming` and `payment_method.expiring` the subscription. `charge.resolved` replaces `succeeded`/`failed` when a person resolves a charge in review. `enrollment.*` carry the enrollment, `bill.*` the bill (its `amount_due` as of the event).
 type EventType string
 
+// Experiment A billing-policy experiment as `REBILL_EXPERIMENTS_FILE` configures it, with its results computed when it is read, from the records alone (decision 35).
+//
+// Examples: {"alpha":0.05,"arms":[{"charges":9874,"collected":[{"amount":469758600,"currency":"RUB"}],"commission":[{"amount":11748672,"currency":"RUB"}],"dunning_recovery":{"ci_high":0.585642,"ci_low":0.513699,"rate":0.549932,"successes":402,"trials":731},"first_attempt_approval":{"ci_high":0.945265,"ci_low":0.935802,"rate":0.94071,"successes":9012,"trials":9580},"in_file":true,"median_time_to_pay_seconds":38,"name":"control","parameters":{},"review_rate":{"ci_high":0.000893,"ci_low":0.000103,"rate":0.000304,"successes":3,"trials":9874},"subscriptions":4210,"unknown_rate":{"ci_high":0.000389,"ci_low":0,"rate":0,"successes":0,"trials":9874},"versus_control":null,"weight":50},{"charges":9815,"collected":[{"amount":469658800,"currency":"RUB"}],"commission":[{"amount":11746176,"currency":"RUB"}],"dunning_recovery":{"ci_high":0.648413,"ci_low":0.578481,"rate":0.614035,"successes":455,"trials":741},"first_attempt_approval":{"ci_high":0.945234,"ci_low":0.935738,"rate":0.940664,"successes":8957,"trials":9522},"in_file":true,"median_time_to_pay_seconds":41,"name":"evening","parameters":{"dunning_seconds":[86400,259200,432000,604800],"hour":19},"review_rate":{"ci_high":0.000743,"ci_low":0.000056,"rate":0.000204,"successes":2,"trials":9815},"subscriptions":4187,"unknown_rate":{"ci_high":0.000577,"ci_low":0.000018,"rate":0.000102,"successes":1,"trials":9815},"versus_control":{"alpha":0.05,"ci_high":0.11405,"ci_low":0.013712,"difference":0.064103,"metric":"dunning_recovery","p_value":0.012656,"verdict":"too_early","verdict_text":"too early: fewer than 1000 per arm"},"weight":50}],"description":"Retry declined renewals at 19:00 local time","eligible":{"created_after":null,"currencies":["RUB"],"intervals":["month"]},"key":"dunning-evening-2027q1","method":"fixed_horizon","min_per_arm":1000,"object":"experiment","policy":"dunning","primary_metric":"dunning_recovery","start":"2027-01-01T00:00:00Z","status":"running","stop":"2027-04-01T00:00:00Z"}
+type Experiment struct {
+	// Alpha Two-sided significance level of the comparisons before the Bonferroni correction (each comparison's own `alpha` is corrected).
+	Alpha ExperimentAlpha `json:"alpha"`
+
+	// Arms `control` first, then the treatments in file order, then the arms the records name that are no longer in the file, by name.
+	Arms []ExperimentArm `json:"arms"`
+
+	// Description The file's description of it; empty when it gives none.
+	Description string `json:"description"`
+
+	// Eligible Which subscriptions take part; an empty list allows all.
+	Eligible struct {
+		// CreatedAfter Only subscriptions created after this time; null: any. Always null for `routing`.
+		CreatedAfter *time.Time `json:"created_after"`
+
+		// Currencies Only subscriptions (for `routing`, card bindings) in these currencies.
+		Currencies []Currency `json:"currencies"`
+
+		// Intervals Only subscriptions with these intervals; always empty for `routing`.
+		Intervals []Interval `json:"intervals"`
+	} `json:"eligible"`
+
+	// Key The experiment's key in the file: the key of `experiments` on subscriptions and charges, and the name of its OpenFeature flag.
+	//
+	// Examples: dunning-evening-2027q1
+	Key string `json:"key"`
+
+	// Method `fixed_horizon`: no verdict before every arm in the file has `min_per_arm` trials of the primary metric (decision 35).
+	Method ExperimentMethod `json:"method"`
+
+	// MinPerArm The fixed horizon: trials of the primary metric each arm needs before a verdict (1000 unless the file says otherwise).
+	MinPerArm int              `json:"min_per_arm"`
+	Object    ExperimentObject `json:"object"`
+
+	// Policy What it varies: `dunning`, the retries after a soft decline (offsets, local hour); `gateway_timeout`, the timeout of a charge's gateway calls and the backoff of its waits on a gateway that did nothing; `routing`, the rule that picks the gateway of a new card binding (assigned per customer); `notice_lead_time`, how long before a renewal `charge.upcoming` is sent.
+	Policy ExperimentPolicy `json:"policy"`
+
+	// PrimaryMetric What the treatments are judged by: `dunning_recovery` for a `dunning` experiment, which acts only after a decline; `first_attempt_approval` for the others.
+	PrimaryMetric ExperimentPrimaryMetric `json:"primary_metric"`
+
+	// Start When it starts acting.
+	Start time.Time `json:"start"`
+
+	// Status On the service clock: `scheduled` before `start`, `running` from `start` until `stop`, `stopped` from `stop` on. Only a `running` experiment assigns and applies arms.
+	Status ExperimentStatus `json:"status"`
+
+	// Stop When it stops acting; null: while it is in the file.
+	Stop *time.Time `json:"stop"`
+}
+
+// ExperimentAlpha Two-sided significance level of the comparisons before the Bonferroni correction (each comparison's own `alpha` is corrected).
+type ExperimentAlpha float32
+
+// ExperimentMethod `fixed_horizon`: no verdict before every arm in the file has `min_per_arm` trials of the primary metric (decision 35).
+type ExperimentMethod string
+
+// ExperimentObject defines model for Experiment.Object.
+type ExperimentObject string
+
+// ExperimentPolicy What it varies: `dunning`, the retries after a soft decline (offsets, local hour); `gateway_timeout`, the timeout of a charge's gateway calls and the backoff of its waits on a gateway that did nothing; `routing`, the rule that picks the gateway of a new card binding (assigned per customer); `notice_lead_time`, how long before a renewal `charge.upcoming` is sent.
+type ExperimentPolicy string
+
+// ExperimentPrimaryMetric What the treatments are judged by: `dunning_recovery` for a `dunning` experiment, which acts only after a decline; `first_attempt_approval` for the others.
+type ExperimentPrimaryMetric string
+
+// ExperimentStatus On the service clock: `scheduled` before `start`, `running` from `start` until `stop`, `stopped` from `stop` on. Only a `running` experiment assigns and applies arms.
+type ExperimentStatus string
+
+// ExperimentArm One arm of an experiment and its figures, from the subscription charges that record it (decision 35). The rates: `first_attempt_approval`, charges approved at their first attempt (`succeeded` with `attempt_count` 1) over the charges whose first attempt has an outcome (`succeeded`, `declined` or `failed`, or a later attempt made); `dunning_recovery`, charges paid after a decline (`succeeded` at a later attempt than the first) over the charges whose dunning is over: those and the `failed` ones; two guard rails over every charge of the arm: `review_rate`, charges in `requires_review` or resolved from it, and `unknown_rate`, charges `unknown` now (outcome not proven yet).
+type ExperimentArm struct {
+	// Charges Subscription charges that record this arm, in any status.
+	Charges int `json:"charges"`
+
+	// Collected What the arm's `succeeded` charges collected, one entry per currency in alphabetical order; empty when none was paid.
+	Collected []ExperimentMoney `json:"collected"`
+
+	// Commission What their gateways keep: each charge's amount times its gateway's `commission_bps` for the currency, rounded up per charge (0 where the gateway gives no rate), one entry per currency in alphabetical order; empty when none was paid.
+	Commission []ExperimentMoney `json:"commission"`
+
+	// DunningRecovery A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null, or 0 for an arm that has no charge at all yet; read `trials` before the rate.
+	DunningRecovery ExperimentRate `json:"dunning_recovery"`
+
+	// FirstAttemptApproval A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null, or 0 for an arm that has no charge at all yet; read `trials` before the rate.
+	FirstAttemptApproval ExperimentRate `json:"first_attempt_approval"`
+
+	// InFile False for an arm the records still name but the experiments file no longer has: its subscriptions follow the default policy now, and it is not compared.
+	InFile bool `json:"in_file"`
+
+	// MedianTimeToPaySeconds Median time from the period's start to payment of the arm's `succeeded` charges, in whole seconds; null when none was paid.
+	MedianTimeToPaySeconds *int `json:"median_time_to_pay_seconds"`
+
+	// Name `control` is the default policy; the others are treatments.
+	//
+	// Examples: evening
+	Name string `json:"name"`
+
+	// Parameters The policy parameters an arm sets: only those of the experiment's `policy`, and only those the file gives; every other one is absent and keeps the default. `{}` for `control` (the default policy) and for an arm no longer in the file.
+	Parameters ExperimentArmParameters `json:"parameters"`
+
+	// ReviewRate A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null, or 0 for an arm that has no charge at all yet; read `trials` before the rate.
+	ReviewRate ExperimentRate `json:"review_rate"`
+
+	// Subscriptions Subscriptions that record this arm.
+	Subscriptions int `json:"subscriptions"`
+
+	// UnknownRate A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null, or 0 for an arm that has no charge at all yet; read `trials` before the rate.
+	UnknownRate ExperimentRate `json:"unknown_rate"`
+
+	// VersusControl The primary metric against control's; null for `control` and for an arm no longer in the file.
+	VersusControl *ExperimentComparison `json:"versus_control"`
+
+	// Weight The arm's share of new assignments, against the sum of the weights of the experiment's arms; 0 for an arm no longer in the file.
+	Weight int `json:"weight"`
+}
+
+// ExperimentArmParameters The policy parameters an arm sets: only those of the experiment's `policy`, and only those the file gives; every other one is absent and keeps the default. `{}` for `control` (the default policy) and for an arm no longer in the file.
+type ExperimentArmParameters struct {
+	// DunningSeconds The retries after a soft decline, as offsets in seconds from the first decline, increasing (instead of `REBILL_DUNNING_SCHEDULE`). `dunning` arms only.
+	//
+	// Examples: [86400,259200,432000,604800]
+	DunningSeconds *[]int `json:"dunning_seconds,omitempty"`
+
+	// Hour The local hour (in the subscription's `timezone`) each retry is moved forward to: the first whole hour `hour` at or after its offset. `dunning` arms only; absent: the offsets keep their own time of day.
+	Hour *int `json:"hour,omitempty"`
+
+	// Priority Configured gateways, in order, for the `priority` rule.
+	//
+	// Examples: ["sim2","sim1"]
+	Priority *[]string `json:"priority,omitempty"`
+
+	// RetryBaseMs The first wait of a charge on a gateway that did nothing (decision 20), doubling up to `retry_max_ms`, in milliseconds (100 ms..1 h). `gateway_timeout` arms only; absent: the default.
+	RetryBaseMs *int `json:"retry_base_ms,omitempty"`
+
+	// RetryMaxMs The longest such wait, in milliseconds (100 ms..1 h). `gateway_timeout` arms only; absent: the default.
+	RetryMaxMs *int `json:"retry_max_ms,omitempty"`
+
+	// Rule How the gateway of a new card binding is chosen: `cheapest` (the default rule), `healthiest` (the eligible gateway with the lowest error rate) or `priority` (the first eligible gateway of `priority`). `routing` arms only.
+	Rule *ExperimentArmParametersRule `json:"rule,omitempty"`
+
+	// TimeoutMs The timeout of each gateway call of the charge, in milliseconds (100 ms..1 h). `gateway_timeout` arms only; absent: the default.
+	TimeoutMs *int `json:"timeout_ms,omitempty"`
+
+	// UpcomingSeconds How long before a renewal `charge.upcoming` is sent, in seconds (1 h..31 days; instead of `REBILL_UPCOMING_NOTICE`). `notice_lead_time` arms only.
+	UpcomingSeconds *int `json:"upcoming_seconds,omitempty"`
+}
+
+// ExperimentArmParametersRule How the gateway of a new card binding is chosen: `cheapest` (the default rule), `healthiest` (the eligible gateway with the lowest error rate) or `priority` (the first eligible gateway of `priority`). `routing` arms only.
+type ExperimentArmParametersRule string
+
+// ExperimentComparison A treatment's primary metric against control's, at a fixed horizon (decision 35). `difference`, `ci_low`, `ci_high` and `p_value` are rounded to 6 decimal places. While either arm has no trials the difference is 0, its interval -1..1 and `p_value` 1.
+type ExperimentComparison struct {
+	// Alpha The level `p_value` is judged at: the experiment's `alpha` divided by the number of treatment arms in the file (Bonferroni).
+	Alpha float32 `json:"alpha"`
+
+	// CiHigh Upper bound of that interval.
+	CiHigh float32 `json:"ci_high"`
+
+	// CiLow Lower bound of the difference's 95 % interval (Newcombe's hybrid score interval, from the two arms' Wilson intervals).
+	CiLow float32 `json:"ci_low"`
+
+	// Difference The treatment's rate less control's.
+	Difference float32 `json:"difference"`
+
+	// Metric The metric compared: the experiment's `primary_metric`.
+	Metric ExperimentComparisonMetric `json:"metric"`
+
+	// PValue Two-sided p-value of the pooled two-proportion z-test of equal rates (1 when both arms agree exactly: every trial a success, or none). Shown before the horizon too, but only the `verdict` says whether it is significant.
+	PValue float32 `json:"p_value"`
+
+	// Verdict `too_early`: an arm in the file has fewer than `min_per_arm` trials of the primary metric, so no significance is stated whatever the figures show so far. Then `treatment_better` or `treatment_worse` when `p_value` < `alpha`, by the sign of `difference`; else `no_difference_detected`, which is not evidence that the arms are equal: the interval says how large a difference remains plausible.
+	Verdict ExperimentComparisonVerdict `json:"verdict"`
+
+	// VerdictText The verdict in words, as the support console shows it.
+	//
+	// Examples: too early: fewer than 1000 per arm
+	VerdictText string `json:"verdict_text"`
+}
+
+// ExperimentComparisonMetric The metric compared: the experiment's `primary_metric`.
+type ExperimentComparisonMetric string
+
+// ExperimentComparisonVerdict `too_early`: an arm in the file has fewer than `min_per_arm` trials of the primary metric, so no significance is stated whatever the figures show so far. Then `treatment_better` or `treatment_worse` when `p_value` < `alpha`, by the sign of `difference`; else `no_difference_detected`, which is not evidence that the arms are equal: the interval says how large a difference remains plausible.
+type ExperimentComparisonVerdict string
+
+// ExperimentList Every configured experiment, in the order of the experiments file; empty when none is configured.
+type ExperimentList struct {
+	Data []Experiment `json:"data"`
+}
+
+// ExperimentMoney An amount in minor units of one currency.
+type ExperimentMoney struct {
+	// Amount In minor units.
+	Amount int64 `json:"amount"`
+
+	// Currency ISO 4217 currency code, upper case.
+	//
+	// Examples: RUB
+	Currency Currency `json:"currency"`
+}
+
+// ExperimentRate A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null, or 0 for an arm that has no charge at all yet; read `trials` before the rate.
+type ExperimentRate struct {
+	// CiHigh Upper bound of the 95 % Wilson score interval.
+	CiHigh *float32 `json:"ci_high"`
+
+	// CiLow Lower bound of the 95 % Wilson score interval.
+	CiLow *float32 `json:"ci_low"`
+
+	// Rate `successes` / `trials`.
+	Rate *float32 `json:"rate"`
+
+	// Successes Charges counted as successes.
+	Successes int `json:"successes"`
+
+	// Trials Charges the metric counts (the denominator).
+	Trials int `json:"trials"`
+}
+
 // Faults defines model for Faults.
 type Faults struct {
 	// CapturesDown Captures answer 503 and do nothing while authorizations, voids and look-ups work: holds are placed but cannot be collected (to see a hold outlive its lifetime).
@@ -1492,7 +1889,7 @@ type PaymentMethodInput struct {
 	// Last4 Examples: 4242
 	Last4 *string `json:"last4,omitempty"`
 
-	// Token Recurring payment token, 1..255 printable ASCII characters, not only spaces. Write-only: never returned or logged. A card number is refused (400 `card-number-refused`). Simulated gateway test tokens (prefix match): `tok_ok`, `tok_decline_funds`, `tok_decline_hard`, `tok_lost_response`, `tok_flaky`.
+	// Token Recurring payment token, 1..255 printable ASCII characters, not only spaces. Write-only: never returned or logged. A card number is refused (400 `card-number-refused`). Simulated gateway test tokens (prefix match): `tok_ok`, `tok_decline_funds`, `tok_decline_hard`, `tok_lost_response`, `tok_flaky`; `tok_funds_after_<N>d` (N 1..30) and `tok_funds_after_<N>h` (N 1..720): declined like `tok_decline_funds` (`insufficient_funds`) until N days (hours) after the first attempt with this exact token at that gateway, on the service clock, then approved; `_` and any suffix make another card with its own first attempt (`tok_funds_after_3d_cust1`).
 	//
 	// Examples: tok_ok_visa
 	Token *string `json:"token,omitempty"`
@@ -1699,7 +2096,7 @@ type RollWebhookSecretRequest struct {
 	ExpiresIn *string `json:"expires_in,omitempty"`
 }
 
-// Subscription Examples: {"amount":49900,"billing_anchor":"2026-12-01T00:00:00Z","cancel_at_period_end":false,"cancelled_at":null,"created_at":"2026-12-01T00:00:00Z","currency":"RUB","current_period":{"end":"2027-01-01T00:00:00Z","key":"2026-12-01","start":"2026-12-01T00:00:00Z"},"customer_id":"cust-42","description":"Gym, monthly","id":"0193a5c2-7f1e-7d3a-9c1b-2f4e6a8b0c1d","interval":"month","interval_count":1,"metadata":{"k":"v"},"next_charge_at":"2027-01-01T00:00:00Z","pause":null,"payment_method":{"brand":"visa","exp_month":12,"exp_year":2030,"gateway":"sim1","last4":"4242"},"receipt":{"customer":{"email":"user@example.com"},"items":[{"amount":49900,"description":"Gym, monthly","payment_mode":"full_payment","payment_subject":"service","quantity":"1","vat_code":1}]},"status":"active","timezone":"Europe/Moscow","updated_at":"2026-12-01T00:00:00Z"}
+// Subscription Examples: {"amount":49900,"billing_anchor":"2026-12-01T00:00:00Z","cancel_at_period_end":false,"cancelled_at":null,"created_at":"2026-12-01T00:00:00Z","currency":"RUB","current_period":{"end":"2027-01-01T00:00:00Z","key":"2026-12-01","start":"2026-12-01T00:00:00Z"},"customer_id":"cust-42","description":"Gym, monthly","experiments":{},"id":"0193a5c2-7f1e-7d3a-9c1b-2f4e6a8b0c1d","interval":"month","interval_count":1,"metadata":{"k":"v"},"next_charge_at":"2027-01-01T00:00:00Z","pause":null,"payment_method":{"brand":"visa","exp_month":12,"exp_year":2030,"gateway":"sim1","last4":"4242"},"receipt":{"customer":{"email":"user@example.com"},"items":[{"amount":49900,"description":"Gym, monthly","payment_mode":"full_payment","payment_subject":"service","quantity":"1","vat_code":1}]},"status":"active","timezone":"Europe/Moscow","updated_at":"2026-12-01T00:00:00Z"}
 type Subscription struct {
 	// Amount Integer amount in minor units (kopecks, cents), 1..999999999999.
 	//
@@ -1727,8 +2124,13 @@ type Subscription struct {
 	// CustomerId 1..255 printable ASCII characters, not only spaces.
 	//
 	// Examples: cust-42
-	CustomerId  CustomerId         `json:"customer_id"`
-	Description *string            `json:"description"`
+	CustomerId  CustomerId `json:"customer_id"`
+	Description *string    `json:"description"`
+
+	// Experiments The arms of the experiments it takes part in, by experiment key (decision 35): an arm is recorded when the experiment first assigns the subscription, and an arm once recorded never changes (not when the weights change, the experiment stops or the arm leaves the experiments file). `{}` when none.
+	//
+	// Examples: {"dunning-evening-2027q1":"evening"}
+	Experiments map[string]string  `json:"experiments"`
 	Id          openapi_types.UUID `json:"id"`
 
 	// Interval Calendar unit of a period. A month anchored on the 31st bills on the last day of shorter months.
@@ -1889,6 +2291,9 @@ type EnrollmentId = string
 
 // EventId defines model for EventId.
 type EventId = string
+
+// ExperimentKey defines model for ExperimentKey.
+type ExperimentKey = string
 
 // GatewayName defines model for GatewayName.
 type GatewayName = string
@@ -3065,6 +3470,20 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/events/{id} (the `GetEvent` operationId).
 	GetEvent(ctx context.Context, id EventId, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListExperiments List the billing-policy experiments with their results
+	//
+	// Support, admin (customer: 403). Every experiment of `REBILL_EXPERIMENTS_FILE`, in file order, whatever its `status`, with its results per arm computed now from the arms recorded on subscriptions and charges (decision 35). `data` is empty when none is configured. Not paginated: a handful.
+	//
+	// Corresponds with GET /v1/experiments (the `ListExperiments` operationId).
+	ListExperiments(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetExperiment Get a billing-policy experiment with its results
+	//
+	// Support, admin (customer: 403). One experiment of `REBILL_EXPERIMENTS_FILE` with its results per arm, computed now from the records (decision 35). A key not in the file is 404.
+	//
+	// Corresponds with GET /v1/experiments/{key} (the `GetExperiment` operationId).
+	GetExperiment(ctx context.Context, key ExperimentKey, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListGateways List the configured gateways with their health
 	//
 	// Support, admin (customer: 403). Every configured gateway, in configuration order, with its terms and its health over the last 5 minutes as the answering node sees it: each node counts only its own calls (see decision 30).
@@ -4166,6 +4585,40 @@ func (c *RawClient) ListEvents(ctx context.Context, params *ListEventsParams, re
 // Corresponds with GET /v1/events/{id} (the `GetEvent` operationId).
 func (c *RawClient) GetEvent(ctx context.Context, id EventId, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetEventRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListExperiments List the billing-policy experiments with their results
+//
+// Support, admin (customer: 403). Every experiment of `REBILL_EXPERIMENTS_FILE`, in file order, whatever its `status`, with its results per arm computed now from the arms recorded on subscriptions and charges (decision 35). `data` is empty when none is configured. Not paginated: a handful.
+//
+// Corresponds with GET /v1/experiments (the `ListExperiments` operationId).
+func (c *RawClient) ListExperiments(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListExperimentsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetExperiment Get a billing-policy experiment with its results
+//
+// Support, admin (customer: 403). One experiment of `REBILL_EXPERIMENTS_FILE` with its results per arm, computed now from the records (decision 35). A key not in the file is 404.
+//
+// Corresponds with GET /v1/experiments/{key} (the `GetExperiment` operationId).
+func (c *RawClient) GetExperiment(ctx context.Context, key ExperimentKey, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetExperimentRequest(c.Server, key)
 	if err != nil {
 		return nil, err
 	}
@@ -6318,6 +6771,67 @@ func NewGetEventRequest(server string, id EventId) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListExperimentsRequest constructs an http.Request for the ListExperiments method
+func NewListExperimentsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/experiments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetExperimentRequest constructs an http.Request for the GetExperiment method
+func NewGetExperimentRequest(server string, key ExperimentKey) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/experiments/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListGatewaysRequest constructs an http.Request for the ListGateways method
 func NewListGatewaysRequest(server string) (*http.Request, error) {
 	var err error
@@ -8075,6 +8589,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/events/{id} (the `GetEvent` operationId).
 	GetEventWithResponse(ctx context.Context, id EventId, reqEditors ...RequestEditorFn) (*GetEventResponse, error)
+
+	// ListExperimentsWithResponse List the billing-policy experiments with their results
+	//
+	// Support, admin (customer: 403). Every experiment of `REBILL_EXPERIMENTS_FILE`, in file order, whatever its `status`, with its results per arm computed now from the arms recorded on subscriptions and charges (decision 35). `data` is empty when none is configured. Not paginated: a handful.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/experiments (the `ListExperiments` operationId).
+	ListExperimentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListExperimentsResponse, error)
+
+	// GetExperimentWithResponse Get a billing-policy experiment with its results
+	//
+	// Support, admin (customer: 403). One experiment of `REBILL_EXPERIMENTS_FILE` with its results per arm, computed now from the records (decision 35). A key not in the file is 404.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/experiments/{key} (the `GetExperiment` operationId).
+	GetExperimentWithResponse(ctx context.Context, key ExperimentKey, reqEditors ...RequestEditorFn) (*GetExperimentResponse, error)
 
 	// ListGatewaysWithResponse List the configured gateways with their health
 	//
@@ -11420,6 +11952,179 @@ func (r GetEventResponse) ContentType() string {
 	return ""
 }
 
+// ListExperimentsResponse503Headers the declared response headers of an HTTP 503 response for ListExperiments
+type ListExperimentsResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListExperimentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ExperimentList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadQuery
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListExperimentsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListExperimentsResponse) GetJSON200() *ExperimentList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListExperimentsResponse) GetApplicationproblemJSON400() *BadQuery {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListExperimentsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListExperimentsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListExperimentsResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListExperimentsResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListExperimentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListExperimentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListExperimentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListExperimentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetExperimentResponse503Headers the declared response headers of an HTTP 503 response for GetExperiment
+type GetExperimentResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetExperimentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Experiment
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadQuery
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetExperimentResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetExperimentResponse) GetJSON200() *Experiment {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetExperimentResponse) GetApplicationproblemJSON400() *BadQuery {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetExperimentResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetExperimentResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetExperimentResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetExperimentResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetExperimentResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetExperimentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetExperimentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetExperimentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetExperimentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListGatewaysResponse503Headers the declared response headers of an HTTP 503 response for ListGateways
 type ListGatewaysResponse503Headers struct {
 	RetryAfter int
@@ -14360,6 +15065,36 @@ func (c *ClientWithResponses) GetEventWithResponse(ctx context.Context, id Event
 		return nil, err
 	}
 	return ParseGetEventResponse(rsp)
+}
+
+// ListExperimentsWithResponse List the billing-policy experiments with their results
+//
+// Support, admin (customer: 403). Every experiment of `REBILL_EXPERIMENTS_FILE`, in file order, whatever its `status`, with its results per arm computed now from the arms recorded on subscriptions and charges (decision 35). `data` is empty when none is configured. Not paginated: a handful.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/experiments (the `ListExperiments` operationId).
+func (c *ClientWithResponses) ListExperimentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListExperimentsResponse, error) {
+	rsp, err := c.ListExperiments(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListExperimentsResponse(rsp)
+}
+
+// GetExperimentWithResponse Get a billing-policy experiment with its results
+//
+// Support, admin (customer: 403). One experiment of `REBILL_EXPERIMENTS_FILE` with its results per arm, computed now from the records (decision 35). A key not in the file is 404.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/experiments/{key} (the `GetExperiment` operationId).
+func (c *ClientWithResponses) GetExperimentWithResponse(ctx context.Context, key ExperimentKey, reqEditors ...RequestEditorFn) (*GetExperimentResponse, error) {
+	rsp, err := c.GetExperiment(ctx, key, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetExperimentResponse(rsp)
 }
 
 // ListGatewaysWithResponse List the configured gateways with their health
@@ -17767,6 +18502,161 @@ func ParseGetEventResponse(rsp *http.Response) (*GetEventResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers GetEventResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListExperimentsResponse parses an HTTP response from a ListExperimentsWithResponse call
+func ParseListExperimentsResponse(rsp *http.Response) (*ListExperimentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListExperimentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ExperimentList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadQuery
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListExperimentsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetExperimentResponse parses an HTTP response from a GetExperimentWithResponse call
+func ParseGetExperimentResponse(rsp *http.Response) (*GetExperimentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetExperimentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Experiment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadQuery
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetExperimentResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

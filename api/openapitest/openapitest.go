@@ -102,10 +102,11 @@ func For(document []byte) (*Checker, error) {
 		config.WithStrictMode(),
 		// GET ignores Idempotency-Key (documented); a client may send it anyway.
 		config.WithStrictIgnoredHeadersExtra("Idempotency-Key", "Content-Encoding", "X-Content-Type-Options"),
-		// metadata and a gateway's commission_bps are maps
-		// (additionalProperties with a schema), which strict mode would
-		// report key by key.
-		config.WithStrictIgnorePaths("$.body.metadata.*", "$.body.**.metadata.*", "$.body.**.commission_bps.*"),
+		// metadata, a gateway's commission_bps and the experiments record
+		// of subscriptions and charges are maps (additionalProperties with
+		// a schema), which strict mode would report key by key.
+		config.WithStrictIgnorePaths("$.body.metadata.*", "$.body.**.metadata.*", "$.body.**.commission_bps.*",
+			"$.body.experiments.*", "$.body.**.experiments.*"),
 	)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("build validator: %v", errs)
