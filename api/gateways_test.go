@@ -12,6 +12,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/gatewaytest"
+	"github.com/rebill/rebill/experiments"
 )
 
 // stub is a gateway that answers every authorize with err.
@@ -88,14 +89,14 @@ func TestRoutingBindingPicksTheCheapestHealthyGateway(t *testing.T) {
 
 	res := b.do(t, "GET", "/v1/routing/binding?currency=RUB&amount=49900", customer, "", "")
 	require.Equal(t, http.StatusOK, res.status)
-	require.JSONEq(t, `{"gateway": "cheap", "reason": "cheapest", "candidates": [
+	require.JSONEq(t, `{"gateway": "cheap", "reason": "cheapest", "experiment": null, "candidates": [
 		{"name": "cheap", "eligible": true, "cost": 749, "reason": "selected"},
 		{"name": "dear", "eligible": true, "cost": 1248, "reason": "higher_cost"},
 		{"name": "broken", "eligible": false, "cost": 499, "reason": "error_rate_too_high"}]}`, string(res.body))
 
 	res = b.do(t, "GET", "/v1/routing/binding?currency=EUR&amount=100", customer, "", "")
 	require.Equal(t, http.StatusOK, res.status)
-	require.JSONEq(t, `{"gateway": null, "reason": "no_eligible_gateway", "candidates": [
+	require.JSONEq(t, `{"gateway": null, "reason": "no_eligible_gateway", "experiment": null, "candidates": [
 		{"name": "broken", "eligible": false, "cost": 1, "reason": "error_rate_too_high"},
 		{"name": "dear", "eligible": false, "cost": null, "reason": "currency_not_supported"},
 		{"name": "cheap", "eligible": false, "cost": null, "reason": "currency_not_supported"}]}`, string(res.body))
@@ -105,4 +106,39 @@ func TestRoutingBindingPicksTheCheapestHealthyGateway(t *testing.T) {
 		res := b.do(t, "GET", "/v1/routing/binding?"+q, customer, "", "")
 		require.Equal(t, http.StatusBadRequest, res.status, q)
 	}
+}
+
+// A customer in a routing experiment's arm binds by its rule: here a fixed
+// list puts the dearer gateway first, and the answer names the arm. The
+// ineligible stay ineligible whatever the list says; a customer key may
+// not ask for another customer's arm.
+func TestRoutingBindingFollowsTheCustomersArm(t *testing.T) {
+	t.Parallel()
+	set, err := experiments.Parse([]byte(`
+- key: route-list
+  policy: routing
+  start: 2020-01-01T00:00:00Z
+  arms:
+    - {name: control, weight: 0}
+    - {name: listed, weight: 1, rule: priority, priority: [broken, dear, cheap]}
+`), experiments.Limits{DunningMax: 720 * time.Hour, MaxAttempts: 15, Gateways: []string{"cheap", "broken", "dear"}})
+	require.NoError(t, err)
+	b := setup(t, setupOpts{lease: time.Minute, gateways: gatewaysForRouting(t), experiments: set})
+	customer := b.newKey(t, "customer", "cust-1")
+	support := b.newKey(t, "support", "")
+
+	for _, key := range []string{customer, support} {
+		res := b.do(t, "GET", "/v1/routing/binding?currency=RUB&amount=49900&customer_id=cust-1", key, "", "")
+		require.Equal(t, http.StatusOK, res.status)
+		require.JSONEq(t, `{"gateway": "dear", "reason": "fixed_priority", "experiment": {"key": "route-list", "arm": "listed"},
+			"candidates": [
+			{"name": "dear", "eligible": true, "cost": 1248, "reason": "selected"},
+			{"name": "cheap", "eligible": true, "cost": 749, "reason": "not_preferred"},
+			{"name": "broken", "eligible": false, "cost": 499, "reason": "error_rate_too_high"}]}`, string(res.body))
+	}
+	res := b.do(t, "GET", "/v1/routing/binding?currency=RUB&amount=49900", customer, "", "")
+	require.Equal(t, http.StatusOK, res.status)
+	require.Contains(t, string(res.body), `"reason":"cheapest"`, "without a customer no arm governs")
+	require.Equal(t, http.StatusForbidden, b.do(t, "GET", "/v1/routing/binding?currency=RUB&amount=1&customer_id=cust-2", customer, "", "").status)
+	require.Equal(t, http.StatusBadRequest, b.do(t, "GET", "/v1/routing/binding?currency=RUB&amount=1&customer_id=", support, "", "").status)
 }

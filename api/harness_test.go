@@ -23,6 +23,7 @@ import (
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
+	"github.com/rebill/rebill/experiments"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/internal/testsupport"
@@ -52,6 +53,8 @@ type setupOpts struct {
 	dev func(t *testing.T, pool *pgxpool.Pool) *api.Dev
 	// gateways are the configured gateways of GET /v1/gateways.
 	gateways *fleet.Gateways
+	// experiments pick routing arms.
+	experiments *experiments.Set
 }
 
 func setup(t *testing.T, opts ...setupOpts) testBundle {
@@ -83,7 +86,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
 		Billing: uses, Ready: pool.Ping, KnownGateway: known, Gateways: o.gateways,
-		Dev:    dev,
+		Dev: dev, ExperimentSet: o.experiments, Clock: clk,
 		Logger: zerolog.New(logs),
 		Webhooks: &notify.Webhooks{Pool: pool, Keys: keys, Policy: notify.URLPolicy{AllowPrivate: o.allowPrivate}, Clock: clk,
 			Enqueue: insertOnly},

@@ -94,6 +94,7 @@ const (
 	ErrorRateTooHigh     BindingCandidateReason = "error_rate_too_high"
 	HigherCost           BindingCandidateReason = "higher_cost"
 	LowerPriority        BindingCandidateReason = "lower_priority"
+	NotPreferred         BindingCandidateReason = "not_preferred"
 	Selected             BindingCandidateReason = "selected"
 )
 
@@ -110,6 +111,8 @@ func (e BindingCandidateReason) Valid() bool {
 		return true
 	case LowerPriority:
 		return true
+	case NotPreferred:
+		return true
 	case Selected:
 		return true
 	default:
@@ -121,6 +124,8 @@ func (e BindingCandidateReason) Valid() bool {
 const (
 	Cheapest             BindingRouteReason = "cheapest"
 	CheapestThenPriority BindingRouteReason = "cheapest_then_priority"
+	FixedPriority        BindingRouteReason = "fixed_priority"
+	Healthiest           BindingRouteReason = "healthiest"
 	NoEligibleGateway    BindingRouteReason = "no_eligible_gateway"
 )
 
@@ -130,6 +135,10 @@ func (e BindingRouteReason) Valid() bool {
 	case Cheapest:
 		return true
 	case CheapestThenPriority:
+		return true
+	case FixedPriority:
+		return true
+	case Healthiest:
 		return true
 	case NoEligibleGateway:
 		return true
@@ -1053,11 +1062,11 @@ type BindingCandidate struct {
 	Eligible bool   `json:"eligible"`
 	Name     string `json:"name"`
 
-	// Reason `selected`: chosen; `higher_cost`: eligible but dearer; `lower_priority`: as cheap, lost on priority; the others make it ineligible.
+	// Reason `selected`: chosen; `higher_cost`: eligible but dearer; `lower_priority`: as cheap, lost on priority; the others make it ineligible. `not_preferred`: eligible, but a routing arm's rule preferred another.
 	Reason BindingCandidateReason `json:"reason"`
 }
 
-// BindingCandidateReason `selected`: chosen; `higher_cost`: eligible but dearer; `lower_priority`: as cheap, lost on priority; the others make it ineligible.
+// BindingCandidateReason `selected`: chosen; `higher_cost`: eligible but dearer; `lower_priority`: as cheap, lost on priority; the others make it ineligible. `not_preferred`: eligible, but a routing arm's rule preferred another.
 type BindingCandidateReason string
 
 // BindingRoute defines model for BindingRoute.
@@ -1065,12 +1074,23 @@ type BindingRoute struct {
 	// Candidates Every configured gateway: eligible ones by cost then priority, then the ineligible ones.
 	Candidates []BindingCandidate `json:"candidates"`
 
+	// Experiment The routing experiment and arm that chose the rule; null when none governs this binding (no `customer_id`, or no running routing experiment admits it).
+	Experiment *struct {
+		// Arm The customer's arm.
+		Arm string `json:"arm"`
+
+		// Key The experiment's key.
+		Key string `json:"key"`
+	} `json:"experiment"`
+
 	// Gateway Where to bind the card; null when no gateway is eligible.
-	Gateway *string            `json:"gateway"`
-	Reason  BindingRouteReason `json:"reason"`
+	Gateway *string `json:"gateway"`
+
+	// Reason `healthiest`: a routing arm chose the eligible gateway with the lowest error rate; `fixed_priority`: a routing arm chose the first eligible gateway of its list. `healthiest`: a routing arm chose the eligible gateway with the lowest error rate; `fixed_priority`: a routing arm chose the first eligible gateway of its list.
+	Reason BindingRouteReason `json:"reason"`
 }
 
-// BindingRouteReason defines model for BindingRoute.Reason.
+// BindingRouteReason `healthiest`: a routing arm chose the eligible gateway with the lowest error rate; `fixed_priority`: a routing arm chose the first eligible gateway of its list. `healthiest`: a routing arm chose the eligible gateway with the lowest error rate; `fixed_priority`: a routing arm chose the first eligible gateway of its list.
 type BindingRouteReason string
 
 // CancelRequest defines model for CancelRequest.
@@ -1510,10 +1530,10 @@ type ExperimentArm struct {
 	// Commission What their gateways keep: each charge's amount times its gateway's `commission_bps` for the currency, rounded up per charge (0 where the gateway gives no rate), one entry per currency in alphabetical order; empty when none was paid.
 	Commission []ExperimentMoney `json:"commission"`
 
-	// DunningRecovery A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null, or 0 for an arm that has no charge at all yet; read `trials` before the rate.
+	// DunningRecovery A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null.
 	DunningRecovery ExperimentRate `json:"dunning_recovery"`
 
-	// FirstAttemptApproval A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null, or 0 for an arm that has no charge at all yet; read `trials` before the rate.
+	// FirstAttemptApproval A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null.
 	FirstAttemptApproval ExperimentRate `json:"first_attempt_approval"`
 
 	// InFile False for an arm the records still name but the experiments file no longer has: its subscriptions follow the default policy now, and it is not compared.
@@ -1530,13 +1550,13 @@ type ExperimentArm struct {
 	// Parameters The policy parameters an arm sets: only those of the experiment's `policy`, and only those the file gives; every other one is absent and keeps the default. `{}` for `control` (the default policy) and for an arm no longer in the file.
 	Parameters ExperimentArmParameters `json:"parameters"`
 
-	// ReviewRate A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null, or 0 for an arm that has no charge at all yet; read `trials` before the rate.
+	// ReviewRate A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null.
 	ReviewRate ExperimentRate `json:"review_rate"`
 
 	// Subscriptions Subscriptions that record this arm.
 	Subscriptions int `json:"subscriptions"`
 
-	// UnknownRate A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null, or 0 for an arm that has no charge at all yet; read `trials` before the rate.
+	// UnknownRate A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null.
 	UnknownRate ExperimentRate `json:"unknown_rate"`
 
 	// VersusControl The primary metric against control's; null for `control` and for an arm no longer in the file.
@@ -1631,7 +1651,7 @@ type ExperimentMoney struct {
 	Currency Currency `json:"currency"`
 }
 
-// ExperimentRate A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null, or 0 for an arm that has no charge at all yet; read `trials` before the rate.
+// ExperimentRate A proportion with its 95 % Wilson score interval, rounded to 6 decimal places. While `trials` is 0 there is no data: `rate`, `ci_low` and `ci_high` are null.
 type ExperimentRate struct {
 	// CiHigh Upper bound of the 95 % Wilson score interval.
 	CiHigh *float32 `json:"ci_high"`
@@ -2533,6 +2553,9 @@ type RouteBindingParams struct {
 
 	// Amount Amount of the payment in minor units.
 	Amount Amount `form:"amount" json:"amount"`
+
+	// CustomerId The customer binding the card. When a running routing experiment (decision 35) admits the customer and the currency, the customer's arm picks the rule, and `experiment` names it. A customer key may name only its own customer (otherwise 403).
+	CustomerId *string `form:"customer_id,omitempty" json:"customer_id,omitempty"`
 }
 
 // ListSubscriptionsParams defines parameters for ListSubscriptions.
@@ -3514,7 +3537,7 @@ type ClientInterface interface {
 
 	// RouteBinding Choose the gateway for a new card binding
 	//
-	// Any role. Where a client should bind a new card for a payment of `amount` in `currency`: the cheapest eligible gateway (`cost`, the commission on `amount` in minor units rounded up), ties to the lower `priority` number. A gateway is ineligible when it does not take the currency, its circuit is open, or over 50 % of at least 10 calls in the last 5 minutes got no verdict. Recurring charges never follow this: they stay on the gateway that issued their token. When no gateway is eligible the answer is still 200, with `gateway` null (decision 30).
+	// Any role. Where a client should bind a new card for a payment of `amount` in `currency`: the cheapest eligible gateway (`cost`, the commission on `amount` in minor units rounded up), ties to the lower `priority` number. A gateway is ineligible when it does not take the currency, its circuit is open, or over 50 % of at least 10 calls in the last 5 minutes got no verdict. Recurring charges never follow this: they stay on the gateway that issued their token. When no gateway is eligible the answer is still 200, with `gateway` null (decision 30). With `customer_id`, a routing experiment's arm may choose by another rule (`healthiest`, `fixed_priority`; decision 35).
 	//
 	// Corresponds with GET /v1/routing/binding (the `RouteBinding` operationId).
 	RouteBinding(ctx context.Context, params *RouteBindingParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4699,7 +4722,7 @@ func (c *RawClient) ListReviewQueue(ctx context.Context, params *ListReviewQueue
 
 // RouteBinding Choose the gateway for a new card binding
 //
-// Any role. Where a client should bind a new card for a payment of `amount` in `currency`: the cheapest eligible gateway (`cost`, the commission on `amount` in minor units rounded up), ties to the lower `priority` number. A gateway is ineligible when it does not take the currency, its circuit is open, or over 50 % of at least 10 calls in the last 5 minutes got no verdict. Recurring charges never follow this: they stay on the gateway that issued their token. When no gateway is eligible the answer is still 200, with `gateway` null (decision 30).
+// Any role. Where a client should bind a new card for a payment of `amount` in `currency`: the cheapest eligible gateway (`cost`, the commission on `amount` in minor units rounded up), ties to the lower `priority` number. A gateway is ineligible when it does not take the currency, its circuit is open, or over 50 % of at least 10 calls in the last 5 minutes got no verdict. Recurring charges never follow this: they stay on the gateway that issued their token. When no gateway is eligible the answer is still 200, with `gateway` null (decision 30). With `customer_id`, a routing experiment's arm may choose by another rule (`healthiest`, `fixed_priority`; decision 35).
 //
 // Corresponds with GET /v1/routing/binding (the `RouteBinding` operationId).
 func (c *RawClient) RouteBinding(ctx context.Context, params *RouteBindingParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7089,6 +7112,18 @@ func NewRouteBindingRequest(server string, params *RouteBindingParams) (*http.Re
 			}
 		}
 
+		if params.CustomerId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "customer_id", *params.CustomerId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -8646,7 +8681,7 @@ type ClientWithResponsesInterface interface {
 
 	// RouteBindingWithResponse Choose the gateway for a new card binding
 	//
-	// Any role. Where a client should bind a new card for a payment of `amount` in `currency`: the cheapest eligible gateway (`cost`, the commission on `amount` in minor units rounded up), ties to the lower `priority` number. A gateway is ineligible when it does not take the currency, its circuit is open, or over 50 % of at least 10 calls in the last 5 minutes got no verdict. Recurring charges never follow this: they stay on the gateway that issued their token. When no gateway is eligible the answer is still 200, with `gateway` null (decision 30).
+	// Any role. Where a client should bind a new card for a payment of `amount` in `currency`: the cheapest eligible gateway (`cost`, the commission on `amount` in minor units rounded up), ties to the lower `priority` number. A gateway is ineligible when it does not take the currency, its circuit is open, or over 50 % of at least 10 calls in the last 5 minutes got no verdict. Recurring charges never follow this: they stay on the gateway that issued their token. When no gateway is eligible the answer is still 200, with `gateway` null (decision 30). With `customer_id`, a routing experiment's arm may choose by another rule (`healthiest`, `fixed_priority`; decision 35).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -12478,6 +12513,8 @@ type RouteBindingResponse struct {
 	ApplicationproblemJSON400 *BadQuery
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -12499,6 +12536,11 @@ func (r RouteBindingResponse) GetApplicationproblemJSON400() *BadQuery {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r RouteBindingResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RouteBindingResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -15159,7 +15201,7 @@ func (c *ClientWithResponses) ListReviewQueueWithResponse(ctx context.Context, p
 
 // RouteBindingWithResponse Choose the gateway for a new card binding
 //
-// Any role. Where a client should bind a new card for a payment of `amount` in `currency`: the cheapest eligible gateway (`cost`, the commission on `amount` in minor units rounded up), ties to the lower `priority` number. A gateway is ineligible when it does not take the currency, its circuit is open, or over 50 % of at least 10 calls in the last 5 minutes got no verdict. Recurring charges never follow this: they stay on the gateway that issued their token. When no gateway is eligible the answer is still 200, with `gateway` null (decision 30).
+// Any role. Where a client should bind a new card for a payment of `amount` in `currency`: the cheapest eligible gateway (`cost`, the commission on `amount` in minor units rounded up), ties to the lower `priority` number. A gateway is ineligible when it does not take the currency, its circuit is open, or over 50 % of at least 10 calls in the last 5 minutes got no verdict. Recurring charges never follow this: they stay on the gateway that issued their token. When no gateway is eligible the answer is still 200, with `gateway` null (decision 30). With `customer_id`, a routing experiment's arm may choose by another rule (`healthiest`, `fixed_priority`; decision 35).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -19013,6 +19055,13 @@ func ParseRouteBindingResponse(rsp *http.Response) (*RouteBindingResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError

@@ -17,7 +17,9 @@ const (
 	// those whose first attempt has an outcome.
 	MetricFirstAttempt = "first_attempt_approval"
 	// MetricRecovery: charges declined once that were later paid, of
-	// those declined once whose dunning is over (paid or failed).
+	// those declined whose outcome is final: paid after a decline, or
+	// failed (a hard decline at the first attempt counts too: arms are
+	// randomised, so it dilutes every arm alike).
 	MetricRecovery = "dunning_recovery"
 )
 
@@ -113,7 +115,7 @@ func Results(ctx context.Context, db pg.DBTX, e Experiment, now time.Time, commi
 		if a, ok := arms[name]; ok {
 			return a
 		}
-		a := &ArmResult{Arm: name}
+		a := &ArmResult{Arm: name, FirstAttempt: rate(0, 0), Recovery: rate(0, 0), Review: rate(0, 0), Unknown: rate(0, 0)}
 		if conf, ok := e.Arm(name); ok {
 			a.Weight, a.InFile = conf.Weight, true
 		}
