@@ -170,7 +170,7 @@ func TestGuardRailsRefuseBadArms(t *testing.T) {
 	}{
 		{"sixteen attempts", exp("dunning", "{name: t, weight: 1, dunning: [1d,2d,3d,4d,5d,6d,7d,8d,9d,10d,11d,12d,13d,14d,15d]}"),
 			`experiment "bad": arm "t": dunning: 15 retries, but a charge may make at most 15 attempts (decision 7)`},
-		{"dunning past the maximum", exp("dunning", "{name: t, weight: 1, dunning: [1d, 31d]}"), "past the maximum of 720h0m0s"},
+		{"dunning past the maximum", exp("dunning", "{name: t, weight: 1, dunning: [1d, 31d]}"), "past the maximum of 720h0m0s (REBILL_DUNNING_MAX)"},
 		{"the hour pushes it past", exp("dunning", "{name: t, weight: 1, dunning: [1d, 30d], hour: 10}"), "with up to a day to reach its hour"},
 		{"offsets that do not increase", exp("dunning", "{name: t, weight: 1, dunning: [3d, 2d]}"), "dunning[1]: the offsets must increase"},
 		{"two retries in one hour slot", exp("dunning", "{name: t, weight: 1, dunning: [24h, 30h], hour: 10}"), "at least 24h apart"},

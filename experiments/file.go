@@ -344,13 +344,14 @@ func dunningArm(f fileArm, lim Limits, errs []error) (Params, []error) {
 		}
 	}
 	if n := len(p.Dunning); n > 0 {
-		last := p.Dunning[n-1]
+		last, reach := p.Dunning[n-1], ""
 		if p.Hour != nil {
 			last += 24 * time.Hour // moving a retry to its hour can add up to a day
+			reach = " (with up to a day to reach its hour)"
 		}
 		if last > lim.DunningMax {
-			add("dunning: the last retry (with up to a day to reach its hour) ends %s after the first decline, past the maximum of %s",
-				last, lim.DunningMax)
+			add("dunning: the last retry%s may run %s after the first decline, past the maximum of %s (REBILL_DUNNING_MAX)",
+				reach, last, lim.DunningMax)
 		}
 	}
 	return p, errs
