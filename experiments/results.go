@@ -125,9 +125,8 @@ func Results(ctx context.Context, db pg.DBTX, e Experiment, now time.Time, commi
 	for _, a := range e.Arms {
 		arm(a.Name)
 	}
-	// The partial indexes hold the rows with a record: each query says so.
 	rows, err := db.Query(ctx, `SELECT experiments->>$1, count(*) FROM subscriptions
-		WHERE experiments <> '{}' AND experiments ? $1 GROUP BY 1`, e.Key)
+		WHERE `+recordsKey+` GROUP BY 1`, e.Key)
 	if err != nil {
 		return Report{}, fmt.Errorf("experiment %s: subscriptions: %w", e.Key, err)
 	}
@@ -177,6 +176,17 @@ func Results(ctx context.Context, db pg.DBTX, e Experiment, now time.Time, commi
 	return rep, nil
 }
 
+// recordsKey selects the subscriptions whose record names the experiment
+// $1. It repeats the partial index's predicate, so that the planner uses
+// the index (only subscriptions in an experiment are in it).
+const recordsKey = `experiments <> '{}' AND experiments ? $1`
+
+// inExperiment are the ids of those subscriptions: their charges are the
+// experiment's (a charge's record is its subscription's when it was
+// created, and recorded arms are never removed), found through the
+// charges' subscription index.
+const inExperiment = `SELECT id FROM subscriptions WHERE ` + recordsKey
+
 // StatusNames are the charge statuses the figures count by, given by the
 // caller so that this package does not depend on the charges package.
 type StatusNames struct {
@@ -192,7 +202,7 @@ func chargeFigures(ctx context.Context, db pg.DBTX, key string, st StatusNames, 
 			count(*) FILTER (WHERE status = $5 OR resolution IS NOT NULL),
 			count(*) FILTER (WHERE status = $6),
 			percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM updated_at - period_start)) FILTER (WHERE status = $2)
-		FROM charges WHERE experiments <> '{}' AND experiments ? $1 AND subscription_id IS NOT NULL GROUP BY 1`,
+		FROM charges WHERE subscription_id IN (`+inExperiment+`) AND experiments ? $1 GROUP BY 1`,
 		key, st.Succeeded, st.Failed, st.Declined, st.Review, st.Unknown)
 	if err != nil {
 		return fmt.Errorf("experiment %s: charges: %w", key, err)
@@ -229,7 +239,7 @@ func chargeFigures(ctx context.Context, db pg.DBTX, key string, st StatusNames, 
 // gateways kept: the commission is rounded per charge, as gateways take it.
 func money(ctx context.Context, db pg.DBTX, key string, st StatusNames, commission Commission, arm func(string) *ArmResult) error {
 	rows, err := db.Query(ctx, `SELECT experiments->>$1, gateway, currency, amount, count(*)
-		FROM charges WHERE experiments <> '{}' AND experiments ? $1 AND subscription_id IS NOT NULL AND status = $2
+		FROM charges WHERE subscription_id IN (`+inExperiment+`) AND experiments ? $1 AND status = $2
 		GROUP BY 1, 2, 3, 4 ORDER BY 1, 3`, key, st.Succeeded)
 	if err != nil {
 		return fmt.Errorf("experiment %s: amounts: %w", key, err)
