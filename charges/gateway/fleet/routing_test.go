@@ -185,3 +185,37 @@ func BenchmarkChooseBinding(b *testing.B) {
 		fleet.ChooseBinding(candidates, "RUB", 49900)
 	}
 }
+
+// A routing arm's rule reorders only the eligible gateways: healthiest by
+// error rate (ties as the cheapest rule orders them), a fixed list by its
+// order with the unlisted after; an ineligible gateway is never chosen,
+// however healthy or high on the list.
+func TestChooseBindingByAnArmsRule(t *testing.T) {
+	t.Parallel()
+	rub := map[string]int64{"RUB": 100}
+	cands := []fleet.Candidate{
+		candidate("cheap", 1, map[string]int64{"RUB": 50}, nil, fleet.Health{Calls: 20, ErrorRate: 0.3}),
+		candidate("steady", 2, rub, nil, fleet.Health{Calls: 20, ErrorRate: 0.05}),
+		candidate("steady2", 3, rub, nil, fleet.Health{Calls: 20, ErrorRate: 0.05}),
+		candidate("open", 0, map[string]int64{"RUB": 10}, nil, fleet.Health{Circuit: fleet.CircuitOpen}),
+	}
+	names := func(r fleet.Route) (out []string) {
+		for _, v := range r.Candidates {
+			out = append(out, v.Name+":"+v.Reason)
+		}
+		return out
+	}
+	r := fleet.ChooseBindingByHealth(cands, "RUB", 10_000)
+	require.Equal(t, "steady", r.Gateway)
+	require.Equal(t, fleet.RouteHealthiest, r.Reason)
+	require.Equal(t, []string{"steady:selected", "steady2:not_preferred", "cheap:not_preferred", "open:circuit_open"}, names(r))
+
+	r = fleet.ChooseBindingByList(cands, "RUB", 10_000, []string{"open", "steady2"})
+	require.Equal(t, "steady2", r.Gateway)
+	require.Equal(t, fleet.RouteFixedPriority, r.Reason)
+	require.Equal(t, []string{"steady2:selected", "cheap:not_preferred", "steady:not_preferred", "open:circuit_open"}, names(r))
+
+	none := fleet.ChooseBindingByList(cands[3:], "RUB", 10_000, []string{"open"})
+	require.Empty(t, none.Gateway)
+	require.Equal(t, fleet.RouteNone, none.Reason)
+}
