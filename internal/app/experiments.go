@@ -1,10 +1,8 @@
 package app
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,11 +39,7 @@ func loadExperiments(cfg config.Config, gateways []config.Gateway) (*experiments
 			return nil
 		}})
 	if err != nil {
-		lines := strings.Split(err.Error(), "\n")
-		for i, l := range lines {
-			lines[i] = "REBILL_EXPERIMENTS_FILE: " + l
-		}
-		return nil, errors.New(strings.Join(lines, "\n"))
+		return nil, config.PrefixLines("REBILL_EXPERIMENTS_FILE: ", err)
 	}
 	return set, nil
 }

@@ -409,14 +409,14 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		gateways, err := LoadGatewaysFile(c.GatewaysFile, getenv)
 		if err != nil {
-			return Config{}, prefixLines("REBILL_GATEWAYS_FILE: ", err)
+			return Config{}, PrefixLines("REBILL_GATEWAYS_FILE: ", err)
 		}
 		c.Gateways = gateways
 	}
 	if c.RegistryFile != "" {
 		registries, err := LoadRegistriesFile(c.RegistryFile, getenv, c.Dev)
 		if err != nil {
-			return Config{}, prefixLines("REBILL_REGISTRY_FILE: ", err)
+			return Config{}, PrefixLines("REBILL_REGISTRY_FILE: ", err)
 		}
 		c.Registries = registries
 	}
@@ -429,7 +429,7 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.BillSourcesFile != "" {
 		sources, err := LoadBillSourcesFile(c.BillSourcesFile, getenv)
 		if err != nil {
-			return Config{}, prefixLines("REBILL_BILL_SOURCES_FILE: ", err)
+			return Config{}, PrefixLines("REBILL_BILL_SOURCES_FILE: ", err)
 		}
 		c.BillSources = sources
 	}

@@ -86,10 +86,10 @@ func LoadGatewaysFile(path string, getenv func(string) string) ([]Gateway, error
 
 // inFile prefixes each of err's lines (one per error) with the file's
 // path, so that every line of a long report says where it comes from.
-func inFile(path string, err error) error { return prefixLines(path+": ", err) }
+func inFile(path string, err error) error { return PrefixLines(path+": ", err) }
 
-// prefixLines prefixes each of err's lines with prefix.
-func prefixLines(prefix string, err error) error {
+// PrefixLines prefixes each of err's lines with prefix: a settings file names the setting on every line of its report.
+func PrefixLines(prefix string, err error) error {
 	lines := strings.Split(err.Error(), "\n")
 	for i, l := range lines {
 		lines[i] = prefix + l
