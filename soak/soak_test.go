@@ -162,7 +162,7 @@ const soakExperiments = `
   start: 2020-01-01T00:00:00Z
   arms:
     - {name: control, weight: 1}
-    - {name: patient, weight: 1, timeout: 700ms, retry_base: 100ms, retry_max: 500ms}
+    - {name: patient, weight: 1, timeout: 600ms, retry_base: 100ms, retry_max: 500ms}
 `
 
 func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) {
@@ -270,6 +270,8 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 	all := append(soak.CheckAll(d), r.driverViolations...)
 	all = append(all, billViolations(bills)...)
 	all = append(all, r.selfAudit(clock.Now, d.Now)...)
+	expViolations, treated := r.experimentViolations()
+	all = append(all, expViolations...)
 	var violations []soak.Violation
 	known := map[string]int{}
 	for _, v := range all {
@@ -291,6 +293,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		"coverage":               cov, "violations": len(violations), "kinds": r.counts, "node_kills": r.kills,
 		"clock_moves": len(r.obs.ClockMoves), "dev_days": d.Now.Sub(clock.Now).Hours() / 24, "notes": r.notes,
 		"autopay": billCounts(bills), "clock_moves_at_bills": r.clockTargets, "paid_elsewhere": fineCounts(d.Fines),
+		"charges_in_treatment_arms": treated,
 	}
 	line, _ := json.Marshal(summary)
 	t.Logf("summary: %s", line)
