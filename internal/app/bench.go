@@ -45,6 +45,8 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	scanOnly := fs.Bool("scan-only", false, "measure the scan and stop (for very large -n)")
 	scanBatch := fs.Int("scan-batch", 1000, "subscriptions per scan transaction")
 	database := fs.String("db", "rebill_bench", "database to create (dropped first) on the server")
+	history := fs.String("history", "", "rows written before measuring, as years of use would leave them: big (2,000,000 subscriptions, 10,000,000 charges, 20,000,000 events: about 15 GB) or SUBSCRIPTIONS,CHARGES,EVENTS")
+	template := fs.String("template", "", "start from a copy of this database (say one filled by -history big -n 0 -db rebill_history) instead of an empty one")
 	webhook := fs.Bool("webhook", false, "one webhook endpoint subscribed to every event, on a local receiver")
 	if done, err := parseFlags(fs, args, stdout, stderr); done || err != nil {
 		return err
@@ -87,9 +89,13 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	if *workers > 0 {
 		cfg.Workers = *workers
 	}
+	past, err := bench.ParseHistory(*history)
+	if err != nil {
+		return fmt.Errorf("-history: %w", err)
+	}
 	return bench.Run(ctx, bench.Options{
 		ServerURL: server, Database: *database, Subscriptions: *n, NoopJobs: *noop, Workers: cfg.Workers, Conns: *conns,
-		Baseline: *baseline, Out: stdout, Log: log,
+		Baseline: *baseline, History: past, Template: *template, Out: stdout, Log: log,
 		Billing: func(ctx context.Context, pool *pgxpool.Pool, n int) (bench.BillingResult, error) {
 			cfg.ScanBatch = *scanBatch
 			return benchBilling(ctx, cfg, server, *database, pool, n, billingOptions{latency: *latency,

@@ -40,6 +40,12 @@ type Options struct {
 	// Baseline runs single-row INSERTs from 32 clients for this long, as a
 	// yardstick measured in the same run; zero skips it.
 	Baseline time.Duration
+	// History is written into the tables before anything is measured.
+	History History
+	// Template is a database to start from instead of an empty one (one
+	// that an earlier run filled with history: a run leaves its database
+	// in place, and drops it when it starts again).
+	Template string
 	Out      io.Writer
 	Log      zerolog.Logger
 	// Billing runs the billing part against the migrated bench database and
@@ -64,13 +70,21 @@ func Run(ctx context.Context, o Options) error {
 	if o.Database == "" {
 		o.Database = "rebill_bench"
 	}
-	pool, drop, err := FreshDatabase(ctx, o.ServerURL, o.Database, o.Conns)
+	pool, drop, err := copyDatabase(ctx, o.ServerURL, o.Database, o.Template, o.Conns)
 	if err != nil {
 		return err
 	}
 	defer drop()
 	fmt.Fprintf(o.Out, "rebill bench: %d subscriptions, %d no-op jobs, %d workers, %d connections, GOMAXPROCS %d\n",
 		o.Subscriptions, o.NoopJobs, o.Workers, o.Conns, runtime.GOMAXPROCS(0))
+	if o.History != (History{}) {
+		if err := Fill(ctx, pool, o.History, time.Now(), o.Out); err != nil {
+			return err
+		}
+	}
+	if o.Subscriptions == 0 {
+		return nil
+	}
 
 	var baseline float64
 	if o.Baseline > 0 {
@@ -146,13 +160,24 @@ func Run(ctx context.Context, o Options) error {
 // FreshDatabase drops and creates the database name on the server and
 // migrates it; its pool has conns connections.
 func FreshDatabase(ctx context.Context, serverURL, name string, conns int) (*pgxpool.Pool, func(), error) {
+	return copyDatabase(ctx, serverURL, name, "", conns)
+}
+
+// copyDatabase is FreshDatabase starting from a copy of template (none:
+// empty). The copy is taken file by file: a template with years of history
+// is gigabytes, which the default strategy would push through the WAL.
+func copyDatabase(ctx context.Context, serverURL, name, template string, conns int) (*pgxpool.Pool, func(), error) {
 	conn, err := pgx.Connect(ctx, serverURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(ctx)
 	ident := pgx.Identifier{name}.Sanitize()
-	for _, stmt := range []string{`DROP DATABASE IF EXISTS ` + ident + ` WITH (FORCE)`, `CREATE DATABASE ` + ident} {
+	create := `CREATE DATABASE ` + ident
+	if template != "" {
+		create += ` TEMPLATE ` + pgx.Identifier{template}.Sanitize() + ` STRATEGY FILE_COPY`
+	}
+	for _, stmt := range []string{`DROP DATABASE IF EXISTS ` + ident + ` WITH (FORCE)`, create} {
 		if _, err := conn.Exec(ctx, stmt); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", stmt, err)
 		}
