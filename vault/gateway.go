@@ -65,7 +65,8 @@ func (o *openingGateway) Void(ctx context.Context, req gateway.Request) (gateway
 // Lookup opens the token of a lookup that may replay the hold it looks
 // for: a provider that finds a lost create by sending it again with the
 // same key must send it as it was first sent, with the card's token, not
-// the vault's reference to it.
+// the vault's reference to it. Any other look-up keeps the reference, and
+// loses the sealed token its request may carry: providers never get it.
 func (o *openingGateway) Lookup(ctx context.Context, req gateway.LookupRequest) (gateway.Result, error) {
 	if req.MayReplay && req.Op == gateway.OpAuthorize {
 		var err error
@@ -73,5 +74,6 @@ func (o *openingGateway) Lookup(ctx context.Context, req gateway.LookupRequest) 
 			return gateway.Result{}, err
 		}
 	}
+	req.Request.Sealed = ""
 	return o.Gateway.Lookup(ctx, req)
 }

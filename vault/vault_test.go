@@ -447,6 +447,24 @@ func TestGatewayOpensASealedTokenWithoutARead(t *testing.T) {
 		require.Equal(t, "tok_still_clear", req.Token)
 		require.Zero(t, n)
 	})
+	t.Run("look-ups open the sealed token only to replay a hold", func(t *testing.T) {
+		before := reads.n.Load()
+		for _, look := range []gateway.LookupRequest{
+			{Op: gateway.OpAuthorize, MayReplay: true, Request: gateway.Request{Token: ref, Sealed: sealed}},
+			{Op: gateway.OpAuthorize, Request: gateway.Request{Token: ref, Sealed: sealed}},
+		} {
+			_, err := g.Lookup(t.Context(), look)
+			require.NoError(t, err)
+		}
+		looks := inner.CallsOf(gatewaytest.OpLookup)
+		require.Len(t, looks, 2)
+		require.Equal(t, "tok_ok_sealed_4242", looks[0].Lookup.Request.Token)
+		require.Equal(t, ref, looks[1].Lookup.Request.Token)
+		for _, look := range looks {
+			require.Empty(t, look.Lookup.Request.Sealed, "the provider never gets the sealed token")
+		}
+		require.Equal(t, before, reads.n.Load())
+	})
 	t.Run("no sealed token for a token in clear or an unknown reference", func(t *testing.T) {
 		for _, token := range []string{"tok_still_clear", "ptok_00000000-0000-4000-8000-000000000000"} {
 			var got *string
