@@ -182,6 +182,7 @@ type Charge struct {
 	outsideChecked int    // the attempt whose payments outside rebill were last asked for
 	outsideRecheck bool   // the hold was voided because more was paid outside since
 	token          string // the attempt's payment token: sent to the gateway only
+	sealed         string // token as the vault seals it, when the attempt's start read it: for the gateway edge only
 	receipt        []byte // the fiscal receipt (gateway.Receipt as JSON), nil when none
 	experiments    string // the experiment arms that govern it, as the jsonb column's text
 }

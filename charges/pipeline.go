@@ -71,6 +71,13 @@ type Pipeline struct {
 	// Experiments vary the call timeout and the backoff of a charge whose
 	// record names a running gateway_timeout arm; nil runs none.
 	Experiments *experiments.Set
+	// SealedToken is an SQL expression over the charges row that yields
+	// its pm_token as the vault seals it (vault.SealedSQL): the hold's
+	// "about to call" returns it with the charge, and the hold's request
+	// carries it, so that the vault's gateway edge opens the token without
+	// a statement of its own, from the very row the attempt started with.
+	// Empty: the edge reads the token.
+	SealedToken string
 
 	batchesOnce sync.Once
 	batches     *pipelineBatches
@@ -225,15 +232,20 @@ func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Stat
 
 // beginning is the guarded move of a step's "about to call", alone or in
 // a batch; its arguments are the time ($1) and the scheduled status ($2).
+// A hold's returns the charge's sealed token with it (SealedToken): read
+// under the row's lock, it is the token of the very pm_token sent.
 func (p *Pipeline) beginning(from []Status, to Status) transition {
 	where := "NOT void_requested AND " + startableSQL
+	t := transition{from: from, to: to, set: repriceSQL}
 	switch to {
 	case Capturing:
 		where += " AND NOT " + discountMissedSQL + " AND " + postedSQL
 	case Authorizing:
 		where += " AND " + p.registryGuard() + " AND " + p.outsideGuard()
+		t.sealed = p.SealedToken
 	}
-	return transition{from: from, to: to, where: where, set: repriceSQL}
+	t.where = where
+	return t
 }
 
 // beginAuthorize is begin for an authorize job's step, from scheduled (or
@@ -263,12 +275,13 @@ func (p *Pipeline) begun(ctx context.Context, s stageRun, c Charge, err error) (
 // refused when the subscription was created, so none is sent instead).
 // Only the hold carries the payment token: a capture or void names the
 // hold, so the token is opened from the vault for the one call that needs
-// it, and never travels with the others.
+// it, and never travels with the others. The hold carries the sealed
+// token too when its "about to call" read it (SealedToken).
 func (p *Pipeline) request(c Charge, op gateway.Op) gateway.Request {
 	req := gateway.Request{IdempotencyKey: c.GatewayKey(op), Amount: c.Amount, Currency: c.Currency,
 		ChargeKey: c.Key(), AuthorizationID: c.AuthorizationRef}
 	if op == gateway.OpAuthorize {
-		req.Token = c.token
+		req.Token, req.Sealed = c.token, c.sealed
 	}
 	if c.receipt != nil && (op == gateway.OpAuthorize || op == gateway.OpCapture) {
 		var r gateway.Receipt

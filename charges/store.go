@@ -27,13 +27,24 @@ const columns = `id, coalesce(subscription_id, '00000000-0000-0000-0000-00000000
 	confirmation_required, pay_until, paid_outside, coalesce(outside_checked_attempt, 0), outside_recheck, experiments::text`
 
 func scan(row pgx.Row) (Charge, error) {
+	return scanRow(row, false)
+}
+
+// scanRow scans a row of columns, followed by the sealed token when
+// sealed (NULL: none).
+func scanRow(row pgx.Row, sealed bool) (Charge, error) {
 	var c Charge
-	err := row.Scan(&c.ID, &c.SubscriptionID, &c.CustomerID, &c.PeriodKey, &c.PeriodStart, &c.Amount, &c.Currency,
+	var token *string
+	dest := []any{&c.ID, &c.SubscriptionID, &c.CustomerID, &c.PeriodKey, &c.PeriodStart, &c.Amount, &c.Currency,
 		&c.Gateway, &c.Status, &c.AttemptCount, &c.UnknownOp, &c.AuthorizationRef, &c.VoidRequested,
 		&c.FirstDeclinedAt, &c.NextAttemptAt, &c.FailureCode, &c.ReviewReason, &c.CreatedAt, &c.UpdatedAt, &c.token,
 		&c.AttemptDueAt, &c.AttemptTimes, &c.HoldReleasedAt, &c.Resolved,
 		&c.EnrollmentID, &c.FullAmount, &c.DiscountUntil, &c.RegistryUIN, &c.AuthorizedAt, &c.receipt,
-		&c.MaxAmount, &c.ConfirmedAmount, &c.ConfirmationRequired, &c.PayUntil, &c.PaidOutside, &c.outsideChecked, &c.outsideRecheck, &c.experiments)
+		&c.MaxAmount, &c.ConfirmedAmount, &c.ConfirmationRequired, &c.PayUntil, &c.PaidOutside, &c.outsideChecked, &c.outsideRecheck, &c.experiments}
+	if sealed {
+		dest = append(dest, &token)
+	}
+	err := row.Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Charge{}, ErrNotFound
 	}
@@ -43,17 +54,25 @@ func scan(row pgx.Row) (Charge, error) {
 	c.PeriodStart = c.PeriodStart.UTC()
 	c.CreatedAt = c.CreatedAt.UTC()
 	c.UpdatedAt = c.UpdatedAt.UTC()
+	if token != nil {
+		c.sealed = *token
+	}
 	return c, nil
 }
 
 func collect(rows pgx.Rows, err error) ([]Charge, error) {
+	return collectRows(rows, err, false)
+}
+
+// collectRows collects rows scanned by scanRow.
+func collectRows(rows pgx.Rows, err error, sealed bool) ([]Charge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("query charges: %w", err)
 	}
 	defer rows.Close()
 	var out []Charge
 	for rows.Next() {
-		c, err := scan(rows)
+		c, err := scanRow(rows, sealed)
 		if err != nil {
 			return nil, err
 		}
@@ -209,13 +228,15 @@ type Store struct {
 // condition the row must meet besides its status, set the assignments
 // besides the status; both may use the statement's arguments from $1, and
 // a row picked by id its note as b.bnote. Leaving for any status but
-// declined clears next_attempt_at.
+// declined clears next_attempt_at. sealed, when set, is an expression over
+// the moved row returned with it as the charge's sealed token.
 type transition struct {
-	from  []Status
-	to    Status
-	event string
-	where string
-	set   string
+	from   []Status
+	to     Status
+	event  string
+	where  string
+	set    string
+	sealed string
 }
 
 // check asks the table whether every move of t is allowed, and returns
@@ -278,7 +299,12 @@ func (s *Store) apply(ctx context.Context, db DBTX, t transition, now time.Time,
 	if t.where != "" {
 		query += " AND " + t.where
 	}
-	moved, err := collect(db.Query(ctx, query+` RETURNING `+columns, args...))
+	returning := ` RETURNING ` + columns
+	if t.sealed != "" {
+		returning += ", " + t.sealed
+	}
+	found, err := db.Query(ctx, query+returning, args...)
+	moved, err := collectRows(found, err, t.sealed != "")
 	if err != nil {
 		return nil, fmt.Errorf("move charges to %s: %w", t.to, err)
 	}

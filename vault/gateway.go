@@ -8,7 +8,9 @@ import (
 
 // Gateway wraps g so that the token reference of each request is opened
 // just before the call: the one place a token is in clear, besides the
-// request that brought it. An error opening it comes back as the call's
+// request that brought it. A request that carries the sealed token (read
+// when its attempt started) is opened from it, without a read; any other
+// is read from the vault. An error opening it comes back as the call's
 // error before anything is sent, which the charge pipeline retries.
 func (v *Vault) Gateway(g gateway.Gateway) gateway.Gateway {
 	return &openingGateway{Gateway: g, vault: v}
@@ -20,10 +22,18 @@ type openingGateway struct {
 }
 
 func (o *openingGateway) open(ctx context.Context, req gateway.Request) (gateway.Request, error) {
+	sealed := req.Sealed
+	req.Sealed = ""
 	if req.Token == "" {
 		return req, nil
 	}
-	token, err := o.vault.Open(ctx, o.vault.Pool, req.Token)
+	var token string
+	var err error
+	if sealed != "" {
+		token, err = o.vault.OpenSealed(req.Token, sealed)
+	} else {
+		token, err = o.vault.Open(ctx, o.vault.Pool, req.Token)
+	}
 	req.Token = token
 	return req, err
 }
@@ -55,7 +65,8 @@ func (o *openingGateway) Void(ctx context.Context, req gateway.Request) (gateway
 // Lookup opens the token of a lookup that may replay the hold it looks
 // for: a provider that finds a lost create by sending it again with the
 // same key must send it as it was first sent, with the card's token, not
-// the vault's reference to it.
+// the vault's reference to it. Any other look-up keeps the reference, and
+// loses the sealed token its request may carry: providers never get it.
 func (o *openingGateway) Lookup(ctx context.Context, req gateway.LookupRequest) (gateway.Result, error) {
 	if req.MayReplay && req.Op == gateway.OpAuthorize {
 		var err error
@@ -63,5 +74,6 @@ func (o *openingGateway) Lookup(ctx context.Context, req gateway.LookupRequest) 
 			return gateway.Result{}, err
 		}
 	}
+	req.Request.Sealed = ""
 	return o.Gateway.Lookup(ctx, req)
 }

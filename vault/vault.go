@@ -14,14 +14,17 @@
 // # Opening
 //
 // Tokens are opened at the gateway edge only: [Vault.Gateway] wraps a
-// gateway and replaces the reference of each request by the token. A value
-// that is not a reference is a token written in clear before the vault
-// (or by code that bypassed it): it is passed as it is, and [Vault.Reseal]
-// moves it into the vault.
+// gateway and replaces the reference of each request by the token. A
+// request whose caller read the sealed token already ([SealedSQL], in the
+// statement that starts the attempt) is opened from it with no read; any
+// other is read by [Vault.Open]. A value that is not a reference is a
+// token written in clear before the vault (or by code that bypassed it):
+// it is passed as it is, and [Vault.Reseal] moves it into the vault.
 package vault
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -97,6 +100,37 @@ func (v *Vault) Seal(ctx context.Context, db pg.DBTX, gateway, token string) (st
 		return "", fmt.Errorf("seal payment token: %w", err)
 	}
 	return ref, nil
+}
+
+// SealedSQL is an SQL expression that yields the sealed form of the token
+// whose reference is in ref (a column or expression of the caller's
+// statement), as [Vault.OpenSealed] takes it; NULL when ref names no
+// sealed token (a token in clear, an unknown reference). A statement that
+// reads a reference anyway (the charge pipeline's "about to call") returns
+// it with the row, so that the gateway edge opens the token without a
+// read of its own: one statement less per call.
+func SealedSQL(ref string) string {
+	return `(SELECT json_build_array(gateway, ciphertext)::text FROM payment_tokens WHERE id = ` + ref + `)`
+}
+
+// OpenSealed returns the token ref names from sealed, what SealedSQL
+// yielded for it, without reading the database. The ciphertext opens only
+// under the reference and gateway it was sealed for, so a sealed form read
+// for another reference is refused rather than sent. A value that is no
+// reference is a token in clear and is returned as it is.
+func (v *Vault) OpenSealed(ref, sealed string) (string, error) {
+	if !IsRef(ref) {
+		return ref, nil
+	}
+	var row [2]string // the gateway the token was issued by, its ciphertext
+	if err := json.Unmarshal([]byte(sealed), &row); err != nil {
+		return "", fmt.Errorf("open payment token %s: malformed sealed token", ref)
+	}
+	token, err := v.Keys.Decrypt(row[1], aad(ref, row[0]))
+	if err != nil {
+		return "", fmt.Errorf("open payment token %s: %w", ref, err)
+	}
+	return string(token), nil
 }
 
 // Open returns the token a reference names; a value that is no reference

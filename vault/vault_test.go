@@ -3,8 +3,10 @@ package vault_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -334,4 +336,140 @@ func TestIsRef(t *testing.T) {
 	} {
 		require.Equal(t, want, vault.IsRef(v), v)
 	}
+}
+
+// statementCounter counts the statements that name payment_tokens.
+type statementCounter struct{ n atomic.Int32 }
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, "payment_tokens") {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// counted is a pool on pool's database whose statements on payment_tokens
+// reads counts.
+func counted(t *testing.T, pool *pgxpool.Pool, reads *statementCounter) *pgxpool.Pool {
+	t.Helper()
+	cfg := pool.Config()
+	cfg.ConnConfig.Tracer = reads
+	traced, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(traced.Close)
+	return traced
+}
+
+// sealedOf is what vault.SealedSQL yields for ref, as the statement that
+// starts an attempt reads it.
+func sealedOf(t *testing.T, pool *pgxpool.Pool, ref string) string {
+	t.Helper()
+	var sealed *string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT `+vault.SealedSQL("$1::text"), ref).Scan(&sealed))
+	require.NotNil(t, sealed, "no sealed token for %s", ref)
+	return *sealed
+}
+
+// A hold whose "about to call" read the sealed token with its charge is
+// opened from it at the edge, with no statement of its own; one read for
+// another card, another gateway or under another key is refused before
+// anything is sent. Without it the edge reads the token, as before.
+func TestGatewayOpensASealedTokenWithoutARead(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	reads := &statementCounter{}
+	key := newKey(t)
+	v := newVault(t, counted(t, pool, reads), key)
+	inner := recording(t)
+	g := v.Gateway(inner)
+	ref := seal(t, v, "sim1", "tok_ok_sealed_4242")
+	other := seal(t, v, "sim1", "tok_ok_other_card")
+	sealed := sealedOf(t, pool, ref)
+	require.NotContains(t, sealed, "4242")
+	reads.n.Store(0)
+
+	// send authorizes req through g and returns the token and sealed
+	// token the provider got, and how many tokens the edge read.
+	send := func(t *testing.T, g gateway.Gateway, req gateway.Request) (gateway.Request, int32, error) {
+		before, calls := reads.n.Load(), len(inner.CallsOf(gateway.OpAuthorize))
+		_, err := g.Authorize(t.Context(), req)
+		got := inner.CallsOf(gateway.OpAuthorize)
+		if err != nil {
+			require.Len(t, got, calls, "nothing is sent for a token that cannot be opened")
+			return gateway.Request{}, reads.n.Load() - before, err
+		}
+		require.Len(t, got, calls+1)
+		return got[calls].Request, reads.n.Load() - before, nil
+	}
+
+	t.Run("a sealed token opens without a read", func(t *testing.T) {
+		req, n, err := send(t, g, gateway.Request{Token: ref, Sealed: sealed})
+		require.NoError(t, err)
+		require.Equal(t, "tok_ok_sealed_4242", req.Token)
+		require.Empty(t, req.Sealed, "the provider never gets the sealed token")
+		require.Zero(t, n, "statements on payment_tokens")
+	})
+	t.Run("a sealed token read for another card is refused", func(t *testing.T) {
+		_, n, err := send(t, g, gateway.Request{Token: other, Sealed: sealed})
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), sealed)
+		require.Zero(t, n)
+	})
+	t.Run("a sealed token bound to another gateway is refused", func(t *testing.T) {
+		var row [2]string
+		require.NoError(t, json.Unmarshal([]byte(sealed), &row))
+		require.Equal(t, "sim1", row[0])
+		row[0] = "sim2"
+		moved, err := json.Marshal(row)
+		require.NoError(t, err)
+		_, _, err = send(t, g, gateway.Request{Token: ref, Sealed: string(moved)})
+		require.Error(t, err)
+	})
+	t.Run("another key opens nothing", func(t *testing.T) {
+		_, _, err := send(t, newVault(t, v.Pool, newKey(t)).Gateway(inner), gateway.Request{Token: ref, Sealed: sealed})
+		require.Error(t, err)
+	})
+	t.Run("a malformed sealed token is refused", func(t *testing.T) {
+		_, _, err := send(t, g, gateway.Request{Token: ref, Sealed: "not sealed"})
+		require.ErrorContains(t, err, "malformed sealed token")
+	})
+	t.Run("without a sealed token the edge reads it", func(t *testing.T) {
+		req, n, err := send(t, g, gateway.Request{Token: ref})
+		require.NoError(t, err)
+		require.Equal(t, "tok_ok_sealed_4242", req.Token)
+		require.Equal(t, int32(1), n)
+	})
+	t.Run("a token in clear passes as is", func(t *testing.T) {
+		req, n, err := send(t, g, gateway.Request{Token: "tok_still_clear"})
+		require.NoError(t, err)
+		require.Equal(t, "tok_still_clear", req.Token)
+		require.Zero(t, n)
+	})
+	t.Run("look-ups open the sealed token only to replay a hold", func(t *testing.T) {
+		before := reads.n.Load()
+		for _, look := range []gateway.LookupRequest{
+			{Op: gateway.OpAuthorize, MayReplay: true, Request: gateway.Request{Token: ref, Sealed: sealed}},
+			{Op: gateway.OpAuthorize, Request: gateway.Request{Token: ref, Sealed: sealed}},
+		} {
+			_, err := g.Lookup(t.Context(), look)
+			require.NoError(t, err)
+		}
+		looks := inner.CallsOf(gatewaytest.OpLookup)
+		require.Len(t, looks, 2)
+		require.Equal(t, "tok_ok_sealed_4242", looks[0].Lookup.Request.Token)
+		require.Equal(t, ref, looks[1].Lookup.Request.Token)
+		for _, look := range looks {
+			require.Empty(t, look.Lookup.Request.Sealed, "the provider never gets the sealed token")
+		}
+		require.Equal(t, before, reads.n.Load())
+	})
+	t.Run("no sealed token for a token in clear or an unknown reference", func(t *testing.T) {
+		for _, token := range []string{"tok_still_clear", "ptok_00000000-0000-4000-8000-000000000000"} {
+			var got *string
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT `+vault.SealedSQL("$1::text"), token).Scan(&got))
+			require.Nil(t, got, token)
+		}
+	})
 }

@@ -64,6 +64,11 @@ type Request struct {
 	ChargeKey       string // rebill's business key, for the provider's records
 	AuthorizationID string
 	Receipt         *Receipt // fiscal receipt, for providers that send one; nil when none
+	// Sealed is Token as the vault keeps it, read by the statement that
+	// started the attempt, so that the edge that opens Token needs no read
+	// of its own; empty when not read. The edge clears it: providers
+	// never get it. Never logged.
+	Sealed string
 }
 
 // Result is the provider's answer for an operation it processed.

@@ -219,7 +219,10 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	pipe := &charges.Pipeline{Pool: pool, Store: chargeStore, Gateways: breakers, Owners: owners,
 		Clock: svc.Clock, Dunning: cfg.DunningSchedule, CallTimeout: cfg.GatewayTimeout, Retry: retry,
 		UnavailableFor: cfg.UnavailableFor, CaptureInline: true, Logger: log.With().Str("component", "charges").Logger(),
-		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges"), Experiments: exps}
+		Tracer: tracerProvider().Tracer("github.com/rebill/rebill/charges"), Experiments: exps,
+		// The hold's "about to call" reads the sealed token for the vault's
+		// edge (tokens.Gateway above), which then opens it with no read.
+		SealedToken: vault.SealedSQL("charges.pm_token")}
 	if poster != nil {
 		pipe.Postings, pipe.Outside = poster, poster
 	}
