@@ -38,10 +38,14 @@ import (
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
+	"github.com/rebill/rebill/vault"
+	"github.com/rebill/rebill/velocity"
 )
 
 const (
@@ -75,6 +79,8 @@ type benchBundle struct {
 	pool   *pgxpool.Pool
 	server *httptest.Server
 	client *http.Client
+	// customerKeys[i] is the API key of customer cust-<i>.
+	customerKeys []string
 }
 
 // benchPool opens a pool of benchPoolConns connections on a fresh migrated
@@ -111,9 +117,13 @@ func benchPool(b *testing.B) *pgxpool.Pool {
 	return pool
 }
 
-// benchSetup mirrors setup in harness_test.go for a benchmark: the same
-// server, idempotency store, River insert-only client and Renewals, over a
-// larger pool, and an HTTP client that keeps a connection per client.
+// benchSetup wires the server as production does (internal/app): the
+// idempotency store, River insert-only client and Renewals of setup in
+// harness_test.go, plus tokens sealed in the vault, the event recorder
+// (the public event log and its webhook fan-out) and velocity limits on
+// customer keys, each request made with its customer's key. The creation
+// limit is set far above what a run creates, so it counts every request
+// and refuses none.
 func benchSetup(b *testing.B) benchBundle {
 	b.Helper()
 	pool := benchPool(b)
@@ -123,21 +133,39 @@ func benchSetup(b *testing.B) benchBundle {
 	if err != nil {
 		b.Fatalf("river client: %v", err)
 	}
+	subs.SetEventSink(&notify.Recorder{Enqueue: insertOnly})
+	keys, err := secrets.NewKeyring(testEncryptionKey)
+	if err != nil {
+		b.Fatalf("keyring: %v", err)
+	}
 	renewals := &scheduler.Renewals{Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
 	known := func(name string) bool { return name == "sim1" || name == "sim2" }
 	uses := &usecases.Service{Pool: pool, Subscriptions: subs, Renewals: renewals, KnownGateway: known, Clock: clk,
-		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Renewals: renewals}}}
+		Owners:   charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Renewals: renewals}},
+		Tokens:   &vault.Vault{Pool: pool, Keys: keys},
+		Velocity: &velocity.Limiter{Clock: clk, Max: map[velocity.Limit]int{velocity.Creations: 1 << 30, velocity.PaymentMethodChanges: 1 << 30}},
+	}
+	apiKeys := apikeys.NewStore(pool, adminKey)
 	srv := api.NewServer(api.Deps{
-		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, time.Minute),
+		Keys: apiKeys, Idempotency: idempotency.NewStore(pool, time.Minute),
 		Billing: uses, Ready: pool.Ping, KnownGateway: known,
 		// A real logger that formats every request line, written nowhere.
 		Logger: zerolog.New(io.Discard),
 	})
 	ts := httptest.NewServer(srv)
 	b.Cleanup(ts.Close)
+	customerKeys := make([]string, benchCustomers)
+	for i := range customerKeys {
+		created, err := apiKeys.CreateWithPool(context.Background(), "customer", "cust-"+strconv.Itoa(i))
+		if err != nil {
+			b.Fatalf("customer key: %v", err)
+		}
+		customerKeys[i] = created.Secret
+	}
 	transport := &http.Transport{MaxIdleConns: 2 * benchPoolConns, MaxIdleConnsPerHost: benchPoolConns}
 	b.Cleanup(transport.CloseIdleConnections)
-	return benchBundle{pool: pool, server: ts, client: &http.Client{Transport: transport, Timeout: 30 * time.Second}}
+	return benchBundle{pool: pool, server: ts, client: &http.Client{Transport: transport, Timeout: 30 * time.Second},
+		customerKeys: customerKeys}
 }
 
 // benchBody is a create request like createBody in harness_test.go, for
@@ -149,14 +177,15 @@ func benchBody(i int) []byte {
 		`"brand":"visa","last4":"4242","exp_month":12,"exp_year":2030},"description":"Gym, monthly","metadata":{"k":"v"}}`)
 }
 
-// post sends one POST /v1/subscriptions and returns its status, headers
+// post sends one POST /v1/subscriptions with the key of customer
+// cust-<customer>, whose body it must be, and returns its status, headers
 // and body.
-func (bb benchBundle) post(ctx context.Context, idemKey string, body []byte) (int, http.Header, []byte, error) {
+func (bb benchBundle) post(ctx context.Context, customer int, idemKey string, body []byte) (int, http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, bb.server.URL+"/v1/subscriptions", bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+adminKey)
+	req.Header.Set("Authorization", "Bearer "+bb.customerKeys[customer])
 	req.Header.Set("Idempotency-Key", idemKey)
 	req.Header.Set("Content-Type", "application/json")
 	res, err := bb.client.Do(req)
@@ -245,7 +274,7 @@ func warmUp(b *testing.B, bb benchBundle) int {
 	for c := range benchClients {
 		wg.Go(func() {
 			for j := range perClient {
-				status, _, body, err := bb.post(context.Background(), fmt.Sprintf("warm-%d-%d", c, j), benchBody(c))
+				status, _, body, err := bb.post(context.Background(), c, fmt.Sprintf("warm-%d-%d", c, j), benchBody(c))
 				if err == nil && status != http.StatusCreated {
 					err = fmt.Errorf("warm-up create: status %d: %s", status, body)
 				}
@@ -265,7 +294,7 @@ func warmUp(b *testing.B, bb benchBundle) int {
 }
 
 // BenchmarkCreateSubscription: POST /v1/subscriptions, a fresh
-// Idempotency-Key per request, due now, so each request reserves the key,
+// Idempotency-Key per request, due now, so each request claims the key,
 // inserts the subscription, its created event, its first charge and that
 // charge's River job, and stores the response, in one transaction.
 func BenchmarkCreateSubscription(b *testing.B) {
@@ -278,7 +307,7 @@ func BenchmarkCreateSubscription(b *testing.B) {
 	runID := uuid.NewString()[:8] // keys unique even if a database were reused
 
 	runClients(b, b.N, "req/s", func(ctx context.Context, i int) error {
-		status, header, body, err := bb.post(ctx, "bench-"+runID+"-"+strconv.Itoa(i), bodies[i%benchCustomers])
+		status, header, body, err := bb.post(ctx, i%benchCustomers, "bench-"+runID+"-"+strconv.Itoa(i), bodies[i%benchCustomers])
 		if err != nil {
 			return err
 		}
@@ -327,7 +356,7 @@ func BenchmarkReplaySubscription(b *testing.B) {
 					return
 				}
 				s := seeded{key: "replay-" + strconv.Itoa(i), body: benchBody(i)}
-				status, _, body, err := bb.post(context.Background(), s.key, s.body)
+				status, _, body, err := bb.post(context.Background(), i%benchCustomers, s.key, s.body)
 				if err == nil && status != http.StatusCreated {
 					err = fmt.Errorf("seed create: status %d: %s", status, body)
 				}
@@ -348,7 +377,7 @@ func BenchmarkReplaySubscription(b *testing.B) {
 
 	runClients(b, b.N, "req/s", func(ctx context.Context, i int) error {
 		s := seeds[i%len(seeds)]
-		status, header, body, err := bb.post(ctx, s.key, s.body)
+		status, header, body, err := bb.post(ctx, (i%len(seeds))%benchCustomers, s.key, s.body)
 		if err != nil {
 			return err
 		}

@@ -106,9 +106,9 @@ func devSetupWithMoves(t *testing.T, lease time.Duration, pool *pgxpool.Pool) (t
 }
 
 // One Idempotency-Key moves the clock once. Here the first request is held
-// on the clock past its lease, so a retry takes the key over and runs too;
-// the retry's move must roll back with its transaction when it finds the
-// key completed, and the scan trigger runs once, after the commit.
+// on the clock, longer than the lease a former-protocol reservation had: a
+// retry meanwhile is refused at once (409) without running, a retry after
+// the commit replays, and the scan trigger runs once, after the commit.
 func TestClockMoveOncePerIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	const lease = 300 * time.Millisecond
@@ -124,40 +124,37 @@ func TestClockMoveOncePerIdempotencyKey(t *testing.T) {
 	b, moves := devSetupWithMoves(t, lease, pool)
 	ctx := context.Background()
 
-	// Hold the clock's row so both requests wait on it mid-execution.
+	// Hold the clock's row so that the first request waits on it
+	// mid-execution.
 	hold, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
-	defer func() { _ = hold.Rollback(ctx) }() // the requests must end even if the test fails
+	defer func() { _ = hold.Rollback(ctx) }() // the request must end even if the test fails
 	_, err = hold.Exec(ctx, `SELECT now FROM dev_clock FOR UPDATE`)
 	require.NoError(t, err)
 
-	waiting := func(n int) func() bool {
-		return func() bool {
-			var waiters int
-			err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiters)
-			return err == nil && waiters == n
-		}
+	send := func() response {
+		return b.do(t, http.MethodPost, "/v1/dev/clock", adminKey, "move-once", `{"advance":"1h"}`)
 	}
-	results := make(chan response, 2)
-	send := func() {
-		results <- b.do(t, http.MethodPost, "/v1/dev/clock", adminKey, "move-once", `{"advance":"1h"}`)
-	}
-	go send()
-	require.Eventually(t, waiting(1), 10*time.Second, 10*time.Millisecond, "the first request waits on the clock")
+	results := make(chan response, 1)
+	go func() { results <- send() }()
 	require.Eventually(t, func() bool {
-		var expired bool
-		err := b.pool.QueryRow(ctx, `SELECT locked_until <= now() FROM idempotency_keys WHERE key = 'move-once'`).Scan(&expired)
-		return err == nil && expired
-	}, 10*time.Second, 10*time.Millisecond, "its lease expires")
-	go send()
-	require.Eventually(t, waiting(2), 10*time.Second, 10*time.Millisecond, "the retry took the key over and waits too")
+		var waiters int
+		err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiters)
+		return err == nil && waiters == 1
+	}, 10*time.Second, 10*time.Millisecond, "the first request waits on the clock")
+	time.Sleep(2 * lease)
+	retry := send()
+	require.Equal(t, http.StatusConflict, retry.status, string(retry.body))
+	require.Equal(t, "1", retry.header.Get("Retry-After"))
 	require.NoError(t, hold.Rollback(ctx))
 
-	first, second := <-results, <-results
+	first := <-results
 	require.Equal(t, http.StatusOK, first.status, string(first.body))
-	require.Equal(t, http.StatusOK, second.status, string(second.body))
-	require.Equal(t, first.body, second.body, "one result, replayed")
+	again := send()
+	require.Equal(t, http.StatusOK, again.status, string(again.body))
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	require.Equal(t, first.body, again.body, "one result, replayed")
 	require.Equal(t, devStart.Add(time.Hour), b.devNow(t), "moved once")
 	require.Equal(t, []time.Time{devStart.Add(time.Hour)}, moves(), "one scan, after the commit")
 }

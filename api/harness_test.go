@@ -55,6 +55,8 @@ type setupOpts struct {
 	gateways *fleet.Gateways
 	// experiments pick routing arms.
 	experiments *experiments.Set
+	// claimed runs between an idempotency claim and its handler.
+	claimed func(ctx context.Context, scope, key string)
 }
 
 func setup(t *testing.T, opts ...setupOpts) testBundle {
@@ -83,8 +85,10 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	require.NoError(t, err)
 	uses := &usecases.Service{Pool: pool, Subscriptions: subs, Renewals: renewals, KnownGateway: known, Clock: clk,
 		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Renewals: renewals}}}
+	idem := idempotency.NewStore(pool, o.lease)
+	idem.SetClaimedHook(o.claimed)
 	srv := api.NewServer(api.Deps{
-		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, o.lease),
+		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idem,
 		Billing: uses, Ready: pool.Ping, KnownGateway: known, Gateways: o.gateways,
 		Dev: dev, ExperimentSet: o.experiments, Clock: clk,
 		Logger: zerolog.New(logs),

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -170,24 +171,17 @@ func TestBusinessOutcomeIsStoredAndReplayed(t *testing.T) {
 	require.Equal(t, first.body, again.body)
 }
 
-// A request that reserved its key and then died (the process was killed)
-// holds the key until the lease expires; a retry then executes exactly once.
+// A request of the former protocol (a node not yet upgraded in a rolling
+// deploy) that reserved its key and then died holds the key until the
+// lease expires; a retry then takes it over and executes exactly once.
 func TestCrashedRequestIsRetriedAfterLease(t *testing.T) {
 	t.Parallel()
 	const lease = time.Minute
 	b := setup(t, setupOpts{lease: lease})
-	store := idempotency.NewStore(b.pool, lease)
 	fingerprint := idempotency.Fingerprint(http.MethodPost, "/v1/subscriptions", []byte(createBody))
 
 	// The crashed request: reserved, began its transaction, wrote, died.
-	outcome, _, err := store.Reserve(context.Background(), "key:bootstrap-admin", "crash", fingerprint)
-	require.NoError(t, err)
-	require.Equal(t, idempotency.Execute, outcome)
-	tx, err := store.Begin(context.Background())
-	require.NoError(t, err)
-	_, err = tx.Exec(context.Background(), `SELECT 1`)
-	require.NoError(t, err)
-	require.NoError(t, tx.Rollback(context.Background())) // the connection died with the process
+	b.formerReserve(t, "key:bootstrap-admin", "crash", fingerprint, lease)
 
 	res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, "crash", createBody)
 	require.Equal(t, http.StatusConflict, res.status, "within the lease the key is still held")
@@ -200,24 +194,22 @@ func TestCrashedRequestIsRetriedAfterLease(t *testing.T) {
 	require.Equal(t, 1, b.count(t, "subscriptions"))
 }
 
-// A request whose lease expired while it was in fact still running must not
-// run twice: the retry waits for its row lock and then replays.
+// A request of the former protocol whose lease expired while it was in
+// fact still running must not run twice: the retry waits for its row lock
+// and then replays.
 func TestExpiredLeaseOfLiveRequestDoesNotRunTwice(t *testing.T) {
 	t.Parallel()
 	const lease = 200 * time.Millisecond
 	b := setup(t, setupOpts{lease: lease})
-	store := idempotency.NewStore(b.pool, lease)
 	scope, key := "key:bootstrap-admin", "slow"
 	fingerprint := idempotency.Fingerprint(http.MethodPost, "/v1/subscriptions", []byte(createBody))
-	outcome, _, err := store.Reserve(context.Background(), scope, key, fingerprint)
+	b.formerReserve(t, scope, key, fingerprint, lease)
+	tx, err := b.pool.Begin(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, idempotency.Execute, outcome)
-	tx, err := store.Begin(context.Background())
-	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
 	// The slow request is about to finish: it has stored its response
 	// (and holds the record's lock) but not committed yet.
-	require.NoError(t, store.Complete(context.Background(), tx, scope, key, idempotency.Record{
-		Status: http.StatusCreated, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"slow":true}`)}))
+	require.EqualValues(t, 1, formerComplete(t, tx, scope, key, `{"slow":true}`))
 
 	// The lease runs out on the database's clock while the request is
 	// still running.
@@ -279,19 +271,17 @@ func TestExpiredRecordsAreDeleted(t *testing.T) {
 	require.Equal(t, 1, b.count(t, "idempotency_keys"))
 }
 
-// The other order: the retry takes over the expired lease and completes
-// first; the slow original then finds the key completed and rolls back.
+// The other order: the retry takes over the expired lease of a former
+// protocol's request and completes first; the slow original then finds the
+// key completed and rolls back.
 func TestSlowOriginalLosesToCompletedRetry(t *testing.T) {
 	t.Parallel()
 	const lease = time.Minute
 	b := setup(t, setupOpts{lease: lease})
-	store := idempotency.NewStore(b.pool, lease)
 	scope, key := "key:bootstrap-admin", "slow-loses"
 	fingerprint := idempotency.Fingerprint(http.MethodPost, "/v1/subscriptions", []byte(createBody))
-	outcome, _, err := store.Reserve(context.Background(), scope, key, fingerprint)
-	require.NoError(t, err)
-	require.Equal(t, idempotency.Execute, outcome)
-	slow, err := store.Begin(context.Background())
+	b.formerReserve(t, scope, key, fingerprint, lease)
+	slow, err := b.pool.Begin(context.Background())
 	require.NoError(t, err)
 	_, err = slow.Exec(context.Background(), `INSERT INTO api_keys (id, key_hash, role) VALUES (gen_random_uuid(), 'x', 'admin')`)
 	require.NoError(t, err)
@@ -300,8 +290,7 @@ func TestSlowOriginalLosesToCompletedRetry(t *testing.T) {
 	res := b.do(t, http.MethodPost, "/v1/subscriptions", adminKey, key, createBody)
 	require.Equal(t, http.StatusCreated, res.status)
 
-	err = store.Complete(context.Background(), slow, scope, key, idempotency.Record{Status: http.StatusCreated})
-	require.ErrorIs(t, err, idempotency.ErrCompletedElsewhere)
+	require.Zero(t, formerComplete(t, slow, scope, key, `{}`), "the slow request finds the key completed")
 	require.NoError(t, slow.Rollback(context.Background()))
 	require.Equal(t, 1, b.count(t, "subscriptions"))
 	require.Zero(t, b.count(t, "api_keys"), "the slow request's effect was rolled back")
@@ -317,4 +306,27 @@ func (b testBundle) expireLease(t *testing.T, key string) {
 		`UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE key = $1`, key)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
+}
+
+// formerReserve writes what a node of the former protocol wrote, in a
+// commit of its own, before running a request: a processing record whose
+// lease expires after lease.
+func (b testBundle) formerReserve(t *testing.T, scope, key string, fingerprint []byte, lease time.Duration) {
+	t.Helper()
+	tag, err := b.pool.Exec(context.Background(), `INSERT INTO idempotency_keys (principal, key, fingerprint, status, locked_until)
+		VALUES ($1, $2, $3, 'processing', now() + $4::interval)`, scope, key, fingerprint, lease)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+}
+
+// formerComplete is the former protocol's completion of its record in the
+// request's transaction; it returns how many records it completed (0: the
+// key was completed by another request).
+func formerComplete(t *testing.T, tx pgx.Tx, scope, key, body string) int64 {
+	t.Helper()
+	tag, err := tx.Exec(context.Background(), `UPDATE idempotency_keys SET status = 'completed', response_status = 201,
+			response_headers = '{"Content-Type":"application/json"}', response_body = $3
+		WHERE principal = $1 AND key = $2 AND status = 'processing'`, scope, key, []byte(body))
+	require.NoError(t, err)
+	return tag.RowsAffected()
 }

@@ -63,7 +63,7 @@ func ReplayBody(ctx context.Context, body []byte) {
 }
 
 // Unstored makes the current response a refusal that is not kept under
-// the key: the request's transaction is rolled back and the key released,
+// the key: the request's transaction is rolled back and nothing is stored,
 // so that a retry with the same key is executed afresh. A conflict with
 // the current state of another object (an enrollment that already
 // exists, and may be cancelled before the retry) is such a refusal: a
@@ -129,27 +129,23 @@ func Middleware(store *Store, scope func(*http.Request) string, problems Problem
 			client := scope(r)
 			ctx := r.Context()
 
-			outcome, stored, err := store.Reserve(ctx, client, key, Fingerprint(r.Method, r.URL.Path, body))
+			fingerprint := Fingerprint(r.Method, r.URL.Path, body)
+			outcome, stored, claim, err := store.Claim(ctx, client, key, fingerprint)
 			if err != nil {
-				log.Error().Err(err).Msg("idempotency reservation failed")
+				log.Error().Err(err).Msg("idempotency claim failed")
 				problems.Unavailable(w)
 				return
 			}
 			if outcome == Execute {
-				tx, err := store.Begin(ctx)
-				if err != nil {
-					log.Error().Err(err).Msg("idempotency transaction failed to start")
-					problems.Unavailable(w)
-					return
-				}
-				rec := execute(r, next, store, tx, client, key, problems, log)
+				rec := execute(r, next, store, claim, problems, log)
 				if rec != nil {
 					rec.flush(w)
 					return
 				}
-				// The request whose lease we took over finished after all.
-				outcome, stored, err = store.Reserve(ctx, client, key, Fingerprint(r.Method, r.URL.Path, body))
+				// Another request completed the key meanwhile.
+				outcome, stored, err = store.Lookup(ctx, client, key, fingerprint)
 				if err != nil {
+					log.Error().Err(err).Msg("idempotency lookup failed")
 					problems.Unavailable(w)
 					return
 				}
@@ -177,29 +173,20 @@ func Middleware(store *Store, scope func(*http.Request) string, problems Problem
 	}
 }
 
-// execute runs the handler in tx and either commits its response with its
-// effects or rolls both back and releases the key. It returns the response
-// to send, or nil when another request completed the key meanwhile.
-func execute(r *http.Request, next http.Handler, store *Store, tx pgx.Tx, client, key string,
-	problems Problems, log zerolog.Logger) *recorder {
+// execute runs the handler in the claim's transaction and either commits
+// its response with its effects or rolls both back, storing nothing. It
+// returns the response to send, or nil when another request completed the
+// key meanwhile.
+func execute(r *http.Request, next http.Handler, store *Store, claim *Claim, problems Problems, log zerolog.Logger) *recorder {
 	ctx := r.Context()
-	exec := &execution{tx: tx}
+	exec := &execution{tx: claim.Tx()}
 	r = r.WithContext(context.WithValue(ctx, executionKey{}, exec))
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
-	finished := false
-	defer func() {
-		if !finished {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
+	defer claim.Rollback(ctx) // a panic; nothing once the claim has ended
 	next.ServeHTTP(rec, r)
 
 	if !stored(rec.status) || exec.unstored {
-		_ = tx.Rollback(ctx)
-		finished = true
-		if err := store.Release(context.WithoutCancel(ctx), client, key); err != nil {
-			log.Warn().Err(err).Msg("idempotency key not released; its lease will expire")
-		}
+		claim.Rollback(ctx)
 		return rec
 	}
 	record := Record{Status: rec.status, Headers: map[string]string{}, Body: rec.body.Bytes()}
@@ -211,19 +198,14 @@ func execute(r *http.Request, next http.Handler, store *Store, tx pgx.Tx, client
 			record.Headers[name] = v
 		}
 	}
-	err := store.Complete(ctx, tx, client, key, record)
+	err := store.Complete(ctx, claim, record)
 	if errors.Is(err, ErrCompletedElsewhere) {
 		return nil
 	}
 	if err != nil {
+		// Whether the commit landed may be unknown: a retry finds the
+		// stored response if it did and executes afresh if it did not.
 		log.Error().Err(err).Msg("storing idempotent response failed")
-		return failure(problems.InternalFailed)
-	}
-	finished = true
-	if err := tx.Commit(ctx); err != nil {
-		// Whether the commit landed is unknown: keep the reservation, so a
-		// retry after the lease either replays or executes afresh.
-		log.Error().Err(err).Msg("commit of idempotent request failed")
 		return failure(problems.InternalFailed)
 	}
 	for _, fn := range exec.afterCommit {

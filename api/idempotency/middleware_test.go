@@ -1,0 +1,85 @@
+package idempotency_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/api/idempotency"
+	"github.com/rebill/rebill/internal/dbtest"
+)
+
+// A handler that fails (5xx) leaves nothing behind: its writes roll back,
+// no record is stored under the key, and a retry with the same key
+// executes at once.
+func TestFailedHandlerStoresNothingAndRetryExecutes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	_, err := pool.Exec(ctx, `CREATE TABLE effects (n int)`)
+	require.NoError(t, err)
+
+	var runs atomic.Int32
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, ok := idempotency.Tx(r.Context())
+		require.True(t, ok)
+		n := runs.Add(1)
+		if _, err := tx.Exec(r.Context(), `INSERT INTO effects (n) VALUES ($1)`, n); err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		if n == 1 {
+			w.WriteHeader(http.StatusInternalServerError) // the first attempt fails after writing
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	})
+	problems := idempotency.Problems{
+		Write: func(w http.ResponseWriter, status int, slug, _, _ string) {
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(slug))
+		},
+		BodyTooLarge:   func(w http.ResponseWriter) { w.WriteHeader(http.StatusRequestEntityTooLarge) },
+		Unavailable:    func(w http.ResponseWriter) { w.WriteHeader(http.StatusServiceUnavailable) },
+		InternalFailed: func(w http.ResponseWriter) { w.WriteHeader(http.StatusInternalServerError) },
+	}
+	mw := idempotency.Middleware(idempotency.NewStore(pool, time.Minute),
+		func(*http.Request) string { return "client" }, problems, zerolog.Nop())(handler)
+	post := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/things", bytes.NewBufferString(`{}`))
+		req.Header.Set("Idempotency-Key", "k")
+		rec := httptest.NewRecorder()
+		mw.ServeHTTP(rec, req)
+		return rec
+	}
+	count := func(q string) int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, q).Scan(&n))
+		return n
+	}
+
+	require.Equal(t, http.StatusInternalServerError, post().Code)
+	require.Zero(t, count(`SELECT count(*) FROM idempotency_keys`), "a failure stores no key")
+	require.Zero(t, count(`SELECT count(*) FROM effects`), "its writes rolled back")
+
+	retry := post()
+	require.Equal(t, http.StatusCreated, retry.Code, "the retry executes at once")
+	require.Empty(t, retry.Header().Get(idempotency.ReplayedHeader))
+	require.EqualValues(t, 2, runs.Load())
+
+	replay := post()
+	require.Equal(t, http.StatusCreated, replay.Code)
+	require.Equal(t, "true", replay.Header().Get(idempotency.ReplayedHeader))
+	require.Equal(t, `{"ok":true}`, replay.Body.String())
+	require.EqualValues(t, 2, runs.Load(), "a replay does not run the handler")
+	require.Equal(t, 1, count(`SELECT count(*) FROM effects`))
+	require.Equal(t, 1, count(`SELECT count(*) FROM idempotency_keys WHERE status = 'completed'`))
+}
