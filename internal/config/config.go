@@ -133,7 +133,7 @@ var variables = []variable{
 		func(c *Config, v string) (err error) { c.Dev, err = parseBool(v); return }},
 	{"REBILL_IDEMPOTENCY_TTL", "24h", "how long idempotency records are kept",
 		durationInto(func(c *Config) *time.Duration { return &c.IdempotencyTTL })},
-	{"REBILL_IDEMPOTENCY_LEASE", "60s", "how long a crashed request holds its key before a retry may run it",
+	{"REBILL_IDEMPOTENCY_LEASE", "60s", "how long a key reserved by a node of an earlier version (which reserved keys in a transaction of their own) holds it before a retry may take it over; keys are otherwise free as soon as their request's transaction ends",
 		durationInto(func(c *Config) *time.Duration { return &c.IdempotencyLease })},
 	{"REBILL_LOG_LEVEL", "info", "debug, info, warn or error",
 		func(c *Config, v string) error { c.LogLevel = v; return nil }},
