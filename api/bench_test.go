@@ -7,6 +7,11 @@ package api_test
 //	go test -run '^$' -bench 'Benchmark(CreateSubscription|ReplaySubscription|InsertBaseline)' \
 //	    -benchtime 5s -count 3 ./api/
 //
+// With REBILL_BENCH_TEMPLATE naming a database on the test server (one that
+// `rebill bench -history big -n 0 -db rebill_history` filled with years of
+// rows), each run starts from a copy of it instead of an empty database, so
+// that the same figures can be read with deep tables (BENCHMARKS.md).
+//
 // Each benchmark runs benchClients concurrent clients that share b.N through
 // an atomic counter, times every request, and reports req/s (ops/s for the
 // baseline), p50_ms and p99_ms. Any unexpected answer fails the benchmark:
@@ -19,15 +24,18 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -40,6 +48,7 @@ import (
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/migrations"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/scheduler"
 	"github.com/rebill/rebill/subscriptions"
@@ -81,6 +90,9 @@ type benchBundle struct {
 	client *http.Client
 	// customerKeys[i] is the API key of customer cust-<i>.
 	customerKeys []string
+	// before counts the rows of benchCounted when the run started (a copy
+	// of a template has history).
+	before map[string]int
 }
 
 // benchPool opens a pool of benchPoolConns connections on a fresh migrated
@@ -92,7 +104,11 @@ func benchPool(b *testing.B) *pgxpool.Pool {
 	// dbtest.URL is postgres://postgres@127.0.0.1:5432/rebill_t_<hex>?sslmode=disable
 	// on the local server, but TEST_DATABASE_URL may carry another query
 	// string or none: set the size on the parsed config, not on the string.
-	cfg, err := pgxpool.ParseConfig(dbtest.URL(b))
+	url := dbtest.URL(b)
+	if template := os.Getenv("REBILL_BENCH_TEMPLATE"); template != "" {
+		url = benchCopy(b, template)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		b.Fatalf("parse database URL: %v", err)
 	}
@@ -115,6 +131,48 @@ func benchPool(b *testing.B) *pgxpool.Pool {
 		c.Release()
 	}
 	return pool
+}
+
+// benchCopy creates a migrated copy of template beside the test databases,
+// dropped when the run ends, and returns its URL. The copy is taken file by
+// file: a template with years of history is gigabytes.
+func benchCopy(b *testing.B, template string) string {
+	b.Helper()
+	ctx := context.Background()
+	server, err := pgx.ParseConfig(dbtest.ServerURL(b))
+	if err != nil {
+		b.Fatalf("parse server URL: %v", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, server)
+	if err != nil {
+		b.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	name := "rebill_bench_api_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+pgx.Identifier{template}.Sanitize()+" STRATEGY FILE_COPY"); err != nil {
+		b.Fatalf("copy %s: %v", template, err)
+	}
+	b.Cleanup(func() {
+		c, err := pgx.ConnectConfig(context.Background(), server)
+		if err != nil {
+			b.Errorf("drop %s: %v", name, err)
+			return
+		}
+		defer c.Close(context.Background())
+		if _, err := c.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			b.Errorf("drop %s: %v", name, err)
+		}
+	})
+	u := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", server.User, server.Host, server.Port, name)
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		b.Fatalf("open %s: %v", name, err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool); err != nil {
+		b.Fatalf("migrate %s: %v", name, err)
+	}
+	return u
 }
 
 // benchSetup wires the server as production does (internal/app): the
@@ -164,9 +222,18 @@ func benchSetup(b *testing.B) benchBundle {
 	}
 	transport := &http.Transport{MaxIdleConns: 2 * benchPoolConns, MaxIdleConnsPerHost: benchPoolConns}
 	b.Cleanup(transport.CloseIdleConnections)
-	return benchBundle{pool: pool, server: ts, client: &http.Client{Transport: transport, Timeout: 30 * time.Second},
-		customerKeys: customerKeys}
+	bb := benchBundle{pool: pool, server: ts, client: &http.Client{Transport: transport, Timeout: 30 * time.Second},
+		customerKeys: customerKeys, before: map[string]int{}}
+	for _, table := range benchCounted {
+		bb.before[table] = benchCount(b, pool, "SELECT count(*) FROM "+table)
+	}
+	return bb
 }
+
+// benchCounted are the rows a create writes, one each; the runs check that
+// every request wrote them all.
+var benchCounted = []string{"subscriptions", "subscription_events", "charges",
+	"river_job WHERE kind = 'charge_authorize'", "idempotency_keys WHERE status = 'completed'"}
 
 // benchBody is a create request like createBody in harness_test.go, for
 // one of benchCustomers customers. The anchor is left out: the first
@@ -322,9 +389,8 @@ func BenchmarkCreateSubscription(b *testing.B) {
 
 	// Every request did the whole create path, not just part of it.
 	want := b.N + warm
-	for _, table := range []string{"subscriptions", "subscription_events", "charges",
-		"river_job WHERE kind = 'charge_authorize'", "idempotency_keys WHERE status = 'completed'"} {
-		if got := benchCount(b, bb.pool, "SELECT count(*) FROM "+table); got != want {
+	for _, table := range benchCounted {
+		if got := benchCount(b, bb.pool, "SELECT count(*) FROM "+table) - bb.before[table]; got != want {
 			b.Fatalf("%s: %d rows, want %d", table, got, want)
 		}
 	}
@@ -393,7 +459,7 @@ func BenchmarkReplaySubscription(b *testing.B) {
 		return nil
 	})
 
-	if got, want := benchCount(b, bb.pool, "SELECT count(*) FROM subscriptions"), warm+len(seeds); got != want {
+	if got, want := benchCount(b, bb.pool, "SELECT count(*) FROM subscriptions")-bb.before["subscriptions"], warm+len(seeds); got != want {
 		b.Fatalf("replays created subscriptions: %d rows, want %d", got, want)
 	}
 }
