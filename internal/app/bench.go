@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -324,6 +325,16 @@ func checkExactlyOnce(ctx context.Context, pool *pgxpool.Pool, books sim.Books, 
 	if err != nil {
 		return e, fmt.Errorf("count charges per period: %w", err)
 	}
+	statuses, err := pool.Query(ctx, `SELECT status || ' ' || count(*) FROM charges WHERE status <> $1 GROUP BY status ORDER BY status`,
+		string(charges.Succeeded))
+	if err != nil {
+		return e, fmt.Errorf("count unsettled charges: %w", err)
+	}
+	unsettled, err := pgx.CollectRows(statuses, pgx.RowTo[string])
+	if err != nil {
+		return e, fmt.Errorf("count unsettled charges: %w", err)
+	}
+	e.Unsettled = strings.Join(unsettled, ", ")
 	keys := make(map[string]int, n)
 	rows, err := pool.Query(ctx, `SELECT subscription_id, period_key FROM charges`)
 	if err != nil {
@@ -370,15 +381,18 @@ func checkExactlyOnce(ctx context.Context, pool *pgxpool.Pool, books sim.Books, 
 }
 
 // nodeShares counts the charges each node settled: the node whose worker
-// completed the charge's authorize job (which captures inline), from
-// River's completed jobs, kept for an hour.
+// ran the charge's last completed authorize or capture job (an authorize
+// job captures inline unless it hands the capture to a job of its own),
+// from River's completed jobs, kept for an hour.
 func nodeShares(ctx context.Context, pool *pgxpool.Pool, nodes []*Service) ([]int, error) {
 	index := map[string]int{}
 	for i, node := range nodes {
 		index[node.River.ID()] = i
 	}
-	rows, err := pool.Query(ctx, `SELECT attempted_by[cardinality(attempted_by)], count(*) FROM river_job
-		WHERE kind = $1 AND state = $2 GROUP BY 1`, charges.AuthorizeArgs{}.Kind(), rivertype.JobStateCompleted)
+	rows, err := pool.Query(ctx, `SELECT node, count(*) FROM (
+			SELECT DISTINCT ON (args ->> 'charge_id') attempted_by[cardinality(attempted_by)] AS node FROM river_job
+			WHERE kind = ANY($1) AND state = $2 ORDER BY args ->> 'charge_id', id DESC) last
+		GROUP BY node`, []string{charges.AuthorizeArgs{}.Kind(), charges.CaptureArgs{}.Kind()}, rivertype.JobStateCompleted)
 	if err != nil {
 		return nil, fmt.Errorf("count charges per node: %w", err)
 	}

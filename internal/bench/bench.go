@@ -82,6 +82,10 @@ type Exactness struct {
 	// Uncaptured charges have none, CapturedTwice more than one, and
 	// UnknownCaptures are for no charge of rebill's.
 	Captures, Uncaptured, CapturedTwice, UnknownCaptures int64
+	// Unsettled lists the charges not succeeded by status ("requires_review
+	// 3"): a charge in review is a step that timed out, not a double
+	// charge, but its period is not known to be charged once either.
+	Unsettled string
 }
 
 // Holds reports whether n periods were each charged exactly once.
@@ -92,9 +96,13 @@ func (e Exactness) Holds(n int) bool {
 }
 
 func (e Exactness) String() string {
+	unsettled := ""
+	if e.Unsettled != "" {
+		unsettled = " (not succeeded: " + e.Unsettled + ")"
+	}
 	return fmt.Sprintf("%d charges (%d succeeded), %d periods charged twice, %d subscriptions uncharged; "+
 		"%d succeeded captures at the gateway, %d charges uncaptured, %d captured twice, %d captures of no charge",
-		e.Charges, e.Succeeded, e.DuplicatePeriods, e.Uncharged, e.Captures, e.Uncaptured, e.CapturedTwice, e.UnknownCaptures)
+		e.Charges, e.Succeeded, e.DuplicatePeriods, e.Uncharged, e.Captures, e.Uncaptured, e.CapturedTwice, e.UnknownCaptures) + unsettled
 }
 
 // Run performs both measurements and prints the figures.
@@ -187,7 +195,7 @@ func Run(ctx context.Context, o Options) error {
 		for i, c := range res.NodeShares {
 			parts[i] = fmt.Sprintf("node %d %d (%.1f %%)", i+1, c, 100*float64(c)/float64(res.Charges))
 		}
-		fmt.Fprintf(o.Out, "charges per node:        %s (whose worker ran the charge's job)\n", strings.Join(parts, ", "))
+		fmt.Fprintf(o.Out, "charges per node:        %s (whose worker ran the charge's last job)\n", strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(o.Out, "ratio to River bare:     %8.3f (charges/s over no-op jobs/s)\n", endToEnd/noopRate)
 	if baseline > 0 {
