@@ -256,6 +256,14 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 		return bench.BillingResult{}, err
 	}
 	res.EndToEnd = end.Sub(start)
+	var settled []time.Time
+	if err := pool.QueryRow(ctx, `SELECT percentile_disc(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY updated_at)
+		FROM charges WHERE status = $1`, string(charges.Succeeded)).Scan(&settled); err != nil {
+		return res, fmt.Errorf("read when charges settled: %w", err)
+	}
+	for _, at := range settled {
+		res.SettledBy = append(res.SettledBy, at.Sub(start))
+	}
 	exact, err := checkExactlyOnce(ctx, pool, books, n)
 	if err != nil {
 		return res, err

@@ -62,6 +62,10 @@ type BillingResult struct {
 	Nodes    int
 	// Exactness is what was counted of every period charged exactly once.
 	Exactness Exactness
+	// SettledBy are the times from the scan's start by which half, 90 %
+	// and 99 % of the charges had settled: a tail shows apart from the
+	// rate.
+	SettledBy []time.Duration
 	// NodeShares are the charges each node's workers settled (several
 	// nodes only).
 	NodeShares []int
@@ -183,6 +187,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(o.Out, "charges end to end:      %8.0f charges/s (%d succeeded in %s from the scan's start; authorize + capture each%s)\n",
 		endToEnd, res.Charges, res.EndToEnd.Round(time.Millisecond), across)
+	if len(res.SettledBy) == 3 {
+		fmt.Fprintf(o.Out, "settled by:              50 %% %s, 90 %% %s, 99 %% %s, all %s (from the scan's start)\n",
+			res.SettledBy[0].Round(time.Millisecond), res.SettledBy[1].Round(time.Millisecond),
+			res.SettledBy[2].Round(time.Millisecond), res.EndToEnd.Round(time.Millisecond))
+	}
 	e := res.Exactness
 	if !e.Holds(res.Charges) {
 		fmt.Fprintf(o.Out, "exactly once:            NO: %s\n", e)
