@@ -389,9 +389,10 @@ func checkExactlyOnce(ctx context.Context, pool *pgxpool.Pool, books sim.Books, 
 }
 
 // nodeShares counts the charges each node settled: the node whose worker
-// ran the charge's last completed authorize or capture job (an authorize
-// job captures inline unless it hands the capture to a job of its own),
-// from River's completed jobs, kept for an hour.
+// ran the charge's last completed job (an authorize job captures inline
+// unless it hands the capture to a job of its own), from River's completed
+// jobs, kept for an hour. Jobs are told by the charge their args name, not
+// by kind: the pipeline's job types are its own.
 func nodeShares(ctx context.Context, pool *pgxpool.Pool, nodes []*Service) ([]int, error) {
 	index := map[string]int{}
 	for i, node := range nodes {
@@ -399,8 +400,8 @@ func nodeShares(ctx context.Context, pool *pgxpool.Pool, nodes []*Service) ([]in
 	}
 	rows, err := pool.Query(ctx, `SELECT node, count(*) FROM (
 			SELECT DISTINCT ON (args ->> 'charge_id') attempted_by[cardinality(attempted_by)] AS node FROM river_job
-			WHERE kind = ANY($1) AND state = $2 ORDER BY args ->> 'charge_id', id DESC) last
-		GROUP BY node`, []string{charges.AuthorizeArgs{}.Kind(), charges.CaptureArgs{}.Kind()}, rivertype.JobStateCompleted)
+			WHERE args ? 'charge_id' AND state = $1 ORDER BY args ->> 'charge_id', id DESC) last
+		GROUP BY node`, rivertype.JobStateCompleted)
 	if err != nil {
 		return nil, fmt.Errorf("count charges per node: %w", err)
 	}
@@ -436,7 +437,7 @@ type billingOptions struct {
 // rebill's work alone, or in memory; books read that ledger.
 func benchSim(ctx context.Context, server, database string, memory bool, log zerolog.Logger) (string, sim.Books, func(), error) {
 	if memory {
-		baseURL, books, stop, err := sim.StartInMemoryOnClock(ctx, clock.Wall{}, []string{"sim1"}, log)
+		baseURL, books, stop, err := sim.StartInMemoryWithBooks(ctx, clock.Wall{}, []string{"sim1"}, log)
 		if err != nil {
 			return "", nil, nil, err
 		}

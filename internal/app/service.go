@@ -168,7 +168,7 @@ func (svc *Service) startMemorySim(ctx context.Context, cfg config.Config, pool 
 	}); err != nil {
 		return nil, err
 	}
-	baseURL, books, stop, err := sim.StartInMemoryOnClock(ctx, simClock, simNames, simLog)
+	baseURL, books, stop, err := sim.StartInMemoryWithBooks(ctx, simClock, simNames, simLog)
 	if err != nil {
 		return nil, err
 	}

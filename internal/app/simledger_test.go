@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/internal/app"
 	"github.com/rebill/rebill/internal/dbtest"
 )
 
@@ -32,5 +33,18 @@ func TestDevNodeMemorySimLedgerLeavesPostgresLedgerEmpty(t *testing.T) {
 		var rows int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM gatewaysim.`+table).Scan(&rows))
 		require.Zero(t, rows, "gatewaysim.%s", table)
+	}
+}
+
+// Processes other than the dev node cannot read its books in memory:
+// `rebill gatewaysim` and `rebill audit` refuse the setting by name
+// rather than serve, or audit, a ledger apart from the node's.
+func TestSimLedgerMemoryRefusedWhereItCannotBeRead(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"REBILL_DEV": "1", "REBILL_SIM_LEDGER": "memory", "DATABASE_URL": "postgres://127.0.0.1:1/none"}
+	for _, args := range [][]string{{"rebill", "gatewaysim"}, {"rebill", "audit"}} {
+		var stdout, stderr lockedBuffer
+		err := app.Run(context.Background(), args, func(k string) string { return env[k] }, &stdout, &stderr)
+		require.ErrorContains(t, err, "REBILL_SIM_LEDGER=memory", args[1])
 	}
 }

@@ -80,11 +80,11 @@ func StartInMemory(ctx context.Context, names []string, logger zerolog.Logger) (
 	return startOn(ctx, newMemoryBooks(clock.Wall{}), names, logger)
 }
 
-// StartInMemoryOnClock is [StartInMemory] with operations stamped by clk,
+// StartInMemoryWithBooks is [StartInMemory] with operations stamped by clk,
 // for a dev node that keeps its simulators' books in memory; it also
 // returns those books, which only this process can read (the node's dev
 // endpoints), so only a single node can use them.
-func StartInMemoryOnClock(ctx context.Context, clk clock.Clock, names []string, logger zerolog.Logger) (baseURL string, books Books, stop func(context.Context) error, err error) {
+func StartInMemoryWithBooks(ctx context.Context, clk clock.Clock, names []string, logger zerolog.Logger) (baseURL string, books Books, stop func(context.Context) error, err error) {
 	m := newMemoryBooks(clk)
 	baseURL, stop, err = startOn(ctx, m, names, logger)
 	if err != nil {
