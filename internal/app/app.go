@@ -411,6 +411,9 @@ func gatewaysim(ctx context.Context, cfg config.Config, log zerolog.Logger, args
 	if done, err := parseFlags(fs, args, stdout, stderr); done || err != nil {
 		return err
 	}
+	if cfg.SimLedger == config.SimLedgerMemory {
+		return errors.New("gatewaysim: REBILL_SIM_LEDGER=memory is for a single dev node's in-process simulators; rebill gatewaysim keeps its ledger in PostgreSQL: unset it")
+	}
 	pool, stop, err := openPool(ctx, cfg, log)
 	if err != nil {
 		return err

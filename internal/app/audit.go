@@ -75,6 +75,11 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		}
 	}
 
+	if cfg.SimLedger == config.SimLedgerMemory {
+		// The dev node's captures are in its own memory: read from here,
+		// every one of them would be reported missing at the gateway.
+		return errors.New("audit: REBILL_SIM_LEDGER=memory keeps the simulated gateways' ledger in the dev node's memory, which another process cannot read: unset it")
+	}
 	if !cfg.Dev && len(cfg.Gateways) == 0 {
 		// With no gateway's books to read every capture would be reported
 		// missing at the gateway: an alarm about the configuration, not

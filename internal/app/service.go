@@ -110,6 +110,9 @@ func Build(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log zerol
 type devSetup struct {
 	clock  *clock.Manual
 	simURL string
+	// books are the simulated gateways' ledger and fault switches, for
+	// the dev endpoints: in the database, or in this process's memory.
+	books sim.Books
 }
 
 // startDev makes the service clock the shared manual one and starts the
@@ -130,17 +133,49 @@ func (svc *Service) startDev(ctx context.Context, cfg config.Config, pool *pgxpo
 		return nil, err
 	}
 	svc.Clock = manual
+	simLog := log.With().Str("component", "gatewaysim").Logger()
+	if cfg.SimLedger == config.SimLedgerMemory {
+		return svc.startMemorySim(ctx, cfg, pool, manual, simConns, simLog, log)
+	}
 	var baseURL string
 	var stopSim func()
 	if err := startup.Retry(ctx, log, cfg.StartupRetryFor, "start the simulated gateways", func() (err error) {
-		baseURL, stopSim, err = startSim(ctx, pool, simConns, simNames, false, true, log.With().Str("component", "gatewaysim").Logger())
+		baseURL, stopSim, err = startSim(ctx, pool, simConns, simNames, false, true, simLog)
 		return err
 	}); err != nil {
 		return nil, err
 	}
 	svc.closers = append(svc.closers, stopSim)
 	log.Warn().Msg("dev mode: manual clock, /v1/dev/* endpoints and simulated gateways sim1..sim5")
-	return &devSetup{clock: manual, simURL: baseURL}, nil
+	return &devSetup{clock: manual, simURL: baseURL, books: sim.NewStore(pool)}, nil
+}
+
+// startMemorySim starts dev mode's simulated gateways with their books in
+// this process (REBILL_SIM_LEDGER=memory). They stamp operations with the
+// dev clock read through a pool of their own, as startSim's do; nothing
+// else of theirs touches the database.
+func (svc *Service) startMemorySim(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, nodeClock *clock.Manual,
+	simConns int32, simLog, log zerolog.Logger) (*devSetup, error) {
+	simPool, err := pgxpool.NewWithConfig(ctx, withMaxConns(pool.Config(), simConns))
+	if err != nil {
+		return nil, fmt.Errorf("open simulator clock pool: %w", err)
+	}
+	svc.closers = append(svc.closers, simPool.Close)
+	var simClock *clock.Manual
+	if err := startup.Retry(ctx, log, cfg.StartupRetryFor, "read the dev clock for the simulated gateways", func() (err error) {
+		simClock, err = clock.NewManual(ctx, simPool, time.Now())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	baseURL, books, stop, err := sim.StartInMemoryWithBooks(ctx, simClock, simNames, simLog)
+	if err != nil {
+		return nil, err
+	}
+	svc.closers = append(svc.closers, func() { _ = stop(context.Background()) })
+	log.Warn().Msg("dev mode: manual clock, /v1/dev/* endpoints and simulated gateways sim1..sim5, their ledger in this node's memory " +
+		"(REBILL_SIM_LEDGER=memory): single node only; other nodes, rebill gatewaysim and rebill audit do not see it, and it is lost at stop")
+	return &devSetup{clock: nodeClock, simURL: baseURL, books: books}, nil
 }
 
 // pipeline is the billing side of a node: the stores, the charge pipeline
@@ -299,7 +334,7 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 	dev *devSetup, log zerolog.Logger) (http.Handler, error) {
 	var devAPI *api.Dev
 	if dev != nil {
-		devAPI = &api.Dev{Clock: dev.clock, Gateways: sim.NewStore(pool), Registry: p.devRegistry,
+		devAPI = &api.Dev{Clock: dev.clock, Gateways: dev.books, Registry: p.devRegistry,
 			BillSources: devBillSources(p.bills, jobs, log),
 			ClockMoved: func(ctx context.Context) {
 				if _, err := jobs.Insert(ctx, scheduler.ScanArgs{}, nil); err != nil {

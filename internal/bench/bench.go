@@ -35,8 +35,11 @@ type Options struct {
 	Subscriptions int
 	NoopJobs      int
 	Workers       int
-	// Conns sizes the service's pool (REBILL_DB_MAX_CONNS).
+	// Conns sizes each node's pool (REBILL_DB_MAX_CONNS).
 	Conns int
+	// Nodes bill the same subscriptions, each with its River client,
+	// workers, scan loop and pool.
+	Nodes int
 	// Baseline runs single-row INSERTs from 32 clients for this long, as a
 	// yardstick measured in the same run; zero skips it.
 	Baseline time.Duration
@@ -57,12 +60,59 @@ type Options struct {
 // BillingResult is what the billing part measured.
 type BillingResult struct {
 	ScanDuration time.Duration
-	EndToEnd     time.Duration
-	Charges      int
+	// ScanLoop: the nodes' scan loop scanned while they billed (several
+	// nodes), not a scan timed on its own before River started.
+	ScanLoop bool
+	EndToEnd time.Duration
+	Charges  int
+	Nodes    int
+	// Exactness is what was counted of every period charged exactly once.
+	Exactness Exactness
+	// SettledBy are the times from the scan's start by which half, 90 %
+	// and 99 % of the charges had settled: a tail shows apart from the
+	// rate.
+	SettledBy []time.Duration
+	// NodeShares are the charges each node's workers settled (several
+	// nodes only).
+	NodeShares []int
 	// Deliveries webhook deliveries (one endpoint subscribed to every
 	// event) were all received DeliveredIn after the scan started.
 	Deliveries  int
 	DeliveredIn time.Duration
+}
+
+// Exactness counts, once no charge is in flight, what must hold for
+// every due period to have been charged exactly once.
+type Exactness struct {
+	Charges, Succeeded int64 // rebill's charges, and those succeeded
+	// DuplicatePeriods are (subscription, period) pairs with more than one
+	// charge; Uncharged are subscriptions with none.
+	DuplicatePeriods, Uncharged int64
+	// Captures are the succeeded captures in the simulator's ledger;
+	// Uncaptured charges have none, CapturedTwice more than one, and
+	// UnknownCaptures are for no charge of rebill's.
+	Captures, Uncaptured, CapturedTwice, UnknownCaptures int64
+	// Unsettled lists the charges not succeeded by status ("requires_review
+	// 3"): a charge in review is a step that timed out, not a double
+	// charge, but its period is not known to be charged once either.
+	Unsettled string
+}
+
+// Holds reports whether n periods were each charged exactly once.
+func (e Exactness) Holds(n int) bool {
+	want := int64(n)
+	return e.Charges == want && e.Succeeded == want && e.DuplicatePeriods == 0 && e.Uncharged == 0 &&
+		e.Captures == want && e.Uncaptured == 0 && e.CapturedTwice == 0 && e.UnknownCaptures == 0
+}
+
+func (e Exactness) String() string {
+	unsettled := ""
+	if e.Unsettled != "" {
+		unsettled = " (not succeeded: " + e.Unsettled + ")"
+	}
+	return fmt.Sprintf("%d charges (%d succeeded), %d periods charged twice, %d subscriptions uncharged; "+
+		"%d succeeded captures at the gateway, %d charges uncaptured, %d captured twice, %d captures of no charge",
+		e.Charges, e.Succeeded, e.DuplicatePeriods, e.Uncharged, e.Captures, e.Uncaptured, e.CapturedTwice, e.UnknownCaptures) + unsettled
 }
 
 // Run performs both measurements and prints the figures.
@@ -75,8 +125,15 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer drop()
-	fmt.Fprintf(o.Out, "rebill bench: %d subscriptions, %d no-op jobs, %d workers, %d connections, GOMAXPROCS %d\n",
-		o.Subscriptions, o.NoopJobs, o.Workers, o.Conns, runtime.GOMAXPROCS(0))
+	if o.Nodes < 1 {
+		o.Nodes = 1
+	}
+	nodes := ""
+	if o.Nodes > 1 {
+		nodes = fmt.Sprintf("%d nodes, each ", o.Nodes)
+	}
+	fmt.Fprintf(o.Out, "rebill bench: %d subscriptions, %d no-op jobs, %s%d workers, %d connections, GOMAXPROCS %d\n",
+		o.Subscriptions, o.NoopJobs, nodes, o.Workers, o.Conns, runtime.GOMAXPROCS(0))
 	if o.History != (History{}) {
 		if err := Fill(ctx, pool, o.History, time.Now(), o.Out); err != nil {
 			return err
@@ -118,21 +175,51 @@ func Run(ctx context.Context, o Options) error {
 	}
 	res, err := o.Billing(ctx, pool, o.Subscriptions)
 	if err != nil {
+		if res.Exactness.Charges > 0 {
+			fmt.Fprintf(o.Out, "exactly once:            NO: %s\n", res.Exactness)
+		}
 		return fmt.Errorf("billing bench: %w", err)
 	}
 	after, err := readStats(ctx, pool, o.Database, counted)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Out, "scan rate:               %8.0f periods/s (%d periods enqueued in %s)\n",
-		float64(res.Charges)/res.ScanDuration.Seconds(), res.Charges, res.ScanDuration.Round(time.Millisecond))
+	how := ""
+	if res.ScanLoop {
+		how = "; the nodes' scan loop, one billing_scan job, while they billed"
+	}
+	fmt.Fprintf(o.Out, "scan rate:               %8.0f periods/s (%d periods enqueued in %s%s)\n",
+		float64(res.Charges)/res.ScanDuration.Seconds(), res.Charges, res.ScanDuration.Round(time.Millisecond), how)
 	if res.EndToEnd == 0 {
 		fmt.Fprintf(o.Out, "peak RSS:                %8.1f MiB (scan only)\n", peakRSSMiB())
 		return nil
 	}
 	endToEnd := float64(res.Charges) / res.EndToEnd.Seconds()
-	fmt.Fprintf(o.Out, "charges end to end:      %8.0f charges/s (%d succeeded in %s; authorize + capture each)\n",
-		endToEnd, res.Charges, res.EndToEnd.Round(time.Millisecond))
+	across := ""
+	if o.Nodes > 1 {
+		across = fmt.Sprintf(", %d nodes together", o.Nodes)
+	}
+	fmt.Fprintf(o.Out, "charges end to end:      %8.0f charges/s (%d succeeded in %s from the scan's start; authorize + capture each%s)\n",
+		endToEnd, res.Charges, res.EndToEnd.Round(time.Millisecond), across)
+	if len(res.SettledBy) == 3 {
+		fmt.Fprintf(o.Out, "settled by:              50 %% %s, 90 %% %s, 99 %% %s, all %s (from the scan's start)\n",
+			res.SettledBy[0].Round(time.Millisecond), res.SettledBy[1].Round(time.Millisecond),
+			res.SettledBy[2].Round(time.Millisecond), res.EndToEnd.Round(time.Millisecond))
+	}
+	e := res.Exactness
+	if !e.Holds(res.Charges) {
+		fmt.Fprintf(o.Out, "exactly once:            NO: %s\n", e)
+		return fmt.Errorf("billing bench: not every period was charged exactly once: %s", e)
+	}
+	fmt.Fprintf(o.Out, "exactly once:            yes (%d periods, %d charges, %d succeeded captures at the gateway, one per charge)\n",
+		res.Charges, e.Charges, e.Captures)
+	if len(res.NodeShares) > 0 {
+		parts := make([]string, len(res.NodeShares))
+		for i, c := range res.NodeShares {
+			parts[i] = fmt.Sprintf("node %d %d (%.1f %%)", i+1, c, 100*float64(c)/float64(res.Charges))
+		}
+		fmt.Fprintf(o.Out, "charges per node:        %s (whose worker ran the charge's last job)\n", strings.Join(parts, ", "))
+	}
 	fmt.Fprintf(o.Out, "ratio to River bare:     %8.3f (charges/s over no-op jobs/s)\n", endToEnd/noopRate)
 	if baseline > 0 {
 		fmt.Fprintf(o.Out, "ratio to baseline:       %8.3f (charges/s over single-row INSERT tps)\n", endToEnd/baseline)

@@ -97,7 +97,21 @@ type Config struct {
 	// mode's simulated ones, or no registry outside dev mode.
 	Registries   []Registry
 	RegistryFile string
+	// SimLedger is where a dev node's in-process simulated gateways keep
+	// their books: SimLedgerPostgres or SimLedgerMemory.
+	SimLedger string
 }
+
+// Where a dev node's simulated gateways keep their ledger
+// (REBILL_SIM_LEDGER).
+const (
+	// SimLedgerPostgres: the schema gatewaysim of the node's database,
+	// shared by every node and `rebill gatewaysim` on it.
+	SimLedgerPostgres = "postgres"
+	// SimLedgerMemory: the node's memory, seen by that node alone and
+	// lost when it stops; for a single dev node only.
+	SimLedgerMemory = "memory"
+)
 
 // variable documents one environment variable.
 type variable struct {
@@ -131,6 +145,14 @@ var variables = []variable{
 		}},
 	{"REBILL_DEV", "", "1: dev mode (manual clock, /v1/dev/*, simulated gateways sim1..sim5)",
 		func(c *Config, v string) (err error) { c.Dev, err = parseBool(v); return }},
+	{"REBILL_SIM_LEDGER", "postgres", "dev mode only: where the in-process simulated gateways keep their ledger, postgres (the schema gatewaysim of the node's database, shared by the nodes on it) or memory (this node's memory: single node only, lost at stop, unseen by other nodes, `rebill gatewaysim` and `rebill audit`)",
+		func(c *Config, v string) error {
+			if v != SimLedgerPostgres && v != SimLedgerMemory {
+				return errors.New("want postgres or memory")
+			}
+			c.SimLedger = v
+			return nil
+		}},
 	{"REBILL_IDEMPOTENCY_TTL", "24h", "how long idempotency records are kept",
 		durationInto(func(c *Config) *time.Duration { return &c.IdempotencyTTL })},
 	{"REBILL_IDEMPOTENCY_LEASE", "60s", "how long a key reserved by a node of an earlier version (which reserved keys in a transaction of their own) holds it before a retry may take it over; keys are otherwise free as soon as their request's transaction ends",
@@ -389,7 +411,7 @@ func Load(getenv func(string) string) (Config, error) {
 		DBMaxConns: 25, WebhookRetryBase: 5 * time.Second, WebhookWorkers: 20, UpcomingNotice: 72 * time.Hour,
 		InspectInterval: time.Minute, InspectUnknownAfter: time.Hour, InspectHoldWarn: 72 * time.Hour, ReconcileDays: 7,
 		VelocityCreationsPerHour: 20, VelocityCardChangesPerDay: 10, VelocityDeclinesPerDay: 5,
-		ConsoleIdleTimeout: 30 * time.Minute, StartupRetryFor: time.Minute,
+		ConsoleIdleTimeout: 30 * time.Minute, StartupRetryFor: time.Minute, SimLedger: SimLedgerPostgres,
 	}
 	for _, v := range variables {
 		value := getenv(v.name)
@@ -402,6 +424,9 @@ func Load(getenv func(string) string) (Config, error) {
 			}
 			return Config{}, fmt.Errorf("%s=%q: %w", v.name, value, err)
 		}
+	}
+	if c.SimLedger == SimLedgerMemory && !c.Dev {
+		return Config{}, errors.New("REBILL_SIM_LEDGER=memory: only a single dev node (REBILL_DEV=1) runs simulated gateways in process; unset it outside dev mode")
 	}
 	if c.GatewaysFile != "" {
 		if len(c.Gateways) > 0 {

@@ -12,14 +12,20 @@ import (
 	"github.com/rebill/rebill/internal/clock"
 )
 
+// Books are what rebill's dev endpoints read and set of a simulated
+// provider: its ledger and fault switches, wherever they are kept.
+type Books interface {
+	Faults(ctx context.Context, gw string) (Faults, error)
+	SetFaults(ctx context.Context, gw string, p FaultsPatch) (Faults, error)
+	Ledger(ctx context.Context, gw string) ([]LedgerEntry, error)
+}
+
 // books are where a simulated provider keeps its operations, call counts
 // and fault switches: PostgreSQL ([Store], the default, shared by every
 // process on the database and surviving restarts), or this process's
 // memory ([StartInMemory]).
 type books interface {
-	Faults(ctx context.Context, gw string) (Faults, error)
-	SetFaults(ctx context.Context, gw string, p FaultsPatch) (Faults, error)
-	Ledger(ctx context.Context, gw string) ([]LedgerEntry, error)
+	Books
 	kindOf(ctx context.Context, gw string, req opRequest) (tokenKind, error)
 	countCall(ctx context.Context, gw, key string) (int, error)
 	perform(ctx context.Context, gw string, req opRequest, kind tokenKind) (operation, error)
@@ -118,11 +124,13 @@ func (m *memoryBooks) countCall(_ context.Context, gw, key string) (int, error) 
 }
 
 func (m *memoryBooks) perform(_ context.Context, gw string, req opRequest, kind tokenKind) (operation, error) {
+	// Read before the lock: the dev clock is a database read, which must
+	// not hold up every other call.
+	at := m.clock.Now().UTC()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o, ok := m.ops[opKey(gw, req.IdempotencyKey)]
 	if !ok {
-		at := m.clock.Now().UTC()
 		if req.Op == gateway.OpAuthorize && kind == kindFundsAfter {
 			seen := opKey(gw, string(tokenHash(req.Token)))
 			first, ok := m.firstSeen[seen]

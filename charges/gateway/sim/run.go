@@ -80,6 +80,19 @@ func StartInMemory(ctx context.Context, names []string, logger zerolog.Logger) (
 	return startOn(ctx, newMemoryBooks(clock.Wall{}), names, logger)
 }
 
+// StartInMemoryWithBooks is [StartInMemory] with operations stamped by clk,
+// for a dev node that keeps its simulators' books in memory; it also
+// returns those books, which only this process can read (the node's dev
+// endpoints), so only a single node can use them.
+func StartInMemoryWithBooks(ctx context.Context, clk clock.Clock, names []string, logger zerolog.Logger) (baseURL string, books Books, stop func(context.Context) error, err error) {
+	m := newMemoryBooks(clk)
+	baseURL, stop, err = startOn(ctx, m, names, logger)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return baseURL, m, stop, nil
+}
+
 func startOn(ctx context.Context, store books, names []string, logger zerolog.Logger) (string, func(context.Context) error, error) {
 	srv, ln, errc, err := start(ctx, "127.0.0.1:0", store, names, logger)
 	if err != nil {
