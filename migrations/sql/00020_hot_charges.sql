@@ -15,8 +15,10 @@
 --   off_path_at:     when the charge entered its current off-path status.
 --   settled_at:      when the charge entered its current settled status
 --                    (succeeded, failed, voided, declined), else NULL.
--- ADD COLUMN without a default changes only the catalogue: no rewrite.
-ALTER TABLE charges ADD COLUMN in_flight boolean CHECK (in_flight),
+-- ADD COLUMN without a default or a constraint changes only the catalogue:
+-- no rewrite, and no scan of the table under its exclusive lock (which a
+-- CHECK would need, to check the rows there are).
+ALTER TABLE charges ADD COLUMN in_flight boolean,
     ADD COLUMN off_path_status text,
     ADD COLUMN off_path_at timestamptz,
     ADD COLUMN settled_at timestamptz;
