@@ -44,7 +44,7 @@ func (s *Server) reviewQueue(w http.ResponseWriter, r *http.Request) {
 	}, func(after *charges.ReviewCursor, limit int) ([]charges.Charge, error) {
 		return s.Billing.ReviewQueue(r.Context(), after, limit)
 	}, toChargeJSON, func(c charges.Charge) string {
-		return charges.ReviewCursor{UpdatedAt: c.UpdatedAt, ID: c.ID}.String()
+		return charges.ReviewCursorOf(c).String()
 	})
 }
 

@@ -138,6 +138,10 @@ type Charge struct {
 	ReviewReason     string
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
+	// OffPathAt is when the charge entered its status, while that status
+	// is off the pipeline's hot path (unknown, requires_review, declined,
+	// voided, failed); nil otherwise. The review queue is ordered by it.
+	OffPathAt *time.Time
 	// AttemptDueAt is when the current attempt was due: its creation for
 	// the first, the dunning date for later ones.
 	AttemptDueAt time.Time

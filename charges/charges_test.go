@@ -66,7 +66,7 @@ func TestKeysAreDeterministic(t *testing.T) {
 
 func TestReviewCursorRoundTrip(t *testing.T) {
 	t.Parallel()
-	in := charges.ReviewCursor{UpdatedAt: time.Date(2026, 12, 1, 9, 0, 0, 123000, time.UTC), ID: uuid.New()}
+	in := charges.ReviewCursor{At: time.Date(2026, 12, 1, 9, 0, 0, 123000, time.UTC), ID: uuid.New()}
 	out, err := charges.ParseReviewCursor(in.String())
 	require.NoError(t, err)
 	require.Equal(t, in, out)

@@ -75,12 +75,13 @@ func ByKeys(ctx context.Context, db DBTX, keys []string) ([]Charge, error) {
 // SettledOn returns the charges of gateway (every gateway for "") that
 // reached a final status (succeeded, failed, voided) in [from, to) of the
 // service clock, the ones a day's reconciliation expects the gateway to
-// know about.
+// know about, in the order they reached it. A later change of a settled
+// charge that keeps its status (a hold check's note) does not move it to
+// another day.
 func SettledOn(ctx context.Context, db DBTX, gw string, from, to time.Time) ([]Charge, error) {
-	return collect(db.Query(ctx, `SELECT `+columns+` FROM charges
-		WHERE status = ANY($4) AND updated_at >= $1 AND updated_at < $2
-		  AND ($3 = '' OR gateway = $3)
-		ORDER BY updated_at, id`, from, to, gw, texts([]Status{Succeeded, Failed, Voided})))
+	return collect(db.Query(ctx, `SELECT `+columns+` FROM `+SettledBetweenSQL+`
+		WHERE status = ANY($4) AND ($3 = '' OR gateway = $3)
+		ORDER BY `+settledAtSQL+`, id`, from, to, gw, texts([]Status{Succeeded, Failed, Voided})))
 }
 
 // ByPeriodStart returns the charges of periods that began in [from, to),

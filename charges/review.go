@@ -15,15 +15,25 @@ import (
 	"github.com/rebill/rebill/internal/validate"
 )
 
-// ReviewCursor is a position in the review queue.
+// ReviewCursor is a position in the review queue: a charge's OffPathAt
+// (when it entered the queue's status) and id.
 type ReviewCursor struct {
-	UpdatedAt time.Time
-	ID        uuid.UUID
+	At time.Time
+	ID uuid.UUID
+}
+
+// ReviewCursorOf is the position of c, a charge of the review queue.
+func ReviewCursorOf(c Charge) ReviewCursor {
+	cur := ReviewCursor{ID: c.ID}
+	if c.OffPathAt != nil {
+		cur.At = *c.OffPathAt
+	}
+	return cur
 }
 
 // String encodes the cursor for an API response.
 func (c ReviewCursor) String() string {
-	return strconv.FormatInt(c.UpdatedAt.UnixMicro(), 10) + "|" + c.ID.String()
+	return strconv.FormatInt(c.At.UnixMicro(), 10) + "|" + c.ID.String()
 }
 
 // ParseReviewCursor decodes ReviewCursor.String.
@@ -40,7 +50,7 @@ func ParseReviewCursor(s string) (ReviewCursor, error) {
 		if err != nil {
 			return ReviewCursor{}, fmt.Errorf("bad review cursor: %w", err)
 		}
-		return ReviewCursor{UpdatedAt: time.UnixMicro(micros).UTC(), ID: id}, nil
+		return ReviewCursor{At: time.UnixMicro(micros).UTC(), ID: id}, nil
 	}
 	return ReviewCursor{}, errors.New("bad review cursor")
 }
@@ -49,18 +59,23 @@ func ParseReviewCursor(s string) (ReviewCursor, error) {
 // gave up.
 var reviewQueue = []Status{Unknown, RequiresReview}
 
+// inReviewSQL is the predicate of the review queue's partial index.
+var inReviewSQL = offPathSQL("off_path_status", reviewQueue...)
+
 // ReviewQueue returns charges in unknown or requires_review, the longest
-// waiting first, after the cursor (nil for the start).
+// waiting first (by when they entered that status: a note on a charge in
+// review does not send it to the back), after the cursor (nil for the
+// start).
 func ReviewQueue(ctx context.Context, db DBTX, after *ReviewCursor, limit int) ([]Charge, error) {
 	var at *time.Time
 	var id *uuid.UUID
 	if after != nil {
-		at, id = &after.UpdatedAt, &after.ID
+		at, id = &after.At, &after.ID
 	}
 	return collect(db.Query(ctx, `SELECT `+columns+` FROM charges
-		WHERE status = ANY($4)
-		  AND ($1::timestamptz IS NULL OR (updated_at, id) > ($1, $2))
-		ORDER BY updated_at, id LIMIT $3`, at, id, limit, texts(reviewQueue)))
+		WHERE `+inReviewSQL+`
+		  AND ($1::timestamptz IS NULL OR (off_path_at, id) > ($1, $2))
+		ORDER BY off_path_at, id LIMIT $3`, at, id, limit))
 }
 
 // holdChecked are the statuses whose hold a release job checks: in review,
@@ -132,7 +147,7 @@ func (s *Store) Resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, r Resoluti
 // CountInReview counts the review queue, for its gauge.
 func CountInReview(ctx context.Context, db DBTX) (int64, error) {
 	var n int64
-	err := db.QueryRow(ctx, `SELECT count(*) FROM charges WHERE status = ANY($1)`, texts(reviewQueue)).Scan(&n)
+	err := db.QueryRow(ctx, `SELECT count(*) FROM charges WHERE `+inReviewSQL).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count review queue: %w", err)
 	}

@@ -388,7 +388,7 @@ func (h *Handler) review(w http.ResponseWriter, r *http.Request) {
 	d := reviewData{}
 	if hasMore {
 		last := cs[len(cs)-1]
-		d.Next = "/console/review?" + url.Values{"after": {charges.ReviewCursor{UpdatedAt: last.UpdatedAt, ID: last.ID}.String()}}.Encode()
+		d.Next = "/console/review?" + url.Values{"after": {charges.ReviewCursorOf(last).String()}}.Encode()
 	}
 	if d.Charges, err = h.chargeViews(r.Context(), cs); err != nil {
 		h.fail(w, r, s, err)

@@ -78,8 +78,11 @@ type Released struct {
 // check ran). A failed copy may still be paid by its own enrollment's
 // next card, so it lets go only to a copy waiting to pay: otherwise a
 // fine another enrollment would pay stays unpaid behind a card that
-// cannot pay it.
-const releasableSQL = `c.identity_held AND (c.status = '` + string(charges.Voided) + `' OR (c.status = '` + string(charges.Failed) +
+// cannot pay it. Its first terms are the predicate of the partial index
+// charges_identity_releasable_idx (off_path_status is status while it is
+// voided or failed), so the scan reads only the charges that index holds.
+const releasableSQL = `c.identity_held AND c.off_path_status IN ('` + string(charges.Voided) + `', '` + string(charges.Failed) + `')
+	AND (c.status = '` + string(charges.Voided) + `' OR (c.status = '` + string(charges.Failed) +
 	`' AND (c.hold_released_at IS NOT NULL OR (c.authorized_at IS NULL AND c.review_reason IS NULL))
 		AND EXISTS (SELECT 1 FROM bills o JOIN enrollments oe ON oe.id = o.enrollment_id
 			WHERE o.identity = c.bill_identity AND o.status = '` + string(BillDuplicate) + `' AND o.charge_id IS NULL

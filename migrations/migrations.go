@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -37,15 +38,15 @@ type Status struct {
 }
 
 // Up applies every pending migration. Running it again is a no-op, and
-// concurrent callers wait for each other on the advisory lock.
+// concurrent callers wait for each other on the advisory lock (see takeLock).
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire migration connection: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
-		return fmt.Errorf("take migration lock: %w", err)
+	if err := takeLock(ctx, conn); err != nil {
+		return err
 	}
 	defer func() {
 		// A fresh context: the lock must be released even when ctx is done.
@@ -72,6 +73,33 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("apply river migrations: %w", err)
 	}
 	return nil
+}
+
+// lockPoll is how often a node waiting for another's migration asks for
+// the lock again.
+const lockPoll = 150 * time.Millisecond
+
+// takeLock takes the migration lock on conn, asking again every lockPoll
+// until it is free or ctx is done. It polls pg_try_advisory_lock rather
+// than waiting in pg_advisory_lock: a session waiting in a statement holds
+// a snapshot, and CREATE INDEX CONCURRENTLY in the lock holder's migration
+// waits for every older snapshot to go, so the two would wait for each
+// other for ever. Between polls the waiting session holds none.
+func takeLock(ctx context.Context, conn *pgxpool.Conn) error {
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockID).Scan(&got); err != nil {
+			return fmt.Errorf("take migration lock: %w", err)
+		}
+		if got {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the migration lock: %w", ctx.Err())
+		case <-time.After(lockPoll):
+		}
+	}
 }
 
 // List reports every known migration of rebill and whether it is applied,

@@ -24,9 +24,11 @@ type dayTotals struct {
 }
 
 // totalsOn sums the charges whose status last changed in [from, to) to
-// succeeded, declined, failed or voided, by gateway and currency. A charge
-// counts once, under the status it holds now: a soft decline recovered by
-// dunning counts as captured on the day of the capture.
+// succeeded, declined, failed or voided (their settled_at), by gateway and
+// currency. A charge counts once, under the status it holds now: a soft
+// decline recovered by dunning counts as captured on the day of the
+// capture, and a declined charge whose card changes while it waits stays
+// on the day of its decline.
 func totalsOn(ctx context.Context, db pg.DBTX, from, to time.Time) ([]dayTotals, error) {
 	rows, err := db.Query(ctx, `SELECT gateway, currency,
 			count(*) FILTER (WHERE status = $3),
@@ -34,8 +36,8 @@ func totalsOn(ctx context.Context, db pg.DBTX, from, to time.Time) ([]dayTotals,
 			count(*) FILTER (WHERE status = $4),
 			count(*) FILTER (WHERE status = $5),
 			count(*) FILTER (WHERE status = $6)
-		FROM charges
-		WHERE status = ANY(ARRAY[$3, $4, $5, $6]) AND updated_at >= $1 AND updated_at < $2
+		FROM `+charges.SettledBetweenSQL+`
+		WHERE status = ANY(ARRAY[$3, $4, $5, $6])
 		GROUP BY 1, 2 ORDER BY 1, 2`, from, to, string(charges.Succeeded), string(charges.Declined), string(charges.Failed), string(charges.Voided))
 	if err != nil {
 		return nil, fmt.Errorf("charge totals: %w", err)

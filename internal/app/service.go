@@ -278,6 +278,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	river.AddWorker(workers, deliver)
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &notify.RetentionWorker{Pool: pool, Clock: svc.Clock, Keep: cfg.EventsRetention})
+	river.AddWorker(workers, &charges.SettledLayoutWorker{Pool: pool})
 	river.AddWorker(workers, &scheduler.ScanWorker{Renewals: renewals})
 	svc.reseal = resealSteps(pool, tokens)
 	river.AddWorker(workers, &vault.ResealWorker{Steps: svc.reseal, Batch: resealBatch})
@@ -440,6 +441,11 @@ func periodicJobs(cfg config.Config) []*river.PeriodicJob {
 			func() (river.JobArgs, *river.InsertOpts) { return scheduler.ScanArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "billing_scan", RunOnStart: true}))
 	}
+	// The settled charges of before settled_at existed get theirs; once
+	// done, a run reads one row.
+	jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
+		func() (river.JobArgs, *river.InsertOpts) { return charges.SettledLayoutArgs{}, nil },
+		&river.PeriodicJobOpts{ID: "charges_settled_layout", RunOnStart: true}))
 	if cfg.EventsRetention > 0 {
 		jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 			func() (river.JobArgs, *river.InsertOpts) { return notify.RetentionArgs{}, nil },
