@@ -78,7 +78,9 @@ var liveJobStates = []string{
 // hold that nears its expiry is reported, for a fine too. It reads River's job table (the one place that knows whether a
 // job is alive) in one statement with the charges: a job is the charge's
 // when its args name the charge (charge_id) and, if they name one, its
-// attempt.
+// attempt. Every status it looks at is in flight: the partial index of
+// charges in flight finds them, however many settled charges the table
+// holds.
 func FindStuck(ctx context.Context, db DBTX, p StuckParams) ([]Stuck, error) {
 	rows, err := db.Query(ctx, `WITH live AS (
 			SELECT (args ->> 'charge_id')::uuid AS charge_id, (args ->> 'attempt')::int AS attempt,
@@ -89,7 +91,7 @@ func FindStuck(ctx context.Context, db DBTX, p StuckParams) ([]Stuck, error) {
 			SELECT c.*, live.charge_id IS NOT NULL AS has_job, live.scheduled_at AS job_scheduled_at,
 				(c.status = $13 AND c.registry_uin IS NOT NULL AND NOT c.void_requested) AS awaits_posting
 			FROM charges c LEFT JOIN live ON live.charge_id = c.id AND coalesce(live.attempt, c.attempt_count) = c.attempt_count
-			WHERE c.status = ANY($8) OR c.status = $9
+			WHERE c.in_flight AND (c.status = ANY($8) OR c.status = $9)
 		)
 		SELECT `+columns+`,
 			CASE WHEN status = $9 THEN $10

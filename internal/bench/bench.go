@@ -356,6 +356,10 @@ func riverNoop(ctx context.Context, pool *pgxpool.Pool, n, workers int) (float64
 	return float64(int64(n)-first) / elapsed.Seconds(), nil
 }
 
+// RunCustomerPrefix starts the customer id of every subscription a run
+// bills (history's are hist-).
+const RunCustomerPrefix = "bench-"
+
 // InsertSubscriptions writes n active monthly subscriptions whose first
 // period starts at anchor, in batches, straight into the table: the API is
 // measured elsewhere, and the billing figures should not wait on it.
@@ -371,7 +375,7 @@ func InsertSubscriptions(ctx context.Context, pool *pgxpool.Pool, n int, anchor 
 				return err
 			}
 			ids[i] = id
-			customers[i] = fmt.Sprintf("bench-%d", done+i)
+			customers[i] = fmt.Sprintf("%s%d", RunCustomerPrefix, done+i)
 		}
 		_, err := pool.Exec(ctx, `INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval,
 				interval_count, timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token,
