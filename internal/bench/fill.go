@@ -69,6 +69,16 @@ func uuidV7SQL(t string) string {
 		substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid`
 }
 
+// NoticesSentSQL records the charge.upcoming notice of every history
+// subscription's next renewal (notify.Notices keys them so), a day ago.
+const NoticesSentSQL = `INSERT INTO events (id, type, object_id, customer_id, created_at, data, notice_key)
+	SELECT ` + "(lpad(to_hex((extract(epoch FROM now() - interval '1 day') * 1000)::bigint), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid" + `,
+		'charge.upcoming', id, customer_id, now() - interval '1 day',
+		json_build_object('object', 'subscription', 'next_charge_at', next_charge_at),
+		'charge.upcoming:' || id || ':' || extract(epoch FROM next_charge_at)::bigint
+	FROM subscriptions WHERE customer_id LIKE 'hist-%' AND next_period_index >= 1
+	ON CONFLICT (notice_key) DO NOTHING`
+
 // filledTables are the tables Fill writes, whose secondary indexes it
 // builds once after the rows are in rather than row by row.
 var filledTables = []string{"subscriptions", "charges", "events"}
@@ -162,7 +172,16 @@ func Fill(ctx context.Context, pool *pgxpool.Pool, h History, now time.Time, out
 			return fmt.Errorf("fill events: %w", err)
 		}
 	}
-	fmt.Fprintf(out, "history: %d events in %s\n", h.Events, time.Since(mark).Round(time.Second))
+	// The renewals ahead were announced on the days before, as a node
+	// running all along would have: without these, the first node on the
+	// filled tables would announce them all at once, a burst no deployment
+	// sees.
+	tag, err := pool.Exec(ctx, NoticesSentSQL)
+	if err != nil {
+		return fmt.Errorf("fill upcoming notices: %w", err)
+	}
+	fmt.Fprintf(out, "history: %d events and %d notices of renewals ahead in %s\n", h.Events, tag.RowsAffected(),
+		time.Since(mark).Round(time.Second))
 
 	mark = time.Now()
 	if err := buildIndexes(ctx, pool, indexes); err != nil {
