@@ -79,6 +79,12 @@ const NoticesSentSQL = `INSERT INTO events (id, type, object_id, customer_id, cr
 	FROM subscriptions WHERE customer_id LIKE 'hist-%' AND next_period_index >= 1
 	ON CONFLICT (notice_key) DO NOTHING`
 
+// DaysReconciledSQL records the last 31 days before $1 as reconciled
+// with sim1, the bench's gateway (reconcile looks back 7).
+const DaysReconciledSQL = `INSERT INTO reconciliation_days (gateway, day, status, operations, checked_at)
+	SELECT 'sim1', d::date, 'matched', 0, $1 FROM generate_series($1::date - 31, $1::date - 1, interval '1 day') AS d
+	ON CONFLICT DO NOTHING`
+
 // filledTables are the tables Fill writes, whose secondary indexes it
 // builds once after the rows are in rather than row by row.
 var filledTables = []string{"subscriptions", "charges", "events"}
@@ -182,6 +188,12 @@ func Fill(ctx context.Context, pool *pgxpool.Pool, h History, now time.Time, out
 	}
 	fmt.Fprintf(out, "history: %d events and %d notices of renewals ahead in %s\n", h.Events, tag.RowsAffected(),
 		time.Since(mark).Round(time.Second))
+	// Likewise the days behind were reconciled with the gateway on the
+	// days after them; the simulator's ledger starts empty, so a node
+	// reconciling them at start would report every history charge missing.
+	if _, err := pool.Exec(ctx, DaysReconciledSQL, now); err != nil {
+		return fmt.Errorf("fill reconciled days: %w", err)
+	}
 
 	mark = time.Now()
 	if err := buildIndexes(ctx, pool, indexes); err != nil {
