@@ -43,7 +43,8 @@ Usage:
   rebill gatewaysim [--addr ADDR]  run the simulated gateways sim1..sim5 standalone
   rebill registryfake [--addr ADDR]
                                 run the conformance fake of a bank's registry gateway (docs/registry.md)
-  rebill bench [-n 20000] [-private] [-latency 250ms] [-sim-ledger memory]
+  rebill bench [-n 20000] [-private] [-latency 250ms] [-sim-ledger memory] [-nodes 3]
+               [-history big] [-template DB]
                                 measure billing end to end beside a pgbench INSERT baseline
                                 (creates and drops database rebill_bench; see BENCHMARKS.md)
   rebill secrets rotate         seal payment tokens and webhook secrets under the current key
