@@ -233,7 +233,7 @@ func TestInFlightConflictIsRetried(t *testing.T) {
 	store := idempotency.NewStore(n.pool, time.Minute)
 	body, err := json.Marshal(subscription("cust-409"))
 	require.NoError(t, err)
-	outcome, _, err := store.Reserve(ctx, "customer:cust-409", "order-409", idempotency.Fingerprint(http.MethodPost, "/v1/subscriptions", body))
+	outcome, _, claim, err := store.Claim(ctx, "customer:cust-409", "order-409", idempotency.Fingerprint(http.MethodPost, "/v1/subscriptions", body))
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Execute, outcome)
 
@@ -242,7 +242,8 @@ func TestInFlightConflictIsRetried(t *testing.T) {
 	rec.onStatus = func(status int) {
 		if status == http.StatusConflict {
 			select {
-			case released <- store.Release(context.Background(), "customer:cust-409", "order-409"):
+			case released <- nil:
+				claim.Rollback(context.Background())
 			default:
 			}
 		}

@@ -157,8 +157,8 @@ func (c *Claim) Tx() pgx.Tx { return c.tx }
 //
 // The claim is a transaction-level advisory lock taken with the look at
 // the stored record, in one round trip. A concurrent duplicate fails to
-// take the lock and answers InFlight at once, as a reserved record used to
-// make it do, with nothing committed before the request runs; the lock
+// take the lock and answers InFlight at once (the 409 the contract
+// promises), with nothing committed before the request runs; the lock
 // ends with the transaction, also when the process dies. The look's
 // snapshot is taken just before the lock: a duplicate that commits in
 // between is seen by Complete, whose insert then conflicts, and the
