@@ -170,10 +170,10 @@ func Fill(ctx context.Context, pool *pgxpool.Pool, h History, now time.Time, out
 			SELECT `+uuidV7SQL("at")+`, CASE WHEN i % 2 = 0 THEN 'charge.created' ELSE 'charge.succeeded' END,
 				gen_random_uuid(), 'hist-' || (i / 2 % 200000), at,
 				json_build_object('object', 'charge', 'amount', 1990, 'currency', 'RUB', 'status',
-					CASE WHEN i % 2 = 0 THEN 'scheduled' ELSE 'succeeded' END)
+					CASE WHEN i % 2 = 0 THEN $6 ELSE $7 END)
 			FROM (SELECT i, $2::timestamptz + (i::float8 / $3) * $4 * interval '1 second' AS at
 				FROM generate_series($1::bigint, $1::bigint + $5 - 1) AS i) AS g`,
-			done, past, float64(h.Events), span, size)
+			done, past, float64(h.Events), span, size, string(charges.Scheduled), string(charges.Succeeded))
 		if err != nil {
 			return fmt.Errorf("fill events: %w", err)
 		}
