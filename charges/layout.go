@@ -103,6 +103,13 @@ func (SettledLayoutArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{MaxAttempts: 5, UniqueOpts: riverjob.OneAtATime()}
 }
 
+// SettledLayoutJob is the hourly run of SettledLayoutArgs, first at start.
+func SettledLayoutJob() *river.PeriodicJob {
+	return river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
+		func() (river.JobArgs, *river.InsertOpts) { return SettledLayoutArgs{}, nil },
+		&river.PeriodicJobOpts{ID: SettledLayoutArgs{}.Kind(), RunOnStart: true})
+}
+
 // SettledLayoutWorker runs FillSettled, a bounded share at a time.
 type SettledLayoutWorker struct {
 	river.WorkerDefaults[SettledLayoutArgs]

@@ -443,9 +443,7 @@ func periodicJobs(cfg config.Config) []*river.PeriodicJob {
 	}
 	// The settled charges of before settled_at existed get theirs; once
 	// done, a run reads one row.
-	jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
-		func() (river.JobArgs, *river.InsertOpts) { return charges.SettledLayoutArgs{}, nil },
-		&river.PeriodicJobOpts{ID: "charges_settled_layout", RunOnStart: true}))
+	jobs = append(jobs, charges.SettledLayoutJob())
 	if cfg.EventsRetention > 0 {
 		jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 			func() (river.JobArgs, *river.InsertOpts) { return notify.RetentionArgs{}, nil },
