@@ -24,7 +24,7 @@ func (s *Store) DueRetries(ctx context.Context, tx pgx.Tx, now time.Time, limit 
 	retried, err := s.moveWhere(ctx, tx, transition{from: []Status{Declined}, to: Scheduled,
 		set: `attempt_count = attempt_count + 1, attempt_due_at = next_attempt_at, attempt_times = attempt_times || $1::timestamptz,
 			unknown_phase = NULL, authorization_ref = NULL`}, now,
-		`charges.id IN (SELECT id FROM charges WHERE `+offPathSQL("off_path_status", Declined)+` AND next_attempt_at <= $1
+		`charges.id IN (SELECT id FROM charges WHERE `+statusInSQL("off_path_status", Declined)+` AND next_attempt_at <= $1
 			ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)`, now, limit)
 	if err != nil {
 		return nil, err

@@ -24,7 +24,7 @@ import (
 // Ordering by settledAtSQL orders both kinds by when they settled.
 var SettledBetweenSQL = `(SELECT * FROM charges WHERE settled_at >= $1 AND settled_at < $2
 	UNION ALL
-	SELECT * FROM charges WHERE settled_at IS NULL AND ` + offPathSQL("status", settledStatuses...) + `
+	SELECT * FROM charges WHERE settled_at IS NULL AND ` + statusInSQL("status", settledStatuses...) + `
 		AND updated_at >= $1 AND updated_at < $2 AND NOT (SELECT settled_backfilled FROM charges_layout)) AS charges`
 
 // settledAtSQL is when a row of SettledBetweenSQL settled.
@@ -69,10 +69,10 @@ func FillSettled(ctx context.Context, pool *pgxpool.Pool, batch, batches int) (m
 				return fmt.Errorf("find the next batch of charges: %w", err)
 			}
 			if _, err := tx.Exec(ctx, `UPDATE charges SET settled_at = updated_at,
-					off_path_status = CASE WHEN `+offPathSQL("status", Voided, Failed)+` THEN status ELSE off_path_status END,
-					off_path_at = CASE WHEN `+offPathSQL("status", Voided, Failed)+` THEN updated_at ELSE off_path_at END
+					off_path_status = CASE WHEN `+statusInSQL("status", Voided, Failed)+` THEN status ELSE off_path_status END,
+					off_path_at = CASE WHEN `+statusInSQL("status", Voided, Failed)+` THEN updated_at ELSE off_path_at END
 				WHERE ($1::uuid IS NULL OR id > $1) AND ($2::uuid IS NULL OR id <= $2)
-				  AND settled_at IS NULL AND `+offPathSQL("status", settledStatuses...), cursor, upper); err != nil {
+				  AND settled_at IS NULL AND `+statusInSQL("status", settledStatuses...), cursor, upper); err != nil {
 				return fmt.Errorf("fill settled_at: %w", err)
 			}
 			done = upper == nil

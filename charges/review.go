@@ -60,7 +60,7 @@ func ParseReviewCursor(s string) (ReviewCursor, error) {
 var reviewQueue = []Status{Unknown, RequiresReview}
 
 // inReviewSQL is the predicate of the review queue's partial index.
-var inReviewSQL = offPathSQL("off_path_status", reviewQueue...)
+var inReviewSQL = statusInSQL("off_path_status", reviewQueue...)
 
 // ReviewQueue returns charges in unknown or requires_review, the longest
 // waiting first (by when they entered that status: a note on a charge in

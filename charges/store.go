@@ -361,12 +361,10 @@ const inFlightSQL = "in_flight"
 // reconciliation and totals count.
 var settledStatuses = []Status{Succeeded, Failed, Voided, Declined}
 
-// offPathSQL is the predicate that picks the charges in one of statuses
-// off the hot path (unknown, requires_review, declined, voided, failed),
-// over off_path_status, the column the partial indexes of those statuses
-// use: written out from the constants so that the planner matches it to
-// their predicates.
-func offPathSQL(column string, statuses ...Status) string {
+// statusInSQL is column IN (statuses), written out from the constants so
+// that the planner matches it to a partial index's predicate (those of
+// the off-path statuses are over off_path_status).
+func statusInSQL(column string, statuses ...Status) string {
 	return column + " IN ('" + strings.Join(texts(statuses), "', '") + "')"
 }
 

@@ -323,11 +323,6 @@ func waitScanJob(ctx context.Context, pool *pgxpool.Pool) (scanRun, error) {
 	}
 }
 
-// checkExactlyOnce counts, once no charge is in flight, what exactly once
-// means for n subscriptions due once each: in rebill's books one charge
-// per (subscription, period) and no subscription without one, all
-// succeeded; at the gateway one succeeded capture per charge, and none
-// for a charge rebill does not have.
 // runSubscriptions and runCharges pick, out of subscriptions and charges,
 // the rows of this run: a database copied from a filled template holds
 // years of other rows.
@@ -336,6 +331,11 @@ var (
 	runCharges       = "subscription_id IN (SELECT id FROM subscriptions WHERE " + runSubscriptions + ")"
 )
 
+// checkExactlyOnce counts, once no charge is in flight, what exactly once
+// means for n subscriptions due once each: in rebill's books one charge
+// per (subscription, period) and no subscription without one, all
+// succeeded; at the gateway one succeeded capture per charge, and none
+// for a charge rebill does not have.
 func checkExactlyOnce(ctx context.Context, pool *pgxpool.Pool, books sim.Books, n int) (bench.Exactness, error) {
 	var e bench.Exactness
 	err := pool.QueryRow(ctx, `WITH run AS (SELECT * FROM charges WHERE `+runCharges+`) SELECT
