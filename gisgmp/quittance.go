@@ -68,10 +68,12 @@ func (p *Poster) Forget(uin string) {
 // of the UIN stands accepted the registry is not asked (it would count
 // money rebill may still capture) and what the charge last recorded
 // stands. The registry's verdict that the accrual is settled is passed
-// on unless one of rebill's own payments stands in it. It implements
-// charges.OutsidePayments.
+// on unless one of rebill's own payments stands in it. A fine whose bill
+// source reports more paid than the registry last answered is asked about
+// afresh: the source may have seen a payment the cached answer predates.
+// It implements charges.OutsidePayments.
 func (p *Poster) PaidOutside(ctx context.Context, c charges.Charge) (charges.OutsidePaid, error) {
-	return p.paidOutside(ctx, c, false)
+	return p.paidOutside(ctx, c, c.SourcePaid > c.PaidOutside)
 }
 
 // paidOutside is PaidOutside, asking the registry afresh when fresh.
