@@ -37,6 +37,7 @@ import (
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/pg"
 )
 
 // Autopay charges bills.
@@ -54,7 +55,18 @@ type Autopay struct {
 	// charged (each is posted before its capture). Without one, fines
 	// enrollments are refused and fines' bills await one.
 	Registry bool
+	// Postings tells whether a payment of rebill's for a fine may stand
+	// at the registry (gisgmp.Poster); set with Registry.
+	Postings OwnPostings
 	Logger   zerolog.Logger
+}
+
+// OwnPostings knows rebill's own postings of fines to the state payment
+// registry.
+type OwnPostings interface {
+	// OwnPaymentMayStand: one of rebill's postings of the fine uin is
+	// open or accepted.
+	OwnPaymentMayStand(ctx context.Context, db pg.DBTX, uin string) (bool, error)
 }
 
 // ErrRegistryNotConfigured: a fines enrollment cannot be created, because
@@ -190,8 +202,10 @@ func (a *Autopay) sourceReported(ctx context.Context, tx pgx.Tx, b enrollments.B
 	case enrollments.BillPaid, enrollments.BillPaidElsewhere, enrollments.BillWithdrawn, enrollments.BillExpired:
 		return nil
 	}
-	if own, err := charges.OwnPaymentMayStand(ctx, tx, b.BillID); own || err != nil {
-		return err
+	if a.Postings != nil {
+		if own, err := a.Postings.OwnPaymentMayStand(ctx, tx, b.BillID); own || err != nil {
+			return err
+		}
 	}
 	b, err := a.Enrollments.SourceReported(ctx, tx, b, paid)
 	if errors.Is(err, enrollments.ErrBillNotFound) {

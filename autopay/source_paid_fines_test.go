@@ -49,7 +49,9 @@ func (r *answeringRegistry) Annul(context.Context, string) error {
 	return errors.New("nothing is annulled in these tests")
 }
 
-func (r *answeringRegistry) Lookup(context.Context, string) (bool, bool, error) { return false, false, nil }
+func (r *answeringRegistry) Lookup(context.Context, string) (bool, bool, error) {
+	return false, false, nil
+}
 
 func (r *answeringRegistry) Quittance(_ context.Context, uin string) (gisgmp.Quittance, error) {
 	r.mu.Lock()
@@ -98,7 +100,8 @@ func (h *heldPostings) amounts() []int64 {
 // fineFlow is autopay pulling fines from a fake source, with the charges
 // pipeline that attempts them: a card gateway, the registry asked what
 // was paid outside rebill (through gisgmp.Poster, whose answers are
-// cached), and the holds' postings recorded.
+// cached, and which knows rebill's postings), and the holds handed over
+// to be posted recorded.
 type fineFlow struct {
 	*sourceBundle
 	gateway  *gatewaytest.Gateway
@@ -115,10 +118,11 @@ func setupFines(t *testing.T) *fineFlow {
 	gw.AuthorizeFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "hold"}, nil)
 	registry := &answeringRegistry{}
 	postings := &heldPostings{}
+	poster := &gisgmp.Poster{Pool: s.pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{registry}, time.Second), Clock: s.clock,
+		Logger: zerolog.Nop()}
+	s.autopay.Postings = poster
 	pipeline := &charges.Pipeline{Pool: s.pool, Store: s.autopay.Charges, Gateways: fleet.New([]gateway.Gateway{gw}, fleet.DefaultBreaker),
-		Owners: charges.Owners{Enrollments: s.outcomes}, Postings: postings,
-		Outside: &gisgmp.Poster{Pool: s.pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{registry}, time.Second), Clock: s.clock,
-			Logger: zerolog.Nop()},
+		Owners: charges.Owners{Enrollments: s.outcomes}, Postings: postings, Outside: poster,
 		Clock: s.clock, CallTimeout: 5 * time.Second, UnavailableFor: time.Hour, Logger: zerolog.Nop(),
 		Retry: charges.RetryPolicy{Base: time.Millisecond, Max: 10 * time.Millisecond, Now: time.Now}}
 	workers := river.NewWorkers()

@@ -220,23 +220,11 @@ func (s *Store) HoldOutpaid(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, 
 	return s.HoldUnpostable(ctx, tx, chargeID, attempt)
 }
 
-// OwnPaymentMayStand reports whether one of rebill's registry postings
-// of the fine uin is open or accepted: a bill source's report of the fine
-// paid may be that very payment, and is ignored (see SourceReported).
-func OwnPaymentMayStand(ctx context.Context, db DBTX, uin string) (bool, error) {
-	var open bool
-	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM registry_postings WHERE uin = $1 AND status NOT IN `+postingsDoneSQL+`)`,
-		uin).Scan(&open)
-	if err != nil {
-		return false, fmt.Errorf("rebill's postings of %s: %w", uin, err)
-	}
-	return open, nil
-}
-
 // SourceReported records, in tx, what a fine's bill source reports paid
 // against it (paid) on the charge id that pays it, unless the charge is
 // settled (succeeded, voided); the caller checked that no payment of
-// rebill's for the fine may stand (OwnPaymentMayStand). A figure above
+// rebill's for the fine may stand at the registry (it may be that very
+// payment, and is ignored). A figure above
 // both the registry's last answer (PaidOutside) and the source's last
 // report has a scheduled attempt's check made again, so that nothing is
 // held before the registry is asked afresh (a later attempt asks anyway).

@@ -27,11 +27,6 @@ import (
 // (gisgmp.StatusAccepted; that package builds on this one).
 const postingAccepted = "accepted"
 
-// postingsDoneSQL are the statuses of a registry posting whose payment
-// does not stand and never will (gisgmp's failed, cancelled and annulled);
-// any other may stand, or still come to.
-const postingsDoneSQL = `('failed', 'cancelled', 'annulled')`
-
 // postedSQL holds for a charge whose capture may start: one without a UIN,
 // or one whose current attempt's hold the registry accepted at its amount.
 const postedSQL = `(registry_uin IS NULL OR EXISTS (SELECT 1 FROM registry_postings rp

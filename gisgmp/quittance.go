@@ -122,6 +122,20 @@ func ownStanding(ctx context.Context, db pg.DBTX, uin string) (bool, error) {
 	return standing, nil
 }
 
+// OwnPaymentMayStand reports whether one of rebill's postings of the fine
+// uin is open or accepted: it may stand at the registry, or still come
+// to. A bill source's report of the fine paid may be that very payment.
+func (p *Poster) OwnPaymentMayStand(ctx context.Context, db pg.DBTX, uin string) (bool, error) {
+	done := []string{string(StatusFailed), string(StatusCancelled), string(StatusAnnulled)}
+	var open bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM registry_postings WHERE uin = $1 AND NOT (status = ANY($2)))`,
+		uin, done).Scan(&open)
+	if err != nil {
+		return false, fmt.Errorf("own open postings of %s: %w", uin, err)
+	}
+	return open, nil
+}
+
 // ownPaymentIDs are the payment ids rebill ever used for uin.
 func ownPaymentIDs(ctx context.Context, db pg.DBTX, uin string) (map[string]bool, error) {
 	rows, err := db.Query(ctx, `SELECT payment_id FROM registry_postings WHERE uin = $1`, uin)
