@@ -32,7 +32,7 @@ import (
 // ask the registry afresh (no cached answer) before anything is held, and
 // when the two still disagree from the last discounted start on, when the
 // next attempt would cost the full price, the charge goes to review
-// rather than risk paying a fine twice (FailureSourceDisagrees).
+// rather than risk paying a fine twice (sourceDisagreesReason).
 // The guarded "about to call" of a fine's first hold requires that the
 // attempt was checked (outsideCheckedSQL), whatever path leads to it.
 
@@ -175,7 +175,7 @@ func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, outsi
 		}
 	case disagrees:
 		// The person who resolves it is the judge now: a retry they start
-		// is not sent back here unless the source reports more again.
+		// is not sent back here unless the source reports the figure again.
 		reason := fmt.Sprintf(sourceDisagreesReason, c.SourcePaid, paid)
 		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: RequiresReview,
 			where: "NOT void_requested",
