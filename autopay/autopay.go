@@ -37,6 +37,7 @@ import (
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/pg"
 )
 
 // Autopay charges bills.
@@ -54,7 +55,18 @@ type Autopay struct {
 	// charged (each is posted before its capture). Without one, fines
 	// enrollments are refused and fines' bills await one.
 	Registry bool
+	// Postings tells whether a payment of rebill's for a fine may stand
+	// at the registry (gisgmp.Poster); set with Registry.
+	Postings OwnPostings
 	Logger   zerolog.Logger
+}
+
+// OwnPostings knows rebill's own postings of fines to the state payment
+// registry.
+type OwnPostings interface {
+	// OwnPaymentMayStand: one of rebill's postings of the fine uin is
+	// open or accepted.
+	OwnPaymentMayStand(ctx context.Context, db pg.DBTX, uin string) (bool, error)
 }
 
 // ErrRegistryNotConfigured: a fines enrollment cannot be created, because
@@ -123,6 +135,7 @@ func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollmen
 	}
 	if e.Kind == enrollments.Fines {
 		n.RegistryUIN = b.BillID // a fine is paid once posted to the state registry under its UIN
+		n.SourcePaid = b.SourcePaid
 	}
 	if ends := b.DiscountEnds(); ends != nil && now.Before(*ends) {
 		n.Amount, n.FullAmount, n.DiscountUntil = *b.DiscountedAmount, b.Amount, ends
@@ -172,6 +185,40 @@ func (a *Autopay) voidCharges(ctx context.Context, tx pgx.Tx, bills []enrollment
 		}
 	}
 	return nil
+}
+
+// sourceReported records what a fine's source reports paid against it
+// (paid), in tx with the enrollment locked. The figure may include
+// rebill's own payment and names no payment, so it counts for nothing by
+// itself: the registry stays the judge (charges.SourceReported), and the
+// bill becomes paid_elsewhere only on the registry's word. It is ignored
+// for a bill no longer open, and while one of rebill's postings of the
+// fine may stand at the registry (it may be that payment).
+func (a *Autopay) sourceReported(ctx context.Context, tx pgx.Tx, b enrollments.Bill, paid int64) error {
+	if paid == b.SourcePaid {
+		return nil
+	}
+	switch b.Status {
+	case enrollments.BillPaid, enrollments.BillPaidElsewhere, enrollments.BillWithdrawn, enrollments.BillExpired:
+		return nil
+	}
+	if a.Postings != nil {
+		if own, err := a.Postings.OwnPaymentMayStand(ctx, tx, b.BillID); own || err != nil {
+			return err
+		}
+	}
+	b, err := a.Enrollments.SourceReported(ctx, tx, b, paid)
+	if errors.Is(err, enrollments.ErrBillNotFound) {
+		return nil
+	}
+	if err != nil || b.ChargeID == nil {
+		return err
+	}
+	err = a.Charges.SourceReported(ctx, tx, *b.ChargeID, paid, a.Clock.Now())
+	if errors.Is(err, charges.ErrStale) {
+		return nil
+	}
+	return err
 }
 
 // sourcePaid records what a housing bill's source reports paid against it

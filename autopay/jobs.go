@@ -220,10 +220,15 @@ func (a *Autopay) deliver(ctx context.Context, kind enrollments.Kind, sb Sourced
 		err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
 			b, created, err := a.Push(ctx, tx, e.ID, sb.Bill)
 			isNew = created
-			if err != nil || kind != enrollments.Housing || sb.PaidOutside <= b.PaidOutside {
+			switch {
+			case err != nil:
 				return err
+			case kind == enrollments.Fines:
+				return a.sourceReported(ctx, tx, b, sb.PaidOutside)
+			case sb.PaidOutside > b.PaidOutside:
+				return a.sourcePaid(ctx, tx, b, sb.PaidOutside)
 			}
-			return a.sourcePaid(ctx, tx, b, sb.PaidOutside)
+			return nil
 		})
 		if err == nil && isNew {
 			created++

@@ -15,6 +15,10 @@ import (
 	"github.com/rebill/rebill/internal/metrics"
 )
 
+// maxOutsideChecks bounds the checks for payments outside rebill one
+// authorize run makes; past it the job fails and River runs it again.
+const maxOutsideChecks = 3
+
 // authorizeFrom are the statuses an authorize job's step begins from: a
 // scheduled charge, or one a run before this one began.
 var authorizeFrom = []Status{Scheduled, Authorizing}
@@ -24,14 +28,21 @@ func (p *Pipeline) Authorize(ctx context.Context, job *river.Job[AuthorizeArgs])
 	s := newStep("authorize", job, job.Args.ChargeID, job.Args.Attempt)
 	defer metrics.TimeStage(s.stage)()
 	c, g, err := p.beginAuthorize(ctx, s)
-	if errors.Is(err, ErrStale) {
+	// A fine's attempt is checked for payments outside rebill before it
+	// starts; a bill source's report between the check and the start
+	// undoes the check (Store.SourceReported), which is then made again.
+	for tries := 1; errors.Is(err, ErrStale); tries++ {
 		checked, cerr := p.checkOutside(ctx, s)
 		if cerr != nil {
 			return cerr
 		}
-		if checked {
-			c, g, err = p.beginAuthorize(ctx, s)
+		if !checked {
+			break
 		}
+		if tries == maxOutsideChecks {
+			return fmt.Errorf("authorize: charge %s: checked for payments outside rebill %d times, undone each time", s.chargeID, tries)
+		}
+		c, g, err = p.beginAuthorize(ctx, s)
 	}
 	if errors.Is(err, ErrStale) {
 		return p.authorizeNotWanted(ctx, s)

@@ -66,6 +66,9 @@ type NewBillCharge struct {
 	// PaidOutside is what is known paid against the bill outside rebill:
 	// Amount and FullAmount are net of it.
 	PaidOutside int64
+	// SourcePaid is what the bill's source last reported paid against a
+	// fine (Charge.SourcePaid).
+	SourcePaid int64
 	// MaxAmount caps what an attempt may be sent for without asking;
 	// ConfirmedAmount is what the customer confirmed above it (0: none).
 	MaxAmount       int64
@@ -139,13 +142,13 @@ func createForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Tim
 	// identity both insert nothing, and which one it was is looked up.
 	c, err := scan(tx.QueryRow(ctx, `INSERT INTO charges (id, enrollment_id, customer_id, period_key, period_start, amount,
 			currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, full_amount, discount_until,
-			registry_uin, max_amount, confirmed_amount, pay_until, bill_identity, identity_held, paid_outside)
+			registry_uin, max_amount, confirmed_amount, pay_until, bill_identity, identity_held, paid_outside, source_paid)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, ARRAY[$11::timestamptz], $12, $13, $14, $15, $16, $17,
-			$18::text, $18::text IS NOT NULL, $19)
+			$18::text, $18::text IS NOT NULL, $19, $20)
 		ON CONFLICT DO NOTHING
 		RETURNING `+columns, id, n.EnrollmentID, n.CustomerID, n.BillID, n.Due, n.Amount, n.Currency, n.Gateway, n.Token,
 		string(Scheduled), now, full, n.DiscountUntil, uin, nonZero(n.MaxAmount), nonZero(n.ConfirmedAmount), payUntil(n.PayUntil),
-		identity, n.PaidOutside))
+		identity, n.PaidOutside, n.SourcePaid))
 	if errors.Is(err, ErrNotFound) {
 		existing, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM charges WHERE enrollment_id = $1 AND period_key = $2`,
 			n.EnrollmentID, n.BillID))

@@ -182,6 +182,11 @@ type Charge struct {
 	// PaidOutside is what was paid against the bill outside rebill, as
 	// last found (OutsidePayments): Amount and FullAmount are net of it.
 	PaidOutside int64
+	// SourcePaid is what a fine's bill source last reported paid against
+	// it (SourceReported). It is never counted: above PaidOutside, the
+	// registry is asked afresh before the next hold, and a disagreement
+	// that lasts until the last discounted start goes to review.
+	SourcePaid int64
 
 	outsideChecked int    // the attempt whose payments outside rebill were last asked for
 	outsideRecheck bool   // the hold was voided because more was paid outside since

@@ -26,6 +26,13 @@ import (
 //   - no answer: the attempt waits (FailureOutsideUnknown) and asks again;
 //     nothing is held blind. Waiting past the discount deadline prices
 //     the next try in full, and past PayUntil the bill expires.
+// A fine's bill source may report it paid too (SourceReported), but its
+// figure names no payment and may be rebill's own, so the registry stays
+// the judge: a figure above the registry's last answer has the next check
+// ask the registry afresh (no cached answer) before anything is held, and
+// when the two still disagree from the last discounted start on, when the
+// next attempt would cost the full price, the charge goes to review
+// rather than risk paying a fine twice (sourceDisagreesReason).
 // The guarded "about to call" of a fine's first hold requires that the
 // attempt was checked (outsideCheckedSQL), whatever path leads to it.
 
@@ -58,6 +65,12 @@ const (
 	// was paid outside rebill.
 	FailureOutsideUnknown = "registry_unavailable"
 )
+
+// sourceDisagreesReason is the review reason of a fine whose bill source
+// reports more paid outside rebill than the registry holds, from the last
+// discounted start on.
+const sourceDisagreesReason = "the bill source reports %d paid outside rebill but the registry holds %d: " +
+	"the full price is not charged until a person checks which is right"
 
 // outsideCheckedSQL holds, in the guarded move that starts a first
 // authorize call ($2 the scheduled status), for a charge that needs no
@@ -112,49 +125,82 @@ func (p *Pipeline) checkOutside(ctx context.Context, s stageRun) (bool, error) {
 		p.Logger.Warn().Str("charge_id", c.ID.String()).Err(err).Msg("a fine's attempt waits: the registry cannot say what was paid outside rebill")
 		return false, river.JobSnooze(delay)
 	}
-	err = p.record(ctx, s, func(tx pgx.Tx) error { return p.recordOutside(ctx, tx, c, paid, now) })
+	start := false
+	err = p.record(ctx, s, func(tx pgx.Tx) (err error) {
+		start, err = p.recordOutside(ctx, tx, c, paid, now)
+		return err
+	})
 	if errors.Is(err, ErrStale) {
 		return false, nil
 	}
-	return err == nil, err
+	return start && err == nil, err
+}
+
+// lastDiscountedStart is the last moment an attempt of c may start at its
+// discounted price (its hold must still be posted, PostingDiscountMargin
+// before the discount ends); ok is false without a discount.
+func (c Charge) lastDiscountedStart() (time.Time, bool) {
+	if c.DiscountUntil == nil {
+		return time.Time{}, false
+	}
+	return c.DiscountUntil.Add(-PostingDiscountMargin), true
 }
 
 // recordOutside records what was paid outside rebill against c's bill,
 // as checked at now for c's current attempt: the charge is voided when
 // that covers its price now or the registry judges the fine settled,
-// repriced to the rest otherwise. The owner, locked first, is told when
-// the amount changed or the fine is paid.
-func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, outside OutsidePaid, now time.Time) error {
+// sent to review when its bill source still reports more paid from the
+// last discounted start on, repriced to the rest otherwise. The owner,
+// locked first, is told when the amount changed or the fine is paid.
+// Reports whether the attempt may start.
+func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, outside OutsidePaid, now time.Time) (bool, error) {
 	owner := p.Owners.Of(c)
 	if _, err := owner.Lock(ctx, tx, c.OwnerID()); err != nil {
-		return err
+		return false, err
 	}
 	paid := outside.Amount
 	delta := paid - c.PaidOutside
 	inFull := outside.Settled || c.priceAt(now)-delta <= 0
+	last, discounted := c.lastDiscountedStart()
+	disagrees := !inFull && c.SourcePaid > paid && discounted && !now.Before(last)
 	var next Charge
 	var err error
-	if inFull {
+	switch {
+	case inFull:
 		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: Voided,
 			where: "NOT void_requested",
 			set:   `failure_code = $1, paid_outside = $2, outside_checked_attempt = attempt_count`}, now, FailurePaidElsewhere, paid)
 		if err == nil {
 			p.transitioned(next, "paid in full outside rebill")
 		}
-	} else {
+	case disagrees:
+		// The person who resolves it is the judge now: a retry they start
+		// is not sent back here unless the source reports the figure again.
+		reason := fmt.Sprintf(sourceDisagreesReason, c.SourcePaid, paid)
+		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: RequiresReview,
+			where: "NOT void_requested",
+			set: `paid_outside = $3, outside_checked_attempt = attempt_count, full_amount = full_amount - $2,
+				amount = CASE WHEN discount_until <= $1 THEN full_amount - $2 ELSE amount - $2 END, source_paid = 0,
+				review_reason = $4`}, now, now, delta, paid, reason)
+		if err == nil {
+			p.transitioned(next, reason)
+		}
+	default:
 		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: Scheduled,
 			where: "NOT void_requested",
 			set: `paid_outside = $3, outside_checked_attempt = attempt_count, full_amount = full_amount - $2,
 				amount = CASE WHEN discount_until <= $1 THEN full_amount - $2 ELSE amount - $2 END`}, now, now, delta, paid)
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	bills, ok := owner.(BillOwner)
-	if !ok || (!inFull && delta == 0) {
-		return nil
+	if ok && (inFull || delta != 0) {
+		if err := bills.PaidOutside(ctx, tx, next, inFull); err != nil {
+			return false, err
+		}
 	}
-	return bills.PaidOutside(ctx, tx, next, inFull)
+	return !inFull && !disagrees, nil
 }
 
 // HoldOutpaid enqueues, in tx, the void of a fine's hold (attempt) that
@@ -172,6 +218,30 @@ func (s *Store) HoldOutpaid(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, 
 		return ErrStale
 	}
 	return s.HoldUnpostable(ctx, tx, chargeID, attempt)
+}
+
+// SourceReported records, in tx, what a fine's bill source reports paid
+// against it (paid) on the charge id that pays it, unless the charge is
+// settled (succeeded, voided); the caller checked that no payment of
+// rebill's for the fine may stand at the registry (it may be that very
+// payment, and is ignored). A figure above
+// both the registry's last answer (PaidOutside) and the source's last
+// report has a scheduled attempt's check made again, so that nothing is
+// held before the registry is asked afresh (a later attempt asks anyway).
+// Returns ErrStale when nothing was recorded.
+func (s *Store) SourceReported(ctx context.Context, tx pgx.Tx, id uuid.UUID, paid int64, now time.Time) error {
+	tag, err := tx.Exec(ctx, `UPDATE charges SET source_paid = $2, updated_at = $3,
+			outside_checked_attempt = CASE WHEN status = $4 AND $2 > paid_outside AND $2 > source_paid THEN NULL
+				ELSE outside_checked_attempt END
+		WHERE id = $1 AND registry_uin IS NOT NULL AND source_paid <> $2 AND NOT (status = ANY($5))`,
+		id, paid, now, string(Scheduled), texts([]Status{Succeeded, Voided}))
+	if err != nil {
+		return fmt.Errorf("record what the source of charge %s reports paid: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrStale
+	}
+	return nil
 }
 
 // RepriceOutside records that paid was paid outside rebill against the

@@ -202,3 +202,83 @@ func TestOutpaidHoldIsReleasedAndTriedAgainAtOnce(t *testing.T) {
 	require.True(t, got.NextAttemptAt.Equal(b.clock.Now()), "due at once: %s", got.NextAttemptAt)
 	require.Empty(t, b.ops(gateway.OpCapture))
 }
+
+// A fine's bill source may report more paid than the registry holds; the
+// registry is the judge, so the attempt goes on at the price the
+// registry's answer leaves, until the discount can no longer be had: from
+// the last discounted start on, a disagreement that lasts sends the
+// charge to review instead of a hold, and the person who resolves it
+// judges (a retry is not sent back for the same report).
+func TestFineItsSourceAndTheRegistryDisagreeOn(t *testing.T) {
+	t.Parallel()
+	deadline := start.Add(48 * time.Hour)
+	last := deadline.Add(-charges.PostingDiscountMargin)
+	for _, tc := range []struct {
+		name       string
+		registry   int64
+		at         time.Time
+		wantHeld   int64 // 0: review, nothing sent
+		wantReason string
+	}{
+		{name: "before the last discounted start: held at the discount", registry: 0, at: last.Add(-time.Second), wantHeld: 500},
+		{name: "at the last discounted start: review", registry: 0, at: last,
+			wantReason: "the bill source reports 300 paid outside rebill but the registry holds 0"},
+		{name: "after the deadline: review", registry: 100, at: deadline.Add(time.Hour),
+			wantReason: "the bill source reports 300 paid outside rebill but the registry holds 100"},
+		{name: "the registry agrees after the deadline: held for the rest of the full price", registry: 300,
+			at: deadline.Add(time.Hour), wantHeld: 700},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			b.pipeline.Owners.Enrollments = &fakeEnrollments{}
+			outside := &fakeOutside{paid: tc.registry}
+			b.pipeline.Postings, b.pipeline.Outside = &fakePostings{}, outside
+			c := newFineCharge(ctx, t, b, deadline)
+			require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				return b.pipeline.Store.SourceReported(ctx, tx, c.ID, 300, start)
+			}))
+			b.clock.Set(tc.at)
+			b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+
+			authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			require.Equal(t, 1, outside.asked)
+			got := b.get(ctx, t, c.ID)
+			require.Equal(t, tc.registry, got.PaidOutside, "the registry's answer is what counts")
+			if tc.wantHeld != 0 {
+				require.Equal(t, charges.Authorized, got.Status)
+				require.Equal(t, []int64{tc.wantHeld}, amounts(b.gateway.Calls()))
+				return
+			}
+			require.Empty(t, b.gateway.Calls(), "nothing held while they disagree")
+			require.Equal(t, charges.RequiresReview, got.Status)
+			require.Contains(t, got.ReviewReason, tc.wantReason)
+			require.Zero(t, got.SourcePaid, "the report is handed over with the charge")
+		})
+	}
+}
+
+// A bill source's report is not taken for a charge that settled, and the
+// same report twice changes nothing.
+func TestSourceReportedLeavesSettledChargesAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	c := newFineCharge(ctx, t, b, start.Add(48*time.Hour))
+	report := func() error {
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			return b.pipeline.Store.SourceReported(ctx, tx, c.ID, 300, start)
+		})
+	}
+	require.NoError(t, report())
+	require.Equal(t, int64(300), b.get(ctx, t, c.ID).SourcePaid)
+	require.ErrorIs(t, report(), charges.ErrStale, "the same figure again")
+
+	_, err := b.pool.Exec(ctx, `UPDATE charges SET status = $2, source_paid = 0 WHERE id = $1`, c.ID, string(charges.Voided))
+	require.NoError(t, err)
+	require.ErrorIs(t, report(), charges.ErrStale)
+	require.Zero(t, b.get(ctx, t, c.ID).SourcePaid)
+}

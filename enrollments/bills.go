@@ -159,6 +159,9 @@ type Bill struct {
 	// rebill (the registry for a fine, the source for a housing bill):
 	// the amount due is what is left of the price.
 	PaidOutside int64
+	// SourcePaid is what a fine's source last reported paid against it
+	// (SourceReported): never counted, it only has the registry asked.
+	SourcePaid int64
 }
 
 // DiscountEnds is the end of the discount deadline's day, nil without a
@@ -205,7 +208,7 @@ func (b Bill) sameContent(in BillInput) bool {
 
 const billColumns = `id, enrollment_id, customer_id, bill_id, amount, discounted_amount, discount_deadline, issued_at, due_date,
 	status, pay_at, expires_at, confirmed_at, charge_id, paid_at, received_at, updated_at, confirmed_amount, paid_amount,
-	identity, paid_by_enrollment_id, paid_outside`
+	identity, paid_by_enrollment_id, paid_outside, source_paid`
 
 func scanBill(row pgx.Row) (Bill, error) {
 	var b Bill
@@ -213,7 +216,7 @@ func scanBill(row pgx.Row) (Bill, error) {
 	var due time.Time
 	err := row.Scan(&b.ID, &b.EnrollmentID, &b.CustomerID, &b.BillID, &b.Amount, &b.DiscountedAmount, &deadline, &b.IssuedAt,
 		&due, &b.Status, &b.PayAt, &b.ExpiresAt, &b.ConfirmedAt, &b.ChargeID, &b.PaidAt, &b.ReceivedAt, &b.UpdatedAt,
-		&b.ConfirmedAmount, &b.PaidAmount, &b.Identity, &b.PaidByEnrollmentID, &b.PaidOutside)
+		&b.ConfirmedAmount, &b.PaidAmount, &b.Identity, &b.PaidByEnrollmentID, &b.PaidOutside, &b.SourcePaid)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Bill{}, ErrBillNotFound
 	}
@@ -708,6 +711,18 @@ func (st *Store) SourcePaid(ctx context.Context, tx pgx.Tx, b Bill, paid int64) 
 	}
 	b, err := st.updateBill(ctx, tx, b.ID, open, "", `paid_outside = GREATEST(paid_outside, $1)`, paid)
 	return b, false, err
+}
+
+// SourceReported records what a fine's source reports paid against it
+// (paid) on b, while b is open: its charge, or the one a later scan
+// creates, takes it (charges.Store.SourceReported). The amount due does
+// not change: only the registry's word counts. Returns the bill, and
+// ErrBillNotFound when it is no longer open. The caller locked the
+// enrollment.
+func (st *Store) SourceReported(ctx context.Context, tx pgx.Tx, b Bill, paid int64) (Bill, error) {
+	open := []BillStatus{BillPending, BillAwaitingConfirmation, BillAwaitingRegistry, BillScheduled, BillPaying, BillFailed, BillDuplicate}
+	return scanBill(tx.QueryRow(ctx, `UPDATE bills SET source_paid = $2 WHERE id = $1 AND status = ANY($3) RETURNING `+billColumns,
+		b.ID, paid, texts(open...)))
 }
 
 // CopiesPaidElsewhere marks the copies of identity that never had a

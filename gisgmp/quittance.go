@@ -68,10 +68,12 @@ func (p *Poster) Forget(uin string) {
 // of the UIN stands accepted the registry is not asked (it would count
 // money rebill may still capture) and what the charge last recorded
 // stands. The registry's verdict that the accrual is settled is passed
-// on unless one of rebill's own payments stands in it. It implements
-// charges.OutsidePayments.
+// on unless one of rebill's own payments stands in it. A fine whose bill
+// source reports more paid than the registry last answered is asked about
+// afresh: the source may have seen a payment the cached answer predates.
+// It implements charges.OutsidePayments.
 func (p *Poster) PaidOutside(ctx context.Context, c charges.Charge) (charges.OutsidePaid, error) {
-	return p.paidOutside(ctx, c, false)
+	return p.paidOutside(ctx, c, c.SourcePaid > c.PaidOutside)
 }
 
 // paidOutside is PaidOutside, asking the registry afresh when fresh.
@@ -118,6 +120,20 @@ func ownStanding(ctx context.Context, db pg.DBTX, uin string) (bool, error) {
 		return false, fmt.Errorf("own postings of %s: %w", uin, err)
 	}
 	return standing, nil
+}
+
+// OwnPaymentMayStand reports whether one of rebill's postings of the fine
+// uin is open or accepted: it may stand at the registry, or still come
+// to. A bill source's report of the fine paid may be that very payment.
+func (p *Poster) OwnPaymentMayStand(ctx context.Context, db pg.DBTX, uin string) (bool, error) {
+	done := []string{string(StatusFailed), string(StatusCancelled), string(StatusAnnulled)}
+	var open bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM registry_postings WHERE uin = $1 AND NOT (status = ANY($2)))`,
+		uin, done).Scan(&open)
+	if err != nil {
+		return false, fmt.Errorf("own open postings of %s: %w", uin, err)
+	}
+	return open, nil
 }
 
 // ownPaymentIDs are the payment ids rebill ever used for uin.

@@ -159,3 +159,59 @@ func TestSettledVerdictWithOwnPaymentStandingIsNotTaken(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, charges.OutsidePaid{Amount: 500, Settled: true}, paid, "rebill's annulled, the bank's stands: settled elsewhere")
 }
+
+// A fine whose bill source reports more paid than the registry last
+// answered is asked about afresh, not from the cache: the source may have
+// seen a payment the cached answer predates.
+func TestPaidOutsideAsksAfreshWhenTheSourceReportsMore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupTooLate(ctx, t)
+	poster := &gisgmp.Poster{Pool: b.pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{b.gw}, time.Second), Clock: b.clk,
+		Logger: zerolog.Nop()}
+	paidAtBank := int64(0)
+	b.gw.QuittanceFunc = func(context.Context, string) (gisgmp.Quittance, error) {
+		return gisgmp.Quittance{Payments: []gisgmp.QuittancePayment{{PaymentID: "bank-1", Amount: paidAtBank}}}, nil
+	}
+	paid, err := poster.PaidOutside(ctx, b.charge)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), paid.Amount)
+
+	paidAtBank = 300
+	c := b.charge
+	c.SourcePaid = 300
+	paid, err = poster.PaidOutside(ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, int64(300), paid.Amount, "asked afresh within the cache's five minutes")
+
+	paidAtBank = 400
+	c.SourcePaid, c.PaidOutside = 300, 300
+	paid, err = poster.PaidOutside(ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, int64(300), paid.Amount, "a source figure the registry's answer covers asks nothing afresh")
+}
+
+// Rebill's own posting of a fine may stand at the registry while it is
+// being posted or accepted; failed, cancelled or annulled, it cannot.
+func TestOwnPaymentMayStand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupTooLate(ctx, t)
+	poster := &gisgmp.Poster{Pool: b.pool, Clock: b.clk, Logger: zerolog.Nop()}
+	for _, tc := range []struct {
+		status gisgmp.PostingStatus
+		stands bool
+	}{
+		{gisgmp.StatusPosting, true}, {gisgmp.StatusAccepted, true},
+		{gisgmp.StatusFailed, false}, {gisgmp.StatusCancelled, false}, {gisgmp.StatusAnnulled, false},
+	} {
+		_, err := b.pool.Exec(ctx, `UPDATE registry_postings SET status = $2 WHERE payment_id = $1`, b.id, string(tc.status))
+		require.NoError(t, err)
+		stands, err := poster.OwnPaymentMayStand(ctx, b.pool, b.charge.RegistryUIN)
+		require.NoError(t, err)
+		require.Equal(t, tc.stands, stands, string(tc.status))
+	}
+	stands, err := poster.OwnPaymentMayStand(ctx, b.pool, "18810000000000000000")
+	require.NoError(t, err)
+	require.False(t, stands, "another UIN")
+}

@@ -235,10 +235,10 @@ func (r *runner) collectBills(d *soak.Data) *billcheck.Data {
 		return err
 	})
 	keys := map[string]bool{}
-	q(`SELECT id::text, enrollment_id::text, period_key, status, attempt_count, attempt_times, updated_at FROM charges
+	q(`SELECT id::text, enrollment_id::text, period_key, status, attempt_count, attempt_times, updated_at, paid_outside FROM charges
 		WHERE enrollment_id IS NOT NULL ORDER BY id`, func(row interface{ Scan(...any) error }) error {
 		var c billcheck.Charge
-		err := row.Scan(&c.ID, &c.EnrollmentID, &c.BillID, &c.Status, &c.AttemptCount, &c.AttemptTimes, &c.UpdatedAt)
+		err := row.Scan(&c.ID, &c.EnrollmentID, &c.BillID, &c.Status, &c.AttemptCount, &c.AttemptTimes, &c.UpdatedAt, &c.PaidOutside)
 		b.Charges = append(b.Charges, c)
 		keys[c.Key()] = true
 		return err

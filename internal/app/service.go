@@ -245,6 +245,9 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, log)
 	bills.Charges = chargeStore
 	bills.Registry = poster != nil
+	if poster != nil {
+		bills.Postings = poster
+	}
 	renewals := &scheduler.Renewals{Pool: pool, Subscriptions: subs, Clock: svc.Clock, Charges: chargeStore, CatchUpWindow: cfg.CatchUpWindow,
 		BatchSize: cfg.ScanBatch, ScanWorkers: cfg.ScanWorkers, ScanTimeout: cfg.RescueAfter - 5*time.Second,
 		ScanInterval: cfg.ScanInterval, HoldCheckRetryAfter: 10 * time.Minute,
