@@ -139,7 +139,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 
 func (s *Server) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics, routeOnEscapedPath, headAsGet)
+	r.Use(requestIDs, s.logRequests, s.recoverPanics, routeOnEscapedPath, headAsGet)
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) { writeProblem(w, problemNotFound) })
 	r.MethodNotAllowed(methodNotAllowed)
 
