@@ -41,8 +41,9 @@ func ParsePoolConfig(v string) (*pgxpool.Config, error) {
 // parseReason is the driver's reason, read from the error with its
 // connection string emptied (so that no masking needs to be right).
 // Words after a colon are dropped, as is the inner error when it quotes
-// anything or repeats part of the string: both can be pieces of the value
-// ("unknown target_session_attrs value: ...", `parsing "..."`).
+// anything, holds a colon or repeats part of the string: each can carry a
+// piece of the value ("unknown target_session_attrs value: ...",
+// `parsing "..."`).
 func parseReason(pce *pgconn.ParseConfigError) string {
 	bare := *pce
 	bare.ConnString = ""
