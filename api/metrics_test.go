@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/api/openapitest"
+	"github.com/rebill/rebill/internal/metrics"
 )
 
 // TestMetricsRouteFollowsMetricsElsewhere: /metrics is served here by
@@ -28,4 +30,27 @@ func TestMetricsRouteFollowsMetricsElsewhere(t *testing.T) {
 		srv.Close()
 		require.Equal(t, tc.want, res.StatusCode, "MetricsElsewhere=%v", tc.elsewhere)
 	}
+}
+
+// The API listener's /metrics, which needs no key, never shows the
+// experiments' series (their names and arms are for staff); the internal
+// listener's handler does.
+func TestPublicMetricsHideExperiments(t *testing.T) {
+	t.Parallel()
+	metrics.ExperimentCharges.WithLabelValues("public-metrics-probe", "arm-b", "succeeded").Inc()
+	srv := httptest.NewServer(openapitest.Wrap(t, api.NewServer(api.Deps{Logger: zerolog.Nop()})))
+	t.Cleanup(srv.Close)
+	res, err := http.Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, string(body), "rebill_http_requests_total", "the other families are served")
+	require.NotContains(t, string(body), "rebill_experiment_")
+	require.NotContains(t, string(body), "public-metrics-probe")
+
+	internal := httptest.NewRecorder()
+	metrics.Handler().ServeHTTP(internal, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Contains(t, internal.Body.String(), `rebill_experiment_charges_total{arm="arm-b",experiment="public-metrics-probe",status="succeeded"} 1`)
 }

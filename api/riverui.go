@@ -8,7 +8,13 @@ import (
 	"path"
 
 	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/internal/sameorigin"
 )
+
+// problemCrossSite answers a state-changing River UI request whose Basic
+// credentials a browser sent for a page on another site.
+var problemCrossSite = newProblem(http.StatusForbidden, "forbidden", "Forbidden",
+	"A request authenticated by HTTP Basic that changes jobs or queues must come from River UI's own page; a script sends its key as a Bearer header.")
 
 // riverUIRealm is the Basic realm a browser shows when it asks for the
 // key: River UI is a browser application, which cannot send a Bearer
@@ -21,12 +27,28 @@ const riverUIRealm = `Basic realm="rebill River UI", charset="UTF-8"`
 // it with GET and HEAD only; every other method is 403 before River UI
 // sees it. The key comes as a Bearer header or as the password of HTTP
 // Basic (any user name).
+//
+// A browser caches Basic credentials and sends them with any request to
+// the origin, also one a page on another site makes it send (a form, or a
+// fetch with a text/plain body, which needs no preflight). So a request
+// authenticated by Basic that is not GET or HEAD must come from River UI's
+// own page, judged as the console judges its forms (sameorigin); a Bearer
+// header is never sent by a browser on its own, so scripts keep working.
+// Every answer forbids framing, so that no other site can overlay River
+// UI's buttons (clickjacking).
 func (s *Server) riverUI(ui http.Handler) http.Handler {
 	ui = riverUIFileTypes(ui)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
+		readOnly := r.Method == http.MethodGet || r.Method == http.MethodHead
 		token, ok := bearerToken(r.Header.Get("Authorization"))
 		if !ok {
 			_, token, ok = r.BasicAuth()
+			if ok && !readOnly && !sameorigin.Request(r) {
+				writeProblem(w, problemCrossSite)
+				return
+			}
 		}
 		if !ok || token == "" {
 			w.Header().Set("WWW-Authenticate", riverUIRealm)
@@ -46,7 +68,6 @@ func (s *Server) riverUI(ui http.Handler) http.Handler {
 			return
 		}
 		setLogKeyID(r.Context(), key.ID)
-		readOnly := r.Method == http.MethodGet || r.Method == http.MethodHead
 		switch {
 		case key.Role == apikeys.Admin, key.Role == apikeys.Support && readOnly:
 			ui.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, Principal(key))))

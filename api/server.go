@@ -17,7 +17,6 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -98,7 +97,8 @@ type Deps struct {
 	// support and admin read them).
 	Webhooks *notify.Webhooks
 	// MetricsElsewhere: /metrics has a listener of its own
-	// (REBILL_METRICS_ADDR), so this handler does not serve it.
+	// (REBILL_METRICS_ADDR), so this handler does not serve it; otherwise
+	// it serves every family but the internal-only ones (experiments).
 	MetricsElsewhere bool
 	// Autopay is the enrollments' use cases (nil: no /v1/enrollments).
 	Autopay Autopay
@@ -139,7 +139,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 
 func (s *Server) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics, routeOnEscapedPath, headAsGet)
+	r.Use(requestIDs, s.logRequests, s.recoverPanics, routeOnEscapedPath, headAsGet)
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) { writeProblem(w, problemNotFound) })
 	r.MethodNotAllowed(methodNotAllowed)
 
@@ -148,7 +148,7 @@ func (s *Server) routes() *chi.Mux {
 	})
 	r.Get("/readyz", s.readyz)
 	if !s.MetricsElsewhere {
-		r.Method(http.MethodGet, "/metrics", promhttp.Handler())
+		r.Method(http.MethodGet, "/metrics", metrics.PublicHandler())
 	}
 	r.Get("/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

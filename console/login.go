@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/internal/sameorigin"
 )
 
 type loginData struct {
@@ -25,7 +26,7 @@ func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
 // earlier failures from the same address and key prefix require.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
-	if !sameOrigin(r) {
+	if !sameorigin.Request(r) {
 		h.render(w, r, nil, http.StatusForbidden, "login", "Log in", loginData{Message: "Invalid form token: this form was not sent from the console."})
 		return
 	}

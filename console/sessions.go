@@ -9,13 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/internal/sameorigin"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
 )
@@ -172,27 +172,12 @@ func (h *Handler) checkForm(next http.Handler) http.Handler {
 		s := sessionFrom(r.Context())
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 		token := r.PostFormValue("csrf")
-		if !sameOrigin(r) || token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(s.csrf)) != 1 {
+		if !sameorigin.Request(r) || token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(s.csrf)) != 1 {
 			h.renderError(w, r, &s, http.StatusForbidden, "Invalid form token: reload the page and try again.")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// sameOrigin refuses a request a browser says came from another site.
-func sameOrigin(r *http.Request) bool {
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
-	default:
-		return false
-	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	u, err := url.Parse(origin)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && strings.EqualFold(u.Host, r.Host)
 }
 
 // adminOnly answers 403 to a support key.

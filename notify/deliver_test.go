@@ -2,8 +2,10 @@ package notify_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -234,6 +236,43 @@ func TestDeliveryRefusesPrivateAddressAfterResolution(t *testing.T) {
 			return err
 		}), url)
 	}
+}
+
+// A delivery to an endpoint stored with a zoned address (as an endpoint
+// created before the policy knew zones would be) does not connect: the
+// dial-time check refuses the zone though the kernel would reach ::1.
+func TestDeliveryRefusesZonedAddress(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	b := startDeliveries(t, false)
+	rc := &receiver{reply: func(int) int { return http.StatusOK }}
+	srv := httptest.NewUnstartedServer(rc)
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	keys, err := secrets.NewKeyring(testKey)
+	require.NoError(t, err)
+	id := uuid.New()
+	url := fmt.Sprintf("http://[::1%%25lo]:%d/hook", ln.Addr().(*net.TCPAddr).Port)
+	_, err = b.pool.Exec(context.Background(), `INSERT INTO webhook_endpoints (id, url, events, status, secret, created_at, updated_at)
+		VALUES ($1, $2, '{*}', 'enabled', $3, now(), now())`, id, url, keys.Encrypt([]byte("whsec_x"), id[:]))
+	require.NoError(t, err)
+	b.publish(t, "charge.succeeded")
+
+	require.Eventually(t, func() bool {
+		var state string
+		err := b.pool.QueryRow(context.Background(), `SELECT state FROM river_job WHERE kind = 'webhook_deliver'`).Scan(&state)
+		return err == nil && state == "cancelled"
+	}, 10*time.Second, 20*time.Millisecond)
+	attempts, err := b.webhooks.Attempts(context.Background(), id, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, attempts, 1)
+	require.Equal(t, notify.OutcomeAddressRefused, attempts[0].Outcome)
+	require.Contains(t, attempts[0].Error, "zone")
+	require.Empty(t, rc.requests())
 }
 
 // The signature's test vector in docs/webhooks.md.

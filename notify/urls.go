@@ -15,7 +15,8 @@ import (
 // to public addresses: none of refusedRanges (loopback, private,
 // link-local with cloud metadata at 169.254.169.254, CGNAT, multicast,
 // documentation, benchmarking, relay...), nor an IPv6 form that embeds
-// such an IPv4 address.
+// such an IPv4 address, nor any address with a zone (a zone names one of
+// our own interfaces, which only a local address needs).
 // It is checked when an endpoint is created and again on every connection
 // a delivery makes, on the address DNS resolved to (Dialer's Control), so
 // that a name that resolves elsewhere later (DNS rebinding) is refused.
@@ -71,12 +72,20 @@ var refusedRanges = []struct {
 // its prefix global (64:ff9b::/96 is, and reaches any IPv4 through the
 // operator's NAT64). A local-use NAT64 prefix may be any RFC 6052 length
 // from /48 to /96, so the address is read at each, and all must pass.
+// IPv4-compatible addresses (::/96) embed one too, but refusedRanges
+// refuses the whole block whatever it embeds: RFC 4291 section 2.5.5.1
+// deprecates the form and no receiver of ours is at one.
 var embedded = []struct {
 	prefix netip.Prefix
 	what   string
 	ipv4   func(a [16]byte) []netip.Addr
 }{
-	{netip.MustParsePrefix("::ffff:0:0/96"), "IPv4-mapped", func(a [16]byte) []netip.Addr { return []netip.Addr{v4(a[12:16])} }},
+	{netip.MustParsePrefix("::ffff:0:0/96"), "IPv4-mapped (RFC 4291)", func(a [16]byte) []netip.Addr { return []netip.Addr{v4(a[12:16])} }},
+	// ::ffff:0:a.b.c.d, the "IPv4-translated" form of SIIT (RFC 2765
+	// section 2.1). RFC 6145 and then RFC 7915 replaced it by RFC 6052
+	// addresses, but a translator or stack that still honours it reaches
+	// the IPv4 address, and no registry lists the block as special.
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), "IPv4-translated (RFC 2765, RFC 6145, RFC 7915)", func(a [16]byte) []netip.Addr { return []netip.Addr{v4(a[12:16])} }},
 	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64 (RFC 6052)", func(a [16]byte) []netip.Addr { return []netip.Addr{v4(a[12:16])} }},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64 (RFC 8215)", func(a [16]byte) []netip.Addr {
 		// RFC 6052 section 2.2: bits 64-71 are skipped.
@@ -87,10 +96,13 @@ var embedded = []struct {
 			v4(a[12:16]),                         // /96
 		}
 	}},
+	// RFC 3056 section 2: 2002:V4ADDR::/48, the IPv4 address in bits 16-47.
 	{netip.MustParsePrefix("2002::/16"), "6to4 (RFC 3056)", func(a [16]byte) []netip.Addr { return []netip.Addr{v4(a[2:6])} }},
+	// RFC 4380 section 4: the Teredo server's IPv4 in bits 32-63, the
+	// client's (mapped) IPv4 in the last 32 bits, every bit inverted.
 	{netip.MustParsePrefix("2001::/32"), "Teredo (RFC 4380)", func(a [16]byte) []netip.Addr {
-		client := [4]byte{^a[12], ^a[13], ^a[14], ^a[15]} // the client's address is stored inverted
-		return []netip.Addr{v4(a[4:8]), v4(client[:])}    // the server's, the client's
+		client := [4]byte{^a[12], ^a[13], ^a[14], ^a[15]}
+		return []netip.Addr{v4(a[4:8]), v4(client[:])} // the server's, the client's
 	}},
 }
 
@@ -100,6 +112,12 @@ func v4(b []byte) netip.Addr { return netip.AddrFrom4([4]byte(b)) }
 func refusal(ip netip.Addr) string {
 	if !ip.IsValid() {
 		return "not an address"
+	}
+	if ip.Zone() != "" {
+		// A zone picks one of our interfaces, so the address is local
+		// (link-local, loopback); netip.Prefix.Contains is false for
+		// any address with a zone, so no table below would see it.
+		return "an address with a zone"
 	}
 	if ip.Is6() {
 		for _, e := range embedded {

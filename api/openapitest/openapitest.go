@@ -59,11 +59,12 @@ type TB interface {
 const problemBase = "https://rebill.dev/problems/"
 
 // transportHeaders are response headers that belong to HTTP itself, not
-// to the API contract: they need not be documented.
+// to the API contract: they need not be documented. X-Request-Id is on
+// every response, and the Conventions document it once for all.
 var transportHeaders = map[string]bool{
 	"Content-Type": true, "Content-Length": true, "Content-Encoding": true, "Date": true,
 	"Transfer-Encoding": true, "Connection": true, "Vary": true, "X-Content-Type-Options": true,
-	"Cache-Control": true,
+	"Cache-Control": true, "X-Request-Id": true,
 }
 
 // Checker validates exchanges against one OpenAPI document. It is safe for
@@ -100,8 +101,9 @@ func For(document []byte) (*Checker, error) {
 	v, errs := validator.NewValidator(doc,
 		config.WithFormatAssertions(),
 		config.WithStrictMode(),
-		// GET ignores Idempotency-Key (documented); a client may send it anyway.
-		config.WithStrictIgnoredHeadersExtra("Idempotency-Key", "Content-Encoding", "X-Content-Type-Options"),
+		// GET ignores Idempotency-Key (documented); a client may send it
+		// anyway. Any request may carry X-Request-Id (the Conventions).
+		config.WithStrictIgnoredHeadersExtra("Idempotency-Key", "Content-Encoding", "X-Content-Type-Options", "X-Request-Id"),
 		// metadata, a gateway's commission_bps and the experiments record
 		// of subscriptions and charges are maps (additionalProperties with
 		// a schema), which strict mode would report key by key.

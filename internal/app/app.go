@@ -269,10 +269,10 @@ func openPool(ctx context.Context, cfg config.Config, log zerolog.Logger) (pool 
 		}
 		url = cluster.URL("rebill")
 	}
-	poolCfg, err := pgxpool.ParseConfig(url)
+	poolCfg, err := config.ParsePoolConfig(url)
 	if err != nil {
 		stopCluster()
-		return nil, nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		poolCfg.MaxConns, _, _ = poolSizes(cfg)

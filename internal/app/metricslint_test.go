@@ -172,14 +172,26 @@ func TestFreshNodeExportsEveryDashboardMetric(t *testing.T) {
 
 // TestLiveMetricsPassPromtool lints a live /metrics with `promtool check
 // metrics`, the tool operators use: 0 problems. The node first bills a
-// charge and delivers its webhooks, and the test requires that every
-// family the process registers has samples in the scrape, so that nothing
-// escapes the check. A family promtool refuses (a gauge with a quantile
+// charge in an experiment arm and delivers its webhooks, and the test
+// requires that every family the process registers has samples in the
+// scrape, so that nothing escapes the check; the API listener's scrape
+// must hold no internal-only family. A family promtool refuses (a gauge with a quantile
 // label) shows the check can fail.
 func TestLiveMetricsPassPromtool(t *testing.T) {
 	t.Parallel()
 	promtoolPath(t)
-	b := setup(t, 1, nil)
+	// Every subscription in an experiment arm, so that the experiments'
+	// family has a sample to lint.
+	b := setup(t, 1, map[string]string{"REBILL_EXPERIMENTS_FILE": experimentsFile(t, `
+- key: lint-metrics
+  description: every subscription in an arm
+  policy: dunning
+  start: 2020-01-01T00:00:00Z
+  min_per_arm: 30
+  arms:
+    - {name: control, weight: 50}
+    - {name: short, weight: 50, dunning: [1d, 2d, 4d]}
+`)})
 	delivered := make(chan struct{}, 16)
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
@@ -204,11 +216,19 @@ func TestLiveMetricsPassPromtool(t *testing.T) {
 	require.True(t, ok)
 	// The reconciliation gauges appear once the leader's first reconcile
 	// tick has run, just after the start.
+	// The API listener's scrape leaves the internal-only families out; the
+	// internal listener's handler serves them too, and is what is linted.
 	var exposition []byte
 	var empty []string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		exposition = scrape(t, b.url())
+		public := sampleNames(t, scrape(t, b.url()))
+		for name := range public {
+			require.False(t, strings.HasPrefix(name, metrics.InternalOnlyPrefix), "the API listener serves %s", name)
+		}
+		internal := httptest.NewRecorder()
+		metrics.Handler().ServeHTTP(internal, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		exposition = internal.Body.Bytes()
 		empty = familiesWithoutSamples(registry, sampleNames(t, exposition))
 		if len(empty) == 0 || time.Now().After(deadline) {
 			break

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
@@ -49,7 +48,8 @@ func riverMiddleware() []rivertype.Middleware {
 }
 
 // startMetrics samples River's queues for /metrics and, when
-// REBILL_METRICS_ADDR is set, serves /metrics alone there. The returned
+// REBILL_METRICS_ADDR is set, serves /metrics alone there, with the
+// internal-only families (experiments) that the API listener never serves. The returned
 // function stops both; calls after the first do nothing.
 func startMetrics(ctx context.Context, cfg config.Config, log zerolog.Logger, db pg.DBTX) (func(context.Context), error) {
 	sampleCtx, stopSampling := context.WithCancel(ctx)
@@ -65,7 +65,7 @@ func startMetrics(ctx context.Context, cfg config.Config, log zerolog.Logger, db
 		return nil, fmt.Errorf("listen on REBILL_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.Handler())
+	mux.Handle("GET /metrics", metrics.Handler())
 	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
 	go func() {
 		if err := server.Serve(listener); !errors.Is(err, http.ErrServerClosed) {

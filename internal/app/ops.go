@@ -69,9 +69,9 @@ func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpoo
 // openReplica opens the read replica's pool: a few connections, for
 // reports and reconciliation only.
 func openReplica(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := config.ParsePoolConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("parse REBILL_REPLICA_URL: %w", err)
+		return nil, fmt.Errorf("REBILL_REPLICA_URL: %w", err)
 	}
 	cfg.MaxConns = min(cfg.MaxConns, 4)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -78,3 +78,26 @@ func TestLedgerLoggerNamesThePrivateCluster(t *testing.T) {
 	require.Contains(t, line, "dev nodes whose REBILL_DATA_DIR is "+dataDir)
 	require.NotContains(t, line, "pw-not-logged")
 }
+
+// Opening either pool with a connection string the driver cannot parse
+// (Load refuses these; a caller that skipped it must not leak either)
+// names the setting and the problem, never the string or its password.
+func TestOpeningPoolsNeverPrintsTheConnectionString(t *testing.T) {
+	t.Parallel()
+	const secret = "S3cret-pw"
+	for _, url := range []string{
+		"host=127.0.0.1 user=rebill password = " + secret + " pool_max_conns=many",
+		"host=127.0.0.1 user=rebill password =" + secret + " statement_cache_capacity=x",
+		"password = '" + secret + " x' host=127.0.0.1 default_query_exec_mode=bogus",
+		"postgres://rebill:" + secret + "@127.0.0.1/rebill?pool_min_conns=x",
+	} {
+		_, err := openReplica(t.Context(), url)
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), secret)
+		require.Contains(t, err.Error(), "REBILL_REPLICA_URL: cannot be parsed")
+		_, _, err = openPool(t.Context(), config.Config{DatabaseURL: url}, zerolog.Nop())
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), secret)
+		require.Contains(t, err.Error(), "DATABASE_URL: cannot be parsed")
+	}
+}

@@ -126,6 +126,83 @@ func TestRiverUIByRole(t *testing.T) {
 		require.NotContains(t, body, fmt.Sprint(job.Job.ID))
 	})
 
+	// What a page on another origin makes a browser send: a simple
+	// request (text/plain needs no preflight) with the Basic credentials
+	// the browser cached for River UI.
+	crossSite := func(t *testing.T, method, path, body string, auth riverUIAuth, headers map[string]string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, ui.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "text/plain")
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		auth(req)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		out, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, string(out)
+	}
+
+	t.Run("another site cannot act with a browser's Basic credentials", func(t *testing.T) {
+		for _, headers := range []map[string]string{
+			{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
+			{"Origin": "https://evil.example"},
+			{"Sec-Fetch-Site": "cross-site"},
+			{"Sec-Fetch-Site": "same-site", "Origin": "https://sub." + strings.TrimPrefix(ui.URL, "http://")},
+			{"Origin": "null"},
+		} {
+			for _, path := range []string{"/riverui/api/jobs/retry", "/riverui/api/jobs/cancel", "/riverui/api/jobs/delete"} {
+				status, body := crossSite(t, http.MethodPost, path, cancel, basic(adminKey), headers)
+				require.Equal(t, http.StatusForbidden, status, "%s %v: %s", path, headers, body)
+			}
+			status, body := crossSite(t, http.MethodPut, "/riverui/api/queues/default/pause", "", basic(adminKey), headers)
+			require.Equal(t, http.StatusForbidden, status, "pause %v: %s", headers, body)
+		}
+		require.Equal(t, "scheduled", state(), "a cross-site request reached River")
+		// Reading stays possible from a link on another site.
+		status, body := crossSite(t, http.MethodGet, "/riverui/api/jobs?state=scheduled", "", basic(adminKey),
+			map[string]string{"Sec-Fetch-Site": "cross-site"})
+		require.Equal(t, http.StatusOK, status, body)
+	})
+
+	t.Run("River UI's own page and scripts with a Bearer key act", func(t *testing.T) {
+		for i, tc := range []struct {
+			name    string
+			auth    riverUIAuth
+			headers map[string]string
+		}{
+			{"River UI's page", basic(adminKey), map[string]string{"Origin": ui.URL, "Sec-Fetch-Site": "same-origin"}},
+			{"a script with Basic", basic(adminKey), nil},
+			{"a Bearer key, whatever the headers", bearer(adminKey), map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}},
+		} {
+			// Each in its own minute: the kind is unique by minute.
+			other, err := b.nodes[0].svc.River.Insert(t.Context(), idempotency.CleanupArgs{},
+				&river.InsertOpts{ScheduledAt: time.Now().Add(3 * time.Hour).Add(time.Duration(i) * time.Hour)})
+			require.NoError(t, err)
+			require.False(t, other.UniqueSkippedAsDuplicate, tc.name)
+			status, body := crossSite(t, http.MethodPost, "/riverui/api/jobs/cancel", fmt.Sprintf(`{"ids":["%d"]}`, other.Job.ID), tc.auth, tc.headers)
+			require.Equal(t, http.StatusOK, status, "%s: %s", tc.name, body)
+			row, err := b.nodes[0].svc.River.JobGet(t.Context(), other.Job.ID)
+			require.NoError(t, err)
+			require.Equal(t, "cancelled", string(row.State), tc.name)
+		}
+		require.Equal(t, "scheduled", state())
+	})
+
+	t.Run("no other site may frame River UI", func(t *testing.T) {
+		for _, tc := range []struct {
+			path string
+			auth riverUIAuth
+		}{{"/riverui/", basic(adminKey)}, {"/riverui/jobs", basic(support)}, {"/riverui/", nil}} {
+			_, header, _ := riverUIRequest(t, ui.URL, http.MethodGet, tc.path, "", tc.auth)
+			require.Equal(t, "DENY", header.Get("X-Frame-Options"), tc.path)
+			require.Contains(t, header.Get("Content-Security-Policy"), "frame-ancestors 'none'", tc.path)
+		}
+	})
+
 	t.Run("admin acts", func(t *testing.T) {
 		status, _, body := riverUIRequest(t, ui.URL, http.MethodPost, "/riverui/api/jobs/cancel", cancel, basic(adminKey))
 		require.Equal(t, http.StatusOK, status, body)

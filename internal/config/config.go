@@ -264,7 +264,7 @@ var variables = []variable{
 		durationInto(func(c *Config) *time.Duration { return &c.UpcomingNotice })},
 	{"REBILL_EVENTS_RETENTION", "", "events (GET /v1/events) older than this by the service clock are deleted with their webhook delivery attempts, hourly; a Go duration or days (400d), at least 396d (13 months, 9504h); an event whose delivery is not over is kept; empty or 0: events are kept forever",
 		func(c *Config, v string) (err error) { c.EventsRetention, err = parseRetention(v); return }},
-	{"REBILL_METRICS_ADDR", "", "listen address of /metrics (e.g. 127.0.0.1:9090); when set, REBILL_ADDR no longer serves /metrics, so it need not be public",
+	{"REBILL_METRICS_ADDR", "", "listen address of /metrics (e.g. 127.0.0.1:9090); when set, REBILL_ADDR no longer serves /metrics, so it need not be public. The experiments' series (rebill_experiment_*) are served only here: set it in production",
 		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318): traces of requests, jobs and gateway calls go to its /v1/traces; empty: no tracing. The other OTEL_EXPORTER_OTLP_* variables (headers, timeout) apply",
 		func(c *Config, v string) error { c.OTLPEndpoint = v; return nil }},

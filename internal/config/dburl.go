@@ -6,53 +6,78 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// checkPostgresURL refuses a DATABASE_URL or REBILL_REPLICA_URL that the
-// driver cannot parse, at start and with a message that holds no part of
-// the value. pgconn masks the password of what it quotes only on a best
-// effort basis (a malformed URL can make its boundaries ambiguous), and a
-// detail of its inner error may quote a fragment of the string, so only
-// its fixed reason is kept, with rebill's own hint on which part is wrong.
+// checkPostgresURL refuses, at start, a DATABASE_URL or REBILL_REPLICA_URL
+// that the pool could not be opened with.
 func checkPostgresURL(v string) error {
-	_, err := pgconn.ParseConfig(v)
+	_, err := ParsePoolConfig(v)
+	return err
+}
+
+// ParsePoolConfig parses a DATABASE_URL or REBILL_REPLICA_URL value as the
+// pool does, pgx's and pgxpool's own options (pool_max_conns,
+// statement_cache_capacity...) included, so that Load refuses every value
+// the pool would. The driver's parse error quotes the whole string,
+// masking the password only where it recognises one: never in
+// "password = secret", the keyword/value form with spaces around '=' that
+// libpq accepts. So its error is never passed on: the one returned holds
+// the driver's fixed reason and rebill's hint, no part of the value, and
+// wraps nothing that does. The caller names the setting.
+func ParsePoolConfig(v string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(v)
 	if err == nil {
-		return nil
+		return cfg, nil
 	}
 	var pce *pgconn.ParseConfigError
 	if !errors.As(err, &pce) {
-		return errors.New("cannot be parsed as a PostgreSQL URL or keyword/value string")
+		return nil, errors.New("cannot be parsed as a PostgreSQL URL or keyword/value string")
 	}
-	return fmt.Errorf("cannot be parsed: %s%s", parseReason(pce), urlPartHint(v))
+	reason := parseReason(pce)
+	return nil, fmt.Errorf("cannot be parsed: %s%s", reason, urlPartHint(v, reason))
 }
 
-// parseReason is pgconn's reason without the quoted connection string, and
-// with its inner error only when that quotes nothing (its quoted parts are
-// pieces of the value, a password's included).
+// parseReason is the driver's reason, read from the error with its
+// connection string emptied (so that no masking needs to be right).
+// Words after a colon are dropped, as is the inner error when it quotes
+// anything, holds a colon or repeats part of the string: each can carry a
+// piece of the value ("unknown target_session_attrs value: ...",
+// `parsing "..."`).
 func parseReason(pce *pgconn.ParseConfigError) string {
-	text := pce.Error()
-	if _, after, ok := strings.Cut(text, "`: "); ok {
-		text = after
-	} else {
+	bare := *pce
+	bare.ConnString = ""
+	text, ok := strings.CutPrefix(bare.Error(), "cannot parse ``: ")
+	if !ok {
+		return "malformed"
+	}
+	if inner := pce.Unwrap(); inner != nil {
+		text = strings.TrimSuffix(text, " ("+inner.Error()+")")
+	}
+	reason, _, _ := strings.Cut(text, ":")
+	if strings.ContainsAny(reason, "\"'`") {
 		return "malformed"
 	}
 	if inner := pce.Unwrap(); inner != nil {
 		detail := inner.Error()
-		text = strings.TrimSuffix(text, " ("+detail+")")
-		if !strings.ContainsAny(detail, "\"'`") && !strings.Contains(pce.ConnString, detail) {
-			text += " (" + detail + ")"
+		if !strings.ContainsAny(detail, "\"'`:") && !strings.Contains(pce.ConnString, detail) {
+			reason += " (" + detail + ")"
 		}
 	}
-	return text
+	return reason
 }
 
 // urlPartHint names the part of a postgres:// URL that is malformed, found
-// by its shape only.
-func urlPartHint(v string) string {
+// by its shape only, or how to write a keyword/value string the driver
+// could not split.
+func urlPartHint(v, reason string) string {
 	rest, ok := strings.CutPrefix(v, "postgres://")
 	if !ok {
 		if rest, ok = strings.CutPrefix(v, "postgresql://"); !ok {
-			return "; in a keyword/value string quote a value holding spaces with '...'"
+			if strings.HasPrefix(reason, "failed to parse as keyword/value") {
+				return "; in a keyword/value string quote a value holding spaces with '...'"
+			}
+			return ""
 		}
 	}
 	if i := strings.LastIndex(rest, "@"); i >= 0 {

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -53,6 +54,68 @@ func TestSecretSettingsAreNeverPrinted(t *testing.T) {
 		require.Contains(t, msg, r.Says)
 		for _, secret := range append(r.Secrets, r.Value) {
 			require.NotContains(t, msg, secret, "%s's error", r.Name)
+		}
+	}
+}
+
+// A connection string in any form with an option the pool cannot take is
+// refused at start, naming the setting and the option, and the password
+// appears nowhere: the driver's own error quotes the whole string and
+// masks only "password=..." without spaces.
+func TestDatabaseURLErrorsHoldNoPassword(t *testing.T) {
+	t.Parallel()
+	const secret = "S3cret-pw"
+	forms := map[string]string{
+		"URL":                        "postgres://rebill:" + secret + "@db.internal:5432/rebill?sslmode=require",
+		"URL, password in query":     "postgresql://rebill@db.internal/rebill?password=" + secret,
+		"keyword/value":              "host=db.internal user=rebill password=" + secret,
+		"keyword/value, spaces":      "host=db.internal user=rebill password = " + secret,
+		"keyword/value, space left":  "host=db.internal user=rebill password =" + secret,
+		"keyword/value, space right": "host=db.internal user=rebill password= " + secret,
+		"keyword/value, quoted":      "host=db.internal user=rebill password = '" + secret + " x'",
+		"keyword/value, first":       "password = " + secret + " host=db.internal user=rebill",
+	}
+	bad := map[string]string{
+		"pool_max_conns":           "many",
+		"pool_min_conns":           "x",
+		"pool_max_conn_lifetime":   "forever",
+		"statement_cache_capacity": "x",
+		"default_query_exec_mode":  "bogus",
+		"connect_timeout":          "soon",
+		"sslmode":                  "bogus",
+		"target_session_attrs":     secret, // an error that would quote the value
+		"port":                     "x",
+	}
+	for form, conn := range forms {
+		for option, value := range bad {
+			v := conn + " " + option + "=" + value
+			if strings.HasPrefix(conn, "postgres") {
+				sep := "?"
+				if strings.Contains(conn, "?") {
+					sep = "&"
+				}
+				v = conn + sep + option + "=" + value
+			}
+			for _, name := range []string{"DATABASE_URL", "REBILL_REPLICA_URL"} {
+				_, err := config.Load(func(k string) string {
+					if k == name {
+						return v
+					}
+					return ""
+				})
+				require.Error(t, err, "%s %s with %s", name, form, option)
+				msg := err.Error()
+				require.True(t, strings.HasPrefix(msg, name+": cannot be parsed"), "%s", msg)
+				require.NotContains(t, msg, secret, "%s %s with %s", name, form, option)
+				require.NotContains(t, msg, "db.internal", "no part of the value")
+				if option != "target_session_attrs" {
+					require.Contains(t, msg, option, "names what is wrong")
+				}
+			}
+			_, err := config.ParsePoolConfig(v)
+			require.Error(t, err)
+			require.NotContains(t, err.Error(), secret)
+			require.Nil(t, errors.Unwrap(err), "wraps no driver error, which would quote the string")
 		}
 	}
 }
