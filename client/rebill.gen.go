@@ -927,7 +927,7 @@ func (e GetDailyReportParamsFormat) Valid() bool {
 	}
 }
 
-// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`.
+// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
 type AccountRef struct {
 	union json.RawMessage
 }
@@ -937,12 +937,12 @@ type AccountRef0 = string
 
 // AccountRef1 defines model for AccountRef.1.
 type AccountRef1 struct {
-	// DriverLicense Driving licence: 10 digits and capital letters (Cyrillic or Latin).
+	// DriverLicense Driving licence: 10 digits and letters, Cyrillic or Latin, spaces aside (ten digits since March 2011, two digits, two letters and six digits before). Stored and echoed in one spelling, as `sts` is.
 	//
 	// Examples: 7712345678
 	DriverLicense *string `json:"driver_license,omitempty"`
 
-	// Sts Vehicle registration certificate: 10 digits and capital letters (Cyrillic or Latin).
+	// Sts Vehicle registration certificate (STS): 10 digits and letters, Cyrillic or Latin, spaces aside (two digits, two letters, six digits, e.g. `77 УА 123456`). Stored and echoed in one spelling: capitals, no spaces, Latin look-alikes in Cyrillic (`77YA123456` is `77УА123456`).
 	//
 	// Examples: 77УА123456
 	Sts *string `json:"sts,omitempty"`
@@ -1281,7 +1281,7 @@ type DeliveryList struct {
 
 // DevBillPublish A bill as the simulated source publishes it: the push body plus the account it is for (the enrollment's `account_ref` shape; fines: exactly one of `sts` and `driver_license`).
 type DevBillPublish struct {
-	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`.
+	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
 	AccountRef AccountRef `json:"account_ref"`
 	Amount     int        `json:"amount"`
 
@@ -1332,7 +1332,7 @@ type EmptyRequest = map[string]interface{}
 
 // Enrollment An autopay enrollment: a customer's consent to pay one kind of bill (housing bills or traffic fines) automatically, up to `max_amount` per bill without asking.
 type Enrollment struct {
-	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`.
+	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
 	AccountRef  AccountRef         `json:"account_ref"`
 	CancelledAt *time.Time         `json:"cancelled_at"`
 	CreatedAt   time.Time          `json:"created_at"`
@@ -1375,7 +1375,7 @@ type EnrollmentKind string
 
 // EnrollmentCreate defines model for EnrollmentCreate.
 type EnrollmentCreate struct {
-	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`.
+	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
 	AccountRef AccountRef `json:"account_ref"`
 
 	// Currency RUB only (anything else: 400).
@@ -3316,7 +3316,7 @@ type ClientInterface interface {
 
 	// CreateEnrollmentWithBody Create an autopay enrollment
 	//
-	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
+	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3325,7 +3325,7 @@ type ClientInterface interface {
 
 	// CreateEnrollment Create an autopay enrollment
 	//
-	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
+	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4231,7 +4231,7 @@ func (c *RawClient) ListEnrollments(ctx context.Context, params *ListEnrollments
 
 // CreateEnrollmentWithBody Create an autopay enrollment
 //
-// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
+// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4250,7 +4250,7 @@ func (c *RawClient) CreateEnrollmentWithBody(ctx context.Context, params *Create
 
 // CreateEnrollment Create an autopay enrollment
 //
-// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
+// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8438,7 +8438,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateEnrollmentWithBodyWithResponse Create an autopay enrollment
 	//
-	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
+	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8447,7 +8447,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateEnrollmentWithResponse Create an autopay enrollment
 	//
-	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
+	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -14824,7 +14824,7 @@ func (c *ClientWithResponses) ListEnrollmentsWithResponse(ctx context.Context, p
 
 // CreateEnrollmentWithBodyWithResponse Create an autopay enrollment
 //
-// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
+// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14839,7 +14839,7 @@ func (c *ClientWithResponses) CreateEnrollmentWithBodyWithResponse(ctx context.C
 
 // CreateEnrollmentWithResponse Create an autopay enrollment
 //
-// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
+// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
