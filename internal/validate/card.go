@@ -54,7 +54,19 @@ import (
 // other 13..19-digit number that happens to pass Luhn and start like a card
 // (about one in twenty such numbers that start with 4, 5 or 6) is refused.
 func LooksLikeCardNumber(s string) bool {
-	return scanCards(maskUUIDs(normalizeDigits(decodeEscapes(s))))
+	return scanCards(maskUUIDs(normalize(s)))
+}
+
+// normalize is step 1 of LooksLikeCardNumber. Invisible characters are
+// dropped before escapes are decoded, so that one inside "%20" or
+// "&nbsp;" hides nothing, and what the escapes decode to is normalised in
+// turn.
+func normalize(s string) string {
+	t := normalizeDigits(s)
+	if d := decodeEscapes(t); d != t {
+		return normalizeDigits(d)
+	}
+	return t
 }
 
 // issuerRange is a range of the first four digits of card numbers that a

@@ -82,6 +82,8 @@ func TestLooksLikeCardNumber(t *testing.T) {
 		{name: "html named reference", s: "4111&nbsp;1111&nbsp;1111&nbsp;1111", want: true},
 		{name: "html dash reference", s: "4111&ndash;1111&ndash;1111&ndash;1111", want: true},
 		{name: "html references of digits", s: "&#52;11111111111111&#x31;", want: true},
+		{name: "zero-width inside escapes", s: "4111%\u200b201111&nb\u200bsp;1111%20\u200b1111", want: true},
+		{name: "an escaped zero-width space", s: "4111&#8203;1111&#x200b;1111%E2%80%8B1111", want: true},
 		{name: "ogrnip passing luhn with a diners prefix (trade-off)", s: "304500000000010", want: true},
 
 		{name: "empty", s: ""},
@@ -232,7 +234,8 @@ func TestDecimalDigitRanges(t *testing.T) {
 // character inserted anywhere (between two characters) changes nothing.
 func FuzzLooksLikeCardNumber(f *testing.F) {
 	for _, s := range []string{"4242 4242 4242 4242", "card4242424242424242", "order 20261201-000123-45",
-		"550e8400-e29b-41d4-a716-446655440000", "４２４２", "+4915112345678"} {
+		"550e8400-e29b-41d4-a716-446655440000", "４２４２", "+4915112345678", "4111%201111%201111%201111",
+		"4111&nbsp;1111&#32;1111&#x20;1111", "4111 -- 1111 -- 1111 -- 1111"} {
 		f.Add(s, uint8(3))
 	}
 	f.Fuzz(func(t *testing.T, s string, at uint8) {
