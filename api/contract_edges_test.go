@@ -29,7 +29,9 @@ import (
 	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/reports"
+	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
+	"github.com/rebill/rebill/velocity"
 )
 
 // httpSeries returns the lines of /metrics that belong to the request
@@ -137,16 +139,56 @@ func (fakeOps) Daily(context.Context, time.Time) (reports.Daily, error) {
 // setupEdges is setup with a recording Autopay and fake operator reads.
 func setupEdges(t *testing.T) (testBundle, *billsAutopay) {
 	t.Helper()
+	auto := &billsAutopay{}
+	return setupWithAutopay(t, auto), auto
+}
+
+// setupWithAutopay serves auto as the autopay use cases, with fake
+// operator reads.
+func setupWithAutopay(t *testing.T, auto api.Autopay) testBundle {
+	t.Helper()
 	pool := dbtest.Pool(t)
 	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
-	auto := &billsAutopay{}
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idempotency.NewStore(pool, time.Minute),
 		Autopay: auto, Clock: clk, Reconciliation: fakeOps{}, Reports: fakeOps{}, Logger: zerolog.Nop(),
 	})
 	ts := httptest.NewServer(openapitest.Wrap(t, srv))
 	t.Cleanup(ts.Close)
-	return testBundle{pool: pool, server: ts, clock: clk}, auto
+	return testBundle{pool: pool, server: ts, clock: clk}
+}
+
+// limitedAutopay refuses every enrollment creation and card change as over
+// a velocity limit.
+type limitedAutopay struct{ api.Autopay }
+
+func (limitedAutopay) CreateEnrollment(context.Context, pgx.Tx, usecases.Caller, enrollments.New) (enrollments.Enrollment, error) {
+	return enrollments.Enrollment{}, &velocity.ExceededError{Limit: velocity.Creations, Max: 20, RetryAfter: 90 * time.Second}
+}
+
+func (limitedAutopay) ChangeEnrollmentPaymentMethod(context.Context, pgx.Tx, usecases.Caller, uuid.UUID,
+	subscriptions.PaymentMethod) (enrollments.Enrollment, error) {
+	return enrollments.Enrollment{}, &velocity.ExceededError{Limit: velocity.PaymentMethodChanges, Max: 10, RetryAfter: time.Hour}
+}
+
+// The enrollment routes that count against a velocity limit answer 429
+// velocity-limit with Retry-After, as the document lists for them (the
+// wrapper fails the test on a status an operation does not list).
+func TestEnrollmentVelocityLimitsAreDocumented(t *testing.T) {
+	t.Parallel()
+	b := setupWithAutopay(t, limitedAutopay{})
+	customer := b.newKey(t, "customer", "cust-fast")
+	card := `{"gateway": "sim1", "token": "tok_ok", "brand": "visa", "last4": "4242", "exp_month": 12, "exp_year": 2030}`
+	for _, tc := range []struct{ path, body, retryAfter string }{
+		{"/v1/enrollments", `{"customer_id": "cust-fast", "kind": "housing", "account_ref": "75ДА533315",
+			"currency": "RUB", "max_amount": 500000, "payment_method": ` + card + `}`, "90"},
+		{"/v1/enrollments/0190a8f4-1c2d-7e3f-8a4b-5c6d7e8f9a0b/payment-method", card, "3600"},
+	} {
+		res := b.do(t, http.MethodPost, tc.path, customer, "fast-"+tc.retryAfter, tc.body)
+		require.Equal(t, http.StatusTooManyRequests, res.status, "%s: %s", tc.path, res.body)
+		require.Equal(t, "https://rebill.dev/problems/velocity-limit", res.json(t)["type"], tc.path)
+		require.Equal(t, tc.retryAfter, res.header.Get("Retry-After"), tc.path)
+	}
 }
 
 // A path id reaches the handler unescaped exactly once, whether its

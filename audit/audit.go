@@ -47,6 +47,9 @@ const (
 	AmountMismatch = "amount_mismatch"
 	// NotCharged: an owed item has no charge although it is due.
 	NotCharged = "not_charged"
+	// RepeatedEnrollment: a customer has more than one enrollment, not
+	// cancelled, of one account (see enrollments.ListRepeated).
+	RepeatedEnrollment = "enrollment-repeated"
 )
 
 // Discrepancy is one broken rule.
@@ -209,6 +212,9 @@ func (a *Auditor) Run(ctx context.Context, from, to time.Time) (Report, error) {
 		if err := a.paidTwice(ctx, flagged, &r); err != nil {
 			return Report{}, err
 		}
+		if err := a.repeated(ctx, &r); err != nil {
+			return Report{}, err
+		}
 	}
 	return r, nil
 }
@@ -242,6 +248,31 @@ func (a *Auditor) paidTwice(ctx context.Context, flagged map[string]bool, r *Rep
 		r.Discrepancies = append(r.Discrepancies, Discrepancy{Kind: billcheck.OneCapturePerIdentity, ChargeID: &later,
 			Detail: fmt.Sprintf("bill identity %s captured by %d charges (%s): refund all but the first",
 				p.Identity, len(ids), strings.Join(ids, ", "))})
+	}
+	return nil
+}
+
+// maxRepeated bounds the repeated enrollments one report lists.
+const maxRepeated = 1000
+
+// repeated reports, whatever the range, each customer's enrollments of
+// one account that are not cancelled: decision 23 refuses a repeat, but
+// enrollments made before it, or under two spellings of one STS or
+// licence that the migration to one spelling made equal, stay until
+// support cancels all but one (a bill reaching several is paid once).
+func (a *Auditor) repeated(ctx context.Context, r *Report) error {
+	groups, err := enrollments.ListRepeated(ctx, a.DB, maxRepeated)
+	if err != nil {
+		return err
+	}
+	for _, g := range groups {
+		ids := make([]string, len(g.EnrollmentIDs))
+		for i, id := range g.EnrollmentIDs {
+			ids[i] = id.String()
+		}
+		r.Discrepancies = append(r.Discrepancies, Discrepancy{Kind: RepeatedEnrollment,
+			Detail: fmt.Sprintf("customer %q has %d enrollments of one %s, not cancelled (%s): cancel all but one",
+				g.CustomerID, len(ids), g.Field, strings.Join(ids, ", "))})
 	}
 	return nil
 }

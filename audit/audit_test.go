@@ -233,3 +233,39 @@ func TestBillIdentityPaidTwiceBeforeTheRangeIsReported(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"bill-one-capture-per-identity"}, kinds(r), "reported once: %v", r.Discrepancies)
 }
+
+// One customer's enrollments of one car under two spellings of its STS,
+// made equal by the migration to one spelling, and two of one licence,
+// are listed by every audit for support, whatever its range; a cancelled
+// one, and another customer's enrollment of the same car, are not.
+func TestRepeatedEnrollmentsAreListed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.auditor.Bills = &audit.Bills{Now: now}
+	enrol := func(customer, sts, licence, status string, at time.Time) uuid.UUID {
+		id := uuid.New()
+		_, err := b.pool.Exec(ctx, `INSERT INTO enrollments (id, customer_id, kind, sts, driver_license, status, currency,
+				max_amount, pm_gateway, pm_token, pm_exp_month, pm_exp_year, created_at, updated_at, cancelled_at)
+			VALUES ($1, $2, 'fines', nullif($3, ''), nullif($4, ''), $5, 'RUB', 100000, $6, 'tok_ok', 12, 2030, $7, $7,
+				CASE WHEN $5 = 'cancelled' THEN $7::timestamptz END)`,
+			id, customer, sts, licence, status, gw, at)
+		require.NoError(t, err)
+		return id
+	}
+	first := enrol("cust-ann", "77УА123456", "", "active", from.AddDate(0, -6, 0))
+	second := enrol("cust-ann", "77УА123456", "", "paused", from.AddDate(0, -5, 0))
+	enrol("cust-ann", "77УА123456", "", "cancelled", from.AddDate(0, -4, 0))
+	enrol("cust-bob", "77УА123456", "", "active", from.AddDate(0, -4, 0))
+	licence1 := enrol("cust-cat", "", "7712345678", "active", from.AddDate(0, -3, 0))
+	licence2 := enrol("cust-cat", "77ХУ000001", "7712345678", "active", from.AddDate(0, -2, 0))
+
+	r, err := b.auditor.Run(ctx, from, to)
+	require.NoError(t, err)
+	require.Equal(t, []string{audit.RepeatedEnrollment, audit.RepeatedEnrollment}, kinds(r), "%v", r.Discrepancies)
+	require.Equal(t, `customer "cust-ann" has 2 enrollments of one sts, not cancelled (`+first.String()+", "+second.String()+
+		"): cancel all but one", r.Discrepancies[0].Detail)
+	require.Equal(t, `customer "cust-cat" has 2 enrollments of one driver_license, not cancelled (`+licence1.String()+", "+
+		licence2.String()+"): cancel all but one", r.Discrepancies[1].Detail)
+	require.NotContains(t, r.Discrepancies[0].String(), "77УА123456", "the document's number is not printed")
+}

@@ -52,8 +52,13 @@ func (a *Autopay) pullSource(ctx context.Context, kind enrollments.Kind, src Bil
 	return created, nil
 }
 
+// minBatch is the fewest identifiers one request asks about: an
+// enrollment's stay in one request, and a fines enrollment may name an STS
+// and a licence, each in two spellings.
+const minBatch = 4
+
 func (a *Autopay) pullSourceOnce(ctx context.Context, kind enrollments.Kind, src BillSource, info SourceInfo) (int, error) {
-	batch := max(info.BatchSize, 2)
+	batch := max(info.BatchSize, minBatch)
 	state, err := a.openCursor(ctx, info)
 	if err != nil {
 		return 0, err
@@ -199,18 +204,27 @@ func groupAccounts(enrolled []enrollments.Enrollment, known map[uuid.UUID]bool, 
 	return groups
 }
 
-// identifiers are the account identifiers an enrollment's bills are filed
-// under, one AccountRef each.
+// identifiers are the account identifiers an enrollment's bills may be
+// filed under, one AccountRef each: its own, and an STS or a driving
+// licence also in the Latin spelling of its letters (77YA123456 for
+// 77УА123456), under which a source may have filed fines typed on a Latin
+// keyboard. ByAccount reads either back as the enrollment's.
 func identifiers(e enrollments.Enrollment) []enrollments.AccountRef {
 	var out []enrollments.AccountRef
 	if e.AccountRef.ELS != "" {
 		out = append(out, enrollments.AccountRef{ELS: e.AccountRef.ELS})
 	}
-	if e.AccountRef.STS != "" {
-		out = append(out, enrollments.AccountRef{STS: e.AccountRef.STS})
+	if sts := e.AccountRef.STS; sts != "" {
+		out = append(out, enrollments.AccountRef{STS: sts})
+		if latin, ok := enrollments.LatinSpelling(sts); ok {
+			out = append(out, enrollments.AccountRef{STS: latin})
+		}
 	}
-	if e.AccountRef.DriverLicense != "" {
-		out = append(out, enrollments.AccountRef{DriverLicense: e.AccountRef.DriverLicense})
+	if dl := e.AccountRef.DriverLicense; dl != "" {
+		out = append(out, enrollments.AccountRef{DriverLicense: dl})
+		if latin, ok := enrollments.LatinSpelling(dl); ok {
+			out = append(out, enrollments.AccountRef{DriverLicense: latin})
+		}
 	}
 	return out
 }

@@ -131,13 +131,13 @@ func TestPullStoresEachSourcedBillOnce(t *testing.T) {
 // its cursor; the next pull reads on.
 func TestFailedPullKeepsItsCursor(t *testing.T) {
 	t.Parallel()
-	s := setupSource(t, 0, 2)
+	s := setupSource(t, 0, 4)
 	e := s.enrol(t, finesOf("cus_1", "77УА000001", 500000))
 	s.fake.Publish(s.fineOf("77УА000001", 1))
 	s.pull(t)
 	require.Equal(t, int64(1), s.cursor(t))
 
-	for n := 2; n <= 4; n++ {
+	for n := 2; n <= 6; n++ {
 		s.fake.Publish(s.fineOf("77УА000001", n))
 	}
 	s.fake.Inject(sourcefake.Fault{}, sourcefake.Fault{Status: http.StatusServiceUnavailable},
@@ -147,15 +147,15 @@ func TestFailedPullKeepsItsCursor(t *testing.T) {
 	require.ErrorContains(t, err, "pull bill source "+s.name)
 	require.ErrorContains(t, err, "503")
 	require.Equal(t, int64(1), s.cursor(t), "the cursor stays")
-	require.Equal(t, []string{uin(1), uin(2), uin(3)}, s.billIDs(t, e), "the first page's bills are stored")
+	require.Equal(t, []string{uin(1), uin(2), uin(3), uin(4), uin(5)}, s.billIDs(t, e), "the first page's bills are stored")
 	require.Equal(t, float64(1), testutil.ToFloat64(metrics.BillSourceErrors.WithLabelValues(s.name)))
 
 	s.clock.Advance(time.Minute)
 	before := len(s.fake.Requests())
 	require.Equal(t, 1, s.pull(t))
 	require.Equal(t, int64(1), s.fake.Requests()[before].Query.AfterSequence, "read again from the kept cursor")
-	require.Equal(t, int64(4), s.cursor(t))
-	require.Equal(t, []string{uin(1), uin(2), uin(3), uin(4)}, s.billIDs(t, e))
+	require.Equal(t, int64(6), s.cursor(t))
+	require.Equal(t, []string{uin(1), uin(2), uin(3), uin(4), uin(5), uin(6)}, s.billIDs(t, e))
 }
 
 // A bill whose sequence was taken before a later bill's, but that became
@@ -226,8 +226,8 @@ func TestNewEnrollmentGetsExistingBills(t *testing.T) {
 			fresh = append(fresh, r.Query)
 		}
 	}
-	require.Equal(t, []billsource.QueryRequest{{Accounts: []billsource.Account{{STS: "77УА000002"}}, AfterSequence: 0,
-		Limit: 50}}, fresh, "only the new enrollment is read from 0")
+	require.Equal(t, []billsource.QueryRequest{{Accounts: []billsource.Account{{STS: "77УА000002"}, {STS: "77YA000002"}},
+		AfterSequence: 0, Limit: 50}}, fresh, "only the new enrollment is read from 0, in both spellings")
 
 	before = len(s.fake.Requests())
 	s.clock.Advance(2 * time.Hour)
@@ -255,36 +255,42 @@ func TestPulledTwicePushedOnceIsOneBill(t *testing.T) {
 	require.Equal(t, 1, s.charges(t))
 }
 
-// Accounts and bills both come in batches: with a batch of 2, five
-// accounts of three bills each are asked about two at a time, in pages of
-// at most two bills, and every bill arrives.
+// Accounts and bills both come in batches: with a batch of 4, five
+// STSs, each asked about in its Cyrillic and its Latin spelling, are asked
+// about four at a time (an enrollment's two in one request), in pages of
+// at most four bills, and every bill arrives. A batch set lower is read as
+// 4, so that a fines enrollment's STS and licence, in both spellings, fit
+// one request.
 func TestPullBatchesAccountsAndPages(t *testing.T) {
 	t.Parallel()
-	s := setupSource(t, time.Hour, 2)
-	var enrolled []enrollments.Enrollment
-	for a := 1; a <= 5; a++ {
-		sts := fmt.Sprintf("77УА%06d", a)
-		enrolled = append(enrolled, s.enrol(t, finesOf(fmt.Sprintf("cus_%d", a), sts, 500000)))
-		for n := range 3 {
-			s.fake.Publish(s.fineOf(sts, a*10+n))
+	for _, batch := range []int{2, 4} {
+		s := setupSource(t, time.Hour, batch)
+		var enrolled []enrollments.Enrollment
+		for a := 1; a <= 5; a++ {
+			sts := fmt.Sprintf("77УА%06d", a)
+			enrolled = append(enrolled, s.enrol(t, finesOf(fmt.Sprintf("cus_%d", a), sts, 500000)))
+			for n := range 3 {
+				s.fake.Publish(s.fineOf(sts, a*10+n))
+			}
 		}
-	}
-	require.Equal(t, 15, s.pull(t))
-	for i, e := range enrolled {
-		a := i + 1
-		require.Equal(t, []string{uin(a * 10), uin(a*10 + 1), uin(a*10 + 2)}, s.billIDs(t, e))
-	}
-	accounts := map[string]bool{}
-	for _, r := range s.fake.Requests() {
-		require.LessOrEqual(t, len(r.Query.Accounts), 2)
-		require.Equal(t, 2, r.Query.Limit)
-		require.LessOrEqual(t, r.Bills, 2)
-		for _, a := range r.Query.Accounts {
-			accounts[a.STS] = true
+		require.Equal(t, 15, s.pull(t))
+		for i, e := range enrolled {
+			a := i + 1
+			require.Equal(t, []string{uin(a * 10), uin(a*10 + 1), uin(a*10 + 2)}, s.billIDs(t, e))
 		}
+		accounts := map[string]bool{}
+		for _, r := range s.fake.Requests() {
+			require.LessOrEqual(t, len(r.Query.Accounts), 4)
+			require.Equal(t, 4, r.Query.Limit)
+			require.LessOrEqual(t, r.Bills, 4)
+			for _, a := range r.Query.Accounts {
+				accounts[a.STS] = true
+			}
+		}
+		require.Len(t, accounts, 10, "each STS in both spellings: %v", accounts)
+		require.True(t, accounts["77YA000003"], "%v", accounts)
+		require.Equal(t, int64(15), s.cursor(t))
 	}
-	require.Len(t, accounts, 5)
-	require.Equal(t, int64(15), s.cursor(t))
 }
 
 // With no enrollment the source is still asked (for its head): its
@@ -299,4 +305,25 @@ func TestPullWithoutAccountsAsksForTheHead(t *testing.T) {
 	require.Empty(t, reqs[0].Query.Accounts)
 	require.Equal(t, int64(1), s.cursor(t))
 	require.Positive(t, testutil.ToFloat64(metrics.BillSourceLastSuccess.WithLabelValues(s.name)))
+}
+
+// A vehicle's STS has one spelling at rebill, its letters in Cyrillic, but
+// a source may file its fines under the Latin look-alikes someone typed:
+// the pull asks for both spellings, and a fine filed under either reaches
+// the enrollment, once; so does a fine filed under the licence in Latin.
+func TestFinesFiledUnderLatinSpellingReachTheEnrollment(t *testing.T) {
+	t.Parallel()
+	s := setupSource(t, time.Hour, 50)
+	e := s.enrol(t, enrolment{customer: "cus_latin", kind: enrollments.Fines, maxAmount: 500000,
+		ref: enrollments.AccountRef{STS: "77УА123456", DriverLicense: "77АВ654321"}})
+	s.fake.Publish(s.fineOf("77YA123456", 1))
+	s.fake.Publish(s.fineOf("77УА123456", 2))
+	byLicence := s.fineOf("", 3)
+	byLicence.Account = billsource.Account{DriverLicense: "77AB654321"}
+	s.fake.Publish(byLicence)
+	s.fake.Publish(s.fineOf("77YA123457", 4)) // another car
+	require.Equal(t, 3, s.pull(t))
+	require.Equal(t, []string{uin(1), uin(2), uin(3)}, s.billIDs(t, e))
+	s.clock.Advance(time.Minute)
+	require.Equal(t, 0, s.pull(t), "read again, stored once")
 }

@@ -64,7 +64,7 @@ type SourceInfo struct {
 	// source's sequence, so a different system needs a different name.
 	Name string
 	// BatchSize is PullRequest.Limit: accounts per request, bills per page
-	// (at least 2: a fines enrollment may name an STS and a licence).
+	// (a pull asks for at least minBatch).
 	BatchSize int
 	// RereadWindow: each pull asks from the cursor that was current this
 	// long ago, so that bills made visible late are read too.

@@ -927,7 +927,7 @@ func (e GetDailyReportParamsFormat) Valid() bool {
 	}
 }
 
-// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`.
+// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
 type AccountRef struct {
 	union json.RawMessage
 }
@@ -937,12 +937,12 @@ type AccountRef0 = string
 
 // AccountRef1 defines model for AccountRef.1.
 type AccountRef1 struct {
-	// DriverLicense Driving licence: 10 digits and capital letters (Cyrillic or Latin).
+	// DriverLicense Driving licence: 10 digits and letters, Cyrillic or Latin, spaces aside (ten digits since March 2011, two digits, two letters and six digits before). Stored and echoed in one spelling, as `sts` is.
 	//
 	// Examples: 7712345678
 	DriverLicense *string `json:"driver_license,omitempty"`
 
-	// Sts Vehicle registration certificate: 10 digits and capital letters (Cyrillic or Latin).
+	// Sts Vehicle registration certificate (STS): 10 digits and letters, Cyrillic or Latin, spaces aside (two digits, two letters, six digits, e.g. `77 УА 123456`). Stored and echoed in one spelling: capitals, no spaces, Latin look-alikes in Cyrillic (`77YA123456` is `77УА123456`).
 	//
 	// Examples: 77УА123456
 	Sts *string `json:"sts,omitempty"`
@@ -1281,7 +1281,7 @@ type DeliveryList struct {
 
 // DevBillPublish A bill as the simulated source publishes it: the push body plus the account it is for (the enrollment's `account_ref` shape; fines: exactly one of `sts` and `driver_license`).
 type DevBillPublish struct {
-	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`.
+	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
 	AccountRef AccountRef `json:"account_ref"`
 	Amount     int        `json:"amount"`
 
@@ -1332,7 +1332,7 @@ type EmptyRequest = map[string]interface{}
 
 // Enrollment An autopay enrollment: a customer's consent to pay one kind of bill (housing bills or traffic fines) automatically, up to `max_amount` per bill without asking.
 type Enrollment struct {
-	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`.
+	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
 	AccountRef  AccountRef         `json:"account_ref"`
 	CancelledAt *time.Time         `json:"cancelled_at"`
 	CreatedAt   time.Time          `json:"created_at"`
@@ -1375,7 +1375,7 @@ type EnrollmentKind string
 
 // EnrollmentCreate defines model for EnrollmentCreate.
 type EnrollmentCreate struct {
-	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`.
+	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
 	AccountRef AccountRef `json:"account_ref"`
 
 	// Currency RUB only (anything else: 400).
@@ -3316,7 +3316,7 @@ type ClientInterface interface {
 
 	// CreateEnrollmentWithBody Create an autopay enrollment
 	//
-	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either).
+	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3325,7 +3325,7 @@ type ClientInterface interface {
 
 	// CreateEnrollment Create an autopay enrollment
 	//
-	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either).
+	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3445,7 +3445,7 @@ type ClientInterface interface {
 
 	// ChangeEnrollmentPaymentMethodWithBody Change an enrollment's payment method
 	//
-	// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409.
+	// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409. A customer key over its payment-method changes per day (decision 32, counted with subscriptions' changes; the same card again is no change): 429 `velocity-limit` with `Retry-After`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3454,7 +3454,7 @@ type ClientInterface interface {
 
 	// ChangeEnrollmentPaymentMethod Change an enrollment's payment method
 	//
-	// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409.
+	// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409. A customer key over its payment-method changes per day (decision 32, counted with subscriptions' changes; the same card again is no change): 429 `velocity-limit` with `Retry-After`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4231,7 +4231,7 @@ func (c *RawClient) ListEnrollments(ctx context.Context, params *ListEnrollments
 
 // CreateEnrollmentWithBody Create an autopay enrollment
 //
-// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either).
+// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4250,7 +4250,7 @@ func (c *RawClient) CreateEnrollmentWithBody(ctx context.Context, params *Create
 
 // CreateEnrollment Create an autopay enrollment
 //
-// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either).
+// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4510,7 +4510,7 @@ func (c *RawClient) PauseEnrollment(ctx context.Context, id EnrollmentId, params
 
 // ChangeEnrollmentPaymentMethodWithBody Change an enrollment's payment method
 //
-// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409.
+// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409. A customer key over its payment-method changes per day (decision 32, counted with subscriptions' changes; the same card again is no change): 429 `velocity-limit` with `Retry-After`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4529,7 +4529,7 @@ func (c *RawClient) ChangeEnrollmentPaymentMethodWithBody(ctx context.Context, i
 
 // ChangeEnrollmentPaymentMethod Change an enrollment's payment method
 //
-// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409.
+// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409. A customer key over its payment-method changes per day (decision 32, counted with subscriptions' changes; the same card again is no change): 429 `velocity-limit` with `Retry-After`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8438,7 +8438,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateEnrollmentWithBodyWithResponse Create an autopay enrollment
 	//
-	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either).
+	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8447,7 +8447,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateEnrollmentWithResponse Create an autopay enrollment
 	//
-	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either).
+	// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8573,7 +8573,7 @@ type ClientWithResponsesInterface interface {
 
 	// ChangeEnrollmentPaymentMethodWithBodyWithResponse Change an enrollment's payment method
 	//
-	// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409.
+	// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409. A customer key over its payment-method changes per day (decision 32, counted with subscriptions' changes; the same card again is no change): 429 `velocity-limit` with `Retry-After`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8582,7 +8582,7 @@ type ClientWithResponsesInterface interface {
 
 	// ChangeEnrollmentPaymentMethodWithResponse Change an enrollment's payment method
 	//
-	// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409.
+	// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409. A customer key over its payment-method changes per day (decision 32, counted with subscriptions' changes; the same card again is no change): 429 `velocity-limit` with `Retry-After`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10554,6 +10554,11 @@ type CreateEnrollmentResponse409Headers struct {
 	RetryAfter         *int
 }
 
+// CreateEnrollmentResponse429Headers the declared response headers of an HTTP 429 response for CreateEnrollment
+type CreateEnrollmentResponse429Headers struct {
+	RetryAfter int
+}
+
 // CreateEnrollmentResponse503Headers the declared response headers of an HTTP 503 response for CreateEnrollment
 type CreateEnrollmentResponse503Headers struct {
 	RetryAfter int
@@ -10576,6 +10581,8 @@ type CreateEnrollmentResponse struct {
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *IdempotencyKeyMismatch
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *VelocityLimit
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -10584,6 +10591,8 @@ type CreateEnrollmentResponse struct {
 	Headers201 *CreateEnrollmentResponse201Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateEnrollmentResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateEnrollmentResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CreateEnrollmentResponse503Headers
 }
@@ -10621,6 +10630,11 @@ func (r CreateEnrollmentResponse) GetApplicationproblemJSON413() *PayloadTooLarg
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r CreateEnrollmentResponse) GetApplicationproblemJSON422() *IdempotencyKeyMismatch {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateEnrollmentResponse) GetApplicationproblemJSON429() *VelocityLimit {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -11587,6 +11601,11 @@ type ChangeEnrollmentPaymentMethodResponse409Headers struct {
 	RetryAfter         *int
 }
 
+// ChangeEnrollmentPaymentMethodResponse429Headers the declared response headers of an HTTP 429 response for ChangeEnrollmentPaymentMethod
+type ChangeEnrollmentPaymentMethodResponse429Headers struct {
+	RetryAfter int
+}
+
 // ChangeEnrollmentPaymentMethodResponse503Headers the declared response headers of an HTTP 503 response for ChangeEnrollmentPaymentMethod
 type ChangeEnrollmentPaymentMethodResponse503Headers struct {
 	RetryAfter int
@@ -11611,6 +11630,8 @@ type ChangeEnrollmentPaymentMethodResponse struct {
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *IdempotencyKeyMismatch
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *VelocityLimit
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -11619,6 +11640,8 @@ type ChangeEnrollmentPaymentMethodResponse struct {
 	Headers200 *ChangeEnrollmentPaymentMethodResponse200Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *ChangeEnrollmentPaymentMethodResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ChangeEnrollmentPaymentMethodResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ChangeEnrollmentPaymentMethodResponse503Headers
 }
@@ -11661,6 +11684,11 @@ func (r ChangeEnrollmentPaymentMethodResponse) GetApplicationproblemJSON413() *P
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r ChangeEnrollmentPaymentMethodResponse) GetApplicationproblemJSON422() *IdempotencyKeyMismatch {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ChangeEnrollmentPaymentMethodResponse) GetApplicationproblemJSON429() *VelocityLimit {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -14796,7 +14824,7 @@ func (c *ClientWithResponses) ListEnrollmentsWithResponse(ctx context.Context, p
 
 // CreateEnrollmentWithBodyWithResponse Create an autopay enrollment
 //
-// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either).
+// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14811,7 +14839,7 @@ func (c *ClientWithResponses) CreateEnrollmentWithBodyWithResponse(ctx context.C
 
 // CreateEnrollmentWithResponse Create an autopay enrollment
 //
-// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and capital letters, Cyrillic too). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either).
+// Customer (own `customer_id` only, else 403), support, admin. 201 with the enrollment and `Location`. `account_ref`: housing the ELS (two digits, two Cyrillic letters, six digits; Latin look-alikes and lower case are stored canonically); fines `{"sts"}` and/or `{"driver_license"}` (10 digits and letters, Cyrillic too; spaces, lower case and Latin look-alikes are stored canonically, decision 23). Currency RUB only. Bad fields: 400 naming each. The customer's enrollment repeating one not cancelled: 409 `enrollment-exists` (not stored under the key). A `fines` enrollment while no state payment registry is configured: 409 `registry-not-configured` (not stored under the key either). A customer key over its creations per hour (decision 32, counted with subscriptions): 429 `velocity-limit` with `Retry-After`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15021,7 +15049,7 @@ func (c *ClientWithResponses) PauseEnrollmentWithResponse(ctx context.Context, i
 
 // ChangeEnrollmentPaymentMethodWithBodyWithResponse Change an enrollment's payment method
 //
-// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409.
+// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409. A customer key over its payment-method changes per day (decision 32, counted with subscriptions' changes; the same card again is no change): 429 `velocity-limit` with `Retry-After`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15036,7 +15064,7 @@ func (c *ClientWithResponses) ChangeEnrollmentPaymentMethodWithBodyWithResponse(
 
 // ChangeEnrollmentPaymentMethodWithResponse Change an enrollment's payment method
 //
-// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409.
+// Owner, support, admin. Later attempts use the new card; bills whose charge is declined or failed and that may still be paid are retried at once (also with the same card, within card-network limits). A cancelled enrollment is 409. A customer key over its payment-method changes per day (decision 32, counted with subscriptions' changes; the same card again is no change): 429 `velocity-limit` with `Retry-After`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17187,6 +17215,13 @@ func ParseCreateEnrollmentResponse(rsp *http.Response) (*CreateEnrollmentRespons
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest VelocityLimit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -17238,6 +17273,16 @@ func ParseCreateEnrollmentResponse(rsp *http.Response) (*CreateEnrollmentRespons
 			headers.RetryAfter = &value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateEnrollmentResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers CreateEnrollmentResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -18228,6 +18273,13 @@ func ParseChangeEnrollmentPaymentMethodResponse(rsp *http.Response) (*ChangeEnro
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest VelocityLimit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -18272,6 +18324,16 @@ func ParseChangeEnrollmentPaymentMethodResponse(rsp *http.Response) (*ChangeEnro
 			headers.RetryAfter = &value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers ChangeEnrollmentPaymentMethodResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ChangeEnrollmentPaymentMethodResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

@@ -12,9 +12,11 @@ import (
 )
 
 // evil is what a customer or a gateway might send, written straight into
-// the database (the API refuses it at entry): markup, and a right-to-left
-// override that would make "fdp.exe" read as "exe.pdf".
-const evil = "<script>alert(1)</script>\u202efdp.exe\u2066<img src=x onerror=alert(2)>"
+// the database (the API refuses part of it at entry): markup, a
+// right-to-left override that would make "fdp.exe" read as "exe.pdf", and
+// a zero-width space and tag characters, which the API stores, hiding
+// text.
+const evil = "<script>alert(1)</script>\u202efdp.exe\u2066<img src=x onerror=alert(2)>cust\u200b42\U000E0068\U000E0069"
 
 func requireNeutralised(t *testing.T, page, where string) {
 	t.Helper()
@@ -22,6 +24,9 @@ func requireNeutralised(t *testing.T, page, where string) {
 	require.NotContains(t, page, "<img src=x", where)
 	require.NotContains(t, page, "\u202e", where)
 	require.NotContains(t, page, "\u2066", where)
+	require.NotContains(t, page, "\u200b", where)
+	require.NotContains(t, page, "\U000E0068", where)
+	require.Contains(t, page, `cust<span class="cp">[U+200B]</span>42<span class="cp">[U+E0068]</span>`, where)
 	require.Contains(t, page, `<span class="cp">[U+202E]</span>`, where)
 	require.Contains(t, page, "&lt;script&gt;alert(1)&lt;/script&gt;", where)
 }

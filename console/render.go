@@ -101,32 +101,113 @@ func (p page) T(v any) template.HTML {
 
 // text shows a string that came from a customer, an issuer or a gateway:
 // HTML-escaped, isolated in <bdi> so that it cannot reorder the text
-// around it, and with every bidirectional control, other control
-// character and line or paragraph separator replaced by a visible marker
-// naming its code point ([U+202E]): such characters are how a string
-// disguises what it says ("Trojan Source"). Staff see that they were
-// there.
+// around it, and with every character that is invisible or acts on the
+// text around it replaced by a visible marker naming its code point
+// ([U+200B], see shownAsCode): such characters are how a string disguises
+// what it says ("Trojan Source") or hides what it carries. Staff see that
+// they were there. The API stores them (Persian, Indic scripts and emoji
+// need some of them), so the console is where they are made visible.
 func text(s string) template.HTML {
-	s = strings.ToValidUTF8(s, "\uFFFD")
+	runes := []rune(strings.ToValidUTF8(s, "\uFFFD"))
+	inFlag := emojiTagSequences(runes)
 	var b strings.Builder
 	b.WriteString("<bdi>")
 	start := 0
-	for i, r := range s {
-		if !neutralised(r) {
+	for i, r := range runes {
+		if inFlag[i] || !shownAsCode(runes, i) {
 			continue
 		}
-		b.WriteString(template.HTMLEscapeString(s[start:i]))
+		b.WriteString(template.HTMLEscapeString(string(runes[start:i])))
 		fmt.Fprintf(&b, `<span class="cp">[U+%04X]</span>`, r)
-		start = i + utf8.RuneLen(r)
+		start = i + 1
 	}
-	b.WriteString(template.HTMLEscapeString(s[start:]))
+	b.WriteString(template.HTMLEscapeString(string(runes[start:])))
 	b.WriteString("</bdi>")
 	return template.HTML(b.String())
 }
 
-func neutralised(r rune) bool {
-	return unicode.Is(unicode.Bidi_Control, r) || unicode.IsControl(r) && r != '\n' && r != '\t' ||
-		r == '\u2028' || r == '\u2029' || r == '\uFEFF'
+// shownAsCode reports whether runes[i] is shown as its code point: a
+// bidirectional control, a control character other than tab and line
+// feed, a line or paragraph separator, or an invisible character
+// (invisible). The zero-width joiner and non-joiner stay as they are
+// between two visible characters beyond ASCII, where emoji sequences,
+// Persian and the Indic scripts use them; between Latin letters or next to
+// a space they only split what looks like one word.
+func shownAsCode(runes []rune, i int) bool {
+	r := runes[i]
+	switch {
+	case unicode.Is(unicode.Bidi_Control, r), unicode.IsControl(r) && r != '\n' && r != '\t', r == '\u2028', r == '\u2029':
+		return true
+	case r == '\u200C' || r == '\u200D':
+		return i == 0 || i == len(runes)-1 || !joins(runes[i-1]) || !joins(runes[i+1])
+	}
+	return invisible(r)
+}
+
+// joins reports whether a zero-width (non-)joiner next to r may be doing
+// its work: r is visible and beyond ASCII.
+func joins(r rune) bool {
+	return r >= utf8.RuneSelf && !unicode.IsSpace(r) && !invisible(r) && !unicode.IsControl(r)
+}
+
+// invisible reports whether r draws nothing: Unicode's default-ignorable
+// code points (format characters such as U+200B ZERO WIDTH SPACE, U+2060
+// WORD JOINER, U+00AD SOFT HYPHEN, U+FEFF and the tag characters
+// U+E0000..U+E007F; the Hangul fillers; U+034F), except those that draw
+// or select a glyph: the variation selectors, and the format characters
+// that are signs spanning digits (Prepended_Concatenation_Mark, e.g.
+// U+0600 ARABIC NUMBER SIGN), interlinear annotation marks and Egyptian
+// hieroglyph format controls (UAX #44, DerivedCoreProperties.txt,
+// Default_Ignorable_Code_Point).
+func invisible(r rune) bool {
+	switch {
+	case unicode.Is(unicode.Prepended_Concatenation_Mark, r), unicode.Is(unicode.Variation_Selector, r),
+		'\uFFF9' <= r && r <= '\uFFFB', 0x13430 <= r && r <= 0x1343F:
+		return false
+	}
+	return unicode.In(r, unicode.Cf, unicode.Other_Default_Ignorable_Code_Point)
+}
+
+// Emoji tag sequences (Unicode Technical Standard #51, ED-14a: a tag base,
+// tag characters, U+E007F CANCEL TAG) draw the flags of subdivisions,
+// England's 🏴 U+1F3F4 followed by the tags of "gbeng". Only that use is
+// shown as it is: a waving black flag, 3 to 7 tags spelling a subdivision
+// id in lower-case letters and digits (CLDR's unicode_subdivision_id: a
+// region and a suffix of 1 to 4 characters), the cancel tag. Tag
+// characters anywhere else spell text no one sees.
+const (
+	flagBase  = '\U0001F3F4'
+	cancelTag = '\U000E007F'
+	minTags   = 3
+	maxTags   = 7
+)
+
+// emojiTagSequences marks the tag characters of runes that belong to a
+// subdivision flag.
+func emojiTagSequences(runes []rune) []bool {
+	in := make([]bool, len(runes))
+	for i := 0; i < len(runes); i++ {
+		if runes[i] != flagBase {
+			continue
+		}
+		j := i + 1
+		for j < len(runes) && j-i-1 < maxTags && subdivisionTag(runes[j]) {
+			j++
+		}
+		if tags := j - i - 1; tags < minTags || j == len(runes) || runes[j] != cancelTag {
+			continue
+		}
+		for k := i + 1; k <= j; k++ {
+			in[k] = true
+		}
+		i = j
+	}
+	return in
+}
+
+// subdivisionTag: a tag digit or a tag lower-case letter.
+func subdivisionTag(r rune) bool {
+	return 0xE0030 <= r && r <= 0xE0039 || 0xE0061 <= r && r <= 0xE007A
 }
 
 // money writes an amount in its currency's major unit: 150000 RUB is

@@ -1,6 +1,7 @@
 package enrollments_test
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -95,6 +96,63 @@ func TestAccountReferences(t *testing.T) {
 	require.False(t, enrollments.ValidVehicleDocument("77уа123456"), "lower case")
 	require.False(t, enrollments.ValidVehicleDocument("77УА12345"), "9 characters")
 	require.False(t, enrollments.ValidVehicleDocument("77 А123456"))
+}
+
+// An STS or a driving licence number has one spelling: spaces dropped,
+// capitals, and its letters in Cyrillic when every one is Cyrillic or
+// drawn like a Cyrillic one. A number with another Latin letter keeps it.
+func TestCanonicalVehicleDocument(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"77УА123456":        "77УА123456",
+		"77YA123456":        "77УА123456",
+		"77ya123456":        "77УА123456",
+		"77уа123456":        "77УА123456",
+		"77 УА 123456":      "77УА123456",
+		"77\u00a0YA 123456": "77УА123456",
+		"77Уa123456":        "77УА123456",
+		"77AB654321":        "77АВ654321",
+		"7712345678":        "7712345678",
+		"77 12 345678":      "7712345678",
+		"77ёж123456":        "77ЁЖ123456",
+		"ABEKMHOPCT":        "АВЕКМНОРСТ",
+		"77DA123456":        "77DA123456",
+		"77da123456":        "77DA123456",
+		"77DА123456":        "77DА123456",
+		"":                  "",
+	} {
+		got := enrollments.CanonicalVehicleDocument(in)
+		require.Equal(t, want, got, "%q", in)
+		require.Equal(t, got, enrollments.CanonicalVehicleDocument(got), "canonical twice is canonical: %q", in)
+	}
+	n := enrollments.New{Kind: enrollments.Fines, AccountRef: enrollments.AccountRef{STS: "77 ya 123456", DriverLicense: "77ab654321"}}
+	require.Equal(t, enrollments.AccountRef{STS: "77УА123456", DriverLicense: "77АВ654321"}, n.Canonical().AccountRef)
+
+	for in, want := range map[string]string{"77УА123456": "77YA123456", "77АВ654321": "77AB654321", "АВЕКМНОРСТ": "ABEKMHOPCT"} {
+		got, ok := enrollments.LatinSpelling(in)
+		require.True(t, ok, in)
+		require.Equal(t, want, got)
+		require.Equal(t, in, enrollments.CanonicalVehicleDocument(got), "the Latin spelling reads back")
+	}
+	for _, in := range []string{"7712345678", "77ДА123456", "77DA123456"} {
+		_, ok := enrollments.LatinSpelling(in)
+		require.False(t, ok, "%q has no other spelling", in)
+	}
+}
+
+// Every number accepted before numbers had one spelling (10 digits and
+// capitals, Latin or Cyrillic, in any mix) is still accepted.
+func TestVehicleDocumentsAcceptedBeforeStayAccepted(t *testing.T) {
+	t.Parallel()
+	alphabet := []rune("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZАБВГДЕЖЗИЙКЛМНОПРСТУФХЦЧШЩЪЫЬЭЮЯЁ")
+	rng := rand.New(rand.NewPCG(5, 32))
+	for range 20_000 {
+		s := make([]rune, 10)
+		for i := range s {
+			s[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		require.True(t, enrollments.ValidVehicleDocument(enrollments.CanonicalVehicleDocument(string(s))), "%q", string(s))
+	}
 }
 
 func TestNewValidateNamesEveryField(t *testing.T) {

@@ -219,3 +219,33 @@ func ListPaidTwice(ctx context.Context, db pg.DBTX, limit int) ([]PaidTwice, err
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[PaidTwice])
 }
+
+// Repeated is a customer's enrollments, not cancelled, of one account:
+// enrollments made before repeats were refused, or under two spellings of
+// one document that the migration to one spelling made equal. Support
+// cancels all but one (bills reaching each are paid once meanwhile).
+type Repeated struct {
+	CustomerID string
+	// Field names the identifier they share: els, sts or driver_license.
+	Field         string
+	EnrollmentIDs []uuid.UUID
+}
+
+// ListRepeated returns every customer's repeated enrollments (at most
+// limit groups), ordered by customer, oldest enrollment first.
+func ListRepeated(ctx context.Context, db pg.DBTX, limit int) ([]Repeated, error) {
+	rows, err := db.Query(ctx, `SELECT customer_id, field, ids FROM (
+			SELECT customer_id, 'els' AS field, array_agg(id ORDER BY created_at, id) AS ids FROM enrollments
+			WHERE els IS NOT NULL AND status <> $1 GROUP BY customer_id, kind, els HAVING count(*) > 1
+			UNION ALL
+			SELECT customer_id, 'sts', array_agg(id ORDER BY created_at, id) FROM enrollments
+			WHERE sts IS NOT NULL AND status <> $1 GROUP BY customer_id, kind, sts HAVING count(*) > 1
+			UNION ALL
+			SELECT customer_id, 'driver_license', array_agg(id ORDER BY created_at, id) FROM enrollments
+			WHERE driver_license IS NOT NULL AND status <> $1 GROUP BY customer_id, kind, driver_license HAVING count(*) > 1
+		) r ORDER BY customer_id, field, ids[1] LIMIT $2`, string(Cancelled), limit)
+	if err != nil {
+		return nil, fmt.Errorf("repeated enrollments: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[Repeated])
+}

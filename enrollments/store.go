@@ -158,12 +158,12 @@ func (st *Store) List(ctx context.Context, db pg.DBTX, p ListParams) ([]Enrollme
 }
 
 // ByAccount returns the enrollments of kind that a bill source's account
-// matches (any of the given identifiers), cancelled ones included. An ELS
-// is matched in its canonical spelling.
+// matches (any of the given identifiers), cancelled ones included. Every
+// identifier is matched in its canonical spelling (AccountRef.Canonical):
+// a fine a source filed under 77YA123456 reaches the enrollment of
+// 77УА123456.
 func (st *Store) ByAccount(ctx context.Context, db pg.DBTX, kind Kind, ref AccountRef) ([]Enrollment, error) {
-	if c, problem := CanonicalELS(ref.ELS); problem == "" {
-		ref.ELS = c
-	}
+	ref = ref.Canonical()
 	return collect(db.Query(ctx, `SELECT `+columns+` FROM enrollments
 		WHERE kind = $1 AND (els = $2 OR sts = $3 OR driver_license = $4) ORDER BY id`,
 		kind, nullable(ref.ELS), nullable(ref.STS), nullable(ref.DriverLicense)))

@@ -38,14 +38,23 @@ type New struct {
 	Metadata      map[string]string
 }
 
-// Canonical is n with its account written as the bill sources write it
-// (a housing ELS in Cyrillic capitals, see CanonicalELS); an ELS that is
-// none is left as it is, for Validate to refuse.
+// Canonical is n with its account written in its one spelling: a housing
+// ELS in Cyrillic capitals (see CanonicalELS), an STS and a driving
+// licence as CanonicalVehicleDocument writes them. An ELS that is none is
+// left as it is, for Validate to refuse.
 func (n New) Canonical() New {
-	if c, problem := CanonicalELS(n.AccountRef.ELS); problem == "" {
-		n.AccountRef.ELS = c
-	}
+	n.AccountRef = n.AccountRef.Canonical()
 	return n
+}
+
+// Canonical is ref in the spelling rebill stores and matches accounts in.
+func (ref AccountRef) Canonical() AccountRef {
+	if c, problem := CanonicalELS(ref.ELS); problem == "" {
+		ref.ELS = c
+	}
+	ref.STS = CanonicalVehicleDocument(ref.STS)
+	ref.DriverLicense = CanonicalVehicleDocument(ref.DriverLicense)
+	return ref
 }
 
 // Validate checks an enrollment to create at now, naming every field at
@@ -70,10 +79,11 @@ func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 			errs.Add("account_ref", `must be an object with "sts" and/or "driver_license"`)
 		}
 		if ref.STS != "" && !ValidVehicleDocument(ref.STS) {
-			errs.Add("account_ref.sts", "must be 10 characters: digits and capital letters (Cyrillic or Latin), e.g. 77УА123456")
+			errs.Add("account_ref.sts", "must be 10 characters, spaces aside: digits and letters (Cyrillic or Latin), e.g. 77УА123456")
 		}
 		if ref.DriverLicense != "" && !ValidVehicleDocument(ref.DriverLicense) {
-			errs.Add("account_ref.driver_license", "must be 10 characters: digits and capital letters (Cyrillic or Latin), e.g. 7712345678")
+			errs.Add("account_ref.driver_license", "must be 10 characters, spaces aside: digits and letters (Cyrillic or Latin), "+
+				"e.g. 7712345678 or 77АВ123456")
 		}
 		if n.PayDay != 0 {
 			errs.Add("pay_day", "applies to housing only: fines are paid on arrival")
@@ -169,9 +179,90 @@ func ValidELS(s string) bool {
 	return problem == "" && c == s
 }
 
-// ValidVehicleDocument reports whether s may be an STS or a driving
-// licence number: 10 characters, digits and capital letters, Cyrillic
-// ones too (the series of both documents are written in Cyrillic).
+// CanonicalVehicleDocument writes the number of a vehicle registration
+// certificate (STS) or a driving licence in its one spelling, so that one
+// document is one account however it was typed: without spaces, letters in
+// capitals, and, when every letter is Cyrillic or a Latin capital drawn
+// exactly like a Cyrillic one (A B E K M H O P C T X Y, latinTwins), all
+// in Cyrillic.
+//
+// Both documents carry the region's two digits, a series and a number: an
+// STS "77 УА 123456" (two digits, two letters, six digits; forms with an
+// all-digit series exist too, unverified in a primary source), a driving
+// licence issued before 1 March 2011 "77 АВ 123456" (the region's code, a
+// two-letter series each region sets, a six-digit number: the rules for
+// filling in that form, consultant.ru/document/cons_doc_LAW_9329), one
+// issued since (MVD order 365 of 13 May 2009, issued from 1 March 2011:
+// 1tv.ru/news/social/171810) ten digits, series and number. Their letters
+// are Cyrillic; number plates use only the twelve Cyrillic letters drawn
+// like Latin ones (zakon-auto.ru/info/svidetelstvo-registraciy-ts.php),
+// and a series typed on a Latin keyboard uses the same look-alikes, so a
+// Latin twin means its Cyrillic letter: 77YA123456 is 77УА123456. A value
+// with a Latin letter that has no Cyrillic twin is no Russian document
+// and is kept as it is (ValidVehicleDocument judges it).
+func CanonicalVehicleDocument(s string) string {
+	if s == "" {
+		return s
+	}
+	out := make([]rune, 0, len(s))
+	twins := true
+	for _, r := range s {
+		switch {
+		case unicode.IsSpace(r):
+			continue
+		case 'a' <= r && r <= 'z', 'а' <= r && r <= 'я', r == 'ё':
+			r = unicode.ToUpper(r)
+		}
+		if 'A' <= r && r <= 'Z' {
+			_, ok := latinTwins[r]
+			twins = twins && ok
+		}
+		out = append(out, r)
+	}
+	if twins {
+		for i, r := range out {
+			if twin, ok := latinTwins[r]; ok {
+				out[i] = twin
+			}
+		}
+	}
+	return string(out)
+}
+
+// LatinSpelling is a canonical STS or driving licence number written with
+// the Latin twins of its Cyrillic letters, and whether it has one (every
+// letter has a twin, and there is at least one letter): the spelling a
+// bill source may have filed bills under.
+func LatinSpelling(canonical string) (string, bool) {
+	out := []rune(canonical)
+	letters := 0
+	for i, r := range out {
+		if '0' <= r && r <= '9' {
+			continue
+		}
+		latin, ok := cyrillicTwins[r]
+		if !ok {
+			return "", false
+		}
+		out[i] = latin
+		letters++
+	}
+	return string(out), letters > 0
+}
+
+// cyrillicTwins is latinTwins the other way.
+var cyrillicTwins = func() map[rune]rune {
+	m := make(map[rune]rune, len(latinTwins))
+	for latin, cyrillic := range latinTwins {
+		m[cyrillic] = latin
+	}
+	return m
+}()
+
+// ValidVehicleDocument reports whether s, canonical (see
+// CanonicalVehicleDocument), may be an STS or a driving licence number:
+// 10 characters, digits and capital letters, Cyrillic ones too (the series
+// of both documents are written in Cyrillic).
 func ValidVehicleDocument(s string) bool {
 	if utf8.RuneCountInString(s) != refLength || !utf8.ValidString(s) {
 		return false

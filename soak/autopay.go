@@ -108,8 +108,16 @@ func ELS(n int) string {
 	return fmt.Sprintf("%02d%c%c%06d", 10+n%90, letters[n%len(letters)], letters[(n/7)%len(letters)], (n*7919)%1000000)
 }
 
-// STS returns a vehicle registration certificate number.
-func STS(n int) string { return fmt.Sprintf("77УА%06d", n) }
+// STS returns a vehicle registration certificate number, its series
+// written with the Latin look-alikes of Cyrillic letters (77YA000001, as a
+// Latin keyboard types 77УА000001): rebill stores it in Cyrillic, a
+// customer enrolling it again in Cyrillic gets 409, and the simulated
+// source files its fines under the Latin spelling, which must reach the
+// enrollment.
+func STS(n int) string {
+	letters := "ABEKMHOPCTXY"
+	return fmt.Sprintf("77%c%c%06d", letters[n%len(letters)], letters[(n/5)%len(letters)], n)
+}
 
 // autopay chooses an autopay step, or returns s unchanged (Kind "") when
 // none fits.

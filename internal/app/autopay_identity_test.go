@@ -71,6 +71,45 @@ func TestSameAccountEnrolledTwiceIsRefused(t *testing.T) {
 	require.NotEqual(t, first["id"], again["id"])
 }
 
+// A vehicle's STS and a driving licence have one spelling, as an ELS has:
+// typed with Latin look-alikes, in lower case or with spaces, they are
+// stored and echoed in Cyrillic capitals, and the same customer enrolling
+// the same car in the other spelling gets 409 enrollment-exists naming the
+// first enrollment. A fine the source filed under the Latin spelling
+// reaches the enrollment and is paid.
+func TestVehicleDocumentSpellingsAreOneEnrollment(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	start := b.autopayStart(t)
+	pm := map[string]any{"gateway": "sim1", "token": "tok_ok", "exp_month": 12, "exp_year": 2035}
+	body := func(ref map[string]any) map[string]any {
+		return map[string]any{"customer_id": "cust-car", "kind": "fines", "account_ref": ref, "currency": "RUB",
+			"max_amount": 500000, "payment_method": pm}
+	}
+	status, _, first := b.callNodeAs(t, 0, adminKey, http.MethodPost, "/v1/enrollments", "car-1",
+		body(map[string]any{"sts": "77 ya 123456", "driver_license": "77AB654321"}))
+	require.Equal(t, http.StatusCreated, status, "%v", first)
+	require.Equal(t, map[string]any{"sts": "77УА123456", "driver_license": "77АВ654321"}, first["account_ref"])
+
+	for i, ref := range []map[string]any{{"sts": "77УА123456"}, {"sts": "77YA123456"}, {"driver_license": "77АВ654321"}} {
+		status, _, exists := b.callNodeAs(t, 0, adminKey, http.MethodPost, "/v1/enrollments", fmt.Sprintf("car-again-%d", i), body(ref))
+		require.Equal(t, http.StatusConflict, status, "%v: %v", ref, exists)
+		require.Equal(t, "https://rebill.dev/problems/enrollment-exists", exists["type"])
+		require.Equal(t, first["id"], exists["enrollment_id"], "%v", ref)
+	}
+
+	enr := first["id"].(string)
+	id := uin(7)
+	published := map[string]any{"account_ref": map[string]any{"sts": "77YA123456"}}
+	for k, v := range fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09") {
+		published[k] = v
+	}
+	status, out := b.callStatus(t, http.MethodPost, "/v1/dev/bill-sources/fines/bills", published)
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	b.waitBill(t, enr, id, "paid")
+	require.Equal(t, []int64{50000}, captured(b.ledger(t, "sim1"), enr+":"+id))
+}
+
 // Two customers enrol the same car; the fine is pushed to both copies at
 // once, many times over. The gateway sees exactly one authorize and one
 // capture; the other copy is a duplicate that shows the customer only

@@ -280,7 +280,7 @@ var variables = []variable{
 		durationInto(func(c *Config) *time.Duration { return &c.InspectHoldWarn })},
 	{"REBILL_RECONCILE_DAYS", "7", "finished UTC days back that the daily reconciliation catches up",
 		intInto(func(c *Config) *int { return &c.ReconcileDays })},
-	{"REBILL_VELOCITY_CREATIONS_PER_HOUR", "20", "subscriptions a customer key may create per clock hour (service clock; 0: no limit); over it: 429 velocity-limit",
+	{"REBILL_VELOCITY_CREATIONS_PER_HOUR", "20", "subscriptions and enrollments a customer key may create per clock hour, counted together (service clock; 0: no limit); over it: 429 velocity-limit",
 		countInto(func(c *Config) *int { return &c.VelocityCreationsPerHour })},
 	{"REBILL_VELOCITY_CARD_CHANGES_PER_DAY", "10", "payment-method changes a customer key may make per UTC day (the card given at creation and the same card again do not count; 0: no limit)",
 		countInto(func(c *Config) *int { return &c.VelocityCardChangesPerDay })},

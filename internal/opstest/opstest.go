@@ -48,14 +48,16 @@ func Subscription(t testing.TB, pool *pgxpool.Pool, gw string, at time.Time) uui
 }
 
 // Enrollment inserts an active housing enrollment paying with a card on
-// gateway gw and returns its id.
+// gateway gw and returns its id. Every one is of the same account, each of
+// its own customer (one customer's second would be a repeat the audit
+// lists).
 func Enrollment(t testing.TB, pool *pgxpool.Pool, gw string, at time.Time) uuid.UUID {
 	t.Helper()
 	id := uuid.New()
 	_, err := pool.Exec(context.Background(), `INSERT INTO enrollments (id, customer_id, kind, els, status, currency, max_amount,
 			pm_gateway, pm_token, pm_exp_month, pm_exp_year, created_at, updated_at)
-		VALUES ($1, 'cust-ops', $4, '75AB533315', $5, 'RUB', 1000000, $2, 'tok_ok', 12, 2030, $3, $3)`,
-		id, gw, at, enrollments.Housing, enrollments.Active)
+		VALUES ($1, $6, $4, '75AB533315', $5, 'RUB', 1000000, $2, 'tok_ok', 12, 2030, $3, $3)`,
+		id, gw, at, enrollments.Housing, enrollments.Active, "cust-ops-"+id.String()[:8])
 	require.NoError(t, err)
 	return id
 }

@@ -3,6 +3,7 @@ package validate
 import (
 	"bytes"
 	"encoding/json"
+	"html"
 	"io"
 	"maps"
 	"net/url"
@@ -21,23 +22,28 @@ import (
 // People paste card numbers in many shapes, and ordinary text is full of
 // long digit strings, so the search is narrow on purpose:
 //
-//  1. s is normalised: every Unicode decimal digit (full-width, Arabic-Indic,
-//     Devanagari, mathematical...) becomes its ASCII digit; zero-width and
-//     other invisible characters (format characters, combining and
-//     enclosing marks, Hangul fillers) are dropped; Unicode spaces become
-//     ' ', dashes '-', full-width ASCII its ASCII form, any other letter a
-//     letter that is no hex digit. UUIDs are then masked.
+//  1. s is normalised: percent-encoded bytes ("%20") and HTML character
+//     references ("&#32;", "&#x20;", "&nbsp;") are decoded, so that text
+//     pasted from a URL or a web page reads as it is shown; every Unicode
+//     decimal digit (full-width, Arabic-Indic, Devanagari, mathematical...)
+//     becomes its ASCII digit; zero-width and other invisible characters
+//     (format characters, combining and enclosing marks, Hangul fillers)
+//     are dropped; Unicode spaces become ' ', dashes '-', full-width ASCII
+//     its ASCII form, any other letter a letter that is no hex digit.
+//     UUIDs are then masked.
 //  2. A candidate is either digit groups joined by one separator used
-//     consistently (1 to 3 characters, none a letter or digit: ".", "/",
-//     "_", "  ", "\n", " - ") in a card layout, 4-4-4-4, 4-4-4-4-3, 4-6-5 or
-//     4-6-4, the chain of groups being exactly that long; or an unbroken
-//     run of exactly 13 to 19 digits. A longer run (a payment UIN, a
-//     20-digit bank account) is not a candidate, nor is a longer chain (an
-//     account number in groups of four). A run glued to letters
-//     ("card4242…", "…4242x") is a candidate unless the glued token is a
-//     known identifier shape: hex only (digests) or a ULID. A run after "+"
-//     of at most 15 digits is an E.164 phone number, and a run joined by a
-//     dot to more digits is part of a decimal number.
+//     consistently (1 to maxSeparator characters, none a letter or digit:
+//     ".", "/", "_", "  ", "\n", " - ", " -- ", "----") in a card layout,
+//     4-4-4-4, 4-4-4-4-3, 4-6-5 or 4-6-4, the chain of groups being
+//     exactly that long; or an unbroken run of exactly 13 to 19 digits. A
+//     longer run (a payment UIN, a 20-digit bank account) is not a
+//     candidate, nor is a longer chain (an account number in groups of
+//     four). A run glued to letters ("card4242…", "…4242x") is a candidate
+//     unless the glued token is a known identifier shape: a hex digest
+//     (hex only, at least 32 characters) or a ULID ([isULID]). A run after
+//     "+" of at most 15 digits is an E.164 phone number, and a run after a
+//     dot that follows a digit is the fraction of a decimal number (the
+//     integer part of "4111111111111111.5" is a candidate).
 //  3. A candidate is refused only if it passes the Luhn check and its first
 //     digits are in a card network's issuer range ([issuerRanges]). A random
 //     digit string passes Luhn one time in ten, and the prefix test removes
@@ -48,7 +54,19 @@ import (
 // other 13..19-digit number that happens to pass Luhn and start like a card
 // (about one in twenty such numbers that start with 4, 5 or 6) is refused.
 func LooksLikeCardNumber(s string) bool {
-	return scanCards(maskUUIDs(normalizeDigits(s)))
+	return scanCards(maskUUIDs(normalize(s)))
+}
+
+// normalize is step 1 of LooksLikeCardNumber. Invisible characters are
+// dropped before escapes are decoded, so that one inside "%20" or
+// "&nbsp;" hides nothing, and what the escapes decode to is normalised in
+// turn.
+func normalize(s string) string {
+	t := normalizeDigits(s)
+	if d := decodeEscapes(t); d != t {
+		return normalizeDigits(d)
+	}
+	return t
 }
 
 // issuerRange is a range of the first four digits of card numbers that a
@@ -86,9 +104,11 @@ var issuerRanges = []issuerRange{
 // cardLayouts are the groupings in which card numbers are printed and typed.
 var cardLayouts = [][]int{{4, 4, 4, 4}, {4, 4, 4, 4, 3}, {4, 6, 5}, {4, 6, 4}}
 
-// maxSeparator is the longest string accepted between two groups: "\r\n",
-// a double space, " - ".
-const maxSeparator = 3
+// maxSeparator is the longest string, in bytes, accepted between two
+// groups: "\r\n", a double space, " - ", " -- ", "\r\n\r\n", a row of
+// dashes. A chain whose gaps differ is no card layout, so a longer bound
+// adds only rows of exactly four 4-digit numbers spaced alike.
+const maxSeparator = 8
 
 // issued reports whether digits (at least 4) start in a network's range.
 func issued(digits string) bool {
@@ -227,11 +247,11 @@ func unbrokenCandidate(t string, run span, memo *tokenMemo) bool {
 	if n < 13 || n > 19 {
 		return false
 	}
-	before, after := at(t, run.start-1), at(t, run.end)
+	before := at(t, run.start-1)
 	switch {
 	case before == '+' && n <= 15: // E.164: at most 15 digits
 		return false
-	case before == '.' && isDigit(at(t, run.start-2)), after == '.' && isDigit(at(t, run.end+1)):
+	case before == '.' && isDigit(at(t, run.start-2)): // a decimal fraction
 		return false
 	case memo.start <= run.start && run.end <= memo.end:
 		if memo.known {
@@ -249,8 +269,9 @@ func unbrokenCandidate(t string, run span, memo *tokenMemo) bool {
 }
 
 // knownIdentifier reports whether the run of digits is glued to letters in
-// a token that has a known identifier shape: hex only (a digest, a trace
-// id) or a ULID. A run not glued to letters is no part of an identifier.
+// a token that has a known identifier shape: a hex digest (a SHA or MD5
+// sum, a trace id) or a ULID. A run not glued to letters is no part of an
+// identifier.
 func knownIdentifier(t string, run span) bool {
 	_, _, known := identifierToken(t, run)
 	return known
@@ -270,10 +291,21 @@ func identifierToken(t string, run span) (start, end int, known bool) {
 		end++
 	}
 	token := t[start:end]
-	return start, end, hexOnly(token) || isULID(token)
+	return start, end, isDigest(token) || isULID(token)
 }
 
-func hexOnly(s string) bool {
+// minDigest is the length of the shortest hex digest exempted: MD5 and a
+// W3C trace id. Among random hex characters (ten digits in sixteen) a run
+// of 13 digits is common, which is why digests need the exemption; a
+// shorter hex token ("a4111…", "…1111f", "abc4111…") is a card number with
+// a letter or three glued to it, and is not exempted.
+const minDigest = 32
+
+// isDigest: only hex digits, at least minDigest of them.
+func isDigest(s string) bool {
+	if len(s) < minDigest {
+		return false
+	}
 	for i := range len(s) {
 		if !isHex(s[i]) {
 			return false
@@ -282,22 +314,43 @@ func hexOnly(s string) bool {
 	return true
 }
 
-// isULID: 26 characters of Crockford's base32 (no I, L, O, U), the first
-// at most 7 so that the 128 bits fit.
+// ulidTimeLimit bounds the time a ULID's first 10 characters encode (48
+// bits of Unix milliseconds): 2100-01-01. ULIDs are made at the time they
+// are made, so their first characters are "00" to "03" this century; a
+// token of the shape whose time lies further ahead ("4111111111111111"
+// followed by ten capitals, year 6400) is a card number with letters glued
+// to it.
+const ulidTimeLimit = 4_102_444_800_000
+
+// crockford maps an upper-case character of Crockford's base32 to its
+// value, -1 for none (I, L, O and U are not used).
+func crockford(c byte) int {
+	const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+	return strings.IndexByte(alphabet, c)
+}
+
+// isULID reports whether s is a ULID as ULID generators make them (the
+// spec: github.com/ulid/spec): 26 characters of Crockford's base32, either
+// case, whose time, the first 10 characters, is before ulidTimeLimit.
 func isULID(s string) bool {
-	if len(s) != 26 || s[0] < '0' || s[0] > '7' {
+	if len(s) != 26 {
 		return false
 	}
+	var ms uint64
 	for i := range len(s) {
 		c := s[i]
 		if 'a' <= c && c <= 'z' {
 			c -= 'a' - 'A'
 		}
-		if !isDigit(c) && !('A' <= c && c <= 'Z') || c == 'I' || c == 'L' || c == 'O' || c == 'U' {
+		v := crockford(c)
+		if v < 0 {
 			return false
 		}
+		if i < 10 {
+			ms = ms<<5 | uint64(v)
+		}
 	}
-	return true
+	return ms < ulidTimeLimit
 }
 
 // at returns s[i], or 0 outside s.
@@ -326,6 +379,41 @@ func luhn(digits []byte) bool {
 		sum += d
 	}
 	return sum%10 == 0
+}
+
+// decodeEscapes decodes what a pasted text may carry encoded: every "%XX"
+// (two hex digits) of URL encoding, then HTML's character references
+// (html.UnescapeString: "&#32;", "&#x2D;", "&nbsp;", "&ndash;", ...). Other
+// '%' and '&' stay as they are. s is returned as it is when it holds
+// neither.
+func decodeEscapes(s string) string {
+	pct, amp := strings.IndexByte(s, '%') >= 0, strings.IndexByte(s, '&') >= 0
+	if !pct && !amp {
+		return s
+	}
+	if pct {
+		b := make([]byte, 0, len(s))
+		for i := 0; i < len(s); i++ {
+			if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+				b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
+				i += 2
+				continue
+			}
+			b = append(b, s[i])
+		}
+		s = string(b)
+	}
+	return html.UnescapeString(s)
+}
+
+func unhex(c byte) byte {
+	switch {
+	case isDigit(c):
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
 }
 
 // normalizeDigits returns s as scanCards reads it (see LooksLikeCardNumber,
@@ -439,15 +527,15 @@ func isUUID(s string) bool {
 // mayHoldCardNumber reports whether body may hold a candidate in any of its
 // tokens. A candidate needs at least 13 digits with no letter between them
 // and at most maxSeparator other characters between two of them; a
-// backslash may hide digits behind escapes, and a byte beyond ASCII may be
-// a digit of another script or an invisible character. Without any of
-// these no token can be flagged. Most bodies skip the token-by-token
+// backslash, '%' or '&' may hide digits and separators behind escapes, and
+// a byte beyond ASCII may be a digit of another script or an invisible
+// character. Without any of these no token can be flagged. Most bodies skip the token-by-token
 // search, which costs as much as decoding the body.
 func mayHoldCardNumber(body []byte) bool {
 	digits, gap := 0, 0
 	for _, c := range body {
 		switch {
-		case c == '\\' || c >= utf8.RuneSelf:
+		case c == '\\' || c == '%' || c == '&' || c >= utf8.RuneSelf:
 			return true
 		case isDigit(c):
 			if digits++; digits >= 13 {
