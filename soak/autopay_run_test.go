@@ -78,6 +78,12 @@ func (r *runner) runAutopay(step soak.Step) {
 		if step.LoseResponse != nil {
 			body["lose_response"] = *step.LoseResponse
 		}
+		if step.Processing != nil {
+			body["processing"] = *step.Processing
+		}
+		if step.AnnulUnanswered != nil {
+			body["annul_unanswered"] = *step.AnnulUnanswered
+		}
 		a, ok = r.request(step.Node, http.MethodPost, "/v1/dev/registry/"+step.Gateway+"/faults", r.idem(step, ""), body, 60*time.Second)
 	case soak.KindPaidElsewhere:
 		a, ok = r.post(step, "/v1/dev/registry/paid", map[string]any{"uin": step.BillID, "amount": step.PaidAmount})
@@ -235,10 +241,11 @@ func (r *runner) collectBills(d *soak.Data) *billcheck.Data {
 		return err
 	})
 	keys := map[string]bool{}
-	q(`SELECT id::text, enrollment_id::text, period_key, status, attempt_count, attempt_times, updated_at FROM charges
+	q(`SELECT id::text, enrollment_id::text, period_key, status, attempt_count, attempt_times, updated_at,
+			hold_released_at IS NOT NULL FROM charges
 		WHERE enrollment_id IS NOT NULL ORDER BY id`, func(row interface{ Scan(...any) error }) error {
 		var c billcheck.Charge
-		err := row.Scan(&c.ID, &c.EnrollmentID, &c.BillID, &c.Status, &c.AttemptCount, &c.AttemptTimes, &c.UpdatedAt)
+		err := row.Scan(&c.ID, &c.EnrollmentID, &c.BillID, &c.Status, &c.AttemptCount, &c.AttemptTimes, &c.UpdatedAt, &c.HoldReleased)
 		b.Charges = append(b.Charges, c)
 		keys[c.Key()] = true
 		return err
