@@ -292,7 +292,7 @@ func (p *Poster) annulOlder(ctx context.Context, ps posting) error {
 		return fmt.Errorf("older postings: %w", err)
 	}
 	for _, id := range ids {
-		if err := p.annul(ctx, id, StatusAccepted); err != nil {
+		if err := p.annul(ctx, id, StatusAccepted, ""); err != nil {
 			return err
 		}
 	}
@@ -300,8 +300,8 @@ func (p *Poster) annulOlder(ctx context.Context, ps posting) error {
 }
 
 // annul annuls a posting the registry accepted, from status from, and
-// records it once the registry confirms it.
-func (p *Poster) annul(ctx context.Context, paymentID string, from PostingStatus) error {
+// records it once the registry confirms it, with note as its last error.
+func (p *Poster) annul(ctx context.Context, paymentID string, from PostingStatus, note string) error {
 	defer metrics.TimeStage("annulment")()
 	_, err := p.Gateways.Annul(ctx, paymentID)
 	if errors.Is(err, ErrUnknownOutcome) {
@@ -315,7 +315,7 @@ func (p *Poster) annul(ctx context.Context, paymentID string, from PostingStatus
 		return fmt.Errorf("annul %s: %w", paymentID, err)
 	}
 	metrics.StageRuns.WithLabelValues("annulment", "annulled").Inc()
-	_, err = move(ctx, p.Pool, paymentID, []PostingStatus{from}, StatusAnnulled, "", "", p.Clock.Now())
+	_, err = move(ctx, p.Pool, paymentID, []PostingStatus{from}, StatusAnnulled, "", note, p.Clock.Now())
 	return err
 }
 
@@ -542,9 +542,9 @@ func (p *Poster) askAbandoned(ctx context.Context, ps posting) error {
 	case !found:
 		to, note = StatusFailed, "abandoned, and the registry holds no such payment: it is not posted again"
 	case annulled:
-		to = StatusAnnulled
+		to, note = StatusAnnulled, "abandoned, then found annulled at the registry"
 	default:
-		if err := p.annul(ctx, ps.PaymentID, StatusAbandoned); err != nil {
+		if err := p.annul(ctx, ps.PaymentID, StatusAbandoned, "abandoned, then found accepted at the registry: annulled there"); err != nil {
 			return p.stillAbandoned(ps, now, err)
 		}
 		metrics.StageRuns.WithLabelValues("posting", "abandoned_annulled").Inc()
@@ -612,7 +612,7 @@ func (w *AnnulWorker) Work(ctx context.Context, job *river.Job[AnnulArgs]) error
 	if err != nil || ps.Status != StatusAccepted {
 		return err
 	}
-	return w.Poster.annul(ctx, ps.PaymentID, StatusAccepted)
+	return w.Poster.annul(ctx, ps.PaymentID, StatusAccepted, "")
 }
 
 // SweepArgs finds the accepted postings whose money was not captured.

@@ -383,6 +383,20 @@ func fineCounts(fines []soak.Fine) map[string]int {
 	return out
 }
 
+// postingCounts is how often a schedule's registry faults made rebill
+// abandon a posting (and settle it: annulled or failed on the registry's
+// word) or find a payment annulled at the registry, for its summary.
+func (r *runner) postingCounts() map[string]int {
+	var abandoned, settled, foundAnnulled int
+	if err := r.db.QueryRow(r.ctx, `SELECT count(*) FILTER (WHERE status = 'abandoned'),
+			count(*) FILTER (WHERE last_error LIKE 'abandoned%'),
+			count(*) FILTER (WHERE status = 'annulled' AND last_error LIKE '%registry holds the payment annulled%')
+		FROM registry_postings`).Scan(&abandoned, &settled, &foundAnnulled); err != nil {
+		r.t.Errorf("count postings: %v", err)
+	}
+	return map[string]int{"abandoned_left": abandoned, "abandoned_settled": settled, "found_annulled": foundAnnulled}
+}
+
 // billCounts is how much autopay a schedule did, for its summary.
 func billCounts(b *billcheck.Data) map[string]any {
 	statuses := map[string]int{}

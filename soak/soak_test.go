@@ -293,6 +293,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		"coverage":               cov, "violations": len(violations), "kinds": r.counts, "node_kills": r.kills,
 		"clock_moves": len(r.obs.ClockMoves), "dev_days": d.Now.Sub(clock.Now).Hours() / 24, "notes": r.notes,
 		"autopay": billCounts(bills), "clock_moves_at_bills": r.clockTargets, "paid_elsewhere": fineCounts(d.Fines),
+		"registry_postings":         r.postingCounts(),
 		"charges_in_treatment_arms": treated,
 	}
 	line, _ := json.Marshal(summary)
