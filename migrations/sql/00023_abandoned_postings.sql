@@ -1,13 +1,12 @@
 -- +goose Up
 -- A registry posting may be abandoned: sent, its fate at the registry
 -- unknown, its money released. Its job keeps asking the registry until it
--- is annulled or failed (package gisgmp). The status check is replaced
--- NOT VALID and then validated, so that the table is not locked against
--- writes while its rows are checked.
-ALTER TABLE registry_postings DROP CONSTRAINT registry_postings_status_check;
-ALTER TABLE registry_postings ADD CONSTRAINT registry_postings_status_check
-    CHECK (status IN ('posting', 'accepted', 'abandoned', 'failed', 'cancelled', 'annulled')) NOT VALID;
-ALTER TABLE registry_postings VALIDATE CONSTRAINT registry_postings_status_check;
+-- is annulled or failed (package gisgmp). Replacing the status check reads
+-- registry_postings (one row per attempt of a fine) under the table's
+-- lock, in the migration's transaction.
+ALTER TABLE registry_postings DROP CONSTRAINT registry_postings_status_check,
+    ADD CONSTRAINT registry_postings_status_check
+    CHECK (status IN ('posting', 'accepted', 'abandoned', 'failed', 'cancelled', 'annulled'));
 
 -- The registry sweep counts the abandoned postings, and those abandoned
 -- longer than REBILL_UNAVAILABLE_FOR, for the alert: only they enter this
@@ -36,7 +35,8 @@ UPDATE dev_registry_ledger SET status = 'accepted' WHERE status = 'processing';
 ALTER TABLE dev_registry_ledger DROP CONSTRAINT dev_registry_ledger_status_check;
 ALTER TABLE dev_registry_ledger ADD CONSTRAINT dev_registry_ledger_status_check CHECK (status IN ('accepted', 'annulled'));
 DROP INDEX registry_postings_abandoned_idx;
-UPDATE registry_postings SET status = 'failed' WHERE status = 'abandoned';
+-- Open again, so that the older code settles them by asking the registry.
+UPDATE registry_postings SET status = 'posting' WHERE status = 'abandoned';
 ALTER TABLE registry_postings DROP CONSTRAINT registry_postings_status_check;
 ALTER TABLE registry_postings ADD CONSTRAINT registry_postings_status_check
     CHECK (status IN ('posting', 'accepted', 'failed', 'cancelled', 'annulled'));
