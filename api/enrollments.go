@@ -160,6 +160,9 @@ func (s *Server) registryFaults(w http.ResponseWriter, r *http.Request) {
 	if patch.ErrorRate != nil && (*patch.ErrorRate < 0 || *patch.ErrorRate > 1) {
 		errs.Add("error_rate", "must be between 0 and 1")
 	}
+	if patch.Processing != nil && (*patch.Processing < 0 || *patch.Processing > 1000) {
+		errs.Add("processing", "must be 0..1000")
+	}
 	if err := errs.Err(); err != nil {
 		s.fail(w, r, err)
 		return

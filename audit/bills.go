@@ -98,7 +98,7 @@ func BillData(ctx context.Context, db pg.DBTX, gateways []gateway.Gateway, from,
 		chargeIDs = append(chargeIDs, c.ID)
 		d.Charges = append(d.Charges, billcheck.Charge{ID: c.ID.String(), EnrollmentID: c.EnrollmentID.String(), BillID: c.PeriodKey,
 			Status: string(c.Status), AttemptCount: c.AttemptCount, AttemptTimes: c.AttemptTimes, UpdatedAt: c.UpdatedAt,
-			PaidOutside: c.PaidOutside})
+			PaidOutside: c.PaidOutside, HoldReleased: c.HoldReleasedAt != nil})
 		g := byName[c.Gateway]
 		if g == nil {
 			continue

@@ -770,8 +770,9 @@ func (e ReconciliationStatus) Valid() bool {
 
 // Defines values for RegistryLedgerEntryStatus.
 const (
-	Accepted RegistryLedgerEntryStatus = "accepted"
-	Annulled RegistryLedgerEntryStatus = "annulled"
+	Accepted   RegistryLedgerEntryStatus = "accepted"
+	Annulled   RegistryLedgerEntryStatus = "annulled"
+	Processing RegistryLedgerEntryStatus = "processing"
 )
 
 // Valid indicates whether the value is a known member of the RegistryLedgerEntryStatus enum.
@@ -780,6 +781,8 @@ func (e RegistryLedgerEntryStatus) Valid() bool {
 	case Accepted:
 		return true
 	case Annulled:
+		return true
+	case Processing:
 		return true
 	default:
 		return false
@@ -2032,20 +2035,27 @@ type Redelivery struct {
 
 // RegistryFaults defines model for RegistryFaults.
 type RegistryFaults struct {
-	Down      bool    `json:"down"`
-	ErrorRate float32 `json:"error_rate"`
-	LatencyMs int     `json:"latency_ms"`
+	// AnnulUnanswered A payment whose acceptance this gateway did not answer (its post's answer lost, or its processing ending on a later look) is annulled at the registry at once: the look-up or the replay that follows answers it annulled, and rebill must not capture it.
+	AnnulUnanswered bool    `json:"annul_unanswered"`
+	Down            bool    `json:"down"`
+	ErrorRate       float32 `json:"error_rate"`
+	LatencyMs       int     `json:"latency_ms"`
 
 	// LoseResponse Every posting and annulment is carried out, but its answer is lost (the caller times out); look-ups answer normally.
 	LoseResponse bool `json:"lose_response"`
+
+	// Processing How many looks (the post itself, its replays and look-ups) a payment posted through this gateway meanwhile answers "still processing" (a pending answer, like HTTP 202) to before it is accepted. A payment still processing is not listed in quittances and cannot be annulled yet: an annulment of it answers "still processing" and does nothing.
+	Processing int `json:"processing"`
 }
 
 // RegistryFaultsUpdate Partial update: omitted fields keep their current value.
 type RegistryFaultsUpdate struct {
-	Down         *bool    `json:"down,omitempty"`
-	ErrorRate    *float32 `json:"error_rate,omitempty"`
-	LatencyMs    *int     `json:"latency_ms,omitempty"`
-	LoseResponse *bool    `json:"lose_response,omitempty"`
+	AnnulUnanswered *bool    `json:"annul_unanswered,omitempty"`
+	Down            *bool    `json:"down,omitempty"`
+	ErrorRate       *float32 `json:"error_rate,omitempty"`
+	LatencyMs       *int     `json:"latency_ms,omitempty"`
+	LoseResponse    *bool    `json:"lose_response,omitempty"`
+	Processing      *int     `json:"processing,omitempty"`
 }
 
 // RegistryLedger defines model for RegistryLedger.
@@ -2066,12 +2076,14 @@ type RegistryLedgerEntry struct {
 	Gateway string `json:"gateway"`
 
 	// PaymentId Rebill's: derived from the charge's key, the attempt and its amount (a retry is a replay, a new attempt or amount a new payment). A payment made outside rebill has one of its own.
-	PaymentId string                    `json:"payment_id"`
-	Status    RegistryLedgerEntryStatus `json:"status"`
-	Uin       string                    `json:"uin"`
+	PaymentId string `json:"payment_id"`
+
+	// Status `processing` until the registry finishes with it (fault `processing`).
+	Status RegistryLedgerEntryStatus `json:"status"`
+	Uin    string                    `json:"uin"`
 }
 
-// RegistryLedgerEntryStatus defines model for RegistryLedgerEntry.Status.
+// RegistryLedgerEntryStatus `processing` until the registry finishes with it (fault `processing`).
 type RegistryLedgerEntryStatus string
 
 // RegistryPaidOutside A payment made outside rebill against a fine, to record in the simulated registry.

@@ -89,7 +89,8 @@ const releasableSQL = `c.identity_held AND c.off_path_status IN ('` + string(cha
 				AND oe.status <> '` + string(Cancelled) + `')))
 	AND NOT EXISTS (SELECT 1 FROM registry_postings p
 		WHERE (p.charge_id = c.id OR p.uin = c.registry_uin)
-			AND p.status IN ('` + string(gisgmp.StatusPosting) + `', '` + string(gisgmp.StatusAccepted) + `'))`
+			AND p.status IN ('` + string(gisgmp.StatusPosting) + `', '` + string(gisgmp.StatusAccepted) + `', '` +
+	string(gisgmp.StatusAbandoned) + `'))`
 
 // Releasable lists up to limit identities whose holding charge may let go
 // of them (see ReleaseIdentity).

@@ -36,6 +36,7 @@ func TestSimConformance(t *testing.T) {
 			},
 			LoseAnswers: func(t *testing.T, on bool) { set(t, gisgmp.FaultsPatch{LoseResponse: &on}) },
 			Unavailable: func(t *testing.T, on bool) { set(t, gisgmp.FaultsPatch{Down: &on}) },
+			Processing:  func(t *testing.T, looks int) { set(t, gisgmp.FaultsPatch{Processing: &looks}) },
 		}
 	})
 }

@@ -12,8 +12,10 @@ import (
 func TestPostingTransitions(t *testing.T) {
 	t.Parallel()
 	fsmtest.RequireMoves(t, gisgmp.Machine, map[gisgmp.PostingStatus][]gisgmp.PostingStatus{
-		gisgmp.StatusPosting:   {gisgmp.StatusAccepted, gisgmp.StatusFailed, gisgmp.StatusCancelled, gisgmp.StatusAnnulled},
+		gisgmp.StatusPosting: {gisgmp.StatusAccepted, gisgmp.StatusFailed, gisgmp.StatusCancelled, gisgmp.StatusAnnulled,
+			gisgmp.StatusAbandoned},
 		gisgmp.StatusAccepted:  {gisgmp.StatusAnnulled},
+		gisgmp.StatusAbandoned: {gisgmp.StatusAnnulled, gisgmp.StatusFailed},
 		gisgmp.StatusFailed:    nil,
 		gisgmp.StatusCancelled: nil,
 		gisgmp.StatusAnnulled:  nil,
@@ -21,6 +23,10 @@ func TestPostingTransitions(t *testing.T) {
 	require.False(t, gisgmp.CanTransition(gisgmp.StatusAnnulled, gisgmp.StatusAccepted), "an annulment is final")
 	require.False(t, gisgmp.CanTransition(gisgmp.StatusAccepted, gisgmp.StatusCancelled),
 		"a payment the registry holds is annulled, never just forgotten")
+	require.False(t, gisgmp.CanTransition(gisgmp.StatusAbandoned, gisgmp.StatusAccepted),
+		"an abandoned posting's money is released: it is never captured, whatever the registry says")
+	require.False(t, gisgmp.CanTransition(gisgmp.StatusAbandoned, gisgmp.StatusCancelled),
+		"an abandoned posting was sent: it ends on the registry's word, annulled or failed")
 }
 
 // No SQL names a posting's status: conditions are built from the

@@ -33,6 +33,7 @@ type postingBundle struct {
 	pool   *pgxpool.Pool
 	clock  *testsupport.Clock
 	gw     *fakeGateway
+	sim    *gisgmp.Sim // the registry instead of gw, when set
 	post   *rivertest.Worker[gisgmp.PostArgs, pgx.Tx]
 	annul  *rivertest.Worker[gisgmp.AnnulArgs, pgx.Tx]
 	sweep  *rivertest.Worker[gisgmp.SweepArgs, pgx.Tx]
@@ -42,11 +43,23 @@ type postingBundle struct {
 }
 
 func setupPosting(ctx context.Context, t *testing.T) *postingBundle {
+	return setupPostingOn(ctx, t, false)
+}
+
+// setupPostingOn is setupPosting, with the simulated registry (its own
+// book, gateway gmp1) in place of the fake gateway when withSim.
+func setupPostingOn(ctx context.Context, t *testing.T, withSim bool) *postingBundle {
 	t.Helper()
 	pool := dbtest.Pool(t)
 	clk := testsupport.NewClock(start)
 	gw := newFakeGateway(t, "gmp1")
-	poster := &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{gw}, time.Second), Clock: clk,
+	gateways := []gisgmp.Gateway{gw}
+	var sim *gisgmp.Sim
+	if withSim {
+		sim = &gisgmp.Sim{Pool: pool, Clock: clk, Names: []string{"gmp1"}}
+		gateways = sim.Gateways()
+	}
+	poster := &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer(gateways, time.Second), Clock: clk,
 		GiveUpAfter: giveUpAfter, Retry: charges.RetryPolicy{Base: time.Second, Max: time.Minute, Now: clk.Now},
 		Logger: zerolog.Nop()}
 	workers := river.NewWorkers()
@@ -55,7 +68,7 @@ func setupPosting(ctx context.Context, t *testing.T) *postingBundle {
 	config := &river.Config{Logger: slog.New(slog.DiscardHandler), Test: river.TestConfig{Time: clk}, TestOnly: true,
 		Workers: workers}
 	driver := riverpgxv5.New(pool)
-	b := &postingBundle{pool: pool, clock: clk, gw: gw,
+	b := &postingBundle{pool: pool, clock: clk, gw: gw, sim: sim,
 		post:  rivertest.NewWorker(t, driver, config, &gisgmp.PostWorker{Poster: poster}),
 		annul: rivertest.NewWorker(t, driver, config, &gisgmp.AnnulWorker{Poster: poster}),
 		sweep: rivertest.NewWorker(t, driver, config, &gisgmp.SweepWorker{Poster: poster}),
@@ -154,7 +167,10 @@ func TestRefusedPostingSendsTheChargeToReview(t *testing.T) {
 
 // A registry that does nothing is waited for (the job snoozes, the
 // posting stays open) until GiveUpAfter has passed on the service clock
-// since the posting was made; then the posting fails for good.
+// since the posting was made; then the posting is abandoned (an earlier
+// try may have reached the registry, its answer lost): the charge goes to
+// review and its hold is released. It fails for good once the registry
+// answers that it holds no such payment.
 func TestUnavailableRegistryIsWaitedForThenGivenUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -170,41 +186,59 @@ func TestUnavailableRegistryIsWaitedForThenGivenUp(t *testing.T) {
 	b.clock.Advance(giveUpAfter + time.Minute)
 	res, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
+	require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "it keeps asking")
+	status, _, _ = b.posting(ctx, t, b.id)
+	require.Equal(t, gisgmp.StatusAbandoned, status)
+	require.Equal(t, charges.RequiresReview, b.chargeNow(ctx, t).Status)
+	rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.ReleaseHoldArgs{}, nil)
+
+	b.gw.LookupFunc = looksUp(false, false, nil)
+	res, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobCompleted, res.EventKind)
 	status, _, _ = b.posting(ctx, t, b.id)
-	require.Equal(t, gisgmp.StatusFailed, status)
-	require.Equal(t, charges.RequiresReview, b.chargeNow(ctx, t).Status)
+	require.Equal(t, gisgmp.StatusFailed, status, "the registry holds no such payment, and it is never posted again")
+	require.Len(t, b.gw.callsOf("post"), 2, "nothing is posted once abandoned")
 }
 
 // A posting whose answer was lost is looked up by its payment id: found,
-// it was accepted and is not posted again; not found, the job fails and
-// River retries it with the same payment id.
+// it was accepted and is not posted again; found annulled, it is recorded
+// annulled and never captured (the charge goes to review, its hold is
+// released); not found, the job fails and River retries it with the same
+// payment id.
 func TestLostAnswerIsLookedUpBeforeAnythingElse(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
-		found      bool
-		wantStatus gisgmp.PostingStatus
-		wantErr    bool
+		found, annulled bool
+		wantStatus      gisgmp.PostingStatus
+		wantErr         bool
 	}{
-		"found: accepted":    {found: true, wantStatus: gisgmp.StatusAccepted},
-		"not found: retried": {wantStatus: gisgmp.StatusPosting, wantErr: true},
+		"found: accepted":          {found: true, wantStatus: gisgmp.StatusAccepted},
+		"found annulled: not held": {found: true, annulled: true, wantStatus: gisgmp.StatusAnnulled},
+		"not found: retried":       {wantStatus: gisgmp.StatusPosting, wantErr: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setupPosting(ctx, t)
 			b.gw.PostFunc = posts(gisgmp.ErrUnknownOutcome)
-			b.gw.LookupFunc = looksUp(tc.found, false, nil)
+			b.gw.LookupFunc = looksUp(tc.found, tc.annulled, nil)
 			_, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
 			require.Equal(t, tc.wantErr, err != nil, "%v", err)
 			status, _, _ := b.posting(ctx, t, b.id)
 			require.Equal(t, tc.wantStatus, status)
 			require.Len(t, b.gw.callsOf("post"), 1)
 			require.Equal(t, []registryCall{{Op: "lookup", PaymentID: b.id}}, b.gw.callsOf("lookup"))
-			if tc.found {
+			if tc.found && !tc.annulled {
 				rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 			} else {
 				rivertest.RequireNotInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
+			}
+			if tc.annulled {
+				c := b.chargeNow(ctx, t)
+				require.Equal(t, charges.RequiresReview, c.Status)
+				require.Contains(t, c.ReviewReason, "annulled")
+				rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.ReleaseHoldArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)
 			}
 		})
 	}
@@ -284,4 +318,117 @@ func TestLostAnnulmentIsCheckedBeforeItIsRecorded(t *testing.T) {
 	require.NoError(t, err)
 	status, _, _ = b.posting(ctx, t, b.id)
 	require.Equal(t, gisgmp.StatusAnnulled, status)
+}
+
+// A payment the registry holds annulled is never captured, however rebill
+// learns it: on the look-up after a lost answer (the registry annulled the
+// payment whose acceptance it did not answer), or on the replay that asks
+// for a processing payment's outcome. The posting is recorded annulled,
+// the charge goes to review and its hold is released; the payment id is
+// not posted again (a new payment comes only with a new attempt). Judged
+// on the simulated registry's own book.
+func TestPaymentFoundAnnulledIsNeverCaptured(t *testing.T) {
+	t.Parallel()
+	on, one := true, 1
+	for name, faults := range map[string]gisgmp.FaultsPatch{
+		"on the look-up after a lost answer": {LoseResponse: &on, AnnulUnanswered: &on},
+		"on the replay after processing":     {Processing: &one, AnnulUnanswered: &on},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setupPostingOn(ctx, t, true)
+			_, err := b.sim.SetFaults(ctx, "gmp1", faults)
+			require.NoError(t, err)
+			var res *rivertest.WorkResult
+			for run := 0; run < 3 && (res == nil || res.EventKind != river.EventKindJobCompleted); run++ {
+				res, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+				require.NoError(t, err)
+			}
+			require.Equal(t, river.EventKindJobCompleted, res.EventKind)
+
+			status, _, lastError := b.posting(ctx, t, b.id)
+			require.Equal(t, gisgmp.StatusAnnulled, status)
+			require.Contains(t, lastError, "annulled")
+			rivertest.RequireNotInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
+			c := b.chargeNow(ctx, t)
+			require.Equal(t, charges.RequiresReview, c.Status, "never captured")
+			rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.ReleaseHoldArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)
+			book, err := b.sim.Ledger(ctx)
+			require.NoError(t, err)
+			require.Len(t, book, 1, "posted once")
+			require.Equal(t, "annulled", book[0].Status)
+
+			_, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+			require.NoError(t, err)
+			status, _, _ = b.posting(ctx, t, b.id)
+			require.Equal(t, gisgmp.StatusAnnulled, status, "final")
+		})
+	}
+}
+
+// A posting the registry keeps processing past GiveUpAfter is abandoned,
+// not failed: the charge goes to review, its hold is released, and its
+// payment is asked to be withdrawn. The job then asks the registry until
+// it says: accepted, the payment is annulled there; annulled, so recorded;
+// no such payment, or refused, failed. Until then (still processing, no
+// answer, an annulment whose answer was lost and not confirmed) it stays
+// abandoned and the job snoozes.
+func TestPostingProcessingPastTheGiveUpIsAbandonedUntilTheRegistrySays(t *testing.T) {
+	t.Parallel()
+	pending := &gisgmp.PendingError{Gateway: "gmp1", RetryAfter: time.Second}
+	for name, tc := range map[string]struct {
+		found, annulled bool
+		lookupErr       error
+		annulErr        error
+		want            gisgmp.PostingStatus
+		wantAnnul       bool
+	}{
+		"accepted: annulled there":           {found: true, want: gisgmp.StatusAnnulled, wantAnnul: true},
+		"annulled there: recorded":           {found: true, annulled: true, want: gisgmp.StatusAnnulled},
+		"no such payment: failed":            {want: gisgmp.StatusFailed},
+		"refused: failed":                    {lookupErr: gisgmp.ErrRejected, want: gisgmp.StatusFailed},
+		"still processing: withdrawn, asked": {lookupErr: pending, annulErr: pending, want: gisgmp.StatusAbandoned, wantAnnul: true},
+		"no answer: asked again":             {lookupErr: gisgmp.ErrUnavailable, want: gisgmp.StatusAbandoned},
+		"annulment unconfirmed: asked again": {found: true, annulErr: gisgmp.ErrUnknownOutcome, want: gisgmp.StatusAbandoned, wantAnnul: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setupPosting(ctx, t)
+			b.gw.PostFunc = posts(pending)
+			res, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
+
+			b.clock.Advance(giveUpAfter + time.Minute)
+			b.gw.AnnulFunc = annuls(pending)
+			res, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+			require.NoError(t, err)
+			require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
+			status, _, lastError := b.posting(ctx, t, b.id)
+			require.Equal(t, gisgmp.StatusAbandoned, status)
+			require.Contains(t, lastError, "processing")
+			require.Len(t, b.gw.callsOf("annul"), 1, "withdrawn at once")
+			c := b.chargeNow(ctx, t)
+			require.Equal(t, charges.RequiresReview, c.Status)
+			rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.ReleaseHoldArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)
+
+			b.gw.LookupFunc = looksUp(tc.found, tc.annulled, tc.lookupErr)
+			b.gw.AnnulFunc = annuls(tc.annulErr)
+			b.clock.Advance(time.Hour)
+			res, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+			require.NoError(t, err)
+			status, _, _ = b.posting(ctx, t, b.id)
+			require.Equal(t, tc.want, status)
+			if tc.want == gisgmp.StatusAbandoned {
+				require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "it keeps asking")
+			} else {
+				require.Equal(t, river.EventKindJobCompleted, res.EventKind)
+			}
+			require.Equal(t, tc.wantAnnul, len(b.gw.callsOf("annul")) == 2, "annulments: %v", b.gw.callsOf("annul"))
+			require.Len(t, b.gw.callsOf("post"), 2, "the post and its replay: an abandoned posting is never posted again")
+			rivertest.RequireNotInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
+		})
+	}
 }

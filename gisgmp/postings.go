@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,22 +30,32 @@ const (
 	StatusPosting PostingStatus = "posting"
 	// StatusAccepted: the registry holds the payment; the capture follows.
 	StatusAccepted PostingStatus = "accepted"
-	// StatusFailed: the registry never accepted it; the charge went to
-	// review and its hold is released. Final.
+	// StatusFailed: the registry never accepted it and never will (it
+	// refused it, or, abandoned, holds no such payment); its hold is
+	// released (the charge went to review unless it had moved on). Final.
 	StatusFailed PostingStatus = "failed"
 	// StatusCancelled: not posted, the charge no longer wanted it. Final.
 	StatusCancelled PostingStatus = "cancelled"
 	// StatusAnnulled: posted, then annulled because its money was not
-	// captured. Final.
+	// captured, or found annulled at the registry (its money is then
+	// never captured). Final.
 	StatusAnnulled PostingStatus = "annulled"
+	// StatusAbandoned: sent, fate unknown, money released. The hold was
+	// released while the registry had not said whether it holds the
+	// payment (still processing, an answer lost, the registry out of
+	// reach): the job keeps asking, for as long as it takes, and the
+	// payment is annulled if the registry accepted it. Not final: it ends
+	// annulled, or failed once the registry says it never will accept it.
+	StatusAbandoned PostingStatus = "abandoned"
 )
 
 // postingTransitions lists, for every status, the statuses a posting may
 // move to: the one list of allowed moves, which move checks before its
 // guarded UPDATE, and the package doc draws the same graph.
 var postingTransitions = map[PostingStatus][]PostingStatus{
-	StatusPosting:   {StatusAccepted, StatusFailed, StatusCancelled, StatusAnnulled},
+	StatusPosting:   {StatusAccepted, StatusFailed, StatusCancelled, StatusAnnulled, StatusAbandoned},
 	StatusAccepted:  {StatusAnnulled},
+	StatusAbandoned: {StatusAnnulled, StatusFailed},
 	StatusFailed:    nil,
 	StatusCancelled: nil,
 	StatusAnnulled:  nil,
@@ -52,7 +63,8 @@ var postingTransitions = map[PostingStatus][]PostingStatus{
 
 // PostingStatuses lists every posting status, in the order of the life
 // cycle.
-var PostingStatuses = []PostingStatus{StatusPosting, StatusAccepted, StatusFailed, StatusCancelled, StatusAnnulled}
+var PostingStatuses = []PostingStatus{StatusPosting, StatusAccepted, StatusAbandoned, StatusFailed, StatusCancelled,
+	StatusAnnulled}
 
 // Machine is the posting state machine: its table, and the
 // *fsm.TransitionError of a move it forbids.
@@ -129,12 +141,16 @@ type posting struct {
 	Amount    int64
 	Status    PostingStatus
 	CreatedAt time.Time
+	// UpdatedAt is when it last moved: for an abandoned one, when it was
+	// abandoned.
+	UpdatedAt time.Time
 }
 
 func getPosting(ctx context.Context, db pg.DBTX, paymentID string) (posting, error) {
 	var ps posting
-	err := db.QueryRow(ctx, `SELECT payment_id, charge_id, attempt, uin, amount, status, created_at FROM registry_postings
-		WHERE payment_id = $1`, paymentID).Scan(&ps.PaymentID, &ps.ChargeID, &ps.Attempt, &ps.UIN, &ps.Amount, &ps.Status, &ps.CreatedAt)
+	err := db.QueryRow(ctx, `SELECT payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at
+		FROM registry_postings WHERE payment_id = $1`, paymentID).
+		Scan(&ps.PaymentID, &ps.ChargeID, &ps.Attempt, &ps.UIN, &ps.Amount, &ps.Status, &ps.CreatedAt, &ps.UpdatedAt)
 	if err != nil {
 		return posting{}, fmt.Errorf("posting %s: %w", paymentID, err)
 	}
@@ -188,7 +204,11 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 	if err != nil {
 		return err
 	}
-	if ps.Status != StatusPosting {
+	switch ps.Status {
+	case StatusPosting:
+	case StatusAbandoned:
+		return p.askAbandoned(ctx, ps)
+	default:
 		metrics.StageRuns.WithLabelValues("posting", "stale").Inc()
 		return nil
 	}
@@ -201,10 +221,7 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 		// The charge moved on (cancelled, withdrawn, superseded): nothing is
 		// posted for it, and its own flow releases the hold.
 		metrics.StageRuns.WithLabelValues("posting", "not_wanted").Inc()
-		if err := p.settleUnsent(ctx, ps, "", now); err != nil {
-			return p.retryOrGiveUp(ctx, job, ps, c, err)
-		}
-		return nil
+		return p.settleUnsent(ctx, job, ps, c, "")
 	}
 	if by, ok := charges.PostBy(p.Holds, c); ok && !now.Before(by) {
 		return p.tooLate(ctx, job, ps, c, by)
@@ -227,7 +244,7 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 	gateway, err := p.Gateways.Post(ctx, pay)
 	if _, pending := Pending(err); errors.Is(err, ErrUnknownOutcome) && !pending {
 		metrics.Retry("posting", metrics.RetryUnknownOutcome)
-		found, _, lerr := p.Gateways.Lookup(ctx, ps.PaymentID)
+		found, annulled, lerr := p.Gateways.Lookup(ctx, ps.PaymentID)
 		switch _, pending := Pending(lerr); {
 		case pending:
 			err = lerr // it arrived, and is still processing
@@ -235,9 +252,14 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 			return p.retryOrGiveUp(ctx, job, ps, c, fmt.Errorf("%w; lookup: %w", err, lerr))
 		case !found:
 			return p.retryOrGiveUp(ctx, job, ps, c, err) // never arrived: posted again, same id
+		case annulled:
+			err = fmt.Errorf("%w: found so by look-up after %w", ErrAnnulled, err)
 		default:
 			err = nil
 		}
+	}
+	if errors.Is(err, ErrAnnulled) {
+		return p.annulledThere(ctx, ps, c, err)
 	}
 	if pe, ok := Pending(err); ok {
 		return p.stillProcessing(ctx, job, ps, c, pe)
@@ -270,15 +292,16 @@ func (p *Poster) annulOlder(ctx context.Context, ps posting) error {
 		return fmt.Errorf("older postings: %w", err)
 	}
 	for _, id := range ids {
-		if err := p.annul(ctx, id); err != nil {
+		if err := p.annul(ctx, id, StatusAccepted, ""); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// annul annuls an accepted posting at the registry and records it.
-func (p *Poster) annul(ctx context.Context, paymentID string) error {
+// annul annuls a posting the registry accepted, from status from, and
+// records it once the registry confirms it, with note as its last error.
+func (p *Poster) annul(ctx context.Context, paymentID string, from PostingStatus, note string) error {
 	defer metrics.TimeStage("annulment")()
 	_, err := p.Gateways.Annul(ctx, paymentID)
 	if errors.Is(err, ErrUnknownOutcome) {
@@ -292,14 +315,15 @@ func (p *Poster) annul(ctx context.Context, paymentID string) error {
 		return fmt.Errorf("annul %s: %w", paymentID, err)
 	}
 	metrics.StageRuns.WithLabelValues("annulment", "annulled").Inc()
-	_, err = move(ctx, p.Pool, paymentID, []PostingStatus{StatusAccepted}, StatusAnnulled, "", "", p.Clock.Now())
+	_, err = move(ctx, p.Pool, paymentID, []PostingStatus{from}, StatusAnnulled, "", note, p.Clock.Now())
 	return err
 }
 
-// retryOrGiveUp waits for a registry that did not take the posting, or,
-// past GiveUpAfter, on a rejection, or on the job's last attempt, fails
-// the posting for good: the charge goes to review and its hold is
-// released.
+// retryOrGiveUp waits for a registry that did not take the posting, or
+// gives up on it: on a rejection the posting fails for good; past
+// GiveUpAfter, or on the job's last attempt, it is abandoned, since an
+// earlier try may have reached the registry. Either way the charge goes
+// to review and its hold is released.
 func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps posting, c charges.Charge, cause error) error {
 	now := p.Clock.Now()
 	final := errors.Is(cause, ErrRejected) || job.Attempt >= job.MaxAttempts || now.Sub(ps.CreatedAt) > p.GiveUpAfter
@@ -315,6 +339,9 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 		}
 		metrics.Retry("posting", metrics.RetryError)
 		return fmt.Errorf("post %s: %w", ps.PaymentID, cause)
+	}
+	if !errors.Is(cause, ErrRejected) {
+		return p.abandon(ctx, ps, c, cause, true)
 	}
 	metrics.StageRuns.WithLabelValues("posting", "failed").Inc()
 	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Err(cause).Msg("registry posting failed for good")
@@ -335,16 +362,13 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 // stillProcessing waits for a posting the registry took but has not
 // accepted yet: the job runs again after the gateway's Retry-After (its
 // post then is a replay, answered with the outcome), not counting as a
-// failure. Past GiveUpAfter the payment is annulled (an annulment of a
-// payment in process withdraws it) before the posting fails for good, so
-// that the registry never keeps a payment whose hold is released.
+// failure. Past GiveUpAfter the posting is abandoned: its hold is
+// released, its payment withdrawn, and annulled should the registry
+// accept it all the same.
 func (p *Poster) stillProcessing(ctx context.Context, job *river.Job[PostArgs], ps posting, c charges.Charge, pe *PendingError) error {
 	now := p.Clock.Now()
 	if now.Sub(ps.CreatedAt) > p.GiveUpAfter {
-		if _, err := p.Gateways.Annul(ctx, ps.PaymentID); err != nil {
-			return fmt.Errorf("withdraw posting %s still processing past the give-up bound: %w", ps.PaymentID, err)
-		}
-		return p.retryOrGiveUp(ctx, job, ps, c, fmt.Errorf("not accepted within %s: %w", p.GiveUpAfter, pe))
+		return p.abandon(ctx, ps, c, fmt.Errorf("not accepted within %s: %w", p.GiveUpAfter, pe), true)
 	}
 	metrics.StageRuns.WithLabelValues("posting", "pending").Inc()
 	delay := pe.RetryAfter
@@ -363,7 +387,8 @@ func (p *Poster) stillProcessing(ctx context.Context, job *river.Job[PostArgs], 
 // the posting as never made: the charge then goes on as if the hold had
 // not been captured in time, a discounted one to its full price. The void
 // does not wait for the registry: when it cannot be asked, the posting
-// stays open for this job's next run, which settles it once it can.
+// stays open for this job's next run, which settles it once it can; while
+// an earlier try is still processing there, it is abandoned.
 func (p *Poster) tooLate(ctx context.Context, job *river.Job[PostArgs], ps posting, c charges.Charge, by time.Time) error {
 	metrics.StageRuns.WithLabelValues("posting", "too_late").Inc()
 	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Time("post_by", by).
@@ -373,10 +398,7 @@ func (p *Poster) tooLate(ctx context.Context, job *river.Job[PostArgs], ps posti
 	}); err != nil {
 		return fmt.Errorf("enqueue void of a hold too late to post: %w", err)
 	}
-	if err := p.settleUnsent(ctx, ps, "not posted: the hold could no longer be captured in time", p.Clock.Now()); err != nil {
-		return p.retryOrGiveUp(ctx, job, ps, c, err)
-	}
-	return nil
+	return p.settleUnsent(ctx, job, ps, c, "not posted: the hold could no longer be captured in time")
 }
 
 // waitToAskAgain waits for a registry that could not say, just before a
@@ -409,22 +431,24 @@ func (p *Poster) outpaid(ctx context.Context, job *river.Job[PostArgs], ps posti
 	if err != nil && !errors.Is(err, charges.ErrStale) {
 		return fmt.Errorf("release a hold paid outside rebill: %w", err)
 	}
-	if err := p.settleUnsent(ctx, ps, "not posted: more of the fine was paid outside rebill", p.Clock.Now()); err != nil {
-		return p.retryOrGiveUp(ctx, job, ps, c, err)
-	}
-	return nil
+	return p.settleUnsent(ctx, job, ps, c, "not posted: more of the fine was paid outside rebill")
 }
 
-// settleUnsent records that ps will not be made, once the registry, asked
-// by its payment id, shows whether an earlier run made it after all (its
-// answer lost): unknown there, it is cancelled (with note); known, it is
-// recorded as accepted (or annulled), and the sweep annuls an accepted
-// one, whose money was not captured. Returns the look-up's error when the registry
-// cannot be asked: nothing is recorded then.
-func (p *Poster) settleUnsent(ctx context.Context, ps posting, note string, now time.Time) error {
+// settleUnsent records that ps, whose hold is being released, will not
+// be made, once the registry, asked by its payment id, shows whether an
+// earlier run made it after all (its answer lost): unknown there, it is
+// cancelled (with note); known, it is recorded as accepted (or annulled),
+// and the sweep annuls an accepted one, whose money was not captured;
+// still processing there, it is abandoned (the hold's release goes on).
+// While the registry cannot be asked nothing is recorded, and the job
+// waits or gives up as retryOrGiveUp does.
+func (p *Poster) settleUnsent(ctx context.Context, job *river.Job[PostArgs], ps posting, c charges.Charge, note string) error {
 	found, annulled, err := p.Gateways.Lookup(ctx, ps.PaymentID)
+	if _, pending := Pending(err); pending {
+		return p.abandon(ctx, ps, c, fmt.Errorf("hold released while an earlier try is still processing: %w", err), false)
+	}
 	if err != nil {
-		return fmt.Errorf("look up posting %s before cancelling it: %w", ps.PaymentID, err)
+		return p.retryOrGiveUp(ctx, job, ps, c, fmt.Errorf("look up posting %s before cancelling it: %w", ps.PaymentID, err))
 	}
 	to := StatusCancelled
 	switch {
@@ -433,8 +457,133 @@ func (p *Poster) settleUnsent(ctx context.Context, ps posting, note string, now 
 	case found:
 		to, note = StatusAccepted, ""
 	}
-	_, err = move(ctx, p.Pool, ps.PaymentID, []PostingStatus{StatusPosting}, to, "", note, now)
+	_, err = move(ctx, p.Pool, ps.PaymentID, []PostingStatus{StatusPosting}, to, "", note, p.Clock.Now())
 	return err
+}
+
+// annulledThere records ps annulled because the registry holds its
+// payment annulled (a look-up after a lost answer, or a replay, says so):
+// its money is never captured on it, the charge goes to review and its
+// hold is released. The payment id is never posted again: the fine is
+// paid, if at all, by a new attempt, whose posting has an id of its own.
+func (p *Poster) annulledThere(ctx context.Context, ps posting, c charges.Charge, cause error) error {
+	metrics.StageRuns.WithLabelValues("posting", "annulled_at_registry").Inc()
+	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Err(cause).
+		Msg("the registry holds the payment annulled: it is not captured, the hold is released")
+	reason := "the state payment registry holds the posting annulled: " + cause.Error()
+	return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
+		moved, err := move(ctx, tx, ps.PaymentID, []PostingStatus{StatusPosting}, StatusAnnulled, "", cause.Error(), p.Clock.Now())
+		if err != nil || !moved {
+			return err
+		}
+		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, reason, p.Clock.Now())
+		if errors.Is(err, charges.ErrStale) {
+			return nil // the charge moved on meanwhile; its own flow settles the hold
+		}
+		return err
+	})
+}
+
+// abandon stops waiting for the registry to accept ps while it may still
+// do so: the posting is abandoned and its hold released (when refuse, the
+// charge goes to review, as for a refused posting; otherwise the caller's
+// flow releases it). A payment still processing is asked to be withdrawn
+// at once. The job then keeps asking (askAbandoned).
+func (p *Poster) abandon(ctx context.Context, ps posting, c charges.Charge, cause error, refuse bool) error {
+	metrics.StageRuns.WithLabelValues("posting", "abandoned").Inc()
+	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Err(cause).
+		Msg("registry posting abandoned: its hold is released; it is annulled if the registry accepts it")
+	now := p.Clock.Now()
+	reason := "the state payment registry did not accept the posting in time (it is annulled should it still accept it): " +
+		cause.Error()
+	err := pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
+		moved, err := move(ctx, tx, ps.PaymentID, []PostingStatus{StatusPosting}, StatusAbandoned, "", cause.Error(), now)
+		if err != nil || !moved || !refuse {
+			return err
+		}
+		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, reason, now)
+		if errors.Is(err, charges.ErrStale) {
+			return nil // the charge moved on meanwhile; its own flow settles the hold
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("abandon posting %s: %w", ps.PaymentID, err)
+	}
+	if _, pending := Pending(cause); pending {
+		p.withdraw(ctx, ps.PaymentID)
+	}
+	return river.JobSnooze(p.abandonedWait(now, now))
+}
+
+// askAbandoned asks the registry what it holds of an abandoned posting and
+// settles it by the answer: accepted, the payment is annulled there;
+// annulled, so recorded; no such payment, or refused, the posting failed
+// (it is never posted again, so the registry never will accept it). Still
+// processing, the payment is asked to be withdrawn; no answer, or an
+// annulment not confirmed, it asks again later. Meanwhile the job snoozes:
+// it spends no River attempts and never gives up, since the registry may
+// accept the payment at any time; the alert on
+// rebill_registry_postings_abandoned_overdue tells people when it takes
+// longer than REBILL_UNAVAILABLE_FOR.
+func (p *Poster) askAbandoned(ctx context.Context, ps posting) error {
+	found, annulled, err := p.Gateways.Lookup(ctx, ps.PaymentID)
+	now := p.Clock.Now()
+	var to PostingStatus
+	var note string
+	switch _, pending := Pending(err); {
+	case pending:
+		p.withdraw(ctx, ps.PaymentID)
+		return p.stillAbandoned(ps, now, err)
+	case errors.Is(err, ErrRejected):
+		to, note = StatusFailed, err.Error()
+	case err != nil:
+		return p.stillAbandoned(ps, now, err)
+	case !found:
+		to, note = StatusFailed, "abandoned, and the registry holds no such payment: it is not posted again"
+	case annulled:
+		to, note = StatusAnnulled, "abandoned, then found annulled at the registry"
+	default:
+		if err := p.annul(ctx, ps.PaymentID, StatusAbandoned, "abandoned, then found accepted at the registry: annulled there"); err != nil {
+			return p.stillAbandoned(ps, now, err)
+		}
+		metrics.StageRuns.WithLabelValues("posting", "abandoned_annulled").Inc()
+		p.Logger.Warn().Str("payment_id", ps.PaymentID).Msg("the registry accepted an abandoned posting: annulled there")
+		return nil
+	}
+	if _, err := move(ctx, p.Pool, ps.PaymentID, []PostingStatus{StatusAbandoned}, to, "", note, now); err != nil {
+		return p.stillAbandoned(ps, now, err)
+	}
+	metrics.StageRuns.WithLabelValues("posting", "abandoned_"+string(to)).Inc()
+	return nil
+}
+
+// withdraw asks the registry to withdraw a payment still processing (an
+// annulment of it, which the party carries out once the payment is done,
+// docs/registry.md). Its outcome is not waited for: the next look-up
+// shows it.
+func (p *Poster) withdraw(ctx context.Context, paymentID string) {
+	if _, err := p.Gateways.Annul(ctx, paymentID); err != nil {
+		p.Logger.Info().Str("payment_id", paymentID).Err(err).Msg("withdrawal of an abandoned posting still processing: ask again later")
+	}
+}
+
+// stillAbandoned snoozes the job of an abandoned posting that the
+// registry has not settled yet (cause).
+func (p *Poster) stillAbandoned(ps posting, now time.Time, cause error) error {
+	metrics.Retry("posting", metrics.RetryUnknownOutcome)
+	p.Logger.Info().Str("payment_id", ps.PaymentID).Err(cause).Msg("abandoned posting not settled yet: asking the registry again later")
+	return river.JobSnooze(p.abandonedWait(ps.UpdatedAt, now))
+}
+
+// abandonedWait is how long the job of a posting abandoned at since waits
+// before it asks the registry again: about as long as it has been
+// abandoned on the service clock, so that the questions thin out as it
+// ages, between REBILL_RETRY_BASE and REBILL_RETRY_MAX, jittered so that
+// postings abandoned together (a registry outage) do not ask together.
+func (p *Poster) abandonedWait(since, now time.Time) time.Duration {
+	ceiling := min(max(now.Sub(since), p.Retry.Base), p.Retry.Max)
+	return max(ceiling/2+rand.N(ceiling/2+1), time.Second)
 }
 
 // AnnulArgs annuls one accepted posting whose money was not captured.
@@ -463,7 +612,7 @@ func (w *AnnulWorker) Work(ctx context.Context, job *river.Job[AnnulArgs]) error
 	if err != nil || ps.Status != StatusAccepted {
 		return err
 	}
-	return w.Poster.annul(ctx, ps.PaymentID)
+	return w.Poster.annul(ctx, ps.PaymentID, StatusAccepted, "")
 }
 
 // SweepArgs finds the accepted postings whose money was not captured.
@@ -486,8 +635,12 @@ type SweepWorker struct {
 // Work enqueues the annulment of every accepted posting whose hold will
 // not be captured: its attempt was superseded, or its charge was voided,
 // declined (a discounted hold voided at the deadline), or is in review or
-// failed with its hold released.
+// failed with its hold released. It also counts the abandoned postings
+// for /metrics.
 func (w *SweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
+	if err := w.Poster.countAbandoned(ctx); err != nil {
+		return err
+	}
 	return pgx.BeginFunc(ctx, w.Poster.Pool, func(tx pgx.Tx) error {
 		ids, err := charges.PostingsToAnnul(ctx, tx, 1000)
 		if err != nil {
@@ -503,6 +656,23 @@ func (w *SweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
 		_, err = river.ClientFromContext[pgx.Tx](ctx).InsertManyTx(ctx, tx, jobs)
 		return err
 	})
+}
+
+// countAbandoned sets rebill_registry_postings_abandoned and, of them,
+// rebill_registry_postings_abandoned_overdue: those abandoned longer than
+// GiveUpAfter (REBILL_UNAVAILABLE_FOR) on the service clock, whose
+// registry has not said for that long whether it accepted a payment whose
+// money rebill released.
+func (p *Poster) countAbandoned(ctx context.Context) error {
+	var all, overdue int64
+	err := p.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE updated_at < $2) FROM registry_postings
+		WHERE status = $1`, StatusAbandoned, p.Clock.Now().Add(-p.GiveUpAfter)).Scan(&all, &overdue)
+	if err != nil {
+		return fmt.Errorf("count abandoned postings: %w", err)
+	}
+	metrics.RegistryAbandoned.Set(float64(all))
+	metrics.RegistryAbandonedOverdue.Set(float64(overdue))
+	return nil
 }
 
 // Register adds the registry's workers.

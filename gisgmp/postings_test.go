@@ -29,6 +29,7 @@ type tooLateBundle struct {
 	pool   *pgxpool.Pool
 	clk    *testsupport.Clock
 	gw     *fakeGateway
+	sim    *gisgmp.Sim // the registry instead of gw, when set
 	worker *rivertest.Worker[gisgmp.PostArgs, pgx.Tx]
 	charge charges.Charge
 	id     string
@@ -37,11 +38,23 @@ type tooLateBundle struct {
 // setupTooLate files a fine's charge authorized at start, its discount
 // ending three hours later, with its posting not yet accepted.
 func setupTooLate(ctx context.Context, t *testing.T) tooLateBundle {
+	return setupTooLateOn(ctx, t, false)
+}
+
+// setupTooLateOn is setupTooLate, with the simulated registry (its own
+// book, gateway gmp1) in place of the fake gateway when withSim.
+func setupTooLateOn(ctx context.Context, t *testing.T, withSim bool) tooLateBundle {
 	t.Helper()
 	pool := dbtest.Pool(t)
 	clk := testsupport.NewClock(start)
 	gw := newFakeGateway(t, "gmp1")
-	poster := &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{gw}, time.Second), Clock: clk,
+	gateways := []gisgmp.Gateway{gw}
+	var sim *gisgmp.Sim
+	if withSim {
+		sim = &gisgmp.Sim{Pool: pool, Clock: clk, Names: []string{"gmp1"}}
+		gateways = sim.Gateways()
+	}
+	poster := &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer(gateways, time.Second), Clock: clk,
 		GiveUpAfter: 24 * time.Hour, Retry: charges.RetryPolicy{Base: time.Second, Max: time.Minute, Now: clk.Now},
 		Logger: zerolog.Nop()}
 	workers := river.NewWorkers()
@@ -70,7 +83,7 @@ func setupTooLate(ctx context.Context, t *testing.T) tooLateBundle {
 	_, err = pool.Exec(ctx, `INSERT INTO registry_postings (payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at)
 		VALUES ($1, $2, 1, $3, 500, 'posting', $4, $4)`, id, c.ID, c.RegistryUIN, start)
 	require.NoError(t, err)
-	return tooLateBundle{pool: pool, clk: clk, gw: gw, worker: worker, charge: c, id: id}
+	return tooLateBundle{pool: pool, clk: clk, gw: gw, sim: sim, worker: worker, charge: c, id: id}
 }
 
 func (b tooLateBundle) status(ctx context.Context, t *testing.T) gisgmp.PostingStatus {
@@ -85,7 +98,9 @@ func (b tooLateBundle) status(ctx context.Context, t *testing.T) gisgmp.PostingS
 // and the hold's void is enqueued. The registry is asked first whether an
 // earlier run's posting reached it (its answer lost): unknown there, the
 // posting is cancelled; known, it is recorded accepted, for the sweep to
-// annul; when the registry cannot be asked, it stays open for the next run.
+// annul; still processing there, it is abandoned (and its payment asked to
+// be withdrawn); when the registry cannot be asked, it stays open for the
+// next run.
 func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
@@ -95,6 +110,7 @@ func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 	}{
 		"unknown to the registry: cancelled":   {want: gisgmp.StatusCancelled},
 		"made by an earlier run: accepted":     {known: true, want: gisgmp.StatusAccepted},
+		"still processing there: abandoned":    {err: &gisgmp.PendingError{Gateway: "gmp1"}, want: gisgmp.StatusAbandoned},
 		"registry unreachable: left to settle": {err: gisgmp.ErrUnavailable, want: gisgmp.StatusPosting},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -102,6 +118,7 @@ func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 			ctx := context.Background()
 			b := setupTooLate(ctx, t)
 			b.gw.LookupFunc = looksUp(tc.known, false, tc.err)
+			b.gw.AnnulFunc = annuls(tc.err)
 			// The registry was down; the clock is now within the hour
 			// before the deadline: the hold is not posted, it is released.
 			b.clk.Advance(150 * time.Minute)
@@ -117,4 +134,62 @@ func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 				charges.VoidArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)
 		})
 	}
+}
+
+// A payment the registry is still processing when the hold's last moment
+// to post passes is abandoned, never failed: the hold's void is enqueued
+// at once, the job keeps asking the registry (snoozed: no River attempt is
+// spent) long past REBILL_UNAVAILABLE_FOR, and once the registry accepts
+// the payment after all it is annulled there. Judged on the simulated
+// registry's own book, which withdraws nothing while it processes.
+func TestPaymentStillProcessingPastTheLastMomentIsAnnulledOnceAccepted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupTooLateOn(ctx, t, true)
+	// Five looks answer "processing": the post, the look-up when the hold
+	// is released, and three questions of the abandoned posting's job.
+	looks := 5
+	_, err := b.sim.SetFaults(ctx, "gmp1", gisgmp.FaultsPatch{Processing: &looks})
+	require.NoError(t, err)
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	work := func() river.EventKind {
+		t.Helper()
+		res, err := b.worker.Work(ctx, t, tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+		require.NoError(t, err)
+		return res.EventKind
+	}
+	book := func() []string {
+		t.Helper()
+		entries, err := b.sim.Ledger(ctx)
+		require.NoError(t, err)
+		var out []string
+		for _, e := range entries {
+			out = append(out, e.PaymentID+" "+e.Status)
+		}
+		return out
+	}
+
+	require.Equal(t, river.EventKindJobSnoozed, work(), "posted, still processing: the job waits")
+	require.Equal(t, gisgmp.StatusPosting, b.status(ctx, t))
+	require.Equal(t, []string{b.id + " processing"}, book())
+
+	b.clk.Advance(150 * time.Minute) // within the hour before the discount ends
+	require.Equal(t, river.EventKindJobSnoozed, work())
+	require.Equal(t, gisgmp.StatusAbandoned, b.status(ctx, t), "sent, fate unknown, money released")
+	rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, riverpgxv5.New(b.pool), charges.VoidArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)
+
+	for range 3 {
+		b.clk.Advance(48 * time.Hour) // far past REBILL_UNAVAILABLE_FOR
+		require.Equal(t, river.EventKindJobSnoozed, work(), "it keeps asking")
+		require.Equal(t, gisgmp.StatusAbandoned, b.status(ctx, t), "never final while the registry may still accept")
+		require.Equal(t, []string{b.id + " processing"}, book())
+	}
+
+	require.Equal(t, river.EventKindJobCompleted, work(), "the registry accepted it: annulled")
+	require.Equal(t, gisgmp.StatusAnnulled, b.status(ctx, t))
+	require.Equal(t, []string{b.id + " annulled"}, book(), "the registry's book holds no payment without its money")
+	require.Equal(t, river.EventKindJobCompleted, work(), "settled: a late run changes nothing")
+	require.Equal(t, []string{b.id + " annulled"}, book())
 }

@@ -23,7 +23,9 @@
 // A posting whose money was not captured (the hold was voided, the capture
 // failed for good, the attempt was superseded) is annulled, an idempotent
 // operation of its own: by the sweep, and before a newer attempt of the
-// same charge is posted.
+// same charge is posted. A payment the registry holds annulled (a look-up
+// or a replay says so) is never captured: its hold is released, and a
+// new payment comes only with a new attempt, under a new payment_id.
 //
 // # Postings
 //
@@ -32,11 +34,22 @@
 // runs twice, or late, changes nothing the second time.
 //
 //	posting --(the registry took it)--> accepted --(its money not captured)--> annulled
-//	posting --(rejected, or given up on)--> failed
+//	posting --(rejected)--> failed
 //	posting --(no longer wanted before it was sent)--> cancelled
 //	posting --(no longer wanted, but an earlier run's answer was lost)--> accepted | annulled (as the registry shows it)
+//	posting --(the registry holds it annulled: never captured)--> annulled
+//	posting --(hold released, fate at the registry unknown)--> abandoned
+//	abandoned --(the registry accepted it: annulled there; or shows it annulled)--> annulled
+//	abandoned --(the registry holds no such payment, or refused it)--> failed
 //
-// failed, cancelled and annulled are final.
+// failed, cancelled and annulled are final. abandoned is not: a posting
+// whose hold was released while the registry may still accept it (still
+// processing past the last moment to post, an answer lost and no look-up
+// answered, the registry out of reach past REBILL_UNAVAILABLE_FOR) keeps
+// its job asking, snoozed with a growing wait, until the registry says
+// what it holds; rebill_registry_postings_abandoned_overdue counts those
+// abandoned longer than REBILL_UNAVAILABLE_FOR (alert
+// RebillRegistryPostingAbandoned).
 //
 // # Gateways
 //
@@ -63,7 +76,8 @@ type Gateway interface {
 	// a replay: it answers as for the first and records nothing new.
 	// Returns ErrUnavailable (nothing was done), ErrUnknownOutcome (the
 	// answer was lost), a *PendingError (taken, no outcome yet: not
-	// accepted), or ErrRejected (the registry refuses it for good).
+	// accepted), ErrRejected (the registry refuses it for good), or
+	// ErrAnnulled (a replay of a payment the registry holds annulled).
 	Post(ctx context.Context, p Payment) error
 	// Annul cancels a posted payment; annulling one that is annulled or
 	// unknown changes nothing. Returns ErrUnavailable or ErrUnknownOutcome.
@@ -126,6 +140,10 @@ var (
 	ErrUnknownOutcome = errors.New("registry answer lost")
 	// ErrRejected: the registry refuses the payment for good.
 	ErrRejected = errors.New("registry rejected the payment")
+	// ErrAnnulled: the registry holds the payment annulled (someone
+	// annulled it after it was accepted); a replay does not make it stand
+	// again, and its payment id is never used for another payment.
+	ErrAnnulled = errors.New("registry holds the payment annulled")
 )
 
 // PendingError is a gateway's answer that it took the call but has no

@@ -155,10 +155,10 @@ func TestLostAnswerFoundProcessingWaits(t *testing.T) {
 	require.Equal(t, gisgmp.StatusPosting, status)
 }
 
-// A posting still processing past GiveUpAfter is withdrawn (annulled)
-// before it fails for good: the registry must not keep a payment whose
-// hold is released.
-func TestPendingPostingPastTheBoundIsWithdrawnThenFailed(t *testing.T) {
+// A posting still processing past GiveUpAfter is abandoned at once: its
+// hold is released whether or not its withdrawal (an annulment of it) goes
+// through, and the registry is asked until it shows the payment annulled.
+func TestPendingPostingPastTheBoundIsAbandonedAndWithdrawn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
@@ -166,19 +166,21 @@ func TestPendingPostingPastTheBoundIsWithdrawnThenFailed(t *testing.T) {
 	b.clock.Advance(giveUpAfter + time.Minute)
 
 	b.gw.AnnulFunc = annuls(gisgmp.ErrUnavailable)
-	_, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
-	require.Error(t, err, "not failed while the withdrawal is not done")
-	status, _, _ := b.posting(ctx, t, b.id)
-	require.Equal(t, gisgmp.StatusPosting, status)
-
-	b.gw.AnnulFunc = annuls(nil)
-	_, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+	res, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
+	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
 	status, _, lastError := b.posting(ctx, t, b.id)
-	require.Equal(t, gisgmp.StatusFailed, status)
+	require.Equal(t, gisgmp.StatusAbandoned, status, "the hold does not wait for the withdrawal")
 	require.Contains(t, lastError, "still processing")
 	require.Equal(t, charges.RequiresReview, b.chargeNow(ctx, t).Status)
-	require.Len(t, b.gw.callsOf("annul"), 2)
+	require.Len(t, b.gw.callsOf("annul"), 1, "withdrawal asked for")
+
+	b.gw.LookupFunc = looksUp(true, true, nil)
+	_, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+	require.NoError(t, err)
+	status, _, _ = b.posting(ctx, t, b.id)
+	require.Equal(t, gisgmp.StatusAnnulled, status)
+	require.Len(t, b.gw.callsOf("post"), 1, "an abandoned posting is never posted again")
 }
 
 // Held stores a posting under the first identifier derived that no other

@@ -89,26 +89,41 @@ type Faults struct {
 	LatencyMS    int     `json:"latency_ms"`
 	ErrorRate    float64 `json:"error_rate"`
 	LoseResponse bool    `json:"lose_response"`
+	// Processing is how many looks (the post itself, its replays and
+	// look-ups, through any gateway) a payment posted through this gateway
+	// meanwhile answers "still processing" to before it is accepted. A
+	// payment still processing cannot be annulled yet: an annulment of it
+	// is answered "still processing" too and does nothing.
+	Processing int `json:"processing"`
+	// AnnulUnanswered annuls, as soon as it is accepted, a payment whose
+	// acceptance goes unanswered (its post's answer lost, or its
+	// processing ending on a look-up): the look-up or the replay that
+	// follows finds it annulled.
+	AnnulUnanswered bool `json:"annul_unanswered"`
 }
 
 // FaultsPatch changes the given switches.
 type FaultsPatch struct {
-	Down         *bool    `json:"down"`
-	LatencyMS    *int     `json:"latency_ms"`
-	ErrorRate    *float64 `json:"error_rate"`
-	LoseResponse *bool    `json:"lose_response"`
+	Down            *bool    `json:"down"`
+	LatencyMS       *int     `json:"latency_ms"`
+	ErrorRate       *float64 `json:"error_rate"`
+	LoseResponse    *bool    `json:"lose_response"`
+	Processing      *int     `json:"processing"`
+	AnnulUnanswered *bool    `json:"annul_unanswered"`
 }
 
 // SetFaults applies patch to gateway's switches and returns them.
 func (s Sim) SetFaults(ctx context.Context, gateway string, patch FaultsPatch) (Faults, error) {
 	var f Faults
-	err := s.Pool.QueryRow(ctx, `INSERT INTO dev_registry_faults AS f (gateway, down, latency_ms, error_rate, lose_response)
-		VALUES ($1, coalesce($2, false), coalesce($3, 0), coalesce($4, 0), coalesce($5, false))
+	err := s.Pool.QueryRow(ctx, `INSERT INTO dev_registry_faults AS f (gateway, down, latency_ms, error_rate, lose_response,
+			processing, annul_unanswered)
+		VALUES ($1, coalesce($2, false), coalesce($3, 0), coalesce($4, 0), coalesce($5, false), coalesce($6, 0), coalesce($7, false))
 		ON CONFLICT (gateway) DO UPDATE SET down = coalesce($2, f.down), latency_ms = coalesce($3, f.latency_ms),
-			error_rate = coalesce($4, f.error_rate), lose_response = coalesce($5, f.lose_response)
-		RETURNING down, latency_ms, error_rate, lose_response`,
-		gateway, patch.Down, patch.LatencyMS, patch.ErrorRate, patch.LoseResponse).
-		Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.LoseResponse)
+			error_rate = coalesce($4, f.error_rate), lose_response = coalesce($5, f.lose_response),
+			processing = coalesce($6, f.processing), annul_unanswered = coalesce($7, f.annul_unanswered)
+		RETURNING down, latency_ms, error_rate, lose_response, processing, annul_unanswered`,
+		gateway, patch.Down, patch.LatencyMS, patch.ErrorRate, patch.LoseResponse, patch.Processing, patch.AnnulUnanswered).
+		Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.LoseResponse, &f.Processing, &f.AnnulUnanswered)
 	if err != nil {
 		return Faults{}, fmt.Errorf("set registry faults: %w", err)
 	}
@@ -125,56 +140,122 @@ func (g simGateway) Name() string { return g.name }
 
 // enter applies the faults before a call: down or an injected error does
 // nothing; latency waits (a caller that hangs up meanwhile gets nothing
-// done). It returns whether the answer is to be lost.
-func (g simGateway) enter(ctx context.Context) (lose bool, err error) {
-	var f Faults
-	err = g.pool.QueryRow(ctx, `SELECT down, latency_ms, error_rate, lose_response FROM dev_registry_faults WHERE gateway = $1`,
-		g.name).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.LoseResponse)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return false, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+// done). It returns the switches, LoseResponse saying whether the answer
+// is to be lost.
+func (g simGateway) enter(ctx context.Context) (Faults, error) {
+	f, err := g.faults(ctx)
+	if err != nil {
+		return Faults{}, err
 	}
 	if f.Down || (f.ErrorRate > 0 && rand.Float64() < f.ErrorRate) {
-		return false, fmt.Errorf("%w: %s is down", ErrUnavailable, g.name)
+		return Faults{}, fmt.Errorf("%w: %s is down", ErrUnavailable, g.name)
 	}
 	if f.LatencyMS > 0 {
 		select {
 		case <-time.After(time.Duration(f.LatencyMS) * time.Millisecond):
 		case <-ctx.Done():
-			return false, fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, ctx.Err())
+			return Faults{}, fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, ctx.Err())
 		}
 	}
-	return f.LoseResponse, nil
+	return f, nil
 }
 
+func (g simGateway) faults(ctx context.Context) (Faults, error) {
+	var f Faults
+	err := g.pool.QueryRow(ctx, `SELECT down, latency_ms, error_rate, lose_response, processing, annul_unanswered
+		FROM dev_registry_faults WHERE gateway = $1`, g.name).
+		Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.LoseResponse, &f.Processing, &f.AnnulUnanswered)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return Faults{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+	}
+	return f, nil
+}
+
+// simRetryAfter is what the simulated registry asks of a caller whose
+// payment is still processing.
+const simRetryAfter = time.Second
+
+// Post records a payment, or answers a replay with what the book holds:
+// still processing, accepted, or annulled (ErrAnnulled).
 func (g simGateway) Post(ctx context.Context, p Payment) error {
-	lose, err := g.enter(ctx)
+	f, err := g.enter(ctx)
 	if err != nil {
 		return err
 	}
+	status := "accepted"
+	if f.Processing > 0 {
+		status = "processing"
+	} else if f.LoseResponse && f.AnnulUnanswered {
+		status = "annulled"
+	}
 	at := g.clock.Now().UTC()
-	if _, err := g.pool.Exec(context.WithoutCancel(ctx), `INSERT INTO dev_registry_ledger (payment_id, gateway, uin, amount, status, at)
-		VALUES ($1, $2, $3, $4, 'accepted', $5) ON CONFLICT (payment_id) DO NOTHING`,
-		p.PaymentID, g.name, p.UIN, p.Amount, at); err != nil {
+	if _, err := g.pool.Exec(context.WithoutCancel(ctx), `INSERT INTO dev_registry_ledger AS l (payment_id, gateway, uin, amount,
+			status, at, looks_left, annulled_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $5 = 'annulled' THEN $6::timestamptz END) ON CONFLICT (payment_id) DO NOTHING`,
+		p.PaymentID, g.name, p.UIN, p.Amount, status, at, f.Processing); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, err)
 	}
-	if lose {
+	status, err = g.look(context.WithoutCancel(ctx), p.PaymentID, f.AnnulUnanswered)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, err)
+	}
+	if f.LoseResponse {
 		return fmt.Errorf("%w: %s lost the answer", ErrUnknownOutcome, g.name)
+	}
+	return g.answer(status)
+}
+
+// look counts one look at a payment and returns its status: a payment
+// still processing is accepted once its looks are used up, and annulled
+// at once instead when annul (the answering gateway annuls payments whose
+// acceptance it did not answer: it had answered "still processing").
+// "" when the book does not hold it.
+func (g simGateway) look(ctx context.Context, paymentID string, annul bool) (string, error) {
+	var status string
+	err := g.pool.QueryRow(ctx, `UPDATE dev_registry_ledger SET looks_left = greatest(looks_left - 1, 0),
+			status = CASE WHEN status <> 'processing' OR looks_left > 0 THEN status WHEN $2 THEN 'annulled' ELSE 'accepted' END,
+			annulled_at = CASE WHEN status = 'processing' AND looks_left = 0 AND $2 THEN $3 ELSE annulled_at END
+		WHERE payment_id = $1 RETURNING status`, paymentID, annul, g.clock.Now().UTC()).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("look at payment %s: %w", paymentID, err)
+	}
+	return status, nil
+}
+
+// answer is a post's answer about a payment the book holds in status.
+func (g simGateway) answer(status string) error {
+	switch status {
+	case "processing":
+		return &PendingError{Gateway: g.name, RetryAfter: simRetryAfter}
+	case "annulled":
+		return fmt.Errorf("%w: %s", ErrAnnulled, g.name)
 	}
 	return nil
 }
 
+// Annul annuls a payment the book holds accepted; one still processing
+// cannot be annulled yet (answered as still processing, nothing done).
 func (g simGateway) Annul(ctx context.Context, paymentID string) error {
-	lose, err := g.enter(ctx)
+	f, err := g.enter(ctx)
 	if err != nil {
 		return err
 	}
 	at := g.clock.Now().UTC()
-	if _, err := g.pool.Exec(context.WithoutCancel(ctx), `UPDATE dev_registry_ledger SET status = 'annulled', annulled_at = $2
-		WHERE payment_id = $1 AND status = 'accepted'`, paymentID, at); err != nil {
+	var processing bool
+	if err := g.pool.QueryRow(context.WithoutCancel(ctx), `WITH annulled AS (
+			UPDATE dev_registry_ledger SET status = 'annulled', annulled_at = $2 WHERE payment_id = $1 AND status = 'accepted')
+		SELECT EXISTS (SELECT 1 FROM dev_registry_ledger WHERE payment_id = $1 AND status = 'processing')`,
+		paymentID, at).Scan(&processing); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, err)
 	}
-	if lose {
+	if f.LoseResponse {
 		return fmt.Errorf("%w: %s lost the answer", ErrUnknownOutcome, g.name)
+	}
+	if processing {
+		return &PendingError{Gateway: g.name, RetryAfter: simRetryAfter}
 	}
 	return nil
 }
@@ -203,7 +284,8 @@ func (g simGateway) Quittance(ctx context.Context, uin string) (Quittance, error
 	if err := g.reachable(ctx); err != nil {
 		return Quittance{}, err
 	}
-	rows, err := g.pool.Query(ctx, `SELECT payment_id, amount, status = 'annulled', at FROM dev_registry_ledger WHERE uin = $1 ORDER BY seq`, uin)
+	rows, err := g.pool.Query(ctx, `SELECT payment_id, amount, status = 'annulled', at FROM dev_registry_ledger
+		WHERE uin = $1 AND status <> 'processing' ORDER BY seq`, uin)
 	if err != nil {
 		return Quittance{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
 	}
@@ -271,17 +353,24 @@ func (g simGateway) reachable(ctx context.Context) error {
 	return nil
 }
 
+// Lookup tells what the book holds of a payment: a look at it, which may
+// end its processing.
 func (g simGateway) Lookup(ctx context.Context, paymentID string) (found, annulled bool, err error) {
 	if err := g.reachable(ctx); err != nil {
 		return false, false, err
 	}
-	var status string
-	err = g.pool.QueryRow(ctx, `SELECT status FROM dev_registry_ledger WHERE payment_id = $1`, paymentID).Scan(&status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, false, nil
-	}
+	f, err := g.faults(ctx)
 	if err != nil {
+		return false, false, err
+	}
+	status, err := g.look(ctx, paymentID, f.AnnulUnanswered)
+	switch {
+	case err != nil:
 		return false, false, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+	case status == "":
+		return false, false, nil
+	case status == "processing":
+		return false, false, &PendingError{Gateway: g.name, RetryAfter: simRetryAfter}
 	}
 	return true, status == "annulled", nil
 }

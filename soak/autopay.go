@@ -15,7 +15,7 @@ const (
 	KindWithdraw      = "withdraw"       // the issuer withdraws bill BillID of Enr
 	KindEnrolAction   = "enrol-action"   // Action pause, resume, cancel or confirm (bill BillID) on Enr
 	KindEnrolCard     = "enrol-card"     // give Enr the payment method Card
-	KindRegistryFault = "registry-fault" // the registry gateway Gateway: Down, ErrorRate (posts and annulments), LoseResponse
+	KindRegistryFault = "registry-fault" // the registry gateway Gateway: Down, ErrorRate (posts and annulments), LoseResponse, Processing, AnnulUnanswered
 	KindPaidElsewhere = "paid-elsewhere" // PaidAmount of fine BillID (of Enr) is paid outside rebill, at a bank
 	// KindClockTo moves the dev clock to a moment of bill BillID of Enr,
 	// plus Offset seconds (a barrier, like KindClock): Target
@@ -54,6 +54,13 @@ type AutopayStep struct {
 	Offset int    `json:"offset,omitempty"` // clock-to: seconds after the target (negative: before)
 
 	LoseResponse *bool `json:"lose_response,omitempty"` // registry-fault: posts and annulments made, answers lost
+	// Processing (registry-fault) is how many looks a payment posted
+	// meanwhile answers "still processing" to before it is accepted.
+	Processing *int `json:"processing,omitempty"`
+	// AnnulUnanswered (registry-fault): a payment whose acceptance went
+	// unanswered (lost, or still processing when last answered) is
+	// annulled at the registry at once.
+	AnnulUnanswered *bool `json:"annul_unanswered,omitempty"`
 
 	// PaidAmount is paid-elsewhere's payment; Part says what of the fine
 	// it is: PartFull, PartDiscounted or PartSome.
@@ -134,6 +141,8 @@ func (g *Generator) autopay(s Step) Step {
 		return g.clockTo(s)
 	case r < 55:
 		return g.holdsOutliveGateway(s)
+	case r < 55.7:
+		return g.processingPastLastMoment(s)
 	case r < 62:
 		s.Kind, s.Enr = KindWithdraw, 1+g.rng.IntN(len(g.enrs))
 		if bills := g.enrs[s.Enr-1].bills; len(bills) > 0 {
@@ -168,11 +177,35 @@ func (g *Generator) autopay(s Step) Step {
 // registryFault switches one of a registry gateway's faults: down (every
 // call fails), an error rate or lost answers (posts and annulments; the
 // registry's reads answer, so the checks of payments made outside rebill
-// still see the book).
+// still see the book), payments that stay processing for a few looks, or
+// a registry that annuls the payments whose acceptance went unanswered
+// (switched on together with lost answers or processing, so that a
+// look-up or a replay finds them annulled).
 func (g *Generator) registryFault(s Step) Step {
 	s.Kind = KindRegistryFault
 	s.Gateway = fmt.Sprintf("gmp%d", 1+g.rng.IntN(2))
-	switch g.rng.IntN(4) {
+	switch g.rng.IntN(6) {
+	case 2:
+		on := !g.regFault[s.Gateway+":processing"] && g.chance(0.7)
+		g.regFault[s.Gateway+":processing"] = on
+		looks := 0
+		if on {
+			looks = 1 + g.rng.IntN(6)
+		}
+		s.Processing = &looks
+	case 3:
+		on := !g.regFault[s.Gateway+":annul"] && g.chance(0.7)
+		g.regFault[s.Gateway+":annul"] = on
+		s.AnnulUnanswered = &on
+		if on && g.chance(0.5) {
+			lose := true
+			g.regFault[s.Gateway+":lose"] = true
+			s.LoseResponse = &lose
+		} else if on {
+			looks := 1 + g.rng.IntN(3)
+			g.regFault[s.Gateway+":processing"] = true
+			s.Processing = &looks
+		}
 	case 0:
 		on := !g.regFault[s.Gateway+":error"] && g.chance(0.7)
 		g.regFault[s.Gateway+":error"] = on
@@ -363,6 +396,47 @@ func (g *Generator) clockTo(s Step) Step {
 	return s
 }
 
+// processingPastLastMoment has the registry answer "still processing"
+// past a discounted hold's last moment to post (an hour before the
+// discount ends): both registry gateways keep new payments processing for
+// more looks than the posting job makes before the clock moves, a
+// discounted fine falls due and is held and posted, the clock moves into
+// the last hour before its discount ends (the hold is voided, the posting
+// abandoned), and processing stops for new payments while the abandoned
+// one still answers "processing" for its remaining looks, then is
+// accepted: rebill must annul it. Half the time the registry also annuls
+// payments whose acceptance it did not answer.
+func (g *Generator) processingPastLastMoment(s Step) Step {
+	i, ok := g.anyFines()
+	if !ok {
+		return Step{}
+	}
+	registry := func(gw string, patch Step) Step {
+		patch.Kind, patch.Node, patch.Gateway = KindRegistryFault, g.rng.IntN(2), gw
+		return patch
+	}
+	looks, off := 8+g.rng.IntN(8), 0
+	annul, f := g.chance(0.5), false
+	steps := []Step{registry("gmp1", Step{AutopayStep: AutopayStep{Processing: &looks, AnnulUnanswered: &annul}}),
+		registry("gmp2", Step{AutopayStep: AutopayStep{Processing: &looks, AnnulUnanswered: &annul}})}
+	b := g.billOf(Step{Node: g.rng.IntN(2)}, i+1)
+	b.Pull = false
+	b.Discounted, b.IssuedAgo, b.DueIn, b.DiscountIn = b.BillAmount/2, 1, 19, 3+g.rng.IntN(10)
+	g.recordBill(b)
+	steps = append(steps, b, Step{Kind: KindWait, Wait: "1.5s"},
+		Step{Kind: KindClockTo, Node: g.rng.IntN(2), AutopayStep: AutopayStep{Enr: i + 1, Target: TargetDiscount, BillID: b.BillID,
+			Offset: -60 - g.rng.IntN(3000)}},
+		registry("gmp1", Step{AutopayStep: AutopayStep{Processing: &off, AnnulUnanswered: &f}}),
+		registry("gmp2", Step{AutopayStep: AutopayStep{Processing: &off, AnnulUnanswered: &f}}))
+	for _, gw := range []string{"gmp1", "gmp2"} {
+		g.regFault[gw+":processing"], g.regFault[gw+":annul"] = false, false
+	}
+	first := steps[0]
+	first.N = s.N
+	g.queue = append(g.queue, steps[1:]...)
+	return first
+}
+
 // holdsOutliveGateway leaves holds waiting past their lifetime (the
 // simulators' 7 days): both registry gateways go down, a fine falls due
 // and is held, then either the registry stays down (the posting waits)
@@ -486,6 +560,12 @@ func (s Step) autopayString() string {
 		}
 		if s.LoseResponse != nil {
 			parts = append(parts, fmt.Sprintf("lose_response=%t", *s.LoseResponse))
+		}
+		if s.Processing != nil {
+			parts = append(parts, fmt.Sprintf("processing=%d", *s.Processing))
+		}
+		if s.AnnulUnanswered != nil {
+			parts = append(parts, fmt.Sprintf("annul_unanswered=%t", *s.AnnulUnanswered))
 		}
 		return fmt.Sprintf("registry %s %s", s.Gateway, strings.Join(parts, " "))
 	case KindPaidElsewhere:

@@ -87,7 +87,8 @@ func TestAutopayStepsCoverDeadlinesHoldsAndReEnrolment(t *testing.T) {
 // Fines are paid outside rebill in full, at their discount and in part,
 // before they reach rebill, while the registry is down, while it refuses
 // or loses postings, and while the card's gateway is down; the registry's
-// faults include error rates and lost answers.
+// faults include error rates, lost answers, payments processing (past a
+// hold's last moment to post too) and annulled when unanswered.
 func TestGenPaidElsewhereAtEveryMoment(t *testing.T) {
 	g := soak.NewGenerator(11, soak.GeneratorConfig{MaxSubscriptions: 40, LiveSubscriptions: 20, Chaos: true, Autopay: 0.3,
 		MaxEnrollments: 60})
@@ -104,7 +105,14 @@ func TestGenPaidElsewhereAtEveryMoment(t *testing.T) {
 		case soak.KindBill:
 			arrived[s.BillID] = true
 		case soak.KindRegistryFault:
+			if s.Processing != nil && *s.Processing >= 8 {
+				regFaults["processing past the last moment"]++
+			}
 			switch {
+			case s.AnnulUnanswered != nil && *s.AnnulUnanswered:
+				regFaults["annul_unanswered"]++
+			case s.Processing != nil && *s.Processing > 0:
+				regFaults["processing"]++
 			case s.ErrorRate != nil && *s.ErrorRate > 0:
 				regFaults["error_rate"]++
 			case s.LoseResponse != nil && *s.LoseResponse:
@@ -145,7 +153,7 @@ func TestGenPaidElsewhereAtEveryMoment(t *testing.T) {
 			t.Errorf("no fine paid outside rebill %s: %v", m, moments)
 		}
 	}
-	for _, f := range []string{"down", "error_rate", "lose_response"} {
+	for _, f := range []string{"down", "error_rate", "lose_response", "processing", "annul_unanswered", "processing past the last moment"} {
 		if regFaults[f] == 0 {
 			t.Errorf("no registry fault %s: %v", f, regFaults)
 		}

@@ -78,6 +78,12 @@ func (r *runner) runAutopay(step soak.Step) {
 		if step.LoseResponse != nil {
 			body["lose_response"] = *step.LoseResponse
 		}
+		if step.Processing != nil {
+			body["processing"] = *step.Processing
+		}
+		if step.AnnulUnanswered != nil {
+			body["annul_unanswered"] = *step.AnnulUnanswered
+		}
 		a, ok = r.request(step.Node, http.MethodPost, "/v1/dev/registry/"+step.Gateway+"/faults", r.idem(step, ""), body, 60*time.Second)
 	case soak.KindPaidElsewhere:
 		a, ok = r.post(step, "/v1/dev/registry/paid", map[string]any{"uin": step.BillID, "amount": step.PaidAmount})
@@ -235,10 +241,11 @@ func (r *runner) collectBills(d *soak.Data) *billcheck.Data {
 		return err
 	})
 	keys := map[string]bool{}
-	q(`SELECT id::text, enrollment_id::text, period_key, status, attempt_count, attempt_times, updated_at, paid_outside FROM charges
+	q(`SELECT id::text, enrollment_id::text, period_key, status, attempt_count, attempt_times, updated_at, paid_outside,
+			hold_released_at IS NOT NULL FROM charges
 		WHERE enrollment_id IS NOT NULL ORDER BY id`, func(row interface{ Scan(...any) error }) error {
 		var c billcheck.Charge
-		err := row.Scan(&c.ID, &c.EnrollmentID, &c.BillID, &c.Status, &c.AttemptCount, &c.AttemptTimes, &c.UpdatedAt, &c.PaidOutside)
+		err := row.Scan(&c.ID, &c.EnrollmentID, &c.BillID, &c.Status, &c.AttemptCount, &c.AttemptTimes, &c.UpdatedAt, &c.PaidOutside, &c.HoldReleased)
 		b.Charges = append(b.Charges, c)
 		keys[c.Key()] = true
 		return err
@@ -374,6 +381,20 @@ func fineCounts(fines []soak.Fine) map[string]int {
 		}
 	}
 	return out
+}
+
+// postingCounts is how often a schedule's registry faults made rebill
+// abandon a posting (and settle it: annulled or failed on the registry's
+// word) or find a payment annulled at the registry, for its summary.
+func (r *runner) postingCounts() map[string]int {
+	var abandoned, settled, foundAnnulled int
+	if err := r.db.QueryRow(r.ctx, `SELECT count(*) FILTER (WHERE status = 'abandoned'),
+			count(*) FILTER (WHERE last_error LIKE 'abandoned%'),
+			count(*) FILTER (WHERE status = 'annulled' AND last_error LIKE '%registry holds the payment annulled%')
+		FROM registry_postings`).Scan(&abandoned, &settled, &foundAnnulled); err != nil {
+		r.t.Errorf("count postings: %v", err)
+	}
+	return map[string]int{"abandoned_left": abandoned, "abandoned_settled": settled, "found_annulled": foundAnnulled}
 }
 
 // billCounts is how much autopay a schedule did, for its summary.

@@ -211,8 +211,9 @@ type Generator struct {
 	enrs    []genEnrollment
 	bills   int
 	regDown map[string]bool
-	// regFault: a registry gateway's error rate ("gmp1:error") or lost
-	// answers ("gmp1:lose") are on.
+	// regFault: a registry gateway's error rate ("gmp1:error"), lost
+	// answers ("gmp1:lose"), processing ("gmp1:processing") or annulment
+	// of unanswered payments ("gmp1:annul") are on.
 	regFault map[string]bool
 	// fines are the fines sent, for payments made outside rebill.
 	fines []genFine

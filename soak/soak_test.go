@@ -293,6 +293,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		"coverage":               cov, "violations": len(violations), "kinds": r.counts, "node_kills": r.kills,
 		"clock_moves": len(r.obs.ClockMoves), "dev_days": d.Now.Sub(clock.Now).Hours() / 24, "notes": r.notes,
 		"autopay": billCounts(bills), "clock_moves_at_bills": r.clockTargets, "paid_elsewhere": fineCounts(d.Fines),
+		"registry_postings":         r.postingCounts(),
 		"charges_in_treatment_arms": treated,
 	}
 	line, _ := json.Marshal(summary)
@@ -870,7 +871,8 @@ func (r *runner) drain() {
 	}
 	for _, gw := range []string{"gmp1", "gmp2"} {
 		r.request(0, http.MethodPost, "/v1/dev/registry/"+gw+"/faults", fmt.Sprintf("soak-%d-drain-%s", r.seed, gw),
-			map[string]any{"down": false, "error_rate": 0, "lose_response": false}, 120*time.Second)
+			map[string]any{"down": false, "error_rate": 0, "lose_response": false, "processing": 0, "annul_unanswered": false},
+			120*time.Second)
 	}
 	for i := range r.nodes {
 		r.nodesMu.Lock()
@@ -907,7 +909,8 @@ func (r *runner) drain() {
 // scheduled bill due and not yet charged, a paying bill whose charge
 // moves or has settled without its bill following, a copy waiting for
 // the identity its paying charge may release, a bill past its expires_at
-// not yet expired, a posting not yet answered, an accepted posting the
+// not yet expired, a posting not yet answered (or abandoned, its job still
+// asking the registry), an accepted posting the
 // registry sweep must annul (the sweep's own condition), and the
 // registry's jobs.
 const openWorkSQL = `SELECT
@@ -929,10 +932,10 @@ const openWorkSQL = `SELECT
 		AND EXISTS (SELECT 1 FROM bills o JOIN enrollments oe ON oe.id = o.enrollment_id
 			WHERE o.identity = c.bill_identity AND o.status = 'duplicate' AND o.charge_id IS NULL AND oe.status <> 'cancelled')))
 		AND NOT EXISTS (SELECT 1 FROM registry_postings p
-			WHERE (p.charge_id = c.id OR p.uin = c.registry_uin) AND p.status IN ('posting', 'accepted'))),
+			WHERE (p.charge_id = c.id OR p.uin = c.registry_uin) AND p.status IN ('posting', 'accepted', 'abandoned'))),
 	(SELECT count(*) FROM bills WHERE status IN ('pending', 'awaiting_confirmation', 'awaiting_registry', 'scheduled', 'failed')
 		AND expires_at <= (SELECT now FROM dev_clock)),
-	(SELECT count(*) FROM registry_postings WHERE status = 'posting'),
+	(SELECT count(*) FROM registry_postings WHERE status IN ('posting', 'abandoned')),
 	(SELECT count(*) FROM registry_postings p JOIN charges c ON c.id = p.charge_id WHERE p.status = 'accepted'
 		AND (c.attempt_count > p.attempt OR c.status IN ('voided', 'declined')
 			OR (c.status IN ('requires_review', 'failed') AND c.hold_released_at IS NOT NULL)))`

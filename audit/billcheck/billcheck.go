@@ -115,6 +115,10 @@ type Charge struct {
 	// the check before its last attempt found it: that attempt is for the
 	// price less it.
 	PaidOutside int64
+	// HoldReleased: its hold was released after a look-up at the gateway
+	// found no capture (hold_released_at): a charge in review so marked
+	// will not capture its attempt.
+	HoldReleased bool
 }
 
 // Key is the charge's business key, as its gateway keys begin.
@@ -133,7 +137,7 @@ type Posting struct {
 	Attempt             int
 	UIN                 string
 	Amount              int64
-	Status              string // posting, accepted, failed, cancelled, annulled
+	Status              string // posting, accepted, abandoned, failed, cancelled, annulled
 	// RegistryStatus is the registry's own book's status of PaymentID
 	// (accepted, annulled) when known; "" when not.
 	RegistryStatus string
@@ -438,9 +442,11 @@ func (x *index) noLateAttempt(c *Charge) []Violation {
 }
 
 // postingsAnnulled: an accepted posting of an attempt that has no capture
-// and never will (a later attempt exists, or the charge is final or
-// waiting for a new attempt) is annulled once AnnulWithin passed since
-// the charge last changed.
+// and never will (a later attempt exists, or the charge is final, waiting
+// for a new attempt, or in review with its hold released) is annulled
+// once AnnulWithin passed since the charge last changed. The registry's
+// own book, when known, says what is accepted: a posting rebill gave up on
+// (abandoned, failed) that the registry accepted after all is caught too.
 func (x *index) postingsAnnulled() []Violation {
 	bound := x.d.AnnulWithin
 	if bound == 0 {
@@ -464,6 +470,8 @@ func (x *index) postingsAnnulled() []Violation {
 		switch c.Status {
 		case "succeeded", "failed", "voided", "declined", "scheduled":
 			done = true
+		case "requires_review":
+			done = done || c.HoldReleased
 		}
 		if captured || !done || x.d.Now.Sub(c.UpdatedAt) < bound {
 			continue

@@ -143,6 +143,17 @@ func TestEachBrokenRuleIsFound(t *testing.T) {
 		{"the registry still holds a posting rebill thinks annulled", billcheck.PostingAnnulled, func(d *billcheck.Data) {
 			d.Postings[1].RegistryStatus = "accepted"
 		}, ""},
+		{"the registry accepted a posting rebill abandoned, after its hold was voided", billcheck.PostingAnnulled, func(d *billcheck.Data) {
+			d.Postings[1].Status, d.Postings[1].RegistryStatus = "abandoned", "accepted"
+		}, ""},
+		{"the registry accepted a posting rebill gave up on, its charge in review with its hold released", billcheck.PostingAnnulled,
+			func(d *billcheck.Data) {
+				d.Charges[2].Status, d.Charges[2].AttemptCount, d.Charges[2].HoldReleased = "requires_review", 1, true
+				d.Charges[2].AttemptTimes = d.Charges[2].AttemptTimes[:1]
+				d.Postings = d.Postings[:2]
+				d.Postings[1].Status, d.Postings[1].RegistryStatus = "failed", "accepted"
+				d.Ops = d.Ops[:6]
+			}, ""},
 		{"a discounted price captured by an attempt that began after the deadline", billcheck.DiscountHonest, func(d *billcheck.Data) {
 			d.Charges[1].AttemptTimes = []time.Time{d.Bills[2].DiscountEnds.Add(time.Minute)}
 		}, ""},

@@ -9,10 +9,12 @@
 // a call refused before the party could act (no connection, a TLS
 // handshake the party refused, 429, 503, a credential or path it does not
 // know) did nothing (gisgmp.ErrUnavailable); 202 is taken but not yet
-// accepted (*gisgmp.PendingError); 400, 409 and 422 with the party's error
-// body are refusals for good (gisgmp.ErrRejected); a write whose answer
-// may have been lost after the request was sent (a timeout, a dropped
-// connection, another 5xx) has an unknown outcome (gisgmp.ErrUnknownOutcome).
+// accepted (*gisgmp.PendingError); a post answered annulled (a replay of
+// a payment annulled since) is no acceptance (gisgmp.ErrAnnulled); 400,
+// 409 and 422 with the party's error body are refusals for good
+// (gisgmp.ErrRejected); a write whose answer may have been lost after the
+// request was sent (a timeout, a dropped connection, another 5xx) has an
+// unknown outcome (gisgmp.ErrUnknownOutcome).
 // A read that fails did nothing.
 package agentapi
 
@@ -131,7 +133,13 @@ func (c *Client) Post(ctx context.Context, p gisgmp.Payment) error {
 	if err := c.call(ctx, http.MethodPost, "/payments", req, write, &st); err != nil {
 		return err
 	}
-	return c.expect(st, p.PaymentID, write, statusAccepted, statusAnnulled)
+	if err := c.expect(st, p.PaymentID, write, statusAccepted, statusAnnulled); err != nil {
+		return err
+	}
+	if st.Status == statusAnnulled {
+		return fmt.Errorf("%w: %s answered the replay of payment %q with its status annulled", gisgmp.ErrAnnulled, c.name, p.PaymentID)
+	}
+	return nil
 }
 
 // Annul annuls a payment: POST /payments/{id}/annulment. An id the party

@@ -172,7 +172,7 @@ func TestAnswersAreClassified(t *testing.T) {
 		pending time.Duration
 	}{
 		"201 accepted":                  {status: 201, body: `{"payment_id": "p1", "status": "accepted"}`},
-		"200 replay of an annulled one": {status: 200, body: `{"payment_id": "p1", "status": "annulled"}`},
+		"200 replay of an annulled one": {status: 200, body: `{"payment_id": "p1", "status": "annulled"}`, want: gisgmp.ErrAnnulled},
 		"202 processing":                {status: 202, body: `{"payment_id": "p1", "status": "processing"}`, header: map[string]string{"Retry-After": "30"}, want: gisgmp.ErrUnknownOutcome, pending: 30 * time.Second},
 		"429 did nothing":               {status: 429, header: map[string]string{"Retry-After": "5"}, want: gisgmp.ErrUnavailable},
 		"503 did nothing":               {status: 503, want: gisgmp.ErrUnavailable},

@@ -87,6 +87,19 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		require.NoError(t, err)
 		require.True(t, found && annulled)
 	})
+	t.Run("a replay of an annulled payment answers annulled and records nothing", func(t *testing.T) {
+		h := newHarness(t)
+		id, uin := ids()
+		p := gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 700}
+		require.NoError(t, h.Gateway.Post(ctx, p))
+		require.NoError(t, h.Gateway.Annul(ctx, id))
+		err := h.Gateway.Post(ctx, p)
+		require.ErrorIs(t, err, gisgmp.ErrAnnulled, "an annulled payment is no accepted one")
+		require.False(t, errors.Is(err, gisgmp.ErrUnknownOutcome), "the answer is known: %v", err)
+		q, err := h.Gateway.Quittance(ctx, uin)
+		require.NoError(t, err)
+		require.Equal(t, []gisgmp.QuittancePayment{{PaymentID: id, Amount: 700, Annulled: true}}, q.Payments, "it stays annulled")
+	})
 	t.Run("annulling an unknown id is a no-op", func(t *testing.T) {
 		h := newHarness(t)
 		id, _ := ids()

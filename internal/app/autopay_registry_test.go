@@ -200,3 +200,55 @@ func TestWithdrawnFineHasItsPostingAnnulled(t *testing.T) {
 	require.Equal(t, map[string]int{"authorize:succeeded": 1, "void:succeeded": 1}, ops)
 	require.Equal(t, "voided", b.enrollmentCharges(t, enr)[0]["status"])
 }
+
+// A registry that keeps a fine's payment processing past the hold's last
+// moment to post (an hour before the discount ends): the hold is voided
+// and nothing is captured, the posting is abandoned, never failed, and
+// when the registry finishes with the payment and accepts it, rebill
+// annuls it there: the registry's book holds no payment without its money.
+func TestPaymentProcessingPastTheLastMomentIsAnnulledAtTheRegistry(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	start := b.autopayStart(t)
+	enr := b.createFinesEnrollment(t, "tok_ok", 500000)
+	for _, gw := range []string{"gmp1", "gmp2"} {
+		b.call(t, http.MethodPost, "/v1/dev/registry/"+gw+"/faults", map[string]any{"processing": 1000})
+	}
+	id := uin(16)
+	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
+	require.Eventually(t, func() bool {
+		posted := b.registryLedger(t, id)
+		return len(posted) == 1 && posted[0].Status == "processing"
+	}, 30*time.Second, 100*time.Millisecond, "posted, processing")
+	paymentID := b.registryLedger(t, id)[0].PaymentID
+
+	// 2027-03-20 20:00:30Z: within the last hour before the discount ends
+	// (the end of 2027-03-20 in Moscow).
+	b.advance(t, "467h0m30s")
+	key := enr + ":" + id
+	require.Eventually(t, func() bool {
+		return opsFor(b.ledger(t, "sim1"), key)["void:succeeded"] == 1
+	}, 30*time.Second, 100*time.Millisecond, "the hold is voided")
+	var status string
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT status FROM registry_postings WHERE payment_id = $1`,
+			paymentID).Scan(&status))
+		return status == "abandoned"
+	}, 30*time.Second, 100*time.Millisecond, "the posting is abandoned, not failed")
+
+	// The registry finishes with the payment: its next look accepts it.
+	_, err := b.pool.Exec(context.Background(), `UPDATE dev_registry_ledger SET looks_left = 0 WHERE payment_id = $1`, paymentID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, e := range b.registryLedger(t, id) {
+			if e.PaymentID == paymentID {
+				return e.Status == "annulled"
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "annulled at the registry")
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT status FROM registry_postings WHERE payment_id = $1`,
+		paymentID).Scan(&status))
+	require.Equal(t, "annulled", status)
+	require.Equal(t, map[string]int{"authorize:succeeded": 1, "void:succeeded": 1}, opsFor(b.ledger(t, "sim1"), key), "nothing captured")
+}

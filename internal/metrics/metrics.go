@@ -85,6 +85,14 @@ var (
 		Name: "rebill_review_queue_size",
 		Help: "Charges in unknown or requires_review, as of the last scan.",
 	})
+	RegistryAbandoned = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "rebill_registry_postings_abandoned",
+		Help: "Registry postings abandoned (sent, fate unknown, money released; their jobs ask the registry until it says, and annul the payment if it accepted it), as of the last registry sweep on this node.",
+	})
+	RegistryAbandonedOverdue = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "rebill_registry_postings_abandoned_overdue",
+		Help: "Registry postings abandoned longer than REBILL_UNAVAILABLE_FOR (service clock), as of the last registry sweep on this node: RebillRegistryPostingAbandoned fires.",
+	})
 )
 
 // RetryReason is why a job retries or waits instead of finishing: the
