@@ -239,15 +239,19 @@ func (s *Store) EnrollmentPaymentMethodChanged(ctx context.Context, tx pgx.Tx, e
 // discountReleased records the void of a hold placed at a discounted price
 // that was not captured before the discount ended, or of a fine's hold
 // that could no longer be posted to the registry in time: the charge waits
-// (declined) for a new attempt, which the scan starts with a new key. A
-// hold that lapses (its gateway's hold lifetime) while the discount still
-// has time left is placed again at the discounted price (FailureHoldExpired),
-// at once or as soon as the card networks' bound on attempts allows; its
-// hold waits until the registry has settled the old attempt's posting
-// (priorPostingsSettledSQL). A discounted hold released at or after its
-// last discounted start waits for the discount's end, and a new attempt
-// due at once after the discount ended is at the full price. A cancel or
-// withdrawal that asked for the void meanwhile wins: the charge is voided.
+// (declined) for a new attempt, which the scan starts with a new key, due:
+//   - now, at the full price, once the discount has ended;
+//   - at the discount's end, for a discounted hold released at or after
+//     its last discounted start: an attempt before then would be at the
+//     full price while the discount still holds;
+//   - otherwise (the hold about to lapse at its gateway, a discounted one
+//     too while its last discounted start has not come) now, priced when
+//     it starts, or as soon as the card networks' bound on attempts allows
+//     (FailureHoldExpired); its hold waits until the registry has settled
+//     the old attempt's posting (priorPostingsSettledSQL).
+//
+// A cancel or withdrawal that asked for the void meanwhile wins: the
+// charge is voided.
 func (p *Pipeline) discountReleased(ctx context.Context, tx pgx.Tx, c Charge, now time.Time) error {
 	code, at := FailureDiscountEnded, now
 	switch {

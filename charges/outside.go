@@ -73,8 +73,10 @@ func (p *Pipeline) outsideGuard() string {
 	return outsideCheckedSQL
 }
 
-// priceAt is what c's attempt would be held for at now, net of what was
-// paid outside rebill.
+// priceAt is what c's fine costs if paid at now, net of what was paid
+// outside rebill: the discounted price until the discount ends (a payment
+// made outside before then settles it at that price, although a hold of
+// rebill's started in the last hour is at the full price).
 func (c Charge) priceAt(now time.Time) int64 {
 	if c.DiscountUntil != nil && !now.Before(*c.DiscountUntil) {
 		return c.FullAmount

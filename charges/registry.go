@@ -20,7 +20,9 @@ import (
 //   - a fine's authorize when no registry is configured (Pipeline.Postings
 //     nil): nothing is held that could not be posted;
 //   - a fine's capture unless the registry accepted the posting of that
-//     very attempt and amount (postedSQL).
+//     very attempt and amount (postedSQL);
+//   - a fine's new hold while a posting of an earlier attempt may still
+//     hold a payment at the registry (priorPostingsSettledSQL).
 // And the registry is told only of money that is held and can still be
 // captured at the price posted: PostBy.
 
