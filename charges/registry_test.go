@@ -16,6 +16,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/gatewaytest"
+	"github.com/rebill/rebill/gisgmp"
 )
 
 // The rules of fines and the state payment registry: a fine is never
@@ -445,4 +446,52 @@ func TestFineHoldLapseReHoldKeepsToTheCardNetworkBound(t *testing.T) {
 	require.Equal(t, charges.FailureHoldExpired, waiting.FailureCode)
 	want := oldest.Add(charges.SameCardWindow)
 	require.True(t, waiting.NextAttemptAt.Equal(want), "next attempt at %s, want %s", waiting.NextAttemptAt, want)
+}
+
+// Of every posting status, only the final ones that hold no payment
+// (failed, cancelled, annulled) let a fine's new attempt place its hold;
+// any other, present or added later, keeps it waiting, holding nothing.
+func TestFineNewHoldWaitsForEveryUnsettledPostingStatus(t *testing.T) {
+	t.Parallel()
+	settled := map[gisgmp.PostingStatus]bool{gisgmp.StatusFailed: true, gisgmp.StatusCancelled: true, gisgmp.StatusAnnulled: true}
+	for _, status := range gisgmp.PostingStatuses {
+		t.Run(string(status), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			b.withHoldLifetime()
+			b.pipeline.UnavailableFor = 2 * holdLifetime
+			b.pipeline.Owners.Enrollments = &fakeEnrollments{}
+			b.pipeline.Postings = &fakePostings{}
+			c := newFineCharge(ctx, t, b, start.Add(30*24*time.Hour))
+			b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+			authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			b.post(ctx, t, c, 1, 500, string(gisgmp.StatusPosting))
+			b.clock.Advance(holdLifetime - charges.HoldExpiryMargin)
+			b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+			void := newWorker(t, b, &charges.VoidWorker{Pipeline: b.pipeline})
+			_, err = void.Work(ctx, t, b.tx, charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				_, err := b.pipeline.Store.DueRetries(ctx, tx, b.clock.Now(), 10)
+				return err
+			}))
+			_, err = b.pool.Exec(ctx, `UPDATE registry_postings SET status = $2 WHERE charge_id = $1`, c.ID, string(status))
+			require.NoError(t, err)
+
+			res, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+			require.NoError(t, err)
+			got := b.get(ctx, t, c.ID)
+			if settled[status] {
+				require.Equal(t, charges.Authorized, got.Status)
+				require.Equal(t, []int64{500, 500}, authorizeAmounts(b))
+				return
+			}
+			b.requireSnoozed(t, res, got, 0, retryBase, true)
+			require.Equal(t, charges.Scheduled, got.Status)
+			require.Equal(t, []int64{500}, authorizeAmounts(b), "no second hold while the old posting is %s", status)
+		})
+	}
 }
