@@ -296,3 +296,38 @@ func anys[T any](xs []T) []any {
 	}
 	return out
 }
+
+// A fine that arrives after its last discounted start (an hour before its
+// discount ends) costs its full amount: its attempt could no longer be
+// posted and captured at the discount. The cap applies to that: above
+// it, the bill waits for the customer's confirmation, which covers the
+// full amount, so that the attempt it starts is not held back again.
+func TestFineArrivingInTheLastHourOfItsDiscountIsAtTheFullPrice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	e := b.enrol(t, finesOf("cus_1", "77УА123456", 60000))
+	ends := date(t, "2027-03-01").End()
+	b.clock.Set(ends.Add(-30 * time.Minute))
+	id := uin(1)
+	bill := b.mustPush(t, e, fine(t, id, 100000, 50000, "2027-03-01", "2027-05-09"))
+	require.Equal(t, enrollments.BillAwaitingConfirmation, bill.Status, "the full amount is above the cap")
+	require.EqualValues(t, 100000, bill.AmountDue(b.clock.Now()))
+	require.Zero(t, b.charges(t))
+
+	b.inTx(t, func(tx pgx.Tx) (err error) {
+		bill, err = b.autopay.Confirm(ctx, tx, e.ID, id)
+		return err
+	})
+	require.Equal(t, enrollments.BillPaying, bill.Status)
+	require.EqualValues(t, 100000, *bill.ConfirmedAmount, "the confirmation covers the full amount")
+	c := b.charge(t, bill)
+	require.EqualValues(t, 100000, c.ConfirmedAmount)
+
+	// One second earlier the discount still applies to an attempt.
+	b.clock.Set(ends.Add(-charges.PostingDiscountMargin - time.Second))
+	other := b.enrol(t, finesOf("cus_2", "77УА654321", 60000))
+	bill = b.mustPush(t, other, fine(t, uin(2), 100000, 50000, "2027-03-01", "2027-05-09"))
+	require.Equal(t, enrollments.BillPaying, bill.Status)
+	require.EqualValues(t, 50000, b.charge(t, bill).Amount)
+}

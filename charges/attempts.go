@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -67,6 +68,24 @@ func (c Charge) sameCardRetryAllowed(token string, now time.Time) error {
 		return fmt.Errorf("%w: %d attempts on this card in %s; send a different card", ErrRetryRefused, recent, SameCardWindow)
 	}
 	return nil
+}
+
+// sameCardAttemptAt is the earliest moment, from now on, at which a new
+// attempt of c on the same card keeps to the card-network rules: when
+// SameCardAttempts started within SameCardWindow, once the oldest of them
+// leaves the window.
+func (c Charge) sameCardAttemptAt(now time.Time) time.Time {
+	var recent []time.Time
+	for _, at := range c.AttemptTimes {
+		if now.Sub(at) < SameCardWindow {
+			recent = append(recent, at)
+		}
+	}
+	if len(recent) < SameCardAttempts {
+		return now
+	}
+	slices.SortFunc(recent, time.Time.Compare)
+	return recent[len(recent)-SameCardAttempts].Add(SameCardWindow)
 }
 
 // PaymentMethodChanged applies a new (or the same) payment method to the

@@ -79,6 +79,11 @@ func (p *Pipeline) authorizeNotWanted(ctx context.Context, s stageRun) error {
 	if err == nil && c.Status == Scheduled && c.RegistryUIN != "" && p.Postings == nil && c.AttemptCount == s.attempt && !c.VoidRequested {
 		return p.waitForRegistry(ctx, s, c)
 	}
+	if err == nil && c.Status == Scheduled && c.RegistryUIN != "" && c.AttemptCount == s.attempt && !c.VoidRequested && !c.ConfirmationRequired {
+		if waiting, err := p.waitForPostings(ctx, s, c); waiting || err != nil {
+			return err
+		}
+	}
 	if err != nil || c.Status != Authorizing || !c.VoidRequested || c.AttemptCount != s.attempt {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return err

@@ -255,3 +255,34 @@ func TestBatchThatPanicsAnswersEveryRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, id, c.ID)
 }
+
+// Both statements that start an attempt, the per-charge one and the
+// batched one, price it alike: in full from the last discounted start on,
+// at the discount before it.
+func TestBothAttemptStartStatementsPriceInFullFromTheLastDiscountedStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	p := &Pipeline{Pool: pool, Clock: clock.Wall{}}
+	now := p.Clock.Now()
+	for _, tc := range []struct {
+		left time.Duration // of the discount when the attempt starts
+		want int64
+	}{{30 * time.Minute, 3980}, {PostingDiscountMargin, 3980}, {PostingDiscountMargin + time.Minute, 1990}} {
+		for _, batched := range []bool{false, true} {
+			id := insertCharge(ctx, t, pool, fmt.Sprintf("%s-%t", tc.left, batched), "wanted")
+			_, err := pool.Exec(ctx, `UPDATE charges SET full_amount = 3980, discount_until = $2 WHERE id = $1`, id, now.Add(tc.left))
+			require.NoError(t, err)
+			var c Charge
+			if batched {
+				c, err = p.batched().authorizing.do(ctx, &guardedMove{id: id, attempt: 1})
+			} else {
+				at := p.Clock.Now()
+				c, err = p.Store.moveOne(ctx, pool, id, 1, p.beginning(authorizeFrom, Authorizing), at, at, string(Scheduled))
+			}
+			require.NoError(t, err)
+			require.Equal(t, Authorizing, c.Status)
+			require.Equal(t, tc.want, c.Amount, "%s of the discount left, batched: %t", tc.left, batched)
+		}
+	}
+}

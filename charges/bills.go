@@ -18,11 +18,23 @@ import (
 // same pipeline. What differs is the price of a fine, which rises at its
 // discount deadline (Charge.FullAmount, Charge.DiscountUntil).
 
+// An attempt of a fine is priced when its hold is first sent: at the
+// discounted price only while that hold can still be posted to the
+// registry and captured before the discount ends, that is before its last
+// discounted start, PostingDiscountMargin before the discount's end. A
+// hold at the discounted price started later could not be posted in time
+// and would only be voided unposted; such an attempt is at the full price.
+
+// fullPriceSQL holds for a charge whose attempt starting at $1 is at its
+// full price: $1 is at or after its last discounted start.
+var fullPriceSQL = fmt.Sprintf(`discount_until - interval '%d microseconds' <= $1`, PostingDiscountMargin.Microseconds())
+
 // repriceSQL is the assignment, in the guarded move that starts a first
 // authorize call ($1 the time, $2 the scheduled status), that fixes the
-// attempt's amount: the full price once the discount has ended. A rerun of
-// an attempt already sent keeps its amount, and so its gateway request.
-const repriceSQL = `amount = CASE WHEN status = $2 AND discount_until <= $1 THEN full_amount ELSE amount END`
+// attempt's amount: the full price from the last discounted start on. A
+// rerun of an attempt already sent keeps its amount, and so its gateway
+// request.
+var repriceSQL = `amount = CASE WHEN status = $2 AND ` + fullPriceSQL + ` THEN full_amount ELSE amount END`
 
 // startableSQL holds, in the guarded move that starts a first authorize
 // call ($1 the time, $2 the scheduled status), for a charge whose new
@@ -31,15 +43,15 @@ const repriceSQL = `amount = CASE WHEN status = $2 AND discount_until <= $1 THEN
 // awaited, and its bill's last moment to start an attempt has not come.
 // A rerun of an attempt already sent is not held back: its call may have
 // reached the gateway, and it keeps the amount it was sent for.
-const startableSQL = `(status <> $2 OR (NOT confirmation_required AND ` + withinCapSQL + ` AND (pay_until IS NULL OR $1 < pay_until)))`
+var startableSQL = `(status <> $2 OR (NOT confirmation_required AND ` + withinCapSQL + ` AND (pay_until IS NULL OR $1 < pay_until)))`
 
 // withinCapSQL holds for a charge whose price at $1 is within what may be
 // taken without asking.
-const withinCapSQL = `(max_amount IS NULL OR ` + priceSQL + ` <= GREATEST(max_amount, coalesce(confirmed_amount, 0)))`
+var withinCapSQL = `(max_amount IS NULL OR ` + priceSQL + ` <= GREATEST(max_amount, coalesce(confirmed_amount, 0)))`
 
 // priceSQL is a scheduled charge's price at $1: what a hold sent then is
 // placed for.
-const priceSQL = `(CASE WHEN discount_until <= $1 THEN full_amount ELSE amount END)`
+var priceSQL = `(CASE WHEN ` + fullPriceSQL + ` THEN full_amount ELSE amount END)`
 
 // discountMissedSQL holds for a charge at the lower price of a discount
 // that has ended at $1: its hold must not be captured.
@@ -230,20 +242,29 @@ func (s *Store) EnrollmentPaymentMethodChanged(ctx context.Context, tx pgx.Tx, e
 // discountReleased records the void of a hold placed at a discounted price
 // that was not captured before the discount ended, or of a fine's hold
 // that could no longer be posted to the registry in time: the charge waits
-// (declined) for a new attempt, which the scan starts with a new key: due
-// now, or, for a discounted hold released before its discount ended, at
-// the discount's end, so that it is at the full price. A cancel or
-// withdrawal that asked for the void meanwhile wins: the charge is voided.
+// (declined) for a new attempt, which the scan starts with a new key, due:
+//   - now, at the full price, once the discount has ended;
+//   - at the discount's end, for a discounted hold released at or after
+//     its last discounted start: an attempt before then would be at the
+//     full price while the discount still holds;
+//   - otherwise (the hold about to lapse at its gateway, a discounted one
+//     too while its last discounted start has not come) now, priced when
+//     it starts, or as soon as the card networks' bound on attempts allows
+//     (FailureHoldExpired); its hold waits until the registry has settled
+//     the old attempt's posting (priorPostingsSettledSQL).
+//
+// A cancel or withdrawal that asked for the void meanwhile wins: the
+// charge is voided.
 func (p *Pipeline) discountReleased(ctx context.Context, tx pgx.Tx, c Charge, now time.Time) error {
 	code, at := FailureDiscountEnded, now
 	switch {
 	case c.outsideRecheck:
 		code = FailurePaidOutsideChanged
 	case c.discountMissed(now):
-	case c.DiscountUntil != nil && c.Amount < c.FullAmount:
+	case c.DiscountUntil != nil && c.Amount < c.FullAmount && !now.Before(c.lastDiscountedStart()):
 		at = *c.DiscountUntil
 	default:
-		code = FailureHoldExpired
+		code, at = FailureHoldExpired, c.sameCardAttemptAt(now)
 	}
 	next, err := p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Authorized}, to: Declined,
 		where: "NOT void_requested", set: `failure_code = $2, next_attempt_at = $3, first_declined_at = coalesce(first_declined_at, $1),
@@ -253,7 +274,7 @@ func (p *Pipeline) discountReleased(ctx context.Context, tx pgx.Tx, c Charge, no
 		next, err = p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = `+billVoidCodeSQL)
 	}
 	if err == nil {
-		p.transitioned(next, "the discount ended before the capture")
+		p.transitioned(next, "the hold was released before its capture: "+code)
 	}
 	return err
 }
@@ -286,10 +307,16 @@ func (c Charge) overCap(now time.Time) bool {
 		return false
 	}
 	price := c.Amount
-	if c.DiscountUntil != nil && !now.Before(*c.DiscountUntil) {
+	if c.DiscountUntil != nil && !now.Before(c.lastDiscountedStart()) {
 		price = c.FullAmount
 	}
 	return price > max(c.MaxAmount, c.ConfirmedAmount)
+}
+
+// lastDiscountedStart is the last moment an attempt of c, a charge with a
+// discount, starts at the discounted price (see fullPriceSQL).
+func (c Charge) lastDiscountedStart() time.Time {
+	return c.DiscountUntil.Add(-PostingDiscountMargin)
 }
 
 // heldBack handles an authorize step of c's scheduled attempt whose guard

@@ -103,7 +103,7 @@ func TestDiscountedHoldNotCapturedByTheDeadlineIsMadeAgainInFull(t *testing.T) {
 	b := setup(t)
 	owner := &fakeEnrollments{}
 	b.pipeline.Owners.Enrollments = owner
-	deadline := start.Add(time.Hour)
+	deadline := start.Add(2 * time.Hour)
 	c, _ := newBillCharge(ctx, t, b, deadline)
 
 	var mu sync.Mutex
@@ -123,7 +123,7 @@ func TestDiscountedHoldNotCapturedByTheDeadlineIsMadeAgainInFull(t *testing.T) {
 	require.Equal(t, charges.Authorized, held.Status)
 	require.EqualValues(t, 500, held.Amount)
 
-	b.clock.Advance(2 * time.Hour) // the capture comes after the deadline
+	b.clock.Advance(3 * time.Hour) // the capture comes after the deadline
 	capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
 	_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
@@ -283,7 +283,7 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 	b := setup(t)
 	owner := &fakeEnrollments{}
 	b.pipeline.Owners.Enrollments = owner
-	deadline := start.Add(time.Hour)
+	deadline := start.Add(2 * time.Hour)
 	c := newCappedBillCharge(ctx, t, b, deadline, 600, start.Add(30*24*time.Hour))
 
 	b.gateway.AuthorizeFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnknownOutcome)
@@ -292,7 +292,7 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, charges.Unknown, b.get(ctx, t, c.ID).Status)
 
-	b.clock.Advance(2 * time.Hour) // the deadline passes while the outcome is unknown
+	b.clock.Advance(3 * time.Hour) // the deadline passes while the outcome is unknown
 	b.gateway.LookupFunc = gatewaytest.LookupAnswer(succeeded, nil)
 	reconcile := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
 	_, err = reconcile.Work(ctx, t, b.tx, charges.ReconcileArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpAuthorize}, nil)
@@ -397,4 +397,59 @@ func TestRetryPastABillsLastMomentIsRefused(t *testing.T) {
 	require.Equal(t, charges.RequiresReview, got.Status)
 	require.Equal(t, 1, got.AttemptCount)
 	require.Empty(t, authorizeAmounts(b))
+}
+
+// An attempt of a fine that starts at or after its last discounted start
+// (PostingDiscountMargin before the discount ends) is at the full price: a
+// hold at the discounted price could no longer be posted to the registry
+// and captured in time, and would only be voided. The cap applies to that
+// price: above it, the attempt waits for the customer's confirmation. One
+// that starts just before is at the discounted price.
+func TestFineAttemptAfterItsLastDiscountedStartIsAtTheFullPrice(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		left      time.Duration // of the discount when the attempt starts
+		maxAmount int64
+		want      int64 // held for; 0: nothing sent, a confirmation asked
+	}{
+		{"half an hour left", 30 * time.Minute, 100000, 1000},
+		{"at the last discounted start", charges.PostingDiscountMargin, 100000, 1000},
+		{"just before it", charges.PostingDiscountMargin + time.Second, 100000, 500},
+		{"half an hour left, above the cap", 30 * time.Minute, 600, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			owner := &fakeEnrollments{}
+			b.pipeline.Owners.Enrollments = owner
+			c := newCappedBillCharge(ctx, t, b, start.Add(tc.left), tc.maxAmount, start.Add(30*24*time.Hour))
+			b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+			authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			got := b.get(ctx, t, c.ID)
+			if tc.want != 0 {
+				require.Equal(t, charges.Authorized, got.Status)
+				require.Equal(t, tc.want, got.Amount)
+				require.Equal(t, []int64{tc.want}, authorizeAmounts(b))
+				return
+			}
+			require.Equal(t, charges.Scheduled, got.Status, "nothing sent above the cap")
+			require.True(t, got.ConfirmationRequired)
+			require.EqualValues(t, 1000, got.Amount, "it shows what it would take")
+			require.Empty(t, authorizeAmounts(b))
+			require.Equal(t, []string{"confirmation_required:1000"}, owner.recorded)
+
+			require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				_, err := b.pipeline.Store.Confirm(ctx, tx, c.ID, 1000, b.clock.Now())
+				return err
+			}))
+			_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+			require.NoError(t, err)
+			require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status)
+			require.Equal(t, []int64{1000}, authorizeAmounts(b), "the confirmed full price is sent")
+		})
+	}
 }

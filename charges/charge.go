@@ -54,10 +54,12 @@
 // bill by a unique index). Its outcomes go to its enrollment (Owners), which
 // may fit dunning to the bill's deadlines (OwnerState.NextAttempt). A
 // fine's price drops until its discount deadline: the amount is fixed when
-// an attempt's hold is first sent, and a discounted hold not captured by
-// the deadline is voided and followed by a new attempt at the full price
-// (Charge.FullAmount, Charge.DiscountUntil). A fine's hold is posted to the
-// state payment registry before its capture (Postings).
+// an attempt's hold is first sent (in full from an hour before the
+// deadline, when a discounted hold could no longer be posted and captured
+// in time), and a discounted hold not captured by the deadline is voided
+// and followed by a new attempt at the full price (Charge.FullAmount,
+// Charge.DiscountUntil). A fine's hold is posted to the state payment
+// registry before its capture (Postings).
 //
 // # Gateway keys
 //
@@ -155,9 +157,10 @@ type Charge struct {
 	Resolved bool
 	// FullAmount and DiscountUntil price a charge whose amount rises at a
 	// moment (a fine's discount deadline): Amount is the lower price; an
-	// attempt whose hold starts at or after DiscountUntil is placed for
-	// FullAmount, and a lower hold not captured by then is voided and made
-	// again at FullAmount. Zero and nil for a fixed price.
+	// attempt whose hold starts at or after its last discounted start
+	// (PostingDiscountMargin before DiscountUntil) is placed for
+	// FullAmount, and a lower hold not captured by DiscountUntil is voided
+	// and made again at FullAmount. Zero and nil for a fixed price.
 	FullAmount    int64
 	DiscountUntil *time.Time
 	// RegistryUIN, when set, is the payment identifier under which the

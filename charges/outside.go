@@ -86,8 +86,10 @@ func (p *Pipeline) outsideGuard() string {
 	return outsideCheckedSQL
 }
 
-// priceAt is what c's attempt would be held for at now, net of what was
-// paid outside rebill.
+// priceAt is what c's fine costs if paid at now, net of what was paid
+// outside rebill: the discounted price until the discount ends (a payment
+// made outside before then settles it at that price, although a hold of
+// rebill's started in the last hour is at the full price).
 func (c Charge) priceAt(now time.Time) int64 {
 	if c.DiscountUntil != nil && !now.Before(*c.DiscountUntil) {
 		return c.FullAmount
@@ -136,16 +138,6 @@ func (p *Pipeline) checkOutside(ctx context.Context, s stageRun) (bool, error) {
 	return start && err == nil, err
 }
 
-// lastDiscountedStart is the last moment an attempt of c may start at its
-// discounted price (its hold must still be posted, PostingDiscountMargin
-// before the discount ends); ok is false without a discount.
-func (c Charge) lastDiscountedStart() (time.Time, bool) {
-	if c.DiscountUntil == nil {
-		return time.Time{}, false
-	}
-	return c.DiscountUntil.Add(-PostingDiscountMargin), true
-}
-
 // recordOutside records what was paid outside rebill against c's bill,
 // as checked at now for c's current attempt: the charge is voided when
 // that covers its price now or the registry judges the fine settled,
@@ -161,8 +153,7 @@ func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, outsi
 	paid := outside.Amount
 	delta := paid - c.PaidOutside
 	inFull := outside.Settled || c.priceAt(now)-delta <= 0
-	last, discounted := c.lastDiscountedStart()
-	disagrees := !inFull && c.SourcePaid > paid && discounted && !now.Before(last)
+	disagrees := !inFull && c.SourcePaid > paid && c.DiscountUntil != nil && !now.Before(c.lastDiscountedStart())
 	var next Charge
 	var err error
 	switch {

@@ -241,7 +241,7 @@ func (p *Pipeline) beginning(from []Status, to Status) transition {
 	case Capturing:
 		where += " AND NOT " + discountMissedSQL + " AND " + postedSQL
 	case Authorizing:
-		where += " AND " + p.registryGuard() + " AND " + p.outsideGuard()
+		where += " AND " + p.registryGuard() + " AND " + p.outsideGuard() + " AND " + priorPostingsSettledSQL
 		t.sealed = p.SealedToken
 	}
 	t.where = where

@@ -3,6 +3,7 @@ package charges
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -19,7 +20,9 @@ import (
 //   - a fine's authorize when no registry is configured (Pipeline.Postings
 //     nil): nothing is held that could not be posted;
 //   - a fine's capture unless the registry accepted the posting of that
-//     very attempt and amount (postedSQL).
+//     very attempt and amount (postedSQL);
+//   - a fine's new hold while a posting of an earlier attempt may still
+//     hold a payment at the registry (priorPostingsSettledSQL).
 // And the registry is told only of money that is held and can still be
 // captured at the price posted: PostBy.
 
@@ -32,6 +35,23 @@ const postingAccepted = "accepted"
 const postedSQL = `(registry_uin IS NULL OR EXISTS (SELECT 1 FROM registry_postings rp
 	WHERE rp.charge_id = charges.id AND rp.attempt = charges.attempt_count AND rp.amount = charges.amount
 		AND rp.status = '` + postingAccepted + `'))`
+
+// postingsSettled are the statuses of registry postings that hold no
+// payment and never will (gisgmp's final ones other than accepted):
+// failed, cancelled, annulled. Any other status may hold a payment now
+// or later: accepted, one still being posted, or one whose fate is not
+// yet known.
+var postingsSettled = []string{"failed", "cancelled", "annulled"}
+
+// priorPostingsSettledSQL holds, in the guarded move that starts a first
+// authorize call ($2 the scheduled status), for a charge whose new hold
+// may be placed as far as the registry goes: one without a UIN, or one
+// every posting of whose earlier attempts is settled (postingsSettled).
+// Otherwise a registry slow to answer could come to hold the old
+// attempt's payment and the new one's for one fine.
+var priorPostingsSettledSQL = `(status <> $2 OR registry_uin IS NULL OR NOT EXISTS (SELECT 1 FROM registry_postings rp
+	WHERE rp.charge_id = charges.id AND rp.attempt < charges.attempt_count
+		AND rp.status <> ALL('{` + strings.Join(postingsSettled, ",") + `}'::text[])))`
 
 // PostingDiscountMargin is how long before a discount ends a hold at the
 // discounted price is no longer posted: the capture that follows the
@@ -100,6 +120,42 @@ func (p *Pipeline) unpostable(ctx context.Context, c Charge, now time.Time) (boo
 	}
 	accepted, err := posted(ctx, p.Pool, c)
 	return !accepted, err
+}
+
+// priorPostingsOpen reports whether an earlier attempt of c, a fine, has a
+// registry posting that is not settled (see priorPostingsSettledSQL).
+func priorPostingsOpen(ctx context.Context, db DBTX, c Charge) (bool, error) {
+	var open bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM registry_postings WHERE charge_id = $1 AND attempt < $2
+		AND status <> ALL($3))`, c.ID, c.AttemptCount, postingsSettled).Scan(&open)
+	if err != nil {
+		return false, fmt.Errorf("earlier postings of charge %s: %w", c.ID, err)
+	}
+	return open, nil
+}
+
+// waitForPostings holds back the authorize of c, a fine's new attempt,
+// while a posting of an earlier attempt is not settled, and reports
+// whether it did: the job waits and asks again (the charge shows when),
+// keeping the attempt's failure code, and wakes in time for the bill's
+// last moment to start an attempt.
+func (p *Pipeline) waitForPostings(ctx context.Context, s stageRun, c Charge) (bool, error) {
+	open, err := priorPostingsOpen(ctx, p.Pool, c)
+	if err != nil || !open {
+		return false, err
+	}
+	metrics.Retry(s.stage, metrics.RetryPostingOpen)
+	delay := p.Retry.Delay(max(s.run, 1))
+	now := p.Clock.Now()
+	if c.PayUntil != nil && c.PayUntil.After(now) {
+		delay = max(min(delay, c.PayUntil.Sub(now)), time.Second)
+	}
+	if err := markWaiting(ctx, p.Pool, c.ID, c.AttemptCount, c.Status, now.Add(delay), c.FailureCode, now); err != nil {
+		return false, err
+	}
+	p.Logger.Warn().Str("charge_id", c.ID.String()).Int("attempt", c.AttemptCount).
+		Msg("a fine's new hold waits: the registry has not settled an earlier attempt's posting")
+	return true, river.JobSnooze(delay)
 }
 
 // waitForRegistry holds back the authorize of c, a fine, while no registry

@@ -16,6 +16,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/gatewaytest"
+	"github.com/rebill/rebill/gisgmp"
 )
 
 // The rules of fines and the state payment registry: a fine is never
@@ -64,8 +65,24 @@ func newFineCharge(ctx context.Context, t *testing.T, b *testBundle, deadline ti
 // amount.
 func (b *testBundle) accept(ctx context.Context, t *testing.T, c charges.Charge, attempt int, amount int64) {
 	t.Helper()
+	b.post(ctx, t, c, attempt, amount, "accepted")
+}
+
+// post records that c's attempt was posted at amount, the posting now in
+// status (posting: sent, the registry not yet answered).
+func (b *testBundle) post(ctx context.Context, t *testing.T, c charges.Charge, attempt int, amount int64, status string) {
+	t.Helper()
 	_, err := b.pool.Exec(ctx, `INSERT INTO registry_postings (payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, 'accepted', $6, $6)`, uuid.NewString(), c.ID, attempt, fineUIN, amount, b.clock.Now())
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`, uuid.NewString(), c.ID, attempt, fineUIN, amount, status, b.clock.Now())
+	require.NoError(t, err)
+}
+
+// settlePostings moves every open posting of c (posting, accepted) to
+// status, as the registry's answer or the annulment sweep would.
+func (b *testBundle) settlePostings(ctx context.Context, t *testing.T, c charges.Charge, status string) {
+	t.Helper()
+	_, err := b.pool.Exec(ctx, `UPDATE registry_postings SET status = $2 WHERE charge_id = $1 AND status IN ('posting', 'accepted')`,
+		c.ID, status)
 	require.NoError(t, err)
 }
 
@@ -215,6 +232,11 @@ func TestDiscountedCaptureOvertakenByTheDeadline(t *testing.T) {
 				require.Equal(t, charges.FailureDiscountEnded, got.FailureCode)
 				require.Equal(t, []string{c.Key() + ":a1:void"}, b.ops(gateway.OpVoid))
 				rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, b.driver, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+				res, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+				require.NoError(t, err)
+				require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "no new hold while the old posting stands accepted")
+				require.Len(t, amounts, 1)
+				b.settlePostings(ctx, t, c, "annulled") // the sweep annuls it
 				_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
 				require.NoError(t, err)
 				require.Equal(t, map[string]int64{c.Key() + ":a1:authorize": 500, c.Key() + ":a2:authorize": 1000}, amounts)
@@ -304,6 +326,172 @@ func TestFineHoldThatCanNoLongerBePostedIsReleased(t *testing.T) {
 			require.Equal(t, charges.Declined, got.Status)
 			require.Equal(t, charges.FailureDiscountEnded, got.FailureCode)
 			require.True(t, got.NextAttemptAt.Equal(deadline), "the next attempt waits for the full price: %s", got.NextAttemptAt)
+		})
+	}
+}
+
+// A fine's hold that lapses at its gateway before the registry accepted
+// its posting, while the discount has days left, is placed again at the
+// discounted price (failure_code hold_expired), never left to wait for the
+// deadline and the full price. The new hold waits until the registry has
+// settled the old attempt's posting: while it is still being posted, or
+// stands accepted, a second hold could end as a second payment of one
+// fine at the registry.
+func TestFineHoldLapseKeepsTheDiscount(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ open, settled string }{
+		{"posting", "failed"},    // the registry never took it
+		{"posting", "cancelled"}, // never sent
+		{"accepted", "annulled"}, // taken, then annulled
+	} {
+		t.Run(tc.open+" then "+tc.settled, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			b.withHoldLifetime()
+			b.pipeline.UnavailableFor = 2 * holdLifetime
+			b.pipeline.Owners.Enrollments = &fakeEnrollments{}
+			b.pipeline.Postings = &fakePostings{}
+			deadline := start.Add(holdLifetime + 17*24*time.Hour)
+			c := newFineCharge(ctx, t, b, deadline)
+			b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+			authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			b.post(ctx, t, c, 1, 500, "posting") // the registry is slow: no capture can follow in time
+
+			b.clock.Advance(holdLifetime - charges.HoldExpiryMargin) // the hold's last moment to be posted
+			b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+			void := newWorker(t, b, &charges.VoidWorker{Pipeline: b.pipeline})
+			_, err = void.Work(ctx, t, b.tx, charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			// The registry's answer comes after the void: it took the
+			// payment (to be annulled), or has still not answered.
+			_, err = b.pool.Exec(ctx, `UPDATE registry_postings SET status = $2 WHERE charge_id = $1`, c.ID, tc.open)
+			require.NoError(t, err)
+			waiting := b.get(ctx, t, c.ID)
+			require.Equal(t, []string{c.Key() + ":a1:void"}, b.ops(gateway.OpVoid))
+			require.Equal(t, charges.Declined, waiting.Status)
+			require.Equal(t, charges.FailureHoldExpired, waiting.FailureCode)
+			require.True(t, waiting.NextAttemptAt.Equal(b.clock.Now()), "tried again at once, not at the deadline: %s", waiting.NextAttemptAt)
+
+			require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				retried, err := b.pipeline.Store.DueRetries(ctx, tx, b.clock.Now(), 10)
+				require.Len(t, retried, 1)
+				return err
+			}))
+			res, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+			require.NoError(t, err)
+			held := b.get(ctx, t, c.ID)
+			b.requireSnoozed(t, res, held, 0, retryBase, true)
+			require.Equal(t, charges.Scheduled, held.Status, "no second hold while the old posting is %s", tc.open)
+			require.Equal(t, charges.FailureHoldExpired, held.FailureCode)
+			require.Equal(t, []int64{500}, authorizeAmounts(b))
+
+			b.settlePostings(ctx, t, c, tc.settled)
+			_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+			require.NoError(t, err)
+			held = b.get(ctx, t, c.ID)
+			require.Equal(t, charges.Authorized, held.Status)
+			require.EqualValues(t, 500, held.Amount, "held again at the discounted price")
+			require.Equal(t, []int64{500, 500}, authorizeAmounts(b))
+
+			b.accept(ctx, t, c, 2, 500)
+			b.gateway.CaptureFunc = gatewaytest.Answer(succeeded, nil)
+			capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
+			_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 2}, nil)
+			require.NoError(t, err)
+			require.Equal(t, charges.Succeeded, b.get(ctx, t, c.ID).Status)
+			var captured []int64
+			for _, call := range b.gateway.Calls() {
+				if call.Op == gateway.OpCapture {
+					require.Equal(t, c.Key()+":a2:capture", call.Key)
+					captured = append(captured, call.Request.Amount)
+				}
+			}
+			require.Equal(t, []int64{500}, captured, "one capture, at the discounted price")
+		})
+	}
+}
+
+// A re-hold after a lapse is an attempt like any other: when the charge
+// already made the card networks' most attempts in their window, the next
+// one waits until the oldest of them leaves it.
+func TestFineHoldLapseReHoldKeepsToTheCardNetworkBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.withHoldLifetime()
+	b.pipeline.UnavailableFor = 2 * holdLifetime
+	b.pipeline.Owners.Enrollments = &fakeEnrollments{}
+	b.pipeline.Postings = &fakePostings{}
+	c := newFineCharge(ctx, t, b, start.Add(40*24*time.Hour))
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	// The attempts before this one: 14 more within the last 30 days.
+	oldest := start.Add(-20 * 24 * time.Hour)
+	_, err = b.pool.Exec(ctx, `UPDATE charges SET attempt_times = ARRAY(SELECT $2::timestamptz + n * interval '1 hour'
+		FROM generate_series(0, 13) n) || attempt_times WHERE id = $1`, c.ID, oldest)
+	require.NoError(t, err)
+
+	b.clock.Advance(holdLifetime - charges.HoldExpiryMargin)
+	b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+	void := newWorker(t, b, &charges.VoidWorker{Pipeline: b.pipeline})
+	_, err = void.Work(ctx, t, b.tx, charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	waiting := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Declined, waiting.Status)
+	require.Equal(t, charges.FailureHoldExpired, waiting.FailureCode)
+	want := oldest.Add(charges.SameCardWindow)
+	require.True(t, waiting.NextAttemptAt.Equal(want), "next attempt at %s, want %s", waiting.NextAttemptAt, want)
+}
+
+// Of every posting status, only the final ones that hold no payment
+// (failed, cancelled, annulled) let a fine's new attempt place its hold;
+// any other, present or added later, keeps it waiting, holding nothing.
+func TestFineNewHoldWaitsForEveryUnsettledPostingStatus(t *testing.T) {
+	t.Parallel()
+	settled := map[gisgmp.PostingStatus]bool{gisgmp.StatusFailed: true, gisgmp.StatusCancelled: true, gisgmp.StatusAnnulled: true}
+	for _, status := range gisgmp.PostingStatuses {
+		t.Run(string(status), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			b.withHoldLifetime()
+			b.pipeline.UnavailableFor = 2 * holdLifetime
+			b.pipeline.Owners.Enrollments = &fakeEnrollments{}
+			b.pipeline.Postings = &fakePostings{}
+			c := newFineCharge(ctx, t, b, start.Add(30*24*time.Hour))
+			b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+			authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			b.post(ctx, t, c, 1, 500, string(gisgmp.StatusPosting))
+			b.clock.Advance(holdLifetime - charges.HoldExpiryMargin)
+			b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
+			void := newWorker(t, b, &charges.VoidWorker{Pipeline: b.pipeline})
+			_, err = void.Work(ctx, t, b.tx, charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
+			require.NoError(t, err)
+			require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				_, err := b.pipeline.Store.DueRetries(ctx, tx, b.clock.Now(), 10)
+				return err
+			}))
+			_, err = b.pool.Exec(ctx, `UPDATE registry_postings SET status = $2 WHERE charge_id = $1`, c.ID, string(status))
+			require.NoError(t, err)
+
+			res, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+			require.NoError(t, err)
+			got := b.get(ctx, t, c.ID)
+			if settled[status] {
+				require.Equal(t, charges.Authorized, got.Status)
+				require.Equal(t, []int64{500, 500}, authorizeAmounts(b))
+				return
+			}
+			b.requireSnoozed(t, res, got, 0, retryBase, true)
+			require.Equal(t, charges.Scheduled, got.Status)
+			require.Equal(t, []int64{500}, authorizeAmounts(b), "no second hold while the old posting is %s", status)
 		})
 	}
 }

@@ -174,9 +174,10 @@ func (b Bill) DiscountEnds() *time.Time {
 	return &end
 }
 
-// AmountDue is what the bill costs when captured at t, less what was paid
-// outside rebill; a paid bill's is what was captured, whenever it is
-// read, and a bill paid elsewhere costs nothing.
+// AmountDue is what the bill costs when its attempt starts at t (see the
+// function AmountDue), less what was paid outside rebill; a paid bill's
+// is what was captured, whenever it is read, and a bill paid elsewhere
+// costs nothing.
 func (b Bill) AmountDue(t time.Time) int64 {
 	switch {
 	case b.Status == BillPaid && b.PaidAmount != nil:

@@ -7,7 +7,8 @@
 //   - a bill identity is captured at most once across the service: a fine
 //     by its UIN, a housing bill by its account (ELS) and bill id;
 //   - no capture above the enrollment's max_amount unless a confirmation
-//     covers it (the amount due when the bill was confirmed);
+//     covers it (the amount due when the bill was confirmed: the full
+//     price from LastDiscountedMargin before the discount ends on);
 //   - no fine is captured without an accepted, un-annulled posting to the
 //     state payment registry of that attempt and amount;
 //   - an accepted posting whose money was not captured is annulled within
@@ -59,6 +60,11 @@ const (
 // LastAttemptMargin: no attempt starts at or after this long before a
 // bill's expires_at (decisions 23 and 31: "at or after").
 const LastAttemptMargin = time.Hour
+
+// LastDiscountedMargin: an attempt of a fine that starts at or after this
+// long before its discount ends (its last discounted start, decision 24)
+// is at the full price, and a confirmation given then covers it.
+const LastDiscountedMargin = time.Hour
 
 // Data is what the checks judge. Times are the service clock's, except
 // Op.At (the gateway's own stamp).
@@ -350,9 +356,9 @@ func (x *index) withinCap(c *Charge) []Violation {
 	return out
 }
 
-// amountDue is the bill's price at t.
+// amountDue is the bill's price for an attempt that starts at t.
 func (b *Bill) amountDue(t time.Time) int64 {
-	if b.DiscountedAmount != nil && b.DiscountEnds != nil && t.Before(*b.DiscountEnds) {
+	if b.DiscountedAmount != nil && b.DiscountEnds != nil && t.Before(b.DiscountEnds.Add(-LastDiscountedMargin)) {
 		return *b.DiscountedAmount
 	}
 	return b.Amount

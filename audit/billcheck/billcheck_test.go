@@ -121,6 +121,9 @@ func TestEachBrokenRuleIsFound(t *testing.T) {
 		{"the full price above the cap, confirmed only at the discount", billcheck.WithinCap, func(d *billcheck.Data) {
 			d.Bills[3].ConfirmedAt = ptr(t0)
 		}, ""},
+		{"the full price above the cap, confirmed just before the last discounted start", billcheck.WithinCap, func(d *billcheck.Data) {
+			d.Bills[3].ConfirmedAt = ptr(d.Bills[3].DiscountEnds.Add(-billcheck.LastDiscountedMargin - time.Second))
+		}, ""},
 		{"a housing bill above the cap", billcheck.WithinCap, func(d *billcheck.Data) {
 			d.Enrollments[0].MaxAmount = 349999
 		}, ""},
@@ -260,4 +263,13 @@ func TestSplitGatewayKeyKeepsColonsOfBillIDs(t *testing.T) {
 	require.Equal(t, "capture", kind)
 	_, _, _, ok = billcheck.SplitGatewayKey("pi_foreign")
 	require.False(t, ok)
+}
+
+// A confirmation given in the last hour of a fine's discount covers its
+// full price: an attempt that starts then is at the full price.
+func TestConfirmationInTheLastHourOfTheDiscountCoversTheFullPrice(t *testing.T) {
+	t.Parallel()
+	d := clean()
+	d.Bills[3].ConfirmedAt = ptr(d.Bills[3].DiscountEnds.Add(-billcheck.LastDiscountedMargin))
+	require.Empty(t, billcheck.Check(d))
 }

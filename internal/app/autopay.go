@@ -26,8 +26,9 @@ import (
 )
 
 // billCaptureMargin is how long before a fine's discount deadline its
-// last discounted attempt starts, leaving time for hold and capture.
-const billCaptureMargin = time.Hour
+// last discounted attempt starts, leaving time for hold, posting and
+// capture: the margin by which charges prices an attempt in full.
+const billCaptureMargin = charges.PostingDiscountMargin
 
 // billPullInterval is how often the bill sources are pulled (real time);
 // dev mode also pulls at every clock move and every publish.

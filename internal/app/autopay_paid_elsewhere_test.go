@@ -87,9 +87,11 @@ func TestRecordingAPaymentOutsideRebillIsChecked(t *testing.T) {
 }
 
 // A fine's hold that lapses before its capture is released and held
-// again; the registry, down at that moment, hears of the new attempt only
-// after the old attempt's accepted posting is annulled, and the fine is
-// captured once.
+// again, but only once the old attempt's accepted posting is annulled:
+// while the registry is down the new attempt waits, holding nothing (a
+// second hold could end as a second payment of one fine); once it is back
+// the old payment is annulled, the new hold placed and posted at the
+// discount, and the fine captured once.
 func TestLapsedFineHoldIsPostedAgainOnlyAfterItsPostingIsAnnulled(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
@@ -106,18 +108,22 @@ func TestLapsedFineHoldIsPostedAgainOnlyAfterItsPostingIsAnnulled(t *testing.T) 
 
 	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"down": true})
 	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"down": true})
-	b.advance(t, "167h") // the hold lapses within the hour: it is released, and held again
+	b.advance(t, "167h") // the hold lapses within the hour: it is released, and the new attempt waits
 	key := enr + ":" + id
 	require.Eventually(t, func() bool {
-		return opsFor(b.ledger(t, "sim1"), key)["authorize:succeeded"] == 2
-	}, 30*time.Second, 20*time.Millisecond, "a new hold for the new attempt")
+		cs := b.enrollmentCharges(t, enr)
+		return len(cs) == 1 && cs[0]["status"] == "scheduled" && cs[0]["attempt_count"] == float64(2) &&
+			cs[0]["failure_code"] == "hold_expired" && cs[0]["next_attempt_at"] != nil
+	}, 30*time.Second, 20*time.Millisecond, "the new attempt waits for the old posting's annulment")
+	require.Equal(t, 1, opsFor(b.ledger(t, "sim1"), key)["authorize:succeeded"], "no second hold while the old payment stands")
 	require.Len(t, b.registryLedger(t, id), 1, "nothing is posted while the registry is down")
 
 	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"captures_down": false})
 	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"down": false})
 	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"down": false})
 	b.waitBill(t, enr, id, "paid")
-	require.Equal(t, []int64{50000}, captured(b.ledger(t, "sim1"), key), "captured once")
+	require.Equal(t, []int64{50000}, captured(b.ledger(t, "sim1"), key), "captured once, at the discount")
+	require.Equal(t, 2, opsFor(b.ledger(t, "sim1"), key)["authorize:succeeded"])
 	book := b.registryLedger(t, id)
 	require.Len(t, book, 2)
 	standing := 0

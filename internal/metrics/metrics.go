@@ -115,13 +115,15 @@ const (
 	RetryRegistryNotConfigured RetryReason = "registry_not_configured"
 	// RetryRegistryUnavailable: the payment registry did nothing with a posting.
 	RetryRegistryUnavailable RetryReason = "unavailable"
+	// RetryPostingOpen: a fine's new hold waits for the registry to settle an earlier attempt's posting.
+	RetryPostingOpen RetryReason = "registry_posting_open"
 	// RetryDiscarded: River discarded a hold's release job with the hold not released; the scan runs it again.
 	RetryDiscarded RetryReason = "discarded"
 )
 
 // RetryReasons lists every RetryReason.
 var RetryReasons = []RetryReason{RetryGatewayUnavailable, RetryGatewayCircuitOpen, RetryUnknownOutcome, RetryError,
-	RetrySlotsInFlight, RetryRegistryNotConfigured, RetryRegistryUnavailable, RetryDiscarded}
+	RetrySlotsInFlight, RetryRegistryNotConfigured, RetryRegistryUnavailable, RetryDiscarded, RetryPostingOpen}
 
 // Stages are the pipeline's stages: the stage label values of
 // rebill_charge_stage_duration_seconds and rebill_charge_stage_runs_total.
