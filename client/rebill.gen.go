@@ -804,6 +804,60 @@ func (e ResolveRequestOutcome) Valid() bool {
 	}
 }
 
+// Defines values for ReviewCode.
+const (
+	ReviewCodeCaptureRefused        ReviewCode = "capture_refused"
+	ReviewCodeDeclinesLimit         ReviewCode = "declines_limit"
+	ReviewCodeGatewayError          ReviewCode = "gateway_error"
+	ReviewCodeGatewayNotConfigured  ReviewCode = "gateway_not_configured"
+	ReviewCodeGatewayTimeout        ReviewCode = "gateway_timeout"
+	ReviewCodeGatewayUnavailable    ReviewCode = "gateway_unavailable"
+	ReviewCodeJobDiscarded          ReviewCode = "job_discarded"
+	ReviewCodeLegacy                ReviewCode = "legacy"
+	ReviewCodeOutcomeUnprovable     ReviewCode = "outcome_unprovable"
+	ReviewCodeRegistryNotConfigured ReviewCode = "registry_not_configured"
+	ReviewCodeRegistryRejected      ReviewCode = "registry_rejected"
+	ReviewCodeStuck                 ReviewCode = "stuck"
+	ReviewCodeUnknownOverdue        ReviewCode = "unknown_overdue"
+	ReviewCodeVoidRefused           ReviewCode = "void_refused"
+)
+
+// Valid indicates whether the value is a known member of the ReviewCode enum.
+func (e ReviewCode) Valid() bool {
+	switch e {
+	case ReviewCodeCaptureRefused:
+		return true
+	case ReviewCodeDeclinesLimit:
+		return true
+	case ReviewCodeGatewayError:
+		return true
+	case ReviewCodeGatewayNotConfigured:
+		return true
+	case ReviewCodeGatewayTimeout:
+		return true
+	case ReviewCodeGatewayUnavailable:
+		return true
+	case ReviewCodeJobDiscarded:
+		return true
+	case ReviewCodeLegacy:
+		return true
+	case ReviewCodeOutcomeUnprovable:
+		return true
+	case ReviewCodeRegistryNotConfigured:
+		return true
+	case ReviewCodeRegistryRejected:
+		return true
+	case ReviewCodeStuck:
+		return true
+	case ReviewCodeUnknownOverdue:
+		return true
+	case ReviewCodeVoidRefused:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Role.
 const (
 	RoleAdmin    Role = "admin"
@@ -1149,9 +1203,14 @@ type Charge struct {
 	// Examples: 2026-12-01
 	PeriodKey string `json:"period_key"`
 
-	// ReviewReason Why the charge is in `requires_review` (for example that retries were exhausted with an unknown outcome, or that its hold was looked up and voided); null for a charge that never went to review. Always present.
+	// ReviewCode Why the charge went to `requires_review`, a stable code to act on (`review_reason` is its sentence, for people): `gateway_timeout` (the gateway did not answer in time; rebill is asking it what happened); `gateway_error` (the gateway answered with an error rebill cannot act on; rebill is asking it what happened); `gateway_unavailable` (the gateway was down for longer than rebill waits for it; rebill is asking it what happened); `outcome_unprovable` (the gateway can no longer tell whether this attempt's payment went through: check its dashboard before resolving); `capture_refused` (the gateway refused to capture the authorized hold); `void_refused` (the gateway refused to release the hold); `gateway_not_configured` (the charge's gateway is not configured in this rebill); `registry_rejected` (the state payment registry did not accept the fine's payment, so it was not captured); `registry_not_configured` (a fine was held but no payment registry is configured to post it to); `declines_limit` (velocity limit: the customer reached the declined charges allowed per day; POST /v1/charges/{id}/retry sends it to the gateway); `job_discarded` (rebill's job for this charge failed on every try; check the gateway before resolving); `unknown_overdue` (rebill could not find out in time what the gateway did; check the gateway before resolving); `stuck` (the charge stopped moving and rebill could not start it again; check the gateway before resolving); `legacy` (sent to review by an earlier version of rebill; its logs of that time say why). `legacy`: sent to review by a version of rebill before review codes, for a reason it could not classify. Null exactly when `review_reason` is. New codes may be added. Always present.
 	//
-	// Examples: retries exhausted: outcome unknown
+	// Examples: gateway_timeout
+	ReviewCode *ReviewCode `json:"review_code"`
+
+	// ReviewReason Why the charge is in `requires_review`, for people: the sentence of its `review_code`, followed by what rebill found when it looked the attempt up at the gateway, in parentheses (for example ` (no capture at the gateway; hold … was voided)`); never a host, a URL or an internal error (those are in rebill's logs). Kept after a person resolves the charge; null for a charge that never went to review, and again once a retry starts a new attempt. Always present.
+	//
+	// Examples: the gateway did not answer in time; rebill is asking it what happened (the gateway shows no hold and no capture)
 	ReviewReason *string `json:"review_reason"`
 
 	// Status `scheduled -> authorizing -> authorized -> capturing -> succeeded`; `declined` (soft decline: dunning will retry), `failed` (hard decline or dunning exhausted; support may retry it), `unknown` (the gateway may or may not have acted; being reconciled), `requires_review` (automation gave up; `review_reason` says why; support resolves or retries it), `voided` (not owed, or cancelled: nothing was captured and any hold was released).
@@ -2104,6 +2163,9 @@ type ResumeRequest = map[string]interface{}
 
 // RetryRequest No fields: send `{}` or an empty body.
 type RetryRequest = map[string]interface{}
+
+// ReviewCode Why a charge went to `requires_review` (Charge.review_code).
+type ReviewCode string
 
 // Role defines model for Role.
 type Role string

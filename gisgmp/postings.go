@@ -318,13 +318,12 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 	}
 	metrics.StageRuns.WithLabelValues("posting", "failed").Inc()
 	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Err(cause).Msg("registry posting failed for good")
-	reason := "the state payment registry did not accept the posting: " + cause.Error()
 	return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
 		moved, err := move(ctx, tx, ps.PaymentID, []PostingStatus{StatusPosting}, StatusFailed, "", cause.Error(), p.Clock.Now())
 		if err != nil || !moved {
 			return err
 		}
-		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, reason, p.Clock.Now())
+		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, charges.ReviewRegistryRejected, p.Clock.Now())
 		if errors.Is(err, charges.ErrStale) {
 			return nil // the charge moved on meanwhile; its own flow settles the hold
 		}
