@@ -1,7 +1,9 @@
 package charges_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
@@ -95,4 +98,56 @@ func TestReviewReasonIsSetOnlyWithItsCode(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Empty(t, found, "review_reason set without review_code (use reviewSet and a ReviewCode)")
+}
+
+// The ways to review outside the pipeline's steps (which the step tests
+// cover, each with its code) set their codes too: a fine's hold the
+// registry refused, the inspector's verdict on a stuck charge, and the
+// sweep of a charge whose job River discarded.
+func TestEveryWayToReviewSetsItsCode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		code charges.ReviewCode
+		send func(b *testBundle, c charges.Charge) error
+	}{
+		{"hold refused", charges.ReviewRegistryRejected, func(b *testBundle, c charges.Charge) error {
+			return b.inStoreTx(ctx, t, func(tx pgx.Tx) error {
+				_, err := b.pipeline.Store.HoldRefused(ctx, tx, c.ID, 1, charges.ReviewRegistryRejected, b.clock.Now())
+				return err
+			})
+		}},
+		{"inspector", charges.ReviewStuck, func(b *testBundle, c charges.Charge) error {
+			return b.inStoreTx(ctx, t, func(tx pgx.Tx) error {
+				_, err := b.pipeline.Store.ToReview(ctx, tx, b.client, b.get(ctx, t, c.ID), charges.ReviewStuck, b.clock.Now())
+				return err
+			})
+		}},
+		{"discarded job", charges.ReviewJobDiscarded, func(b *testBundle, c charges.Charge) error {
+			if _, err := b.pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, state, finalized_at)
+				VALUES (jsonb_build_object('charge_id', $1::uuid, 'attempt', 1), 'charge_capture', 5, 'discarded', now())`, c.ID); err != nil {
+				return err
+			}
+			return b.inStoreTx(ctx, t, func(tx pgx.Tx) error {
+				moved, err := b.pipeline.Store.SweepDiscarded(ctx, tx, b.clock.Now())
+				if err == nil && len(moved) != 1 {
+					return fmt.Errorf("swept %d charges", len(moved))
+				}
+				return err
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			c := b.newCharge(ctx, t, fixture{status: charges.Authorized, authorizationRef: "auth_1"})
+			require.NoError(t, tc.send(b, c))
+			got := b.get(ctx, t, c.ID)
+			require.Equal(t, charges.RequiresReview, got.Status)
+			require.Equal(t, tc.code, got.ReviewCode)
+			require.Equal(t, tc.code.Sentence(), got.ReviewReason)
+			b.requireEvents(ctx, t, c.ID, charges.RequiresReview)
+		})
+	}
 }
