@@ -1213,7 +1213,7 @@ type Charge struct {
 	// Examples: the gateway did not answer in time; rebill is asking it what happened (the gateway shows no hold and no capture)
 	ReviewReason *string `json:"review_reason"`
 
-	// Status `scheduled -> authorizing -> authorized -> capturing -> succeeded`; `declined` (soft decline: dunning will retry), `failed` (hard decline or dunning exhausted; support may retry it), `unknown` (the gateway may or may not have acted; being reconciled), `requires_review` (automation gave up; `review_reason` says why; support resolves or retries it), `voided` (not owed, or cancelled: nothing was captured and any hold was released).
+	// Status `scheduled -> authorizing -> authorized -> capturing -> succeeded`; `declined` (soft decline: dunning will retry), `failed` (hard decline or dunning exhausted; support may retry it), `unknown` (the gateway may or may not have acted; being reconciled), `requires_review` (automation gave up; `review_code` says why, `review_reason` in a sentence; support resolves or retries it), `voided` (not owed, or cancelled: nothing was captured and any hold was released).
 	Status ChargeStatus `json:"status"`
 
 	// SubscriptionId The subscription of a period's charge; null for a bill's charge.
@@ -1229,7 +1229,7 @@ type ChargeList struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
-// ChargeStatus `scheduled -> authorizing -> authorized -> capturing -> succeeded`; `declined` (soft decline: dunning will retry), `failed` (hard decline or dunning exhausted; support may retry it), `unknown` (the gateway may or may not have acted; being reconciled), `requires_review` (automation gave up; `review_reason` says why; support resolves or retries it), `voided` (not owed, or cancelled: nothing was captured and any hold was released).
+// ChargeStatus `scheduled -> authorizing -> authorized -> capturing -> succeeded`; `declined` (soft decline: dunning will retry), `failed` (hard decline or dunning exhausted; support may retry it), `unknown` (the gateway may or may not have acted; being reconciled), `requires_review` (automation gave up; `review_code` says why, `review_reason` in a sentence; support resolves or retries it), `voided` (not owed, or cancelled: nothing was captured and any hold was released).
 type ChargeStatus string
 
 // Clock defines model for Clock.
