@@ -194,7 +194,8 @@ var funcs = template.FuncMap{
 // seg writes an id as one segment of a console path, percent-encoded
 // (url.PathEscape): an id is data, and unescaped its '/', '?', '#' or
 // ".." would make a link or a form's action name another object (a bill
-// id of "../../../charges/<id>/retry#" retargeted Withdraw at a charge).
+// id of "../../../charges/<id>/retry#" would turn Withdraw into a retry
+// of that charge).
 // The console routes on the escaped path and decodes each segment once
 // (unescapeParams), so every id comes back as it was. An empty id, "."
 // and ".." cannot be one segment: browsers remove dot segments even
