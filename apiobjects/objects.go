@@ -123,6 +123,9 @@ type Charge struct {
 	NextAttemptAt  *time.Time `json:"next_attempt_at"`
 	FailureCode    *string    `json:"failure_code"`
 	ReviewReason   *string    `json:"review_reason"`
+	// ReviewCode is why the charge went to review, from a closed set
+	// (charges.ReviewCodes); ReviewReason is its sentence for people.
+	ReviewCode *string `json:"review_code"`
 	// ConfirmationRequired and ConfirmedAmount: a bill's charge whose new
 	// attempt awaits the customer's confirmation, and what they confirmed.
 	ConfirmationRequired bool      `json:"confirmation_required"`
@@ -147,7 +150,7 @@ func FromCharge(c charges.Charge) Charge {
 	out := Charge{ID: c.ID, PeriodKey: c.PeriodKey, Key: c.Key(),
 		Amount: c.Amount, Currency: c.Currency, Gateway: c.Gateway, Status: string(c.Status),
 		AttemptCount: c.AttemptCount, NextAttemptAt: UTCPtr(c.NextAttemptAt), FailureCode: Optional(c.FailureCode),
-		ReviewReason: Optional(c.ReviewReason), ConfirmationRequired: c.ConfirmationRequired,
+		ReviewReason: Optional(c.ReviewReason), ReviewCode: Optional(string(c.ReviewCode)), ConfirmationRequired: c.ConfirmationRequired,
 		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, Experiments: record(c.Experiments())}
 	if c.ConfirmedAmount != 0 {
 		confirmed := c.ConfirmedAmount

@@ -299,7 +299,7 @@ func TestFineItsSourceAndRegistryDisagreeAtTheLastDiscountedStartGoesToReview(t 
 	}
 
 	require.Equal(t, charges.RequiresReview, c.Status)
-	require.Contains(t, c.ReviewReason, "the bill source reports 30000 paid outside rebill but the registry holds 0")
+	require.Contains(t, c.ReviewReason, "the bill source reports 30000, the registry holds 0")
 	require.False(t, f.clock.Now().Before(discountEnds.Add(-charges.PostingDiscountMargin)), "sent to review at the last discounted start")
 	amounts := f.authorizeAmounts()
 	require.NotEmpty(t, amounts, "the discounted attempts went on")

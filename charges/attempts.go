@@ -158,7 +158,7 @@ func (s *Store) RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gatewa
 	// pays the bill.
 	next, err := s.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{RequiresReview, Failed}, to: Scheduled,
 		where: "(bill_identity IS NULL OR identity_held)",
-		set: newAttempt + `, gateway = $3, pm_token = $4, failure_code = NULL, first_declined_at = NULL, review_reason = NULL,
+		set: newAttempt + `, gateway = $3, pm_token = $4, failure_code = NULL, first_declined_at = NULL, review_reason = NULL, review_code = NULL,
 			hold_released_at = NULL, void_requested = false`}, now, now, now, gateway, token)
 	if errors.Is(err, ErrStale) {
 		if held, herr := identityHeld(ctx, tx, c.ID); herr == nil && !held {

@@ -130,7 +130,10 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 			case next.RegistryUIN != "":
 				// A fine held with no registry to post it to (authorized
 				// before the registry was removed): never captured.
-				next, err = p.Store.HoldRefused(ctx, tx, c.ID, c.AttemptCount, "a fine was held but no payment registry is configured to post it to", now)
+				next, err = p.Store.HoldRefused(ctx, tx, c.ID, c.AttemptCount, ReviewRegistryNotConfigured, now)
+				if err == nil {
+					p.transitioned(next, "a fine was held but no payment registry is configured to post it to")
+				}
 			case p.CaptureInline && !s.reconcile:
 				// The capture's "about to call", in the transaction that
 				// read the charge's void flag under its row lock.

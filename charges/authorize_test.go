@@ -77,7 +77,7 @@ func TestAuthorizeWorker(t *testing.T) {
 			name:       "UnavailableForTooLong",
 			err:        gateway.ErrUnavailable,
 			createdAgo: unavailableFor + time.Second,
-			want: outcome{status: charges.RequiresReview, reviewReason: "the gateway did nothing for longer than 6h0m0s",
+			want: outcome{status: charges.RequiresReview, reviewCode: charges.ReviewGatewayUnavailable,
 				calls: []string{authorize}, jobs: releaseHoldJob},
 		},
 		{
@@ -108,7 +108,7 @@ func TestAuthorizeWorker(t *testing.T) {
 			name: "OtherErrorOnTheLastAttempt",
 			err:  errors.New("tls: bad certificate"),
 			opts: &river.InsertOpts{MaxAttempts: 1},
-			want: outcome{status: charges.RequiresReview, reviewReason: "authorize gave no verdict after its last attempt",
+			want: outcome{status: charges.RequiresReview, reviewCode: charges.ReviewGatewayError,
 				calls: []string{authorize}, jobs: releaseHoldJob},
 		},
 		{
@@ -168,7 +168,7 @@ func TestAuthorizeWorker(t *testing.T) {
 		{
 			name:    "GatewayNotConfigured",
 			fixture: fixture{gateway: "gone"},
-			want: outcome{status: charges.RequiresReview, reviewReason: `unknown gateway "gone"`,
+			want: outcome{status: charges.RequiresReview, reviewCode: charges.ReviewGatewayNotConfigured,
 				jobs: releaseHoldJob},
 		},
 		{

@@ -403,7 +403,7 @@ func (p *Pipeline) discountEndedInFlight(ctx context.Context, s stageRun, c Char
 	metrics.StageRuns.WithLabelValues(s.stage, "discount_missed").Inc()
 	g, err := p.Gateways.Gateway(c.Gateway)
 	if err != nil {
-		return p.review(ctx, s, c, err.Error())
+		return p.review(ctx, s, c, ReviewGatewayNotConfigured, err.Error())
 	}
 	from := []Status{c.Status}
 	res, err := p.call(ctx, c, gateway.OpCapture, func(ctx context.Context) (gateway.Result, error) {
@@ -412,7 +412,7 @@ func (p *Pipeline) discountEndedInFlight(ctx context.Context, s stageRun, c Char
 	switch {
 	case errors.Is(err, gateway.ErrNotFound):
 	case errors.Is(err, gateway.ErrUnprovable):
-		return p.review(ctx, s, c, fmt.Sprintf("the discount of attempt %d ended while its capture was under way and %s can no longer tell whether it happened", c.AttemptCount, c.Gateway))
+		return p.review(ctx, s, c, ReviewOutcomeUnprovable, fmt.Sprintf("the discount of attempt %d ended while its capture was under way and %s can no longer tell whether it happened", c.AttemptCount, c.Gateway))
 	case err != nil:
 		return p.technicalFailure(ctx, s, c, gateway.OpCapture, err)
 	case res.Status == gateway.StatusSucceeded:
@@ -425,7 +425,7 @@ func (p *Pipeline) discountEndedInFlight(ctx context.Context, s stageRun, c Char
 		return p.technicalFailure(ctx, s, c, gateway.OpVoid, err)
 	}
 	if res.Status != gateway.StatusSucceeded {
-		return p.review(ctx, s, c, fmt.Sprintf("the gateway refused to void a hold whose discount ended: %s %s", res.Status, res.DeclineCode))
+		return p.review(ctx, s, c, ReviewVoidRefused, fmt.Sprintf("the gateway refused to void a hold whose discount ended: %s %s", res.Status, res.DeclineCode))
 	}
 	return p.reauthorize(ctx, s, c, from, FailureDiscountEnded, "the discount ended before the capture; hold voided")
 }

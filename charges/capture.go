@@ -55,7 +55,7 @@ func (p *Pipeline) captureInline(ctx context.Context, s stageRun, c Charge) erro
 	defer metrics.TimeStage(s.stage)()
 	g, err := p.Gateways.Gateway(c.Gateway)
 	if err != nil {
-		return p.review(ctx, s, c, err.Error())
+		return p.review(ctx, s, c, ReviewGatewayNotConfigured, err.Error())
 	}
 	return p.sendCapture(ctx, s, c, g)
 }
@@ -81,7 +81,7 @@ func (p *Pipeline) voidInstead(ctx context.Context, s stageRun) error {
 			return err
 		}
 		metrics.StageRuns.WithLabelValues(s.stage, "not_posted").Inc()
-		return p.review(ctx, s, c, "the capture of a fine the payment registry did not accept was refused")
+		return p.review(ctx, s, c, ReviewRegistryRejected, "the capture of a fine the payment registry did not accept was refused")
 	case c.Status != Authorized || !c.VoidRequested:
 		return nil
 	}
@@ -107,7 +107,7 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 	}
 	if res.Status != gateway.StatusSucceeded {
 		metrics.StageRuns.WithLabelValues(s.stage, "refused").Inc()
-		return p.review(ctx, s, c, fmt.Sprintf("the gateway refused the capture of an authorized hold: %s %s", res.Status, res.DeclineCode))
+		return p.review(ctx, s, c, ReviewCaptureRefused, fmt.Sprintf("the gateway refused the capture of an authorized hold: %s %s", res.Status, res.DeclineCode))
 	}
 	metrics.StageRuns.WithLabelValues(s.stage, "succeeded").Inc()
 	if _, ok := p.Owners.Subscriptions.(ManyLocker); ok && c.EnrollmentID == uuid.Nil && slices.Equal(from, []Status{Capturing}) {

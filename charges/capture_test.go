@@ -29,14 +29,14 @@ func TestCaptureWorker(t *testing.T) {
 			name: "Refused",
 			res:  gateway.Result{Status: gateway.StatusFailed, DeclineCode: "authorization_expired"},
 			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef,
-				reviewReason: "the gateway refused the capture of an authorized hold: failed authorization_expired",
-				calls:        []string{capture}, jobs: releaseHoldJob},
+				reviewCode: charges.ReviewCaptureRefused,
+				calls:      []string{capture}, jobs: releaseHoldJob},
 		},
 		{
 			name: "Declined",
 			res:  softDecline,
 			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef,
-				reviewReason: "the gateway refused the capture", calls: []string{capture}, jobs: releaseHoldJob},
+				reviewCode: charges.ReviewCaptureRefused, calls: []string{capture}, jobs: releaseHoldJob},
 		},
 		{
 			name: "UnknownOutcome",
@@ -66,7 +66,7 @@ func TestCaptureWorker(t *testing.T) {
 			err:  errors.New("tls: bad certificate"),
 			opts: &river.InsertOpts{MaxAttempts: 1},
 			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef,
-				reviewReason: "capture gave no verdict after its last attempt", calls: []string{capture}, jobs: releaseHoldJob},
+				reviewCode: charges.ReviewGatewayError, calls: []string{capture}, jobs: releaseHoldJob},
 		},
 		{
 			name:    "VoidRequested",

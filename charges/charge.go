@@ -137,9 +137,12 @@ type Charge struct {
 	FirstDeclinedAt  *time.Time
 	NextAttemptAt    *time.Time
 	FailureCode      string
-	ReviewReason     string
-	CreatedAt        time.Time
-	UpdatedAt        time.Time
+	// ReviewReason is ReviewCode's sentence, with what the hold check
+	// found appended; both are empty until the charge goes to review.
+	ReviewReason string
+	ReviewCode   ReviewCode
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 	// OffPathAt is when the charge entered its status, while that status
 	// is off the pipeline's hot path (unknown, requires_review, declined,
 	// voided, failed); nil otherwise. The review queue is ordered by it.

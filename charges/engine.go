@@ -116,11 +116,12 @@ func (s *Store) HoldUnpostable(ctx context.Context, tx pgx.Tx, chargeID uuid.UUI
 }
 
 // HoldRefused sends an authorized charge whose hold may not be captured
-// (its posting to the registry failed for good) to review, and enqueues
-// the release of its hold, in tx. Returns ErrStale when the charge left
-// that attempt's authorized status.
-func (s *Store) HoldRefused(ctx context.Context, tx pgx.Tx, id uuid.UUID, attempt int, reason string, now time.Time) (Charge, error) {
-	c, err := s.move(ctx, tx, id, attempt, []Status{Authorized}, RequiresReview, now, `review_reason = $1`, reason)
+// (its posting to the registry failed for good, or there is no registry)
+// to review with code, and enqueues the release of its hold, in tx; the
+// caller logs why. Returns ErrStale when the charge left that attempt's
+// authorized status.
+func (s *Store) HoldRefused(ctx context.Context, tx pgx.Tx, id uuid.UUID, attempt int, code ReviewCode, now time.Time) (Charge, error) {
+	c, err := s.move(ctx, tx, id, attempt, []Status{Authorized}, RequiresReview, now, reviewSet, code.Sentence(), string(code))
 	if err != nil {
 		return Charge{}, err
 	}

@@ -129,7 +129,7 @@ func TestHoldVerbs(t *testing.T) {
 		b := setup(t)
 		c := b.newCharge(ctx, t, fixture{status: charges.Authorized, authorizationRef: "auth_1"})
 		require.NoError(t, b.inStoreTx(ctx, t, func(tx pgx.Tx) error {
-			_, err := b.pipeline.Store.HoldRefused(ctx, tx, c.ID, 1, "rejected", b.clock.Now())
+			_, err := b.pipeline.Store.HoldRefused(ctx, tx, c.ID, 1, charges.ReviewRegistryRejected, b.clock.Now())
 			return err
 		}))
 		require.Equal(t, charges.RequiresReview, b.get(ctx, t, c.ID).Status)
@@ -141,7 +141,7 @@ func TestHoldVerbs(t *testing.T) {
 		b := setup(t)
 		c := b.newCharge(ctx, t, fixture{status: charges.Authorized, attempt: 2, authorizationRef: "auth_1"})
 		err := b.inStoreTx(ctx, t, func(tx pgx.Tx) error {
-			_, err := b.pipeline.Store.HoldRefused(ctx, tx, c.ID, 1, "rejected", b.clock.Now())
+			_, err := b.pipeline.Store.HoldRefused(ctx, tx, c.ID, 1, charges.ReviewRegistryRejected, b.clock.Now())
 			return err
 		})
 		require.True(t, errors.Is(err, charges.ErrStale), "%v", err)

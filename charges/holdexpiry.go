@@ -60,7 +60,7 @@ func (p *Pipeline) replaceExpiredHold(ctx context.Context, s stageRun, c Charge,
 		switch {
 		case errors.Is(err, gateway.ErrNotFound):
 		case errors.Is(err, gateway.ErrUnprovable):
-			return p.review(ctx, s, c, fmt.Sprintf("the hold of attempt %d expired and %s can no longer tell whether its capture happened", c.AttemptCount, c.Gateway))
+			return p.review(ctx, s, c, ReviewOutcomeUnprovable, fmt.Sprintf("the hold of attempt %d expired and %s can no longer tell whether its capture happened", c.AttemptCount, c.Gateway))
 		case err != nil:
 			return p.technicalFailure(ctx, s, c, gateway.OpCapture, err)
 		case res.Status == gateway.StatusSucceeded:

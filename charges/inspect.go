@@ -175,13 +175,13 @@ func Kick(ctx context.Context, tx pgx.Tx, jobs JobInserter, c Charge) (string, e
 	return args.Kind(), nil
 }
 
-// ToReview sends a stuck charge to requires_review with reason, if it has
-// not moved since c was read (ErrStale otherwise). Like the pipeline's own
-// path to review, a charge that may hold an authorization gets its hold
-// checked and, unless captured, released.
-func (s *Store) ToReview(ctx context.Context, tx pgx.Tx, jobs JobInserter, c Charge, reason string, now time.Time) (Charge, error) {
+// ToReview sends a stuck charge to requires_review with code, if it has
+// not moved since c was read (ErrStale otherwise); the caller logs why.
+// Like the pipeline's own path to review, a charge that may hold an
+// authorization gets its hold checked and, unless captured, released.
+func (s *Store) ToReview(ctx context.Context, tx pgx.Tx, jobs JobInserter, c Charge, code ReviewCode, now time.Time) (Charge, error) {
 	next, err := s.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{c.Status}, to: RequiresReview,
-		where: "updated_at = $2", set: "review_reason = $1"}, now, reason, c.UpdatedAt)
+		where: "updated_at = $3", set: reviewSet}, now, code.Sentence(), string(code), c.UpdatedAt)
 	if err != nil {
 		return Charge{}, err
 	}

@@ -32,7 +32,7 @@ import (
 // ask the registry afresh (no cached answer) before anything is held, and
 // when the two still disagree from the last discounted start on, when the
 // next attempt would cost the full price, the charge goes to review
-// rather than risk paying a fine twice (sourceDisagreesReason).
+// rather than risk paying a fine twice (ReviewPaidOutsideDisputed).
 // The guarded "about to call" of a fine's first hold requires that the
 // attempt was checked (outsideCheckedSQL), whatever path leads to it.
 
@@ -66,11 +66,10 @@ const (
 	FailureOutsideUnknown = "registry_unavailable"
 )
 
-// sourceDisagreesReason is the review reason of a fine whose bill source
-// reports more paid outside rebill than the registry holds, from the last
-// discounted start on.
-const sourceDisagreesReason = "the bill source reports %d paid outside rebill but the registry holds %d: " +
-	"the full price is not charged until a person checks which is right"
+// sourceDisagreesNote is appended to the review sentence of a fine whose
+// bill source reports more paid outside rebill than the registry holds:
+// the two figures a person compares.
+const sourceDisagreesNote = "the bill source reports %d, the registry holds %d"
 
 // outsideCheckedSQL holds, in the guarded move that starts a first
 // authorize call ($2 the scheduled status), for a charge that needs no
@@ -167,12 +166,12 @@ func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, outsi
 	case disagrees:
 		// The person who resolves it is the judge now: a retry they start
 		// is not sent back here unless the source reports the figure again.
-		reason := fmt.Sprintf(sourceDisagreesReason, c.SourcePaid, paid)
+		reason := ReviewPaidOutsideDisputed.Sentence() + " (" + fmt.Sprintf(sourceDisagreesNote, c.SourcePaid, paid) + ")"
 		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: RequiresReview,
 			where: "NOT void_requested",
 			set: `paid_outside = $3, outside_checked_attempt = attempt_count, full_amount = full_amount - $2,
 				amount = CASE WHEN discount_until <= $1 THEN full_amount - $2 ELSE amount - $2 END, source_paid = 0,
-				review_reason = $4`}, now, now, delta, paid, reason)
+				review_code = $5, review_reason = $4`}, now, now, delta, paid, reason, ReviewPaidOutsideDisputed)
 		if err == nil {
 			p.transitioned(next, reason)
 		}

@@ -222,9 +222,9 @@ func TestFineItsSourceAndTheRegistryDisagreeOn(t *testing.T) {
 	}{
 		{name: "before the last discounted start: held at the discount", registry: 0, at: last.Add(-time.Second), wantHeld: 500},
 		{name: "at the last discounted start: review", registry: 0, at: last,
-			wantReason: "the bill source reports 300 paid outside rebill but the registry holds 0"},
+			wantReason: "the bill source reports 300, the registry holds 0"},
 		{name: "after the deadline: review", registry: 100, at: deadline.Add(time.Hour),
-			wantReason: "the bill source reports 300 paid outside rebill but the registry holds 100"},
+			wantReason: "the bill source reports 300, the registry holds 100"},
 		{name: "the registry agrees after the deadline: held for the rest of the full price", registry: 300,
 			at: deadline.Add(time.Hour), wantHeld: 700},
 	} {

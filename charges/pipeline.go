@@ -150,7 +150,7 @@ func (p *Pipeline) transitioned(c Charge, reason string) {
 	case Unknown, RequiresReview, Failed:
 		p.Logger.Warn().Str("charge_id", c.ID.String()).Str("owner_id", c.OwnerID().String()).
 			Str("gateway", c.Gateway).Int("attempt", c.AttemptCount).Str("status", string(c.Status)).
-			Str("unknown_phase", string(c.UnknownOp)).Str("failure_code", c.FailureCode).Str("reason", reason).
+			Str("unknown_phase", string(c.UnknownOp)).Str("failure_code", c.FailureCode).Str("review_code", string(c.ReviewCode)).Str("reason", reason).
 			Msg("charge status")
 	}
 }
@@ -265,7 +265,7 @@ func (p *Pipeline) begun(ctx context.Context, s stageRun, c Charge, err error) (
 	p.transitioned(c, "")
 	g, err := p.Gateways.Gateway(c.Gateway)
 	if err != nil {
-		return c, nil, p.review(ctx, s, c, err.Error())
+		return c, nil, p.review(ctx, s, c, ReviewGatewayNotConfigured, err.Error())
 	}
 	return c, g, nil
 }
@@ -320,7 +320,11 @@ func (p *Pipeline) technicalFailure(ctx context.Context, s stageRun, c Charge, o
 		return p.toReconcile(ctx, s, c, op, callErr.Error())
 	case s.final:
 		metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
-		return p.review(ctx, s, c, fmt.Sprintf("%s gave no verdict after its last attempt: %v", op, callErr))
+		code := ReviewGatewayError
+		if errors.Is(callErr, gateway.ErrUnknownOutcome) || errors.Is(callErr, context.DeadlineExceeded) {
+			code = ReviewGatewayTimeout
+		}
+		return p.review(ctx, s, c, code, fmt.Sprintf("%s gave no verdict after its last attempt: %v", op, callErr))
 	case errors.Is(callErr, gateway.ErrUnknownOutcome):
 		metrics.Retry(s.stage, metrics.RetryUnknownOutcome)
 	default:
@@ -348,7 +352,7 @@ func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op 
 	}
 	if p.Retry.Now().Sub(s.created) > p.UnavailableFor {
 		metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
-		return p.review(ctx, s, c, fmt.Sprintf("%s: the gateway did nothing for longer than %s: %v", op, p.UnavailableFor, callErr))
+		return p.review(ctx, s, c, ReviewGatewayUnavailable, fmt.Sprintf("%s: the gateway did nothing for longer than %s: %v", op, p.UnavailableFor, callErr))
 	}
 	metrics.Retry(s.stage, reason)
 	now := p.Clock.Now()
@@ -376,17 +380,19 @@ func (p *Pipeline) toReconcile(ctx context.Context, s stageRun, c Charge, op gat
 }
 
 // review sends the charge to the people: automation cannot tell or do more.
+// The charge shows code and its sentence; detail, what automation knew
+// (a gateway's error names hosts and URLs), goes to the log only.
 // A charge that may hold an authorization has its hold checked and, unless
 // a capture exists, released, so that review never leaves money held.
-func (p *Pipeline) review(ctx context.Context, s stageRun, c Charge, reason string) error {
+func (p *Pipeline) review(ctx context.Context, s stageRun, c Charge, code ReviewCode, detail string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
 		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}, RequiresReview, now,
-			`review_reason = $1`, reason)
+			reviewSet, code.Sentence(), string(code))
 		if err != nil {
 			return err
 		}
-		p.transitioned(next, reason)
+		p.transitioned(next, detail)
 		if !in(c.Status, mayHoldMoney) {
 			return nil
 		}

@@ -510,6 +510,7 @@ type outcome struct {
 	authorizationRef string
 	unknownPhase     gateway.Op
 	reviewReason     string                          // contained in the review reason
+	reviewCode       charges.ReviewCode              // review_code; review_reason then starts with its sentence
 	holdReleased     *time.Duration                  // hold_released_at this long before now; NULL when nil
 	calls            []string                        // see requireCalls
 	subCalls         []string                        // see fakeSubscriptions
@@ -552,9 +553,14 @@ func (b *testBundle) requireOutcome(ctx context.Context, t *testing.T, id uuid.U
 	}
 	require.Equal(t, want.authorizationRef, c.AuthorizationRef, "authorization_ref")
 	require.Equal(t, want.unknownPhase, c.UnknownOp, "unknown_phase")
-	if want.reviewReason == "" {
+	require.Equal(t, want.reviewCode, c.ReviewCode, "review_code")
+	switch {
+	case want.reviewCode != "":
+		require.True(t, strings.HasPrefix(c.ReviewReason, want.reviewCode.Sentence()), "review_reason %q", c.ReviewReason)
+		require.Contains(t, c.ReviewReason, want.reviewReason, "review_reason")
+	case want.reviewReason == "":
 		require.Empty(t, c.ReviewReason, "review_reason")
-	} else {
+	default:
 		require.Contains(t, c.ReviewReason, want.reviewReason, "review_reason")
 	}
 	if want.holdReleased != nil {

@@ -47,13 +47,13 @@ func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs])
 	}
 	g, err := p.Gateways.Gateway(c.Gateway)
 	if err != nil {
-		return p.review(ctx, s, c, err.Error())
+		return p.review(ctx, s, c, ReviewGatewayNotConfigured, err.Error())
 	}
 	res, err := p.call(ctx, c, op, func(ctx context.Context) (gateway.Result, error) {
 		return p.lookup(ctx, g, c, op, true) // not found, it would be sent again
 	})
 	if errors.Is(err, gateway.ErrUnprovable) {
-		return p.review(ctx, s, c, fmt.Sprintf("the %s of attempt %d got no answer and %s can no longer tell whether it happened: check the gateway's dashboard", op, c.AttemptCount, c.Gateway))
+		return p.review(ctx, s, c, ReviewOutcomeUnprovable, fmt.Sprintf("the %s of attempt %d got no answer and %s can no longer tell whether it happened: check the gateway's dashboard", op, c.AttemptCount, c.Gateway))
 	}
 	if !errors.Is(err, gateway.ErrNotFound) {
 		if op == gateway.OpCapture {

@@ -121,15 +121,15 @@ func TestReconcileWorker(t *testing.T) {
 				lookupErr: gateway.ErrUnknownOutcome,
 				opts:      &river.InsertOpts{MaxAttempts: 1},
 				want: outcome{status: charges.RequiresReview, unknownPhase: gateway.OpAuthorize,
-					reviewReason: "authorize gave no verdict after its last attempt", calls: []string{lookup},
+					reviewCode: charges.ReviewGatewayTimeout, calls: []string{lookup},
 					jobs: releaseHoldJob},
 			},
 			{
 				name:      "LookupUnprovable",
 				lookupErr: gateway.ErrUnprovable, // no resend: it could be a second hold
 				want: outcome{status: charges.RequiresReview, unknownPhase: gateway.OpAuthorize,
-					reviewReason: "the authorize of attempt 1 got no answer and fake can no longer tell whether it happened: check the gateway's dashboard",
-					calls:        []string{lookup}, jobs: releaseHoldJob},
+					reviewCode: charges.ReviewOutcomeUnprovable,
+					calls:      []string{lookup}, jobs: releaseHoldJob},
 			},
 			{
 				name:     "StalePhase",
@@ -158,7 +158,7 @@ func TestReconcileWorker(t *testing.T) {
 				name:  "FoundRefused",
 				found: map[gateway.Op]gateway.Result{gateway.OpCapture: refused},
 				want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, unknownPhase: gateway.OpCapture,
-					reviewReason: "the gateway refused the capture", calls: []string{lookup}, jobs: releaseHoldJob},
+					reviewCode: charges.ReviewCaptureRefused, calls: []string{lookup}, jobs: releaseHoldJob},
 			},
 			{
 				name: "NotFoundResentSucceeded",

@@ -161,7 +161,7 @@ func CountInReview(ctx context.Context, db DBTX) (int64, error) {
 // check of each moved charge's hold in tx, and returns the charges.
 func (s *Store) SweepDiscarded(ctx context.Context, tx pgx.Tx, now time.Time) ([]Charge, error) {
 	from := []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}
-	found, err := tx.Query(ctx, `SELECT c.id, c.attempt_count, 'River discarded the ' || j.kind || ' job after its last attempt'
+	found, err := tx.Query(ctx, `SELECT c.id, c.attempt_count
 		FROM charges c JOIN river_job j
 		  ON j.state = 'discarded'
 		 AND j.kind IN ('charge_authorize', 'charge_capture', 'charge_void', 'charge_reconcile')
@@ -176,9 +176,8 @@ func (s *Store) SweepDiscarded(ctx context.Context, tx pgx.Tx, now time.Time) ([
 	var r rows
 	var id uuid.UUID
 	var attempt int32
-	var reason string
-	if _, err := pgx.ForEachRow(found, []any{&id, &attempt, &reason}, func() error {
-		r.ids, r.attempts, r.notes = append(r.ids, id), append(r.attempts, attempt), append(r.notes, reason)
+	if _, err := pgx.ForEachRow(found, []any{&id, &attempt}, func() error {
+		r.ids, r.attempts, r.notes = append(r.ids, id), append(r.attempts, attempt), append(r.notes, "")
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("sweep discarded jobs: %w", err)
@@ -186,7 +185,8 @@ func (s *Store) SweepDiscarded(ctx context.Context, tx pgx.Tx, now time.Time) ([
 	if len(r.ids) == 0 {
 		return nil, nil
 	}
-	moved, err := s.apply(ctx, tx, transition{from: from, to: RequiresReview, set: "review_reason = b.bnote"}, now, r)
+	moved, err := s.apply(ctx, tx, transition{from: from, to: RequiresReview, set: reviewSet}, now, r,
+		ReviewJobDiscarded.Sentence(), string(ReviewJobDiscarded))
 	if err != nil {
 		return nil, fmt.Errorf("sweep discarded jobs: %w", err)
 	}

@@ -106,10 +106,6 @@ func (p *Pipeline) releaseSlotTx(ctx context.Context, tx pgx.Tx, c Charge) error
 	return nil
 }
 
-// reasonDeclineLimit is the review reason of a charge held back by the
-// declines limit.
-const reasonDeclineLimit = "velocity limit: the customer reached the declined charges allowed per day; POST /v1/charges/{id}/retry sends it to the gateway"
-
 // reasonSlotsInFlight is the failure_code of a charge waiting for a slot.
 const reasonSlotsInFlight = string(metrics.RetrySlotsInFlight)
 
@@ -169,9 +165,9 @@ func (p *Pipeline) heldForDeclines(ctx context.Context, s stageRun, c Charge) er
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
 		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorizing}, RequiresReview, now,
-			`review_reason = $1`, reasonDeclineLimit)
+			reviewSet, ReviewDeclinesLimit.Sentence(), string(ReviewDeclinesLimit))
 		if err == nil {
-			p.transitioned(next, reasonDeclineLimit)
+			p.transitioned(next, "the customer's declines reached the limit of the day")
 		}
 		return err
 	})

@@ -38,7 +38,7 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 	}
 	g, err := p.Gateways.Gateway(c.Gateway)
 	if err != nil {
-		return p.review(ctx, s, c, err.Error())
+		return p.review(ctx, s, c, ReviewGatewayNotConfigured, err.Error())
 	}
 	res, err := p.call(ctx, c, gateway.OpVoid, func(ctx context.Context) (gateway.Result, error) {
 		return g.Void(ctx, p.request(c, gateway.OpVoid))
@@ -47,7 +47,7 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 		return p.technicalFailure(ctx, s, c, gateway.OpVoid, err)
 	}
 	if res.Status != gateway.StatusSucceeded {
-		return p.review(ctx, s, c, fmt.Sprintf("the gateway refused to void the hold: %s %s", res.Status, res.DeclineCode))
+		return p.review(ctx, s, c, ReviewVoidRefused, fmt.Sprintf("the gateway refused to void the hold: %s %s", res.Status, res.DeclineCode))
 	}
 	metrics.StageRuns.WithLabelValues(s.stage, "voided").Inc()
 	now := p.Clock.Now()

@@ -37,7 +37,7 @@ func TestVoidWorker(t *testing.T) {
 			name: "Refused",
 			res:  refused,
 			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef,
-				reviewReason: "the gateway refused to void the hold", calls: []string{void}, jobs: releaseHoldJob},
+				reviewCode: charges.ReviewVoidRefused, calls: []string{void}, jobs: releaseHoldJob},
 		},
 		{
 			name: "Unavailable",
@@ -55,7 +55,7 @@ func TestVoidWorker(t *testing.T) {
 			err:  gateway.ErrUnknownOutcome,
 			opts: &river.InsertOpts{MaxAttempts: 1},
 			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef,
-				reviewReason: "void gave no verdict after its last attempt", calls: []string{void}, jobs: releaseHoldJob},
+				reviewCode: charges.ReviewGatewayTimeout, calls: []string{void}, jobs: releaseHoldJob},
 		},
 		{
 			name:    "NotRequested",

@@ -807,6 +807,69 @@ func (e ResolveRequestOutcome) Valid() bool {
 	}
 }
 
+// Defines values for ReviewCode.
+const (
+	ReviewCodeCaptureRefused        ReviewCode = "capture_refused"
+	ReviewCodeDeclinesLimit         ReviewCode = "declines_limit"
+	ReviewCodeGatewayError          ReviewCode = "gateway_error"
+	ReviewCodeGatewayNotConfigured  ReviewCode = "gateway_not_configured"
+	ReviewCodeGatewayTimeout        ReviewCode = "gateway_timeout"
+	ReviewCodeGatewayUnavailable    ReviewCode = "gateway_unavailable"
+	ReviewCodeJobDiscarded          ReviewCode = "job_discarded"
+	ReviewCodeLegacy                ReviewCode = "legacy"
+	ReviewCodeOutcomeUnprovable     ReviewCode = "outcome_unprovable"
+	ReviewCodePaidOutsideDisputed   ReviewCode = "paid_outside_disputed"
+	ReviewCodeRegistryAnnulled      ReviewCode = "registry_annulled"
+	ReviewCodeRegistryNotConfigured ReviewCode = "registry_not_configured"
+	ReviewCodeRegistryRejected      ReviewCode = "registry_rejected"
+	ReviewCodeRegistryUnanswered    ReviewCode = "registry_unanswered"
+	ReviewCodeStuck                 ReviewCode = "stuck"
+	ReviewCodeUnknownOverdue        ReviewCode = "unknown_overdue"
+	ReviewCodeVoidRefused           ReviewCode = "void_refused"
+)
+
+// Valid indicates whether the value is a known member of the ReviewCode enum.
+func (e ReviewCode) Valid() bool {
+	switch e {
+	case ReviewCodeCaptureRefused:
+		return true
+	case ReviewCodeDeclinesLimit:
+		return true
+	case ReviewCodeGatewayError:
+		return true
+	case ReviewCodeGatewayNotConfigured:
+		return true
+	case ReviewCodeGatewayTimeout:
+		return true
+	case ReviewCodeGatewayUnavailable:
+		return true
+	case ReviewCodeJobDiscarded:
+		return true
+	case ReviewCodeLegacy:
+		return true
+	case ReviewCodeOutcomeUnprovable:
+		return true
+	case ReviewCodePaidOutsideDisputed:
+		return true
+	case ReviewCodeRegistryAnnulled:
+		return true
+	case ReviewCodeRegistryNotConfigured:
+		return true
+	case ReviewCodeRegistryRejected:
+		return true
+	case ReviewCodeRegistryUnanswered:
+		return true
+	case ReviewCodeStuck:
+		return true
+	case ReviewCodeUnknownOverdue:
+		return true
+	case ReviewCodeVoidRefused:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Role.
 const (
 	RoleAdmin    Role = "admin"
@@ -995,14 +1058,14 @@ type Bill struct {
 	// Examples: 49900
 	Amount Amount `json:"amount"`
 
-	// AmountDue What a capture now (or at `pay_at`, if later) costs: `discounted_amount` before the end of `discount_deadline` (Europe/Moscow), else `amount`, less `paid_elsewhere_amount`. For a `paid` bill: what was captured, whenever it is read; for a `paid_elsewhere` bill: 0.
+	// AmountDue What an attempt started now (or at `pay_at`, if later) costs: `discounted_amount` before the last discounted start, an hour before the end of `discount_deadline` (Europe/Moscow, decision 24), else `amount`, less `paid_elsewhere_amount`. For a `paid` bill: what was captured, whenever it is read; for a `paid_elsewhere` bill: 0.
 	AmountDue int `json:"amount_due"`
 
 	// BillId The issuer's id: for fines the 20- or 25-digit payment identifier (UIN).
 	BillId   string              `json:"bill_id"`
 	ChargeId *openapi_types.UUID `json:"charge_id"`
 
-	// ConfirmedAmount What the owner's confirmation covers: the `amount_due` when they confirmed. A charge attempt is sent only for up to the larger of `max_amount` and this; a higher price (a fine's full amount after its discount deadline) needs a new confirmation. Null until confirmed.
+	// ConfirmedAmount What the owner's confirmation covers: the `amount_due` when they confirmed. A charge attempt is sent only for up to the larger of `max_amount` and this; a higher price (a fine's full amount from its last discounted start on, decision 24) needs a new confirmation. Null until confirmed.
 	ConfirmedAmount  *int                `json:"confirmed_amount"`
 	ConfirmedAt      *time.Time          `json:"confirmed_at"`
 	DiscountDeadline *openapi_types.Date `json:"discount_deadline"`
@@ -1152,12 +1215,17 @@ type Charge struct {
 	// Examples: 2026-12-01
 	PeriodKey string `json:"period_key"`
 
-	// ReviewReason Why the charge is in `requires_review` (for example that retries were exhausted with an unknown outcome, or that its hold was looked up and voided); null for a charge that never went to review. Always present.
+	// ReviewCode Why the charge went to `requires_review`, a stable code to act on (`review_reason` is its sentence, for people): `gateway_timeout` (the gateway did not answer in time; rebill is asking it what happened); `gateway_error` (the gateway answered with an error rebill cannot act on; rebill is asking it what happened); `gateway_unavailable` (the gateway was down for longer than rebill waits for it; rebill is asking it what happened); `outcome_unprovable` (the gateway can no longer tell whether this attempt's payment went through: check its dashboard before resolving); `capture_refused` (the gateway refused to capture the authorized hold); `void_refused` (the gateway refused to release the hold); `gateway_not_configured` (the charge's gateway is not configured in this rebill); `registry_rejected` (the state payment registry did not accept the fine's payment, so it was not captured); `registry_not_configured` (a fine was held but no payment registry is configured to post it to); `registry_annulled` (the state payment registry holds the fine's payment annulled, so it was not captured and its hold is released); `registry_unanswered` (the state payment registry did not accept the fine's payment in time; its hold is released, and the payment is annulled should the registry still accept it); `paid_outside_disputed` (the bill source reports more paid outside rebill than the state payment registry holds: the full price is not charged until a person checks which is right); `declines_limit` (velocity limit: the customer reached the declined charges allowed per day; POST /v1/charges/{id}/retry sends it to the gateway); `job_discarded` (rebill's job for this charge failed on every try; check the gateway before resolving); `unknown_overdue` (rebill could not find out in time what the gateway did; check the gateway before resolving); `stuck` (the charge stopped moving and rebill could not start it again; check the gateway before resolving); `legacy` (sent to review by an earlier version of rebill; its logs of that time say why). `legacy`: sent to review by a version of rebill before review codes, for a reason it could not classify. Null exactly when `review_reason` is. New codes may be added. Always present.
 	//
-	// Examples: retries exhausted: outcome unknown
+	// Examples: gateway_timeout
+	ReviewCode *ReviewCode `json:"review_code"`
+
+	// ReviewReason Why the charge is in `requires_review`, for people: the sentence of its `review_code`, followed by what rebill found when it looked the attempt up at the gateway, in parentheses (for example ` (no capture at the gateway; hold … was voided)`); never a host, a URL or an internal error (those are in rebill's logs). Kept after a person resolves the charge; null for a charge that never went to review, and again once a retry starts a new attempt. Always present.
+	//
+	// Examples: the gateway did not answer in time; rebill is asking it what happened (the gateway shows no hold and no capture)
 	ReviewReason *string `json:"review_reason"`
 
-	// Status `scheduled -> authorizing -> authorized -> capturing -> succeeded`; `declined` (soft decline: dunning will retry), `failed` (hard decline or dunning exhausted; support may retry it), `unknown` (the gateway may or may not have acted; being reconciled), `requires_review` (automation gave up; `review_reason` says why; support resolves or retries it), `voided` (not owed, or cancelled: nothing was captured and any hold was released).
+	// Status `scheduled -> authorizing -> authorized -> capturing -> succeeded`; `declined` (soft decline: dunning will retry), `failed` (hard decline or dunning exhausted; support may retry it), `unknown` (the gateway may or may not have acted; being reconciled), `requires_review` (automation gave up; `review_code` says why, `review_reason` in a sentence; support resolves or retries it), `voided` (not owed, or cancelled: nothing was captured and any hold was released).
 	Status ChargeStatus `json:"status"`
 
 	// SubscriptionId The subscription of a period's charge; null for a bill's charge.
@@ -1173,7 +1241,7 @@ type ChargeList struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
-// ChargeStatus `scheduled -> authorizing -> authorized -> capturing -> succeeded`; `declined` (soft decline: dunning will retry), `failed` (hard decline or dunning exhausted; support may retry it), `unknown` (the gateway may or may not have acted; being reconciled), `requires_review` (automation gave up; `review_reason` says why; support resolves or retries it), `voided` (not owed, or cancelled: nothing was captured and any hold was released).
+// ChargeStatus `scheduled -> authorizing -> authorized -> capturing -> succeeded`; `declined` (soft decline: dunning will retry), `failed` (hard decline or dunning exhausted; support may retry it), `unknown` (the gateway may or may not have acted; being reconciled), `requires_review` (automation gave up; `review_code` says why, `review_reason` in a sentence; support resolves or retries it), `voided` (not owed, or cancelled: nothing was captured and any hold was released).
 type ChargeStatus string
 
 // Clock defines model for Clock.
@@ -2117,6 +2185,9 @@ type ResumeRequest = map[string]interface{}
 // RetryRequest No fields: send `{}` or an empty body.
 type RetryRequest = map[string]interface{}
 
+// ReviewCode Why a charge went to `requires_review` (Charge.review_code).
+type ReviewCode string
+
 // Role defines model for Role.
 type Role string
 
@@ -2289,7 +2360,7 @@ type WebhookEndpointCreate struct {
 	// Events Known event types (see `EventType`), or `["*"]` alone; anything else is 400. Stored once each, in the order first given.
 	Events []string `json:"events"`
 
-	// Url `https` URL whose host resolves to public addresses only (no loopback, private, link-local, CGNAT, metadata, documentation, benchmarking, relay or reserved address, nor an IPv6 address embedding one of these: decision 22); checked now and again at every delivery after DNS resolution. Dev mode and `REBILL_WEBHOOK_ALLOW_PRIVATE=1` allow any address and `http`. Otherwise 400.
+	// Url `https` URL whose host resolves to public addresses only (no loopback, private, link-local, CGNAT, metadata, documentation, benchmarking, relay or reserved address, nor an IPv6 address embedding one of these, nor an address with a zone: decision 22); checked now and again at every delivery after DNS resolution. Dev mode and `REBILL_WEBHOOK_ALLOW_PRIVATE=1` allow any address and `http`. Otherwise 400.
 	Url string `json:"url"`
 }
 
@@ -3128,7 +3199,7 @@ type ClientInterface interface {
 
 	// Metrics Prometheus metrics
 	//
-	// Prometheus text exposition: per-stage counts and durations (init, authorize, capture, reconcile), retries, charges by status, gateway health, webhook deliveries, River queues. Unauthenticated. When REBILL_METRICS_ADDR is set, the metrics are served on that address only, and this path answers 404.
+	// Prometheus text exposition: per-stage counts and durations (init, authorize, capture, reconcile), retries, charges by status, gateway health, webhook deliveries, River queues. Unauthenticated. When REBILL_METRICS_ADDR is set, the metrics are served on that address only, and this path answers 404. Served here, they leave out the experiments' `rebill_experiment_*` series (which name every experiment and arm with their outcomes): those are served on the REBILL_METRICS_ADDR listener only, which production should use.
 	//
 	// Corresponds with GET /metrics (the `Metrics` operationId).
 	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3803,7 +3874,7 @@ func (c *RawClient) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) 
 
 // Metrics Prometheus metrics
 //
-// Prometheus text exposition: per-stage counts and durations (init, authorize, capture, reconcile), retries, charges by status, gateway health, webhook deliveries, River queues. Unauthenticated. When REBILL_METRICS_ADDR is set, the metrics are served on that address only, and this path answers 404.
+// Prometheus text exposition: per-stage counts and durations (init, authorize, capture, reconcile), retries, charges by status, gateway health, webhook deliveries, River queues. Unauthenticated. When REBILL_METRICS_ADDR is set, the metrics are served on that address only, and this path answers 404. Served here, they leave out the experiments' `rebill_experiment_*` series (which name every experiment and arm with their outcomes): those are served on the REBILL_METRICS_ADDR listener only, which production should use.
 //
 // Corresponds with GET /metrics (the `Metrics` operationId).
 func (c *RawClient) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8234,7 +8305,7 @@ type ClientWithResponsesInterface interface {
 
 	// MetricsWithResponse Prometheus metrics
 	//
-	// Prometheus text exposition: per-stage counts and durations (init, authorize, capture, reconcile), retries, charges by status, gateway health, webhook deliveries, River queues. Unauthenticated. When REBILL_METRICS_ADDR is set, the metrics are served on that address only, and this path answers 404.
+	// Prometheus text exposition: per-stage counts and durations (init, authorize, capture, reconcile), retries, charges by status, gateway health, webhook deliveries, River queues. Unauthenticated. When REBILL_METRICS_ADDR is set, the metrics are served on that address only, and this path answers 404. Served here, they leave out the experiments' `rebill_experiment_*` series (which name every experiment and arm with their outcomes): those are served on the REBILL_METRICS_ADDR listener only, which production should use.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -14476,7 +14547,7 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 
 // MetricsWithResponse Prometheus metrics
 //
-// Prometheus text exposition: per-stage counts and durations (init, authorize, capture, reconcile), retries, charges by status, gateway health, webhook deliveries, River queues. Unauthenticated. When REBILL_METRICS_ADDR is set, the metrics are served on that address only, and this path answers 404.
+// Prometheus text exposition: per-stage counts and durations (init, authorize, capture, reconcile), retries, charges by status, gateway health, webhook deliveries, River queues. Unauthenticated. When REBILL_METRICS_ADDR is set, the metrics are served on that address only, and this path answers 404. Served here, they leave out the experiments' `rebill_experiment_*` series (which name every experiment and arm with their outcomes): those are served on the REBILL_METRICS_ADDR listener only, which production should use.
 //
 // Returns a wrapper object for the known response body format(s).
 //

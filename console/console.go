@@ -18,6 +18,7 @@ import (
 	"context"
 	"embed"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -190,7 +191,7 @@ var staticFiles embed.FS
 
 func (h *Handler) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(securityHeaders, middleware.GetHead)
+	r.Use(securityHeaders, routeOnEscapedPath, middleware.GetHead)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		h.renderError(w, r, nil, http.StatusNotFound, "No such page.")
 	})
@@ -205,7 +206,7 @@ func (h *Handler) routes() *chi.Mux {
 	r.Post("/console/login", h.login)
 
 	r.Group(func(r chi.Router) {
-		r.Use(h.requireSession, h.checkForm)
+		r.Use(h.unescapeParams, h.requireSession, h.checkForm)
 		r.Get("/console/", h.home)
 		r.Get("/console/search", h.search)
 		r.Get("/console/subscriptions/{id}", h.subscription)
@@ -229,6 +230,40 @@ func (h *Handler) routes() *chi.Mux {
 		r.With(h.adminOnly).Post("/console/sessions/{key}/end", h.endSessions)
 	})
 	return r
+}
+
+// routeOnEscapedPath makes the router match r.URL.EscapedPath(), as the
+// API does: chi matches RawPath when the URL has one and Path otherwise,
+// and Go keeps RawPath only for a non-canonical encoding, so an id holding
+// "%2F" would be matched escaped and one holding a space or "%41"
+// decoded (and then decoded again). On the escaped path each segment is
+// matched as sent and unescapeParams decodes it exactly once.
+func routeOnEscapedPath(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath == "" {
+			rctx.RoutePath = r.URL.EscapedPath()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// unescapeParams decodes each path parameter of the matched route once,
+// so that handlers read the id the page escaped (seg); a parameter that
+// does not decode names nothing.
+func (h *Handler) unescapeParams(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rctx := chi.RouteContext(r.Context()); rctx != nil {
+			for i := range rctx.URLParams.Keys {
+				v, err := url.PathUnescape(rctx.URLParams.Values[i])
+				if err != nil {
+					h.renderError(w, r, nil, http.StatusNotFound, "No such page.")
+					return
+				}
+				rctx.URLParams.Values[i] = v
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // csp allows no script at all and nothing from elsewhere.

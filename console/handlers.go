@@ -28,7 +28,7 @@ func (h *Handler) subscriptionAction(w http.ResponseWriter, r *http.Request, nam
 		h.fail(w, r, s, err)
 		return
 	}
-	h.act(w, r, action{name: name, object: id.String(), back: "/console/subscriptions/" + id.String(), do: do})
+	h.act(w, r, action{name: name, object: id.String(), back: consolePath("subscriptions", id.String()), do: do})
 }
 
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
@@ -78,7 +78,7 @@ func chargeBack(r *http.Request, id string) string {
 	if r.PostFormValue("back") == "review" {
 		return "/console/review"
 	}
-	return "/console/charges/" + id
+	return consolePath("charges", id)
 }
 
 func (h *Handler) retry(w http.ResponseWriter, r *http.Request) {
@@ -142,7 +142,7 @@ func (h *Handler) billAction(w http.ResponseWriter, r *http.Request, name string
 		h.fail(w, r, s, errNotFound)
 		return
 	}
-	h.act(w, r, action{name: name, object: object, evidence: evidence, back: "/console/enrollments/" + id.String(),
+	h.act(w, r, action{name: name, object: object, evidence: evidence, back: consolePath("enrollments", id.String()),
 		do: func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) { return do(ctx, tx, c, billID) }})
 }
 

@@ -176,10 +176,10 @@ func (h *Handler) idHits(ctx context.Context, id uuid.UUID) ([]searchHit, error)
 			return searchHit{}, err
 		}
 		if kind == "bill" {
-			return searchHit{Kind: "Bill", Label: *billID, Link: "/console/enrollments/" + target.String()}, nil
+			return searchHit{Kind: "Bill", Label: *billID, Link: consolePath("enrollments", target.String())}, nil
 		}
 		return searchHit{Kind: strings.ToUpper(kind[:1]) + kind[1:], Label: target.String(),
-			Link: "/console/" + kind + "s/" + target.String()}, nil
+			Link: consolePath(kind+"s", target.String())}, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("search ids: %w", err)
@@ -208,7 +208,7 @@ func (h *Handler) billHits(ctx context.Context, q string) ([]searchHit, error) {
 			return searchHit{}, err
 		}
 		return searchHit{Kind: "Bill", Label: billID + " (customer " + customerID + ")",
-			Link: "/console/enrollments/" + enrollment.String()}, nil
+			Link: consolePath("enrollments", enrollment.String())}, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("search bills: %w", err)
@@ -324,7 +324,7 @@ func (h *Handler) subscription(w http.ResponseWriter, r *http.Request) {
 	}
 	cs, hasMore := more(cs)
 	if hasMore {
-		d.ChargesNext = fmt.Sprintf("/console/subscriptions/%s?charges_before=%s", id, cs[len(cs)-1].ID)
+		d.ChargesNext = consolePath("subscriptions", id.String()) + "?" + url.Values{"charges_before": {cs[len(cs)-1].ID.String()}}.Encode()
 	}
 	if d.Charges, err = h.chargeViews(ctx, cs); err != nil {
 		h.fail(w, r, s, err)
@@ -338,7 +338,7 @@ func (h *Handler) subscription(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Events, hasMore = more(events)
 	if hasMore {
-		d.EventsNext = fmt.Sprintf("/console/subscriptions/%s?events_after=%d", id, d.Events[len(d.Events)-1].ID)
+		d.EventsNext = consolePath("subscriptions", id.String()) + "?" + url.Values{"events_after": {strconv.FormatInt(d.Events[len(d.Events)-1].ID, 10)}}.Encode()
 	}
 	h.show(w, r, "subscription", "Subscription "+id.String(), d)
 }
@@ -448,7 +448,7 @@ func (h *Handler) enrollment(w http.ResponseWriter, r *http.Request) {
 	bills, hasMore := more(bills)
 	d := enrollmentData{Enrollment: e, Metadata: sortedMetadata(e.Metadata)}
 	if hasMore {
-		d.BillsNext = fmt.Sprintf("/console/enrollments/%s?bills_before=%s", id, bills[len(bills)-1].ID)
+		d.BillsNext = consolePath("enrollments", id.String()) + "?" + url.Values{"bills_before": {bills[len(bills)-1].ID.String()}}.Encode()
 	}
 	for _, b := range bills {
 		v := billView{Bill: b}

@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -268,6 +269,45 @@ var funcs = template.FuncMap{
 	"formid":   randomID,
 	"join":     strings.Join,
 	"percent":  percent,
+	"seg":      seg,
+}
+
+// seg writes an id as one segment of a console path, percent-encoded
+// (url.PathEscape): an id is data, and unescaped its '/', '?', '#' or
+// ".." would make a link or a form's action name another object (a bill
+// id of "../../../charges/<id>/retry#" would turn Withdraw into a retry
+// of that charge).
+// The console routes on the escaped path and decodes each segment once
+// (unescapeParams), so every id comes back as it was. An empty id, "."
+// and ".." cannot be one segment: browsers remove dot segments even
+// percent-encoded (WHATWG URL), so the page fails rather than write a
+// link to somewhere else; rebill refuses such ids where they are made.
+func seg(id any) (string, error) {
+	var s string
+	switch v := id.(type) {
+	case string:
+		s = v
+	case fmt.Stringer:
+		s = v.String()
+	default:
+		return "", fmt.Errorf("console: %T is not an id", id)
+	}
+	if s == "" || s == "." || s == ".." {
+		return "", fmt.Errorf("console: %q cannot be a path segment", s)
+	}
+	return url.PathEscape(s), nil
+}
+
+// consolePath joins the console's path prefix with ids, each escaped as
+// seg escapes it, for the links and redirects the handlers build.
+func consolePath(segments ...string) string {
+	var b strings.Builder
+	b.WriteString("/console")
+	for _, x := range segments {
+		b.WriteByte('/')
+		b.WriteString(url.PathEscape(x))
+	}
+	return b.String()
 }
 
 var (

@@ -345,13 +345,12 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 	}
 	metrics.StageRuns.WithLabelValues("posting", "failed").Inc()
 	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Err(cause).Msg("registry posting failed for good")
-	reason := "the state payment registry did not accept the posting: " + cause.Error()
 	return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
 		moved, err := move(ctx, tx, ps.PaymentID, []PostingStatus{StatusPosting}, StatusFailed, "", cause.Error(), p.Clock.Now())
 		if err != nil || !moved {
 			return err
 		}
-		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, reason, p.Clock.Now())
+		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, charges.ReviewRegistryRejected, p.Clock.Now())
 		if errors.Is(err, charges.ErrStale) {
 			return nil // the charge moved on meanwhile; its own flow settles the hold
 		}
@@ -470,13 +469,12 @@ func (p *Poster) annulledThere(ctx context.Context, ps posting, c charges.Charge
 	metrics.StageRuns.WithLabelValues("posting", "annulled_at_registry").Inc()
 	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Err(cause).
 		Msg("the registry holds the payment annulled: it is not captured, the hold is released")
-	reason := "the state payment registry holds the posting annulled: " + cause.Error()
 	return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
 		moved, err := move(ctx, tx, ps.PaymentID, []PostingStatus{StatusPosting}, StatusAnnulled, "", cause.Error(), p.Clock.Now())
 		if err != nil || !moved {
 			return err
 		}
-		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, reason, p.Clock.Now())
+		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, charges.ReviewRegistryAnnulled, p.Clock.Now())
 		if errors.Is(err, charges.ErrStale) {
 			return nil // the charge moved on meanwhile; its own flow settles the hold
 		}
@@ -494,14 +492,12 @@ func (p *Poster) abandon(ctx context.Context, ps posting, c charges.Charge, caus
 	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Err(cause).
 		Msg("registry posting abandoned: its hold is released; it is annulled if the registry accepts it")
 	now := p.Clock.Now()
-	reason := "the state payment registry did not accept the posting in time (it is annulled should it still accept it): " +
-		cause.Error()
 	err := pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
 		moved, err := move(ctx, tx, ps.PaymentID, []PostingStatus{StatusPosting}, StatusAbandoned, "", cause.Error(), now)
 		if err != nil || !moved || !refuse {
 			return err
 		}
-		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, reason, now)
+		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, charges.ReviewRegistryUnanswered, now)
 		if errors.Is(err, charges.ErrStale) {
 			return nil // the charge moved on meanwhile; its own flow settles the hold
 		}

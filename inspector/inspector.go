@@ -120,7 +120,8 @@ func (in *Inspector) Run(ctx context.Context) (Summary, error) {
 	return sum, nil
 }
 
-// handle kicks, reviews or reports one stuck charge and names what it did.
+// handle kicks, reviews or reports one stuck charge and names what it did:
+// the detail is logged, the charge shows its review code's sentence.
 func (in *Inspector) handle(ctx context.Context, s charges.Stuck, now time.Time) (action, detail string, err error) {
 	c := s.Charge
 	switch s.Kind {
@@ -129,7 +130,7 @@ func (in *Inspector) handle(ctx context.Context, s charges.Stuck, now time.Time)
 	case charges.StuckUnknown:
 		reason := fmt.Sprintf("inspector: outcome unknown since %s and its reconciliation is more than %s overdue",
 			c.UpdatedAt.Format(time.RFC3339), in.Thresholds.UnknownAfter)
-		return ActionReview, reason, in.review(ctx, c, reason, now)
+		return ActionReview, reason, in.review(ctx, c, charges.ReviewUnknownOverdue, now)
 	}
 	var kind string
 	err = pgx.BeginFunc(ctx, in.Pool, func(tx pgx.Tx) error {
@@ -139,7 +140,7 @@ func (in *Inspector) handle(ctx context.Context, s charges.Stuck, now time.Time)
 	if errors.Is(err, charges.ErrNotKicked) {
 		reason := fmt.Sprintf("inspector: %s since %s with no live job, and its %s job cannot be enqueued again (%v)",
 			c.Status, c.UpdatedAt.Format(time.RFC3339), kind, err)
-		return ActionReview, reason, in.review(ctx, c, reason, now)
+		return ActionReview, reason, in.review(ctx, c, charges.ReviewStuck, now)
 	}
 	if err != nil {
 		return "", "", err
@@ -147,9 +148,9 @@ func (in *Inspector) handle(ctx context.Context, s charges.Stuck, now time.Time)
 	return ActionKicked, fmt.Sprintf("%s since %s with no live job: %s enqueued again", c.Status, c.UpdatedAt.Format(time.RFC3339), kind), nil
 }
 
-func (in *Inspector) review(ctx context.Context, c charges.Charge, reason string, now time.Time) error {
+func (in *Inspector) review(ctx context.Context, c charges.Charge, code charges.ReviewCode, now time.Time) error {
 	return pgx.BeginFunc(ctx, in.Pool, func(tx pgx.Tx) error {
-		_, err := in.Charges.ToReview(ctx, tx, in.Jobs, c, reason, now)
+		_, err := in.Charges.ToReview(ctx, tx, in.Jobs, c, code, now)
 		return err
 	})
 }

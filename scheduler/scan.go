@@ -226,7 +226,8 @@ func (r *Renewals) sweepDiscarded(ctx context.Context, now time.Time) (int, erro
 			return err
 		}
 		for _, c := range swept {
-			r.Logger.Warn().Str("charge_id", c.ID.String()).Str("reason", c.ReviewReason).Msg("charge sent to review")
+			r.Logger.Warn().Str("charge_id", c.ID.String()).Int("attempt", c.AttemptCount).Str("review_code", string(c.ReviewCode)).
+				Msg("charge sent to review: River discarded its job after the last attempt (River UI shows the job's errors)")
 		}
 		total = len(swept)
 		retried, err := r.Charges.RetryDiscardedHoldChecks(ctx, tx, now, r.HoldCheckRetryAfter)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/opstest"
 	"github.com/rebill/rebill/reconcile"
@@ -105,7 +106,8 @@ func TestInspectorSendsAnOverdueUnknownToReview(t *testing.T) {
 	require.Equal(t, 1, sum.Review)
 	c := b.call(t, http.MethodGet, "/v1/charges/"+id, nil)
 	require.Equal(t, "requires_review", c["status"])
-	require.Contains(t, c["review_reason"], "inspector: outcome unknown")
+	require.Equal(t, "unknown_overdue", c["review_code"])
+	require.Equal(t, charges.ReviewUnknownOverdue.Sentence(), c["review_reason"])
 	queue := b.call(t, http.MethodGet, "/v1/review-queue", nil)["data"].([]any)
 	require.Len(t, queue, 1)
 	require.Equal(t, id, queue[0].(map[string]any)["id"])
