@@ -170,8 +170,8 @@ func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, outsi
 		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: RequiresReview,
 			where: "NOT void_requested",
 			set: `paid_outside = $3, outside_checked_attempt = attempt_count, full_amount = full_amount - $2,
-				amount = CASE WHEN discount_until <= $1 THEN full_amount - $2 ELSE amount - $2 END, source_paid = 0,
-				review_code = $5, review_reason = $4`}, now, now, delta, paid, reason, ReviewPaidOutsideDisputed)
+				amount = CASE WHEN discount_until <= $1 THEN full_amount - $2 ELSE amount - $2 END, source_paid = 0, ` +
+				reviewSetAt(4, 5)}, now, now, delta, paid, reason, ReviewPaidOutsideDisputed)
 		if err == nil {
 			p.transitioned(next, reason)
 		}

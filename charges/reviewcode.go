@@ -1,5 +1,7 @@
 package charges
 
+import "fmt"
+
 // ReviewCode says why a charge went to requires_review, from a closed set a
 // client can act on (the charge's review_code). The charge's review_reason
 // is the code's sentence, written for people, with what the hold check
@@ -98,6 +100,12 @@ var reviewSentences = map[ReviewCode]string{
 // reviewSet is the assignment of a move to review; its arguments are the
 // code's sentence ($1) and the code ($2).
 const reviewSet = "review_reason = $1, review_code = $2"
+
+// reviewSetAt is reviewSet for a statement whose sentence and code are its
+// arguments number reason and code.
+func reviewSetAt(reason, code int) string {
+	return fmt.Sprintf("review_reason = $%d, review_code = $%d", reason, code)
+}
 
 // Sentence is the review_reason of a charge sent to review with code c:
 // for people, the same for every charge with that code.
