@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"time"
 
@@ -65,8 +66,33 @@ func (DayArgs) Kind() string { return "reconcile_day" }
 
 // InsertOpts makes the job unique per gateway and day while it waits or
 // runs; once it is done the day has a result and is not enqueued again.
+// A day River discarded (its gateway down through every attempt) is not
+// held by that job: River's default unique states leave discarded jobs
+// out, so the next tick enqueues the day again.
 func (DayArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: 10, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+	return river.InsertOpts{MaxAttempts: dayMaxAttempts, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+}
+
+// dayMaxAttempts, dayRetryBase and dayRetryMax pace a day whose check
+// failed (mostly a gateway that is down): waits double from a minute to
+// an hour, so ten attempts span hours rather than the seconds of the
+// charges' retry policy in dev mode; a gateway that stays down longer
+// gets the day discarded, and the tick enqueues it again.
+const (
+	dayMaxAttempts = 10
+	dayRetryBase   = time.Minute
+	dayRetryMax    = time.Hour
+)
+
+// dayRetryDelay is the wait before retry n (n >= 1): the ceiling
+// min(dayRetryMax, dayRetryBase*2^(n-1)), jittered within its upper half.
+func dayRetryDelay(n int) time.Duration {
+	ceiling := dayRetryBase
+	for i := 1; i < n && ceiling < dayRetryMax; i++ {
+		ceiling *= 2
+	}
+	ceiling = min(ceiling, dayRetryMax)
+	return ceiling/2 + time.Duration(rand.Int64N(int64(ceiling/2)+1))
 }
 
 // enqueued is what one enqueue planned: N gateway-days over Gateways
@@ -221,6 +247,15 @@ func (w *DayWorker) Work(ctx context.Context, job *river.Job[DayArgs]) error {
 	}
 	_, err = w.Reconciler.RunDay(ctx, job.Args.Gateway, day)
 	return err
+}
+
+// NextRetry paces a failed day by dayRetryDelay, on River's own time (the
+// failed attempt's start), whatever the client's policy.
+func (w *DayWorker) NextRetry(job *river.Job[DayArgs]) time.Time {
+	if job.AttemptedAt == nil {
+		return time.Time{} // the client's policy
+	}
+	return job.AttemptedAt.Add(dayRetryDelay(len(job.Errors) + 1))
 }
 
 // Timeout allows a day of many operations and look-ups, within River's

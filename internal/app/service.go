@@ -342,6 +342,12 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 					log.Error().Err(err).Msg("enqueue scan after clock move")
 				}
 				billsMoved(ctx, jobs, log)
+				// A move past a day's end plus reconcile.Settle makes
+				// that day due: its check need not wait for the hourly
+				// tick, which runs on real time.
+				if _, err := jobs.Insert(ctx, reconcile.TickArgs{}, nil); err != nil {
+					log.Error().Err(err).Msg("enqueue reconciliation catch-up after clock move")
+				}
 			}}
 	}
 	ui, stopUI, err := startRiverUI(ctx, svc.River, log)
