@@ -262,7 +262,8 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 		pipe.Postings, pipe.Outside = poster, poster
 	}
 	limiter := newLimiter(cfg, svc.Clock)
-	pipe.Declines = newDeclineLimit(limiter, pool)
+	declines := newDeclineLimit(limiter, pool)
+	pipe.Declines = declines
 	renewals.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
 		BatchSize: cfg.ScanBatch, Experiments: exps}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
@@ -279,6 +280,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &notify.RetentionWorker{Pool: pool, Clock: svc.Clock, Keep: cfg.EventsRetention})
 	river.AddWorker(workers, &charges.SettledLayoutWorker{Pool: pool})
+	river.AddWorker(workers, declines.sweepWorker(pool, log))
 	river.AddWorker(workers, &scheduler.ScanWorker{Renewals: renewals})
 	svc.reseal = resealSteps(pool, tokens)
 	river.AddWorker(workers, &vault.ResealWorker{Steps: svc.reseal, Batch: resealBatch})
@@ -286,6 +288,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	registerAutopay(workers, bills, poster)
 	ops.register(workers)
 	periodic := append(append(periodicJobs(cfg), autopayPeriodicJobs(cfg, poster != nil)...), ops.periodicJobs(cfg)...)
+	periodic = append(periodic, velocity.SweepJob(slotSweepInterval(cfg)))
 	return &pipeline{keys: keys, tokens: tokens, breakers: breakers, subs: subs, charges: pipe, renewals: renewals,
 		bills: bills, billOutcomes: billOutcomes, owners: owners, devRegistry: newDevRegistry(registrySim, poster), limiter: limiter, idem: idem,
 		policy: policy, ops: ops, retry: retry, workers: workers, periodic: periodic}, nil
