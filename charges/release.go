@@ -99,8 +99,8 @@ const holdCheckMaxWait = 30 * time.Minute
 // holdCheckWait is how long a hold check waits before its run number
 // s.run asks again: from Retry.Base, doubling each run up to
 // holdCheckMaxWait (or Retry.Max, if longer), jittered within its upper
-// half so that every wait is longer than the one two runs before. An
-// open circuit is waited out first, as waitForGateway does.
+// half so that, below the cap, every wait is longer than the one two runs
+// before. An open circuit is waited out first, as waitForGateway does.
 func (p *Pipeline) holdCheckWait(s stageRun, err error) time.Duration {
 	limit := max(p.Retry.Max, holdCheckMaxWait)
 	ceiling := max(p.Retry.Base, time.Millisecond)

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -40,7 +41,14 @@ type Reconciler struct {
 	Logger     zerolog.Logger
 	// Jobs enqueues the days to check.
 	Jobs JobInserter
+	// Paused tells whether calls to a gateway are paused, its circuit
+	// open after failures (decision 20); nil: never. A paused gateway is
+	// not asked: its day is retried later, at the day's back-off.
+	Paused func(gateway string) bool
 }
+
+// ErrPaused: the gateway's circuit is open; its day was not asked.
+var ErrPaused = errors.New("gateway paused: its circuit is open")
 
 // JobInserter inserts jobs; *river.Client[pgx.Tx] is one. The days are
 // enqueued outside any transaction: a day enqueued twice is one job
@@ -158,6 +166,9 @@ func (r *Reconciler) RunDay(ctx context.Context, name string, day time.Time) (Re
 		return Result{}, fmt.Errorf("reconcile: gateway %q is not configured", name)
 	}
 	day = Day(day)
+	if r.Paused != nil && r.Paused(name) {
+		return Result{}, fmt.Errorf("reconcile %s on %s: %w", name, day.Format(time.DateOnly), ErrPaused)
+	}
 	found, ops, err := Check(ctx, r.Read, g, func(ctx context.Context, key string) (gateway.Result, error) {
 		return g.Lookup(ctx, gateway.ByKey(gateway.OpCapture, key))
 	}, day)

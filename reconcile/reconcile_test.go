@@ -378,3 +378,27 @@ func TestDiscardedDayIsCaughtUp(t *testing.T) {
 		"a second job for the day, beside the discarded one")
 	require.EqualValues(t, 2, g.calls.Load())
 }
+
+// A gateway whose circuit is open (its calls failing, decision 20) is not
+// asked for its day: the day stays pending and is retried later.
+func TestPausedGatewayIsNotAsked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	g := &downGateway{Gateway: b.rec.Gateways[gw]}
+	b.rec.Gateways = map[string]gateway.Gateway{gw: g}
+	paused := true
+	b.rec.Paused = func(name string) bool { return name == gw && paused }
+	_, err := b.rec.RunDay(ctx, gw, day)
+	require.ErrorIs(t, err, reconcile.ErrPaused)
+	require.Zero(t, g.calls.Load())
+	res, err := reconcile.Get(ctx, b.pool, gw, day)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.Pending, res.Status)
+
+	paused = false
+	res, err = b.rec.RunDay(ctx, gw, day)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.Matched, res.Status)
+	require.EqualValues(t, 1, g.calls.Load())
+}

@@ -272,6 +272,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	if err != nil {
 		return nil, err
 	}
+	ops.reconciler.Paused = breakers.CircuitOpen
 
 	workers := river.NewWorkers()
 	deliver := notify.NewDeliverWorker(pool, keys, policy, cfg.WebhookRetryBase)
