@@ -393,6 +393,12 @@ func (p *Pipeline) review(ctx context.Context, s stageRun, c Charge, code Review
 			return err
 		}
 		p.transitioned(next, detail)
+		// The attempt is no longer in flight: a person settles it now.
+		// Its slot goes back, or the customer's other charges would wait
+		// on it until the day ends.
+		if err := p.releaseSlotTx(ctx, tx, c); err != nil {
+			return err
+		}
 		if !in(c.Status, mayHoldMoney) {
 			return nil
 		}

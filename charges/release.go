@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"github.com/riverqueue/river"
 
@@ -70,11 +72,11 @@ func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldAr
 func (p *Pipeline) holdCheckFailed(_ context.Context, s stageRun, c Charge, err error) error {
 	if errors.Is(err, fleet.ErrCircuitOpen) || errors.Is(err, gateway.ErrUnavailable) {
 		metrics.Retry(s.stage, metrics.RetryGatewayUnavailable)
-		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
+		return river.JobSnooze(p.holdCheckWait(s, err))
 	}
 	if errors.Is(err, gateway.ErrUnknownOutcome) {
 		metrics.Retry(s.stage, metrics.RetryUnknownOutcome)
-		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
+		return river.JobSnooze(p.holdCheckWait(s, err))
 	}
 	if errors.Is(err, gateway.ErrUnprovable) {
 		// Asking again cannot help; the charge is in review, where a
@@ -85,6 +87,33 @@ func (p *Pipeline) holdCheckFailed(_ context.Context, s stageRun, c Charge, err 
 		return nil
 	}
 	return fmt.Errorf("check hold of charge %s: %w", c.ID, err)
+}
+
+// holdCheckMaxWait bounds the waits of a hold check on a gateway that is
+// down, above Retry.Max (seconds in dev mode), which paces charges a
+// customer waits for: nobody waits on this check (a person's retry or
+// resolution asks the gateway itself), and a gateway that fails every
+// call must not be asked every few seconds for as long as it is down.
+const holdCheckMaxWait = 30 * time.Minute
+
+// holdCheckWait is how long a hold check waits before its run number
+// s.run asks again: from Retry.Base, doubling each run up to
+// holdCheckMaxWait (or Retry.Max, if longer), jittered within its upper
+// half so that, below the cap, every wait is longer than the one two runs
+// before. An open circuit is waited out first, as waitForGateway does.
+func (p *Pipeline) holdCheckWait(s stageRun, err error) time.Duration {
+	limit := max(p.Retry.Max, holdCheckMaxWait)
+	ceiling := max(p.Retry.Base, time.Millisecond)
+	for i := 1; i < s.run && ceiling < limit; i++ {
+		ceiling *= 2
+	}
+	ceiling = min(ceiling, limit)
+	wait := ceiling/2 + time.Duration(rand.Int64N(int64(ceiling/2)+1))
+	if errors.Is(err, fleet.ErrCircuitOpen) {
+		open := p.Gateways.OpenFor()
+		wait = max(wait, open+time.Duration(rand.Int64N(int64(open)+1)))
+	}
+	return wait
 }
 
 // attemptAtGateway looks up c's current attempt at g. found describes money

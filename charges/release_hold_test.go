@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/gatewaytest"
 )
 
 func TestReleaseHoldWorker(t *testing.T) {
@@ -83,10 +85,10 @@ func TestReleaseHoldWorker(t *testing.T) {
 				wait: &[2]time.Duration{0, retryBase}, calls: []string{lookupCapture}},
 		},
 		{
-			name:        "CircuitOpen",
+			name:        "CircuitOpen", // waited out before asking again
 			circuitOpen: true,
 			want: outcome{status: charges.RequiresReview, authorizationRef: holdRef, reviewReason: reason,
-				wait: &[2]time.Duration{0, retryBase}},
+				wait: &[2]time.Duration{circuitOpenFor, 2 * circuitOpenFor}},
 		},
 		{
 			// Lookups are safe to repeat: a timeout waits like a 503 and
@@ -125,4 +127,43 @@ func TestReleaseHoldWorker(t *testing.T) {
 			b.requireOutcome(ctx, t, c.ID, res, err, tc.want)
 		})
 	}
+}
+
+// A hold check on a gateway that fails every call (each look-up times
+// out) asks it a bounded number of times: its waits double from
+// Retry.Base past Retry.Max (here dev mode's 1 s and 5 s) up to half an
+// hour, instead of coming back every few seconds for as long as the
+// gateway is down. With the circuit open, it waits the circuit out.
+func TestReleaseHoldBacksOffAGatewayThatIsDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.pipeline.Retry = charges.RetryPolicy{Base: time.Second, Max: 5 * time.Second, Now: b.clock.Now}
+	c := b.newCharge(ctx, t, fixture{status: charges.RequiresReview, authorizationRef: holdRef, reviewReason: "no verdict"})
+	b.gateway.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrUnknownOutcome)
+	w := newWorker(t, b, &charges.ReleaseHoldWorker{Pipeline: b.pipeline})
+
+	end := b.clock.Now().Add(time.Hour)
+	res, err := w.Work(ctx, t, b.tx, charges.ReleaseHoldArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	runs := 1
+	var last time.Duration
+	for {
+		require.NoError(t, err)
+		b.requireSnoozed(t, res, b.get(ctx, t, c.ID), 0, 30*time.Minute, false)
+		last = res.Job.ScheduledAt.Sub(b.clock.Now())
+		if res.Job.ScheduledAt.After(end) {
+			break
+		}
+		b.clock.Set(res.Job.ScheduledAt)
+		res, err = w.WorkJob(ctx, t, b.tx, res.Job)
+		runs++
+	}
+	// The waits' floors (half of 1 s, 2 s, 4 s, ... 30 min) sum to past
+	// an hour within 14 runs; the old waits, up to 5 s, took ~1,400.
+	require.LessOrEqual(t, runs, 14, "runs within an hour")
+	calls := len(b.gateway.Calls())
+	require.Positive(t, calls)
+	require.LessOrEqual(t, calls, runs, "at most one look-up a run (the first timed out); none while the circuit is open")
+	require.GreaterOrEqual(t, last, 15*time.Minute, "the wait grew to a quarter of an hour at least")
+	require.Nil(t, b.get(ctx, t, c.ID).HoldReleasedAt)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -104,6 +106,61 @@ func (p *Pipeline) releaseSlotTx(ctx context.Context, tx pgx.Tx, c Charge) error
 		return fmt.Errorf("give back the declines slot of charge %s: %w", c.ID, err)
 	}
 	return nil
+}
+
+// slotInFlight are the statuses in which an attempt's authorize may
+// still be in flight: its outcome, still to be recorded, settles its slot.
+var slotInFlight = []Status{Authorizing, Unknown}
+
+// EndedAttempts returns, of the slot holders given (see slotHolder), those
+// whose attempt is no longer in flight: its charge moved on to another
+// status or attempt, or the holder names no charge. The sweep of the
+// declines limit gives their slots back.
+func EndedAttempts(ctx context.Context, db DBTX, holders []string) ([]string, error) {
+	ids := make([]uuid.UUID, 0, len(holders))
+	attempts := make([]int32, 0, len(holders))
+	named := make([]string, 0, len(holders))
+	var ended []string
+	for _, h := range holders {
+		id, n, ok := strings.Cut(h, "/")
+		chargeID, err := uuid.Parse(id)
+		attempt, aerr := strconv.ParseInt(n, 10, 32)
+		if !ok || err != nil || aerr != nil {
+			ended = append(ended, h)
+			continue
+		}
+		ids, attempts, named = append(ids, chargeID), append(attempts, int32(attempt)), append(named, h)
+	}
+	if len(named) == 0 {
+		return ended, nil
+	}
+	rows, err := db.Query(ctx, `SELECT h.holder FROM unnest($1::uuid[], $2::int[], $3::text[]) AS h(id, attempt, holder)
+		WHERE NOT EXISTS (SELECT 1 FROM charges c WHERE c.id = h.id AND c.attempt_count = h.attempt AND c.status = ANY($4))`,
+		ids, attempts, named, texts(slotInFlight))
+	if err != nil {
+		return nil, fmt.Errorf("attempts no longer in flight: %w", err)
+	}
+	gone, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("attempts no longer in flight: %w", err)
+	}
+	return append(ended, gone...), nil
+}
+
+// AttemptEnded settles the declines slot of c's current attempt, in tx,
+// when a person ends the attempt: a resolution as failed counts as the
+// day's decline (the person's verdict stands for the gateway's), unless
+// the limit held the attempt back before it was sent; a resolution as
+// succeeded, or a person's retry, gives the slot back. One that holds no
+// slot changes nothing.
+func (p *Pipeline) AttemptEnded(ctx context.Context, tx pgx.Tx, c Charge, outcome Status) error {
+	if !p.guarded(c) {
+		return nil
+	}
+	if outcome == Failed && c.ReviewCode != ReviewDeclinesLimit {
+		return p.countDecline(ctx, tx, c)
+	}
+	return p.releaseSlotTx(ctx, tx, c)
 }
 
 // reasonSlotsInFlight is the failure_code of a charge waiting for a slot.

@@ -26,5 +26,9 @@
 // A periodic tick enqueues one [DayArgs] job per gateway and finished day
 // of the last [Reconciler.Days] days that has no result yet, so a day
 // missed while no node ran, or whose gateway did not answer, is checked by
-// a later tick. A day is checked once; its result is kept.
+// a later tick. A day whose gateway is down, or paused (its circuit open:
+// it is not asked then), is retried at waits that double from a minute to
+// an hour; if River discards it after its last attempt, the next tick
+// enqueues it again. A day is checked once; its
+// result is kept.
 package reconcile

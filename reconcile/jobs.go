@@ -2,7 +2,9 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"time"
 
@@ -39,7 +41,14 @@ type Reconciler struct {
 	Logger     zerolog.Logger
 	// Jobs enqueues the days to check.
 	Jobs JobInserter
+	// Paused tells whether calls to a gateway are paused, its circuit
+	// open after failures (decision 20); nil: never. A paused gateway is
+	// not asked: its day is retried later, at the day's back-off.
+	Paused func(gateway string) bool
 }
+
+// ErrPaused: the gateway's circuit is open; its day was not asked.
+var ErrPaused = errors.New("gateway paused: its circuit is open")
 
 // JobInserter inserts jobs; *river.Client[pgx.Tx] is one. The days are
 // enqueued outside any transaction: a day enqueued twice is one job
@@ -65,8 +74,33 @@ func (DayArgs) Kind() string { return "reconcile_day" }
 
 // InsertOpts makes the job unique per gateway and day while it waits or
 // runs; once it is done the day has a result and is not enqueued again.
+// A day River discarded (its gateway down through every attempt) is not
+// held by that job: River's default unique states leave discarded jobs
+// out, so the next tick enqueues the day again.
 func (DayArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: 10, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+	return river.InsertOpts{MaxAttempts: dayMaxAttempts, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+}
+
+// dayMaxAttempts, dayRetryBase and dayRetryMax pace a day whose check
+// failed (mostly a gateway that is down): waits double from a minute to
+// an hour, so ten attempts span hours rather than the seconds of the
+// charges' retry policy in dev mode; a gateway that stays down longer
+// gets the day discarded, and the tick enqueues it again.
+const (
+	dayMaxAttempts = 10
+	dayRetryBase   = time.Minute
+	dayRetryMax    = time.Hour
+)
+
+// dayRetryDelay is the wait before retry n (n >= 1): the ceiling
+// min(dayRetryMax, dayRetryBase*2^(n-1)), jittered within its upper half.
+func dayRetryDelay(n int) time.Duration {
+	ceiling := dayRetryBase
+	for i := 1; i < n && ceiling < dayRetryMax; i++ {
+		ceiling *= 2
+	}
+	ceiling = min(ceiling, dayRetryMax)
+	return ceiling/2 + time.Duration(rand.Int64N(int64(ceiling/2)+1))
 }
 
 // enqueued is what one enqueue planned: N gateway-days over Gateways
@@ -132,6 +166,9 @@ func (r *Reconciler) RunDay(ctx context.Context, name string, day time.Time) (Re
 		return Result{}, fmt.Errorf("reconcile: gateway %q is not configured", name)
 	}
 	day = Day(day)
+	if r.Paused != nil && r.Paused(name) {
+		return Result{}, fmt.Errorf("reconcile %s on %s: %w", name, day.Format(time.DateOnly), ErrPaused)
+	}
 	found, ops, err := Check(ctx, r.Read, g, func(ctx context.Context, key string) (gateway.Result, error) {
 		return g.Lookup(ctx, gateway.ByKey(gateway.OpCapture, key))
 	}, day)
@@ -221,6 +258,15 @@ func (w *DayWorker) Work(ctx context.Context, job *river.Job[DayArgs]) error {
 	}
 	_, err = w.Reconciler.RunDay(ctx, job.Args.Gateway, day)
 	return err
+}
+
+// NextRetry paces a failed day by dayRetryDelay, on River's own time (the
+// failed attempt's start), whatever the client's policy.
+func (w *DayWorker) NextRetry(job *river.Job[DayArgs]) time.Time {
+	if job.AttemptedAt == nil {
+		return time.Time{} // the client's policy
+	}
+	return job.AttemptedAt.Add(dayRetryDelay(len(job.Errors) + 1))
 }
 
 // Timeout allows a day of many operations and look-ups, within River's

@@ -3,9 +3,11 @@ package reconcile_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -287,4 +290,115 @@ func TestCatchUpLogsOneInfoLine(t *testing.T) {
 	require.Equal(t, []string{"gateway days to reconcile enqueued"}, levels["info"])
 	require.Len(t, levels["debug"], 14, "a debug line per gateway-day")
 	require.Equal(t, []string{"reconciliation discrepancy"}, levels["warn"], "the unknown operation, on the day of gateway %s", gw)
+}
+
+// downGateway fails every call while down, counting the calls.
+type downGateway struct {
+	gateway.Gateway
+	down  atomic.Bool
+	calls atomic.Int32
+}
+
+func (g *downGateway) Operations(ctx context.Context, day time.Time) ([]gateway.Result, error) {
+	g.calls.Add(1)
+	if g.down.Load() {
+		return nil, fmt.Errorf("%s: %w", g.Name(), gateway.ErrUnavailable)
+	}
+	return g.Gateway.Operations(ctx, day)
+}
+
+// A day whose gateway fails every call is retried at waits that double
+// from a minute to an hour (on River's time, whatever the client's retry
+// policy, which is seconds in dev mode): its ten attempts span hours, not
+// the minute in which seven days were discarded.
+func TestFailedDayBacksOff(t *testing.T) {
+	t.Parallel()
+	w := &reconcile.DayWorker{}
+	attempted := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	job := &river.Job[reconcile.DayArgs]{JobRow: &rivertype.JobRow{AttemptedAt: &attempted}}
+	var total time.Duration
+	for n := 1; n < 10; n++ {
+		ceiling := min(time.Hour, time.Minute<<(n-1))
+		wait := w.NextRetry(job).Sub(attempted)
+		require.GreaterOrEqual(t, wait, ceiling/2, "retry %d", n)
+		require.LessOrEqual(t, wait, ceiling, "retry %d", n)
+		total += wait
+		job.Errors = append(job.Errors, rivertype.AttemptError{Attempt: n, Error: "gateway unavailable"})
+	}
+	require.Greater(t, total, 2*time.Hour, "ten attempts span hours")
+}
+
+// A day River discarded while its gateway was down is not lost: the next
+// tick enqueues it again (a discarded job does not hold the day's
+// uniqueness), and it is reconciled once the gateway is back.
+func TestDiscardedDayIsCaughtUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	g := &downGateway{Gateway: b.rec.Gateways[gw]}
+	g.down.Store(true)
+	b.rec.Gateways = map[string]gateway.Gateway{gw: g}
+	b.rec.Days = 1 // the day only
+	b.rec.Clock = testsupport.NewClock(day.Add(24*time.Hour + reconcile.Settle + time.Minute))
+	workers := river.NewWorkers()
+	reconcile.Register(workers, b.rec)
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Logger: slog.New(slog.DiscardHandler),
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}}, Workers: workers})
+	require.NoError(t, err)
+	b.rec.Jobs = client
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { _ = client.Stop(context.Background()) })
+	jobState := func() string {
+		var state string
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT coalesce(string_agg(state::text, ',' ORDER BY id), '') FROM river_job
+			WHERE kind = 'reconcile_day'`).Scan(&state))
+		return state
+	}
+
+	// The day's last attempt fails: River discards the job.
+	_, err = client.Insert(ctx, reconcile.DayArgs{Gateway: gw, Day: day.Format(time.DateOnly)}, &river.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return jobState() == "discarded" }, 20*time.Second, 20*time.Millisecond)
+	require.EqualValues(t, 1, g.calls.Load())
+	res, err := reconcile.Get(ctx, b.pool, gw, day)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.Pending, res.Status)
+
+	// The gateway is back; the next tick catches the day up.
+	g.down.Store(false)
+	_, err = client.Insert(ctx, reconcile.TickArgs{}, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		res, err = reconcile.Get(ctx, b.pool, gw, day)
+		require.NoError(t, err)
+		return res.Status != reconcile.Pending
+	}, 20*time.Second, 20*time.Millisecond, "the discarded day is reconciled")
+	require.Equal(t, reconcile.Matched, res.Status)
+	require.Eventually(t, func() bool { return jobState() == "discarded,completed" }, 20*time.Second, 20*time.Millisecond,
+		"a second job for the day, beside the discarded one")
+	require.EqualValues(t, 2, g.calls.Load())
+}
+
+// A gateway whose circuit is open (its calls failing, decision 20) is not
+// asked for its day: the day stays pending and is retried later.
+func TestPausedGatewayIsNotAsked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	g := &downGateway{Gateway: b.rec.Gateways[gw]}
+	b.rec.Gateways = map[string]gateway.Gateway{gw: g}
+	paused := true
+	b.rec.Paused = func(name string) bool { return name == gw && paused }
+	_, err := b.rec.RunDay(ctx, gw, day)
+	require.ErrorIs(t, err, reconcile.ErrPaused)
+	require.Zero(t, g.calls.Load())
+	res, err := reconcile.Get(ctx, b.pool, gw, day)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.Pending, res.Status)
+
+	paused = false
+	res, err = b.rec.RunDay(ctx, gw, day)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.Matched, res.Status)
+	require.EqualValues(t, 1, g.calls.Load())
 }

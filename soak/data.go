@@ -28,6 +28,14 @@ type Data struct {
 	// against them; the checks of payments made outside rebill judge
 	// them.
 	Fines []Fine
+	// Slots are the declines-limit slots held when the data was read.
+	Slots []Slot
+}
+
+// Slot is one declines-limit slot: its customer and its holder, a
+// charge's attempt written <charge id>/<attempt>.
+type Slot struct {
+	Customer, Holder string
 }
 
 // Fine is one UIN: its price, every enrollment's copy of it, rebill's

@@ -72,6 +72,7 @@ var Invariants = []Invariant{
 	{FineNotOverpaid, FineNotOverpaidByRebill},
 	{PaidBeforeHold, FinePaidBeforeHoldNotCaptured},
 	{UnpostedHoldReleased, FineHoldNotLeftUnposted},
+	{"slot-outlives-attempt", NoSlotOutlivesItsAttempt},
 }
 
 // CheckAll runs every invariant and returns their violations.
@@ -1053,4 +1054,30 @@ func (f Fine) describeBook() string {
 		parts[i] = fmt.Sprintf("#%d %s %d %s at %s", e.Seq, who, e.Amount, e.Status, fmtT(e.At))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// NoSlotOutlivesItsAttempt: a declines-limit slot is held only by a
+// charge's attempt still in flight (authorizing, or unknown until its
+// look-up settles it). One left by an attempt that ended keeps the
+// customer's other charges waiting until midnight UTC (decision 32).
+func NoSlotOutlivesItsAttempt(d *Data) []Violation {
+	byID := map[string]Charge{}
+	for _, s := range d.Subscriptions {
+		for _, c := range s.Charges {
+			byID[c.ID] = c
+		}
+	}
+	var out []Violation
+	for _, slot := range d.Slots {
+		id, attempt, _ := strings.Cut(slot.Holder, "/")
+		c, ok := byID[id]
+		switch {
+		case !ok:
+			out = append(out, viol("slot-outlives-attempt", "", id, "customer "+slot.Customer+" holds slot "+slot.Holder+" of no subscription charge"))
+		case strconv.Itoa(c.AttemptCount) != attempt || (c.Status != "authorizing" && c.Status != "unknown"):
+			out = append(out, viol("slot-outlives-attempt", c.SubscriptionID, c.ID, fmt.Sprintf(
+				"slot %s is held while the charge is %s at attempt %d", slot.Holder, c.Status, c.AttemptCount)))
+		}
+	}
+	return out
 }

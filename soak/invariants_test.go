@@ -425,3 +425,26 @@ func TestFineHoldNotLeftUnposted(t *testing.T) {
 	b.Posting = ""
 	expect(t, FineHoldNotLeftUnposted(d), "its posting none")
 }
+
+func TestSlotOutlivesItsAttempt(t *testing.T) {
+	d := &Data{Subscriptions: []Subscription{{ID: subID, Charges: []Charge{
+		{ID: "c-flight", SubscriptionID: subID, Status: "authorizing", AttemptCount: 1},
+		{ID: "c-unknown", SubscriptionID: subID, Status: "unknown", AttemptCount: 1},
+		{ID: "c-review", SubscriptionID: subID, Status: "requires_review", AttemptCount: 1},
+		{ID: "c-retried", SubscriptionID: subID, Status: "authorizing", AttemptCount: 2},
+	}}}}
+	d.Slots = []Slot{{"cus", "c-flight/1"}, {"cus", "c-unknown/1"}}
+	if vs := NoSlotOutlivesItsAttempt(d); len(vs) != 0 {
+		t.Fatalf("attempts in flight hold their slots: %v", vs)
+	}
+	d.Slots = append(d.Slots, Slot{"cus", "c-review/1"}, Slot{"cus", "c-retried/1"}, Slot{"cus", "c-gone/1"})
+	vs := NoSlotOutlivesItsAttempt(d)
+	if len(vs) != 3 {
+		t.Fatalf("want the slots of review, of a replaced attempt and of no charge, got %v", vs)
+	}
+	for _, v := range vs {
+		if v.Invariant != "slot-outlives-attempt" {
+			t.Fatalf("invariant %q", v.Invariant)
+		}
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rebill/rebill/internal/dbtest"
@@ -938,20 +939,24 @@ const openWorkSQL = `SELECT
 	(SELECT count(*) FROM registry_postings WHERE status IN ('posting', 'abandoned')),
 	(SELECT count(*) FROM registry_postings p JOIN charges c ON c.id = p.charge_id WHERE p.status = 'accepted'
 		AND (c.attempt_count > p.attempt OR c.status IN ('voided', 'declined')
-			OR (c.status IN ('requires_review', 'failed') AND c.hold_released_at IS NOT NULL)))`
+			OR (c.status IN ('requires_review', 'failed') AND c.hold_released_at IS NOT NULL))),
+	(SELECT count(*) FROM velocity_counters v CROSS JOIN unnest(v.slots) AS s(holder) WHERE v.name = 'declines'
+		AND NOT EXISTS (SELECT 1 FROM charges c WHERE c.id::text || '/' || c.attempt_count = s.holder
+			AND c.status IN ('authorizing', 'unknown')))`
 
 func (r *runner) openWork() string {
-	var inflight, overdue, due, resumes, jobs, billsDue, paying, releases, expiries, posting, annulments int
+	var inflight, overdue, due, resumes, jobs, billsDue, paying, releases, expiries, posting, annulments, slots int
 	if err := r.db.QueryRow(r.ctx, openWorkSQL).Scan(&inflight, &overdue, &due, &resumes, &jobs, &billsDue, &paying, &releases,
-		&expiries, &posting, &annulments); err != nil {
+		&expiries, &posting, &annulments, &slots); err != nil {
 		return "unknown: " + err.Error()
 	}
-	if inflight+overdue+due+resumes+jobs+billsDue+paying+releases+expiries+posting+annulments == 0 {
+	if inflight+overdue+due+resumes+jobs+billsDue+paying+releases+expiries+posting+annulments+slots == 0 {
 		return ""
 	}
 	return fmt.Sprintf("%d charges in flight, %d dunning attempts overdue, %d subscriptions due, %d resumes due, %d charge and registry jobs pending, "+
-		"%d bills due, %d bills paying, %d bill identities to release, %d bills to expire, %d postings in flight, %d postings to annul",
-		inflight, overdue, due, resumes, jobs, billsDue, paying, releases, expiries, posting, annulments)
+		"%d bills due, %d bills paying, %d bill identities to release, %d bills to expire, %d postings in flight, %d postings to annul, "+
+		"%d declines slots of ended attempts",
+		inflight, overdue, due, resumes, jobs, billsDue, paying, releases, expiries, posting, annulments, slots)
 }
 
 // openCharges describes charges still in flight and their River jobs.
@@ -1107,6 +1112,17 @@ func (r *runner) collect() *soak.Data {
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		t.Fatalf("read charges: %v", err)
+	}
+	slots, err := r.db.Query(r.ctx, `SELECT customer_id, unnest(slots) FROM velocity_counters WHERE name = 'declines' ORDER BY 1, 2`)
+	if err != nil {
+		t.Fatalf("read velocity slots: %v", err)
+	}
+	var slot soak.Slot
+	if _, err := pgx.ForEachRow(slots, []any{&slot.Customer, &slot.Holder}, func() error {
+		d.Slots = append(d.Slots, slot)
+		return nil
+	}); err != nil {
+		t.Fatalf("read velocity slots: %v", err)
 	}
 	for i := 1; i <= 5; i++ {
 		gw := fmt.Sprintf("sim%d", i)

@@ -57,6 +57,10 @@ type Attempts interface {
 	// empty when there is none. Returns an error wrapping
 	// charges.ErrGatewayUnreachable when the gateway cannot tell.
 	LiveMoney(ctx context.Context, c charges.Charge) (string, error)
+	// AttemptEnded settles, in tx, the declines-limit slot of c's current
+	// attempt, which a person ended with outcome (Failed counts as a
+	// decline; Succeeded and Scheduled, a retry, give the slot back).
+	AttemptEnded(ctx context.Context, tx pgx.Tx, c charges.Charge, outcome charges.Status) error
 }
 
 // Service runs the use cases.

@@ -58,6 +58,9 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 	if c, err = s.Renewals.Charges.Resolve(ctx, tx, id, r, s.Clock.Now()); err != nil {
 		return charges.Charge{}, err
 	}
+	if err := s.Attempts.AttemptEnded(ctx, tx, c, c.Status); err != nil {
+		return charges.Charge{}, err
+	}
 	if c.Status == charges.Succeeded {
 		return c, s.Renewals.Charges.Paid(ctx, tx, events, c, s.Clock.Now())
 	}
@@ -112,6 +115,9 @@ func (s *Service) RetryCharge(ctx context.Context, tx pgx.Tx, caller Caller, id 
 		return refuse("the charge changed meanwhile")
 	}
 	if err != nil {
+		return charges.Charge{}, err
+	}
+	if err := s.Attempts.AttemptEnded(ctx, tx, c, charges.Scheduled); err != nil {
 		return charges.Charge{}, err
 	}
 	if next.EnrollmentID != uuid.Nil {

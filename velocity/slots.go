@@ -6,8 +6,14 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/rs/zerolog"
+
 	"github.com/rebill/rebill/internal/groupcommit"
 	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/internal/riverjob"
 )
 
 // Verdict answers a request for a slot.
@@ -225,4 +231,127 @@ func releaseSlots(ctx context.Context, db pg.DBTX, l Limit, customers, holders [
 		return fmt.Errorf("release velocity slots %s: %w", l.Name, err)
 	}
 	return nil
+}
+
+// Ended names, of the holders given, those whose call is no longer in
+// flight, read in tx (the sweep's). It belongs to whoever names the
+// holders: velocity knows them only as strings.
+type Ended func(ctx context.Context, tx pgx.Tx, holders []string) ([]string, error)
+
+// sweepBatch bounds the counters one sweep transaction locks.
+const sweepBatch = 500
+
+// Sweep gives back every slot whose holder ended says is no longer in
+// flight, and returns how many. Each path that ends a call settles its
+// slot itself (an approval gives it back, a decline turns it into the
+// count); the sweep catches those that ended without a word to the slots
+// (a job River discarded, a charge the inspector sent to review, a step
+// whose release failed), which would otherwise hold the slot until the
+// window ends and keep the customer's other calls waiting. A decline is
+// never missed by it: the transaction that records one turns the slot
+// into the count, so a slot left behind was not a decline's.
+//
+// Each batch locks its counters first (skipping those a reservation holds
+// now) and asks ended after: a reservation for a holder that is in flight
+// again after ended read it waits for the sweep and takes its slot anew.
+func (s *Slots) Sweep(ctx context.Context, pool *pgxpool.Pool, ended Ended) (int, error) {
+	if s.lim.Max[s.limit] <= 0 {
+		return 0, nil
+	}
+	released, after := 0, ""
+	for {
+		var n, locked int
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			n, locked, after, err = s.sweepBatch(ctx, tx, after, ended)
+			return err
+		})
+		if err != nil {
+			return released, err
+		}
+		released += n
+		if locked < sweepBatch {
+			return released, nil
+		}
+	}
+}
+
+// sweepBatch sweeps the counters after the customer after, and returns
+// how many slots it gave back, how many counters it locked and the last
+// customer.
+func (s *Slots) sweepBatch(ctx context.Context, tx pgx.Tx, after string, ended Ended) (released, locked int, last string, err error) {
+	rows, err := tx.Query(ctx, `SELECT customer_id, slots FROM velocity_counters
+		WHERE name = $1 AND slots <> '{}' AND customer_id > $2
+		ORDER BY customer_id LIMIT $3 FOR UPDATE SKIP LOCKED`, s.limit.Name, after, sweepBatch)
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("sweep velocity slots %s: %w", s.limit.Name, err)
+	}
+	customerOf := map[string]string{}
+	var holders []string
+	var customer string
+	var slots []string
+	if _, err := pgx.ForEachRow(rows, []any{&customer, &slots}, func() error {
+		locked, last = locked+1, customer
+		for _, h := range slots {
+			customerOf[h] = customer
+			holders = append(holders, h)
+		}
+		return nil
+	}); err != nil {
+		return 0, 0, "", fmt.Errorf("sweep velocity slots %s: %w", s.limit.Name, err)
+	}
+	if len(holders) == 0 {
+		return 0, locked, last, nil
+	}
+	gone, err := ended(ctx, tx, holders)
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("sweep velocity slots %s: %w", s.limit.Name, err)
+	}
+	if len(gone) == 0 {
+		return 0, locked, last, nil
+	}
+	customers := make([]string, 0, len(gone))
+	for _, h := range gone {
+		customers = append(customers, customerOf[h])
+	}
+	if err := releaseSlots(ctx, tx, s.limit, customers, gone); err != nil {
+		return 0, 0, "", err
+	}
+	return len(gone), locked, last, nil
+}
+
+// SweepArgs is the periodic job that runs [Slots.Sweep].
+type SweepArgs struct{}
+
+// Kind names the job in River.
+func (SweepArgs) Kind() string { return "velocity_sweep" }
+
+// InsertOpts allows one pending or running sweep.
+func (SweepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{MaxAttempts: 3, UniqueOpts: riverjob.OneAtATime()}
+}
+
+// SweepWorker runs SweepArgs.
+type SweepWorker struct {
+	river.WorkerDefaults[SweepArgs]
+	Pool   *pgxpool.Pool
+	Slots  *Slots
+	Ended  Ended
+	Logger zerolog.Logger
+}
+
+// Work sweeps the slots.
+func (w *SweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
+	n, err := w.Slots.Sweep(ctx, w.Pool, w.Ended)
+	if n > 0 {
+		w.Logger.Info().Int("slots", n).Str("limit", w.Slots.limit.Name).Msg("velocity slots of calls no longer in flight given back")
+	}
+	return err
+}
+
+// SweepJob runs the sweep every interval, first at start.
+func SweepJob(interval time.Duration) *river.PeriodicJob {
+	return river.NewPeriodicJob(river.PeriodicInterval(interval),
+		func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
+		&river.PeriodicJobOpts{ID: SweepArgs{}.Kind(), RunOnStart: true})
 }

@@ -24,8 +24,12 @@
 // given back when the call's outcome does not count (an approval) or
 // turned into the event when it does (a decline). The slots live in the
 // counter's row, so the same row lock that orders the counts orders the
-// reservations across nodes; a new window drops them with the count, so
-// a slot whose caller died is held at most until the window ends.
+// reservations across nodes; a new window drops them with the count. A
+// slot whose call ended without a word to the slots (its caller died, or
+// the call's outcome was settled elsewhere) is given back by a periodic
+// sweep ([Slots.Sweep]) that asks the callers' owner which calls are
+// still in flight, so it does not hold the customer back until the
+// window ends.
 package velocity
 
 import (

@@ -1,8 +1,10 @@
 package velocity_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -221,4 +223,89 @@ func TestSlotsUnlimited(t *testing.T) {
 	n, slots := slotsOf(t, pool, "c1", velocity.Declines)
 	require.Zero(t, n)
 	require.Empty(t, slots)
+}
+
+// The sweep gives back the slots whose holder ended says is no longer in
+// flight, and keeps the others and the recorded count.
+func TestSweepGivesBackSlotsOfEndedCalls(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	lim := &velocity.Limiter{Clock: clk, Max: map[velocity.Limit]int{velocity.Declines: 3}}
+	s := velocity.NewSlots(lim, velocity.Declines, pool)
+	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "live", false))
+	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "ended", false))
+	require.Equal(t, velocity.Granted, reserve(t, s, "c2", "ended-too", false))
+	require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		return lim.Count(t.Context(), tx, "c1", velocity.Declines, "")
+	}))
+	require.Equal(t, velocity.InFlight, reserve(t, s, "c1", "waiting", false), "one decline and two slots: none left")
+
+	var asked []string
+	n, err := s.Sweep(t.Context(), pool, func(_ context.Context, _ pgx.Tx, holders []string) ([]string, error) {
+		asked = append(asked, holders...)
+		return slices.DeleteFunc(slices.Clone(holders), func(h string) bool { return h == "live" }), nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.ElementsMatch(t, []string{"live", "ended", "ended-too"}, asked)
+	count, slots := slotsOf(t, pool, "c1", velocity.Declines)
+	require.Equal(t, 1, count, "the sweep counts no decline")
+	require.Equal(t, []string{"live"}, slots)
+	_, slots = slotsOf(t, pool, "c2", velocity.Declines)
+	require.Empty(t, slots)
+	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "waiting", false), "the slot given back is the waiting call's")
+
+	t.Run("an error changes nothing", func(t *testing.T) {
+		_, err := s.Sweep(t.Context(), pool, func(context.Context, pgx.Tx, []string) ([]string, error) {
+			return nil, errors.New("charges unreachable")
+		})
+		require.Error(t, err)
+		_, slots := slotsOf(t, pool, "c1", velocity.Declines)
+		require.ElementsMatch(t, []string{"live", "waiting"}, slots)
+	})
+}
+
+// The sweep locks the counters before it asks which calls ended: a
+// reservation made meanwhile waits for it and then finds the slot it gave
+// back, rather than being told the slots are all in flight.
+func TestSweepOrdersWithReservations(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	lim := &velocity.Limiter{Clock: clk, Max: map[velocity.Limit]int{velocity.Declines: 1}}
+	s := velocity.NewSlots(lim, velocity.Declines, pool)
+	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "ended", false))
+
+	asking, answer := make(chan struct{}), make(chan struct{})
+	swept := make(chan error, 1)
+	go func() {
+		_, err := s.Sweep(context.Background(), pool, func(context.Context, pgx.Tx, []string) ([]string, error) {
+			close(asking)
+			<-answer
+			return []string{"ended"}, nil
+		})
+		swept <- err
+	}()
+	<-asking
+	reserved := make(chan velocity.Verdict, 1)
+	go func() {
+		a, err := s.Reserve(context.Background(), "c1", "next", false)
+		if err != nil {
+			a.Verdict = 0
+		}
+		reserved <- a.Verdict
+	}()
+	// The reservation waits on the counter the sweep locked.
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO velocity_counters%'`).Scan(&waiting))
+		return waiting == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	close(answer)
+	require.NoError(t, <-swept)
+	require.Equal(t, velocity.Granted, <-reserved)
+	_, slots := slotsOf(t, pool, "c1", velocity.Declines)
+	require.Equal(t, []string{"next"}, slots)
 }

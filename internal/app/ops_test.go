@@ -227,3 +227,34 @@ func TestOperatorReadsGoToTheReplica(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM reconciliation_days`).Scan(&onPrimary))
 	require.Zero(t, onPrimary)
 }
+
+// In dev mode, moving the clock past a day's end plus the settling hour
+// has that day reconciled at once, as the billing scan is run at once:
+// the hourly catch-up tick runs on real time, which the move does not
+// advance.
+func TestDevClockMoveReconcilesTheDayPromptly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	sub := b.createSubscription(t, "tok_ok", "month")
+	b.waitCharges(t, sub, 1, "succeeded")
+	now := b.clockNow(t)
+	date := reconcile.Day(now).Format(time.DateOnly)
+	path := "/v1/reconciliation?gateway=sim1&date=" + date
+	require.Equal(t, "pending", b.call(t, http.MethodGet, path, nil)["status"])
+	// The leader's tick at start has run: the next one is an hour away.
+	require.Eventually(t, func() bool {
+		var ticks int
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job
+			WHERE kind = 'reconcile_tick' AND state = 'completed'`).Scan(&ticks))
+		return ticks > 0
+	}, 20*time.Second, 50*time.Millisecond)
+
+	b.advance(t, reconcile.Day(now).Add(24*time.Hour+reconcile.Settle+time.Minute).Sub(now).String())
+	var got map[string]any
+	require.Eventually(t, func() bool {
+		got = b.call(t, http.MethodGet, path, nil)
+		return got["status"] != "pending"
+	}, 20*time.Second, 50*time.Millisecond, "the day is reconciled within seconds of the move")
+	require.Equal(t, "matched", got["status"], "%v", got)
+	require.EqualValues(t, 2, got["operations"], "the charge's authorize and capture")
+}

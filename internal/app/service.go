@@ -265,7 +265,8 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 		pipe.Postings, pipe.Outside = poster, poster
 	}
 	limiter := newLimiter(cfg, svc.Clock)
-	pipe.Declines = newDeclineLimit(limiter, pool)
+	declines := newDeclineLimit(limiter, pool)
+	pipe.Declines = declines
 	renewals.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
 		BatchSize: cfg.ScanBatch, Experiments: exps}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
@@ -274,6 +275,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	if err != nil {
 		return nil, err
 	}
+	ops.reconciler.Paused = breakers.CircuitOpen
 
 	workers := river.NewWorkers()
 	deliver := notify.NewDeliverWorker(pool, keys, policy, cfg.WebhookRetryBase)
@@ -282,6 +284,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	river.AddWorker(workers, &idempotency.CleanupWorker{Store: idem, TTL: cfg.IdempotencyTTL})
 	river.AddWorker(workers, &notify.RetentionWorker{Pool: pool, Clock: svc.Clock, Keep: cfg.EventsRetention})
 	river.AddWorker(workers, &charges.SettledLayoutWorker{Pool: pool})
+	river.AddWorker(workers, declines.sweepWorker(pool, log))
 	river.AddWorker(workers, &scheduler.ScanWorker{Renewals: renewals})
 	svc.reseal = resealSteps(pool, tokens)
 	river.AddWorker(workers, &vault.ResealWorker{Steps: svc.reseal, Batch: resealBatch})
@@ -289,6 +292,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	registerAutopay(workers, bills, poster)
 	ops.register(workers)
 	periodic := append(append(periodicJobs(cfg), autopayPeriodicJobs(cfg, poster != nil)...), ops.periodicJobs(cfg)...)
+	periodic = append(periodic, velocity.SweepJob(slotSweepInterval(cfg)))
 	return &pipeline{keys: keys, tokens: tokens, breakers: breakers, subs: subs, charges: pipe, renewals: renewals,
 		bills: bills, billOutcomes: billOutcomes, owners: owners, devRegistry: newDevRegistry(registrySim, poster), limiter: limiter, idem: idem,
 		policy: policy, ops: ops, retry: retry, workers: workers, periodic: periodic}, nil
@@ -345,6 +349,12 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 					log.Error().Err(err).Msg("enqueue scan after clock move")
 				}
 				billsMoved(ctx, jobs, log)
+				// A move past a day's end plus reconcile.Settle makes
+				// that day due: its check need not wait for the hourly
+				// tick, which runs on real time.
+				if _, err := jobs.Insert(ctx, reconcile.TickArgs{}, nil); err != nil {
+					log.Error().Err(err).Msg("enqueue reconciliation catch-up after clock move")
+				}
 			}}
 	}
 	ui, stopUI, err := startRiverUI(ctx, svc.River, log)

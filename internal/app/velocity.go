@@ -2,9 +2,11 @@ package app
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/internal/clock"
@@ -56,4 +58,24 @@ func (d declineLimit) ReleaseTx(ctx context.Context, tx pgx.Tx, customerID, hold
 
 func (d declineLimit) Count(ctx context.Context, tx pgx.Tx, customerID, holder string) error {
 	return d.limiter.Count(ctx, tx, customerID, velocity.Declines, holder)
+}
+
+// slotSweepInterval is how often River's leader gives back the declines
+// slots of attempts that ended without settling theirs: as often as the
+// billing scan runs (a minute; a second in dev mode), or every minute
+// where the scan is run by hand.
+func slotSweepInterval(cfg config.Config) time.Duration {
+	if cfg.ScanInterval > 0 {
+		return cfg.ScanInterval
+	}
+	return time.Minute
+}
+
+// sweepWorker gives back the slots whose charge attempt is no longer in
+// flight (charges.EndedAttempts), read in the sweep's transaction.
+func (d declineLimit) sweepWorker(pool *pgxpool.Pool, log zerolog.Logger) *velocity.SweepWorker {
+	return &velocity.SweepWorker{Pool: pool, Slots: d.slots, Logger: log.With().Str("component", "velocity").Logger(),
+		Ended: func(ctx context.Context, tx pgx.Tx, holders []string) ([]string, error) {
+			return charges.EndedAttempts(ctx, tx, holders)
+		}}
 }

@@ -320,3 +320,36 @@ func TestVelocitySlotOfAnUnknownOutcomeIsKeptUntilSettled(t *testing.T) {
 		b.waitCharges(t, third, 1, "succeeded")
 	})
 }
+
+// The attack of a first attempt that gets no verdict: it goes to review
+// holding the day's only slot, its hold is released, support retries it
+// (attempt 2, which the limit does not hold) and it succeeds. The slot of
+// attempt 1 must not stay held: the customer's next good-card charge goes
+// straight to the gateway instead of waiting until midnight UTC.
+func TestVelocitySlotIsGivenBackAfterReviewAndRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, map[string]string{"REBILL_VELOCITY_DECLINES_PER_DAY": "1", "REBILL_CHARGE_MAX_ATTEMPTS": "2"})
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"latency_ms": 700}) // past the 400 ms timeout
+	first := b.createSubscription(t, "tok_ok", "month")
+	c := b.waitCharges(t, first, 1, "requires_review")[0]
+	b.call(t, http.MethodPost, "/v1/dev/gateways/sim1/faults", map[string]any{"latency_ms": 0})
+	require.Eventually(t, func() bool {
+		var released bool
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT hold_released_at IS NOT NULL FROM charges WHERE id = $1`,
+			c["id"]).Scan(&released))
+		return released
+	}, 30*time.Second, 20*time.Millisecond, "the review's hold check released the hold")
+	b.call(t, http.MethodPost, "/v1/charges/"+c["id"].(string)+"/retry", map[string]any{})
+	b.waitCharges(t, first, 1, "succeeded")
+
+	next := b.createSubscription(t, "tok_ok", "month")
+	cs := b.waitCharges(t, next, 1, "succeeded")
+	var snoozes int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT coalesce((metadata ->> 'snoozes')::int, 0) FROM river_job
+		WHERE kind = 'charge_authorize' AND args ->> 'charge_id' = $1`, cs[0]["id"]).Scan(&snoozes))
+	require.Zero(t, snoozes, "the next charge went to the gateway without waiting for a slot")
+	var slots []string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT slots FROM velocity_counters
+		WHERE customer_id = 'cust-e2e' AND name = 'declines'`).Scan(&slots))
+	require.Empty(t, slots)
+}
