@@ -158,6 +158,7 @@ type fixture struct {
 	unknownPhase     gateway.Op
 	firstDeclinedAgo time.Duration // first_declined_at this long before start, when set
 	reviewReason     string
+	reviewCode       charges.ReviewCode
 	holdReleased     bool
 }
 
@@ -193,9 +194,9 @@ func (b *testBundle) newCharge(ctx context.Context, t *testing.T, f fixture) cha
 	}
 	_, err := b.pool.Exec(ctx, `UPDATE charges SET status = $2, attempt_count = $3, gateway = $4, void_requested = $5,
 			authorization_ref = NULLIF($6, ''), unknown_phase = NULLIF($7, ''), first_declined_at = $8,
-			review_reason = NULLIF($9, ''), hold_released_at = $10
+			review_reason = NULLIF($9, ''), hold_released_at = $10, review_code = NULLIF($11, '')
 		WHERE id = $1`, c.ID, string(f.status), f.attempt, f.gateway, f.voidRequested, f.authorizationRef,
-		string(f.unknownPhase), firstDeclined, f.reviewReason, released)
+		string(f.unknownPhase), firstDeclined, f.reviewReason, released, string(f.reviewCode))
 	require.NoError(t, err)
 	b.fixtures[c.ID] = f.status
 	return b.get(ctx, t, c.ID)

@@ -141,10 +141,10 @@ func resolve(t *testing.T, b *testBundle, c charges.Charge, outcome charges.Stat
 // the limit itself held the attempt back before it was sent.
 func TestPersonSettlesTheSlotOfAnAttemptInReview(t *testing.T) {
 	t.Parallel()
-	const heldBack = "velocity limit: the customer reached the declined charges allowed per day; POST /v1/charges/{id}/retry sends it to the gateway"
 	for _, tc := range []struct {
 		name       string
 		reason     string
+		code       charges.ReviewCode
 		settle     func(t *testing.T, b *testBundle, c charges.Charge)
 		declines   int
 		nextCharge charges.SlotVerdict
@@ -158,7 +158,7 @@ func TestPersonSettlesTheSlotOfAnAttemptInReview(t *testing.T) {
 		{name: "ResolvedFailed", reason: "authorize gave no verdict after its last attempt",
 			settle:   func(t *testing.T, b *testBundle, c charges.Charge) { resolve(t, b, c, charges.Failed) },
 			declines: 1, nextCharge: charges.DeclinesReached},
-		{name: "HeldBackByTheLimitResolvedFailed", reason: heldBack,
+		{name: "HeldBackByTheLimitResolvedFailed", reason: charges.ReviewDeclinesLimit.Sentence(), code: charges.ReviewDeclinesLimit,
 			settle:   func(t *testing.T, b *testBundle, c charges.Charge) { resolve(t, b, c, charges.Failed) },
 			declines: 0, nextCharge: charges.SlotGranted},
 	} {
@@ -167,7 +167,7 @@ func TestPersonSettlesTheSlotOfAnAttemptInReview(t *testing.T) {
 			ctx := context.Background()
 			b := setup(t)
 			d := withDeclineLimit(b, 1)
-			c := b.newCharge(ctx, t, fixture{status: charges.RequiresReview, reviewReason: tc.reason})
+			c := b.newCharge(ctx, t, fixture{status: charges.RequiresReview, reviewReason: tc.reason, reviewCode: tc.code})
 			d.reserveFor(t, c)
 			tc.settle(t, b, c)
 			count, slots := b.counter(t)
