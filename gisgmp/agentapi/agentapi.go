@@ -13,7 +13,9 @@
 // body are refusals for good (gisgmp.ErrRejected); a write whose answer
 // may have been lost after the request was sent (a timeout, a dropped
 // connection, another 5xx) has an unknown outcome (gisgmp.ErrUnknownOutcome).
-// A read that fails did nothing.
+// A read that fails did nothing. The export of a day's payments is
+// optional: a 404 to it is a party without one
+// (gisgmp.ErrExportUnsupported), not a base URL to fix.
 package agentapi
 
 import (
@@ -172,6 +174,84 @@ func (c *Client) Quittance(ctx context.Context, uin string) (gisgmp.Quittance, e
 	return q, nil
 }
 
+// exportAnswer is one page of the export of a day's payments.
+type exportAnswer struct {
+	Date     string `json:"date"`
+	Payments []struct {
+		PaymentID  string     `json:"payment_id"`
+		UIN        string     `json:"uin"`
+		Amount     int64      `json:"amount"`
+		Status     string     `json:"status"`
+		ReceivedAt time.Time  `json:"received_at"`
+		AcceptedAt *time.Time `json:"accepted_at"`
+		AnnulledAt *time.Time `json:"annulled_at"`
+	} `json:"payments"`
+	NextCursor string `json:"next_cursor"`
+}
+
+// maxExportPages bounds the pages one export reads: a party whose cursor
+// never ends is not answering.
+const maxExportPages = 10_000
+
+// Export lists the payments the party took on the UTC day: GET
+// /payments?date=YYYY-MM-DD, then ?cursor= while next_cursor is given.
+// A 404 is a party without the export (gisgmp.ErrExportUnsupported).
+func (c *Client) Export(ctx context.Context, day time.Time) ([]gisgmp.ExportedPayment, error) {
+	date := day.UTC().Format(time.DateOnly)
+	var out []gisgmp.ExportedPayment
+	cursor := ""
+	for range maxExportPages {
+		q := url.Values{"date": {date}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var a exportAnswer
+		err := c.call(ctx, http.MethodGet, "/payments?"+q.Encode(), nil, read, &a)
+		var nf *notFoundError
+		if errors.As(err, &nf) {
+			return nil, fmt.Errorf("%s: export answered 404: %w", c.name, gisgmp.ErrExportUnsupported)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if a.Date != date {
+			return nil, fmt.Errorf("%w: %s exported day %q, not %q", gisgmp.ErrUnavailable, c.name, a.Date, date)
+		}
+		for _, p := range a.Payments {
+			e := gisgmp.ExportedPayment{PaymentID: p.PaymentID, UIN: p.UIN, Amount: p.Amount, Status: gisgmp.RegistryStatus(p.Status),
+				ReceivedAt: p.ReceivedAt.UTC()}
+			switch e.Status {
+			case gisgmp.RegistryProcessing, gisgmp.RegistryAccepted, gisgmp.RegistryAnnulled:
+			default:
+				return nil, fmt.Errorf("%w: %s exported payment %q with status %q", gisgmp.ErrUnavailable, c.name, p.PaymentID, p.Status)
+			}
+			if p.AcceptedAt != nil {
+				e.AcceptedAt = p.AcceptedAt.UTC()
+			}
+			if p.AnnulledAt != nil {
+				e.AnnulledAt = p.AnnulledAt.UTC()
+			}
+			out = append(out, e)
+		}
+		if a.NextCursor == "" {
+			return out, nil
+		}
+		cursor = a.NextCursor
+	}
+	return nil, fmt.Errorf("%w: %s: the export of %s did not end within %d pages", gisgmp.ErrUnavailable, c.name, date, maxExportPages)
+}
+
+// notFoundError is a 404: for most calls a base URL to fix, for the export
+// a party without one.
+type notFoundError struct{ name string }
+
+func (e *notFoundError) Error() string {
+	return fmt.Sprintf("%s: refused with 404: check its base_url and credentials", e.name)
+}
+
+// Is makes a 404 a call that did nothing.
+func (e *notFoundError) Is(target error) bool { return target == gisgmp.ErrUnavailable }
+
 // kind tells a write, whose lost answer leaves the outcome unknown, from a
 // read, which did nothing when it fails.
 type kind bool
@@ -273,6 +353,8 @@ func (c *Client) classify(resp *http.Response, raw []byte, k kind, out any) erro
 			return fmt.Errorf("%w: %s: answer %d without the protocol's error body", gisgmp.ErrUnavailable, c.name, status)
 		}
 		return fmt.Errorf("%w: %s: %d %s: %s", gisgmp.ErrRejected, c.name, status, e.Error.Code, clip(e.Error.Message))
+	case status == http.StatusNotFound:
+		return &notFoundError{name: c.name}
 	case status >= 400 && status < 500:
 		// 401, 403, 404, 405...: the party did not take the call (a
 		// credential or a base URL to fix), so nothing was done.
