@@ -61,7 +61,7 @@ var allowedImports = map[string][]string{
 	"gisgmp":                            {"charges", "charges/gateway/fleet"},
 	"audit":                             {"audit/billcheck", "charges", "charges/gateway", "enrollments", "subscriptions"},
 	"audit/billcheck":                   nil,
-	"reconcile":                         {"charges", "charges/gateway"},
+	"reconcile":                         {"charges", "charges/gateway", "gisgmp"},
 	"reports":                           {"charges"},
 	"inspector":                         {"charges"},
 	"velocity":                          nil,
