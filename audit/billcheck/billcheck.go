@@ -135,7 +135,8 @@ type Posting struct {
 	Amount              int64
 	Status              string // posting, accepted, failed, cancelled, annulled
 	// RegistryStatus is the registry's own book's status of PaymentID
-	// (accepted, annulled) when known; "" when not.
+	// (processing, accepted, annulled, not_found) when its book was read;
+	// "" when not.
 	RegistryStatus string
 }
 

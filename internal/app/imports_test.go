@@ -59,7 +59,7 @@ var allowedImports = map[string][]string{
 	"gisgmp/agentfake":                  nil,
 	"gisgmp/gisgmptest":                 {"gisgmp"},
 	"gisgmp":                            {"charges", "charges/gateway/fleet"},
-	"audit":                             {"audit/billcheck", "charges", "charges/gateway", "enrollments", "subscriptions"},
+	"audit":                             {"audit/billcheck", "charges", "charges/gateway", "enrollments", "gisgmp", "subscriptions"},
 	"audit/billcheck":                   nil,
 	"reconcile":                         {"charges", "charges/gateway", "gisgmp"},
 	"reports":                           {"charges"},

@@ -122,7 +122,10 @@ func (r reconciliationReads) RegistryDay(ctx context.Context, registry string, d
 	return reconcile.GetRegistry(ctx, r.read, registry, day)
 }
 
-func (r reconciliationReads) KnownRegistry(registry string) bool { _, ok := r.registries[registry]; return ok }
+func (r reconciliationReads) KnownRegistry(registry string) bool {
+	_, ok := r.registries[registry]
+	return ok
+}
 
 // registryNames are the registry gateways reconciled, for their metrics.
 func (r reconciliationReads) registryNames() []string {

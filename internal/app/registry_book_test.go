@@ -1,0 +1,105 @@
+package app_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/reconcile"
+)
+
+// The registry's book is the second safety net: a capture whose payment
+// the registry holds annulled (what a capture on an annulled look-up
+// leaves) is found by the registry reconciliation and by `rebill audit`,
+// which exits non-zero, although rebill's own postings say accepted.
+func TestRegistryBookFindsACaptureTheRegistryAnnulled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	ctx := context.Background()
+	start := b.autopayStart(t)
+	enr := b.createFinesEnrollment(t, "tok_ok", 500000)
+	id := uin(31)
+	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
+	b.waitBill(t, enr, id, "paid")
+	posted := b.registryLedger(t, id)
+	require.Len(t, posted, 1)
+	out, err := auditInProcess(t, b.pool)
+	require.NoError(t, err, "clean before the registry annuls it: %s", out)
+
+	_, err = b.pool.Exec(ctx, `UPDATE dev_registry_ledger SET status = 'annulled', annulled_at = at WHERE payment_id = $1`,
+		posted[0].PaymentID)
+	require.NoError(t, err)
+	out, err = auditInProcess(t, b.pool)
+	require.Error(t, err, "the audit reads the registry's book: %s", out)
+	require.Contains(t, out, "fine-capture-posted")
+	require.Contains(t, out, "registry annulled")
+
+	res, err := b.nodes[0].svc.Reconciler.RunRegistryDay(ctx, posted[0].Gateway, reconcile.Day(start))
+	require.NoError(t, err)
+	require.Len(t, res.Discrepancies, 1, "%+v", res.Discrepancies)
+	require.Equal(t, reconcile.CapturedNotAccepted, res.Discrepancies[0].Kind)
+	require.Equal(t, posted[0].PaymentID, res.Discrepancies[0].GatewayReference)
+	got := b.call(t, http.MethodGet, "/v1/reconciliation?date="+reconcile.Day(start).Format(time.DateOnly)+"&registry="+posted[0].Gateway, nil)
+	require.Equal(t, "discrepancies", got["status"])
+}
+
+// A payment the registry accepted after rebill gave its posting up and
+// released the hold (a registry that finished processing late) stands
+// with no money behind it: past the annulment bound the registry
+// reconciliation and `rebill audit` both report it.
+func TestRegistryBookFindsAnAcceptedPaymentWithNoCapture(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, map[string]string{"REBILL_UNAVAILABLE_FOR": "2s"})
+	ctx := context.Background()
+	start := b.autopayStart(t)
+	enr := b.createFinesEnrollment(t, "tok_ok", 500000)
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"error_rate": 1})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"error_rate": 1})
+	id := uin(32)
+	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
+	require.Eventually(t, func() bool {
+		var tried bool
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM river_job
+			WHERE kind = 'registry_post' AND (state = 'scheduled' OR attempt > 0))`).Scan(&tried))
+		return tried
+	}, 20*time.Second, 10*time.Millisecond, "held, posting")
+	b.advance(t, "1h")
+	var charge string
+	require.Eventually(t, func() bool {
+		cs := b.enrollmentCharges(t, enr)
+		if len(cs) == 0 || cs[0]["status"] != "requires_review" {
+			return false
+		}
+		charge = cs[0]["id"].(string)
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "the posting failed for good and the charge went to review")
+	b.call(t, http.MethodPost, "/v1/charges/"+charge+"/resolve", map[string]any{"outcome": "failed", "evidence": "registry failing"})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"error_rate": 0})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"error_rate": 0})
+
+	// The registry finishes the payment rebill gave up on.
+	var paymentID string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT payment_id FROM registry_postings WHERE uin = $1`, id).Scan(&paymentID))
+	_, err := b.pool.Exec(ctx, `INSERT INTO dev_registry_ledger (payment_id, gateway, uin, amount, status, at)
+		VALUES ($1, 'gmp1', $2, 50000, 'accepted', $3)`, paymentID, id, start)
+	require.NoError(t, err)
+
+	out, err := auditInProcess(t, b.pool)
+	require.NoError(t, err, "within the annulment bound it may still be annulled: %s", out)
+	_, err = b.nodes[0].svc.Reconciler.RunRegistryDay(ctx, "gmp1", reconcile.Day(start))
+	var wait *reconcile.NotSettledError
+	require.ErrorAs(t, err, &wait, "the day waits while the payment may still be annulled")
+
+	b.advance(t, "25h")
+	out, err = auditInProcess(t, b.pool)
+	require.Error(t, err, "past the bound: %s", out)
+	require.Contains(t, out, "bill-posting-annulled")
+	res, err := b.nodes[0].svc.Reconciler.RunRegistryDay(ctx, "gmp1", reconcile.Day(start))
+	require.NoError(t, err)
+	require.Len(t, res.Discrepancies, 1, "%+v", res.Discrepancies)
+	require.Equal(t, reconcile.AcceptedNotCaptured, res.Discrepancies[0].Kind)
+	require.Equal(t, paymentID, res.Discrepancies[0].GatewayReference)
+}
