@@ -50,6 +50,12 @@ type Options struct {
 	BearerToken string
 	// Now reads the clock for Retry-After given as a date; nil: time.Now.
 	Now func() time.Time
+	// OnCertificateError, when set, is told of a call stopped in the TLS
+	// handshake over a certificate (the party refused rebill's client
+	// certificate, or rebill could not verify the party's), at most once
+	// a minute: such a call did nothing, and every posting through the
+	// entry waits until a person fixes the files.
+	OnCertificateError func(err error)
 }
 
 // Client is one registry gateway over HTTP. Its calls are bounded by the
@@ -60,6 +66,9 @@ type Client struct {
 	token string
 	http  *http.Client
 	now   func() time.Time
+
+	onCertificateError func(error)
+	certWarnedAt       atomic.Int64 // Unix nanoseconds of the last call of onCertificateError
 }
 
 // New returns the client of o.
@@ -77,7 +86,7 @@ func New(o Options) (*Client, error) {
 		now = time.Now
 	}
 	return &Client{name: o.Name, base: strings.TrimRight(o.BaseURL, "/"), token: o.BearerToken,
-		http: &http.Client{Transport: transport, CheckRedirect: noRedirects}, now: now}, nil
+		http: &http.Client{Transport: transport, CheckRedirect: noRedirects}, now: now, onCertificateError: o.OnCertificateError}, nil
 }
 
 // noRedirects keeps a redirect from sending a payment, and the bearer
@@ -313,6 +322,9 @@ func (c *Client) call(ctx context.Context, method, path string, body any, k kind
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if refusedHandshake(err) {
+			c.certificateError(err)
+		}
 		if !wrote.Load() || refusedHandshake(err) {
 			return fmt.Errorf("%w: %s: %s %s: %w", gisgmp.ErrUnavailable, c.name, method, path, err)
 		}
@@ -377,6 +389,23 @@ func (c *Client) retryAfter(resp *http.Response) time.Duration {
 		return max(at.Sub(c.now()), 0)
 	}
 	return 0
+}
+
+// certificateWarnEvery bounds how often a certificate error is told: a
+// posting asks again every few seconds.
+const certificateWarnEvery = time.Minute
+
+// certificateError tells OnCertificateError of err, unless it was told of
+// one less than certificateWarnEvery ago.
+func (c *Client) certificateError(err error) {
+	if c.onCertificateError == nil {
+		return
+	}
+	now, last := c.now().UnixNano(), c.certWarnedAt.Load()
+	if last != 0 && now-last < int64(certificateWarnEvery) || !c.certWarnedAt.CompareAndSwap(last, now) {
+		return
+	}
+	c.onCertificateError(fmt.Errorf("%s: %w", c.name, err))
 }
 
 // refusedHandshake reports whether the party ended the TLS handshake (a

@@ -306,3 +306,34 @@ func TestExportFollowsPages(t *testing.T) {
 	_, err = c.Export(ctx, day)
 	require.ErrorIs(t, err, gisgmp.ErrUnavailable, "an export of another day")
 }
+
+// A call refused in the TLS handshake over a certificate is told to
+// OnCertificateError (the node logs it naming the registry), once a
+// minute however often postings ask again; a call that got through is
+// not.
+func TestCertificateErrorsAreTold(t *testing.T) {
+	t.Parallel()
+	p := startParty(t)
+	for name, cfg := range map[string]*tls.Config{"no client certificate": p.none, "a certificate of another CA": p.wrong} {
+		var told []error
+		now := time.Date(2027, 3, 1, 10, 0, 0, 0, time.UTC)
+		c, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: p.url, TLS: cfg, Now: func() time.Time { return now },
+			OnCertificateError: func(err error) { told = append(told, err) }})
+		require.NoError(t, err)
+		for range 3 {
+			require.ErrorIs(t, c.Post(context.Background(), gisgmp.Payment{PaymentID: "p1", UIN: "18810142200817004923", Amount: 1}),
+				gisgmp.ErrUnavailable, name)
+		}
+		require.Len(t, told, 1, "%s: once a minute", name)
+		require.Contains(t, told[0].Error(), "bank", name)
+		now = now.Add(time.Minute)
+		_, _, err = c.Lookup(context.Background(), "p1")
+		require.ErrorIs(t, err, gisgmp.ErrUnavailable)
+		require.Len(t, told, 2, "%s: told again a minute later", name)
+	}
+	var told []error
+	c, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: p.url, TLS: p.good, OnCertificateError: func(err error) { told = append(told, err) }})
+	require.NoError(t, err)
+	require.NoError(t, c.Post(context.Background(), gisgmp.Payment{PaymentID: "p2", UIN: "18810142200817004923", Amount: 1}))
+	require.Empty(t, told)
+}

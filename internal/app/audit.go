@@ -109,7 +109,7 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		return err
 	}
 	gateways := adapters(built)
-	registries, err := auditRegistries(cfg, pool, clk)
+	registries, err := auditRegistries(cfg, pool, clk, log)
 	if err != nil {
 		return err
 	}
@@ -158,10 +158,10 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 // auditRegistries are the registry gateways whose book the audit reads,
 // as serve reaches them: REBILL_REGISTRY_FILE's entries, else in dev mode
 // the simulated registry on clk; none without a registry.
-func auditRegistries(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock) ([]gisgmp.Gateway, error) {
+func auditRegistries(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, log zerolog.Logger) ([]gisgmp.Gateway, error) {
 	switch {
 	case len(cfg.Registries) > 0:
-		gateways, _, err := registryGateways(cfg.Registries, pool, clk)
+		gateways, _, err := registryGateways(cfg.Registries, pool, clk, log)
 		return gateways, err
 	case cfg.Dev:
 		return gisgmp.Sim{Pool: pool, Clock: clk}.Gateways(), nil
