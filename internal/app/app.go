@@ -333,6 +333,24 @@ func poolSizes(cfg config.Config) (service, sim, devClock int32) {
 }
 
 // openMigrated is openPool followed by the migrations every command needs.
+// preflight refuses, before the database is touched (no migration, no
+// first admin key printed), a configuration serve would refuse later
+// anyway: no encryption key outside dev mode, a registry entry that
+// cannot be built.
+func preflight(cfg config.Config, log zerolog.Logger) error {
+	if !cfg.Dev {
+		if _, err := keyring(cfg, log); err != nil {
+			return err
+		}
+	}
+	// The sim entries (dev mode only) reach their book through the pool
+	// only when called: building them needs none.
+	if _, _, err := registryGateways(cfg.Registries, nil, clock.Wall{}, log); err != nil {
+		return fmt.Errorf("REBILL_REGISTRY_FILE: %w", err)
+	}
+	return nil
+}
+
 func openMigrated(ctx context.Context, cfg config.Config, log zerolog.Logger) (*pgxpool.Pool, func(), error) {
 	pool, stop, err := openPool(ctx, cfg, log)
 	if err != nil {
@@ -472,6 +490,9 @@ func riverLogger(log zerolog.Logger) *slog.Logger {
 }
 
 func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io.Writer) error {
+	if err := preflight(cfg, log); err != nil {
+		return err
+	}
 	pool, stop, err := openMigrated(ctx, cfg, log)
 	if err != nil {
 		return err
