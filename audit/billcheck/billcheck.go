@@ -441,7 +441,8 @@ func (x *index) noLateAttempt(c *Charge) []Violation {
 // postingsAnnulled: an accepted posting of an attempt that has no capture
 // and never will (a later attempt exists, or the charge is final or
 // waiting for a new attempt) is annulled once AnnulWithin passed since
-// the charge last changed.
+// the charge last changed; where the registry's book was read, its
+// status decides, and a payment it still processes stands too.
 func (x *index) postingsAnnulled() []Violation {
 	bound := x.d.AnnulWithin
 	if bound == 0 {
@@ -454,7 +455,9 @@ func (x *index) postingsAnnulled() []Violation {
 		if p.RegistryStatus != "" {
 			status = p.RegistryStatus // the registry's own book decides
 		}
-		if c == nil || status != "accepted" {
+		// A payment the registry still processes may yet be accepted: it
+		// stands as much as an accepted one until it is withdrawn.
+		if c == nil || (status != "accepted" && status != "processing") {
 			continue
 		}
 		captured := false
