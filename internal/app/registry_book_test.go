@@ -3,11 +3,19 @@ package app_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rebill/rebill/gisgmp/agentapi"
+	"github.com/rebill/rebill/gisgmp/agentfake"
+	"github.com/rebill/rebill/internal/app"
+	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/reconcile"
 )
 
@@ -102,4 +110,63 @@ func TestRegistryBookFindsAnAcceptedPaymentWithNoCapture(t *testing.T) {
 	require.Len(t, res.Discrepancies, 1, "%+v", res.Discrepancies)
 	require.Equal(t, reconcile.AcceptedNotCaptured, res.Discrepancies[0].Kind)
 	require.Equal(t, paymentID, res.Discrepancies[0].GatewayReference)
+}
+
+// A production node's registry behind HTTP without the export (404): the
+// registry reconciliation marks the day unsupported and still finds, by
+// looking the payment up, a capture whose payment the party annulled, and
+// `rebill audit` with REBILL_REGISTRY_FILE reports it too.
+func TestRegistryBookWithoutExportIsAskedPerPayment(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	simURL := startTestSim(t, pool.Config().ConnString())
+	fake := agentfake.New()
+	party := httptest.NewServer(fake)
+	t.Cleanup(party.Close)
+	file := filepath.Join(t.TempDir(), "registries.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("- {name: bank, kind: http, base_url: \""+party.URL+"\"}\n"), 0o600))
+	env := noRegistryEnv(simURL)
+	env["REBILL_REGISTRY_FILE"] = file
+	prod := startNodeOn(t, pool, env, true)
+	pb := prod.bundle(pool)
+	enr := pb.createFinesEnrollment(t, "tok_ok", 500000)
+	id := uin(33)
+	pb.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", dueFine(id))
+	pb.waitBill(t, enr, id, "paid")
+	ledger := fake.Ledger()
+	require.Len(t, ledger, 1)
+
+	audit := func() (string, error) {
+		all := testEnv(env)
+		var out, errOut strings.Builder
+		err := app.Run(context.Background(), []string{"rebill", "audit"}, func(k string) string {
+			if k == "DATABASE_URL" {
+				return pool.Config().ConnString()
+			}
+			return all(k)
+		}, &out, &errOut)
+		return out.String() + errOut.String(), err
+	}
+	fake.SetFaults(agentfake.Faults{NoExport: true})
+	out, err := audit()
+	require.NoError(t, err, "clean: %s", out)
+
+	ctx := context.Background()
+	client, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: party.URL})
+	require.NoError(t, err)
+	require.NoError(t, client.Annul(ctx, ledger[0].PaymentID), "the party annuls the payment behind the capture")
+	out, err = audit()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, out, "fine-capture-posted")
+
+	day := reconcile.Day(time.Now())
+	res, err := prod.svc.Reconciler.RunRegistryDay(ctx, "bank", day)
+	if !reconcile.Day(time.Now()).Equal(day) {
+		t.Skip("the UTC day turned during the test")
+	}
+	require.NoError(t, err)
+	require.True(t, res.Unsupported, "the day is marked unsupported")
+	require.Len(t, res.Discrepancies, 1, "%+v", res.Discrepancies)
+	require.Equal(t, reconcile.CapturedNotAccepted, res.Discrepancies[0].Kind)
+	require.Equal(t, ledger[0].PaymentID, res.Discrepancies[0].GatewayReference)
 }
