@@ -132,6 +132,11 @@ func (fakeOps) Day(_ context.Context, gateway string, day time.Time) (reconcile.
 	return reconcile.Result{Date: day, Gateway: gateway, Status: reconcile.Status("pending")}, nil
 }
 func (fakeOps) Known(gateway string) bool { return gateway == "sim1" }
+func (fakeOps) RegistryDay(_ context.Context, registry string, day time.Time) (reconcile.Result, error) {
+	return reconcile.Result{Date: day, Gateway: registry, Status: reconcile.Discrepancies, Operations: 1,
+		Discrepancies: []reconcile.Discrepancy{{Kind: reconcile.CapturedNotAccepted, GatewayReference: "p1", Detail: "annulled"}}}, nil
+}
+func (fakeOps) KnownRegistry(registry string) bool { return registry == "gmp1" }
 func (fakeOps) Daily(context.Context, time.Time) (reports.Daily, error) {
 	return reports.Daily{}, nil
 }
@@ -277,6 +282,37 @@ func TestReportDatesAreBounded(t *testing.T) {
 			}
 		}
 	}
+}
+
+// GET /v1/reconciliation takes exactly one of gateway and registry, and
+// answers a registry's day in the gateway's shape (the contract checks
+// it), its discrepancies' references being payment ids.
+func TestReconciliationOfAGatewayOrARegistry(t *testing.T) {
+	t.Parallel()
+	b, _ := setupEdges(t)
+	for _, tc := range []struct {
+		query  string
+		want   int
+		fields []string
+	}{
+		{"", http.StatusBadRequest, []string{"gateway", "registry"}},
+		{"&gateway=sim1&registry=gmp1", http.StatusBadRequest, []string{"gateway", "registry"}},
+		{"&registry=sim1", http.StatusBadRequest, []string{"registry"}},
+		{"&gateway=gmp1", http.StatusBadRequest, []string{"gateway"}},
+		{"&gateway=sim1", http.StatusOK, nil},
+		{"&registry=gmp1", http.StatusOK, nil},
+	} {
+		res := b.do(t, http.MethodGet, "/v1/reconciliation?date=2026-11-30"+tc.query, adminKey, "", "")
+		require.Equal(t, tc.want, res.status, "%s: %s", tc.query, res.body)
+		for _, f := range tc.fields {
+			require.Contains(t, string(res.body), `"field":"`+f+`"`, tc.query)
+		}
+	}
+	got := b.do(t, http.MethodGet, "/v1/reconciliation?date=2026-11-30&registry=gmp1", adminKey, "", "").json(t)
+	require.Equal(t, "gmp1", got["gateway"])
+	require.Equal(t, "discrepancies", got["status"])
+	d := got["discrepancies"].([]any)[0].(map[string]any)
+	require.Equal(t, []any{"captured_not_accepted", "p1"}, []any{d["kind"], d["gateway_reference"]})
 }
 
 // Pause's resume_at has the billing anchor's horizon.

@@ -21,6 +21,12 @@ type Reconciliation interface {
 	Day(ctx context.Context, gateway string, day time.Time) (reconcile.Result, error)
 	// Known reports whether gateway is one rebill reconciles.
 	Known(gateway string) bool
+	// RegistryDay returns the registry gateway's UTC day, pending when
+	// not yet checked.
+	RegistryDay(ctx context.Context, registry string, day time.Time) (reconcile.Result, error)
+	// KnownRegistry reports whether registry is a registry gateway rebill
+	// reconciles.
+	KnownRegistry(registry string) bool
 }
 
 // Reports builds the daily financial report.
@@ -73,18 +79,30 @@ var firstReportDay = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 func (s *Server) getReconciliation(w http.ResponseWriter, r *http.Request) {
 	var errs validate.Errors
 	day := queryDate(r, s.now().UTC(), &errs)
-	gw := r.URL.Query().Get("gateway")
+	gw, registry := r.URL.Query().Get("gateway"), r.URL.Query().Get("registry")
 	switch {
-	case gw == "":
-		errs.Add("gateway", "is required: the name of a configured gateway")
-	case !s.Reconciliation.Known(gw):
+	case gw == "" && registry == "":
+		errs.Add("gateway", "or registry is required: the name of a configured gateway, or of a registry gateway")
+		errs.Add("registry", "or gateway is required: the name of a registry gateway, or of a configured gateway")
+	case gw != "" && registry != "":
+		errs.Add("gateway", "and registry are exclusive: give one of them")
+		errs.Add("registry", "and gateway are exclusive: give one of them")
+	case gw != "" && !s.Reconciliation.Known(gw):
 		errs.Add("gateway", "is not a configured gateway")
+	case registry != "" && !s.Reconciliation.KnownRegistry(registry):
+		errs.Add("registry", "is not a configured registry gateway")
 	}
 	if err := errs.Err(); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	res, err := s.Reconciliation.Day(r.Context(), gw, day)
+	var res reconcile.Result
+	var err error
+	if registry != "" {
+		res, err = s.Reconciliation.RegistryDay(r.Context(), registry, day)
+	} else {
+		res, err = s.Reconciliation.Day(r.Context(), gw, day)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

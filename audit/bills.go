@@ -13,6 +13,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/pg"
 )
 
@@ -31,6 +32,12 @@ type Bills struct {
 	// service clock (dev mode with only the simulated gateways); see
 	// billcheck.Data.OpsOnServiceClock.
 	OpsOnServiceClock bool
+	// Registries are the registry gateways whose book says what the state
+	// holds of each posting (its RegistryStatus): their export of the
+	// days the postings were made, and a look-up by payment id of the
+	// postings the exports do not list. None: the postings are judged by
+	// rebill's own records alone.
+	Registries []gisgmp.Gateway
 }
 
 // BillData reads what billcheck judges for the bills received in [from,
@@ -133,7 +140,11 @@ func BillData(ctx context.Context, db pg.DBTX, gateways []gateway.Gateway, from,
 			}
 		}
 	}
-	return d, readPostings(ctx, db, chargeIDs, d)
+	ps, err := readPostings(ctx, db, chargeIDs, d)
+	if err != nil {
+		return nil, err
+	}
+	return d, readRegistry(ctx, rules.Registries, ps, d)
 }
 
 // lookUpAuthorize adds the authorization of attempt n of chargeKey, if g
@@ -172,22 +183,82 @@ func readEnrollments(ctx context.Context, db pg.DBTX, ids []uuid.UUID, d *billch
 	return nil
 }
 
-func readPostings(ctx context.Context, db pg.DBTX, chargeIDs []uuid.UUID, d *billcheck.Data) error {
-	rows, err := db.Query(ctx, `SELECT payment_id, charge_id, attempt, uin, amount, status FROM registry_postings
-		WHERE charge_id = ANY($1) ORDER BY charge_id, attempt`, chargeIDs)
+// readPostings adds the charges' postings, read through gisgmp, to d
+// and returns them, in the same order.
+func readPostings(ctx context.Context, db pg.DBTX, chargeIDs []uuid.UUID, d *billcheck.Data) ([]gisgmp.Posting, error) {
+	ps, err := gisgmp.PostingsOfCharges(ctx, db, chargeIDs)
 	if err != nil {
-		return fmt.Errorf("audit postings: %w", err)
+		return nil, fmt.Errorf("audit postings: %w", err)
 	}
-	ps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (billcheck.Posting, error) {
-		var p billcheck.Posting
-		var charge uuid.UUID
-		err := row.Scan(&p.PaymentID, &charge, &p.Attempt, &p.UIN, &p.Amount, &p.Status)
-		p.ChargeID = charge.String()
-		return p, err
-	})
-	if err != nil {
-		return fmt.Errorf("audit postings: %w", err)
+	d.Postings = make([]billcheck.Posting, len(ps))
+	for i, p := range ps {
+		d.Postings[i] = billcheck.Posting{PaymentID: p.PaymentID, ChargeID: p.ChargeID.String(), Attempt: p.Attempt, UIN: p.UIN,
+			Amount: p.Amount, Status: string(p.Status)}
 	}
-	d.Postings = ps
+	return ps, nil
+}
+
+// readRegistry sets each posting's RegistryStatus from the registry
+// gateways' book: what their exports list for the UTC days the postings
+// were made and the day after each (a payment may be taken after
+// midnight), then, for a posting no export lists (or every posting, from
+// a gateway without an export), a look-up by payment id at the gateway
+// that answered it, or at each gateway when none did: the first that
+// holds it says its status; none holds it: not_found. A registry that
+// cannot be read fails the audit rather than judge without it.
+func readRegistry(ctx context.Context, registries []gisgmp.Gateway, ps []gisgmp.Posting, d *billcheck.Data) error {
+	if len(registries) == 0 || len(ps) == 0 {
+		return nil
+	}
+	ours := make(map[string]bool, len(ps))
+	days := map[time.Time]bool{}
+	for _, p := range ps {
+		ours[p.PaymentID] = true
+		day := p.CreatedAt.UTC().Truncate(24 * time.Hour)
+		days[day], days[day.AddDate(0, 0, 1)] = true, true
+	}
+	statuses := map[string]gisgmp.RegistryStatus{}
+	for _, g := range registries {
+		for day := range days {
+			listed, err := gisgmp.Export(ctx, g, day)
+			if errors.Is(err, gisgmp.ErrExportUnsupported) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("audit: the registry's book: %w", err)
+			}
+			for _, e := range listed {
+				if ours[e.PaymentID] {
+					statuses[e.PaymentID] = e.Status
+				}
+			}
+		}
+	}
+	byName := make(map[string]gisgmp.Gateway, len(registries))
+	for _, g := range registries {
+		byName[g.Name()] = g
+	}
+	for i := range d.Postings {
+		p := &d.Postings[i]
+		status, ok := statuses[p.PaymentID]
+		if !ok {
+			asked := registries
+			if g, named := byName[ps[i].Gateway]; named {
+				asked = []gisgmp.Gateway{g}
+			}
+			status = gisgmp.RegistryNotFound
+			for _, g := range asked {
+				got, err := gisgmp.LookupStatus(ctx, g, p.PaymentID)
+				if err != nil {
+					return fmt.Errorf("audit: the registry's book: look up %s: %w", p.PaymentID, err)
+				}
+				if got != gisgmp.RegistryNotFound {
+					status = got
+					break
+				}
+			}
+		}
+		p.RegistryStatus = string(status)
+	}
 	return nil
 }

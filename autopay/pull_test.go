@@ -327,3 +327,31 @@ func TestFinesFiledUnderLatinSpellingReachTheEnrollment(t *testing.T) {
 	s.clock.Advance(time.Minute)
 	require.Equal(t, 0, s.pull(t), "read again, stored once")
 }
+
+// A pulled bill that can no longer be paid (a fine past both its due
+// date and 60 days after its ruling) is not skipped: it is stored
+// expired, as a pushed one is, and never charged; one still payable after
+// its due date (within the 60 days) is charged (docs/bill-sources.md).
+func TestPulledBillPastItsLastMomentIsStoredExpired(t *testing.T) {
+	t.Parallel()
+	s := setupSource(t, time.Hour, 50)
+	e := s.enrol(t, finesOf("cus_1", "77УА000002", 500000))
+	late := s.fineOf("77УА000002", 4)
+	late.IssuedAt, late.DueDate, late.DiscountedAmount, late.DiscountDeadline = start.AddDate(0, 0, -(enrollments.FineExpiryDays+1)),
+		start.AddDate(0, 0, -10).Format(time.DateOnly), nil, nil
+	s.fake.Publish(late)
+	require.Equal(t, 1, s.pull(t))
+	require.Equal(t, []string{uin(4)}, s.billIDs(t, e), "stored, not skipped")
+	var status string
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT status FROM bills WHERE enrollment_id = $1`, e.ID).Scan(&status))
+	require.Equal(t, string(enrollments.BillExpired), status)
+	require.Equal(t, 0, s.charges(t), "never charged")
+	require.Equal(t, []string{"received", "expired"}, s.events.of(uin(4)))
+
+	payable := s.fineOf("77УА000002", 5)
+	payable.IssuedAt, payable.DueDate, payable.DiscountedAmount, payable.DiscountDeadline = start.AddDate(0, 0, -20),
+		start.AddDate(0, 0, -10).Format(time.DateOnly), nil, nil
+	s.fake.Publish(payable)
+	require.Equal(t, 1, s.pull(t))
+	require.Equal(t, 1, s.charges(t), "a fine past its due date within 60 days of its ruling is still charged")
+}

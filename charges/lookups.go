@@ -72,6 +72,12 @@ func ByKeys(ctx context.Context, db DBTX, keys []string) ([]Charge, error) {
 		   OR (enrollment_id, period_key) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))`, owners, periods))
 }
 
+// ByIDs returns the charges with these ids; ids that name no charge are
+// left out.
+func ByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Charge, error) {
+	return collect(db.Query(ctx, `SELECT `+columns+` FROM charges WHERE id = ANY($1) ORDER BY id`, ids))
+}
+
 // SettledOn returns the charges of gateway (every gateway for "") that
 // reached a final status (succeeded, failed, voided) in [from, to) of the
 // service clock, the ones a day's reconciliation expects the gateway to

@@ -233,21 +233,30 @@ func (e DevBillPublishedKind) Valid() bool {
 
 // Defines values for DiscrepancyKind.
 const (
-	AmountMismatch   DiscrepancyKind = "amount_mismatch"
-	DuplicateCapture DiscrepancyKind = "duplicate_capture"
-	MissingAtGateway DiscrepancyKind = "missing_at_gateway"
-	StatusMismatch   DiscrepancyKind = "status_mismatch"
-	UnknownAtRebill  DiscrepancyKind = "unknown_at_rebill"
+	AcceptedNotCaptured DiscrepancyKind = "accepted_not_captured"
+	AmountMismatch      DiscrepancyKind = "amount_mismatch"
+	CapturedNotAccepted DiscrepancyKind = "captured_not_accepted"
+	DuplicateCapture    DiscrepancyKind = "duplicate_capture"
+	MissingAtGateway    DiscrepancyKind = "missing_at_gateway"
+	ProcessingTooLong   DiscrepancyKind = "processing_too_long"
+	StatusMismatch      DiscrepancyKind = "status_mismatch"
+	UnknownAtRebill     DiscrepancyKind = "unknown_at_rebill"
 )
 
 // Valid indicates whether the value is a known member of the DiscrepancyKind enum.
 func (e DiscrepancyKind) Valid() bool {
 	switch e {
+	case AcceptedNotCaptured:
+		return true
 	case AmountMismatch:
+		return true
+	case CapturedNotAccepted:
 		return true
 	case DuplicateCapture:
 		return true
 	case MissingAtGateway:
+		return true
+	case ProcessingTooLong:
 		return true
 	case StatusMismatch:
 		return true
@@ -1390,7 +1399,7 @@ type Discrepancy struct {
 	// Detail What disagrees, for a person.
 	Detail string `json:"detail"`
 
-	// GatewayReference The gateway's id of the operation concerned; null when the gateway has none (missing_at_gateway).
+	// GatewayReference The gateway's id of the operation concerned; null when the gateway has none (missing_at_gateway). For a registry gateway, the payment id.
 	GatewayReference *string         `json:"gateway_reference"`
 	Kind             DiscrepancyKind `json:"kind"`
 }
@@ -2078,10 +2087,12 @@ type Reconciliation struct {
 	Date          openapi_types.Date `json:"date"`
 	Discrepancies []Discrepancy      `json:"discrepancies"`
 
-	// Gateway Examples: sim1
+	// Gateway The gateway, or the registry gateway, asked about.
+	//
+	// Examples: sim1
 	Gateway string `json:"gateway"`
 
-	// Operations Operations the gateway listed for the day.
+	// Operations Operations the gateway listed for the day; for a registry gateway, rebill's payments judged.
 	Operations int                  `json:"operations"`
 	Status     ReconciliationStatus `json:"status"`
 }
@@ -2604,8 +2615,11 @@ type GetReconciliationParams struct {
 	// Date A UTC day, YYYY-MM-DD.
 	Date string `form:"date" json:"date"`
 
-	// Gateway A configured gateway.
-	Gateway string `form:"gateway" json:"gateway"`
+	// Gateway A configured gateway. Exactly one of `gateway` and `registry`.
+	Gateway *string `form:"gateway,omitempty" json:"gateway,omitempty"`
+
+	// Registry A registry gateway (an entry of `REBILL_REGISTRY_FILE`; dev mode: `gmp1`, `gmp2`). Exactly one of `gateway` and `registry`.
+	Registry *string `form:"registry,omitempty" json:"registry,omitempty"`
 }
 
 // GetDailyReportParams defines parameters for GetDailyReport.
@@ -3597,9 +3611,9 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/gateways (the `ListGateways` operationId).
 	ListGateways(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetReconciliation A gateway's reconciled day
+	// GetReconciliation A gateway's or a registry gateway's reconciled day
 	//
-	// Support, admin (customer: 403). The result of matching the gateway's operations of a UTC day with rebill's charges (Decision 27).
+	// Support, admin (customer: 403). The result of matching the gateway's operations of a UTC day with rebill's charges, or a registry gateway's payments with rebill's postings and captures (Decision 27). Exactly one of `gateway` and `registry`.
 	//
 	// Corresponds with GET /v1/reconciliation (the `GetReconciliation` operationId).
 	GetReconciliation(ctx context.Context, params *GetReconciliationParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4752,9 +4766,9 @@ func (c *RawClient) ListGateways(ctx context.Context, reqEditors ...RequestEdito
 	return c.Client.Do(req)
 }
 
-// GetReconciliation A gateway's reconciled day
+// GetReconciliation A gateway's or a registry gateway's reconciled day
 //
-// Support, admin (customer: 403). The result of matching the gateway's operations of a UTC day with rebill's charges (Decision 27).
+// Support, admin (customer: 403). The result of matching the gateway's operations of a UTC day with rebill's charges, or a registry gateway's payments with rebill's postings and captures (Decision 27). Exactly one of `gateway` and `registry`.
 //
 // Corresponds with GET /v1/reconciliation (the `GetReconciliation` operationId).
 func (c *RawClient) GetReconciliation(ctx context.Context, params *GetReconciliationParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7001,12 +7015,28 @@ func NewGetReconciliationRequest(server string, params *GetReconciliationParams)
 			}
 		}
 
-		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "gateway", params.Gateway, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
-			return nil, err
-		} else {
-			for _, qp := range strings.Split(queryFrag, "&") {
-				rawQueryFragments = append(rawQueryFragments, qp)
+		if params.Gateway != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "gateway", *params.Gateway, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
 			}
+
+		}
+
+		if params.Registry != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "registry", *params.Registry, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
 		}
 
 		if encoded := queryValues.Encode(); encoded != "" {
@@ -8735,9 +8765,9 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/gateways (the `ListGateways` operationId).
 	ListGatewaysWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListGatewaysResponse, error)
 
-	// GetReconciliationWithResponse A gateway's reconciled day
+	// GetReconciliationWithResponse A gateway's or a registry gateway's reconciled day
 	//
-	// Support, admin (customer: 403). The result of matching the gateway's operations of a UTC day with rebill's charges (Decision 27).
+	// Support, admin (customer: 403). The result of matching the gateway's operations of a UTC day with rebill's charges, or a registry gateway's payments with rebill's postings and captures (Decision 27). Exactly one of `gateway` and `registry`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -15265,9 +15295,9 @@ func (c *ClientWithResponses) ListGatewaysWithResponse(ctx context.Context, reqE
 	return ParseListGatewaysResponse(rsp)
 }
 
-// GetReconciliationWithResponse A gateway's reconciled day
+// GetReconciliationWithResponse A gateway's or a registry gateway's reconciled day
 //
-// Support, admin (customer: 403). The result of matching the gateway's operations of a UTC day with rebill's charges (Decision 27).
+// Support, admin (customer: 403). The result of matching the gateway's operations of a UTC day with rebill's charges, or a registry gateway's payments with rebill's postings and captures (Decision 27). Exactly one of `gateway` and `registry`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -44,6 +44,9 @@ func (b *Balancer) Names() []string {
 	return out
 }
 
+// Gateways lists the gateways, each as configured (see Export).
+func (b *Balancer) Gateways() []Gateway { return slices.Clone(b.gateways) }
+
 // Settings are what a deployment says of one gateway.
 type Settings struct {
 	// Priority orders the gateways: lower first; equal ones take turns.

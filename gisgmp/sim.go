@@ -374,3 +374,34 @@ func (g simGateway) Lookup(ctx context.Context, paymentID string) (found, annull
 	}
 	return true, status == "annulled", nil
 }
+
+// Export lists the payments this gateway took on day, as a party exports
+// those it imported; a payment made outside rebill is no gateway's. The
+// simulated registry accepts at once, so a payment's acceptance is when
+// it was taken.
+func (g simGateway) Export(ctx context.Context, day time.Time) ([]ExportedPayment, error) {
+	if err := g.reachable(ctx); err != nil {
+		return nil, err
+	}
+	from := day.UTC().Truncate(24 * time.Hour)
+	rows, err := g.pool.Query(ctx, `SELECT payment_id, uin, amount, status, at, annulled_at FROM dev_registry_ledger
+		WHERE gateway = $1 AND at >= $2 AND at < $3 ORDER BY seq`, g.name, from, from.Add(24*time.Hour))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ExportedPayment, error) {
+		var p ExportedPayment
+		var annulledAt *time.Time
+		err := row.Scan(&p.PaymentID, &p.UIN, &p.Amount, &p.Status, &p.ReceivedAt, &annulledAt)
+		p.ReceivedAt = p.ReceivedAt.UTC()
+		p.AcceptedAt = p.ReceivedAt
+		if annulledAt != nil {
+			p.AnnulledAt = annulledAt.UTC()
+		}
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+	}
+	return out, nil
+}

@@ -21,6 +21,18 @@
 // rebill_reconciliation_open_discrepancies{gateway} (the alerts), and
 // logged with the charge id.
 //
+// # The registry's book
+//
+// Fines are checked a second time against the state payment registry, per
+// registry gateway and UTC day ([RegistryDayArgs], [CheckRegistry]): the
+// payments the gateway's export lists for the day (or, for a gateway
+// without one, a look-up per payment id of rebill's postings) are matched
+// with the postings (read through gisgmp) and the charges' captures. A
+// payment still settling (within [Reconciler.AnnulWithin]) keeps the day
+// pending instead of being called a discrepancy; the day's result is then
+// kept like a gateway's, in tables of its own, with metrics labelled
+// registry.
+//
 // # Catch-up
 //
 // A periodic tick enqueues one [DayArgs] job per gateway and finished day

@@ -10,11 +10,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/internal/pg"
@@ -33,7 +35,14 @@ type Reconciler struct {
 	Read pg.DBTX
 	// Gateways are the gateways to reconcile, by name.
 	Gateways map[string]gateway.Gateway
-	Clock    clock.Clock
+	// Registries are the registry gateways to reconcile, by name.
+	Registries map[string]gisgmp.Gateway
+	// AnnulWithin bounds, on the service clock from the later of a
+	// posting's and its charge's last change, how long a payment the
+	// registry accepted without a capture, or still processes, is taken
+	// as settling by itself (an annulment or a capture in flight).
+	AnnulWithin time.Duration
+	Clock       clock.Clock
 	// Days is how far back finished days are caught up.
 	Days int
 	// JobTimeout bounds one day's check (0: River's default).
@@ -103,15 +112,45 @@ func dayRetryDelay(n int) time.Duration {
 	return ceiling/2 + time.Duration(rand.Int64N(int64(ceiling/2)+1))
 }
 
-// enqueued is what one enqueue planned: N gateway-days over Gateways
-// gateways, the days From..To (UTC) at the widest.
+// RegistryDayArgs checks one registry gateway's UTC day.
+type RegistryDayArgs struct {
+	Registry string `json:"registry" river:"unique"`
+	Day      string `json:"day" river:"unique"` // YYYY-MM-DD, UTC
+}
+
+// Kind names the job in River.
+func (RegistryDayArgs) Kind() string { return "registry_reconcile_day" }
+
+// InsertOpts makes the job unique per registry and day while it waits or
+// runs, as DayArgs.
+func (RegistryDayArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{MaxAttempts: 10, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+}
+
+// enqueued is what one enqueue planned: N days over Gateways gateways and
+// Registries registry gateways, the days From..To (UTC) at the widest.
 type enqueued struct {
-	N, Gateways int
-	From, To    time.Time
+	N, Gateways, Registries int
+	From, To                time.Time
+}
+
+func (e *enqueued) add(days []time.Time, books *int) {
+	if len(days) > 0 {
+		*books++
+	}
+	for _, d := range days {
+		if e.From.IsZero() || d.Before(e.From) {
+			e.From = d
+		}
+		if d.After(e.To) {
+			e.To = d
+		}
+	}
 }
 
 // Enqueue inserts a DayArgs job for every finished day of the last Days
-// days that a gateway has no result for, and returns how many.
+// days that a gateway has no result for, and a RegistryDayArgs job for
+// every such day of a registry gateway, and returns how many.
 func (r *Reconciler) Enqueue(ctx context.Context) (int, error) {
 	e, err := r.enqueue(ctx)
 	return e.N, err
@@ -120,32 +159,32 @@ func (r *Reconciler) Enqueue(ctx context.Context) (int, error) {
 func (r *Reconciler) enqueue(ctx context.Context) (enqueued, error) {
 	end := Day(r.Clock.Now().Add(-Settle)) // the first day not finished
 	from := end.AddDate(0, 0, -r.Days)
-	names := make([]string, 0, len(r.Gateways))
-	for name := range r.Gateways {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var params []river.InsertManyParams
 	var e enqueued
-	for _, name := range names {
-		if err := r.refreshGauges(ctx, name); err != nil {
+	for _, name := range sortedKeys(r.Gateways) {
+		if err := r.refreshGauges(ctx, gatewayBooks, name); err != nil {
 			return enqueued{}, err
 		}
-		days, err := unchecked(ctx, r.Pool, name, from, end)
+		days, err := gatewayBooks.unchecked(ctx, r.Pool, name, from, end)
 		if err != nil {
 			return enqueued{}, err
 		}
-		if len(days) > 0 {
-			e.Gateways++
-		}
+		e.add(days, &e.Gateways)
 		for _, d := range days {
 			params = append(params, river.InsertManyParams{Args: DayArgs{Gateway: name, Day: d.Format(time.DateOnly)}})
-			if e.From.IsZero() || d.Before(e.From) {
-				e.From = d
-			}
-			if d.After(e.To) {
-				e.To = d
-			}
+		}
+	}
+	for _, name := range sortedKeys(r.Registries) {
+		if err := r.refreshGauges(ctx, registryBooks, name); err != nil {
+			return enqueued{}, err
+		}
+		days, err := registryBooks.unchecked(ctx, r.Pool, name, from, end)
+		if err != nil {
+			return enqueued{}, err
+		}
+		e.add(days, &e.Registries)
+		for _, d := range days {
+			params = append(params, river.InsertManyParams{Args: RegistryDayArgs{Registry: name, Day: d.Format(time.DateOnly)}})
 		}
 	}
 	if len(params) == 0 {
@@ -175,56 +214,118 @@ func (r *Reconciler) RunDay(ctx context.Context, name string, day time.Time) (Re
 	if err != nil {
 		return Result{}, err
 	}
+	return r.record(ctx, gatewayBooks, name, day, ops, found, false)
+}
+
+// NotSettledError is a registry day that cannot be concluded yet: a
+// payment on it is still settling (within the annulment bound) until
+// Until, on the service clock. Nothing was recorded.
+type NotSettledError struct {
+	Registry string
+	Until    time.Time
+}
+
+func (e *NotSettledError) Error() string {
+	return fmt.Sprintf("registry %s: a payment is still settling until %s", e.Registry, e.Until.Format(time.RFC3339))
+}
+
+// RunRegistryDay checks one registry gateway's day and records the result
+// once. Returns a *NotSettledError, recording nothing, while a payment of
+// the day is still settling; any other error (River retries) when the
+// registry or the database did not answer.
+func (r *Reconciler) RunRegistryDay(ctx context.Context, name string, day time.Time) (Result, error) {
+	g, ok := r.Registries[name]
+	if !ok {
+		return Result{}, fmt.Errorf("reconcile: registry %q is not configured", name)
+	}
+	day = Day(day)
+	check, err := CheckRegistry(ctx, r.Read, g, day, r.Clock.Now(), r.AnnulWithin)
+	if err != nil {
+		return Result{}, err
+	}
+	if !check.WaitUntil.IsZero() {
+		return Result{}, &NotSettledError{Registry: name, Until: check.WaitUntil}
+	}
+	if check.Unsupported {
+		r.Logger.Info().Str("registry", name).Str("day", day.Format(time.DateOnly)).Int("payments", check.Payments).
+			Msg("the registry has no export of payments (404): its day was checked by a look-up per payment id")
+	}
+	return r.record(ctx, registryBooks, name, day, check.Payments, check.Found, check.Unsupported)
+}
+
+// record saves a checked day once and, the first time, reports it.
+func (r *Reconciler) record(ctx context.Context, b books, name string, day time.Time, n int, found []Discrepancy,
+	unsupported bool) (Result, error) {
 	var saved bool
-	err = pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
-		saved, err = save(ctx, tx, name, day, ops, found, r.Clock.Now())
+	err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
+		var err error
+		saved, err = b.save(ctx, tx, name, day, n, found, unsupported, r.Clock.Now())
 		return err
 	})
 	if err != nil {
 		return Result{}, err
 	}
 	if saved {
-		r.report(ctx, name, day, ops, found)
+		r.report(ctx, b, name, day, n, found)
 	}
-	return Get(ctx, r.Pool, name, day)
+	return b.get(ctx, r.Pool, name, day)
 }
 
-// refreshGauges sets the gateway's alert gauges from the database, so
-// that they survive restarts and leader changes.
-func (r *Reconciler) refreshGauges(ctx context.Context, name string) error {
-	open, err := openCount(ctx, r.Pool, name)
+// metricsOf are a kind of day's metric families.
+func metricsOf(b books) (found *prometheus.CounterVec, open, last *prometheus.GaugeVec) {
+	if b == registryBooks {
+		return metrics.RegistryReconciliationDiscrepancies, metrics.RegistryReconciliationOpen, metrics.RegistryReconciliationLastDay
+	}
+	return metrics.ReconciliationDiscrepancies, metrics.ReconciliationOpen, metrics.ReconciliationLastDay
+}
+
+// refreshGauges sets the gateway's or registry's alert gauges from the
+// database, so that they survive restarts and leader changes.
+func (r *Reconciler) refreshGauges(ctx context.Context, b books, name string) error {
+	_, openGauge, lastGauge := metricsOf(b)
+	open, err := b.openCount(ctx, r.Pool, name)
 	if err != nil {
 		return err
 	}
-	metrics.ReconciliationOpen.WithLabelValues(name).Set(float64(open))
-	last, err := lastDay(ctx, r.Pool, name)
+	openGauge.WithLabelValues(name).Set(float64(open))
+	last, err := b.lastDay(ctx, r.Pool, name)
 	if err != nil {
 		return err
 	}
 	if !last.IsZero() {
-		metrics.ReconciliationLastDay.WithLabelValues(name).Set(float64(last.Unix()))
+		lastGauge.WithLabelValues(name).Set(float64(last.Unix()))
 	}
 	return nil
 }
 
 // report counts, logs and raises the alert gauges of a freshly checked day.
-func (r *Reconciler) report(ctx context.Context, name string, day time.Time, ops int, found []Discrepancy) {
+func (r *Reconciler) report(ctx context.Context, b books, name string, day time.Time, n int, found []Discrepancy) {
+	counter, _, _ := metricsOf(b)
 	for _, d := range found {
-		metrics.ReconciliationDiscrepancies.WithLabelValues(name, string(d.Kind)).Inc()
-		ev := r.Logger.Warn().Str("gateway", name).Str("day", day.Format(time.DateOnly)).Str("kind", string(d.Kind)).
-			Str("gateway_reference", d.GatewayReference).Str("detail", d.Detail)
+		counter.WithLabelValues(name, string(d.Kind)).Inc()
+		ev := r.Logger.Warn().Str(b.name, name).Str("day", day.Format(time.DateOnly)).Str("kind", string(d.Kind)).
+			Str(b.ref, d.GatewayReference).Str("detail", d.Detail)
 		if d.ChargeID != nil {
 			ev = ev.Str("charge_id", d.ChargeID.String())
 		}
 		ev.Msg("reconciliation discrepancy")
 	}
-	// Debug: a start catches up every gateway's last Days days, and the
+	// Debug: a start catches up every book's last Days days, and the
 	// tick's line already summarises them; discrepancies are warnings above.
-	r.Logger.Debug().Str("gateway", name).Str("day", day.Format(time.DateOnly)).Int("operations", ops).
-		Int("discrepancies", len(found)).Msg("gateway day reconciled")
-	if err := r.refreshGauges(ctx, name); err != nil {
-		r.Logger.Error().Err(err).Str("gateway", name).Msg("reconciliation gauges")
+	r.Logger.Debug().Str(b.name, name).Str("day", day.Format(time.DateOnly)).Int(b.count, n).
+		Int("discrepancies", len(found)).Msg(b.name + " day reconciled")
+	if err := r.refreshGauges(ctx, b, name); err != nil {
+		r.Logger.Error().Err(err).Str(b.name, name).Msg("reconciliation gauges")
 	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // TickWorker runs TickArgs.
@@ -237,9 +338,9 @@ type TickWorker struct {
 func (w *TickWorker) Work(ctx context.Context, _ *river.Job[TickArgs]) error {
 	e, err := w.Reconciler.enqueue(ctx)
 	if e.N > 0 {
-		w.Reconciler.Logger.Info().Int("days", e.N).Int("gateways", e.Gateways).
+		w.Reconciler.Logger.Info().Int("days", e.N).Int("gateways", e.Gateways).Int("registries", e.Registries).
 			Str("from", e.From.Format(time.DateOnly)).Str("to", e.To.Format(time.DateOnly)).
-			Msg("gateway days to reconcile enqueued")
+			Msg("days to reconcile enqueued")
 	}
 	return err
 }
@@ -273,10 +374,41 @@ func (w *DayWorker) NextRetry(job *river.Job[DayArgs]) time.Time {
 // rescue time (a rescued run that finishes too records nothing twice).
 func (w *DayWorker) Timeout(*river.Job[DayArgs]) time.Duration { return w.Reconciler.JobTimeout }
 
+// RegistryDayWorker runs RegistryDayArgs.
+type RegistryDayWorker struct {
+	river.WorkerDefaults[RegistryDayArgs]
+	Reconciler *Reconciler
+}
+
+// maxSettleWait bounds one wait for a registry day still settling: the
+// bound is on the service clock, which may move faster than River's.
+const maxSettleWait = time.Hour
+
+// Work checks the day, or waits while a payment of it is still settling
+// (a wait is no failed attempt).
+func (w *RegistryDayWorker) Work(ctx context.Context, job *river.Job[RegistryDayArgs]) error {
+	day, err := time.Parse(time.DateOnly, job.Args.Day)
+	if err != nil {
+		return river.JobCancel(fmt.Errorf("reconcile: bad day %q: %w", job.Args.Day, err))
+	}
+	_, err = w.Reconciler.RunRegistryDay(ctx, job.Args.Registry, day)
+	var wait *NotSettledError
+	if errors.As(err, &wait) {
+		return river.JobSnooze(min(max(wait.Until.Sub(w.Reconciler.Clock.Now()), time.Minute), maxSettleWait))
+	}
+	return err
+}
+
+// Timeout allows a day of many payments and look-ups, as DayWorker's.
+func (w *RegistryDayWorker) Timeout(*river.Job[RegistryDayArgs]) time.Duration {
+	return w.Reconciler.JobTimeout
+}
+
 // Register adds the reconciliation workers.
 func Register(workers *river.Workers, r *Reconciler) {
 	river.AddWorker(workers, &TickWorker{Reconciler: r})
 	river.AddWorker(workers, &DayWorker{Reconciler: r})
+	river.AddWorker(workers, &RegistryDayWorker{Reconciler: r})
 }
 
 // PeriodicJob is the tick, run hourly and at every leader's start.

@@ -283,11 +283,11 @@ func TestCatchUpLogsOneInfoLine(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal([]byte(line), &entry), line)
 		levels[entry.Level] = append(levels[entry.Level], entry.Message)
-		if entry.Message == "gateway days to reconcile enqueued" {
+		if entry.Message == "days to reconcile enqueued" {
 			require.Equal(t, 14, entry.Days)
 		}
 	}
-	require.Equal(t, []string{"gateway days to reconcile enqueued"}, levels["info"])
+	require.Equal(t, []string{"days to reconcile enqueued"}, levels["info"])
 	require.Len(t, levels["debug"], 14, "a debug line per gateway-day")
 	require.Equal(t, []string{"reconciliation discrepancy"}, levels["warn"], "the unknown operation, on the day of gateway %s", gw)
 }

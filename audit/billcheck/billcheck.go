@@ -145,7 +145,8 @@ type Posting struct {
 	Amount              int64
 	Status              string // posting, accepted, abandoned, failed, cancelled, annulled
 	// RegistryStatus is the registry's own book's status of PaymentID
-	// (accepted, annulled) when known; "" when not.
+	// (processing, accepted, annulled, not_found) when its book was read;
+	// "" when not.
 	RegistryStatus string
 }
 
@@ -450,9 +451,10 @@ func (x *index) noLateAttempt(c *Charge) []Violation {
 // postingsAnnulled: an accepted posting of an attempt that has no capture
 // and never will (a later attempt exists, or the charge is final, waiting
 // for a new attempt, or in review with its hold released) is annulled
-// once AnnulWithin passed since the charge last changed. The registry's
-// own book, when known, says what is accepted: a posting rebill gave up on
-// (abandoned, failed) that the registry accepted after all is caught too.
+// once AnnulWithin passed since the charge last changed. Where the
+// registry's book was read, its status decides what stands: a posting
+// rebill gave up on (abandoned, failed) that the registry accepted after
+// all is caught too, and a payment it still processes stands too.
 func (x *index) postingsAnnulled() []Violation {
 	bound := x.d.AnnulWithin
 	if bound == 0 {
@@ -465,7 +467,9 @@ func (x *index) postingsAnnulled() []Violation {
 		if p.RegistryStatus != "" {
 			status = p.RegistryStatus // the registry's own book decides
 		}
-		if c == nil || status != "accepted" {
+		// A payment the registry still processes may yet be accepted: it
+		// stands as much as an accepted one until it is withdrawn.
+		if c == nil || (status != "accepted" && status != "processing") {
 			continue
 		}
 		captured := false

@@ -157,6 +157,9 @@ func TestEachBrokenRuleIsFound(t *testing.T) {
 				d.Postings[1].Status, d.Postings[1].RegistryStatus = "failed", "accepted"
 				d.Ops = d.Ops[:6]
 			}, ""},
+		{"the registry still processes a posting rebill gave up on", billcheck.PostingAnnulled, func(d *billcheck.Data) {
+			d.Postings[1].Status, d.Postings[1].RegistryStatus = "failed", "processing"
+		}, ""},
 		{"a discounted price captured by an attempt that began after the deadline", billcheck.DiscountHonest, func(d *billcheck.Data) {
 			d.Charges[1].AttemptTimes = []time.Time{d.Bills[2].DiscountEnds.Add(time.Minute)}
 		}, ""},

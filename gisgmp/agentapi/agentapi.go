@@ -15,7 +15,9 @@
 // (gisgmp.ErrRejected); a write whose answer may have been lost after the
 // request was sent (a timeout, a dropped connection, another 5xx) has an
 // unknown outcome (gisgmp.ErrUnknownOutcome).
-// A read that fails did nothing.
+// A read that fails did nothing. The export of a day's payments is
+// optional: a 404 to it is a party without one
+// (gisgmp.ErrExportUnsupported), not a base URL to fix.
 package agentapi
 
 import (
@@ -50,6 +52,12 @@ type Options struct {
 	BearerToken string
 	// Now reads the clock for Retry-After given as a date; nil: time.Now.
 	Now func() time.Time
+	// OnCertificateError, when set, is told of a call stopped in the TLS
+	// handshake over a certificate (the party refused rebill's client
+	// certificate, or rebill could not verify the party's), at most once
+	// a minute: such a call did nothing, and every posting through the
+	// entry waits until a person fixes the files.
+	OnCertificateError func(err error)
 }
 
 // Client is one registry gateway over HTTP. Its calls are bounded by the
@@ -60,6 +68,9 @@ type Client struct {
 	token string
 	http  *http.Client
 	now   func() time.Time
+
+	onCertificateError func(error)
+	certWarnedAt       atomic.Int64 // Unix nanoseconds of the last call of onCertificateError
 }
 
 // New returns the client of o.
@@ -77,7 +88,7 @@ func New(o Options) (*Client, error) {
 		now = time.Now
 	}
 	return &Client{name: o.Name, base: strings.TrimRight(o.BaseURL, "/"), token: o.BearerToken,
-		http: &http.Client{Transport: transport, CheckRedirect: noRedirects}, now: now}, nil
+		http: &http.Client{Transport: transport, CheckRedirect: noRedirects}, now: now, onCertificateError: o.OnCertificateError}, nil
 }
 
 // noRedirects keeps a redirect from sending a payment, and the bearer
@@ -180,6 +191,84 @@ func (c *Client) Quittance(ctx context.Context, uin string) (gisgmp.Quittance, e
 	return q, nil
 }
 
+// exportAnswer is one page of the export of a day's payments.
+type exportAnswer struct {
+	Date     string `json:"date"`
+	Payments []struct {
+		PaymentID  string     `json:"payment_id"`
+		UIN        string     `json:"uin"`
+		Amount     int64      `json:"amount"`
+		Status     string     `json:"status"`
+		ReceivedAt time.Time  `json:"received_at"`
+		AcceptedAt *time.Time `json:"accepted_at"`
+		AnnulledAt *time.Time `json:"annulled_at"`
+	} `json:"payments"`
+	NextCursor string `json:"next_cursor"`
+}
+
+// maxExportPages bounds the pages one export reads: a party whose cursor
+// never ends is not answering.
+const maxExportPages = 10_000
+
+// Export lists the payments the party took on the UTC day: GET
+// /payments?date=YYYY-MM-DD, then ?cursor= while next_cursor is given.
+// A 404 is a party without the export (gisgmp.ErrExportUnsupported).
+func (c *Client) Export(ctx context.Context, day time.Time) ([]gisgmp.ExportedPayment, error) {
+	date := day.UTC().Format(time.DateOnly)
+	var out []gisgmp.ExportedPayment
+	cursor := ""
+	for range maxExportPages {
+		q := url.Values{"date": {date}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var a exportAnswer
+		err := c.call(ctx, http.MethodGet, "/payments?"+q.Encode(), nil, read, &a)
+		var nf *notFoundError
+		if errors.As(err, &nf) {
+			return nil, fmt.Errorf("%s: export answered 404: %w", c.name, gisgmp.ErrExportUnsupported)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if a.Date != date {
+			return nil, fmt.Errorf("%w: %s exported day %q, not %q", gisgmp.ErrUnavailable, c.name, a.Date, date)
+		}
+		for _, p := range a.Payments {
+			e := gisgmp.ExportedPayment{PaymentID: p.PaymentID, UIN: p.UIN, Amount: p.Amount, Status: gisgmp.RegistryStatus(p.Status),
+				ReceivedAt: p.ReceivedAt.UTC()}
+			switch e.Status {
+			case gisgmp.RegistryProcessing, gisgmp.RegistryAccepted, gisgmp.RegistryAnnulled:
+			default:
+				return nil, fmt.Errorf("%w: %s exported payment %q with status %q", gisgmp.ErrUnavailable, c.name, p.PaymentID, p.Status)
+			}
+			if p.AcceptedAt != nil {
+				e.AcceptedAt = p.AcceptedAt.UTC()
+			}
+			if p.AnnulledAt != nil {
+				e.AnnulledAt = p.AnnulledAt.UTC()
+			}
+			out = append(out, e)
+		}
+		if a.NextCursor == "" {
+			return out, nil
+		}
+		cursor = a.NextCursor
+	}
+	return nil, fmt.Errorf("%w: %s: the export of %s did not end within %d pages", gisgmp.ErrUnavailable, c.name, date, maxExportPages)
+}
+
+// notFoundError is a 404: for most calls a base URL to fix, for the export
+// a party without one.
+type notFoundError struct{ name string }
+
+func (e *notFoundError) Error() string {
+	return fmt.Sprintf("%s: refused with 404: check its base_url and credentials", e.name)
+}
+
+// Is makes a 404 a call that did nothing.
+func (e *notFoundError) Is(target error) bool { return target == gisgmp.ErrUnavailable }
+
 // kind tells a write, whose lost answer leaves the outcome unknown, from a
 // read, which did nothing when it fails.
 type kind bool
@@ -241,6 +330,9 @@ func (c *Client) call(ctx context.Context, method, path string, body any, k kind
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if refusedHandshake(err) {
+			c.certificateError(err)
+		}
 		if !wrote.Load() || refusedHandshake(err) {
 			return fmt.Errorf("%w: %s: %s %s: %w", gisgmp.ErrUnavailable, c.name, method, path, err)
 		}
@@ -281,6 +373,8 @@ func (c *Client) classify(resp *http.Response, raw []byte, k kind, out any) erro
 			return fmt.Errorf("%w: %s: answer %d without the protocol's error body", gisgmp.ErrUnavailable, c.name, status)
 		}
 		return fmt.Errorf("%w: %s: %d %s: %s", gisgmp.ErrRejected, c.name, status, e.Error.Code, clip(e.Error.Message))
+	case status == http.StatusNotFound:
+		return &notFoundError{name: c.name}
 	case status >= 400 && status < 500:
 		// 401, 403, 404, 405...: the party did not take the call (a
 		// credential or a base URL to fix), so nothing was done.
@@ -303,6 +397,23 @@ func (c *Client) retryAfter(resp *http.Response) time.Duration {
 		return max(at.Sub(c.now()), 0)
 	}
 	return 0
+}
+
+// certificateWarnEvery bounds how often a certificate error is told: a
+// posting asks again every few seconds.
+const certificateWarnEvery = time.Minute
+
+// certificateError tells OnCertificateError of err, unless it was told of
+// one less than certificateWarnEvery ago.
+func (c *Client) certificateError(err error) {
+	if c.onCertificateError == nil {
+		return
+	}
+	now, last := c.now().UnixNano(), c.certWarnedAt.Load()
+	if last != 0 && now-last < int64(certificateWarnEvery) || !c.certWarnedAt.CompareAndSwap(last, now) {
+		return
+	}
+	c.onCertificateError(fmt.Errorf("%s: %w", c.name, err))
 }
 
 // refusedHandshake reports whether the party ended the TLS handshake (a

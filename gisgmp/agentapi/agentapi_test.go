@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log"
 	"math/big"
@@ -134,7 +135,8 @@ func (p party) client(t *testing.T, name string, cfg *tls.Config) *agentapi.Clie
 }
 
 // The HTTP adapter over the fake passes the registry gateways'
-// conformance suite, over TLS with a client certificate.
+// conformance suite, over TLS with a client certificate: the export of a
+// day's payments included.
 func TestHTTPConformance(t *testing.T) {
 	t.Parallel()
 	gisgmptest.Run(t, func(t *testing.T) gisgmptest.Harness {
@@ -152,6 +154,7 @@ func TestHTTPConformance(t *testing.T) {
 			LoseAnswers: func(t *testing.T, on bool) { set(func(f *agentfake.Faults) { f.LoseAnswers = on }) },
 			Unavailable: func(t *testing.T, on bool) { set(func(f *agentfake.Faults) { f.RateLimited = on }) },
 			Processing:  func(t *testing.T, looks int) { set(func(f *agentfake.Faults) { f.Processing = looks }) },
+			NoExport:    func(t *testing.T, on bool) { set(func(f *agentfake.Faults) { f.NoExport = on }) },
 			Refused: map[string]gisgmp.Gateway{
 				"no client certificate":       p.client(t, "bank", p.none),
 				"a certificate of another CA": p.client(t, "bank", p.wrong),
@@ -263,4 +266,74 @@ func TestSettledAccrualIsReported(t *testing.T) {
 	q, err = c.Quittance(context.Background(), uin)
 	require.NoError(t, err)
 	require.True(t, q.Settled)
+}
+
+// The export is read page after page until the party gives no cursor,
+// each payment once; an answer about another day is nothing learnt.
+func TestExportFollowsPages(t *testing.T) {
+	t.Parallel()
+	fake := agentfake.New()
+	fake.ExportPage = 2
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	c, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: srv.URL})
+	require.NoError(t, err)
+	ctx := context.Background()
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	var want []string
+	for i := range 5 {
+		id := fmt.Sprintf("page-%d", i)
+		require.NoError(t, c.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: "18810142200817004923", Amount: 100}))
+		want = append(want, id)
+	}
+	got, err := c.Export(ctx, day)
+	if !time.Now().UTC().Truncate(24 * time.Hour).Equal(day) {
+		t.Skip("the UTC day turned during the test")
+	}
+	require.NoError(t, err)
+	ids := make([]string, len(got))
+	for i, p := range got {
+		ids[i] = p.PaymentID
+	}
+	require.Equal(t, want, ids, "five payments over three pages, in order, once each")
+
+	wrong := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"date": "2001-01-01", "payments": []}`))
+	}))
+	t.Cleanup(wrong.Close)
+	c, err = agentapi.New(agentapi.Options{Name: "bank", BaseURL: wrong.URL})
+	require.NoError(t, err)
+	_, err = c.Export(ctx, day)
+	require.ErrorIs(t, err, gisgmp.ErrUnavailable, "an export of another day")
+}
+
+// A call refused in the TLS handshake over a certificate is told to
+// OnCertificateError (the node logs it naming the registry), once a
+// minute however often postings ask again; a call that got through is
+// not.
+func TestCertificateErrorsAreTold(t *testing.T) {
+	t.Parallel()
+	p := startParty(t)
+	for name, cfg := range map[string]*tls.Config{"no client certificate": p.none, "a certificate of another CA": p.wrong} {
+		var told []error
+		now := time.Date(2027, 3, 1, 10, 0, 0, 0, time.UTC)
+		c, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: p.url, TLS: cfg, Now: func() time.Time { return now },
+			OnCertificateError: func(err error) { told = append(told, err) }})
+		require.NoError(t, err)
+		for range 3 {
+			require.ErrorIs(t, c.Post(context.Background(), gisgmp.Payment{PaymentID: "p1", UIN: "18810142200817004923", Amount: 1}),
+				gisgmp.ErrUnavailable, name)
+		}
+		require.Len(t, told, 1, "%s: once a minute", name)
+		require.Contains(t, told[0].Error(), "bank", name)
+		now = now.Add(time.Minute)
+		_, _, err = c.Lookup(context.Background(), "p1")
+		require.ErrorIs(t, err, gisgmp.ErrUnavailable)
+		require.Len(t, told, 2, "%s: told again a minute later", name)
+	}
+	var told []error
+	c, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: p.url, TLS: p.good, OnCertificateError: func(err error) { told = append(told, err) }})
+	require.NoError(t, err)
+	require.NoError(t, c.Post(context.Background(), gisgmp.Payment{PaymentID: "p2", UIN: "18810142200817004923", Amount: 1}))
+	require.Empty(t, told)
 }

@@ -3,7 +3,8 @@
 // protocol as the real one must: a replay of a payment id answers as the
 // first, a payment may stay processing (202) for a while, an answer may be
 // lost after the work is done, an annulment of an unknown id changes
-// nothing, a rate limit (429) does nothing. Tests drive it through its
+// nothing, a rate limit (429) does nothing; its export lists a day's
+// payments (or answers 404, as a party without one). Tests drive it through its
 // fault switches and see its ledger; PaidOutside records a payment made
 // elsewhere. The client certificate is the TLS server's business
 // (tls.RequireAndVerifyClientCert); RequireClientCert also refuses, with
@@ -31,8 +32,11 @@ type Faults struct {
 	LoseAnswers bool `json:"lose_answers"`
 	// Processing is how many looks (the post itself, its replays and
 	// look-ups) a payment posted meanwhile answers 202 to before it is
-	// accepted.
+	// accepted: a count, not a switch (0: accepted at once).
 	Processing int `json:"processing"`
+	// NoExport answers the export of payments 404, as a party that does
+	// not offer it.
+	NoExport bool `json:"no_export"`
 }
 
 // Entry is one payment in the fake's ledger.
@@ -45,6 +49,11 @@ type Entry struct {
 	Status string `json:"status"`
 	// Outside: paid elsewhere (PaidOutside), not through the API.
 	Outside bool `json:"outside,omitempty"`
+	// ReceivedAt is when the fake took it: the day it is exported under.
+	ReceivedAt time.Time `json:"received_at"`
+	// AcceptedAt and AnnulledAt are when it was accepted and annulled.
+	AcceptedAt *time.Time `json:"accepted_at,omitempty"`
+	AnnulledAt *time.Time `json:"annulled_at,omitempty"`
 
 	looksLeft int
 }
@@ -59,6 +68,10 @@ type Fake struct {
 	RequireClientCert bool
 	// RetryAfter is what 202 and 429 say (whole seconds, at least 1).
 	RetryAfter time.Duration
+	// Now stamps the payments' times; nil: time.Now.
+	Now func() time.Time
+	// ExportPage is how many payments one page of the export holds.
+	ExportPage int
 
 	mu       sync.Mutex
 	faults   Faults
@@ -70,7 +83,16 @@ type Fake struct {
 }
 
 // New returns an empty fake.
-func New() *Fake { return &Fake{payments: map[string]*Entry{}, RetryAfter: time.Second} }
+func New() *Fake {
+	return &Fake{payments: map[string]*Entry{}, RetryAfter: time.Second, ExportPage: 100}
+}
+
+func (f *Fake) now() time.Time {
+	if f.Now != nil {
+		return f.Now().UTC()
+	}
+	return time.Now().UTC()
+}
 
 // SetFaults sets the switches.
 func (f *Fake) SetFaults(faults Faults) {
@@ -93,7 +115,8 @@ func (f *Fake) PaidOutside(uin string, amount int64) string {
 	defer f.mu.Unlock()
 	f.outside++
 	id := fmt.Sprintf("outside-%d", f.outside)
-	f.add(&Entry{PaymentID: id, UIN: uin, Amount: amount, Status: "accepted", Outside: true})
+	now := f.now()
+	f.add(&Entry{PaymentID: id, UIN: uin, Amount: amount, Status: "accepted", Outside: true, ReceivedAt: now, AcceptedAt: &now})
 	return id
 }
 
@@ -133,8 +156,9 @@ func (f *Fake) add(e *Entry) {
 }
 
 // ServeHTTP answers the protocol's endpoints, and, for a fake served on
-// its own and driven from outside, GET and PUT /faults, GET /ledger and
-// POST /outside ({uin, amount}).
+// its own and driven from outside, GET /faults, PUT /faults (replaces
+// every switch: one left out is off), PATCH /faults (changes only the
+// switches given), GET /ledger and POST /outside ({uin, amount}).
 func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.calls++
@@ -192,6 +216,8 @@ func (f *Fake) serveAPI(w http.ResponseWriter, r *http.Request, path string) (lo
 	switch {
 	case r.Method == http.MethodPost && path == "payments":
 		return f.post(w, r)
+	case r.Method == http.MethodGet && path == "payments":
+		f.export(w, r)
 	case r.Method == http.MethodPost && len(parts) == 3 && parts[0] == "payments" && parts[2] == "annulment":
 		return f.annul(w, parts[1])
 	case r.Method == http.MethodGet && len(parts) == 2 && parts[0] == "payments":
@@ -219,9 +245,11 @@ func (f *Fake) post(w http.ResponseWriter, r *http.Request) (lose bool) {
 		refuse(w, http.StatusConflict, "payment_id_reused", "the payment id is another payment's")
 		return false
 	case !ok:
-		e = &Entry{PaymentID: p.PaymentID, UIN: p.UIN, Amount: p.Amount, PaymentDate: p.PaymentDate, Status: "accepted"}
+		now := f.now()
+		e = &Entry{PaymentID: p.PaymentID, UIN: p.UIN, Amount: p.Amount, PaymentDate: p.PaymentDate, Status: "accepted",
+			ReceivedAt: now, AcceptedAt: &now}
 		if f.faults.Processing > 0 {
-			e.Status, e.looksLeft = "processing", f.faults.Processing
+			e.Status, e.looksLeft, e.AcceptedAt = "processing", f.faults.Processing, nil
 		}
 		f.add(e)
 	}
@@ -243,7 +271,8 @@ func (f *Fake) look(e *Entry) {
 		e.looksLeft--
 		return
 	}
-	e.Status = "accepted"
+	now := f.now()
+	e.Status, e.AcceptedAt = "accepted", &now
 }
 
 // status answers e's status: 202 while it is processing.
@@ -259,8 +288,9 @@ func (f *Fake) status(w http.ResponseWriter, e *Entry, code int) {
 // is nothing to annul.
 func (f *Fake) annul(w http.ResponseWriter, id string) (lose bool) {
 	e, ok := f.payments[id]
-	if ok {
-		e.Status = "annulled"
+	if ok && e.Status != "annulled" {
+		now := f.now()
+		e.Status, e.AnnulledAt = "annulled", &now
 	}
 	if f.faults.LoseAnswers {
 		return true
@@ -303,15 +333,20 @@ func (f *Fake) quittance(w http.ResponseWriter, uin string) {
 func (f *Fake) serveFaults(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet:
-	case http.MethodPut:
+	case http.MethodPut, http.MethodPatch:
 		var faults Faults
-		if err := json.NewDecoder(r.Body).Decode(&faults); err != nil {
-			refuse(w, http.StatusBadRequest, "invalid_request", "want the faults object")
+		if r.Method == http.MethodPatch {
+			faults = f.Faults() // the switches the body leaves out stay as they are
+		}
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&faults); err != nil {
+			refuse(w, http.StatusBadRequest, "invalid_request", "want the faults object: "+err.Error())
 			return
 		}
 		f.SetFaults(faults)
 	default:
-		refuse(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET or PUT")
+		refuse(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET, PUT or PATCH")
 		return
 	}
 	answer(w, http.StatusOK, f.Faults())
@@ -325,4 +360,52 @@ func answer(w http.ResponseWriter, code int, body any) {
 
 func refuse(w http.ResponseWriter, code int, errCode, message string) {
 	answer(w, code, map[string]any{"error": map[string]string{"code": errCode, "message": message}})
+}
+
+// exportPayment is one payment of the export.
+type exportPayment struct {
+	PaymentID  string     `json:"payment_id"`
+	UIN        string     `json:"uin"`
+	Amount     int64      `json:"amount"`
+	Status     string     `json:"status"`
+	ReceivedAt time.Time  `json:"received_at"`
+	AcceptedAt *time.Time `json:"accepted_at"`
+	AnnulledAt *time.Time `json:"annulled_at"`
+}
+
+// export lists the payments taken through the API on the UTC day of
+// ?date=, a page at a time (?cursor= from the last page's next_cursor);
+// payments made elsewhere are no part of this party's export.
+func (f *Fake) export(w http.ResponseWriter, r *http.Request) {
+	if f.faults.NoExport {
+		refuse(w, http.StatusNotFound, "not_found", "no such endpoint")
+		return
+	}
+	day, err := time.Parse(time.DateOnly, r.URL.Query().Get("date"))
+	if err != nil {
+		refuse(w, http.StatusBadRequest, "invalid_request", "want date=YYYY-MM-DD")
+		return
+	}
+	start := 0
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		if start, err = strconv.Atoi(c); err != nil || start < 0 {
+			refuse(w, http.StatusBadRequest, "invalid_request", "cursor is not one of this export's")
+			return
+		}
+	}
+	page := []exportPayment{}
+	next := ""
+	for i := start; i < len(f.order); i++ {
+		e := f.payments[f.order[i]]
+		if e.Outside || e.ReceivedAt.Before(day) || !e.ReceivedAt.Before(day.Add(24*time.Hour)) {
+			continue
+		}
+		if len(page) == max(f.ExportPage, 1) {
+			next = strconv.Itoa(i)
+			break
+		}
+		page = append(page, exportPayment{PaymentID: e.PaymentID, UIN: e.UIN, Amount: e.Amount, Status: e.Status,
+			ReceivedAt: e.ReceivedAt, AcceptedAt: e.AcceptedAt, AnnulledAt: e.AnnulledAt})
+	}
+	answer(w, http.StatusOK, map[string]any{"date": day.Format(time.DateOnly), "payments": page, "next_cursor": next})
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +34,9 @@ type Harness struct {
 	// processing" to their first looks (posts and look-ups) before they are
 	// accepted.
 	Processing func(t *testing.T, looks int)
+	// NoExport makes the party answer the export of payments as one
+	// without it (404 over HTTP); nil: the gateway always has it.
+	NoExport func(t *testing.T, on bool)
 	// Refused are the same gateway reached with credentials the party
 	// refuses (no client certificate, a wrong one), by name.
 	Refused map[string]gisgmp.Gateway
@@ -170,6 +174,79 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		require.NoError(t, err)
 		require.True(t, found)
 	})
+	t.Run("export lists the day's payments it took, annulled ones included, outside ones not", func(t *testing.T) {
+		h := newHarness(t)
+		before := time.Now().UTC()
+		kept, uin := ids()
+		annulledID, _ := ids()
+		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: kept, UIN: uin, Amount: 500, PaidAt: before}))
+		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: annulledID, UIN: uin, Amount: 1000, PaidAt: before}))
+		require.NoError(t, h.Gateway.Annul(ctx, annulledID))
+		outside := h.PaidOutside(t, uin, 300)
+		after := time.Now().UTC()
+		day := before.Truncate(24 * time.Hour)
+		if !after.Truncate(24 * time.Hour).Equal(day) {
+			t.Skip("the UTC day turned during the case")
+		}
+		got, err := gisgmp.Export(ctx, h.Gateway, day)
+		require.NoError(t, err)
+		byID := map[string]gisgmp.ExportedPayment{}
+		for _, p := range got {
+			byID[p.PaymentID] = p
+		}
+		require.NotContains(t, byID, outside, "a payment made elsewhere is no export of this party's")
+		k, a := byID[kept], byID[annulledID]
+		require.Equal(t, []any{uin, int64(500), gisgmp.RegistryAccepted}, []any{k.UIN, k.Amount, k.Status})
+		require.Equal(t, []any{uin, int64(1000), gisgmp.RegistryAnnulled}, []any{a.UIN, a.Amount, a.Status})
+		for _, p := range []gisgmp.ExportedPayment{k, a} {
+			require.False(t, p.ReceivedAt.Before(before.Add(-time.Second)) || p.ReceivedAt.After(after.Add(time.Second)),
+				"%s received at %s, posted between %s and %s", p.PaymentID, p.ReceivedAt, before, after)
+			require.False(t, p.AcceptedAt.IsZero(), "%s was accepted", p.PaymentID)
+		}
+		require.True(t, k.AnnulledAt.IsZero())
+		require.False(t, a.AnnulledAt.IsZero(), "the annulment's time is exported")
+		other, err := gisgmp.Export(ctx, h.Gateway, day.AddDate(0, 0, -1))
+		require.NoError(t, err)
+		for _, p := range other {
+			require.NotContains(t, []string{kept, annulledID}, p.PaymentID, "listed under the day it was taken only")
+		}
+	})
+	t.Run("export lists a payment still processing as processing", func(t *testing.T) {
+		h := newHarness(t)
+		if h.Processing == nil {
+			t.Skip("the gateway answers at once")
+		}
+		day := time.Now().UTC().Truncate(24 * time.Hour)
+		id, uin := ids()
+		h.Processing(t, 3)
+		_, pending := gisgmp.Pending(h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 400}))
+		require.True(t, pending)
+		h.Processing(t, 0)
+		got, err := gisgmp.Export(ctx, h.Gateway, day)
+		require.NoError(t, err)
+		idx := slices.IndexFunc(got, func(p gisgmp.ExportedPayment) bool { return p.PaymentID == id })
+		if idx < 0 && !time.Now().UTC().Truncate(24*time.Hour).Equal(day) {
+			t.Skip("the UTC day turned during the case")
+		}
+		require.GreaterOrEqual(t, idx, 0, "a payment taken is exported before its outcome")
+		require.Equal(t, gisgmp.RegistryProcessing, got[idx].Status)
+		require.True(t, got[idx].AcceptedAt.IsZero(), "not accepted yet")
+	})
+	t.Run("a party without the export says so, and is still asked by id", func(t *testing.T) {
+		h := newHarness(t)
+		if h.NoExport == nil {
+			t.Skip("the gateway always has the export")
+		}
+		id, uin := ids()
+		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 800}))
+		h.NoExport(t, true)
+		_, err := gisgmp.Export(ctx, h.Gateway, time.Now().UTC().Truncate(24*time.Hour))
+		require.ErrorIs(t, err, gisgmp.ErrExportUnsupported)
+		require.False(t, errors.Is(err, gisgmp.ErrUnavailable), "unsupported is an answer, not a gateway down")
+		status, err := gisgmp.LookupStatus(ctx, h.Gateway, id)
+		require.NoError(t, err)
+		require.Equal(t, gisgmp.RegistryAccepted, status)
+	})
 	t.Run("an unavailable gateway does nothing", func(t *testing.T) {
 		h := newHarness(t)
 		if h.Unavailable == nil {
@@ -181,6 +258,9 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		require.ErrorIs(t, err, gisgmp.ErrUnavailable)
 		_, _, err = h.Gateway.Lookup(ctx, id)
 		require.ErrorIs(t, err, gisgmp.ErrUnavailable)
+		_, err = gisgmp.Export(ctx, h.Gateway, time.Now().UTC().Truncate(24*time.Hour))
+		require.ErrorIs(t, err, gisgmp.ErrUnavailable, "an export refused is nothing learnt")
+		require.False(t, errors.Is(err, gisgmp.ErrExportUnsupported))
 		h.Unavailable(t, false)
 		found, _, err := h.Gateway.Lookup(ctx, id)
 		require.NoError(t, err)

@@ -5,10 +5,12 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,6 +29,7 @@ import (
 	"github.com/rebill/rebill/gisgmp/agentfake"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/internal/mtls"
 	"github.com/rebill/rebill/internal/pgembed"
 	"github.com/rebill/rebill/internal/secrets"
 	"github.com/rebill/rebill/internal/startup"
@@ -41,7 +44,7 @@ Usage:
   rebill migrate                apply migrations and print their status
   rebill apikey create --role admin|support|customer [--customer ID]
   rebill gatewaysim [--addr ADDR]  run the simulated gateways sim1..sim5 standalone
-  rebill registryfake [--addr ADDR]
+  rebill registryfake [--addr ADDR] [--tls-cert FILE --tls-key FILE [--client-ca FILE]]
                                 run the conformance fake of a bank's registry gateway (docs/registry.md)
   rebill bench [-n 20000] [-private] [-latency 250ms] [-sim-ledger memory] [-nodes 3]
                [-history big] [-template DB]
@@ -330,6 +333,24 @@ func poolSizes(cfg config.Config) (service, sim, devClock int32) {
 }
 
 // openMigrated is openPool followed by the migrations every command needs.
+// preflight refuses, before the database is touched (no migration, no
+// first admin key printed), a configuration serve would refuse later
+// anyway: no encryption key outside dev mode, a registry entry that
+// cannot be built.
+func preflight(cfg config.Config, log zerolog.Logger) error {
+	if !cfg.Dev {
+		if _, err := keyring(cfg, log); err != nil {
+			return err
+		}
+	}
+	// The sim entries (dev mode only) reach their book through the pool
+	// only when called: building them needs none.
+	if _, _, err := registryGateways(cfg.Registries, nil, clock.Wall{}, log); err != nil {
+		return fmt.Errorf("REBILL_REGISTRY_FILE: %w", err)
+	}
+	return nil
+}
+
 func openMigrated(ctx context.Context, cfg config.Config, log zerolog.Logger) (*pgxpool.Pool, func(), error) {
 	pool, stop, err := openPool(ctx, cfg, log)
 	if err != nil {
@@ -469,6 +490,9 @@ func riverLogger(log zerolog.Logger) *slog.Logger {
 }
 
 func serve(ctx context.Context, cfg config.Config, log zerolog.Logger, stdout io.Writer) error {
+	if err := preflight(cfg, log); err != nil {
+		return err
+	}
 	pool, stop, err := openMigrated(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -603,25 +627,51 @@ func devEncryptionKey(dataDir string) ([]byte, error) {
 // registryfake serves the conformance fake of a bank's or payment agent's
 // registry gateway (gisgmp/agentfake, in memory), so that a production
 // node can be tried without a bank: point an http entry of
-// REBILL_REGISTRY_FILE at it. It needs no database.
+// REBILL_REGISTRY_FILE at it. With --tls-cert and --tls-key it serves
+// HTTPS, and with --client-ca it requires a client certificate that CA
+// signed, as a bank does: the documented mutual TLS setup can be tried
+// with rebill's own tools. It needs no database.
 func registryfake(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("registryfake", "Usage: rebill registryfake [--addr ADDR]\n\n"+
+	fs := newFlagSet("registryfake", "Usage: rebill registryfake [--addr ADDR] [--tls-cert FILE --tls-key FILE [--client-ca FILE]]\n\n"+
 		"Serves, in memory, the conformance fake of the HTTP registry gateway that rebill's\n"+
 		"kind http speaks to (docs/registry.md): POST /payments, GET /payments/{id},\n"+
-		"POST /payments/{id}/annulment, GET /quittances/{uin}; and, to drive it, GET /ledger,\n"+
-		"GET and PUT /faults, POST /outside {\"uin\", \"amount\"} (a payment made at another bank).\n"+
-		"Its book is lost when it stops.")
+		"POST /payments/{id}/annulment, GET /quittances/{uin}, GET /payments?date= (the export);\n"+
+		"and, to drive it, GET /ledger, GET /faults, PUT /faults (replaces every switch),\n"+
+		"PATCH /faults (changes the switches given), POST /outside {\"uin\", \"amount\"} (a payment\n"+
+		"made at another bank). Its book is lost when it stops. With --tls-cert and --tls-key it\n"+
+		"serves HTTPS; with --client-ca too it refuses a client without a certificate that CA signed.")
 	addr := fs.String("addr", "127.0.0.1:8092", "listen address")
+	certFile := fs.String("tls-cert", "", "the server certificate (PEM, chain after it): serve HTTPS")
+	keyFile := fs.String("tls-key", "", "the server certificate's key (PEM)")
+	clientCA := fs.String("client-ca", "", "the CA (PEM) that must sign a client's certificate: require one")
 	if done, err := parseFlags(fs, args, stdout, stderr); done || err != nil {
 		return err
+	}
+	fake := agentfake.New()
+	var tlsConfig *tls.Config
+	if *certFile != "" || *keyFile != "" || *clientCA != "" {
+		var err error
+		if tlsConfig, err = (mtls.ServerFiles{CertFile: *certFile, KeyFile: *keyFile, ClientCAFile: *clientCA}).Config(); err != nil {
+			return fmt.Errorf("registryfake: %w", err)
+		}
+		fake.RequireClientCert = *clientCA != ""
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("registryfake: listen on %s: %w", *addr, err)
 	}
-	srv := &http.Server{Handler: agentfake.New(), ReadHeaderTimeout: 10 * time.Second}
 	log := newLogger(stderr, "info")
-	log.Info().Str("addr", ln.Addr().String()).Msg("registryfake listening")
+	srv := &http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig,
+		// A refused handshake (no client certificate, another CA's) is
+		// logged, so the operator trying a setup sees why.
+		ErrorLog: stdlog.New(log, "", 0)}
+	scheme := "http"
+	if tlsConfig != nil {
+		scheme = "https"
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+	log.Info().Str("addr", ln.Addr().String()).Str("scheme", scheme).Bool("client_certificate_required", fake.RequireClientCert).
+		Msg("registryfake listening")
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -10,10 +10,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/audit"
 	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pg"
@@ -30,12 +32,6 @@ var errAuditNoGateways = errors.New("audit: no gateway configured, so there are 
 // audit calls it not charged: a few scans, a clock move being scanned.
 const auditGrace = time.Hour
 
-// auditAnnulWithin bounds how long (service clock) after a fine's charge
-// last changed an accepted registry posting of money it did not capture
-// may stand before the audit reports it: the annulment is a job that
-// retries for hours while the registry is down.
-const auditAnnulWithin = 24 * time.Hour
-
 // auditSettleDays are searched past the range for captures of its periods:
 // dunning retries for a week after a period begins.
 const auditSettleDays = 8
@@ -48,7 +44,8 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		"judges the autopay bills received in the range by the bill rules (docs/AUDIT.md).\n"+
 		"Prints the counts; exits 1 listing every discrepancy. Reads the gateways of\n"+
 		"REBILL_GATEWAYS_FILE (or REBILL_GATEWAYS; in dev mode the simulated ones) and refuses\n"+
-		"to run without any. Reads REBILL_REPLICA_URL when set.")
+		"to run without any; reads the registry's book through REBILL_REGISTRY_FILE's gateways\n"+
+		"(in dev mode the simulated registry) when one is configured. Reads REBILL_REPLICA_URL when set.")
 	fromFlag := fs.String("from", "", "first day, YYYY-MM-DD")
 	toFlag := fs.String("to", "", "last day, YYYY-MM-DD")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -112,6 +109,10 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		return err
 	}
 	gateways := adapters(built)
+	registries, err := auditRegistries(cfg, pool, clk, log)
+	if err != nil {
+		return err
+	}
 	if to.IsZero() {
 		to = now.Truncate(24 * time.Hour)
 	}
@@ -133,7 +134,8 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	a := &audit.Auditor{DB: read, Gateways: gateways, SettleDays: auditSettleDays,
 		Sources: []audit.Source{audit.Periods{DB: read, Now: now, Grace: auditGrace}},
 		// The simulated gateways stamp the dev clock; real ones their own.
-		Bills: &audit.Bills{Now: now, AnnulWithin: auditAnnulWithin, OpsOnServiceClock: cfg.Dev && len(cfg.Gateways) == 0}}
+		Bills: &audit.Bills{Now: now, AnnulWithin: registryAnnulWithin, OpsOnServiceClock: cfg.Dev && len(cfg.Gateways) == 0,
+			Registries: registries}}
 	report, err := a.Run(ctx, from, to.AddDate(0, 0, 1))
 	if err != nil {
 		return err
@@ -151,6 +153,20 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		return fmt.Errorf("%w: %d", errDiscrepancies, n)
 	}
 	return nil
+}
+
+// auditRegistries are the registry gateways whose book the audit reads,
+// as serve reaches them: REBILL_REGISTRY_FILE's entries, else in dev mode
+// the simulated registry on clk; none without a registry.
+func auditRegistries(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, log zerolog.Logger) ([]gisgmp.Gateway, error) {
+	switch {
+	case len(cfg.Registries) > 0:
+		gateways, _, err := registryGateways(cfg.Registries, pool, clk, log)
+		return gateways, err
+	case cfg.Dev:
+		return gisgmp.Sim{Pool: pool, Clock: clk}.Gateways(), nil
+	}
+	return nil, nil
 }
 
 func printAudit(w io.Writer, r audit.Report) {

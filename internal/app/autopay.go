@@ -96,7 +96,7 @@ func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds
 	switch {
 	case len(cfg.Registries) > 0:
 		var err error
-		if gateways, sim, err = registryGateways(cfg.Registries, pool, clk); err != nil {
+		if gateways, sim, err = registryGateways(cfg.Registries, pool, clk, log); err != nil {
 			return nil, nil, err
 		}
 		// The file's entries agree on it (config checks).
@@ -115,8 +115,10 @@ func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds
 
 // registryGateways builds the registry file's entries, each with its
 // priority and timeout; the sim entries share one simulated book (config
-// refuses them outside dev mode).
-func registryGateways(entries []config.Registry, pool *pgxpool.Pool, clk clock.Clock) ([]gisgmp.Gateway, *gisgmp.Sim, error) {
+// refuses them outside dev mode). An http entry whose TLS handshake fails
+// over a certificate is logged as a warning naming it (at most once a
+// minute): its postings wait until the files are fixed.
+func registryGateways(entries []config.Registry, pool *pgxpool.Pool, clk clock.Clock, log zerolog.Logger) ([]gisgmp.Gateway, *gisgmp.Sim, error) {
 	var simNames []string
 	for _, e := range entries {
 		if e.Kind == config.RegistrySim {
@@ -138,8 +140,14 @@ func registryGateways(entries []config.Registry, pool *pgxpool.Pool, clk clock.C
 		case config.RegistrySim:
 			g = simGateways[e.Name]
 		case config.RegistryHTTP:
+			name := e.Name
 			client, err := agentapi.New(agentapi.Options{Name: e.Name, BaseURL: e.BaseURL, TLS: e.TLS,
-				BearerToken: e.Secrets[config.RegistryBearerCredential]})
+				BearerToken: e.Secrets[config.RegistryBearerCredential],
+				OnCertificateError: func(err error) {
+					log.Warn().Str("component", "registry").Str("registry", name).Err(err).
+						Msg("the registry gateway's TLS handshake failed over a certificate: nothing is posted through it " +
+							"until tls.client_cert_file, tls.client_key_file or tls.ca_file of REBILL_REGISTRY_FILE is fixed")
+				}})
 			if err != nil {
 				return nil, nil, err
 			}

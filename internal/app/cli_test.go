@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -140,4 +141,25 @@ func TestCLIExitCodes(t *testing.T) {
 		require.Equal(t, tc.code, code, "%v: %s", tc.args, out)
 		require.Contains(t, string(out), tc.want, "%v", tc.args)
 	}
+}
+
+// serve refuses a configuration it cannot run before it touches the
+// database: without an encryption key outside dev mode the refusal names
+// the key, not the database nobody listens on (no migration ran, no first
+// admin key was printed), and nothing was created in the data folder.
+func TestServeRefusesABadConfigurationBeforeTheDatabase(t *testing.T) {
+	t.Parallel()
+	env, dataDir := cliEnv(t, true)
+	file := filepath.Join(t.TempDir(), "registries.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("- {name: bank, kind: http, base_url: \"http://127.0.0.1:1\"}\n"), 0o600))
+	more := map[string]string{"REBILL_REGISTRY_FILE": file, "REBILL_GATEWAYS": "sim1=http://127.0.0.1:1/sim1"}
+	stdout, _, err := runCLI(t, func(k string) string {
+		if v, ok := more[k]; ok {
+			return v
+		}
+		return env(k)
+	}, "serve")
+	require.ErrorContains(t, err, "REBILL_ENCRYPTION_KEY is required")
+	require.NotContains(t, stdout, "REBILL_KEY", "no admin key printed")
+	requireEmptyDir(t, dataDir)
 }

@@ -89,7 +89,7 @@ func startMetrics(ctx context.Context, cfg config.Config, log zerolog.Logger, db
 // Prometheus' increase() and rate() see only what a series gained between
 // two scrapes: a series born at 1 when its first event happens would hide
 // that event from every alert and panel built on them.
-func zeroMetrics(gateways []fleet.GatewayStatus, reseal []vault.Step) {
+func zeroMetrics(gateways []fleet.GatewayStatus, registries []string, reseal []vault.Step) {
 	for _, status := range charges.Statuses {
 		metrics.ChargeTransitions.WithLabelValues(string(status))
 	}
@@ -122,6 +122,11 @@ func zeroMetrics(gateways []fleet.GatewayStatus, reseal []vault.Step) {
 	for _, g := range gateways {
 		for _, kind := range reconcile.Kinds {
 			metrics.ReconciliationDiscrepancies.WithLabelValues(g.Name, string(kind))
+		}
+	}
+	for _, name := range registries {
+		for _, kind := range reconcile.RegistryKinds {
+			metrics.RegistryReconciliationDiscrepancies.WithLabelValues(name, string(kind))
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pg"
@@ -30,10 +31,18 @@ type ops struct {
 	reports        reportReads
 }
 
-// buildOps wires them, enqueuing through jobs; the replica's pool is
-// closed with svc.
+// registryAnnulWithin bounds how long (service clock) after a fine's
+// posting or charge last changed a payment the registry accepted without
+// a capture, or still processes, may stand before the registry
+// reconciliation and the audit report it: the annulment is a job that
+// retries for hours while the registry is down.
+const registryAnnulWithin = 24 * time.Hour
+
+// buildOps wires them, enqueuing through jobs; the registry gateways of
+// poster (nil without a registry) are reconciled beside the gateways. The
+// replica's pool is closed with svc.
 func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpool.Pool, gateways []fleet.Configured,
-	jobs *river.Client[pgx.Tx], chargeStore *charges.Store, log zerolog.Logger) (ops, error) {
+	poster *gisgmp.Poster, jobs *river.Client[pgx.Tx], chargeStore *charges.Store, log zerolog.Logger) (ops, error) {
 	read := pg.DBTX(pool)
 	if cfg.ReplicaURL != "" {
 		replica, err := openReplica(ctx, cfg.ReplicaURL)
@@ -49,6 +58,12 @@ func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpoo
 		byName[g.Gateway.Name()] = g.Gateway
 		settings[g.Gateway.Name()] = g.Settings
 	}
+	registries := map[string]gisgmp.Gateway{}
+	if poster != nil {
+		for _, g := range poster.Gateways.Gateways() {
+			registries[g.Name()] = g
+		}
+	}
 	rates := func(gateway, currency string) int64 {
 		bps, _ := settings[gateway].Commission(currency)
 		return bps
@@ -57,9 +72,10 @@ func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpoo
 		inspector: &inspector.Inspector{Pool: pool, Jobs: jobs, Charges: chargeStore, Clock: svc.Clock, Logger: log.With().Str("component", "inspector").Logger(),
 			Thresholds: inspector.Thresholds{NoJobAfter: cfg.InspectNoJobAfter, UnknownAfter: cfg.InspectUnknownAfter,
 				HoldWarnAfter: cfg.InspectHoldWarn}},
-		reconciler: &reconcile.Reconciler{Pool: pool, Jobs: jobs, Read: read, Gateways: byName, Clock: svc.Clock, Days: cfg.ReconcileDays,
+		reconciler: &reconcile.Reconciler{Pool: pool, Jobs: jobs, Read: read, Gateways: byName, Registries: registries,
+			AnnulWithin: registryAnnulWithin, Clock: svc.Clock, Days: cfg.ReconcileDays,
 			JobTimeout: cfg.RescueAfter - 5*time.Second, Logger: log.With().Str("component", "reconcile").Logger()},
-		reconciliation: reconciliationReads{read: read, gateways: byName},
+		reconciliation: reconciliationReads{read: read, gateways: byName, registries: registries},
 		reports:        reportReads{read: read, rates: rates},
 	}
 	svc.Inspector, svc.Reconciler = o.inspector, o.reconciler
@@ -91,8 +107,9 @@ func (o ops) periodicJobs(cfg config.Config) []*river.PeriodicJob {
 }
 
 type reconciliationReads struct {
-	read     pg.DBTX
-	gateways map[string]gateway.Gateway
+	read       pg.DBTX
+	gateways   map[string]gateway.Gateway
+	registries map[string]gisgmp.Gateway
 }
 
 func (r reconciliationReads) Day(ctx context.Context, gw string, day time.Time) (reconcile.Result, error) {
@@ -100,6 +117,24 @@ func (r reconciliationReads) Day(ctx context.Context, gw string, day time.Time) 
 }
 
 func (r reconciliationReads) Known(gw string) bool { _, ok := r.gateways[gw]; return ok }
+
+func (r reconciliationReads) RegistryDay(ctx context.Context, registry string, day time.Time) (reconcile.Result, error) {
+	return reconcile.GetRegistry(ctx, r.read, registry, day)
+}
+
+func (r reconciliationReads) KnownRegistry(registry string) bool {
+	_, ok := r.registries[registry]
+	return ok
+}
+
+// registryNames are the registry gateways reconciled, for their metrics.
+func (r reconciliationReads) registryNames() []string {
+	names := make([]string, 0, len(r.registries))
+	for name := range r.registries {
+		names = append(names, name)
+	}
+	return names
+}
 
 type reportReads struct {
 	read  pg.DBTX

@@ -271,7 +271,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 		BatchSize: cfg.ScanBatch, Experiments: exps}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
 	policy := notify.URLPolicy{AllowPrivate: cfg.Dev || cfg.WebhookAllowPrivate}
-	ops, err := buildOps(ctx, cfg, svc, pool, gateways, jobs, chargeStore, log)
+	ops, err := buildOps(ctx, cfg, svc, pool, gateways, poster, jobs, chargeStore, log)
 	if err != nil {
 		return nil, err
 	}
@@ -366,7 +366,7 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 		KnownGateway: p.breakers.Known, Clock: svc.Clock, Enrollments: p.bills.Enrollments, Autopay: p.bills, Owners: p.owners,
 		Velocity: p.limiter, Tokens: p.tokens}
 	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())
-	zeroMetrics(p.breakers.List(), svc.reseal)
+	zeroMetrics(p.breakers.List(), p.ops.reconciliation.registryNames(), svc.reseal)
 	apiKeys := apikeys.NewStore(pool, cfg.AdminKey)
 	exps := experimentsReader(pool, p.charges.Experiments, p.breakers, svc.Clock)
 	return tracing.Handler(api.NewServer(api.Deps{

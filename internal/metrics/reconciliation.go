@@ -30,3 +30,20 @@ var InspectorActions = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "rebill_inspector_actions_total",
 	Help: "What the inspector did with stuck operations, by action (kicked, review, reported).",
 }, []string{"action"})
+
+// Daily reconciliation with the registry's book (package reconcile), per
+// registry gateway: the same as the gateways', labelled registry.
+var (
+	RegistryReconciliationDiscrepancies = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rebill_registry_reconciliation_discrepancies_total",
+		Help: "Discrepancies between rebill's postings and captures and the registry's book found by the daily registry reconciliation, by registry gateway and kind.",
+	}, []string{"registry", "kind"})
+	RegistryReconciliationOpen = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebill_registry_reconciliation_open_discrepancies",
+		Help: "Discrepancies of the registry gateway no person has reviewed yet, as of its last reconciled day.",
+	}, []string{"registry"})
+	RegistryReconciliationLastDay = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebill_registry_reconciliation_last_day_timestamp_seconds",
+		Help: "Start (Unix seconds, UTC) of the latest day reconciled for the registry gateway.",
+	}, []string{"registry"})
+)

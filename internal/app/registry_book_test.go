@@ -1,0 +1,172 @@
+package app_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/gisgmp/agentapi"
+	"github.com/rebill/rebill/gisgmp/agentfake"
+	"github.com/rebill/rebill/internal/app"
+	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/reconcile"
+)
+
+// The registry's book is the second safety net: a capture whose payment
+// the registry holds annulled (what a capture on an annulled look-up
+// leaves) is found by the registry reconciliation and by `rebill audit`,
+// which exits non-zero, although rebill's own postings say accepted.
+func TestRegistryBookFindsACaptureTheRegistryAnnulled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	ctx := context.Background()
+	start := b.autopayStart(t)
+	enr := b.createFinesEnrollment(t, "tok_ok", 500000)
+	id := uin(31)
+	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
+	b.waitBill(t, enr, id, "paid")
+	posted := b.registryLedger(t, id)
+	require.Len(t, posted, 1)
+	out, err := auditInProcess(t, b.pool)
+	require.NoError(t, err, "clean before the registry annuls it: %s", out)
+
+	_, err = b.pool.Exec(ctx, `UPDATE dev_registry_ledger SET status = 'annulled', annulled_at = at WHERE payment_id = $1`,
+		posted[0].PaymentID)
+	require.NoError(t, err)
+	out, err = auditInProcess(t, b.pool)
+	require.Error(t, err, "the audit reads the registry's book: %s", out)
+	require.Contains(t, out, "fine-capture-posted")
+	require.Contains(t, out, "registry annulled")
+
+	res, err := b.nodes[0].svc.Reconciler.RunRegistryDay(ctx, posted[0].Gateway, reconcile.Day(start))
+	require.NoError(t, err)
+	require.Len(t, res.Discrepancies, 1, "%+v", res.Discrepancies)
+	require.Equal(t, reconcile.CapturedNotAccepted, res.Discrepancies[0].Kind)
+	require.Equal(t, posted[0].PaymentID, res.Discrepancies[0].GatewayReference)
+	got := b.call(t, http.MethodGet, "/v1/reconciliation?date="+reconcile.Day(start).Format(time.DateOnly)+"&registry="+posted[0].Gateway, nil)
+	require.Equal(t, "discrepancies", got["status"])
+}
+
+// A payment the registry accepted after rebill gave its posting up and
+// released the hold (a registry that finished processing late) stands
+// with no money behind it: past the annulment bound the registry
+// reconciliation and `rebill audit` both report it.
+func TestRegistryBookFindsAnAcceptedPaymentWithNoCapture(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, map[string]string{"REBILL_UNAVAILABLE_FOR": "2s"})
+	ctx := context.Background()
+	start := b.autopayStart(t)
+	enr := b.createFinesEnrollment(t, "tok_ok", 500000)
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"error_rate": 1})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"error_rate": 1})
+	id := uin(32)
+	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
+	require.Eventually(t, func() bool {
+		var tried bool
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM river_job
+			WHERE kind = 'registry_post' AND (state = 'scheduled' OR attempt > 0))`).Scan(&tried))
+		return tried
+	}, 20*time.Second, 10*time.Millisecond, "held, posting")
+	b.advance(t, "1h")
+	var charge string
+	require.Eventually(t, func() bool {
+		cs := b.enrollmentCharges(t, enr)
+		if len(cs) == 0 || cs[0]["status"] != "requires_review" {
+			return false
+		}
+		charge = cs[0]["id"].(string)
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "the posting failed for good and the charge went to review")
+	b.call(t, http.MethodPost, "/v1/charges/"+charge+"/resolve", map[string]any{"outcome": "failed", "evidence": "registry failing"})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"error_rate": 0})
+	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"error_rate": 0})
+
+	// The registry finishes the payment rebill gave up on.
+	var paymentID string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT payment_id FROM registry_postings WHERE uin = $1`, id).Scan(&paymentID))
+	_, err := b.pool.Exec(ctx, `INSERT INTO dev_registry_ledger (payment_id, gateway, uin, amount, status, at)
+		VALUES ($1, 'gmp1', $2, 50000, 'accepted', $3)`, paymentID, id, start)
+	require.NoError(t, err)
+
+	out, err := auditInProcess(t, b.pool)
+	require.NoError(t, err, "within the annulment bound it may still be annulled: %s", out)
+	_, err = b.nodes[0].svc.Reconciler.RunRegistryDay(ctx, "gmp1", reconcile.Day(start))
+	var wait *reconcile.NotSettledError
+	require.ErrorAs(t, err, &wait, "the day waits while the payment may still be annulled")
+
+	b.advance(t, "25h")
+	out, err = auditInProcess(t, b.pool)
+	require.Error(t, err, "past the bound: %s", out)
+	require.Contains(t, out, "bill-posting-annulled")
+	res, err := b.nodes[0].svc.Reconciler.RunRegistryDay(ctx, "gmp1", reconcile.Day(start))
+	require.NoError(t, err)
+	require.Len(t, res.Discrepancies, 1, "%+v", res.Discrepancies)
+	require.Equal(t, reconcile.AcceptedNotCaptured, res.Discrepancies[0].Kind)
+	require.Equal(t, paymentID, res.Discrepancies[0].GatewayReference)
+}
+
+// A production node's registry behind HTTP without the export (404): the
+// registry reconciliation marks the day unsupported and still finds, by
+// looking the payment up, a capture whose payment the party annulled, and
+// `rebill audit` with REBILL_REGISTRY_FILE reports it too.
+func TestRegistryBookWithoutExportIsAskedPerPayment(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	simURL := startTestSim(t, pool.Config().ConnString())
+	fake := agentfake.New()
+	party := httptest.NewServer(fake)
+	t.Cleanup(party.Close)
+	file := filepath.Join(t.TempDir(), "registries.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("- {name: bank, kind: http, base_url: \""+party.URL+"\"}\n"), 0o600))
+	env := noRegistryEnv(simURL)
+	env["REBILL_REGISTRY_FILE"] = file
+	prod := startNodeOn(t, pool, env, true)
+	pb := prod.bundle(pool)
+	enr := pb.createFinesEnrollment(t, "tok_ok", 500000)
+	id := uin(33)
+	pb.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", dueFine(id))
+	pb.waitBill(t, enr, id, "paid")
+	ledger := fake.Ledger()
+	require.Len(t, ledger, 1)
+
+	audit := func() (string, error) {
+		all := testEnv(env)
+		var out, errOut strings.Builder
+		err := app.Run(context.Background(), []string{"rebill", "audit"}, func(k string) string {
+			if k == "DATABASE_URL" {
+				return pool.Config().ConnString()
+			}
+			return all(k)
+		}, &out, &errOut)
+		return out.String() + errOut.String(), err
+	}
+	fake.SetFaults(agentfake.Faults{NoExport: true})
+	out, err := audit()
+	require.NoError(t, err, "clean: %s", out)
+
+	ctx := context.Background()
+	client, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: party.URL})
+	require.NoError(t, err)
+	require.NoError(t, client.Annul(ctx, ledger[0].PaymentID), "the party annuls the payment behind the capture")
+	out, err = audit()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, out, "fine-capture-posted")
+
+	day := reconcile.Day(time.Now())
+	res, err := prod.svc.Reconciler.RunRegistryDay(ctx, "bank", day)
+	if !reconcile.Day(time.Now()).Equal(day) {
+		t.Skip("the UTC day turned during the test")
+	}
+	require.NoError(t, err)
+	require.True(t, res.Unsupported, "the day is marked unsupported")
+	require.Len(t, res.Discrepancies, 1, "%+v", res.Discrepancies)
+	require.Equal(t, reconcile.CapturedNotAccepted, res.Discrepancies[0].Kind)
+	require.Equal(t, ledger[0].PaymentID, res.Discrepancies[0].GatewayReference)
+}
