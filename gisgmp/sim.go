@@ -377,8 +377,8 @@ func (g simGateway) Lookup(ctx context.Context, paymentID string) (found, annull
 
 // Export lists the payments this gateway took on day, as a party exports
 // those it imported; a payment made outside rebill is no gateway's. The
-// simulated registry accepts at once, so a payment's acceptance is when
-// it was taken.
+// book keeps no time of acceptance: a payment no longer processing is
+// exported as accepted when it was taken.
 func (g simGateway) Export(ctx context.Context, day time.Time) ([]ExportedPayment, error) {
 	if err := g.reachable(ctx); err != nil {
 		return nil, err
@@ -394,7 +394,9 @@ func (g simGateway) Export(ctx context.Context, day time.Time) ([]ExportedPaymen
 		var annulledAt *time.Time
 		err := row.Scan(&p.PaymentID, &p.UIN, &p.Amount, &p.Status, &p.ReceivedAt, &annulledAt)
 		p.ReceivedAt = p.ReceivedAt.UTC()
-		p.AcceptedAt = p.ReceivedAt
+		if p.Status != RegistryProcessing {
+			p.AcceptedAt = p.ReceivedAt
+		}
 		if annulledAt != nil {
 			p.AnnulledAt = annulledAt.UTC()
 		}

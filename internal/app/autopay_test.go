@@ -331,7 +331,7 @@ func TestBadEnrollmentsAndBillsAreRefused(t *testing.T) {
 	}{
 		"short ELS":         {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "12345", "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
 		"letters misplaced": {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": "12345678УА", "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
-		"lower-case STS":    {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": map[string]any{"sts": "77уа123456"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref.sts"},
+		"short STS":         {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": map[string]any{"sts": "77уа1234"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref.sts"},
 		"short licence":     {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": map[string]any{"driver_license": "77123"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref.driver_license"},
 		"fines by ELS":      {map[string]any{"customer_id": "c", "kind": "fines", "account_ref": "1234567890", "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},
 		"housing by STS":    {map[string]any{"customer_id": "c", "kind": "housing", "account_ref": map[string]any{"sts": "77УА123456"}, "currency": "RUB", "max_amount": 1, "payment_method": pm}, "account_ref"},

@@ -85,12 +85,20 @@ func TestRegistryBookFindsAnAcceptedPaymentWithNoCapture(t *testing.T) {
 		return true
 	}, 30*time.Second, 100*time.Millisecond, "the posting failed for good and the charge went to review")
 	b.call(t, http.MethodPost, "/v1/charges/"+charge+"/resolve", map[string]any{"outcome": "failed", "evidence": "registry failing"})
+	require.Eventually(t, func() bool {
+		var released bool
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT hold_released_at IS NOT NULL FROM charges WHERE id = $1`, charge).Scan(&released))
+		return released
+	}, 30*time.Second, 50*time.Millisecond, "the hold released: the charge's last change, from which the bound counts")
 	b.call(t, http.MethodPost, "/v1/dev/registry/gmp1/faults", map[string]any{"error_rate": 0})
 	b.call(t, http.MethodPost, "/v1/dev/registry/gmp2/faults", map[string]any{"error_rate": 0})
 
-	// The registry finishes the payment rebill gave up on.
+	// The registry finishes the payment rebill gave up on, after a defect
+	// recorded the posting as never made (rebill keeps asking about an
+	// abandoned posting and annuls it: the state only a defect leaves).
 	var paymentID string
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT payment_id FROM registry_postings WHERE uin = $1`, id).Scan(&paymentID))
+	require.NoError(t, b.pool.QueryRow(ctx, `UPDATE registry_postings SET status = 'failed' WHERE uin = $1
+		RETURNING payment_id`, id).Scan(&paymentID))
 	_, err := b.pool.Exec(ctx, `INSERT INTO dev_registry_ledger (payment_id, gateway, uin, amount, status, at)
 		VALUES ($1, 'gmp1', $2, 50000, 'accepted', $3)`, paymentID, id, start)
 	require.NoError(t, err)
