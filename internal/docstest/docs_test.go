@@ -4,14 +4,18 @@
 package docstest
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/proctest"
 )
@@ -20,26 +24,38 @@ func TestMain(m *testing.M) { proctest.Main(m) }
 
 const adminKey = "rbk_docstest_0123456789abcdefghijklmnopqrstuv"
 
+// notRunRe marks, on the line before its fence, a block that cannot run
+// on a dev node (production credentials, a build, the test suite itself):
+// <!-- docs-test: not run (why) -->.
+var notRunRe = regexp.MustCompile(`^<!-- docs-test: not run \(.+\) -->$`)
+
+// block is one fenced sh block of a page.
+type block struct {
+	text   string
+	notRun bool
+}
+
 // shBlocks are the fenced sh blocks of a page, in order.
-func shBlocks(t *testing.T, page string) []string {
+func shBlocks(t *testing.T, page string) []block {
 	t.Helper()
 	text, err := os.ReadFile("../../" + page)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var blocks []string
+	var blocks []block
 	var cur []string
-	in := false
+	in, marked, prev := false, false, ""
 	for _, line := range strings.Split(string(text), "\n") {
 		switch {
 		case !in && line == "```sh":
-			in, cur = true, nil
+			in, cur, marked = true, nil, notRunRe.MatchString(prev)
 		case in && line == "```":
 			in = false
-			blocks = append(blocks, strings.Join(cur, "\n"))
+			blocks = append(blocks, block{strings.Join(cur, "\n"), marked})
 		case in:
 			cur = append(cur, line)
 		}
+		prev = line
 	}
 	return blocks
 }
@@ -66,8 +82,11 @@ func runPage(t *testing.T, page string) {
 	env := map[string]string{"REBILL_DEV": "1", "DATABASE_URL": dbtest.URL(t), "REBILL_ADMIN_KEY": adminKey}
 	var startup []string
 	started := false
-	for _, block := range shBlocks(t, page) {
-		for _, line := range strings.Split(block, "\n") {
+	for _, b := range shBlocks(t, page) {
+		if b.notRun {
+			continue // TestDocExamplesThatCannotRun checks it
+		}
+		for _, line := range strings.Split(b.text, "\n") {
 			if m := serveRe.FindStringSubmatch(line); m != nil {
 				for _, kv := range strings.Fields(m[1]) {
 					k, v, _ := strings.Cut(kv, "=")
@@ -76,16 +95,14 @@ func runPage(t *testing.T, page string) {
 				started = true
 				continue
 			}
-			if strings.HasPrefix(line, "go test ") {
-				continue // the suite this test is part of
-			}
 			if strings.HasPrefix(line, "export API=") || strings.HasPrefix(line, "export REBILL_KEY=") {
 				continue // the node's, set below
 			}
 			if m := commentRe.FindStringSubmatch(line); m != nil {
 				n := len(expects)
 				expects = append(expects, expectation{m[1], m[2]})
-				line = fmt.Sprintf("echo '@@OUT %d'; %s; echo; echo '@@END %d'", n, m[1], n)
+				line = fmt.Sprintf("for try in $(seq 1 120); do out=$(%s); %s && break; sleep 0.25; done; echo '@@OUT %d'; echo \"$out\"; echo '@@END %d'",
+					m[1], shellCheck(m[2]), n, n)
 			}
 			if !started {
 				startup = append(startup, line)
@@ -124,9 +141,28 @@ func runPage(t *testing.T, page string) {
 	for _, line := range strings.Split(out, "\n") {
 		if code, ok := strings.CutPrefix(line, "@@HTTP "); ok && code >= "400" {
 			t.Errorf("%s: a request answered %s:\n%s", page, code, out)
+			break
 		}
 	}
 }
+
+// shellCheck is a bash condition on $out that holds once it shows what a
+// page says: the page sleeps a fixed while before reading a result, which a
+// busy machine may outlast, so its reads are repeated (30 s at most) until
+// they show it, and check judges the last.
+func shellCheck(says string) string {
+	conds := []string{"true"}
+	for _, part := range strings.Split(says, ", ") {
+		if prefix, ok := strings.CutSuffix(part, "...}"); ok {
+			conds = append(conds, fmt.Sprintf("[[ \"$out\" == %s* ]]", shellQuote(prefix)))
+		} else if m := fieldRe.FindStringSubmatch(part); m != nil {
+			conds = append(conds, fmt.Sprintf("grep -qE %s <<<\"$out\"", shellQuote(fmt.Sprintf(`"%s":"?%s[",}]`, m[1], regexp.QuoteMeta(m[2])))))
+		}
+	}
+	return strings.Join(conds, " && ")
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // check tells whether got, a command's output, shows part of what the page
 // says it prints: `field value` (a JSON field with that value) or a JSON
@@ -161,12 +197,62 @@ func run(t *testing.T, dir string, env []string, script string) string {
 	return string(out)
 }
 
+// runnable are the pages whose examples run on a dev node; every other
+// page's sh blocks are marked not run.
+var runnable = []string{"README.md", "docs/dev-mode.md", "docs/autopay.md", "docs/experiments.md"}
+
 func TestDocExamplesRun(t *testing.T) {
 	t.Parallel()
-	for _, page := range []string{"README.md", "docs/dev-mode.md", "docs/autopay.md", "docs/experiments.md"} {
+	for _, page := range runnable {
 		t.Run(page, func(t *testing.T) {
 			t.Parallel()
 			runPage(t, page)
 		})
+	}
+}
+
+var settingRe = regexp.MustCompile(`\b((?:REBILL|OTEL)_[A-Z_]+|DATABASE_URL)=`)
+
+// pageVariables are the docs' own shell variables, not settings of rebill.
+var pageVariables = map[string]bool{"REBILL_KEY": true}
+
+// A block that cannot run on a dev node is at least valid shell, and every
+// setting it sets is one `rebill serve --help` lists; a page with examples
+// that is not run at all has every block marked so.
+func TestDocExamplesThatCannotRun(t *testing.T) {
+	t.Parallel()
+	var help bytes.Buffer
+	config.PrintHelp(&help)
+	settings := map[string]bool{}
+	for _, line := range strings.Split(help.String(), "\n") {
+		if name, _, ok := strings.Cut(line, " "); ok {
+			settings[name] = true
+		}
+	}
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append(pages, "../../README.md")
+	for _, path := range pages {
+		page := strings.TrimPrefix(path, "../../")
+		for i, b := range shBlocks(t, page) {
+			if !b.notRun {
+				if !slices.Contains(runnable, page) {
+					t.Errorf("%s: block %d is neither run (the page is not in runnable) nor marked <!-- docs-test: not run (why) -->", page, i+1)
+				}
+				continue
+			}
+			cmd := exec.Command("bash", "-n")
+			cmd.Stdin = strings.NewReader(b.text)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("%s: block %d is not valid shell: %v\n%s", page, i+1, err, out)
+			}
+			for _, m := range settingRe.FindAllStringSubmatch(b.text, -1) {
+				if !settings[m[1]] && !pageVariables[m[1]] && !strings.HasPrefix(m[1], "OTEL_") {
+					t.Errorf("%s: block %d sets %s, which is no setting of rebill serve --help", page, i+1, m[1])
+				}
+			}
+		}
 	}
 }
