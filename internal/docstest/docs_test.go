@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,14 +74,20 @@ type expectation struct {
 // own: the block that starts a node (go run ./cmd/rebill serve, with its
 // variables) starts it, or the page's first block finds one started with
 // REBILL_DEV=1; `export API=` and `export REBILL_KEY=` get that node's.
-func runPage(t *testing.T, page string) {
+func runPage(t *testing.T, page string, after ...string) {
 	dir := t.TempDir()
-	script := []string{"set -eo pipefail", `curl() { command curl -w '%{stderr}@@HTTP %{http_code}\n' "$@"; }`}
+	// The shell's background jobs (a page's receiver) end with it.
+	script := []string{"set -eo pipefail", "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT",
+		`curl() { command curl -w '%{stderr}@@HTTP %{http_code}\n' "$@"; }`}
 	var expects []expectation
 	env := map[string]string{"REBILL_DEV": "1", "DATABASE_URL": dbtest.URL(t), "REBILL_ADMIN_KEY": adminKey}
 	var startup []string
 	started := false
-	for _, b := range shBlocks(t, page) {
+	var blocks []block
+	for _, p := range append(after, page) {
+		blocks = append(blocks, shBlocks(t, p)...)
+	}
+	for _, b := range blocks {
 		if b.notRun {
 			continue // TestDocExamplesThatCannotRun checks it
 		}
@@ -112,7 +117,7 @@ func runPage(t *testing.T, page string) {
 		}
 	}
 	if len(startup) > 0 && strings.Contains(strings.Join(startup, "\n"), "$API") {
-		script = append(script[:2:2], append(startup, script[2:]...)...)
+		script = append(script[:3:3], append(startup, script[3:]...)...)
 		startup = nil
 	}
 	if len(startup) > 0 {
@@ -188,6 +193,7 @@ func check(t *testing.T, page string, e expectation, got, part string) {
 func run(t *testing.T, dir string, env []string, script string) string {
 	t.Helper()
 	cmd := exec.Command("bash", "-c", script)
+	cmd.WaitDelay = 10 * time.Second // a background job the trap missed holds the pipe no longer
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
@@ -197,16 +203,23 @@ func run(t *testing.T, dir string, env []string, script string) string {
 	return string(out)
 }
 
-// runnable are the pages whose examples run on a dev node; every other
-// page's sh blocks are marked not run.
-var runnable = []string{"README.md", "docs/dev-mode.md", "docs/autopay.md", "docs/experiments.md"}
+// runnable are the pages whose examples run on a dev node, each with the
+// pages it continues (run first, in the same shell); every other page's sh
+// blocks are marked not run.
+var runnable = map[string][]string{
+	"README.md":           nil,
+	"docs/dev-mode.md":    nil,
+	"docs/autopay.md":     nil,
+	"docs/experiments.md": nil,
+	"docs/webhooks.md":    {"README.md"}, // $SUB
+}
 
 func TestDocExamplesRun(t *testing.T) {
 	t.Parallel()
-	for _, page := range runnable {
+	for page, after := range runnable {
 		t.Run(page, func(t *testing.T) {
 			t.Parallel()
-			runPage(t, page)
+			runPage(t, page, after...)
 		})
 	}
 }
@@ -238,7 +251,7 @@ func TestDocExamplesThatCannotRun(t *testing.T) {
 		page := strings.TrimPrefix(path, "../../")
 		for i, b := range shBlocks(t, page) {
 			if !b.notRun {
-				if !slices.Contains(runnable, page) {
+				if _, ok := runnable[page]; !ok {
 					t.Errorf("%s: block %d is neither run (the page is not in runnable) nor marked <!-- docs-test: not run (why) -->", page, i+1)
 				}
 				continue
