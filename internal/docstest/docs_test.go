@@ -61,8 +61,8 @@ func shBlocks(t *testing.T, page string) []block {
 
 var (
 	serveRe   = regexp.MustCompile(`^((?:[A-Z_]+=\S+ )*)go run \./cmd/rebill serve$`)
-	commentRe = regexp.MustCompile(`^(curl .*?)\s+#\s+(.*)$`)
-	fieldRe   = regexp.MustCompile(`^([a-z_]+) ([A-Za-z0-9_.-]+)$`)
+	commentRe = regexp.MustCompile(`^([a-z][^#]*?)\s+#\s+(.*)$`)
+	fieldRe   = regexp.MustCompile(`^([a-z_][a-z0-9_]*) ([A-Za-z0-9_.-]+)$`)
 )
 
 // expectation is what a page says one command prints.
@@ -116,7 +116,7 @@ func runPage(t *testing.T, page string, after ...string) {
 			}
 		}
 	}
-	if len(startup) > 0 && strings.Contains(strings.Join(startup, "\n"), "$API") {
+	if !started { // no block starts the node: the page's commands all need it
 		script = append(script[:3:3], append(startup, script[3:]...)...)
 		startup = nil
 	}
@@ -131,7 +131,14 @@ func runPage(t *testing.T, page string, after ...string) {
 	if err := p.WaitReady(90 * time.Second); err != nil {
 		t.Fatalf("%v\n%s", err, proctest.Tail(p.Output(), 4096))
 	}
-	out := run(t, dir, []string{"API=" + p.URL, "REBILL_KEY=" + adminKey}, strings.Join(script, "\n"))
+	// The page's shell has the node's environment, and rebill on its PATH,
+	// as an operator's has.
+	shellEnv := []string{"API=" + p.URL, "REBILL_KEY=" + adminKey,
+		"PATH=" + filepath.Dir(proctest.Binary(t)) + string(os.PathListSeparator) + os.Getenv("PATH")}
+	for k, v := range env {
+		shellEnv = append(shellEnv, k+"="+v)
+	}
+	out := run(t, dir, shellEnv, strings.Join(script, "\n"))
 	for n, e := range expects {
 		_, rest, ok := strings.Cut(out, fmt.Sprintf("@@OUT %d\n", n))
 		got, _, ok2 := strings.Cut(rest, fmt.Sprintf("@@END %d", n))
@@ -212,6 +219,8 @@ var runnable = map[string][]string{
 	"docs/autopay.md":     nil,
 	"docs/experiments.md": nil,
 	"docs/webhooks.md":    {"README.md"}, // $SUB
+	"docs/operations.md":  nil,
+	"docs/security.md":    nil,
 }
 
 func TestDocExamplesRun(t *testing.T) {
