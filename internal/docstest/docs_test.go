@@ -106,7 +106,7 @@ func runPage(t *testing.T, page string, after ...string) {
 			if m := commentRe.FindStringSubmatch(line); m != nil {
 				n := len(expects)
 				expects = append(expects, expectation{m[1], m[2]})
-				line = fmt.Sprintf("for try in $(seq 1 120); do out=$(%s); %s && break; sleep 0.25; done; echo '@@OUT %d'; echo \"$out\"; echo '@@END %d'",
+				line = fmt.Sprintf("for try in $(seq 1 360); do out=$(%s); %s && break; sleep 0.25; done; echo '@@OUT %d'; echo \"$out\"; echo '@@END %d'",
 					m[1], shellCheck(m[2]), n, n)
 			}
 			if !started {
@@ -160,7 +160,7 @@ func runPage(t *testing.T, page string, after ...string) {
 
 // shellCheck is a bash condition on $out that holds once it shows what a
 // page says: the page sleeps a fixed while before reading a result, which a
-// busy machine may outlast, so its reads are repeated (30 s at most) until
+// busy machine may outlast, so its reads are repeated (90 s at most) until
 // they show it, and check judges the last.
 func shellCheck(says string) string {
 	conds := []string{"true"}
