@@ -80,7 +80,8 @@ func runPage(t *testing.T, page string, after ...string) {
 	script := []string{"set -eo pipefail", "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT",
 		`curl() { command curl -w '%{stderr}@@HTTP %{http_code}\n' "$@"; }`}
 	var expects []expectation
-	env := map[string]string{"REBILL_DEV": "1", "DATABASE_URL": dbtest.URL(t), "REBILL_ADMIN_KEY": adminKey}
+	// A node's pool at its least: the suite shares one PostgreSQL.
+	env := map[string]string{"REBILL_DEV": "1", "DATABASE_URL": dbtest.URL(t), "REBILL_ADMIN_KEY": adminKey, "REBILL_DB_MAX_CONNS": "8"}
 	var startup []string
 	started := false
 	var blocks []block
@@ -223,13 +224,12 @@ var runnable = map[string][]string{
 	"docs/security.md":    nil,
 }
 
+// The pages run one after the other: each has a node, and the suite shares
+// the machine and one PostgreSQL with every other package's tests.
 func TestDocExamplesRun(t *testing.T) {
 	t.Parallel()
 	for page, after := range runnable {
-		t.Run(page, func(t *testing.T) {
-			t.Parallel()
-			runPage(t, page, after...)
-		})
+		t.Run(page, func(t *testing.T) { runPage(t, page, after...) })
 	}
 }
 
