@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rebill/rebill/client"
-	"github.com/rebill/rebill/webhook/signature"
+	"github.com/rebill/rebill/client/signature"
 )
 
 // fakeRebill stands in for a rebill node so that the examples run: it

@@ -11,11 +11,13 @@ const ProblemTypeBase = "https://rebill.dev/problems/"
 // Problem slugs a caller commonly branches on (the API description's table
 // has them all).
 const (
-	ProblemValidation          = "validation-error"
-	ProblemNotFound            = "not-found"
-	ProblemForbidden           = "forbidden"
-	ProblemUnauthorized        = "unauthorized"
-	ProblemInvalidTransition   = "invalid-transition"
+	ProblemValidation        = "validation-error"
+	ProblemNotFound          = "not-found"
+	ProblemForbidden         = "forbidden"
+	ProblemUnauthorized      = "unauthorized"
+	ProblemInvalidTransition = "invalid-transition"
+	// ProblemPaymentDeclined is reserved: rebill never sends it (a decline
+	// is a charge's status and failure_code, not an error of a request).
 	ProblemPaymentDeclined     = "payment-declined"
 	ProblemIdempotencyKeyInUse = "idempotency-key-in-use"
 	ProblemIdempotencyMismatch = "idempotency-key-mismatch"

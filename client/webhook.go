@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rebill/rebill/webhook/signature"
+	"github.com/rebill/rebill/client/signature"
 )
 
 // Webhook delivery headers.

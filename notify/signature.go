@@ -3,7 +3,7 @@ package notify
 import (
 	"time"
 
-	"github.com/rebill/rebill/webhook/signature"
+	"github.com/rebill/rebill/client/signature"
 )
 
 // Signature headers of a delivery.

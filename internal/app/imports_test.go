@@ -42,7 +42,7 @@ var allowedImports = map[string][]string{
 	"charges/gateway/sim":               {"charges/gateway"},
 	"fault":                             nil,
 	"migrations":                        nil,
-	"notify":                            {"apiobjects", "charges", "enrollments", "experiments", "subscriptions", "webhook/signature"},
+	"notify":                            {"apiobjects", "charges", "enrollments", "experiments", "subscriptions", "client/signature"},
 	"apiobjects":                        {"charges", "enrollments", "subscriptions"},
 	"cmd/rebill":                        {"internal/app"},
 	"ops":                               nil,
@@ -66,8 +66,8 @@ var allowedImports = map[string][]string{
 	"inspector":                         {"charges"},
 	"velocity":                          nil,
 	"vault":                             {"charges/gateway"},
-	"webhook/signature":                 nil,
-	"client":                            {"webhook/signature"},
+	"client/signature":                  nil,
+	"client":                            {"client/signature"},
 	"console":                           {"apikeys", "charges", "charges/gateway/fleet", "enrollments", "experiments", "experiments/stats", "reconcile", "reports", "subscriptions", "subscriptions/period", "usecases"},
 }
 

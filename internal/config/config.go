@@ -145,7 +145,7 @@ var variables = []variable{
 		}},
 	{"REBILL_DEV", "", "1: dev mode (manual clock, /v1/dev/*, simulated gateways sim1..sim5)",
 		func(c *Config, v string) (err error) { c.Dev, err = parseBool(v); return }},
-	{"REBILL_SIM_LEDGER", "postgres", "dev mode only: where the in-process simulated gateways keep their ledger, postgres (the schema gatewaysim of the node's database, shared by the nodes on it) or memory (this node's memory: single node only, lost at stop, unseen by other nodes, `rebill gatewaysim` and `rebill audit`)",
+	{"REBILL_SIM_LEDGER", "postgres", "dev mode only: where the in-process simulated gateways keep their ledger, postgres (the schema gatewaysim of the node's database, shared by the nodes on it) or memory (this node's memory: single node only, lost at stop, unseen by other nodes, `rebill gatewaysim` and `rebill audit`, which refuse it); any other value, or memory without REBILL_DEV=1, stops the start (docs/dev-mode.md)",
 		func(c *Config, v string) error {
 			if v != SimLedgerPostgres && v != SimLedgerMemory {
 				return errors.New("want postgres or memory")
@@ -196,7 +196,7 @@ var variables = []variable{
 		intInto(func(c *Config) *int { return &c.ChargeMaxAttempts })},
 	{"REBILL_RETRY_BASE", "5s (1s in dev mode)", "base of the capped exponential backoff with full jitter",
 		durationInto(func(c *Config) *time.Duration { return &c.RetryBase })},
-	{"REBILL_RETRY_MAX", "10m (5s in dev mode)", "cap of a single technical retry delay (also of the waits on a gateway that answers it did nothing)",
+	{"REBILL_RETRY_MAX", "10m (5s in dev mode)", "cap of a single technical retry delay (also of a charge's waits on a gateway that answers it did nothing; a review's hold check backs off further, to 30 min)",
 		durationInto(func(c *Config) *time.Duration { return &c.RetryMax })},
 	{"REBILL_BREAKER_OPEN_FOR", "5s", "how long a gateway's circuit stays open (after over 50 % of at least 10 calls in 30 s got no answer) before a probe",
 		durationInto(func(c *Config) *time.Duration { return &c.BreakerOpenFor })},
@@ -252,7 +252,7 @@ var variables = []variable{
 			c.DBMaxConns = n
 			return nil
 		}},
-	{"REBILL_ENCRYPTION_KEY", "", "32 bytes, base64 (openssl rand -base64 32): encrypts payment tokens and webhook secrets at rest; required outside dev mode, where it is generated into REBILL_DATA_DIR",
+	{"REBILL_ENCRYPTION_KEY", "", "32 bytes, base64 (openssl rand -base64 32): encrypts payment tokens and webhook secrets at rest (AES-GCM; each ciphertext names its key); required outside dev mode, where it is generated into REBILL_DATA_DIR/encryption.key",
 		func(c *Config, v string) (err error) { c.EncryptionKey, err = notifyKey(v); return }},
 	{"REBILL_WEBHOOK_RETRY_BASE", "5s", "first webhook retry after about this, then 5x longer each time up to 1h, for 3 days",
 		durationInto(func(c *Config) *time.Duration { return &c.WebhookRetryBase })},
@@ -262,13 +262,13 @@ var variables = []variable{
 		intInto(func(c *Config) *int { return &c.WebhookWorkers })},
 	{"REBILL_UPCOMING_NOTICE", "72h", "charge.upcoming is published this long before each renewal",
 		durationInto(func(c *Config) *time.Duration { return &c.UpcomingNotice })},
-	{"REBILL_EVENTS_RETENTION", "", "events (GET /v1/events) older than this by the service clock are deleted with their webhook delivery attempts, hourly; a Go duration or days (400d), at least 396d (13 months, 9504h); an event whose delivery is not over is kept; empty or 0: events are kept forever",
+	{"REBILL_EVENTS_RETENTION", "", "events (GET /v1/events) older than this by the service clock are deleted with their webhook delivery attempts, hourly; a Go duration or days (400d), at least 396d (13 months, 9504h); an event whose delivery is not over is kept; empty or 0: events are kept forever (docs/operations.md, Events retention)",
 		func(c *Config, v string) (err error) { c.EventsRetention, err = parseRetention(v); return }},
-	{"REBILL_METRICS_ADDR", "", "listen address of /metrics (e.g. 127.0.0.1:9090); when set, REBILL_ADDR no longer serves /metrics, so it need not be public. The experiments' series (rebill_experiment_*) are served only here: set it in production",
+	{"REBILL_METRICS_ADDR", "", "listen address of /metrics (e.g. 127.0.0.1:9090); when set, REBILL_ADDR no longer serves /metrics, so it need not be public. The experiments' series (rebill_experiment_*) are served only here: set it in production (docs/operations.md, Metrics listener)",
 		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
-	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318): traces of requests, jobs and gateway calls go to its /v1/traces; empty: no tracing. The other OTEL_EXPORTER_OTLP_* variables (headers, timeout) apply",
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318): traces of requests, jobs and gateway calls go to its /v1/traces; empty: no tracing. The other OTEL_EXPORTER_OTLP_* variables (headers, timeout) apply (docs/operations.md, Tracing)",
 		func(c *Config, v string) error { c.OTLPEndpoint = v; return nil }},
-	{"REBILL_REPLICA_URL", "", "PostgreSQL URL of a read replica for reconciliation and reports (a second pool); empty: they read the primary",
+	{"REBILL_REPLICA_URL", "", "PostgreSQL URL of a read replica for reconciliation, reports and `rebill audit` (a second pool); empty: they read the primary",
 		func(c *Config, v string) error { c.ReplicaURL = v; return checkPostgresURL(v) }},
 	{"REBILL_INSPECT_INTERVAL", "1m", "how often the inspector looks for stuck charges",
 		durationInto(func(c *Config) *time.Duration { return &c.InspectInterval })},
@@ -302,7 +302,7 @@ var variables = []variable{
 			}
 			return nil
 		}},
-	{"REBILL_CONSOLE_IDLE_TIMEOUT", "30m", "a support console session ends after this long without a request (1s..12h; it also ends 12 h after login and when its key is deleted)",
+	{"REBILL_CONSOLE_IDLE_TIMEOUT", "30m", "a support console session ends after this long without a request (1s..12h; it also ends 12 h after login and when its key is deleted; docs/console.md)",
 		func(c *Config, v string) error {
 			d, err := time.ParseDuration(v)
 			if err != nil || d < time.Second || d > 12*time.Hour {

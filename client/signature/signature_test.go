@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/webhook/signature"
+	"github.com/rebill/rebill/client/signature"
 )
 
 const secret = "whsec_0123456789abcdef0123456789abcdef0123456789abcdef"

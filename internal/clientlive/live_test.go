@@ -1,4 +1,4 @@
-package client_test
+package clientlive_test
 
 import (
 	"context"
