@@ -345,12 +345,21 @@ func (p *Poster) retryOrGiveUp(ctx context.Context, job *river.Job[PostArgs], ps
 	}
 	metrics.StageRuns.WithLabelValues("posting", "failed").Inc()
 	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Err(cause).Msg("registry posting failed for good")
+	return p.refuseHold(ctx, ps, c, StatusFailed, cause, charges.ReviewRegistryRejected)
+}
+
+// refuseHold moves ps from posting to status, for the reason cause, and
+// sends its charge to review with code, releasing its hold, in one
+// transaction: the registry will not hold this payment, so its money
+// must not be captured.
+func (p *Poster) refuseHold(ctx context.Context, ps posting, c charges.Charge, status PostingStatus, cause error,
+	code charges.ReviewCode) error {
 	return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
-		moved, err := move(ctx, tx, ps.PaymentID, []PostingStatus{StatusPosting}, StatusFailed, "", cause.Error(), p.Clock.Now())
+		moved, err := move(ctx, tx, ps.PaymentID, []PostingStatus{StatusPosting}, status, "", cause.Error(), p.Clock.Now())
 		if err != nil || !moved {
 			return err
 		}
-		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, charges.ReviewRegistryRejected, p.Clock.Now())
+		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, code, p.Clock.Now())
 		if errors.Is(err, charges.ErrStale) {
 			return nil // the charge moved on meanwhile; its own flow settles the hold
 		}
@@ -469,17 +478,7 @@ func (p *Poster) annulledThere(ctx context.Context, ps posting, c charges.Charge
 	metrics.StageRuns.WithLabelValues("posting", "annulled_at_registry").Inc()
 	p.Logger.Warn().Str("charge_id", c.ID.String()).Str("payment_id", ps.PaymentID).Err(cause).
 		Msg("the registry holds the payment annulled: it is not captured, the hold is released")
-	return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
-		moved, err := move(ctx, tx, ps.PaymentID, []PostingStatus{StatusPosting}, StatusAnnulled, "", cause.Error(), p.Clock.Now())
-		if err != nil || !moved {
-			return err
-		}
-		_, err = p.Charges.HoldRefused(ctx, tx, c.ID, ps.Attempt, charges.ReviewRegistryAnnulled, p.Clock.Now())
-		if errors.Is(err, charges.ErrStale) {
-			return nil // the charge moved on meanwhile; its own flow settles the hold
-		}
-		return err
-	})
+	return p.refuseHold(ctx, ps, c, StatusAnnulled, cause, charges.ReviewRegistryAnnulled)
 }
 
 // abandon stops waiting for the registry to accept ps while it may still

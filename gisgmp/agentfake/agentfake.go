@@ -91,7 +91,7 @@ func (f *Fake) now() time.Time {
 	if f.Now != nil {
 		return f.Now().UTC()
 	}
-	return time.Now().UTC()
+	return time.Now().UTC() // the registry stamps its own wall clock, not rebill's
 }
 
 // SetFaults sets the switches.
