@@ -84,6 +84,14 @@ func (p *Pipeline) authorizeNotWanted(ctx context.Context, s stageRun) error {
 			return err
 		}
 	}
+	if err == nil && c.Status == Scheduled && c.AttemptCount == s.attempt && !c.VoidRequested && !c.ConfirmationRequired {
+		// Still wanted, and nothing above holds it back any more: what
+		// failed the guard changed since (an earlier attempt's posting
+		// settled between the guard and the look). Finishing here would
+		// leave the attempt with no job to start it.
+		metrics.Retry(s.stage, metrics.RetryPostingOpen)
+		return river.JobSnooze(p.Retry.Delay(max(s.run, 1)))
+	}
 	if err != nil || c.Status != Authorizing || !c.VoidRequested || c.AttemptCount != s.attempt {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return err
