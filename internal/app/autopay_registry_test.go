@@ -247,8 +247,10 @@ func TestPaymentProcessingPastTheLastMomentIsAnnulledAtTheRegistry(t *testing.T)
 		}
 		return false
 	}, 30*time.Second, 100*time.Millisecond, "annulled at the registry")
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT status FROM registry_postings WHERE payment_id = $1`,
-		paymentID).Scan(&status))
-	require.Equal(t, "annulled", status)
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT status FROM registry_postings WHERE payment_id = $1`,
+			paymentID).Scan(&status))
+		return status == "annulled"
+	}, 30*time.Second, 100*time.Millisecond, "recorded annulled after the registry's answer: %s", func() any { return status })
 	require.Equal(t, map[string]int{"authorize:succeeded": 1, "void:succeeded": 1}, opsFor(b.ledger(t, "sim1"), key), "nothing captured")
 }
