@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/gisgmp/agentapi"
@@ -177,4 +178,133 @@ func TestRegistryBookWithoutExportIsAskedPerPayment(t *testing.T) {
 	require.Len(t, res.Discrepancies, 1, "%+v", res.Discrepancies)
 	require.Equal(t, reconcile.CapturedNotAccepted, res.Discrepancies[0].Kind)
 	require.Equal(t, ledger[0].PaymentID, res.Discrepancies[0].GatewayReference)
+}
+
+// registryBookFinds runs `rebill audit` and the registry reconciliation of
+// gateway's day, and returns what each reports: the audit's output when it
+// exits non-zero, and the reconciliation's discrepancies.
+func (b testBundle) registryBookFinds(t *testing.T, gateway string, day time.Time) (string, []reconcile.Discrepancy) {
+	t.Helper()
+	var audit string
+	if out, err := auditInProcess(t, b.pool); err != nil {
+		audit = out
+	}
+	res, err := b.nodes[0].svc.Reconciler.RunRegistryDay(context.Background(), gateway, reconcile.Day(day))
+	require.NoError(t, err, "the day is settled")
+	return audit, res.Discrepancies
+}
+
+// A fine's payment the registry keeps processing past the hold's last
+// moment to post, and accepts after the hold was voided: rebill annuls it
+// there, so past the annulment bound neither `rebill audit` nor the
+// registry reconciliation finds anything. Without that annulment (the
+// posting marked failed and never asked about again), both report the
+// payment standing with no money behind it: the audit
+// "bill-posting-annulled", the reconciliation accepted_not_captured.
+func TestRegistryBookFindsNothingOfAPaymentAcceptedPastTheLastMoment(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	ctx := context.Background()
+	start := b.autopayStart(t)
+	enr := b.createFinesEnrollment(t, "tok_ok", 500000)
+	for _, gw := range []string{"gmp1", "gmp2"} {
+		b.call(t, http.MethodPost, "/v1/dev/registry/"+gw+"/faults", map[string]any{"processing": 1000})
+	}
+	id := uin(34)
+	b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
+	require.Eventually(t, func() bool {
+		posted := b.registryLedger(t, id)
+		return len(posted) == 1 && posted[0].Status == "processing"
+	}, 30*time.Second, 100*time.Millisecond, "posted, processing")
+	first := b.registryLedger(t, id)[0]
+	for _, gw := range []string{"gmp1", "gmp2"} {
+		b.call(t, http.MethodPost, "/v1/dev/registry/"+gw+"/faults", map[string]any{"processing": 0})
+	}
+
+	// 2027-03-20 20:00:30Z: within the last hour before the discount ends.
+	b.advance(t, "467h0m30s")
+	key := enr + ":" + id
+	require.Eventually(t, func() bool {
+		return opsFor(b.ledger(t, "sim1"), key)["void:succeeded"] == 1
+	}, 30*time.Second, 100*time.Millisecond, "the hold is voided")
+	postingStatus := func() string {
+		var status string
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT status FROM registry_postings WHERE payment_id = $1`,
+			first.PaymentID).Scan(&status))
+		return status
+	}
+	require.Eventually(t, func() bool { return postingStatus() != "posting" }, 30*time.Second, 100*time.Millisecond,
+		"the posting is given up")
+
+	// The registry finishes with the payment and accepts it.
+	_, err := b.pool.Exec(ctx, `UPDATE dev_registry_ledger SET status = 'accepted', looks_left = 0 WHERE payment_id = $1`,
+		first.PaymentID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s := postingStatus()
+		return s == "annulled" || s == "failed"
+	}, 30*time.Second, 100*time.Millisecond, "the posting is settled in rebill")
+
+	// The fine is paid by its next attempt at the full price; then past
+	// the annulment bound, which counts from the charge's last change.
+	b.advance(t, "25h")
+	b.waitBill(t, enr, id, "paid")
+	b.advance(t, "25h")
+	audit, found := b.registryBookFinds(t, first.Gateway, start)
+	assert.Empty(t, audit, "rebill audit")
+	assert.Empty(t, found, "the registry reconciliation")
+
+	require.Equal(t, "annulled", postingStatus())
+	for _, e := range b.registryLedger(t, id) {
+		if e.PaymentID == first.PaymentID {
+			require.Equal(t, "annulled", e.Status, "annulled at the registry")
+		}
+	}
+	require.Equal(t, []int64{100000}, captured(b.ledger(t, "sim1"), key), "only the next attempt captured")
+}
+
+// A payment the registry annulled unasked (its acceptance went unanswered)
+// and then answers annulled, to a lost answer's look-up or to a replay:
+// rebill never captures on it, the charge goes to review and its hold is
+// released, so neither `rebill audit` nor the registry reconciliation
+// finds anything. Were the annulled answer taken as success, the card
+// would be captured for a fine the registry holds unpaid, and both report
+// it: the audit "fine-capture-posted", the reconciliation
+// captured_not_accepted.
+func TestRegistryBookFindsNothingOfAPaymentFoundAnnulled(t *testing.T) {
+	t.Parallel()
+	for name, faults := range map[string]map[string]any{
+		"on the look-up after a lost answer": {"lose_response": true, "annul_unanswered": true},
+		"on the replay after processing":     {"processing": 1, "annul_unanswered": true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, 1, nil)
+			start := b.autopayStart(t)
+			enr := b.createFinesEnrollment(t, "tok_ok", 500000)
+			for _, gw := range []string{"gmp1", "gmp2"} {
+				b.call(t, http.MethodPost, "/v1/dev/registry/"+gw+"/faults", faults)
+			}
+			id := uin(35)
+			b.call(t, http.MethodPost, "/v1/enrollments/"+enr+"/bills", fine(id, 100000, 50000, start, "2027-03-20", "2027-05-09"))
+			key := enr + ":" + id
+			require.Eventually(t, func() bool {
+				ops := opsFor(b.ledger(t, "sim1"), key)
+				return ops["capture:succeeded"]+ops["void:succeeded"] > 0
+			}, 30*time.Second, 100*time.Millisecond, "the hold is captured or released")
+			posted := b.registryLedger(t, id)
+			require.Len(t, posted, 1, "posted once")
+			require.Equal(t, "annulled", posted[0].Status)
+
+			audit, found := b.registryBookFinds(t, posted[0].Gateway, start)
+			assert.Empty(t, audit, "rebill audit")
+			assert.Empty(t, found, "the registry reconciliation")
+
+			require.Equal(t, map[string]int{"authorize:succeeded": 1, "void:succeeded": 1}, opsFor(b.ledger(t, "sim1"), key),
+				"never captured")
+			cs := b.enrollmentCharges(t, enr)
+			require.Equal(t, "requires_review", cs[0]["status"])
+			require.Equal(t, "registry_annulled", cs[0]["review_code"])
+		})
+	}
 }
