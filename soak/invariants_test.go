@@ -448,3 +448,24 @@ func TestSlotOutlivesItsAttempt(t *testing.T) {
 		}
 	}
 }
+
+// A resume, a pause, a card change and a resume again, all in one instant
+// of the service clock: the first resume moved the anchor and its period's
+// charge may start from then, with the card of that moment; the second
+// resume, in the instant of the anchor, moves nothing.
+func TestSecondResumeInTheAnchorsInstantKeepsTheFirstResumesDueTime(t *testing.T) {
+	r := newRecord(day(20))
+	r.paid(t0, 20, "0001")
+	r.event("paused", "active", "paused", day(5), false)
+	r.event("resumed", "paused", "active", day(12), false)
+	r.event("paused", "active", "paused", day(12), false)
+	r.event("payment_method_updated", "paused", "paused", day(12), false)
+	r.event("resumed", "paused", "active", day(12), false)
+	r.sub.BillingAnchor = day(12)
+	r.obs.Resumes = []ObservedResume{{When: Interval{rt(900), rt(910)}, BillingAnchor: day(12)},
+		{When: Interval{rt(1200), rt(1210)}, BillingAnchor: day(12)}}
+	r.obs.Cards = append(r.obs.Cards, ObservedCard{Gateway: "sim1", Token: "tok_ok_0002", Last4: "0002", Good: true,
+		When: Interval{rt(1000), rt(1010)}})
+	r.paid(day(12), 1300, "0001") // its hold started at the first resume, with the card of then
+	expect(t, OperationsUseCurrentCard(r.d))
+}

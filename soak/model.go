@@ -154,7 +154,11 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 				}
 			}
 			cur := &tl.segments[len(tl.segments)-1]
-			keep := cancelScheduled || cur.grid.Anchor.After(eff)
+			// A resume in the instant of the anchor (another resume's,
+			// the same service-clock instant) moves nothing: the grid,
+			// and when its first period could be charged, are the first
+			// resume's.
+			keep := cancelScheduled || !cur.grid.Anchor.Before(eff)
 			switch {
 			case keep:
 			case known:
