@@ -94,15 +94,23 @@ func (p *Pipeline) holdCheckFailed(_ context.Context, s stageRun, c Charge, err 
 // customer waits for: nobody waits on this check (a person's retry or
 // resolution asks the gateway itself), and a gateway that fails every
 // call must not be asked every few seconds for as long as it is down.
+// No single wait is longer than UnavailableFor, the whole time a charge
+// step waits on such a gateway, so a hold is released within that much
+// of the gateway's return however long it was down.
 const holdCheckMaxWait = 30 * time.Minute
 
 // holdCheckWait is how long a hold check waits before its run number
 // s.run asks again: from Retry.Base, doubling each run up to
-// holdCheckMaxWait (or Retry.Max, if longer), jittered within its upper
-// half so that, below the cap, every wait is longer than the one two runs
-// before. An open circuit is waited out first, as waitForGateway does.
+// holdCheckMaxWait (or UnavailableFor, if shorter; Retry.Max, if longer),
+// jittered within its upper half so that, below the cap, every wait is
+// longer than the one two runs before. An open circuit is waited out
+// first, as waitForGateway does.
 func (p *Pipeline) holdCheckWait(s stageRun, err error) time.Duration {
-	limit := max(p.Retry.Max, holdCheckMaxWait)
+	limit := holdCheckMaxWait
+	if p.UnavailableFor > 0 {
+		limit = min(limit, p.UnavailableFor)
+	}
+	limit = max(p.Retry.Max, limit)
 	ceiling := max(p.Retry.Base, time.Millisecond)
 	for i := 1; i < s.run && ceiling < limit; i++ {
 		ceiling *= 2

@@ -167,3 +167,24 @@ func TestReleaseHoldBacksOffAGatewayThatIsDown(t *testing.T) {
 	require.GreaterOrEqual(t, last, 15*time.Minute, "the wait grew to a quarter of an hour at least")
 	require.Nil(t, b.get(ctx, t, c.ID).HoldReleasedAt)
 }
+
+// No wait of the hold check is longer than UnavailableFor, the whole time
+// a charge step waits on a gateway that does nothing: once the gateway is
+// back, the hold is released within that much, however long it was down.
+func TestReleaseHoldWaitsNoLongerThanUnavailableFor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.pipeline.Retry = charges.RetryPolicy{Base: time.Second, Max: 5 * time.Second, Now: b.clock.Now}
+	b.pipeline.UnavailableFor = 30 * time.Second
+	c := b.newCharge(ctx, t, fixture{status: charges.RequiresReview, authorizationRef: holdRef, reviewReason: "no verdict"})
+	b.gateway.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrUnknownOutcome)
+	w := newWorker(t, b, &charges.ReleaseHoldWorker{Pipeline: b.pipeline})
+	res, err := w.Work(ctx, t, b.tx, charges.ReleaseHoldArgs{ChargeID: c.ID, Attempt: 1}, nil)
+	for run := 1; run < 20; run++ {
+		require.NoError(t, err)
+		b.requireSnoozed(t, res, b.get(ctx, t, c.ID), 0, 30*time.Second, false)
+		b.clock.Set(res.Job.ScheduledAt)
+		res, err = w.WorkJob(ctx, t, b.tx, res.Job)
+	}
+}

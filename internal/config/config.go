@@ -196,7 +196,7 @@ var variables = []variable{
 		intInto(func(c *Config) *int { return &c.ChargeMaxAttempts })},
 	{"REBILL_RETRY_BASE", "5s (1s in dev mode)", "base of the capped exponential backoff with full jitter",
 		durationInto(func(c *Config) *time.Duration { return &c.RetryBase })},
-	{"REBILL_RETRY_MAX", "10m (5s in dev mode)", "cap of a single technical retry delay (also of a charge's waits on a gateway that answers it did nothing; a review's hold check backs off further, to 30 min)",
+	{"REBILL_RETRY_MAX", "10m (5s in dev mode)", "cap of a single technical retry delay (also of a charge's waits on a gateway that answers it did nothing; a review's hold check backs off further, to 30 min or REBILL_UNAVAILABLE_FOR if shorter)",
 		durationInto(func(c *Config) *time.Duration { return &c.RetryMax })},
 	{"REBILL_BREAKER_OPEN_FOR", "5s", "how long a gateway's circuit stays open (after over 50 % of at least 10 calls in 30 s got no answer) before a probe",
 		durationInto(func(c *Config) *time.Duration { return &c.BreakerOpenFor })},
