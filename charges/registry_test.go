@@ -458,27 +458,8 @@ func TestFineNewHoldWaitsForEveryUnsettledPostingStatus(t *testing.T) {
 		t.Run(string(status), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			b := setup(t)
-			b.withHoldLifetime()
-			b.pipeline.UnavailableFor = 2 * holdLifetime
-			b.pipeline.Owners.Enrollments = &fakeEnrollments{}
-			b.pipeline.Postings = &fakePostings{}
-			c := newFineCharge(ctx, t, b, start.Add(30*24*time.Hour))
-			b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
-			authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
-			_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
-			require.NoError(t, err)
-			b.post(ctx, t, c, 1, 500, string(gisgmp.StatusPosting))
-			b.clock.Advance(holdLifetime - charges.HoldExpiryMargin)
-			b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
-			void := newWorker(t, b, &charges.VoidWorker{Pipeline: b.pipeline})
-			_, err = void.Work(ctx, t, b.tx, charges.VoidArgs{ChargeID: c.ID, Attempt: 1}, nil)
-			require.NoError(t, err)
-			require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-				_, err := b.pipeline.Store.DueRetries(ctx, tx, b.clock.Now(), 10)
-				return err
-			}))
-			_, err = b.pool.Exec(ctx, `UPDATE registry_postings SET status = $2 WHERE charge_id = $1`, c.ID, string(status))
+			b, c, authorize := lapsedFineHold(ctx, t)
+			_, err := b.pool.Exec(ctx, `UPDATE registry_postings SET status = $2 WHERE charge_id = $1`, c.ID, string(status))
 			require.NoError(t, err)
 
 			res, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
@@ -504,6 +485,33 @@ func TestFineNewHoldWaitsForEveryUnsettledPostingStatus(t *testing.T) {
 func TestFineHoldWhosePostingSettlesDuringTheGuardIsStillStarted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	b, c, authorize := lapsedFineHold(ctx, t)
+	_, err := b.pool.Exec(ctx, `CREATE FUNCTION settle_postings() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN UPDATE registry_postings SET status = 'annulled' WHERE status = 'posting'; RETURN NULL; END $$;
+		CREATE TRIGGER settle_postings AFTER UPDATE ON charges FOR EACH STATEMENT EXECUTE FUNCTION settle_postings()`)
+	require.NoError(t, err)
+
+	res, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+	require.NoError(t, err)
+	got := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.Scheduled, got.Status)
+	require.Equal(t, []int64{500}, authorizeAmounts(b), "the guard held the hold back")
+	require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "the job runs again, or the attempt is left with none")
+
+	_, err = b.pool.Exec(ctx, `DROP TRIGGER settle_postings ON charges`)
+	require.NoError(t, err)
+	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status)
+	require.Equal(t, []int64{500, 500}, authorizeAmounts(b), "held again at the discount, once")
+}
+
+// lapsedFineHold is a fine held at the discount (500) whose first
+// attempt's posting is still being posted when its hold lapses: the hold
+// is voided and the second attempt is due, its authorize worker given.
+func lapsedFineHold(ctx context.Context, t *testing.T) (*testBundle, charges.Charge,
+	*rivertest.Worker[charges.AuthorizeArgs, pgx.Tx]) {
+	t.Helper()
 	b := setup(t)
 	b.withHoldLifetime()
 	b.pipeline.UnavailableFor = 2 * holdLifetime
@@ -524,22 +532,5 @@ func TestFineHoldWhosePostingSettlesDuringTheGuardIsStillStarted(t *testing.T) {
 		_, err := b.pipeline.Store.DueRetries(ctx, tx, b.clock.Now(), 10)
 		return err
 	}))
-	_, err = b.pool.Exec(ctx, `CREATE FUNCTION settle_postings() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN UPDATE registry_postings SET status = 'annulled' WHERE status = 'posting'; RETURN NULL; END $$;
-		CREATE TRIGGER settle_postings AFTER UPDATE ON charges FOR EACH STATEMENT EXECUTE FUNCTION settle_postings()`)
-	require.NoError(t, err)
-
-	res, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
-	require.NoError(t, err)
-	got := b.get(ctx, t, c.ID)
-	require.Equal(t, charges.Scheduled, got.Status)
-	require.Equal(t, []int64{500}, authorizeAmounts(b), "the guard held the hold back")
-	require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "the job runs again, or the attempt is left with none")
-
-	_, err = b.pool.Exec(ctx, `DROP TRIGGER settle_postings ON charges`)
-	require.NoError(t, err)
-	_, err = authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 2}, nil)
-	require.NoError(t, err)
-	require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status)
-	require.Equal(t, []int64{500, 500}, authorizeAmounts(b), "held again at the discount, once")
+	return b, c, authorize
 }
