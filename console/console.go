@@ -212,6 +212,7 @@ func (h *Handler) routes() *chi.Mux {
 		r.Get("/console/subscriptions/{id}", h.subscription)
 		r.Post("/console/subscriptions/{id}/pause", h.pause)
 		r.Post("/console/subscriptions/{id}/resume", h.resume)
+		r.Get("/console/subscriptions/{id}/cancel", h.cancelPage)
 		r.Post("/console/subscriptions/{id}/cancel", h.cancel)
 		r.Get("/console/charges/{id}", h.charge)
 		r.Post("/console/charges/{id}/retry", h.retry)

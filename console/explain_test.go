@@ -45,7 +45,7 @@ func TestExplain(t *testing.T) {
 		"defect":                      {errors.New("pq: relation \"charges\" does not exist"), 500, internal},
 		"domain error without a code": {errors.New("widget not found"), 500, internal},
 	} {
-		status, message := explain(c.err)
+		status, message := Explain(c.err)
 		require.Equal(t, c.status, status, name)
 		require.Equal(t, c.message, message, name)
 	}

@@ -24,10 +24,18 @@ import (
 // pageSize is the rows of one page of a list.
 const pageSize = 25
 
+// show renders a page; after a refused action (refuse) it is the page the
+// form came from, with the reason in its alert box and the refusal's
+// status.
 func (h *Handler) show(w http.ResponseWriter, r *http.Request, name, title string, data any) {
 	s := sessionFrom(r.Context())
-	h.renderPage(w, r, http.StatusOK, name, page{Title: title, Session: &s, Data: data, RiverUI: h.opts.RiverUI,
-		Flash: h.flash(r.Context(), s, r.URL.Query().Get("done"))})
+	p := page{Title: title, Session: &s, Data: data, RiverUI: h.opts.RiverUI,
+		Flash: h.flash(r.Context(), s, r.URL.Query().Get("done"))}
+	status := http.StatusOK
+	if ref, ok := refusalOf(r.Context()); ok {
+		status, p.Alert, p.Flash = ref.status, ref.message, ""
+	}
+	h.renderPage(w, r, status, name, p)
 }
 
 func (h *Handler) home(w http.ResponseWriter, r *http.Request) {
@@ -231,6 +239,9 @@ type attempt struct {
 type chargeView struct {
 	Charge   charges.Charge
 	Attempts []attempt
+	// Actions are what staff did to it in the console (the charge page
+	// only).
+	Actions []consoleAction
 }
 
 // attempts reads a charge's history from its published events: each
@@ -278,6 +289,9 @@ type subscriptionData struct {
 	EventsNext  string
 	Metadata    []kv
 	Period      *period.Period
+	// Actions are what staff did to it in the console, with their key and
+	// evidence.
+	Actions []consoleAction
 }
 
 type kv struct{ Key, Value string }
@@ -308,14 +322,14 @@ func (h *Handler) subscription(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, s, err)
 		return
 	}
-	d := subscriptionData{Sub: sub, Metadata: sortedMetadata(sub.Metadata)}
+	d := subscriptionData{Sub: sub, Metadata: sortedMetadata(sub.Metadata), NextCharge: nextCharge(sub)}
 	if now := h.opts.Clock.Now(); sub.Status != subscriptions.Cancelled && !now.Before(sub.BillingAnchor) {
 		p := sub.Schedule().Period(sub.Schedule().IndexAt(now))
 		d.Period = &p
 	}
-	if sub.Status != subscriptions.Cancelled && !sub.NextChargeAt.IsZero() {
-		next := sub.NextChargeAt
-		d.NextCharge = &next
+	if d.Actions, err = h.actionsOn(ctx, id.String()); err != nil {
+		h.fail(w, r, s, err)
+		return
 	}
 	cs, err := h.opts.Billing.SubscriptionCharges(ctx, s.caller(), id, queryUUID(r, "charges_before"), pageSize+1)
 	if err != nil {
@@ -357,6 +371,10 @@ func (h *Handler) charge(w http.ResponseWriter, r *http.Request) {
 	}
 	views, err := h.chargeViews(r.Context(), []charges.Charge{c})
 	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	if views[0].Actions, err = h.actionsOn(r.Context(), id.String()); err != nil {
 		h.fail(w, r, s, err)
 		return
 	}
