@@ -68,6 +68,7 @@ type Autopay interface {
 	Enrollment(ctx context.Context, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
 	ListEnrollments(ctx context.Context, caller usecases.Caller, p enrollments.ListParams) ([]enrollments.Enrollment, error)
 	Bills(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]enrollments.Bill, error)
+	Bill(ctx context.Context, caller usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
 	ConfirmBill(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
 	WithdrawBill(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
 	EnrollmentCharges(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)

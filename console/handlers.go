@@ -193,13 +193,12 @@ func (h *Handler) billAction(w http.ResponseWriter, r *http.Request, name string
 		return
 	}
 	billID := chi.URLParam(r, "bill")
-	var object string
-	err = h.opts.Pool.QueryRow(r.Context(), `SELECT id::text FROM bills WHERE enrollment_id = $1 AND bill_id = $2`, id, billID).Scan(&object)
+	bill, err := h.opts.Autopay.Bill(r.Context(), s.caller(), id, billID)
 	if err != nil {
-		h.fail(w, r, s, errNotFound)
+		h.fail(w, r, s, err)
 		return
 	}
-	h.act(w, r, action{name: name, object: object, evidence: evidence, back: consolePath("enrollments", id.String()),
+	h.act(w, r, action{name: name, object: bill.ID.String(), evidence: evidence, back: consolePath("enrollments", id.String()),
 		do: func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) { return do(ctx, tx, c, billID) }})
 }
 
