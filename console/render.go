@@ -377,7 +377,14 @@ func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, s *session
 // fail shows what a use case refused on the error page, with the status
 // the API would give.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s session, err error) {
-	a := h.answer(w, r, err)
+	a, refused := refusalOf(r.Context())
+	if !refused {
+		a = h.answer(w, r, err)
+	} else {
+		// The page a refused action came from cannot be shown (it is gone,
+		// or the database is): the refusal is what the person must read.
+		h.opts.Logger.Warn().Err(err).Str("path", r.URL.Path).Msg("console: page of a refused action")
+	}
 	if s.idHash == nil {
 		h.renderPage(w, r, a.status, "error", page{Title: a.title, Alert: a.message, RiverUI: h.opts.RiverUI})
 		return
