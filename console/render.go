@@ -273,6 +273,7 @@ var funcs = template.FuncMap{
 	"optmoney":        optMoney,
 	"formid":          randomID,
 	"join":            strings.Join,
+	"hasprefix":       strings.HasPrefix,
 	"percent":         percent,
 	"seg":             seg,
 }
