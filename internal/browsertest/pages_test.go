@@ -75,6 +75,7 @@ func TestEveryPage(t *testing.T) {
 		{"subscription-active", "/console/subscriptions/" + active, http.StatusOK},
 		{"subscription-paused", "/console/subscriptions/" + paused, http.StatusOK},
 		{"subscription-cancelled", "/console/subscriptions/" + cancelled, http.StatusOK},
+		{"subscription-cancel-now", "/console/subscriptions/" + active + "/cancel", http.StatusOK},
 		{"charge", "/console/charges/" + charge, http.StatusOK},
 		{"charge-review", "/console/charges/" + reviewCharge, http.StatusOK},
 		{"review", "/console/review", http.StatusOK},
