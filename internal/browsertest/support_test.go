@@ -73,7 +73,14 @@ func TestSupportAgentAfternoon(t *testing.T) {
 	b.open("/console/review")
 	row := b.requireRow(charge, "gateway_unavailable", "the gateway was down for longer than rebill waits for it")
 	require.NotContains(t, row, "http")
-	require.Contains(t, b.text(fmt.Sprintf("#charge-%s td.lookup", charge)), "no hold or capture of this attempt was recorded")
+	// rebill asks the gateway what the attempt did; once it has, the queue
+	// says what it found in words.
+	lookup := fmt.Sprintf("#charge-%s td.lookup", charge)
+	waitFor(t, "the look-up's finding", func() bool {
+		b.open("/console/review")
+		return strings.HasPrefix(b.text(lookup), "No capture: the gateway holds none of this attempt's money")
+	}, func() any { return b.text(lookup) })
+	require.Contains(t, b.text(lookup), "A retry is safe.")
 	attached := run(b, chromedp.Evaluate[[]string](fmt.Sprintf(`Array.from(document.querySelectorAll('#charge-%s fieldset.action')).map(f =>
 		f.querySelector('legend').innerText + '|' + f.querySelector('button').innerText + '|' + (f.querySelector('textarea') ? 'evidence' : ''))`, charge)))
 	require.Equal(t, []string{"Mark succeeded|Mark succeeded|evidence", "Mark failed|Mark failed|evidence"}, attached)
