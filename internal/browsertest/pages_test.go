@@ -52,7 +52,7 @@ func TestEveryPage(t *testing.T) {
 	reviewCharge := n.waitCharge(review, "requires_review")["id"].(string)
 	n.faults(map[string]any{"down": false})
 	// sim4 fails every call: the operations page shows it failing.
-	n.admin(http.MethodPost, "/v1/dev/gateways/sim4/faults", map[string]any{"error_rate": 1})
+	n.admin(http.MethodPost, "/v1/dev/gateways/sim4/faults", map[string]any{"down": true})
 	failing := n.admin(http.MethodPost, "/v1/subscriptions", map[string]any{
 		"customer_id": "cust-pages-sim4", "amount": 1500, "currency": "USD", "interval": "month", "timezone": "UTC",
 		"payment_method": map[string]any{"gateway": "sim4", "token": "tok_ok", "exp_month": 12, "exp_year": 2035},
