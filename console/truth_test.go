@@ -209,3 +209,13 @@ func TestOperationsGatewayHealth(t *testing.T) {
 
 // outcomesList is what the "outcomes" template function lists.
 var outcomesList = funcs["outcomes"].(func() []outcome)()
+
+// The search lists a paused subscription with no next charge, as its page
+// and the API do.
+func TestSearchShowsNoNextChargeWhilePaused(t *testing.T) {
+	t.Parallel()
+	paused := testSubscription(subscriptions.Paused)
+	html := renderTest(t, "search", searchData{Query: "cust-1", Customer: "cust-1", CustomerHasAnything: true,
+		Subscriptions: []subscriptions.Subscription{testSubscription(subscriptions.Active), paused}})
+	require.Equal(t, 1, strings.Count(html, `<time datetime="2027-04-01T09:00:00Z">`), "only the active one has a next charge")
+}
