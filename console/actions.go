@@ -105,9 +105,10 @@ type refusedKey struct{}
 // refuse answers an action that was refused on the page it came from
 // (back): that page, as it is now, with the reason in its role=alert box
 // and the refusal's status, rather than a page of its own at the POST's
-// URL. Nothing was changed, so showing the page again is safe; the
-// browser's address stays the form's action, and reloading it would post
-// the same form_id, which is refused again (nothing was recorded).
+// URL. Nothing was changed (the action's record was rolled back with
+// it), so the page is shown as it is now; the browser's address stays the
+// form's action, and reloading sends the same form again, which acts only
+// if the object's state now allows it.
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, back string, err error) {
 	ref := h.answer(w, r, err)
 	target, perr := url.Parse(back)

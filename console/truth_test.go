@@ -1,6 +1,7 @@
 package console
 
 import (
+	"fmt"
 	"html/template"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/puddle/v2"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/velocity"
 )
 
 // renderTest renders a page template with data as a support session sees
@@ -218,4 +221,28 @@ func TestSearchShowsNoNextChargeWhilePaused(t *testing.T) {
 	html := renderTest(t, "search", searchData{Query: "cust-1", Customer: "cust-1", CustomerHasAnything: true,
 		Subscriptions: []subscriptions.Subscription{testSubscription(subscriptions.Active), paused}})
 	require.Equal(t, 1, strings.Count(html, `<time datetime="2027-04-01T09:00:00Z">`), "only the active one has a next charge")
+}
+
+// An outage or a limit is not a 500 page: the console answers them with
+// the API's status and Retry-After.
+func TestUnavailableAndLimitedPages(t *testing.T) {
+	t.Parallel()
+	h := &Handler{opts: Options{Logger: zerolog.Nop()}}
+	s := session{idHash: []byte{1}, csrf: "csrf", key: apikeys.Key{ID: "key-1", Role: apikeys.Support}, loc: time.UTC}
+	for _, c := range []struct {
+		err        error
+		status     int
+		retryAfter string
+		says       string
+	}{
+		{fmt.Errorf("list: %w", puddle.ErrClosedPool), http.StatusServiceUnavailable, "1", "the database could not be reached"},
+		{&velocity.ExceededError{Limit: velocity.Creations, Max: 3, RetryAfter: 90 * time.Second}, http.StatusTooManyRequests, "90",
+			"Not done, over a limit: velocity limit creations"},
+	} {
+		rec := httptest.NewRecorder()
+		h.fail(rec, httptest.NewRequest(http.MethodGet, "/console/review", nil), s, c.err)
+		require.Equal(t, c.status, rec.Code)
+		require.Equal(t, c.retryAfter, rec.Header().Get("Retry-After"))
+		require.Contains(t, rec.Body.String(), c.says)
+	}
 }
