@@ -82,6 +82,21 @@ func TestConsoleActions(t *testing.T) {
 		require.Equal(t, http.StatusOK, u.get("/console/").status, "a GET logged out")
 	})
 
+	t.Run("a resume day in the past is refused on the page", func(t *testing.T) {
+		action, fields := form(t, u.get(page).body, "Pause")
+		fields.Set("resume_at", "2001-02-03")
+		res := u.post(action, fields)
+		require.Equal(t, http.StatusBadRequest, res.status)
+		require.Contains(t, res.body, `<p role="alert" class="alert">Not done: resume_at`)
+		require.Contains(t, res.body, `<dd id="status">active</dd>`)
+		fields.Set("resume_at", "next tuesday")
+		res = u.post(action, fields)
+		require.Equal(t, http.StatusBadRequest, res.status)
+		require.Contains(t, res.body, "resume_at must be a day as YYYY-MM-DD")
+		require.Equal(t, "active", status(t, n, sub))
+		require.Equal(t, 0, count(t, n.pool, `SELECT count(*) FROM console_actions`))
+	})
+
 	t.Run("pause twice with one form acts once, as support", func(t *testing.T) {
 		action, fields := form(t, u.get(page).body, "Pause")
 		first := u.post(action, fields)
