@@ -2,17 +2,11 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
-	"strings"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/puddle/v2"
 
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/autopay"
@@ -58,12 +52,9 @@ var (
 		"Send a valid API key as `Authorization: Bearer <key>`.")
 	problemForbidden = newProblem(http.StatusForbidden, "forbidden", "Forbidden",
 		"This API key's role does not allow this request.")
-	problemNotFound = newProblem(http.StatusNotFound, "not-found", "Not found",
-		"No such resource.")
-	problemInternal = newProblem(http.StatusInternalServerError, "internal-error", "Internal error",
-		"The request failed; it was not applied. Retry with the same Idempotency-Key.")
-	problemUnavailable = newProblem(http.StatusServiceUnavailable, "service-unavailable", "Service unavailable",
-		"The database is unreachable; nothing was executed. Retry later with the same Idempotency-Key.")
+	problemNotFound     = answerOf(fault.NotFound, fault.Answers[fault.NotFound]).problem
+	problemInternal     = answerOf("", fault.Internal).problem
+	problemUnavailable  = answerOf(fault.Unavailable, fault.Answers[fault.Unavailable]).problem
 	problemBodyTooLarge = newProblem(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large",
 		"Request bodies are limited to 64 KiB.")
 )
@@ -120,24 +111,14 @@ type answer struct {
 	logAs    string // the log message; "" when the refusal is the caller's business
 }
 
-// answers is the answer to each code. A problem without a detail takes the
-// error's message (fault.Message), which domain packages write for the
-// caller.
-var answers = map[fault.Code]answer{
-	fault.Invalid:  {problem: validationProblem()},
-	fault.NotFound: {problem: problemNotFound},
-	fault.Conflict: {problem: newProblem(http.StatusConflict, "invalid-transition", "Invalid transition", "")},
-	// Roles are checked by the middleware (problemForbidden); the domain
-	// forbids only what a customer key does for another customer.
-	fault.Forbidden: {problem: newProblem(http.StatusForbidden, "forbidden", "Forbidden",
-		"A customer key can only create and list its own customer's subscriptions.")},
-	// The database is what every request needs; another dependency that
-	// cannot be reached has its own answer in answerFor.
-	fault.Unavailable: {problem: problemUnavailable, retryAfter: "1", logAs: "database unavailable"},
-	// The request changed nothing, and it is not stored under its
-	// Idempotency-Key (the middleware keeps only completed outcomes), so
-	// the same key runs once the window has passed.
-	fault.Limited: {problem: newProblem(http.StatusTooManyRequests, "velocity-limit", "Velocity limit", "")},
+// answerOf is the API's answer to a code's fault.Answer: the table
+// both edges share (fault.Answers), as a problem.
+func answerOf(code fault.Code, a fault.Answer) answer {
+	out := answer{problem: newProblem(a.Status, a.Type, a.Title, a.Detail), retryAfter: a.RetryAfter, logAs: a.Log}
+	if code == fault.Invalid {
+		out.problem = validationProblem()
+	}
+	return out
 }
 
 // answerFor maps err to its answer: by its code (answers), except for the
@@ -170,13 +151,10 @@ func answerFor(err error) answer {
 		return answer{retryAfter: "5", problem: newProblem(http.StatusServiceUnavailable, "gateway-unavailable", "Gateway unavailable",
 			"The payment gateway could not be asked what the charge's last attempt did, so nothing was done. Retry later with the same Idempotency-Key.")}
 	}
-	code := fault.CodeOf(err)
-	if code == "" && databaseUnavailable(err) {
-		code = fault.Unavailable
-	}
-	a, ok := answers[code]
-	if !ok {
-		return answer{problem: problemInternal, logAs: "request failed"}
+	code, fa := fault.AnswerTo(err)
+	a := answerOf(code, fa)
+	if fa.Status == http.StatusInternalServerError {
+		return a
 	}
 	if a.problem.Detail == "" {
 		a.problem.Detail = fault.Message(err)
@@ -214,27 +192,4 @@ func cardNumberProblem(field string) Problem {
 		"A field contains what looks like a card number. rebill accepts only payment tokens from a gateway.")
 	p.Errors = []validate.FieldError{{Field: field, Message: "looks like a card number"}}
 	return p
-}
-
-// databaseUnavailable reports whether err says the database could not be
-// reached or dropped the connection, rather than refused the statement.
-// That is a passing condition of the server, not a bug, and what the
-// request did was not committed: 503 with Retry-After tells clients and
-// load balancers to back off and retry, where a 500 would read as a defect.
-func databaseUnavailable(err error) bool {
-	var (
-		connectErr *pgconn.ConnectError
-		pgErr      *pgconn.PgError
-		netErr     net.Error
-	)
-	switch {
-	case errors.As(err, &connectErr), errors.As(err, &netErr), pgconn.SafeToRetry(err), pgconn.Timeout(err),
-		errors.Is(err, puddle.ErrClosedPool), errors.Is(err, context.DeadlineExceeded):
-		return true
-	case errors.As(err, &pgErr):
-		// Class 08: connection exception; 57P01..57P04: shutdown, crash,
-		// cannot connect now, database dropped; 53300: too many connections.
-		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P") || pgErr.Code == "53300"
-	}
-	return false
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/console"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/fsm"
@@ -180,8 +181,9 @@ func TestEveryCodeHasADocumentedProblem(t *testing.T) {
 	doc, err := openapitest.For(openAPIDocument)
 	require.NoError(t, err)
 	for _, code := range fault.Codes {
-		a, ok := answers[code]
+		fa, ok := fault.Answers[code]
 		require.True(t, ok, "no answer for %s", code)
+		a := answerOf(code, fa)
 		slug := strings.TrimPrefix(a.problem.Type, problemBase)
 		require.Equal(t, a.problem.Status, doc.Problems()[slug], "%s answers %s", code, slug)
 	}
@@ -219,5 +221,64 @@ func TestNewDomainErrorIsAnsweredByItsCode(t *testing.T) {
 			t.Parallel()
 			runFail(t, c)
 		})
+	}
+}
+
+// One table, both edges: for every fault code (and the errors whose
+// answer says more than their code), the API's problem and the console's
+// page answer with the same status, and the problem's type and title are
+// the table's (fault.Answers). The console's sentence is for people: it
+// never carries an internal error's text.
+func TestOneErrorMappingForAPIAndConsole(t *testing.T) {
+	t.Parallel()
+	internal := errors.New(`dial tcp 10.0.0.7:5432: connect: connection refused at https://db.internal/`)
+	for _, c := range []struct {
+		name    string
+		err     error
+		status  int
+		slug    string
+		console string // what the console says, exactly
+	}{
+		{"invalid", fmt.Errorf("%w: evidence is required", fault.New(fault.Invalid, "bad input")), 400, "validation-error",
+			"Not done: bad input: evidence is required."},
+		{"fields", validate.Errors{{Field: "resume_at", Message: "must be in the future"}}, 400, "validation-error",
+			"Not done: resume_at must be in the future."},
+		{"not found", fmt.Errorf("get: %w", subscriptions.ErrNotFound), 404, "not-found",
+			"Not found: there is no such object, or this key may not see it."},
+		{"conflict", &fsm.TransitionError{Machine: "subscription", From: "active", To: "active", Reason: "only a paused subscription can be resumed"},
+			409, "invalid-transition", "Not done: subscription cannot move from active to active: only a paused subscription can be resumed."},
+		{"refused retry (decision 11)", fmt.Errorf("%w: the issuer reported this card stolen_card; send a different card", charges.ErrRetryRefused),
+			409, "invalid-transition", "Not done: retry refused: the issuer reported this card stolen_card; send a different card."},
+		{"forbidden", usecases.ErrForbidden, 403, "forbidden", "This key may not do that."},
+		{"database unavailable", fmt.Errorf("begin: %w", puddle.ErrClosedPool), 503, "service-unavailable",
+			"Not done: the database could not be reached, so nothing was changed. Try again in a moment."},
+		{"unavailable code", fmt.Errorf("read: %w", fault.New(fault.Unavailable, "store down")), 503, "service-unavailable",
+			"Not done: the database could not be reached, so nothing was changed. Try again in a moment."},
+		{"limited", &velocity.ExceededError{Limit: velocity.Creations, Max: 3, RetryAfter: 90 * time.Second}, 429, "velocity-limit",
+			"Not done, over a limit: velocity limit creations: at most 3 per hour; retry in 1m30s."},
+		{"gateway unreachable", fmt.Errorf("%w: look up: %w", charges.ErrGatewayUnreachable, internal), 503, "gateway-unavailable",
+			"Not done: the payment gateway could not be asked what the charge's last attempt did, so nothing was done. Try again later."},
+		{"defect", fmt.Errorf("scan: %w", internal), 500, "internal-error",
+			"Something went wrong; nothing was changed. Try again, or ask an engineer to look at the logs."},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			a := answerFor(c.err)
+			require.Equal(t, c.status, a.problem.Status, "API status")
+			require.Equal(t, problemBase+c.slug, a.problem.Type, "API problem type")
+			if code, fa := fault.AnswerTo(c.err); fa.Type == c.slug {
+				require.Equal(t, fa.Title, a.problem.Title, "the table's title (%s)", code)
+			}
+			status, message := console.Explain(c.err)
+			require.Equal(t, c.status, status, "the console answers with the API's status")
+			require.Equal(t, c.console, message)
+			require.NotContains(t, message, "10.0.0.7")
+			require.NotContains(t, message, "https://")
+		})
+	}
+	for _, code := range fault.Codes {
+		status, _ := console.Explain(fault.New(code, "x"))
+		require.Equal(t, fault.Answers[code].Status, status, "%s: the console's status is the table's", code)
+		require.Equal(t, fault.Answers[code].Status, answerFor(fault.New(code, "x")).problem.Status, "%s: the API's status is the table's", code)
 	}
 }

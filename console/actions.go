@@ -88,7 +88,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, a action) {
 		h.renderError(w, r, &s, http.StatusForbidden, "Invalid form token: this form belongs to another key.")
 		return
 	case err != nil:
-		h.fail(w, r, s, err)
+		h.refuse(w, r, a.back, err)
 		return
 	}
 	if done || replayed {
@@ -97,6 +97,43 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, a action) {
 }
 
 var errForeignForm = errors.New("form of another key")
+
+// refusedKey carries, in a request's context, the refusal a page shows
+// above itself.
+type refusedKey struct{}
+
+// refuse answers an action that was refused on the page it came from
+// (back): that page, as it is now, with the reason in its role=alert box
+// and the refusal's status, rather than a page of its own at the POST's
+// URL. Nothing was changed (the action's record was rolled back with
+// it), so the page is shown as it is now; the browser's address stays the
+// form's action, and reloading sends the same form again, which acts only
+// if the object's state now allows it.
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, back string, err error) {
+	ref := h.answer(w, r, err)
+	target, perr := url.Parse(back)
+	if perr != nil || !strings.HasPrefix(target.Path, "/console/") {
+		s := sessionFrom(r.Context())
+		h.fail(w, r, s, err)
+		return
+	}
+	ctx := context.WithValue(r.Context(), refusedKey{}, ref)
+	get := r.Clone(ctx)
+	get.Method = http.MethodGet
+	get.URL = &url.URL{Path: target.Path, RawPath: target.RawPath, RawQuery: target.RawQuery}
+	get.RequestURI = get.URL.RequestURI()
+	get.Body = http.NoBody
+	get.ContentLength = 0
+	get.Form, get.PostForm = nil, nil
+	get.Header.Del("Content-Type")
+	h.ServeHTTP(w, get)
+}
+
+// refusalOf is the refusal a page shows above itself, if any.
+func refusalOf(ctx context.Context) (refusal, bool) {
+	ref, ok := ctx.Value(refusedKey{}).(refusal)
+	return ref, ok
+}
 
 func withDone(path, formID string) string {
 	sep := "?"

@@ -82,6 +82,21 @@ func TestConsoleActions(t *testing.T) {
 		require.Equal(t, http.StatusOK, u.get("/console/").status, "a GET logged out")
 	})
 
+	t.Run("a resume day in the past is refused on the page", func(t *testing.T) {
+		action, fields := form(t, u.get(page).body, "Pause")
+		fields.Set("resume_at", "2001-02-03")
+		res := u.post(action, fields)
+		require.Equal(t, http.StatusBadRequest, res.status)
+		require.Contains(t, res.body, `<p role="alert" class="alert">Not done: resume_at`)
+		require.Contains(t, res.body, `<dd id="status">active</dd>`)
+		fields.Set("resume_at", "next tuesday")
+		res = u.post(action, fields)
+		require.Equal(t, http.StatusBadRequest, res.status)
+		require.Contains(t, res.body, "resume_at must be a day as YYYY-MM-DD")
+		require.Equal(t, "active", status(t, n, sub))
+		require.Equal(t, 0, count(t, n.pool, `SELECT count(*) FROM console_actions`))
+	})
+
 	t.Run("pause twice with one form acts once, as support", func(t *testing.T) {
 		action, fields := form(t, u.get(page).body, "Pause")
 		first := u.post(action, fields)
@@ -110,8 +125,27 @@ func TestConsoleActions(t *testing.T) {
 	})
 
 	t.Run("a concurrent double cancel acts once", func(t *testing.T) {
-		action, fields := form(t, u.get(page).body, "Cancel now")
+		active := u.get(page).body
+		pauseAction, pauseFields := form(t, active, "Pause")
+		require.Contains(t, active, `<a class="button danger" href="`+page+`/cancel">Cancel now…</a>`)
+		// Cancel now is a second step: the form on the subscription's page
+		// cannot do it without the confirmation page's.
+		action, fields := form(t, active, "Cancel at period end")
+		fields.Set("at_period_end", "false")
+		res := u.post(action, fields)
+		require.Equal(t, http.StatusBadRequest, res.status)
+		require.Contains(t, res.body, "cancelling now must be confirmed")
+		require.Contains(t, res.body, `<dd id="status">active</dd>`, "refused on the subscription's page")
+		require.Equal(t, "active", status(t, n, sub))
+
+		confirm := u.get(page + "/cancel")
+		require.Equal(t, http.StatusOK, confirm.status)
+		require.Contains(t, confirm.body, "It cannot be undone.")
+		require.Contains(t, confirm.body, `<button type="submit" class="danger">Yes, cancel now</button>`)
+		require.Contains(t, confirm.body, `<a href="`+page+`">No, keep the subscription</a>`)
+		action, fields = form(t, confirm.body, "Yes, cancel now")
 		require.Equal(t, "false", fields.Get("at_period_end"))
+		require.Equal(t, "yes", fields.Get("confirmed"))
 		var wg sync.WaitGroup
 		statuses := make([]int, 4)
 		for i := range statuses {
@@ -129,11 +163,18 @@ func TestConsoleActions(t *testing.T) {
 		require.Equal(t, "cancelled", status(t, n, sub))
 		require.Equal(t, 1, count(t, n.pool, `SELECT count(*) FROM console_actions WHERE form_id = $1`, fields.Get("form_id")))
 
-		// A refused action shows why and changes nothing.
-		action, fields = form(t, u.get(page).body, "Pause")
-		res := u.post(action, fields)
+		// A cancelled subscription offers nothing.
+		cancelled := u.get(page).body
+		for _, label := range []string{">Pause</button>", ">Resume</button>", "Cancel now…", ">Cancel at period end</button>"} {
+			require.NotContains(t, cancelled, label)
+		}
+		// A refused action (a form from before) is answered on the page it
+		// came from, with why, and changes nothing.
+		res = u.post(pauseAction, pauseFields)
+		fields = pauseFields
 		require.Equal(t, http.StatusConflict, res.status)
-		require.Contains(t, res.body, `role="alert"`)
+		require.Contains(t, res.body, `<p role="alert" class="alert">Not done: subscription cannot move from cancelled to paused`)
+		require.Contains(t, res.body, `<dd id="status">cancelled</dd>`, "the subscription's page")
 		require.Equal(t, 1, subscriptionEvents(t, n, sub, "paused"), "a cancelled subscription paused")
 		require.Equal(t, "cancelled", status(t, n, sub))
 		require.Equal(t, 0, count(t, n.pool, `SELECT count(*) FROM console_actions WHERE form_id = $1`, fields.Get("form_id")))
@@ -219,7 +260,7 @@ func TestTimeZoneAndBillEvidence(t *testing.T) {
 	_, fields = form(t, page, "Pause")
 	enrollment := "/console/enrollments/00000000-0000-0000-0000-000000000001/bills/b-1/confirm"
 	res := u.post(enrollment, url.Values{"csrf": {fields.Get("csrf")}, "form_id": {fields.Get("form_id")}})
-	require.Equal(t, http.StatusUnprocessableEntity, res.status)
+	require.Equal(t, http.StatusBadRequest, res.status)
 	require.Contains(t, res.body, "evidence is required")
 	res = u.post(enrollment, url.Values{"csrf": {fields.Get("csrf")}, "form_id": {fields.Get("form_id")}, "evidence": {"call on 3 March"}})
 	require.Equal(t, http.StatusNotFound, res.status)

@@ -179,7 +179,7 @@ func TestExperimentsPages(t *testing.T) {
 
 	missing := u.get("/console/experiments/no-such-experiment")
 	require.Equal(t, http.StatusNotFound, missing.status)
-	require.Contains(t, missing.body, `<p role="alert" class="alert">Not found.</p>`)
+	require.Contains(t, missing.body, `<p role="alert" class="alert">Not found: there is no such object, or this key may not see it.</p>`)
 	require.Equal(t, http.StatusNotFound, u.get("/console/experiments/dunning-2027/x").status)
 }
 

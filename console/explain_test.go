@@ -26,13 +26,13 @@ func TestExplain(t *testing.T) {
 		message string
 	}{
 		"fields": {validate.Errors{{Field: "evidence", Message: "is required"}, {Field: "outcome", Message: "is unknown"}},
-			422, "Not done: evidence is required; outcome is unknown."},
-		"form input":             {fmt.Errorf("%w: outcome must be succeeded or failed", errInput), 422, "Not done: outcome must be succeeded or failed."},
-		"no such page":           {errNotFound, 404, "Not found."},
-		"subscription not found": {subscriptions.ErrNotFound, 404, "Not found."},
-		"charge not found":       {charges.ErrNotFound, 404, "Not found."},
-		"enrollment not found":   {enrollments.ErrNotFound, 404, "Not found."},
-		"bill not found":         {enrollments.ErrBillNotFound, 404, "Not found."},
+			400, "Not done: evidence is required; outcome is unknown."},
+		"form input":             {fmt.Errorf("%w: outcome must be succeeded or failed", errInput), 400, "Not done: outcome must be succeeded or failed."},
+		"no such page":           {errNotFound, 404, "Not found: there is no such object, or this key may not see it."},
+		"subscription not found": {subscriptions.ErrNotFound, 404, "Not found: there is no such object, or this key may not see it."},
+		"charge not found":       {charges.ErrNotFound, 404, "Not found: there is no such object, or this key may not see it."},
+		"enrollment not found":   {enrollments.ErrNotFound, 404, "Not found: there is no such object, or this key may not see it."},
+		"bill not found":         {enrollments.ErrBillNotFound, 404, "Not found: there is no such object, or this key may not see it."},
 		"forbidden":              {usecases.ErrForbidden, 403, "This key may not do that."},
 		"subscription transition": {&fsm.TransitionError{Machine: "subscription", From: "cancelled", To: "cancelled", Reason: "the subscription is cancelled"},
 			409, "Not done: subscription cannot move from cancelled to cancelled: the subscription is cancelled."},
@@ -45,7 +45,7 @@ func TestExplain(t *testing.T) {
 		"defect":                      {errors.New("pq: relation \"charges\" does not exist"), 500, internal},
 		"domain error without a code": {errors.New("widget not found"), 500, internal},
 	} {
-		status, message := explain(c.err)
+		status, message := Explain(c.err)
 		require.Equal(t, c.status, status, name)
 		require.Equal(t, c.message, message, name)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -33,10 +34,43 @@ func (h *Handler) subscriptionAction(w http.ResponseWriter, r *http.Request, nam
 
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	id, _ := pathUUID(r, "id")
-	h.subscriptionAction(w, r, "subscription.pause", func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) {
-		sub, err := h.opts.Billing.Pause(ctx, tx, c, id, nil)
+	s := sessionFrom(r.Context())
+	resumeAt, err := resumeAtField(r, s)
+	if err != nil {
+		h.refuse(w, r, consolePath("subscriptions", id.String()), err)
+		return
+	}
+	name := "subscription.pause"
+	if resumeAt != nil {
+		name = "subscription.pause_until"
+	}
+	h.subscriptionAction(w, r, name, func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) {
+		sub, err := h.opts.Billing.Pause(ctx, tx, c, id, resumeAt)
+		if resumeAt != nil {
+			return "Paused until " + resumeAt.UTC().Format("2006-01-02 15:04 UTC") + ": the subscription is " + string(sub.Status) + ".", err
+		}
 		return "Paused: the subscription is " + string(sub.Status) + ".", err
 	})
+}
+
+// resumeAtField reads the pause form's optional resume_at: a day
+// (YYYY-MM-DD) whose start, in the session's time zone, is when the
+// subscription resumes by itself; nil when empty. The use case refuses a
+// moment not in the future.
+func resumeAtField(r *http.Request, s session) (*time.Time, error) {
+	v := strings.TrimSpace(r.PostFormValue("resume_at"))
+	if v == "" {
+		return nil, nil
+	}
+	loc := s.loc
+	if loc == nil {
+		loc = time.UTC
+	}
+	day, err := time.ParseInLocation(time.DateOnly, v, loc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: resume_at must be a day as YYYY-MM-DD", errInput)
+	}
+	return &day, nil
 }
 
 func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
@@ -47,16 +81,39 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// cancelPage is the second step of Cancel now: what cancelling ends, and
+// the button that does it (a page of its own, so it needs no script).
+func (h *Handler) cancelPage(w http.ResponseWriter, r *http.Request) {
+	s := sessionFrom(r.Context())
+	id, err := pathUUID(r, "id")
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	sub, err := h.opts.Billing.Subscription(r.Context(), s.caller(), id)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	h.show(w, r, "cancel", "Cancel subscription "+id.String()+" now?", sub)
+}
+
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 	id, _ := pathUUID(r, "id")
+	back := consolePath("subscriptions", id.String())
 	var atPeriodEnd bool
 	switch r.PostFormValue("at_period_end") {
 	case "true":
 		atPeriodEnd = true
 	case "false":
+		// Cancel now is final: only the confirmation page's form says it
+		// was confirmed.
+		if r.PostFormValue("confirmed") != "yes" {
+			h.refuse(w, r, back, fmt.Errorf("%w: cancelling now must be confirmed on the page Cancel now opens", errInput))
+			return
+		}
 	default:
-		s := sessionFrom(r.Context())
-		h.fail(w, r, s, fmt.Errorf("%w: at_period_end must be true or false", errInput))
+		h.refuse(w, r, back, fmt.Errorf("%w: at_period_end must be true or false", errInput))
 		return
 	}
 	name := "subscription.cancel"
@@ -104,12 +161,12 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	outcome := charges.Status(r.PostFormValue("outcome"))
 	if outcome != charges.Succeeded && outcome != charges.Failed {
-		h.fail(w, r, s, fmt.Errorf("%w: outcome must be succeeded or failed", errInput))
+		h.refuse(w, r, chargeBack(r, id.String()), fmt.Errorf("%w: outcome must be succeeded or failed", errInput))
 		return
 	}
 	evidence, err := evidenceField(r)
 	if err != nil {
-		h.fail(w, r, s, err)
+		h.refuse(w, r, chargeBack(r, id.String()), err)
 		return
 	}
 	h.act(w, r, action{name: "charge.resolve_" + string(outcome), object: id.String(), evidence: evidence,
@@ -136,13 +193,12 @@ func (h *Handler) billAction(w http.ResponseWriter, r *http.Request, name string
 		return
 	}
 	billID := chi.URLParam(r, "bill")
-	var object string
-	err = h.opts.Pool.QueryRow(r.Context(), `SELECT id::text FROM bills WHERE enrollment_id = $1 AND bill_id = $2`, id, billID).Scan(&object)
+	bill, err := h.opts.Autopay.Bill(r.Context(), s.caller(), id, billID)
 	if err != nil {
-		h.fail(w, r, s, errNotFound)
+		h.fail(w, r, s, err)
 		return
 	}
-	h.act(w, r, action{name: name, object: object, evidence: evidence, back: consolePath("enrollments", id.String()),
+	h.act(w, r, action{name: name, object: bill.ID.String(), evidence: evidence, back: consolePath("enrollments", id.String()),
 		do: func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) { return do(ctx, tx, c, billID) }})
 }
 
@@ -150,13 +206,12 @@ func (h *Handler) billAction(w http.ResponseWriter, r *http.Request, name string
 // enrollment's cap: the person must say what the consent rests on, and
 // the console keeps that with their key.
 func (h *Handler) confirmBill(w http.ResponseWriter, r *http.Request) {
-	s := sessionFrom(r.Context())
+	id, _ := pathUUID(r, "id")
 	evidence, err := evidenceField(r)
 	if err != nil {
-		h.fail(w, r, s, err)
+		h.refuse(w, r, consolePath("enrollments", id.String()), err)
 		return
 	}
-	id, _ := pathUUID(r, "id")
 	h.billAction(w, r, "bill.confirm", evidence, func(ctx context.Context, tx pgx.Tx, c usecases.Caller, billID string) (string, error) {
 		b, err := h.opts.Autopay.ConfirmBill(ctx, tx, c, id, billID)
 		return fmt.Sprintf("Confirmed: bill %s is %s.", billID, b.Status), err

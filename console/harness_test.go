@@ -182,7 +182,7 @@ func (b *browser) cookie() *http.Cookie {
 var (
 	formRE   = regexp.MustCompile(`(?s)<form method="post" action="([^"]+)"[^>]*>(.*?)</form>`)
 	inputRE  = regexp.MustCompile(`<input type="hidden" name="([a-z_]+)" value="([^"]*)">`)
-	buttonRE = regexp.MustCompile(`<button type="submit">([^<]+)</button>`)
+	buttonRE = regexp.MustCompile(`<button type="submit"[^>]*>([^<]+)</button>`)
 )
 
 // form finds the POST form on a page whose button says label and returns

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,18 +17,29 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
+	"github.com/rebill/rebill/usecases"
 )
 
 // pageSize is the rows of one page of a list.
 const pageSize = 25
 
+// show renders a page; after a refused action (refuse) it is the page the
+// form came from, with the reason in its alert box and the refusal's
+// status.
 func (h *Handler) show(w http.ResponseWriter, r *http.Request, name, title string, data any) {
 	s := sessionFrom(r.Context())
-	h.renderPage(w, r, http.StatusOK, name, page{Title: title, Session: &s, Data: data, RiverUI: h.opts.RiverUI,
-		Flash: h.flash(r.Context(), s, r.URL.Query().Get("done"))})
+	p := page{Title: title, Session: &s, Data: data, RiverUI: h.opts.RiverUI,
+		Flash: h.flash(r.Context(), s, r.URL.Query().Get("done"))}
+	status := http.StatusOK
+	if ref, ok := refusalOf(r.Context()); ok {
+		status, p.Alert, p.Flash = ref.status, ref.message, ""
+	}
+	h.renderPage(w, r, status, name, p)
 }
 
 func (h *Handler) home(w http.ResponseWriter, r *http.Request) {
@@ -102,7 +114,7 @@ func (h *Handler) search(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if id, err := uuid.Parse(q); err == nil {
-		hits, err := h.idHits(ctx, id)
+		hits, err := h.idHits(ctx, s.caller(), id)
 		if err != nil {
 			h.fail(w, r, s, err)
 			return
@@ -156,62 +168,58 @@ func (h *Handler) search(w http.ResponseWriter, r *http.Request) {
 	h.renderPage(w, r, status, "search", page{Title: "Search", Session: &s, Data: d, RiverUI: h.opts.RiverUI})
 }
 
-// idHits: which objects have this id.
-func (h *Handler) idHits(ctx context.Context, id uuid.UUID) ([]searchHit, error) {
-	rows, err := h.opts.Pool.Query(ctx, `
-		SELECT 'subscription', id, NULL::text FROM subscriptions WHERE id = $1
-		UNION ALL SELECT 'charge', id, NULL FROM charges WHERE id = $1
-		UNION ALL SELECT 'enrollment', id, NULL FROM enrollments WHERE id = $1
-		UNION ALL SELECT 'bill', enrollment_id, bill_id FROM bills WHERE id = $1`, id)
-	if err != nil {
-		return nil, fmt.Errorf("search ids: %w", err)
+// idHits: which objects have this id, each read through its owner's use
+// case (staff see every customer's).
+func (h *Handler) idHits(ctx context.Context, caller usecases.Caller, id uuid.UUID) ([]searchHit, error) {
+	var hits []searchHit
+	found := func(kind, path string, err error, notFound error) error {
+		switch {
+		case err == nil:
+			hits = append(hits, searchHit{Kind: kind, Label: id.String(), Link: consolePath(path, id.String())})
+			return nil
+		case errors.Is(err, notFound):
+			return nil
+		}
+		return fmt.Errorf("search ids: %w", err)
 	}
-	hits, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (searchHit, error) {
-		var (
-			kind   string
-			target uuid.UUID
-			billID *string
-		)
-		if err := row.Scan(&kind, &target, &billID); err != nil {
-			return searchHit{}, err
-		}
-		if kind == "bill" {
-			return searchHit{Kind: "Bill", Label: *billID, Link: consolePath("enrollments", target.String())}, nil
-		}
-		return searchHit{Kind: strings.ToUpper(kind[:1]) + kind[1:], Label: target.String(),
-			Link: consolePath(kind+"s", target.String())}, nil
-	})
-	if err != nil {
+	_, err := h.opts.Billing.Subscription(ctx, caller, id)
+	if err := found("Subscription", "subscriptions", err, subscriptions.ErrNotFound); err != nil {
+		return nil, err
+	}
+	_, err = h.opts.Billing.Charge(ctx, caller, id)
+	if err := found("Charge", "charges", err, charges.ErrNotFound); err != nil {
+		return nil, err
+	}
+	if h.opts.Autopay == nil {
+		return hits, nil
+	}
+	_, err = h.opts.Autopay.Enrollment(ctx, caller, id)
+	if err := found("Enrollment", "enrollments", err, enrollments.ErrNotFound); err != nil {
+		return nil, err
+	}
+	b, err := enrollments.BillByID(ctx, h.opts.Pool, id)
+	switch {
+	case err == nil:
+		hits = append(hits, searchHit{Kind: "Bill", Label: b.BillID, Link: consolePath("enrollments", b.EnrollmentID.String())})
+	case !errors.Is(err, enrollments.ErrBillNotFound):
 		return nil, fmt.Errorf("search ids: %w", err)
 	}
 	return hits, nil
 }
 
-// billHits: bills with this issuer bill id or UIN, and charges posted to
-// the registry under it.
+// billHits: bills with this issuer bill id or UIN (package enrollments).
 func (h *Handler) billHits(ctx context.Context, q string) ([]searchHit, error) {
 	if h.opts.Autopay == nil {
 		return nil, nil
 	}
-	rows, err := h.opts.Pool.Query(ctx, `
-		SELECT enrollment_id, bill_id, customer_id FROM bills WHERE bill_id = $1 OR identity = 'uin:' || $1
-		ORDER BY id LIMIT 50`, q)
+	bills, err := enrollments.BillsByReference(ctx, h.opts.Pool, q, 50)
 	if err != nil {
 		return nil, fmt.Errorf("search bills: %w", err)
 	}
-	hits, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (searchHit, error) {
-		var (
-			enrollment         uuid.UUID
-			billID, customerID string
-		)
-		if err := row.Scan(&enrollment, &billID, &customerID); err != nil {
-			return searchHit{}, err
-		}
-		return searchHit{Kind: "Bill", Label: billID + " (customer " + customerID + ")",
-			Link: consolePath("enrollments", enrollment.String())}, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("search bills: %w", err)
+	hits := make([]searchHit, len(bills))
+	for i, b := range bills {
+		hits[i] = searchHit{Kind: "Bill", Label: b.BillID + " (customer " + b.CustomerID + ")",
+			Link: consolePath("enrollments", b.EnrollmentID.String())}
 	}
 	return hits, nil
 }
@@ -231,28 +239,33 @@ type attempt struct {
 type chargeView struct {
 	Charge   charges.Charge
 	Attempts []attempt
+	// Actions are what staff did to it in the console (the charge page
+	// only).
+	Actions []consoleAction
 }
 
-// attempts reads a charge's history from its published events: each
-// holds the charge as that transition left it.
+// attempts reads a charge's history from its published events (package
+// notify): each holds the charge as that transition left it.
 func (h *Handler) attempts(ctx context.Context, c charges.Charge) ([]attempt, error) {
-	rows, err := h.opts.Pool.Query(ctx, `SELECT created_at, type, coalesce((data->>'attempt_count')::int, 0),
-			coalesce(data->>'gateway', ''), coalesce(data->>'status', ''), coalesce(data->>'failure_code', ''),
-			coalesce(data->>'review_reason', '')
-		FROM events WHERE object_id = $1 AND type LIKE 'charge.%' ORDER BY id LIMIT 500`, c.ID)
+	events, err := notify.ObjectHistory(ctx, h.opts.Pool, c.ID, "charge.", 500)
 	if err != nil {
 		return nil, fmt.Errorf("read charge events: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (attempt, error) {
-		var a attempt
-		if err := row.Scan(&a.At, &a.Event, &a.Number, &a.Gateway, &a.Outcome, &a.FailureCode, &a.ReviewReason); err != nil {
-			return attempt{}, err
+	out := make([]attempt, 0, len(events))
+	for _, e := range events {
+		var data struct {
+			AttemptCount int    `json:"attempt_count"`
+			Gateway      string `json:"gateway"`
+			Status       string `json:"status"`
+			FailureCode  string `json:"failure_code"`
+			ReviewReason string `json:"review_reason"`
 		}
-		a.Key = fmt.Sprintf("%s:a%d", c.Key(), a.Number)
-		return a, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read charge events: %w", err)
+		if err := json.Unmarshal(e.Object, &data); err != nil {
+			return nil, fmt.Errorf("read charge event %s: %w", e.ID, err)
+		}
+		out = append(out, attempt{At: e.CreatedAt, Event: e.Type, Number: data.AttemptCount, Gateway: data.Gateway,
+			Key: fmt.Sprintf("%s:a%d", c.Key(), data.AttemptCount), Outcome: data.Status, FailureCode: data.FailureCode,
+			ReviewReason: data.ReviewReason})
 	}
 	return out, nil
 }
@@ -278,6 +291,9 @@ type subscriptionData struct {
 	EventsNext  string
 	Metadata    []kv
 	Period      *period.Period
+	// Actions are what staff did to it in the console, with their key and
+	// evidence.
+	Actions []consoleAction
 }
 
 type kv struct{ Key, Value string }
@@ -308,14 +324,14 @@ func (h *Handler) subscription(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, s, err)
 		return
 	}
-	d := subscriptionData{Sub: sub, Metadata: sortedMetadata(sub.Metadata)}
+	d := subscriptionData{Sub: sub, Metadata: sortedMetadata(sub.Metadata), NextCharge: nextCharge(sub)}
 	if now := h.opts.Clock.Now(); sub.Status != subscriptions.Cancelled && !now.Before(sub.BillingAnchor) {
 		p := sub.Schedule().Period(sub.Schedule().IndexAt(now))
 		d.Period = &p
 	}
-	if sub.Status != subscriptions.Cancelled && !sub.NextChargeAt.IsZero() {
-		next := sub.NextChargeAt
-		d.NextCharge = &next
+	if d.Actions, err = h.actionsOn(ctx, id.String()); err != nil {
+		h.fail(w, r, s, err)
+		return
 	}
 	cs, err := h.opts.Billing.SubscriptionCharges(ctx, s.caller(), id, queryUUID(r, "charges_before"), pageSize+1)
 	if err != nil {
@@ -357,6 +373,10 @@ func (h *Handler) charge(w http.ResponseWriter, r *http.Request) {
 	}
 	views, err := h.chargeViews(r.Context(), []charges.Charge{c})
 	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	if views[0].Actions, err = h.actionsOn(r.Context(), id.String()); err != nil {
 		h.fail(w, r, s, err)
 		return
 	}
@@ -405,10 +425,10 @@ type billView struct {
 }
 
 type posting struct {
-	PaymentID, UIN, Status, Gateway, LastError string
-	Attempt                                    int
-	Amount                                     int64
-	UpdatedAt                                  time.Time
+	PaymentID, UIN, Status, Gateway string
+	Attempt                         int
+	Amount                          int64
+	UpdatedAt                       time.Time
 }
 
 type consoleAction struct {
@@ -475,18 +495,19 @@ func (h *Handler) enrollment(w http.ResponseWriter, r *http.Request) {
 	h.show(w, r, "enrollment", "Enrollment "+id.String(), d)
 }
 
+// postings reads a charge's registry postings from their owner (package
+// gisgmp).
 func (h *Handler) postings(ctx context.Context, chargeID uuid.UUID) ([]posting, error) {
-	rows, err := h.opts.Pool.Query(ctx, `SELECT payment_id, attempt, uin, amount, status, coalesce(gateway, ''),
-			coalesce(last_error, ''), updated_at
-		FROM registry_postings WHERE charge_id = $1 ORDER BY attempt`, chargeID)
+	list, err := gisgmp.PostingsOfCharges(ctx, h.opts.Pool, []uuid.UUID{chargeID})
 	if err != nil {
 		return nil, fmt.Errorf("read registry postings: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (posting, error) {
-		var p posting
-		err := row.Scan(&p.PaymentID, &p.Attempt, &p.UIN, &p.Amount, &p.Status, &p.Gateway, &p.LastError, &p.UpdatedAt)
-		return p, err
-	})
+	out := make([]posting, len(list))
+	for i, p := range list {
+		out[i] = posting{PaymentID: p.PaymentID, Attempt: p.Attempt, UIN: p.UIN, Amount: p.Amount, Status: string(p.Status),
+			Gateway: p.Gateway, UpdatedAt: p.UpdatedAt}
+	}
+	return out, nil
 }
 
 // actionsOn lists what staff did to an object through the console, with

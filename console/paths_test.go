@@ -224,7 +224,9 @@ func TestEveryConsoleURLStaysUnderItsObject(t *testing.T) {
 		}
 	}
 	for _, id := range bills {
-		require.Equal(t, 2, seenBills[id], "bill %q: confirm and withdraw", id)
+		// Withdraw is offered on each of them (Confirm only on a bill
+		// awaiting confirmation).
+		require.GreaterOrEqual(t, seenBills[id], 1, "bill %q: its forms", id)
 	}
 }
 

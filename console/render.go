@@ -252,24 +252,30 @@ type args struct {
 	S string
 }
 
-type subscriptionAction struct{ Path, Label, AtPeriodEnd string }
-
 type outcome struct{ Value, Label string }
 
 var funcs = template.FuncMap{
-	"args": func(p page, v any, s string) args { return args{P: p, V: v, S: s} },
-	"actions": func() []subscriptionAction {
-		return []subscriptionAction{{"pause", "Pause", ""}, {"resume", "Resume", ""},
-			{"cancel", "Cancel now", "false"}, {"cancel", "Cancel at period end", "true"}}
-	},
-	"outcomes": func() []outcome { return []outcome{{"succeeded", "Mark succeeded"}, {"failed", "Mark failed"}} },
-	"text":     text,
-	"money":    money,
-	"optmoney": optMoney,
-	"formid":   randomID,
-	"join":     strings.Join,
-	"percent":  percent,
-	"seg":      seg,
+	"args":            func(p page, v any, s string) args { return args{P: p, V: v, S: s} },
+	"offers":          offersFor,
+	"nextcharge":      nextCharge,
+	"confirmoffered":  confirmOffered,
+	"withdrawoffered": withdrawOffered,
+	"paidelsewhere":   paidElsewhere,
+	"retryoffered":    retryOffered,
+	"resolveoffered":  resolveOffered,
+	"whyinreview":     whyInReview,
+	"lookupfound":     lookupFound,
+	"ms":              ms,
+	"gatewaystate":    gatewayState,
+	"outcomes":        func() []outcome { return []outcome{{"succeeded", "Mark succeeded"}, {"failed", "Mark failed"}} },
+	"text":            text,
+	"money":           money,
+	"optmoney":        optMoney,
+	"formid":          randomID,
+	"join":            strings.Join,
+	"hasprefix":       strings.HasPrefix,
+	"percent":         percent,
+	"seg":             seg,
 }
 
 // seg writes an id as one segment of a console path, percent-encoded
@@ -360,27 +366,76 @@ func (h *Handler) renderPage(w http.ResponseWriter, r *http.Request, status int,
 	}
 }
 
-// renderError shows message in role=alert.
+// renderError shows message in role=alert on the error page.
 func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, s *session, status int, message string) {
 	if s != nil && s.idHash == nil {
 		s = nil
 	}
-	h.renderPage(w, r, status, "error", page{Title: http.StatusText(status), Session: s, Alert: message, RiverUI: h.opts.RiverUI})
+	title := http.StatusText(status)
+	h.renderPage(w, r, status, "error", page{Title: title, Session: s, Alert: message, RiverUI: h.opts.RiverUI})
 }
 
-// fail shows what a use case refused, with the status the API would give.
+// fail shows what a use case refused on the error page, with the status
+// the API would give.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s session, err error) {
-	status, message := explain(err)
-	if status >= 500 {
-		h.opts.Logger.Error().Err(err).Str("path", r.URL.Path).Msg("console request failed")
+	a, refused := refusalOf(r.Context())
+	if !refused {
+		a = h.answer(w, r, err)
+	} else {
+		// The page a refused action came from cannot be shown (it is gone,
+		// or the database is): the refusal is what the person must read.
+		h.opts.Logger.Warn().Err(err).Str("path", r.URL.Path).Msg("console: page of a refused action")
 	}
-	h.renderError(w, r, &s, status, message)
+	if s.idHash == nil {
+		h.renderPage(w, r, a.status, "error", page{Title: a.title, Alert: a.message, RiverUI: h.opts.RiverUI})
+		return
+	}
+	h.renderPage(w, r, a.status, "error", page{Title: a.title, Session: &s, Alert: a.message, RiverUI: h.opts.RiverUI})
 }
 
-// explain maps a use case's error to a status and a message fit for staff
-// (never an internal error's text): by its code, as the API does, except
-// where the message says more than the code.
-func explain(err error) (int, string) {
+// refusal is how the console answers an error.
+type refusal struct {
+	status         int
+	title, message string
+}
+
+// answer maps err (Explain), logs what is the operator's business and
+// sets Retry-After as the API does.
+func (h *Handler) answer(w http.ResponseWriter, r *http.Request, err error) refusal {
+	_, fa := fault.AnswerTo(err)
+	if errors.Is(err, charges.ErrGatewayUnreachable) {
+		fa.Log, fa.RetryAfter = "", "5" // a gateway's outage, which the API answers the same way
+	}
+	status, message := Explain(err)
+	if fa.Log != "" {
+		h.opts.Logger.Error().Err(err).Str("path", r.URL.Path).Msg("console: " + fa.Log)
+	}
+	if after := retryAfter(err, fa); after != "" {
+		w.Header().Set("Retry-After", after)
+	}
+	title := fa.Title
+	if status != fa.Status {
+		title = http.StatusText(status)
+	}
+	return refusal{status: status, title: title, message: message}
+}
+
+// retryAfter is the Retry-After of err's answer: the error's own wait
+// when it says one.
+func retryAfter(err error, a fault.Answer) string {
+	var wait interface{ RetryAfterSeconds() int }
+	if errors.As(err, &wait) {
+		return strconv.Itoa(wait.RetryAfterSeconds())
+	}
+	return a.RetryAfter
+}
+
+// Explain is the status and the sentence staff are told for an error a
+// page or an action meets: the status the API answers it with and the
+// sentence of its code, both from the one table (fault.Answers), never an
+// internal error's text. The few errors whose answer says more than their
+// code are named here, as the API names them.
+func Explain(err error) (int, string) {
 	var fields validate.Errors
 	switch {
 	case errors.As(err, &fields):
@@ -388,23 +443,14 @@ func explain(err error) (int, string) {
 		for i, f := range fields {
 			msgs[i] = f.Field + " " + f.Message
 		}
-		return http.StatusUnprocessableEntity, "Not done: " + strings.Join(msgs, "; ") + "."
+		return http.StatusBadRequest, "Not done: " + strings.Join(msgs, "; ") + "."
 	case errors.Is(err, errInput):
-		return http.StatusUnprocessableEntity, "Not done: " + strings.TrimPrefix(err.Error(), errInput.Error()+": ") + "."
+		return http.StatusBadRequest, "Not done: " + strings.TrimPrefix(err.Error(), errInput.Error()+": ") + "."
 	case errors.Is(err, charges.ErrGatewayUnreachable):
 		return http.StatusServiceUnavailable, "Not done: the payment gateway could not be asked what the charge's last attempt did, so nothing was done. Try again later."
 	}
-	switch fault.CodeOf(err) {
-	case fault.Invalid:
-		return http.StatusUnprocessableEntity, "Not done: " + fault.Message(err) + "."
-	case fault.NotFound:
-		return http.StatusNotFound, "Not found."
-	case fault.Forbidden:
-		return http.StatusForbidden, "This key may not do that."
-	case fault.Conflict:
-		return http.StatusConflict, "Not done: " + fault.Message(err) + "."
-	}
-	return http.StatusInternalServerError, "Something went wrong; nothing was changed. Try again, or ask an engineer to look at the logs."
+	_, a := fault.AnswerTo(err)
+	return a.Status, a.Sentence(err)
 }
 
 var (

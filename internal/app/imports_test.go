@@ -68,7 +68,7 @@ var allowedImports = map[string][]string{
 	"vault":                             {"charges/gateway"},
 	"client/signature":                  nil,
 	"client":                            {"client/signature"},
-	"console":                           {"apikeys", "charges", "charges/gateway/fleet", "enrollments", "experiments", "experiments/stats", "reconcile", "reports", "subscriptions", "subscriptions/period", "usecases"},
+	"console":                           {"apikeys", "charges", "charges/gateway/fleet", "enrollments", "experiments", "experiments/stats", "gisgmp", "notify", "reconcile", "reports", "subscriptions", "subscriptions/period", "usecases"},
 }
 
 // ownedImports are libraries that one package wraps for all the others:

@@ -195,7 +195,9 @@ func TestDoubleClickCancelActsOnce(t *testing.T) {
 	b.open("/console/subscriptions/" + sub)
 	require.Equal(t, "active", b.text("#status"))
 	path := "/console/subscriptions/" + sub + "/cancel"
-	b.doubleSubmit(n, button("Cancel now"), path)
+	// Cancel now asks first, on a page of its own.
+	require.EqualValues(t, http.StatusOK, b.submit(link(path)))
+	b.doubleSubmit(n, button("Yes, cancel now"), path)
 	waitFor(t, "the page shows the subscription cancelled", func() bool {
 		return strings.HasPrefix(b.path(), "/console/subscriptions/"+sub) && b.text("#status") == "cancelled"
 	}, func() any { return b.path() + ": " + b.body() })
@@ -310,6 +312,10 @@ func TestConfirmBillAboveCap(t *testing.T) {
 	b.open("/console/enrollments/" + enr)
 	require.Equal(t, "paid", b.text(".bill-status"))
 	b.requireRow("customer called", "support", keyID)
+	// A paid bill offers nothing, and a housing bill has no registry.
+	buttons := run(b, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('main button')).map(x => x.innerText.trim())`))
+	require.Empty(t, buttons, "no Confirm or Withdraw on a paid bill")
+	require.NotContains(t, b.body(), "Registry posting")
 }
 
 func (n *node) billStatus(enr, billID string) string {
