@@ -1,4 +1,4 @@
-package gisgmp_test
+package registry_test
 
 import (
 	"context"
@@ -6,14 +6,14 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/charges/registry"
 )
 
 // registryCall is one call a fake registry gateway got.
 type registryCall struct {
 	Op        string // post, annul or lookup
 	PaymentID string
-	Payment   gisgmp.Payment // posts only
+	Payment   registry.Payment // posts only
 }
 
 // fakeGateway is a registry gateway that answers through its Func fields
@@ -21,11 +21,11 @@ type registryCall struct {
 // answers ErrUnavailable (it did nothing). Set the fields while no call is
 // in flight; recording is safe for concurrent use.
 type fakeGateway struct {
-	PostFunc   func(ctx context.Context, p gisgmp.Payment) error
+	PostFunc   func(ctx context.Context, p registry.Payment) error
 	AnnulFunc  func(ctx context.Context, paymentID string) error
 	LookupFunc func(ctx context.Context, paymentID string) (found, annulled bool, err error)
 	// QuittanceFunc nil: the registry holds no payment of the UIN.
-	QuittanceFunc func(ctx context.Context, uin string) (gisgmp.Quittance, error)
+	QuittanceFunc func(ctx context.Context, uin string) (registry.Quittance, error)
 
 	t    testing.TB
 	name string
@@ -46,10 +46,10 @@ func (g *fakeGateway) record(c registryCall, set bool) error {
 		return nil
 	}
 	g.t.Errorf("fake registry %s: unexpected %s %s", g.name, c.Op, c.PaymentID)
-	return fmt.Errorf("%w: unexpected %s", gisgmp.ErrUnavailable, c.Op)
+	return fmt.Errorf("%w: unexpected %s", registry.ErrUnavailable, c.Op)
 }
 
-func (g *fakeGateway) Post(ctx context.Context, p gisgmp.Payment) error {
+func (g *fakeGateway) Post(ctx context.Context, p registry.Payment) error {
 	fn := g.PostFunc
 	if err := g.record(registryCall{Op: "post", PaymentID: p.PaymentID, Payment: p}, fn != nil); err != nil {
 		return err
@@ -87,8 +87,8 @@ func (g *fakeGateway) callsOf(op string) []registryCall {
 }
 
 // posts answers every post with err.
-func posts(err error) func(context.Context, gisgmp.Payment) error {
-	return func(context.Context, gisgmp.Payment) error { return err }
+func posts(err error) func(context.Context, registry.Payment) error {
+	return func(context.Context, registry.Payment) error { return err }
 }
 
 // annuls answers every annulment with err.
@@ -101,9 +101,9 @@ func looksUp(found, annulled bool, err error) func(context.Context, string) (boo
 	return func(context.Context, string) (bool, bool, error) { return found, annulled, err }
 }
 
-func (g *fakeGateway) Quittance(ctx context.Context, uin string) (gisgmp.Quittance, error) {
+func (g *fakeGateway) Quittance(ctx context.Context, uin string) (registry.Quittance, error) {
 	if g.QuittanceFunc == nil {
-		return gisgmp.Quittance{}, nil
+		return registry.Quittance{}, nil
 	}
 	return g.QuittanceFunc(ctx, uin)
 }

@@ -1,0 +1,51 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rebill/rebill/charges/registry"
+)
+
+func TestPaymentIDIsPerAttemptAndAmount(t *testing.T) {
+	t.Parallel()
+	id := registry.PaymentID("enr:18800000000000000008", 1, 50000)
+	require.Equal(t, id, registry.PaymentID("enr:18800000000000000008", 1, 50000), "a retry is a replay")
+	require.NotEqual(t, id, registry.PaymentID("enr:18800000000000000008", 2, 50000), "a new attempt is a new payment")
+	require.NotEqual(t, id, registry.PaymentID("enr:18800000000000000008", 1, 100000), "a new amount is a new payment")
+	require.Len(t, id, 32)
+}
+
+func TestBalancerSpreadsAndMovesOffADegradedGateway(t *testing.T) {
+	t.Parallel()
+	a, b := newFakeGateway(t, "gmp1"), newFakeGateway(t, "gmp2")
+	a.PostFunc, b.PostFunc = posts(nil), posts(nil)
+	bal := registry.NewBalancer([]registry.Gateway{a, b}, time.Second)
+	for i := 0; i < 4; i++ {
+		_, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
+		require.NoError(t, err)
+	}
+	require.Len(t, a.callsOf("post"), 2, "calls alternate")
+	require.Len(t, b.callsOf("post"), 2)
+
+	a.PostFunc = posts(registry.ErrUnavailable)
+	for i := 0; i < 4; i++ {
+		used, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
+		require.NoError(t, err)
+		require.Equal(t, "gmp2", used)
+	}
+	require.Len(t, a.callsOf("post"), 3, "the degraded gateway is skipped once it failed")
+
+	b.PostFunc = posts(registry.ErrUnavailable)
+	_, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
+	require.True(t, errors.Is(err, registry.ErrUnavailable), "none would: %v", err)
+
+	b.PostFunc = posts(nil)
+	used, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
+	require.NoError(t, err, "when every gateway is degraded, each is still tried")
+	require.Equal(t, "gmp2", used)
+}
