@@ -17,18 +17,23 @@ import (
 // under the fine's UIN. This file holds the postings (the
 // registry_postings table), their statuses and their machine; poster.go
 // and poster_abandon.go the River jobs that drive them through the
-// registry port (package charges/registry).
+// registry port (package charges/registry, whose doc tells how a payment
+// id makes a retry a replay).
 //
-// A fine's charge is held, then posted, then captured: the registry is
-// told only of money that is held. When the charges pipeline records a
-// hold of a charge with a UIN it calls [Poster.Held], which stores a
-// posting and enqueues its [PostArgs] job in the same transaction; the job
-// posts through the registry gateways (asynchronously: the registry is not
-// built for synchronous traffic) and, once the registry accepted the
-// payment, enqueues the charge's capture. A posting that fails for good
-// sends the charge to review, whose hold check voids the hold.
-//
-// # Postings
+// When the pipeline records a hold of a charge with a UIN it calls
+// [Poster.Held], which stores a posting and enqueues its [PostArgs] job in
+// the same transaction; the job posts through the registry gateways
+// (asynchronously: the registry is not built for synchronous traffic)
+// and, once the registry accepted the payment, enqueues the charge's
+// capture. A posting that fails for good sends the charge to review, whose
+// hold check voids the hold. A posting whose answer was lost is looked up
+// by its payment_id before it is sent again. A posting whose money was
+// not captured (the hold was voided, the capture failed for good, the
+// attempt was superseded) is annulled, an idempotent operation of its
+// own: by the sweep, and before a newer attempt of the same charge is
+// posted. A payment the registry holds annulled is never captured: its
+// hold is released, and a new payment comes only with a new attempt,
+// under a new payment_id.
 //
 // Every allowed move of a posting is listed once, in [PostingMachine]'s table;
 // each is a guarded UPDATE (`WHERE status = ANY(from)`), so a job that
