@@ -91,16 +91,6 @@ func posts(err error) func(context.Context, registry.Payment) error {
 	return func(context.Context, registry.Payment) error { return err }
 }
 
-// annuls answers every annulment with err.
-func annuls(err error) func(context.Context, string) error {
-	return func(context.Context, string) error { return err }
-}
-
-// looksUp answers every look-up with found, annulled and err.
-func looksUp(found, annulled bool, err error) func(context.Context, string) (bool, bool, error) {
-	return func(context.Context, string) (bool, bool, error) { return found, annulled, err }
-}
-
 func (g *fakeGateway) Quittance(ctx context.Context, uin string) (registry.Quittance, error) {
 	if g.QuittanceFunc == nil {
 		return registry.Quittance{}, nil
