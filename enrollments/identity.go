@@ -59,7 +59,8 @@ func (st *Store) Duplicate(ctx context.Context, tx pgx.Tx, b Bill, payer uuid.UU
 		`paid_by_enrollment_id = $1`, payer)
 }
 
-// Released is a bill identity whose charge let go of it.
+// Released is a bill identity whose charge may let go of it
+// (charges.Releasable lists them).
 type Released struct {
 	ChargeID     uuid.UUID
 	EnrollmentID uuid.UUID
@@ -97,14 +98,15 @@ func (st *Store) CopiesWaiting(ctx context.Context, db pg.DBTX, identities []str
 type LetGo func(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, copyWaiting bool, now time.Time) (bool, error)
 
 // ReleaseIdentity lets the charge r.ChargeID go of its bill's identity,
-// if it still may (letGo decides and records it), in tx: its copy becomes a duplicate
-// for good (its charge no longer holds the identity, so neither a card
-// change nor a retry may charge it), and the oldest copy that never had a
-// charge and may still be paid, of an enrollment not cancelled, takes
-// its place: scheduled (pending while its enrollment is paused, awaiting
-// confirmation above its max_amount). Enrollment rows are locked first,
-// in id order, as every change of a bill does. Returns the promoted copy
-// (nil for none) and whether the identity was released.
+// if it still may (letGo decides, told whether a copy waits to pay, and
+// records it), in tx: its copy becomes a duplicate for good (its charge
+// no longer holds the identity, so neither a card change nor a retry may
+// charge it), and the oldest copy that never had a charge and may still
+// be paid, of an enrollment not cancelled, takes its place: scheduled
+// (pending while its enrollment is paused, awaiting confirmation above
+// its max_amount). Enrollment rows are locked first, in id order, as
+// every change of a bill does. Returns the promoted copy (nil for none)
+// and whether the identity was released.
 func (st *Store) ReleaseIdentity(ctx context.Context, tx pgx.Tx, r Released, letGo LetGo, now time.Time) (*Bill, bool, error) {
 	next, err := st.nextCopy(ctx, tx, r.Identity, now)
 	if err != nil {
