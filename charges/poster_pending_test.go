@@ -13,6 +13,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/registry"
+	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
 )
 
 // A posting the registry took but has not accepted yet waits for the
@@ -22,17 +23,17 @@ func TestPendingPostingSnoozesForRetryAfterThenIsAccepted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
-	b.gw.PostFunc = posts(&registry.PendingError{Gateway: "gmp1", RetryAfter: 90 * time.Second})
+	b.gw.PostFunc = registrytest.Posts(&registry.PendingError{Gateway: "gmp1", RetryAfter: 90 * time.Second})
 	res, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
 	require.WithinDuration(t, b.clock.Now().Add(90*time.Second), res.Job.ScheduledAt, 2*time.Second)
-	require.Empty(t, b.gw.callsOf("lookup"), "a pending answer is no lost one")
+	require.Empty(t, b.gw.CallsOf("lookup"), "a pending answer is no lost one")
 	status, _, _ := b.posting(ctx, t, b.id)
 	require.Equal(t, charges.PostingPosting, status)
 	rivertest.RequireNotInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 
-	b.gw.PostFunc = posts(nil)
+	b.gw.PostFunc = registrytest.Posts(nil)
 	_, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	status, _, _ = b.posting(ctx, t, b.id)
@@ -46,8 +47,8 @@ func TestLostAnswerFoundProcessingWaits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
-	b.gw.PostFunc = posts(registry.ErrUnknownOutcome)
-	b.gw.LookupFunc = looksUp(false, false, &registry.PendingError{Gateway: "gmp1", RetryAfter: time.Minute})
+	b.gw.PostFunc = registrytest.Posts(registry.ErrUnknownOutcome)
+	b.gw.LookupFunc = registrytest.LooksUp(false, false, &registry.PendingError{Gateway: "gmp1", RetryAfter: time.Minute})
 	res, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
@@ -62,10 +63,10 @@ func TestPendingPostingPastTheBoundIsAbandonedAndWithdrawn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
-	b.gw.PostFunc = posts(&registry.PendingError{Gateway: "gmp1", RetryAfter: time.Minute})
+	b.gw.PostFunc = registrytest.Posts(&registry.PendingError{Gateway: "gmp1", RetryAfter: time.Minute})
 	b.clock.Advance(giveUpAfter + time.Minute)
 
-	b.gw.AnnulFunc = annuls(registry.ErrUnavailable)
+	b.gw.AnnulFunc = registrytest.Annuls(registry.ErrUnavailable)
 	res, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
@@ -73,14 +74,14 @@ func TestPendingPostingPastTheBoundIsAbandonedAndWithdrawn(t *testing.T) {
 	require.Equal(t, charges.PostingAbandoned, status, "the hold does not wait for the withdrawal")
 	require.Contains(t, lastError, "still processing")
 	require.Equal(t, charges.RequiresReview, b.chargeNow(ctx, t).Status)
-	require.Len(t, b.gw.callsOf("annul"), 1, "withdrawal asked for")
+	require.Len(t, b.gw.CallsOf("annul"), 1, "withdrawal asked for")
 
-	b.gw.LookupFunc = looksUp(true, true, nil)
+	b.gw.LookupFunc = registrytest.LooksUp(true, true, nil)
 	_, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	status, _, _ = b.posting(ctx, t, b.id)
 	require.Equal(t, charges.PostingAnnulled, status)
-	require.Len(t, b.gw.callsOf("post"), 1, "an abandoned posting is never posted again")
+	require.Len(t, b.gw.CallsOf("post"), 1, "an abandoned posting is never posted again")
 }
 
 // Held stores a posting under the first identifier derived that no other

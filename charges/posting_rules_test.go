@@ -22,6 +22,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/registry"
 	registrysim "github.com/rebill/rebill/charges/registry/sim"
+	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
 )
@@ -33,7 +34,7 @@ const giveUpAfter = 24 * time.Hour
 type postingBundle struct {
 	pool   *pgxpool.Pool
 	clock  *testsupport.Clock
-	gw     *fakeGateway
+	gw     *registrytest.Fake
 	sim    *registrysim.Sim // the registry instead of gw, when set
 	post   *rivertest.Worker[charges.PostArgs, pgx.Tx]
 	annul  *rivertest.Worker[charges.AnnulArgs, pgx.Tx]
@@ -53,7 +54,7 @@ func setupPostingOn(ctx context.Context, t *testing.T, withSim bool) *postingBun
 	t.Helper()
 	pool := dbtest.Pool(t)
 	clk := testsupport.NewClock(postingStart)
-	gw := newFakeGateway(t, "gmp1")
+	gw := registrytest.NewFake(t, "gmp1")
 	gateways := []registry.Gateway{gw}
 	var sim *registrysim.Sim
 	if withSim {
@@ -129,22 +130,22 @@ func TestAcceptedPostingEnqueuesTheCapture(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
-	b.gw.PostFunc = posts(nil)
+	b.gw.PostFunc = registrytest.Posts(nil)
 	_, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 
 	status, gateway, _ := b.posting(ctx, t, b.id)
 	require.Equal(t, charges.PostingAccepted, status)
 	require.Equal(t, "gmp1", gateway)
-	require.Equal(t, []registryCall{{Op: "post", PaymentID: b.id,
-		Payment: registry.Payment{PaymentID: b.id, UIN: "18810142200817004923", Amount: 500, PaidAt: postingStart}}}, b.gw.callsOf("post"))
+	require.Equal(t, []registrytest.Call{{Op: "post", PaymentID: b.id,
+		Payment: registry.Payment{PaymentID: b.id, UIN: "18810142200817004923", Amount: 500, PaidAt: postingStart}}}, b.gw.CallsOf("post"))
 	job := rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 	require.Equal(t, charges.CaptureArgs{ChargeID: b.charge.ID, Attempt: 1}, job.Args)
 
 	// Run again (a retried job): nothing is posted twice.
 	_, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
-	require.Len(t, b.gw.callsOf("post"), 1)
+	require.Len(t, b.gw.CallsOf("post"), 1)
 }
 
 // A posting the registry refuses for good fails: the charge goes to
@@ -153,7 +154,7 @@ func TestRefusedPostingSendsTheChargeToReview(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
-	b.gw.PostFunc = posts(registry.ErrRejected)
+	b.gw.PostFunc = registrytest.Posts(registry.ErrRejected)
 	_, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 
@@ -176,7 +177,7 @@ func TestUnavailableRegistryIsWaitedForThenGivenUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
-	b.gw.PostFunc = posts(registry.ErrUnavailable)
+	b.gw.PostFunc = registrytest.Posts(registry.ErrUnavailable)
 	res, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
@@ -193,13 +194,13 @@ func TestUnavailableRegistryIsWaitedForThenGivenUp(t *testing.T) {
 	require.Equal(t, charges.RequiresReview, b.chargeNow(ctx, t).Status)
 	rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.ReleaseHoldArgs{}, nil)
 
-	b.gw.LookupFunc = looksUp(false, false, nil)
+	b.gw.LookupFunc = registrytest.LooksUp(false, false, nil)
 	res, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobCompleted, res.EventKind)
 	status, _, _ = b.posting(ctx, t, b.id)
 	require.Equal(t, charges.PostingFailed, status, "the registry holds no such payment, and it is never posted again")
-	require.Len(t, b.gw.callsOf("post"), 2, "nothing is posted once abandoned")
+	require.Len(t, b.gw.CallsOf("post"), 2, "nothing is posted once abandoned")
 }
 
 // A posting whose answer was lost is looked up by its payment id: found,
@@ -222,14 +223,14 @@ func TestLostAnswerIsLookedUpBeforeAnythingElse(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setupPosting(ctx, t)
-			b.gw.PostFunc = posts(registry.ErrUnknownOutcome)
-			b.gw.LookupFunc = looksUp(tc.found, tc.annulled, nil)
+			b.gw.PostFunc = registrytest.Posts(registry.ErrUnknownOutcome)
+			b.gw.LookupFunc = registrytest.LooksUp(tc.found, tc.annulled, nil)
 			_, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.Equal(t, tc.wantErr, err != nil, "%v", err)
 			status, _, _ := b.posting(ctx, t, b.id)
 			require.Equal(t, tc.wantStatus, status)
-			require.Len(t, b.gw.callsOf("post"), 1)
-			require.Equal(t, []registryCall{{Op: "lookup", PaymentID: b.id}}, b.gw.callsOf("lookup"))
+			require.Len(t, b.gw.CallsOf("post"), 1)
+			require.Equal(t, []registrytest.Call{{Op: "lookup", PaymentID: b.id}}, b.gw.CallsOf("lookup"))
 			if tc.found && !tc.annulled {
 				rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 			} else {
@@ -255,12 +256,12 @@ func TestPostingNoLongerWantedIsCancelledUnsent(t *testing.T) {
 	b := setupPosting(ctx, t)
 	_, err := b.pool.Exec(ctx, `UPDATE charges SET void_requested = true WHERE id = $1`, b.charge.ID)
 	require.NoError(t, err)
-	b.gw.LookupFunc = looksUp(false, false, nil)
+	b.gw.LookupFunc = registrytest.LooksUp(false, false, nil)
 	_, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	status, _, _ := b.posting(ctx, t, b.id)
 	require.Equal(t, charges.PostingCancelled, status)
-	require.Empty(t, b.gw.callsOf("post"))
+	require.Empty(t, b.gw.CallsOf("post"))
 	rivertest.RequireNotInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 }
 
@@ -285,7 +286,7 @@ func TestSweepAnnulsAcceptedPostingsWhoseMoneyWasNotCaptured(t *testing.T) {
 	job := rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.AnnulArgs{}, nil)
 	require.Equal(t, charges.AnnulArgs{PaymentID: b.id}, job.Args, "only the voided charge's posting")
 
-	b.gw.AnnulFunc = annuls(nil)
+	b.gw.AnnulFunc = registrytest.Annuls(nil)
 	_, err = b.annul.Work(ctx, t, b.tx, charges.AnnulArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	status, _, _ := b.posting(ctx, t, b.id)
@@ -295,7 +296,7 @@ func TestSweepAnnulsAcceptedPostingsWhoseMoneyWasNotCaptured(t *testing.T) {
 
 	_, err = b.annul.Work(ctx, t, b.tx, charges.AnnulArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
-	require.Len(t, b.gw.callsOf("annul"), 1, "an annulled posting is not annulled again")
+	require.Len(t, b.gw.CallsOf("annul"), 1, "an annulled posting is not annulled again")
 }
 
 // An annulment whose answer was lost counts only once the registry shows
@@ -307,14 +308,14 @@ func TestLostAnnulmentIsCheckedBeforeItIsRecorded(t *testing.T) {
 	b := setupPosting(ctx, t)
 	_, err := b.pool.Exec(ctx, `UPDATE registry_postings SET status = 'accepted'`)
 	require.NoError(t, err)
-	b.gw.AnnulFunc = annuls(registry.ErrUnknownOutcome)
-	b.gw.LookupFunc = looksUp(true, false, nil)
+	b.gw.AnnulFunc = registrytest.Annuls(registry.ErrUnknownOutcome)
+	b.gw.LookupFunc = registrytest.LooksUp(true, false, nil)
 	_, err = b.annul.Work(ctx, t, b.tx, charges.AnnulArgs{PaymentID: b.id}, nil)
 	require.Error(t, err)
 	status, _, _ := b.posting(ctx, t, b.id)
 	require.Equal(t, charges.PostingAccepted, status)
 
-	b.gw.LookupFunc = looksUp(true, true, nil)
+	b.gw.LookupFunc = registrytest.LooksUp(true, true, nil)
 	_, err = b.annul.Work(ctx, t, b.tx, charges.AnnulArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	status, _, _ = b.posting(ctx, t, b.id)
@@ -397,26 +398,26 @@ func TestPostingProcessingPastTheGiveUpIsAbandonedUntilTheRegistrySays(t *testin
 			t.Parallel()
 			ctx := context.Background()
 			b := setupPosting(ctx, t)
-			b.gw.PostFunc = posts(pending)
+			b.gw.PostFunc = registrytest.Posts(pending)
 			res, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
 			require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
 
 			b.clock.Advance(giveUpAfter + time.Minute)
-			b.gw.AnnulFunc = annuls(pending)
+			b.gw.AnnulFunc = registrytest.Annuls(pending)
 			res, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
 			require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
 			status, _, lastError := b.posting(ctx, t, b.id)
 			require.Equal(t, charges.PostingAbandoned, status)
 			require.Contains(t, lastError, "processing")
-			require.Len(t, b.gw.callsOf("annul"), 1, "withdrawn at once")
+			require.Len(t, b.gw.CallsOf("annul"), 1, "withdrawn at once")
 			c := b.chargeNow(ctx, t)
 			require.Equal(t, charges.RequiresReview, c.Status)
 			rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.ReleaseHoldArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)
 
-			b.gw.LookupFunc = looksUp(tc.found, tc.annulled, tc.lookupErr)
-			b.gw.AnnulFunc = annuls(tc.annulErr)
+			b.gw.LookupFunc = registrytest.LooksUp(tc.found, tc.annulled, tc.lookupErr)
+			b.gw.AnnulFunc = registrytest.Annuls(tc.annulErr)
 			b.clock.Advance(time.Hour)
 			res, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
@@ -427,8 +428,8 @@ func TestPostingProcessingPastTheGiveUpIsAbandonedUntilTheRegistrySays(t *testin
 			} else {
 				require.Equal(t, river.EventKindJobCompleted, res.EventKind)
 			}
-			require.Equal(t, tc.wantAnnul, len(b.gw.callsOf("annul")) == 2, "annulments: %v", b.gw.callsOf("annul"))
-			require.Len(t, b.gw.callsOf("post"), 2, "the post and its replay: an abandoned posting is never posted again")
+			require.Equal(t, tc.wantAnnul, len(b.gw.CallsOf("annul")) == 2, "annulments: %v", b.gw.CallsOf("annul"))
+			require.Len(t, b.gw.CallsOf("post"), 2, "the post and its replay: an abandoned posting is never posted again")
 			rivertest.RequireNotInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/registry"
 	registrysim "github.com/rebill/rebill/charges/registry/sim"
+	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
 )
@@ -29,7 +30,7 @@ var postingStart = time.Date(2027, 3, 20, 9, 0, 0, 0, time.UTC)
 type tooLateBundle struct {
 	pool   *pgxpool.Pool
 	clk    *testsupport.Clock
-	gw     *fakeGateway
+	gw     *registrytest.Fake
 	sim    *registrysim.Sim // the registry instead of gw, when set
 	worker *rivertest.Worker[charges.PostArgs, pgx.Tx]
 	charge charges.Charge
@@ -48,7 +49,7 @@ func setupTooLateOn(ctx context.Context, t *testing.T, withSim bool) tooLateBund
 	t.Helper()
 	pool := dbtest.Pool(t)
 	clk := testsupport.NewClock(postingStart)
-	gw := newFakeGateway(t, "gmp1")
+	gw := registrytest.NewFake(t, "gmp1")
 	gateways := []registry.Gateway{gw}
 	var sim *registrysim.Sim
 	if withSim {
@@ -118,8 +119,8 @@ func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setupTooLate(ctx, t)
-			b.gw.LookupFunc = looksUp(tc.known, false, tc.err)
-			b.gw.AnnulFunc = annuls(tc.err)
+			b.gw.LookupFunc = registrytest.LooksUp(tc.known, false, tc.err)
+			b.gw.AnnulFunc = registrytest.Annuls(tc.err)
 			// The registry was down; the clock is now within the hour
 			// before the deadline: the hold is not posted, it is released.
 			b.clk.Advance(150 * time.Minute)
@@ -128,8 +129,8 @@ func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 			defer tx.Rollback(ctx)
 			_, err = b.worker.Work(ctx, t, tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
-			require.Empty(t, b.gw.callsOf("post"), "nothing is sent to the registry")
-			require.NotEmpty(t, b.gw.callsOf("lookup"), "the registry is asked first")
+			require.Empty(t, b.gw.CallsOf("post"), "nothing is sent to the registry")
+			require.NotEmpty(t, b.gw.CallsOf("lookup"), "the registry is asked first")
 			require.Equal(t, tc.want, b.status(ctx, t))
 			rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, riverpgxv5.New(b.pool),
 				charges.VoidArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)

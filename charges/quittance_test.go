@@ -13,6 +13,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/registry"
+	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
 	"github.com/rebill/rebill/internal/testsupport"
 )
 
@@ -52,18 +53,18 @@ func TestHoldIsNotPostedWhenMoreWasPaidElsewhere(t *testing.T) {
 			}
 			b.gw.QuittanceFunc = quittance(payments...)
 			b.gw.PostFunc = func(context.Context, registry.Payment) error { return nil }
-			b.gw.LookupFunc = looksUp(false, false, nil)
+			b.gw.LookupFunc = registrytest.LooksUp(false, false, nil)
 			tx, err := b.pool.Begin(ctx)
 			require.NoError(t, err)
 			defer tx.Rollback(ctx)
 			_, err = b.worker.Work(ctx, t, tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
 			if tc.posted {
-				require.Len(t, b.gw.callsOf("post"), 1)
+				require.Len(t, b.gw.CallsOf("post"), 1)
 				require.Equal(t, charges.PostingAccepted, b.status(ctx, t))
 				return
 			}
-			require.Empty(t, b.gw.callsOf("post"), "the registry never hears of a hold paid elsewhere meanwhile")
+			require.Empty(t, b.gw.CallsOf("post"), "the registry never hears of a hold paid elsewhere meanwhile")
 			require.Equal(t, charges.PostingCancelled, b.status(ctx, t))
 			var recheck bool
 			require.NoError(t, b.pool.QueryRow(ctx, `SELECT outside_recheck FROM charges WHERE id = $1`, b.charge.ID).Scan(&recheck))
@@ -130,7 +131,7 @@ func TestPostingWaitsForTheRegistryToAnswerAgain(t *testing.T) {
 	res, err := b.worker.Work(ctx, t, tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
-	require.Empty(t, b.gw.callsOf("post"), "nothing is posted without the answer")
+	require.Empty(t, b.gw.CallsOf("post"), "nothing is posted without the answer")
 	require.Equal(t, charges.PostingPosting, b.status(ctx, t), "the posting waits, not failed")
 }
 

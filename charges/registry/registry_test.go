@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges/registry"
+	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
 )
 
 func TestPaymentIDIsPerAttemptAndAmount(t *testing.T) {
@@ -22,29 +23,29 @@ func TestPaymentIDIsPerAttemptAndAmount(t *testing.T) {
 
 func TestBalancerSpreadsAndMovesOffADegradedGateway(t *testing.T) {
 	t.Parallel()
-	a, b := newFakeGateway(t, "gmp1"), newFakeGateway(t, "gmp2")
-	a.PostFunc, b.PostFunc = posts(nil), posts(nil)
+	a, b := registrytest.NewFake(t, "gmp1"), registrytest.NewFake(t, "gmp2")
+	a.PostFunc, b.PostFunc = registrytest.Posts(nil), registrytest.Posts(nil)
 	bal := registry.NewBalancer([]registry.Gateway{a, b}, time.Second)
 	for i := 0; i < 4; i++ {
 		_, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
 		require.NoError(t, err)
 	}
-	require.Len(t, a.callsOf("post"), 2, "calls alternate")
-	require.Len(t, b.callsOf("post"), 2)
+	require.Len(t, a.CallsOf("post"), 2, "calls alternate")
+	require.Len(t, b.CallsOf("post"), 2)
 
-	a.PostFunc = posts(registry.ErrUnavailable)
+	a.PostFunc = registrytest.Posts(registry.ErrUnavailable)
 	for i := 0; i < 4; i++ {
 		used, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
 		require.NoError(t, err)
 		require.Equal(t, "gmp2", used)
 	}
-	require.Len(t, a.callsOf("post"), 3, "the degraded gateway is skipped once it failed")
+	require.Len(t, a.CallsOf("post"), 3, "the degraded gateway is skipped once it failed")
 
-	b.PostFunc = posts(registry.ErrUnavailable)
+	b.PostFunc = registrytest.Posts(registry.ErrUnavailable)
 	_, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
 	require.True(t, errors.Is(err, registry.ErrUnavailable), "none would: %v", err)
 
-	b.PostFunc = posts(nil)
+	b.PostFunc = registrytest.Posts(nil)
 	used, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
 	require.NoError(t, err, "when every gateway is degraded, each is still tried")
 	require.Equal(t, "gmp2", used)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges/registry"
+	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
 )
 
 // A uip is 32 digits: "1", the BIK, the branch padded to 6, the Moscow day
@@ -46,9 +47,9 @@ func TestZeroPaymentIDsIsHex(t *testing.T) {
 // priority.
 func TestBalancerTriesByPriorityInTurnAmongEquals(t *testing.T) {
 	t.Parallel()
-	a, b, c := newFakeGateway(t, "a"), newFakeGateway(t, "b"), newFakeGateway(t, "c")
-	for _, g := range []*fakeGateway{a, b, c} {
-		g.PostFunc = posts(nil)
+	a, b, c := registrytest.NewFake(t, "a"), registrytest.NewFake(t, "b"), registrytest.NewFake(t, "c")
+	for _, g := range []*registrytest.Fake{a, b, c} {
+		g.PostFunc = registrytest.Posts(nil)
 	}
 	bal := registry.NewBalancer([]registry.Gateway{
 		registry.WithSettings(c, registry.Settings{Priority: 2}),
@@ -60,11 +61,11 @@ func TestBalancerTriesByPriorityInTurnAmongEquals(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, []string{"a", "b"}, used)
 	}
-	require.Len(t, a.callsOf("post"), 3, "equals take turns")
-	require.Len(t, b.callsOf("post"), 3)
-	require.Empty(t, c.callsOf("post"), "a lower priority is not tried while a higher answers")
+	require.Len(t, a.CallsOf("post"), 3, "equals take turns")
+	require.Len(t, b.CallsOf("post"), 3)
+	require.Empty(t, c.CallsOf("post"), "a lower priority is not tried while a higher answers")
 
-	a.PostFunc, b.PostFunc = posts(registry.ErrUnavailable), posts(registry.ErrUnavailable)
+	a.PostFunc, b.PostFunc = registrytest.Posts(registry.ErrUnavailable), registrytest.Posts(registry.ErrUnavailable)
 	used, err := bal.Post(context.Background(), registry.Payment{PaymentID: "p"})
 	require.NoError(t, err)
 	require.Equal(t, "c", used, "the next priority takes over")
@@ -77,7 +78,7 @@ func TestBalancerTriesByPriorityInTurnAmongEquals(t *testing.T) {
 // it the outcome is unknown.
 func TestGatewayTimeoutOverridesTheBalancers(t *testing.T) {
 	t.Parallel()
-	g := newFakeGateway(t, "slow")
+	g := registrytest.NewFake(t, "slow")
 	g.PostFunc = func(ctx context.Context, _ registry.Payment) error {
 		<-ctx.Done()
 		return ctx.Err()
@@ -96,8 +97,8 @@ func TestPendingIsAnUnknownOutcomeOfAHealthyGateway(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, time.Minute, pe.RetryAfter)
 
-	a, b := newFakeGateway(t, "a"), newFakeGateway(t, "b")
-	a.PostFunc, b.PostFunc = posts(err), posts(nil)
+	a, b := registrytest.NewFake(t, "a"), registrytest.NewFake(t, "b")
+	a.PostFunc, b.PostFunc = registrytest.Posts(err), registrytest.Posts(nil)
 	bal := registry.NewBalancer([]registry.Gateway{registry.WithSettings(a, registry.Settings{Priority: 1}),
 		registry.WithSettings(b, registry.Settings{Priority: 2})}, time.Second)
 	for i := 0; i < 2; i++ {
