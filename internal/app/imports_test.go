@@ -24,7 +24,10 @@ const module = "github.com/rebill/rebill/"
 // and subscriptions and charges know nothing of each other's tables.
 // charges holds the charge state machine and drives the gateways through
 // charges/gateway/fleet (breakers, health, routing, call metrics), which
-// knows nothing of charges.
+// knows nothing of charges; it posts fines through the registry port
+// charges/registry, a leaf whose adapters and test kit import only it.
+// enrollments imports neither charges nor its postings: autopay hands
+// each the other's half of a bill identity's release.
 var allowedImports = map[string][]string{
 	"api":                                   {"api/idempotency", "apikeys", "apiobjects", "autopay", "charges", "charges/gateway/fleet", "charges/gateway/sim", "charges/registry/sim", "enrollments", "experiments", "experiments/stats", "notify", "reconcile", "reports", "subscriptions", "subscriptions/period", "usecases", "velocity"},
 	"api/idempotency":                       nil,
