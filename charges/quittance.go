@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges/registry"
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/internal/pg"
 )
 
@@ -126,10 +127,9 @@ func ownStanding(ctx context.Context, db pg.DBTX, uin string) (bool, error) {
 // uin is open or accepted: it may stand at the registry, or still come
 // to. A bill source's report of the fine paid may be that very payment.
 func (p *Poster) OwnPaymentMayStand(ctx context.Context, db pg.DBTX, uin string) (bool, error) {
-	done := []string{string(PostingFailed), string(PostingCancelled), string(PostingAnnulled)}
 	var open bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM registry_postings WHERE uin = $1 AND NOT (status = ANY($2)))`,
-		uin, done).Scan(&open)
+		uin, fsm.Texts(postingsSettled)).Scan(&open)
 	if err != nil {
 		return false, fmt.Errorf("own open postings of %s: %w", uin, err)
 	}
