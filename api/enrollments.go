@@ -17,8 +17,8 @@ import (
 	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/charges"
+	registrysim "github.com/rebill/rebill/charges/registry/sim"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
@@ -78,10 +78,10 @@ func (s *Server) enrollmentRoutes(r chi.Router) {
 // gateways' fault switches.
 type DevRegistry interface {
 	Known(gateway string) bool
-	Ledger(ctx context.Context) ([]gisgmp.LedgerEntry, error)
-	SetFaults(ctx context.Context, gateway string, patch gisgmp.FaultsPatch) (gisgmp.Faults, error)
+	Ledger(ctx context.Context) ([]registrysim.LedgerEntry, error)
+	SetFaults(ctx context.Context, gateway string, patch registrysim.FaultsPatch) (registrysim.Faults, error)
 	// PaidOutside records a payment against uin made outside rebill.
-	PaidOutside(ctx context.Context, uin string, amount int64) (gisgmp.LedgerEntry, error)
+	PaidOutside(ctx context.Context, uin string, amount int64) (registrysim.LedgerEntry, error)
 }
 
 // maxOutsidePayment bounds a payment recorded outside rebill: 10 billion
@@ -137,7 +137,7 @@ func (s *Server) registryLedger(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if entries == nil {
-		entries = []gisgmp.LedgerEntry{}
+		entries = []registrysim.LedgerEntry{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": entries})
 }
@@ -148,7 +148,7 @@ func (s *Server) registryFaults(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, errUnknownID)
 		return
 	}
-	var patch gisgmp.FaultsPatch
+	var patch registrysim.FaultsPatch
 	if err := decodeBody(r, &patch); err != nil {
 		s.fail(w, r, err)
 		return

@@ -228,7 +228,7 @@ const maxPaidTwice = 1000
 // however old it is. Identities of bills the range's checks flagged
 // (flagged, by bill id) are not listed twice.
 func (a *Auditor) paidTwice(ctx context.Context, flagged map[string]bool, r *Report) error {
-	pairs, err := enrollments.ListPaidTwice(ctx, a.DB, maxPaidTwice)
+	pairs, err := charges.ListPaidTwice(ctx, a.DB, maxPaidTwice)
 	if err != nil {
 		return err
 	}

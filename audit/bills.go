@@ -12,8 +12,8 @@ import (
 	"github.com/rebill/rebill/audit/billcheck"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/pg"
 )
 
@@ -37,7 +37,7 @@ type Bills struct {
 	// days the postings were made, and a look-up by payment id of the
 	// postings the exports do not list. None: the postings are judged by
 	// rebill's own records alone.
-	Registries []gisgmp.Gateway
+	Registries []registry.Gateway
 }
 
 // BillData reads what billcheck judges for the bills received in [from,
@@ -183,10 +183,10 @@ func readEnrollments(ctx context.Context, db pg.DBTX, ids []uuid.UUID, d *billch
 	return nil
 }
 
-// readPostings adds the charges' postings, read through gisgmp, to d
+// readPostings adds the charges' postings, read through charges, to d
 // and returns them, in the same order.
-func readPostings(ctx context.Context, db pg.DBTX, chargeIDs []uuid.UUID, d *billcheck.Data) ([]gisgmp.Posting, error) {
-	ps, err := gisgmp.PostingsOfCharges(ctx, db, chargeIDs)
+func readPostings(ctx context.Context, db pg.DBTX, chargeIDs []uuid.UUID, d *billcheck.Data) ([]charges.Posting, error) {
+	ps, err := charges.PostingsOfCharges(ctx, db, chargeIDs)
 	if err != nil {
 		return nil, fmt.Errorf("audit postings: %w", err)
 	}
@@ -206,7 +206,7 @@ func readPostings(ctx context.Context, db pg.DBTX, chargeIDs []uuid.UUID, d *bil
 // that answered it, or at each gateway when none did: the first that
 // holds it says its status; none holds it: not_found. A registry that
 // cannot be read fails the audit rather than judge without it.
-func readRegistry(ctx context.Context, registries []gisgmp.Gateway, ps []gisgmp.Posting, d *billcheck.Data) error {
+func readRegistry(ctx context.Context, registries []registry.Gateway, ps []charges.Posting, d *billcheck.Data) error {
 	if len(registries) == 0 || len(ps) == 0 {
 		return nil
 	}
@@ -217,11 +217,11 @@ func readRegistry(ctx context.Context, registries []gisgmp.Gateway, ps []gisgmp.
 		day := p.CreatedAt.UTC().Truncate(24 * time.Hour)
 		days[day], days[day.AddDate(0, 0, 1)] = true, true
 	}
-	statuses := map[string]gisgmp.RegistryStatus{}
+	statuses := map[string]registry.RegistryStatus{}
 	for _, g := range registries {
 		for day := range days {
-			listed, err := gisgmp.Export(ctx, g, day)
-			if errors.Is(err, gisgmp.ErrExportUnsupported) {
+			listed, err := registry.Export(ctx, g, day)
+			if errors.Is(err, registry.ErrExportUnsupported) {
 				break
 			}
 			if err != nil {
@@ -234,7 +234,7 @@ func readRegistry(ctx context.Context, registries []gisgmp.Gateway, ps []gisgmp.
 			}
 		}
 	}
-	byName := make(map[string]gisgmp.Gateway, len(registries))
+	byName := make(map[string]registry.Gateway, len(registries))
 	for _, g := range registries {
 		byName[g.Name()] = g
 	}
@@ -244,15 +244,15 @@ func readRegistry(ctx context.Context, registries []gisgmp.Gateway, ps []gisgmp.
 		if !ok {
 			asked := registries
 			if g, named := byName[ps[i].Gateway]; named {
-				asked = []gisgmp.Gateway{g}
+				asked = []registry.Gateway{g}
 			}
-			status = gisgmp.RegistryNotFound
+			status = registry.RegistryNotFound
 			for _, g := range asked {
-				got, err := gisgmp.LookupStatus(ctx, g, p.PaymentID)
+				got, err := registry.LookupStatus(ctx, g, p.PaymentID)
 				if err != nil {
 					return fmt.Errorf("audit: the registry's book: look up %s: %w", p.PaymentID, err)
 				}
-				if got != gisgmp.RegistryNotFound {
+				if got != registry.RegistryNotFound {
 					status = got
 					break
 				}

@@ -56,7 +56,7 @@ type Autopay struct {
 	// enrollments are refused and fines' bills await one.
 	Registry bool
 	// Postings tells whether a payment of rebill's for a fine may stand
-	// at the registry (gisgmp.Poster); set with Registry.
+	// at the registry (charges.Poster); set with Registry.
 	Postings OwnPostings
 	Logger   zerolog.Logger
 }

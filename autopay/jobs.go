@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/internal/riverjob"
@@ -48,12 +49,16 @@ type ScanResult struct {
 }
 
 // releaseIdentities lets go of the bill identities whose charges may
-// release them, each in its own transaction with the promotion of the
-// next copy (see enrollments.Store.ReleaseIdentity). Returns how many.
+// release them (charges.Releasable, asking enrollments which bills have a
+// copy waiting to pay), each in its own transaction with the promotion of
+// the next copy (see enrollments.Store.ReleaseIdentity, which lets the
+// charge go through charges.Store.ReleaseIdentity). Returns how many.
 func (a *Autopay) releaseIdentities(ctx context.Context, now time.Time, batch int) (int, error) {
 	done := 0
 	for {
-		due, err := a.Enrollments.Releasable(ctx, a.Pool, batch)
+		due, err := charges.Releasable(ctx, a.Pool, batch, func(ctx context.Context, identities []string) (map[string]bool, error) {
+			return a.Enrollments.CopiesWaiting(ctx, a.Pool, identities)
+		})
 		if err != nil {
 			return done, err
 		}
@@ -61,7 +66,8 @@ func (a *Autopay) releaseIdentities(ctx context.Context, now time.Time, batch in
 		for _, r := range due {
 			released := false
 			err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) (err error) {
-				_, released, err = a.Enrollments.ReleaseIdentity(ctx, tx, r, now)
+				held := enrollments.Released{ChargeID: r.ChargeID, EnrollmentID: r.EnrollmentID, Identity: r.Identity}
+				_, released, err = a.Enrollments.ReleaseIdentity(ctx, tx, held, a.Charges.ReleaseIdentity, now)
 				return err
 			})
 			if err != nil {

@@ -26,8 +26,8 @@ import (
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/gatewaytest"
+	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/gisgmp"
 )
 
 // answeringRegistry is a state payment registry that holds, against each
@@ -41,7 +41,7 @@ type answeringRegistry struct {
 
 func (r *answeringRegistry) Name() string { return "gmp-test" }
 
-func (r *answeringRegistry) Post(context.Context, gisgmp.Payment) error {
+func (r *answeringRegistry) Post(context.Context, registry.Payment) error {
 	return errors.New("nothing is posted in these tests")
 }
 
@@ -53,14 +53,14 @@ func (r *answeringRegistry) Lookup(context.Context, string) (bool, bool, error) 
 	return false, false, nil
 }
 
-func (r *answeringRegistry) Quittance(_ context.Context, uin string) (gisgmp.Quittance, error) {
+func (r *answeringRegistry) Quittance(_ context.Context, uin string) (registry.Quittance, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.asked++
 	if r.paid[uin] == 0 {
-		return gisgmp.Quittance{}, nil
+		return registry.Quittance{}, nil
 	}
-	return gisgmp.Quittance{Payments: []gisgmp.QuittancePayment{{PaymentID: "bank-" + uin, Amount: r.paid[uin]}}}, nil
+	return registry.Quittance{Payments: []registry.QuittancePayment{{PaymentID: "bank-" + uin, Amount: r.paid[uin]}}}, nil
 }
 
 func (r *answeringRegistry) pay(uin string, amount int64) {
@@ -99,7 +99,7 @@ func (h *heldPostings) amounts() []int64 {
 
 // fineFlow is autopay pulling fines from a fake source, with the charges
 // pipeline that attempts them: a card gateway, the registry asked what
-// was paid outside rebill (through gisgmp.Poster, whose answers are
+// was paid outside rebill (through charges.Poster, whose answers are
 // cached, and which knows rebill's postings), and the holds handed over
 // to be posted recorded.
 type fineFlow struct {
@@ -116,9 +116,9 @@ func setupFines(t *testing.T) *fineFlow {
 	s := setupSource(t, time.Hour, 50)
 	gw := gatewaytest.New(t, "sim1")
 	gw.AuthorizeFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "hold"}, nil)
-	registry := &answeringRegistry{}
+	answering := &answeringRegistry{}
 	postings := &heldPostings{}
-	poster := &gisgmp.Poster{Pool: s.pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{registry}, time.Second), Clock: s.clock,
+	poster := &charges.Poster{Pool: s.pool, Gateways: registry.NewBalancer([]registry.Gateway{answering}, time.Second), Clock: s.clock,
 		Logger: zerolog.Nop()}
 	s.autopay.Postings = poster
 	pipeline := &charges.Pipeline{Pool: s.pool, Store: s.autopay.Charges, Gateways: fleet.New([]gateway.Gateway{gw}, fleet.DefaultBreaker),
@@ -129,7 +129,7 @@ func setupFines(t *testing.T) *fineFlow {
 	charges.Register(workers, pipeline)
 	config := &river.Config{Logger: slog.New(slog.DiscardHandler), TestOnly: true, Test: river.TestConfig{Time: s.clock},
 		Workers: workers}
-	return &fineFlow{sourceBundle: s, gateway: gw, registry: registry, postings: postings, pipeline: pipeline, config: config}
+	return &fineFlow{sourceBundle: s, gateway: gw, registry: answering, postings: postings, pipeline: pipeline, config: config}
 }
 
 // fine is fine n of sts as the source publishes it, paid the figure the

@@ -164,7 +164,7 @@ func PostingsToAnnul(ctx context.Context, db DBTX, limit int) ([]string, error) 
 	rows, err := db.Query(ctx, `SELECT p.payment_id FROM registry_postings p JOIN charges c ON c.id = p.charge_id
 		WHERE p.status = $1 AND (c.attempt_count > p.attempt OR c.status = ANY($2)
 			OR (c.status = ANY($3) AND c.hold_released_at IS NOT NULL))
-		ORDER BY p.payment_id LIMIT $4`, postingAccepted,
+		ORDER BY p.payment_id LIMIT $4`, PostingAccepted,
 		texts([]Status{Voided, Declined}), texts([]Status{RequiresReview, Failed}), limit)
 	if err != nil {
 		return nil, fmt.Errorf("postings to annul: %w", err)

@@ -3,12 +3,13 @@ package charges
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/charges/gateway/fleet"
+	"github.com/rebill/rebill/charges/registry"
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/internal/metrics"
 )
 
@@ -26,22 +27,18 @@ import (
 // And the registry is told only of money that is held and can still be
 // captured at the price posted: PostBy.
 
-// postingAccepted is the status of a registry posting the registry holds
-// (gisgmp.StatusAccepted; that package builds on this one).
-const postingAccepted = "accepted"
-
 // postedSQL holds for a charge whose capture may start: one without a UIN,
 // or one whose current attempt's hold the registry accepted at its amount.
-const postedSQL = `(registry_uin IS NULL OR EXISTS (SELECT 1 FROM registry_postings rp
+var postedSQL = `(registry_uin IS NULL OR EXISTS (SELECT 1 FROM registry_postings rp
 	WHERE rp.charge_id = charges.id AND rp.attempt = charges.attempt_count AND rp.amount = charges.amount
-		AND rp.status = '` + postingAccepted + `'))`
+		AND rp.status = ` + fsm.Quoted(PostingAccepted) + `))`
 
 // postingsSettled are the statuses of registry postings that hold no
-// payment and never will (gisgmp's final ones other than accepted):
+// payment and never will (the final ones, accepted not being final):
 // failed, cancelled, annulled. Any other status may hold a payment now
 // or later: accepted, one still being posted, or one whose fate is not
 // yet known.
-var postingsSettled = []string{"failed", "cancelled", "annulled"}
+var postingsSettled = []PostingStatus{PostingFailed, PostingCancelled, PostingAnnulled}
 
 // priorPostingsSettledSQL holds, in the guarded move that starts a first
 // authorize call ($2 the scheduled status), for a charge whose new hold
@@ -51,13 +48,12 @@ var postingsSettled = []string{"failed", "cancelled", "annulled"}
 // attempt's payment and the new one's for one fine.
 var priorPostingsSettledSQL = `(status <> $2 OR registry_uin IS NULL OR NOT EXISTS (SELECT 1 FROM registry_postings rp
 	WHERE rp.charge_id = charges.id AND rp.attempt < charges.attempt_count
-		AND rp.status <> ALL('{` + strings.Join(postingsSettled, ",") + `}'::text[])))`
+		AND rp.status NOT IN (` + fsm.Quoted(postingsSettled...) + `)))`
 
-// PostingDiscountMargin is how long before a discount ends a hold at the
-// discounted price is no longer posted: the capture that follows the
-// posting must reach the gateway while the discount holds (the margin the
-// last discounted attempt keeps, decision 31).
-const PostingDiscountMargin = time.Hour
+// PostingDiscountMargin is the registry's DiscountMargin, under the name
+// charges' rules use: the last discounted attempt starts that long before
+// the discount ends.
+const PostingDiscountMargin = registry.DiscountMargin
 
 // FailureRegistryNotConfigured is the waiting reason of a fine's attempt
 // that cannot start because no payment registry is configured.
@@ -101,7 +97,7 @@ func holdSettings(gateways *fleet.Gateways, name string) (fleet.Settings, bool) 
 func posted(ctx context.Context, db DBTX, c Charge) (bool, error) {
 	var ok bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM registry_postings WHERE charge_id = $1 AND attempt = $2 AND amount = $3
-		AND status = $4)`, c.ID, c.AttemptCount, c.Amount, postingAccepted).Scan(&ok)
+		AND status = $4)`, c.ID, c.AttemptCount, c.Amount, PostingAccepted).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("posting of charge %s: %w", c.ID, err)
 	}
@@ -127,7 +123,7 @@ func (p *Pipeline) unpostable(ctx context.Context, c Charge, now time.Time) (boo
 func priorPostingsOpen(ctx context.Context, db DBTX, c Charge) (bool, error) {
 	var open bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM registry_postings WHERE charge_id = $1 AND attempt < $2
-		AND status <> ALL($3))`, c.ID, c.AttemptCount, postingsSettled).Scan(&open)
+		AND status <> ALL($3))`, c.ID, c.AttemptCount, fsm.Texts(postingsSettled)).Scan(&open)
 	if err != nil {
 		return false, fmt.Errorf("earlier postings of charge %s: %w", c.ID, err)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/gatewaytest"
-	"github.com/rebill/rebill/gisgmp"
 )
 
 // The rules of fines and the state payment registry: a fine is never
@@ -453,8 +452,8 @@ func TestFineHoldLapseReHoldKeepsToTheCardNetworkBound(t *testing.T) {
 // any other, present or added later, keeps it waiting, holding nothing.
 func TestFineNewHoldWaitsForEveryUnsettledPostingStatus(t *testing.T) {
 	t.Parallel()
-	settled := map[gisgmp.PostingStatus]bool{gisgmp.StatusFailed: true, gisgmp.StatusCancelled: true, gisgmp.StatusAnnulled: true}
-	for _, status := range gisgmp.PostingStatuses {
+	settled := map[charges.PostingStatus]bool{charges.PostingFailed: true, charges.PostingCancelled: true, charges.PostingAnnulled: true}
+	for _, status := range charges.PostingStatuses {
 		t.Run(string(status), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -522,7 +521,7 @@ func lapsedFineHold(ctx context.Context, t *testing.T) (*testBundle, charges.Cha
 	authorize := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
 	_, err := authorize.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
-	b.post(ctx, t, c, 1, 500, string(gisgmp.StatusPosting))
+	b.post(ctx, t, c, 1, 500, string(charges.PostingPosting))
 	b.clock.Advance(holdLifetime - charges.HoldExpiryMargin)
 	b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
 	void := newWorker(t, b, &charges.VoidWorker{Pipeline: b.pipeline})

@@ -17,7 +17,6 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/subscriptions"
@@ -496,9 +495,9 @@ func (h *Handler) enrollment(w http.ResponseWriter, r *http.Request) {
 }
 
 // postings reads a charge's registry postings from their owner (package
-// gisgmp).
+// charges).
 func (h *Handler) postings(ctx context.Context, chargeID uuid.UUID) ([]posting, error) {
-	list, err := gisgmp.PostingsOfCharges(ctx, h.opts.Pool, []uuid.UUID{chargeID})
+	list, err := charges.PostingsOfCharges(ctx, h.opts.Pool, []uuid.UUID{chargeID})
 	if err != nil {
 		return nil, fmt.Errorf("read registry postings: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/subscriptions"
@@ -222,7 +222,7 @@ func TestPlanBill(t *testing.T) {
 	require.Equal(t, arrival, plan.PayAt, "fines are paid on arrival")
 	require.Equal(t, time.Date(2027, 3, 20, 21, 0, 0, 0, time.UTC), *plan.DiscountEnds, "the end of the deadline in Moscow")
 	require.Equal(t, time.Date(2027, 4, 29, 21, 0, 0, 0, time.UTC), plan.ExpiresAt, "60 days after the ruling, later than the due date")
-	lastDiscounted := plan.DiscountEnds.Add(-charges.PostingDiscountMargin)
+	lastDiscounted := plan.DiscountEnds.Add(-registry.DiscountMargin)
 	require.EqualValues(t, 500, enrollments.AmountDue(1000, &discounted, plan.DiscountEnds, lastDiscounted.Add(-time.Microsecond)),
 		"an attempt that starts before its last discounted start is at the discount")
 	require.EqualValues(t, 1000, enrollments.AmountDue(1000, &discounted, plan.DiscountEnds, lastDiscounted),

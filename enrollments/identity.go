@@ -9,9 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/internal/pg"
 )
 
@@ -61,58 +59,55 @@ func (st *Store) Duplicate(ctx context.Context, tx pgx.Tx, b Bill, payer uuid.UU
 		`paid_by_enrollment_id = $1`, payer)
 }
 
-// Released is a bill identity whose charge let go of it.
+// Released is a bill identity whose charge may let go of it
+// (charges.Releasable lists them).
 type Released struct {
 	ChargeID     uuid.UUID
 	EnrollmentID uuid.UUID
 	Identity     string
 }
 
-// releasableSQL holds for a charge c holding a bill identity whose money
-// provably never moved, and no posting of it, nor of its UIN, stands
-// accepted (or may be) at the state payment registry. Its money never
-// moved when it is voided (final), or when it failed either after a
-// look-up at the gateway found no capture and released its hold, or by
-// its gateway's declines alone (no attempt ever held money, and no person
-// judged it, whose verdict may leave an outcome unknown until its hold
-// check ran). A failed copy may still be paid by its own enrollment's
-// next card, so it lets go only to a copy waiting to pay: otherwise a
+// CopiesWaiting tells which of identities have a copy of their bill
+// waiting to be paid: a duplicate that never had a charge, of an
+// enrollment not cancelled. A failed charge lets go of its bill's
+// identity only to such a copy (charges.Releasable asks it): otherwise a
 // fine another enrollment would pay stays unpaid behind a card that
-// cannot pay it. Its first terms are the predicate of the partial index
-// charges_identity_releasable_idx (off_path_status is status while it is
-// voided or failed), so the scan reads only the charges that index holds.
-const releasableSQL = `c.identity_held AND c.off_path_status IN ('` + string(charges.Voided) + `', '` + string(charges.Failed) + `')
-	AND (c.status = '` + string(charges.Voided) + `' OR (c.status = '` + string(charges.Failed) +
-	`' AND (c.hold_released_at IS NOT NULL OR (c.authorized_at IS NULL AND c.review_reason IS NULL))
-		AND EXISTS (SELECT 1 FROM bills o JOIN enrollments oe ON oe.id = o.enrollment_id
-			WHERE o.identity = c.bill_identity AND o.status = '` + string(BillDuplicate) + `' AND o.charge_id IS NULL
-				AND oe.status <> '` + string(Cancelled) + `')))
-	AND NOT EXISTS (SELECT 1 FROM registry_postings p
-		WHERE (p.charge_id = c.id OR p.uin = c.registry_uin)
-			AND p.status IN ('` + string(gisgmp.StatusPosting) + `', '` + string(gisgmp.StatusAccepted) + `', '` +
-	string(gisgmp.StatusAbandoned) + `'))`
-
-// Releasable lists up to limit identities whose holding charge may let go
-// of them (see ReleaseIdentity).
-func (st *Store) Releasable(ctx context.Context, db pg.DBTX, limit int) ([]Released, error) {
-	rows, err := db.Query(ctx, `SELECT c.id, c.enrollment_id, c.bill_identity FROM charges c
-		WHERE `+releasableSQL+` ORDER BY c.bill_identity LIMIT $1`, limit)
+// cannot pay it.
+func (st *Store) CopiesWaiting(ctx context.Context, db pg.DBTX, identities []string) (map[string]bool, error) {
+	rows, err := db.Query(ctx, `SELECT DISTINCT o.identity FROM bills o JOIN enrollments oe ON oe.id = o.enrollment_id
+		WHERE o.identity = ANY($1) AND o.status = $2 AND o.charge_id IS NULL AND oe.status <> $3`,
+		identities, string(BillDuplicate), string(Cancelled))
 	if err != nil {
-		return nil, fmt.Errorf("releasable bill identities: %w", err)
+		return nil, fmt.Errorf("copies of bills waiting to pay: %w", err)
 	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[Released])
+	waiting, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("copies of bills waiting to pay: %w", err)
+	}
+	out := make(map[string]bool, len(waiting))
+	for _, id := range waiting {
+		out[id] = true
+	}
+	return out, nil
 }
 
+// LetGo lets a charge go of the bill identity it holds, in tx, if it
+// still may, and reports whether it did: the charges' owner's verb
+// (charges.Store.ReleaseIdentity), handed in by the caller. copyWaiting
+// says whether a copy of the bill waits to pay (CopiesWaiting).
+type LetGo func(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, copyWaiting bool, now time.Time) (bool, error)
+
 // ReleaseIdentity lets the charge r.ChargeID go of its bill's identity,
-// if it still may (see releasableSQL), in tx: its copy becomes a duplicate
-// for good (its charge no longer holds the identity, so neither a card
-// change nor a retry may charge it), and the oldest copy that never had a
-// charge and may still be paid, of an enrollment not cancelled, takes
-// its place: scheduled (pending while its enrollment is paused, awaiting
-// confirmation above its max_amount). Enrollment rows are locked first,
-// in id order, as every change of a bill does. Returns the promoted copy
-// (nil for none) and whether the identity was released.
-func (st *Store) ReleaseIdentity(ctx context.Context, tx pgx.Tx, r Released, now time.Time) (*Bill, bool, error) {
+// if it still may (letGo decides, told whether a copy waits to pay, and
+// records it), in tx: its copy becomes a duplicate for good (its charge
+// no longer holds the identity, so neither a card change nor a retry may
+// charge it), and the oldest copy that never had a charge and may still
+// be paid, of an enrollment not cancelled, takes its place: scheduled
+// (pending while its enrollment is paused, awaiting confirmation above
+// its max_amount). Enrollment rows are locked first, in id order, as
+// every change of a bill does. Returns the promoted copy (nil for none)
+// and whether the identity was released.
+func (st *Store) ReleaseIdentity(ctx context.Context, tx pgx.Tx, r Released, letGo LetGo, now time.Time) (*Bill, bool, error) {
 	next, err := st.nextCopy(ctx, tx, r.Identity, now)
 	if err != nil {
 		return nil, false, err
@@ -132,24 +127,24 @@ func (st *Store) ReleaseIdentity(ctx context.Context, tx pgx.Tx, r Released, now
 		}
 		locked[id] = e
 	}
-	tag, err := tx.Exec(ctx, `UPDATE charges c SET identity_held = false, identity_released_at = $2
-		WHERE c.id = $1 AND `+releasableSQL, r.ChargeID, now)
+	copies, err := st.CopiesWaiting(ctx, tx, []string{r.Identity})
 	if err != nil {
-		return nil, false, fmt.Errorf("release bill identity: %w", err)
+		return nil, false, err
 	}
-	if tag.RowsAffected() == 0 {
-		return nil, false, nil
+	released, err := letGo(ctx, tx, r.ChargeID, copies[r.Identity], now)
+	if err != nil || !released {
+		return nil, false, err
 	}
-	released, err := st.BillByCharge(ctx, tx, r.ChargeID)
+	bill, err := st.BillByCharge(ctx, tx, r.ChargeID)
 	switch {
 	case errors.Is(err, ErrBillNotFound):
 	case err != nil:
 		return nil, false, err
-	case released.Status == BillPaidElsewhere:
+	case bill.Status == BillPaidElsewhere:
 		// The bill was paid outside rebill: so were its other copies.
-		return nil, true, st.CopiesPaidElsewhere(ctx, tx, released.Identity, released.PaidOutside)
+		return nil, true, st.CopiesPaidElsewhere(ctx, tx, bill.Identity, bill.PaidOutside)
 	default:
-		_, err = st.moveBill(ctx, tx, released.ID, []BillStatus{BillScheduled, BillPaying, BillFailed}, BillDuplicate,
+		_, err = st.moveBill(ctx, tx, bill.ID, []BillStatus{BillScheduled, BillPaying, BillFailed}, BillDuplicate,
 			BillEventDuplicate, `paid_by_enrollment_id = NULL`)
 		if err != nil && !errors.Is(err, ErrBillNotFound) {
 			return nil, false, err
@@ -199,26 +194,6 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-// PaidTwice is a bill identity that more than one charge captured: an
-// overpayment to report (the audit lists them). Charges are oldest first.
-type PaidTwice struct {
-	Identity  string
-	ChargeIDs []uuid.UUID
-}
-
-// ListPaidTwice returns every bill identity captured by more than one
-// charge (at most limit), ordered by identity. Since charges claim
-// identities, only pairs paid before that rule existed can be listed.
-func ListPaidTwice(ctx context.Context, db pg.DBTX, limit int) ([]PaidTwice, error) {
-	rows, err := db.Query(ctx, `SELECT bill_identity, array_agg(id ORDER BY created_at, id) FROM charges
-		WHERE bill_identity IS NOT NULL AND status = '`+string(charges.Succeeded)+`'
-		GROUP BY bill_identity HAVING count(*) > 1 ORDER BY bill_identity LIMIT $1`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("bill identities paid twice: %w", err)
-	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[PaidTwice])
 }
 
 // Repeated is a customer's enrollments, not cancelled, of one account:

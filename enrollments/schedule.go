@@ -3,7 +3,7 @@ package enrollments
 import (
 	"time"
 
-	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/registry"
 )
 
 // Moscow is the zone of bill dates: due dates, discount deadlines and pay
@@ -160,12 +160,12 @@ func (r Rules) PlanBill(kind Kind, payDay int, b BillInput, arrival time.Time) P
 
 // AmountDue is what the bill costs if its attempt starts at t: the
 // discounted amount before its last discounted start, the full amount
-// after. The last discounted start is charges.PostingDiscountMargin before
+// after. The last discounted start is registry.DiscountMargin before
 // the end of the discount deadline: a hold placed later could not be
 // posted to the registry and captured while the discount holds, so the
 // attempt is priced in full (charges prices it the same way).
 func AmountDue(amount int64, discounted *int64, discountEnds *time.Time, t time.Time) int64 {
-	if discounted != nil && discountEnds != nil && t.Before(discountEnds.Add(-charges.PostingDiscountMargin)) {
+	if discounted != nil && discountEnds != nil && t.Before(discountEnds.Add(-registry.DiscountMargin)) {
 		return *discounted
 	}
 	return amount
@@ -192,7 +192,7 @@ func (r Rules) NextAttempt(attempt int, attemptTimes []time.Time, first time.Tim
 	if discountEnds != nil && first.Before(*discountEnds) {
 		discounted := 0 // attempts that started at the discounted price
 		for _, at := range attemptTimes {
-			if at.Before(discountEnds.Add(-charges.PostingDiscountMargin)) {
+			if at.Before(discountEnds.Add(-registry.DiscountMargin)) {
 				discounted++
 			}
 		}

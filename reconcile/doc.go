@@ -27,7 +27,7 @@
 // registry gateway and UTC day ([RegistryDayArgs], [CheckRegistry]): the
 // payments the gateway's export lists for the day (or, for a gateway
 // without one, a look-up per payment id of rebill's postings) are matched
-// with the postings (read through gisgmp) and the charges' captures. A
+// with the postings (read through charges) and the charges' captures. A
 // payment still settling (within [Reconciler.AnnulWithin]) keeps the day
 // pending instead of being called a discrepancy; the day's result is then
 // kept like a gateway's, in tables of its own, with metrics labelled

@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/internal/pg"
@@ -36,7 +36,7 @@ type Reconciler struct {
 	// Gateways are the gateways to reconcile, by name.
 	Gateways map[string]gateway.Gateway
 	// Registries are the registry gateways to reconcile, by name.
-	Registries map[string]gisgmp.Gateway
+	Registries map[string]registry.Gateway
 	// AnnulWithin bounds, on the service clock from the later of a
 	// posting's and its charge's last change, how long a payment the
 	// registry accepted without a capture, or still processes, is taken

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/internal/pg"
 )
 
@@ -56,7 +56,7 @@ type RegistryCheck struct {
 
 // book is the registry's word on one payment.
 type book struct {
-	status gisgmp.RegistryStatus
+	status registry.RegistryStatus
 	amount int64
 	listed bool // from the export, with its amount
 }
@@ -64,7 +64,7 @@ type book struct {
 // CheckRegistry compares one registry gateway's book of one UTC day with
 // rebill's postings and captures, read from db (the replica when there is
 // one), at now on the service clock. The book is the gateway's export of
-// the day; without one (gisgmp.ErrExportUnsupported) every posting made
+// the day; without one (registry.ErrExportUnsupported) every posting made
 // that day that the gateway answered, or that no gateway answered, is
 // looked up by payment id. Judged are rebill's payments the export lists
 // (whenever their posting was made) and the postings made that day that
@@ -73,14 +73,14 @@ type book struct {
 // without a capture, or one still processing, is transient for bound
 // after the posting's or the charge's last change, whichever is later.
 // An error means nothing was concluded.
-func CheckRegistry(ctx context.Context, db pg.DBTX, g gisgmp.Gateway, day, now time.Time, bound time.Duration) (RegistryCheck, error) {
+func CheckRegistry(ctx context.Context, db pg.DBTX, g registry.Gateway, day, now time.Time, bound time.Duration) (RegistryCheck, error) {
 	day = Day(day)
 	fail := func(err error) (RegistryCheck, error) {
 		return RegistryCheck{}, fmt.Errorf("reconcile registry %s on %s: %w", g.Name(), day.Format(time.DateOnly), err)
 	}
 	var out RegistryCheck
-	exported, err := gisgmp.Export(ctx, g, day)
-	if errors.Is(err, gisgmp.ErrExportUnsupported) {
+	exported, err := registry.Export(ctx, g, day)
+	if errors.Is(err, registry.ErrExportUnsupported) {
 		out.Unsupported, err = true, nil
 	}
 	if err != nil {
@@ -92,11 +92,11 @@ func CheckRegistry(ctx context.Context, db pg.DBTX, g gisgmp.Gateway, day, now t
 		books[e.PaymentID] = book{status: e.Status, amount: e.Amount, listed: true}
 		ids = append(ids, e.PaymentID)
 	}
-	listed, err := gisgmp.PostingsByIDs(ctx, db, ids)
+	listed, err := charges.PostingsByIDs(ctx, db, ids)
 	if err != nil {
 		return fail(err)
 	}
-	made, err := gisgmp.PostingsCreated(ctx, db, day, day.Add(24*time.Hour))
+	made, err := charges.PostingsCreated(ctx, db, day, day.Add(24*time.Hour))
 	if err != nil {
 		return fail(err)
 	}
@@ -108,7 +108,7 @@ func CheckRegistry(ctx context.Context, db pg.DBTX, g gisgmp.Gateway, day, now t
 		if p.Gateway != g.Name() && (!out.Unsupported || p.Gateway != "") {
 			continue // another gateway's, or, with an export, one this gateway never took
 		}
-		status, err := gisgmp.LookupStatus(ctx, g, p.PaymentID)
+		status, err := registry.LookupStatus(ctx, g, p.PaymentID)
 		if err != nil {
 			return fail(fmt.Errorf("look up %s: %w", p.PaymentID, err))
 		}
@@ -149,7 +149,7 @@ type registryJudge struct {
 	out   *RegistryCheck
 }
 
-func (j registryJudge) add(kind Kind, p gisgmp.Posting, format string, args ...any) {
+func (j registryJudge) add(kind Kind, p charges.Posting, format string, args ...any) {
 	id := p.ChargeID
 	j.out.Found = append(j.out.Found, Discrepancy{Kind: kind, ChargeID: &id, GatewayReference: p.PaymentID,
 		Detail: fmt.Sprintf(format, args...)})
@@ -168,14 +168,14 @@ func (j registryJudge) transient(since time.Time) bool {
 	return true
 }
 
-func (j registryJudge) judge(p gisgmp.Posting, b book, c charges.Charge) {
+func (j registryJudge) judge(p charges.Posting, b book, c charges.Charge) {
 	captured := c.Status == charges.Succeeded && c.AttemptCount == p.Attempt
 	since := p.UpdatedAt
 	if c.UpdatedAt.After(since) {
 		since = c.UpdatedAt
 	}
 	switch b.status {
-	case gisgmp.RegistryAccepted:
+	case registry.RegistryAccepted:
 		if b.listed && b.amount != p.Amount {
 			j.add(AmountMismatch, p, "the registry holds payment %s for %d, posting a%d is for %d", p.PaymentID, b.amount, p.Attempt, p.Amount)
 		}
@@ -185,7 +185,7 @@ func (j registryJudge) judge(p gisgmp.Posting, b book, c charges.Charge) {
 		j.add(AcceptedNotCaptured, p, "the registry holds payment %s (%d for UIN %s) accepted, but a%d was not captured: "+
 			"the charge is %s at a%d and the posting %s, since %s", p.PaymentID, p.Amount, p.UIN, p.Attempt, c.Status,
 			c.AttemptCount, p.Status, since.Format(time.RFC3339))
-	case gisgmp.RegistryProcessing:
+	case registry.RegistryProcessing:
 		if captured {
 			j.add(CapturedNotAccepted, p, "a%d was captured but the registry has not accepted its payment %s (%d): still processing",
 				p.Attempt, p.PaymentID, p.Amount)

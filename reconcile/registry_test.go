@@ -13,9 +13,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/gisgmp"
-	"github.com/rebill/rebill/gisgmp/agentapi"
-	"github.com/rebill/rebill/gisgmp/agentfake"
+	"github.com/rebill/rebill/charges/registry"
+	"github.com/rebill/rebill/charges/registry/agentapi"
+	"github.com/rebill/rebill/charges/registry/testkit/agentfake"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/internal/opstest"
@@ -38,21 +38,21 @@ type registryBundle struct {
 	registry   string
 }
 
-// setupRegistry names the registry gateway registry: a name of its own
+// setupRegistry names the registry gateway gatewayName: a name of its own
 // per test keeps its metrics apart.
-func setupRegistry(t *testing.T, registry string) *registryBundle {
+func setupRegistry(t *testing.T, gatewayName string) *registryBundle {
 	t.Helper()
 	pool := dbtest.Pool(t)
 	fake := agentfake.New()
 	fake.Now = func() time.Time { return day.Add(12 * time.Hour) }
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	client, err := agentapi.New(agentapi.Options{Name: registry, BaseURL: srv.URL})
+	client, err := agentapi.New(agentapi.Options{Name: gatewayName, BaseURL: srv.URL})
 	require.NoError(t, err)
 	clk := testsupport.NewClock(day.Add(50 * time.Hour))
-	rec := &reconcile.Reconciler{Pool: pool, Read: pool, Registries: map[string]gisgmp.Gateway{registry: client},
+	rec := &reconcile.Reconciler{Pool: pool, Read: pool, Registries: map[string]registry.Gateway{gatewayName: client},
 		AnnulWithin: 24 * time.Hour, Clock: clk, Days: 7, Logger: zerolog.New(io.Discard)}
-	return &registryBundle{pool: pool, fake: fake, client: client, rec: rec, clock: clk, registry: registry,
+	return &registryBundle{pool: pool, fake: fake, client: client, rec: rec, clock: clk, registry: gatewayName,
 		enrollment: opstest.Enrollment(t, pool, "simr", day.AddDate(0, -1, 0))}
 }
 
@@ -78,7 +78,7 @@ func (b *registryBundle) fine(t *testing.T, status, postingStatus, gateway strin
 
 func (b *registryBundle) post(t *testing.T, id string, amount int64) {
 	t.Helper()
-	require.NoError(t, b.client.Post(context.Background(), gisgmp.Payment{PaymentID: id, UIN: uin, Amount: amount}))
+	require.NoError(t, b.client.Post(context.Background(), registry.Payment{PaymentID: id, UIN: uin, Amount: amount}))
 }
 
 func byKind(res reconcile.Result) map[reconcile.Kind][]reconcile.Discrepancy {
@@ -174,27 +174,27 @@ func TestRegistryDiscrepancies(t *testing.T) {
 func TestRegistryTransientStatesWait(t *testing.T) {
 	t.Parallel()
 	b := setupRegistry(t, "bank-transient")
-	registry := b.registry
+	name := b.registry
 	ctx := context.Background()
 	recent := b.clock.Now().Add(-time.Hour)
 	_, processingID := b.fine(t, "authorized", "posting", "", 50000, recent)
 	b.fake.SetFaults(agentfake.Faults{Processing: 100})
-	_, pending := gisgmp.Pending(b.client.Post(ctx, gisgmp.Payment{PaymentID: processingID, UIN: uin, Amount: 50000}))
+	_, pending := registry.Pending(b.client.Post(ctx, registry.Payment{PaymentID: processingID, UIN: uin, Amount: 50000}))
 	require.True(t, pending)
 	b.fake.SetFaults(agentfake.Faults{})
 	_, annullingID := b.fine(t, "declined", "posting", "", 25000, recent)
 	b.post(t, annullingID, 25000)
 
-	_, err := b.rec.RunRegistryDay(ctx, registry, day)
+	_, err := b.rec.RunRegistryDay(ctx, name, day)
 	var wait *reconcile.NotSettledError
 	require.ErrorAs(t, err, &wait)
 	require.Equal(t, recent.Add(24*time.Hour), wait.Until)
-	res, err := reconcile.GetRegistry(ctx, b.pool, registry, day)
+	res, err := reconcile.GetRegistry(ctx, b.pool, name, day)
 	require.NoError(t, err)
 	require.Equal(t, reconcile.Pending, res.Status, "nothing recorded while settling")
 
 	b.clock.Set(wait.Until)
-	res, err = b.rec.RunRegistryDay(ctx, registry, day)
+	res, err = b.rec.RunRegistryDay(ctx, name, day)
 	require.NoError(t, err)
 	got := byKind(res)
 	require.Len(t, got[reconcile.ProcessingTooLong], 1, "%+v", res.Discrepancies)
@@ -208,20 +208,20 @@ func TestRegistryTransientStatesWait(t *testing.T) {
 func TestRegistryDayUnansweredOrClean(t *testing.T) {
 	t.Parallel()
 	b := setupRegistry(t, "bank-clean")
-	registry := b.registry
+	name := b.registry
 	ctx := context.Background()
-	_, id := b.fine(t, "succeeded", "accepted", registry, 10000, day.Add(13*time.Hour))
+	_, id := b.fine(t, "succeeded", "accepted", name, 10000, day.Add(13*time.Hour))
 	b.post(t, id, 10000)
 	b.fake.SetFaults(agentfake.Faults{Down: true})
-	_, err := b.rec.RunRegistryDay(ctx, registry, day)
-	require.ErrorIs(t, err, gisgmp.ErrUnavailable)
+	_, err := b.rec.RunRegistryDay(ctx, name, day)
+	require.ErrorIs(t, err, registry.ErrUnavailable)
 	require.False(t, errors.As(err, new(*reconcile.NotSettledError)))
-	res, err := reconcile.GetRegistry(ctx, b.pool, registry, day)
+	res, err := reconcile.GetRegistry(ctx, b.pool, name, day)
 	require.NoError(t, err)
 	require.Equal(t, reconcile.Pending, res.Status)
 
 	b.fake.SetFaults(agentfake.Faults{})
-	res, err = b.rec.RunRegistryDay(ctx, registry, day)
+	res, err = b.rec.RunRegistryDay(ctx, name, day)
 	require.NoError(t, err)
 	require.Equal(t, reconcile.Matched, res.Status, "%+v", res.Discrepancies)
 	require.Equal(t, 1, res.Operations)

@@ -26,7 +26,7 @@ import (
 
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/charges/gateway/sim"
-	"github.com/rebill/rebill/gisgmp/agentfake"
+	"github.com/rebill/rebill/charges/registry/testkit/agentfake"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/mtls"
@@ -625,8 +625,8 @@ func devEncryptionKey(dataDir string) ([]byte, error) {
 }
 
 // registryfake serves the conformance fake of a bank's or payment agent's
-// registry gateway (gisgmp/agentfake, in memory), so that a production
-// node can be tried without a bank: point an http entry of
+// registry gateway (charges/registry/testkit/agentfake, in memory), so
+// that a production node can be tried without a bank: point an http entry of
 // REBILL_REGISTRY_FILE at it. With --tls-cert and --tls-key it serves
 // HTTPS, and with --client-ca it requires a client certificate that CA
 // signed, as a bank does: the documented mutual TLS setup can be tried

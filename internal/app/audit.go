@@ -15,7 +15,8 @@ import (
 
 	"github.com/rebill/rebill/audit"
 	"github.com/rebill/rebill/charges/gateway/sim"
-	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/charges/registry"
+	registrysim "github.com/rebill/rebill/charges/registry/sim"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pg"
@@ -158,13 +159,13 @@ func auditCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 // auditRegistries are the registry gateways whose book the audit reads,
 // as serve reaches them: REBILL_REGISTRY_FILE's entries, else in dev mode
 // the simulated registry on clk; none without a registry.
-func auditRegistries(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, log zerolog.Logger) ([]gisgmp.Gateway, error) {
+func auditRegistries(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, log zerolog.Logger) ([]registry.Gateway, error) {
 	switch {
 	case len(cfg.Registries) > 0:
 		gateways, _, err := registryGateways(cfg.Registries, pool, clk, log)
 		return gateways, err
 	case cfg.Dev:
-		return gisgmp.Sim{Pool: pool, Clock: clk}.Gateways(), nil
+		return registrysim.Sim{Pool: pool, Clock: clk}.Gateways(), nil
 	}
 	return nil, nil
 }

@@ -16,9 +16,10 @@ import (
 	"github.com/rebill/rebill/autopay/billsource"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
+	"github.com/rebill/rebill/charges/registry"
+	"github.com/rebill/rebill/charges/registry/agentapi"
+	registrysim "github.com/rebill/rebill/charges/registry/sim"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/gisgmp"
-	"github.com/rebill/rebill/gisgmp/agentapi"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/metrics"
@@ -75,11 +76,11 @@ func billSources(cfg config.Config, pool *pgxpool.Pool, log zerolog.Logger) map[
 
 // registerAutopay adds the bill scan and pull workers, and the registry's
 // when fines are posted.
-func registerAutopay(workers *river.Workers, a *autopay.Autopay, poster *gisgmp.Poster) {
+func registerAutopay(workers *river.Workers, a *autopay.Autopay, poster *charges.Poster) {
 	river.AddWorker(workers, &autopay.ScanWorker{Autopay: a})
 	river.AddWorker(workers, &autopay.PullWorker{Autopay: a})
 	if poster != nil {
-		gisgmp.Register(workers, poster)
+		charges.RegisterPoster(workers, poster)
 	}
 }
 
@@ -89,10 +90,10 @@ func registerAutopay(workers *river.Workers, a *autopay.Autopay, poster *gisgmp.
 // (no fine is charged, see warnNoRegistry). The simulated book is returned
 // when a gateway uses it, for the dev endpoints.
 func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds *fleet.Gateways, retry charges.RetryPolicy,
-	log zerolog.Logger) (*gisgmp.Poster, *gisgmp.Sim, error) {
-	var gateways []gisgmp.Gateway
-	var sim *gisgmp.Sim
-	var ids gisgmp.PaymentIDs
+	log zerolog.Logger) (*charges.Poster, *registrysim.Sim, error) {
+	var gateways []registry.Gateway
+	var sim *registrysim.Sim
+	var ids registry.PaymentIDs
 	switch {
 	case len(cfg.Registries) > 0:
 		var err error
@@ -101,14 +102,14 @@ func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds
 		}
 		// The file's entries agree on it (config checks).
 		id := cfg.Registries[0].PaymentID
-		ids = gisgmp.PaymentIDs{Format: id.Format, BIK: id.BIK, Branch: id.Branch}
+		ids = registry.PaymentIDs{Format: id.Format, BIK: id.BIK, Branch: id.Branch}
 	case cfg.Dev:
-		sim = &gisgmp.Sim{Pool: pool, Clock: clk}
+		sim = &registrysim.Sim{Pool: pool, Clock: clk}
 		gateways = sim.Gateways()
 	default:
 		return nil, nil, nil
 	}
-	return &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer(gateways, cfg.GatewayTimeout), Clock: clk, Holds: holds,
+	return &charges.Poster{Pool: pool, Gateways: registry.NewBalancer(gateways, cfg.GatewayTimeout), Clock: clk, Holds: holds,
 		GiveUpAfter: cfg.UnavailableFor, Retry: retry, PaymentIDs: ids,
 		Logger: log.With().Str("component", "registry").Logger()}, sim, nil
 }
@@ -118,24 +119,24 @@ func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds
 // refuses them outside dev mode). An http entry whose TLS handshake fails
 // over a certificate is logged as a warning naming it (at most once a
 // minute): its postings wait until the files are fixed.
-func registryGateways(entries []config.Registry, pool *pgxpool.Pool, clk clock.Clock, log zerolog.Logger) ([]gisgmp.Gateway, *gisgmp.Sim, error) {
+func registryGateways(entries []config.Registry, pool *pgxpool.Pool, clk clock.Clock, log zerolog.Logger) ([]registry.Gateway, *registrysim.Sim, error) {
 	var simNames []string
 	for _, e := range entries {
 		if e.Kind == config.RegistrySim {
 			simNames = append(simNames, e.Name)
 		}
 	}
-	var sim *gisgmp.Sim
-	simGateways := map[string]gisgmp.Gateway{}
+	var sim *registrysim.Sim
+	simGateways := map[string]registry.Gateway{}
 	if len(simNames) > 0 {
-		sim = &gisgmp.Sim{Pool: pool, Clock: clk, Names: simNames}
+		sim = &registrysim.Sim{Pool: pool, Clock: clk, Names: simNames}
 		for _, g := range sim.Gateways() {
 			simGateways[g.Name()] = g
 		}
 	}
-	out := make([]gisgmp.Gateway, 0, len(entries))
+	out := make([]registry.Gateway, 0, len(entries))
 	for _, e := range entries {
-		var g gisgmp.Gateway
+		var g registry.Gateway
 		switch e.Kind {
 		case config.RegistrySim:
 			g = simGateways[e.Name]
@@ -155,13 +156,13 @@ func registryGateways(entries []config.Registry, pool *pgxpool.Pool, clk clock.C
 		default:
 			return nil, nil, fmt.Errorf("registry %s: kind %q has no gateway", e.Name, e.Kind)
 		}
-		out = append(out, gisgmp.WithSettings(g, gisgmp.Settings{Priority: e.Priority, Timeout: e.Timeout}))
+		out = append(out, registry.WithSettings(g, registry.Settings{Priority: e.Priority, Timeout: e.Timeout}))
 	}
 	return out, sim, nil
 }
 
 // warnNoRegistry says at start that fines cannot be paid on this node.
-func warnNoRegistry(poster *gisgmp.Poster, log zerolog.Logger) {
+func warnNoRegistry(poster *charges.Poster, log zerolog.Logger) {
 	if poster == nil {
 		log.Warn().Msg("no state payment registry is configured: fines enrollments are refused (409 registry-not-configured) " +
 			"and fines' bills wait in awaiting_registry; no fine is authorized or captured")
@@ -179,9 +180,7 @@ func autopayPeriodicJobs(cfg config.Config, registryConfigured bool) []*river.Pe
 			func() (river.JobArgs, *river.InsertOpts) { return autopay.ScanArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "bills_scan", RunOnStart: true}))
 		if registryConfigured {
-			jobs = append(jobs, river.NewPeriodicJob(river.PeriodicInterval(cfg.ScanInterval),
-				func() (river.JobArgs, *river.InsertOpts) { return gisgmp.SweepArgs{}, nil },
-				&river.PeriodicJobOpts{ID: "registry_sweep", RunOnStart: true}))
+			jobs = append(jobs, charges.RegistrySweepJob(cfg.ScanInterval))
 		}
 	}
 	return jobs
@@ -199,7 +198,7 @@ func billsMoved(ctx context.Context, jobs *river.Client[pgx.Tx], log zerolog.Log
 	} else if len(running.Jobs) > 0 {
 		pull.While = running.Jobs[0].ID
 	}
-	params := []river.InsertManyParams{{Args: pull}, {Args: autopay.ScanArgs{}}, {Args: gisgmp.SweepArgs{}}}
+	params := []river.InsertManyParams{{Args: pull}, {Args: autopay.ScanArgs{}}, charges.RegistrySweepNow()}
 	if _, err := jobs.InsertMany(ctx, params); err != nil {
 		log.Error().Err(err).Msg("enqueue bill pull and scan")
 	}
@@ -221,15 +220,15 @@ func devBillSources(a *autopay.Autopay, jobs *river.Client[pgx.Tx], log zerolog.
 
 // devRegistry is the simulated registry as dev mode's endpoints reach it:
 // a payment recorded outside rebill is seen by this node's next check at
-// once (other nodes within gisgmp.QuittanceMaxAge).
+// once (other nodes within charges.QuittanceMaxAge).
 type devRegistry struct {
-	*gisgmp.Sim
-	poster *gisgmp.Poster
+	*registrysim.Sim
+	poster *charges.Poster
 }
 
 // PaidOutside records the payment in the book and forgets what the
 // registry said of uin.
-func (d devRegistry) PaidOutside(ctx context.Context, uin string, amount int64) (gisgmp.LedgerEntry, error) {
+func (d devRegistry) PaidOutside(ctx context.Context, uin string, amount int64) (registrysim.LedgerEntry, error) {
 	e, err := d.Sim.PaidOutside(ctx, uin, amount)
 	if err == nil {
 		d.poster.Forget(uin)
@@ -238,7 +237,7 @@ func (d devRegistry) PaidOutside(ctx context.Context, uin string, amount int64) 
 }
 
 // newDevRegistry is nil without a simulated registry.
-func newDevRegistry(sim *gisgmp.Sim, poster *gisgmp.Poster) api.DevRegistry {
+func newDevRegistry(sim *registrysim.Sim, poster *charges.Poster) api.DevRegistry {
 	if sim == nil || poster == nil {
 		return nil
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/autopay/billsource"
 	"github.com/rebill/rebill/autopay/billsource/sourcefake"
-	"github.com/rebill/rebill/gisgmp/agentfake"
+	"github.com/rebill/rebill/charges/registry/testkit/agentfake"
 	"github.com/rebill/rebill/internal/dbtest"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
-	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/config"
 	"github.com/rebill/rebill/internal/pg"
@@ -42,7 +42,7 @@ const registryAnnulWithin = 24 * time.Hour
 // poster (nil without a registry) are reconciled beside the gateways. The
 // replica's pool is closed with svc.
 func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpool.Pool, gateways []fleet.Configured,
-	poster *gisgmp.Poster, jobs *river.Client[pgx.Tx], chargeStore *charges.Store, log zerolog.Logger) (ops, error) {
+	poster *charges.Poster, jobs *river.Client[pgx.Tx], chargeStore *charges.Store, log zerolog.Logger) (ops, error) {
 	read := pg.DBTX(pool)
 	if cfg.ReplicaURL != "" {
 		replica, err := openReplica(ctx, cfg.ReplicaURL)
@@ -58,7 +58,7 @@ func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpoo
 		byName[g.Gateway.Name()] = g.Gateway
 		settings[g.Gateway.Name()] = g.Settings
 	}
-	registries := map[string]gisgmp.Gateway{}
+	registries := map[string]registry.Gateway{}
 	if poster != nil {
 		for _, g := range poster.Gateways.Gateways() {
 			registries[g.Name()] = g
@@ -109,7 +109,7 @@ func (o ops) periodicJobs(cfg config.Config) []*river.PeriodicJob {
 type reconciliationReads struct {
 	read       pg.DBTX
 	gateways   map[string]gateway.Gateway
-	registries map[string]gisgmp.Gateway
+	registries map[string]registry.Gateway
 }
 
 func (r reconciliationReads) Day(ctx context.Context, gw string, day time.Time) (reconcile.Result, error) {

@@ -25,7 +25,6 @@ import (
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/gisgmp"
 	"github.com/rebill/rebill/inspector"
 	"github.com/rebill/rebill/internal/app"
 	"github.com/rebill/rebill/internal/config"
@@ -56,9 +55,9 @@ var pinSamples = []river.JobArgs{
 	charges.ReconcileArgs{ChargeID: pinUUID, Attempt: 2, Op: gateway.OpCapture},
 	charges.ReleaseHoldArgs{ChargeID: pinUUID, Attempt: 2},
 	charges.SettledLayoutArgs{},
-	gisgmp.PostArgs{PaymentID: "10428000000000000000012345"},
-	gisgmp.AnnulArgs{PaymentID: "10428000000000000000012345"},
-	gisgmp.SweepArgs{},
+	charges.PostArgs{PaymentID: "10428000000000000000012345"},
+	charges.AnnulArgs{PaymentID: "10428000000000000000012345"},
+	charges.SweepArgs{},
 	notify.DeliverArgs{EventID: pinUUID, EndpointID: uuid.MustParse("01890a5d-ac96-774b-bcce-b302099a8057")},
 	notify.RetentionArgs{},
 	autopay.ScanArgs{},

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/gisgmp/agentapi"
-	"github.com/rebill/rebill/gisgmp/agentfake"
+	"github.com/rebill/rebill/charges/registry/agentapi"
+	"github.com/rebill/rebill/charges/registry/testkit/agentfake"
 	"github.com/rebill/rebill/internal/app"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/reconcile"

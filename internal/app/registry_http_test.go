@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/gisgmp/agentfake"
+	"github.com/rebill/rebill/charges/registry/testkit/agentfake"
 	"github.com/rebill/rebill/internal/dbtest"
 )
 

@@ -20,8 +20,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/gisgmp"
-	"github.com/rebill/rebill/gisgmp/agentapi"
+	"github.com/rebill/rebill/charges/registry"
+	"github.com/rebill/rebill/charges/registry/agentapi"
 	"github.com/rebill/rebill/internal/app"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/mtls"
@@ -135,18 +135,18 @@ func TestRegistryFakeRequiresAClientCertificate(t *testing.T) {
 	}
 	ctx := context.Background()
 	good := client(mtls.Files{CertFile: rebillCert, KeyFile: rebillKey, CAFile: filepath.Join(dir, "bank-ca.pem")})
-	p := gisgmp.Payment{PaymentID: "p-tls-1", UIN: "18810142200817004923", Amount: 50000}
+	p := registry.Payment{PaymentID: "p-tls-1", UIN: "18810142200817004923", Amount: 50000}
 	require.NoError(t, good.Post(ctx, p))
 	for name, files := range map[string]mtls.Files{
 		"no client certificate":       {CAFile: filepath.Join(dir, "bank-ca.pem")},
 		"a certificate of another CA": {CertFile: wrongCert, KeyFile: wrongKey, CAFile: filepath.Join(dir, "bank-ca.pem")},
 	} {
-		err := client(files).Post(ctx, gisgmp.Payment{PaymentID: "p-tls-2", UIN: p.UIN, Amount: 1})
-		require.ErrorIs(t, err, gisgmp.ErrUnavailable, name)
+		err := client(files).Post(ctx, registry.Payment{PaymentID: "p-tls-2", UIN: p.UIN, Amount: 1})
+		require.ErrorIs(t, err, registry.ErrUnavailable, name)
 	}
-	status, err := gisgmp.LookupStatus(ctx, good, "p-tls-2")
+	status, err := registry.LookupStatus(ctx, good, "p-tls-2")
 	require.NoError(t, err)
-	require.Equal(t, gisgmp.RegistryNotFound, status, "the refused posts did nothing")
+	require.Equal(t, registry.RegistryNotFound, status, "the refused posts did nothing")
 
 	// A production node whose registry entry has a certificate the party
 	// does not accept: the posting waits, and the log names the entry.

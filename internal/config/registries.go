@@ -38,8 +38,8 @@ type Registry struct {
 }
 
 // RegistryPaymentID is how an entry derives the registry's payment
-// identifier of a posting (see gisgmp.PaymentIDs): every entry must say
-// the same, since a posting's retry may go through any of them.
+// identifier of a posting (see charges/registry's PaymentIDs): every entry
+// must say the same, since a posting's retry may go through any of them.
 type RegistryPaymentID struct {
 	Format string // PaymentIDHex or PaymentIDUIP
 	BIK    string // uip only
@@ -57,7 +57,7 @@ const (
 	RegistryHTTP = "http"
 )
 
-// The payment identifier formats (gisgmp.PaymentIDHex, gisgmp.PaymentIDUIP).
+// The payment identifier formats (registry.PaymentIDHex, registry.PaymentIDUIP).
 const (
 	PaymentIDHex = "hex"
 	PaymentIDUIP = "uip"

@@ -23,10 +23,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/gisgmp"
-	"github.com/rebill/rebill/gisgmp/agentapi"
-	"github.com/rebill/rebill/gisgmp/agentfake"
-	"github.com/rebill/rebill/gisgmp/gisgmptest"
+	"github.com/rebill/rebill/charges/registry"
+	"github.com/rebill/rebill/charges/registry/agentapi"
+	"github.com/rebill/rebill/charges/registry/testkit/agentfake"
+	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
 	"github.com/rebill/rebill/internal/mtls"
 )
 
@@ -94,7 +94,7 @@ func writeFile(t *testing.T, dir, name string, data []byte) string {
 func startParty(t *testing.T) party {
 	t.Helper()
 	serverCA, clientCA, strangerCA := newAuthority(t, "bank CA"), newAuthority(t, "clients CA"), newAuthority(t, "stranger CA")
-	serverCert, serverKey := serverCA.issue(t, "gisgmp.bank.test", true)
+	serverCert, serverKey := serverCA.issue(t, "registry.bank.test", true)
 	pair, err := tls.X509KeyPair(serverCert, serverKey)
 	require.NoError(t, err)
 	clients := x509.NewCertPool()
@@ -139,14 +139,14 @@ func (p party) client(t *testing.T, name string, cfg *tls.Config) *agentapi.Clie
 // day's payments included.
 func TestHTTPConformance(t *testing.T) {
 	t.Parallel()
-	gisgmptest.Run(t, func(t *testing.T) gisgmptest.Harness {
+	registrytest.Run(t, func(t *testing.T) registrytest.Harness {
 		p := startParty(t)
 		set := func(change func(*agentfake.Faults)) {
 			f := p.fake.Faults()
 			change(&f)
 			p.fake.SetFaults(f)
 		}
-		return gisgmptest.Harness{
+		return registrytest.Harness{
 			Gateway: p.client(t, "bank", p.good),
 			PaidOutside: func(t *testing.T, uin string, amount int64) string {
 				return p.fake.PaidOutside(uin, amount)
@@ -155,7 +155,7 @@ func TestHTTPConformance(t *testing.T) {
 			Unavailable: func(t *testing.T, on bool) { set(func(f *agentfake.Faults) { f.RateLimited = on }) },
 			Processing:  func(t *testing.T, looks int) { set(func(f *agentfake.Faults) { f.Processing = looks }) },
 			NoExport:    func(t *testing.T, on bool) { set(func(f *agentfake.Faults) { f.NoExport = on }) },
-			Refused: map[string]gisgmp.Gateway{
+			Refused: map[string]registry.Gateway{
 				"no client certificate":       p.client(t, "bank", p.none),
 				"a certificate of another CA": p.client(t, "bank", p.wrong),
 			},
@@ -175,19 +175,19 @@ func TestAnswersAreClassified(t *testing.T) {
 		pending time.Duration
 	}{
 		"201 accepted":                  {status: 201, body: `{"payment_id": "p1", "status": "accepted"}`},
-		"200 replay of an annulled one": {status: 200, body: `{"payment_id": "p1", "status": "annulled"}`, want: gisgmp.ErrAnnulled},
-		"202 processing":                {status: 202, body: `{"payment_id": "p1", "status": "processing"}`, header: map[string]string{"Retry-After": "30"}, want: gisgmp.ErrUnknownOutcome, pending: 30 * time.Second},
-		"429 did nothing":               {status: 429, header: map[string]string{"Retry-After": "5"}, want: gisgmp.ErrUnavailable},
-		"503 did nothing":               {status: 503, want: gisgmp.ErrUnavailable},
-		"500 may have done it":          {status: 500, want: gisgmp.ErrUnknownOutcome},
-		"504 may have done it":          {status: 504, want: gisgmp.ErrUnknownOutcome},
-		"422 refused for good":          {status: 422, body: `{"error": {"code": "uin_unknown", "message": "no such accrual"}}`, want: gisgmp.ErrRejected},
-		"409 id reused":                 {status: 409, body: `{"error": {"code": "payment_id_reused", "message": "x"}}`, want: gisgmp.ErrRejected},
-		"400 without the error body":    {status: 400, body: `<html>bad request</html>`, want: gisgmp.ErrUnavailable},
-		"401 a credential to fix":       {status: 401, want: gisgmp.ErrUnavailable},
-		"404 a base URL to fix":         {status: 404, body: `{"error": {"code": "not_found", "message": "x"}}`, want: gisgmp.ErrUnavailable},
-		"201 about another payment":     {status: 201, body: `{"payment_id": "p2", "status": "accepted"}`, want: gisgmp.ErrUnknownOutcome},
-		"200 not JSON":                  {status: 200, body: `ok`, want: gisgmp.ErrUnknownOutcome},
+		"200 replay of an annulled one": {status: 200, body: `{"payment_id": "p1", "status": "annulled"}`, want: registry.ErrAnnulled},
+		"202 processing":                {status: 202, body: `{"payment_id": "p1", "status": "processing"}`, header: map[string]string{"Retry-After": "30"}, want: registry.ErrUnknownOutcome, pending: 30 * time.Second},
+		"429 did nothing":               {status: 429, header: map[string]string{"Retry-After": "5"}, want: registry.ErrUnavailable},
+		"503 did nothing":               {status: 503, want: registry.ErrUnavailable},
+		"500 may have done it":          {status: 500, want: registry.ErrUnknownOutcome},
+		"504 may have done it":          {status: 504, want: registry.ErrUnknownOutcome},
+		"422 refused for good":          {status: 422, body: `{"error": {"code": "uin_unknown", "message": "no such accrual"}}`, want: registry.ErrRejected},
+		"409 id reused":                 {status: 409, body: `{"error": {"code": "payment_id_reused", "message": "x"}}`, want: registry.ErrRejected},
+		"400 without the error body":    {status: 400, body: `<html>bad request</html>`, want: registry.ErrUnavailable},
+		"401 a credential to fix":       {status: 401, want: registry.ErrUnavailable},
+		"404 a base URL to fix":         {status: 404, body: `{"error": {"code": "not_found", "message": "x"}}`, want: registry.ErrUnavailable},
+		"201 about another payment":     {status: 201, body: `{"payment_id": "p2", "status": "accepted"}`, want: registry.ErrUnknownOutcome},
+		"200 not JSON":                  {status: 200, body: `ok`, want: registry.ErrUnknownOutcome},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -202,13 +202,13 @@ func TestAnswersAreClassified(t *testing.T) {
 			t.Cleanup(srv.Close)
 			c, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: srv.URL, BearerToken: "tok-1"})
 			require.NoError(t, err)
-			err = c.Post(context.Background(), gisgmp.Payment{PaymentID: "p1", UIN: "18810142200817004923", Amount: 500})
+			err = c.Post(context.Background(), registry.Payment{PaymentID: "p1", UIN: "18810142200817004923", Amount: 500})
 			if tc.want == nil {
 				require.NoError(t, err)
 				return
 			}
 			require.ErrorIs(t, err, tc.want)
-			pe, pending := gisgmp.Pending(err)
+			pe, pending := registry.Pending(err)
 			require.Equal(t, tc.pending > 0, pending)
 			if pending {
 				require.Equal(t, tc.pending, pe.RetryAfter)
@@ -228,8 +228,8 @@ func TestTransportFailures(t *testing.T) {
 	require.NoError(t, ln.Close())
 	c, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: "http://" + addr})
 	require.NoError(t, err)
-	err = c.Post(context.Background(), gisgmp.Payment{PaymentID: "p1", UIN: "u", Amount: 1})
-	require.ErrorIs(t, err, gisgmp.ErrUnavailable, "connection refused")
+	err = c.Post(context.Background(), registry.Payment{PaymentID: "p1", UIN: "u", Amount: 1})
+	require.ErrorIs(t, err, registry.ErrUnavailable, "connection refused")
 
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
@@ -239,12 +239,12 @@ func TestTransportFailures(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	err = c.Post(ctx, gisgmp.Payment{PaymentID: "p1", UIN: "u", Amount: 1})
-	require.ErrorIs(t, err, gisgmp.ErrUnknownOutcome, "sent, then no answer in time")
+	err = c.Post(ctx, registry.Payment{PaymentID: "p1", UIN: "u", Amount: 1})
+	require.ErrorIs(t, err, registry.ErrUnknownOutcome, "sent, then no answer in time")
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel2()
 	_, _, err = c.Lookup(ctx2, "p1")
-	require.ErrorIs(t, err, gisgmp.ErrUnavailable, "a read that fails did nothing")
+	require.ErrorIs(t, err, registry.ErrUnavailable, "a read that fails did nothing")
 }
 
 // The registry's own verdict that an accrual is settled (a fine paid at
@@ -283,7 +283,7 @@ func TestExportFollowsPages(t *testing.T) {
 	var want []string
 	for i := range 5 {
 		id := fmt.Sprintf("page-%d", i)
-		require.NoError(t, c.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: "18810142200817004923", Amount: 100}))
+		require.NoError(t, c.Post(ctx, registry.Payment{PaymentID: id, UIN: "18810142200817004923", Amount: 100}))
 		want = append(want, id)
 	}
 	got, err := c.Export(ctx, day)
@@ -304,7 +304,7 @@ func TestExportFollowsPages(t *testing.T) {
 	c, err = agentapi.New(agentapi.Options{Name: "bank", BaseURL: wrong.URL})
 	require.NoError(t, err)
 	_, err = c.Export(ctx, day)
-	require.ErrorIs(t, err, gisgmp.ErrUnavailable, "an export of another day")
+	require.ErrorIs(t, err, registry.ErrUnavailable, "an export of another day")
 }
 
 // A call refused in the TLS handshake over a certificate is told to
@@ -321,19 +321,19 @@ func TestCertificateErrorsAreTold(t *testing.T) {
 			OnCertificateError: func(err error) { told = append(told, err) }})
 		require.NoError(t, err)
 		for range 3 {
-			require.ErrorIs(t, c.Post(context.Background(), gisgmp.Payment{PaymentID: "p1", UIN: "18810142200817004923", Amount: 1}),
-				gisgmp.ErrUnavailable, name)
+			require.ErrorIs(t, c.Post(context.Background(), registry.Payment{PaymentID: "p1", UIN: "18810142200817004923", Amount: 1}),
+				registry.ErrUnavailable, name)
 		}
 		require.Len(t, told, 1, "%s: once a minute", name)
 		require.Contains(t, told[0].Error(), "bank", name)
 		now = now.Add(time.Minute)
 		_, _, err = c.Lookup(context.Background(), "p1")
-		require.ErrorIs(t, err, gisgmp.ErrUnavailable)
+		require.ErrorIs(t, err, registry.ErrUnavailable)
 		require.Len(t, told, 2, "%s: told again a minute later", name)
 	}
 	var told []error
 	c, err := agentapi.New(agentapi.Options{Name: "bank", BaseURL: p.url, TLS: p.good, OnCertificateError: func(err error) { told = append(told, err) }})
 	require.NoError(t, err)
-	require.NoError(t, c.Post(context.Background(), gisgmp.Payment{PaymentID: "p2", UIN: "18810142200817004923", Amount: 1}))
+	require.NoError(t, c.Post(context.Background(), registry.Payment{PaymentID: "p2", UIN: "18810142200817004923", Amount: 1}))
 	require.Empty(t, told)
 }

@@ -1,55 +1,24 @@
-// Package gisgmp posts the payments of fines to the state payment
-// registry (GIS GMP): a fine counts as paid only once its payment is
-// posted there with the fine's UIN.
-//
-// # Flow
-//
-// A fine's charge is held, then posted, then captured: the registry is
-// told only of money that is held. When the charges pipeline records a
-// hold of a charge with a UIN it calls [Poster.Held], which stores a
-// posting and enqueues its [PostArgs] job in the same transaction; the job
-// posts through the registry gateways (asynchronously: the registry is not
-// built for synchronous traffic) and, once the registry accepted the
-// payment, enqueues the charge's capture. A posting that fails for good
-// sends the charge to review, whose hold check voids the hold.
+// Package registry is the port to the state payment registry (GIS GMP),
+// beside charges/gateway: a fine counts as paid only once its payment is
+// posted there with the fine's UIN. It holds what a registry gateway is
+// ([Gateway]), what crosses the wire ([Payment], [Quittance],
+// [ExportedPayment]), the gateway's errors, the balancing over several
+// gateways ([Balancer]) and the payment identifiers ([PaymentIDs]). It
+// knows no database and imports no rebill domain package: the postings
+// and their state machine, and the poster that drives them between a
+// charge's hold and its capture, belong to package charges
+// (charges/postings.go). Adapters: agentapi (the HTTP party), sim (the
+// simulated gmp1/gmp2); test kit: testkit/agentfake and
+// testkit/registrytest, the conformance suite every adapter runs.
 //
 // # Exactly once at the registry
 //
 // A posting's payment_id is derived from the charge's key, the attempt and
 // its amount, so a retry of the same posting (a timeout, a crash, another
 // gateway) is a replay the registry recognises, while a full-amount
-// attempt after a voided discounted hold is a new payment. A posting whose
-// answer was lost is looked up by its payment_id before it is sent again.
-// A posting whose money was not captured (the hold was voided, the capture
-// failed for good, the attempt was superseded) is annulled, an idempotent
-// operation of its own: by the sweep, and before a newer attempt of the
-// same charge is posted. A payment the registry holds annulled (a look-up
-// or a replay says so) is never captured: its hold is released, and a
-// new payment comes only with a new attempt, under a new payment_id.
-//
-// # Postings
-//
-// Every allowed move of a posting is listed once, in [Machine]'s table;
-// each is a guarded UPDATE (`WHERE status = ANY(from)`), so a job that
-// runs twice, or late, changes nothing the second time.
-//
-//	posting --(the registry took it)--> accepted --(its money not captured)--> annulled
-//	posting --(rejected)--> failed
-//	posting --(no longer wanted before it was sent)--> cancelled
-//	posting --(no longer wanted, but an earlier run's answer was lost)--> accepted | annulled (as the registry shows it)
-//	posting --(the registry holds it annulled: never captured)--> annulled
-//	posting --(hold released, fate at the registry unknown)--> abandoned
-//	abandoned --(the registry accepted it: annulled there; or shows it annulled)--> annulled
-//	abandoned --(the registry holds no such payment, or refused it)--> failed
-//
-// failed, cancelled and annulled are final. abandoned is not: a posting
-// whose hold was released while the registry may still accept it (still
-// processing past the last moment to post, an answer lost and no look-up
-// answered, the registry out of reach past REBILL_UNAVAILABLE_FOR) keeps
-// its job asking, snoozed with a growing wait, until the registry says
-// what it holds; rebill_registry_postings_abandoned_overdue counts those
-// abandoned longer than REBILL_UNAVAILABLE_FOR (alert
-// RebillRegistryPostingAbandoned).
+// attempt after a voided discounted hold is a new payment. A payment the
+// registry holds annulled ([ErrAnnulled]) is never captured, and its
+// payment id is never used for another payment.
 //
 // # Gateways
 //
@@ -58,7 +27,7 @@
 // skipping gateways that failed recently (moving traffic off a degraded
 // one) unless all did. A gateway that answers "still processing"
 // ([PendingError]) is not degraded: the posting waits and asks again.
-package gisgmp
+package registry
 
 import (
 	"context"
@@ -68,6 +37,13 @@ import (
 	"fmt"
 	"time"
 )
+
+// DiscountMargin is how long before a discount ends a hold at the
+// discounted price is no longer posted: the capture that follows the
+// posting must reach the gateway while the discount holds (the margin the
+// last discounted attempt keeps, decision 31). Enrollments schedule a
+// bill's last discounted start by it.
+const DiscountMargin = time.Hour
 
 // Gateway is one way into the registry.
 type Gateway interface {

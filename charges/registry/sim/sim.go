@@ -1,4 +1,7 @@
-package gisgmp
+// Package sim is dev mode's simulated state payment registry: gateways
+// gmp1 and gmp2 (registry.Gateway) over one book of payments in the
+// database, with fault switches, like the simulated payment gateways.
+package sim
 
 import (
 	"context"
@@ -12,11 +15,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/internal/clock"
 )
 
-// SimNames are dev mode's simulated registry gateways.
-var SimNames = []string{"gmp1", "gmp2"}
+// Names are dev mode's simulated registry gateways.
+var Names = []string{"gmp1", "gmp2"}
 
 // Sim is dev mode's simulated registry: one book of payments (the
 // dev_registry_ledger table, shared by every node) reached through named
@@ -27,25 +31,25 @@ type Sim struct {
 	// clock), as the simulated payment gateways stamp their operations, so
 	// the book reads on the days rebill's records do. Nil: real time.
 	Clock clock.Clock
-	// Names are its gateways' names; nil: SimNames.
+	// Names are its gateways' names; nil: Names.
 	Names []string
 }
 
 func (s Sim) names() []string {
 	if s.Names == nil {
-		return SimNames
+		return Names
 	}
 	return s.Names
 }
 
 // Gateways returns the simulated gateways.
-func (s Sim) Gateways() []Gateway {
+func (s Sim) Gateways() []registry.Gateway {
 	var clk clock.Clock = clock.Wall{}
 	if s.Clock != nil {
 		clk = s.Clock
 	}
 	names := s.names()
-	out := make([]Gateway, len(names))
+	out := make([]registry.Gateway, len(names))
 	for i, name := range names {
 		out[i] = simGateway{name: name, pool: s.Pool, clock: clk}
 	}
@@ -148,13 +152,13 @@ func (g simGateway) enter(ctx context.Context) (Faults, error) {
 		return Faults{}, err
 	}
 	if f.Down || (f.ErrorRate > 0 && rand.Float64() < f.ErrorRate) {
-		return Faults{}, fmt.Errorf("%w: %s is down", ErrUnavailable, g.name)
+		return Faults{}, fmt.Errorf("%w: %s is down", registry.ErrUnavailable, g.name)
 	}
 	if f.LatencyMS > 0 {
 		select {
 		case <-time.After(time.Duration(f.LatencyMS) * time.Millisecond):
 		case <-ctx.Done():
-			return Faults{}, fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, ctx.Err())
+			return Faults{}, fmt.Errorf("%w: %s: %w", registry.ErrUnknownOutcome, g.name, ctx.Err())
 		}
 	}
 	return f, nil
@@ -166,7 +170,7 @@ func (g simGateway) faults(ctx context.Context) (Faults, error) {
 		FROM dev_registry_faults WHERE gateway = $1`, g.name).
 		Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.LoseResponse, &f.Processing, &f.AnnulUnanswered)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return Faults{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+		return Faults{}, fmt.Errorf("%w: %s: %w", registry.ErrUnavailable, g.name, err)
 	}
 	return f, nil
 }
@@ -176,8 +180,8 @@ func (g simGateway) faults(ctx context.Context) (Faults, error) {
 const simRetryAfter = time.Second
 
 // Post records a payment, or answers a replay with what the book holds:
-// still processing, accepted, or annulled (ErrAnnulled).
-func (g simGateway) Post(ctx context.Context, p Payment) error {
+// still processing, accepted, or annulled (registry.ErrAnnulled).
+func (g simGateway) Post(ctx context.Context, p registry.Payment) error {
 	f, err := g.enter(ctx)
 	if err != nil {
 		return err
@@ -193,14 +197,14 @@ func (g simGateway) Post(ctx context.Context, p Payment) error {
 			status, at, looks_left, annulled_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $5 = 'annulled' THEN $6::timestamptz END) ON CONFLICT (payment_id) DO NOTHING`,
 		p.PaymentID, g.name, p.UIN, p.Amount, status, at, f.Processing); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, err)
+		return fmt.Errorf("%w: %s: %w", registry.ErrUnknownOutcome, g.name, err)
 	}
 	status, err = g.look(context.WithoutCancel(ctx), p.PaymentID, f.AnnulUnanswered)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, err)
+		return fmt.Errorf("%w: %s: %w", registry.ErrUnknownOutcome, g.name, err)
 	}
 	if f.LoseResponse {
-		return fmt.Errorf("%w: %s lost the answer", ErrUnknownOutcome, g.name)
+		return fmt.Errorf("%w: %s lost the answer", registry.ErrUnknownOutcome, g.name)
 	}
 	return g.answer(status)
 }
@@ -229,9 +233,9 @@ func (g simGateway) look(ctx context.Context, paymentID string, annul bool) (str
 func (g simGateway) answer(status string) error {
 	switch status {
 	case "processing":
-		return &PendingError{Gateway: g.name, RetryAfter: simRetryAfter}
+		return &registry.PendingError{Gateway: g.name, RetryAfter: simRetryAfter}
 	case "annulled":
-		return fmt.Errorf("%w: %s", ErrAnnulled, g.name)
+		return fmt.Errorf("%w: %s", registry.ErrAnnulled, g.name)
 	}
 	return nil
 }
@@ -249,13 +253,13 @@ func (g simGateway) Annul(ctx context.Context, paymentID string) error {
 			UPDATE dev_registry_ledger SET status = 'annulled', annulled_at = $2 WHERE payment_id = $1 AND status = 'accepted')
 		SELECT EXISTS (SELECT 1 FROM dev_registry_ledger WHERE payment_id = $1 AND status = 'processing')`,
 		paymentID, at).Scan(&processing); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrUnknownOutcome, g.name, err)
+		return fmt.Errorf("%w: %s: %w", registry.ErrUnknownOutcome, g.name, err)
 	}
 	if f.LoseResponse {
-		return fmt.Errorf("%w: %s lost the answer", ErrUnknownOutcome, g.name)
+		return fmt.Errorf("%w: %s lost the answer", registry.ErrUnknownOutcome, g.name)
 	}
 	if processing {
-		return &PendingError{Gateway: g.name, RetryAfter: simRetryAfter}
+		return &registry.PendingError{Gateway: g.name, RetryAfter: simRetryAfter}
 	}
 	return nil
 }
@@ -272,7 +276,7 @@ func (s Sim) PaidOutside(ctx context.Context, uin string, amount int64) (LedgerE
 		clk = s.Clock
 	}
 	e := LedgerEntry{Gateway: OutsideGateway, PaymentID: "outside-" + uuid.NewString(), UIN: uin, Amount: amount,
-		Status: string(StatusAccepted), At: clk.Now().UTC()}
+		Status: string(registry.RegistryAccepted), At: clk.Now().UTC()}
 	if _, err := s.Pool.Exec(ctx, `INSERT INTO dev_registry_ledger (payment_id, gateway, uin, amount, status, at)
 		VALUES ($1, $2, $3, $4, $5, $6)`, e.PaymentID, e.Gateway, e.UIN, e.Amount, e.Status, e.At); err != nil {
 		return LedgerEntry{}, fmt.Errorf("record a payment made outside rebill: %w", err)
@@ -280,28 +284,28 @@ func (s Sim) PaidOutside(ctx context.Context, uin string, amount int64) (LedgerE
 	return e, nil
 }
 
-func (g simGateway) Quittance(ctx context.Context, uin string) (Quittance, error) {
+func (g simGateway) Quittance(ctx context.Context, uin string) (registry.Quittance, error) {
 	if err := g.reachable(ctx); err != nil {
-		return Quittance{}, err
+		return registry.Quittance{}, err
 	}
 	rows, err := g.pool.Query(ctx, `SELECT payment_id, amount, status = 'annulled', at FROM dev_registry_ledger
 		WHERE uin = $1 AND status <> 'processing' ORDER BY seq`, uin)
 	if err != nil {
-		return Quittance{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+		return registry.Quittance{}, fmt.Errorf("%w: %s: %w", registry.ErrUnavailable, g.name, err)
 	}
-	var q Quittance
+	var q registry.Quittance
 	var paid []time.Time
-	var p QuittancePayment
+	var p registry.QuittancePayment
 	var at time.Time
 	if _, err := pgx.ForEachRow(rows, []any{&p.PaymentID, &p.Amount, &p.Annulled, &at}, func() error {
 		q.Payments = append(q.Payments, p)
 		paid = append(paid, at)
 		return nil
 	}); err != nil {
-		return Quittance{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+		return registry.Quittance{}, fmt.Errorf("%w: %s: %w", registry.ErrUnavailable, g.name, err)
 	}
 	if q.Settled, err = g.settled(ctx, uin, q.Payments, paid); err != nil {
-		return Quittance{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+		return registry.Quittance{}, fmt.Errorf("%w: %s: %w", registry.ErrUnavailable, g.name, err)
 	}
 	return q, nil
 }
@@ -313,7 +317,7 @@ func (g simGateway) Quittance(ctx context.Context, uin string) (Quittance, error
 // fine's bill in rebill's database (dev mode only), as the real registry
 // knows it from the authority that issued it; one it does not know is
 // never settled.
-func (g simGateway) settled(ctx context.Context, uin string, payments []QuittancePayment, paid []time.Time) (bool, error) {
+func (g simGateway) settled(ctx context.Context, uin string, payments []registry.QuittancePayment, paid []time.Time) (bool, error) {
 	var amount int64
 	var discounted *int64
 	var discountEnds *time.Time
@@ -345,10 +349,10 @@ func (g simGateway) reachable(ctx context.Context) error {
 	var down bool
 	err := g.pool.QueryRow(ctx, `SELECT down FROM dev_registry_faults WHERE gateway = $1`, g.name).Scan(&down)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+		return fmt.Errorf("%w: %s: %w", registry.ErrUnavailable, g.name, err)
 	}
 	if down {
-		return fmt.Errorf("%w: %s is down", ErrUnavailable, g.name)
+		return fmt.Errorf("%w: %s is down", registry.ErrUnavailable, g.name)
 	}
 	return nil
 }
@@ -366,11 +370,11 @@ func (g simGateway) Lookup(ctx context.Context, paymentID string) (found, annull
 	status, err := g.look(ctx, paymentID, f.AnnulUnanswered)
 	switch {
 	case err != nil:
-		return false, false, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+		return false, false, fmt.Errorf("%w: %s: %w", registry.ErrUnavailable, g.name, err)
 	case status == "":
 		return false, false, nil
 	case status == "processing":
-		return false, false, &PendingError{Gateway: g.name, RetryAfter: simRetryAfter}
+		return false, false, &registry.PendingError{Gateway: g.name, RetryAfter: simRetryAfter}
 	}
 	return true, status == "annulled", nil
 }
@@ -379,7 +383,7 @@ func (g simGateway) Lookup(ctx context.Context, paymentID string) (found, annull
 // those it imported; a payment made outside rebill is no gateway's. The
 // book keeps no time of acceptance: a payment no longer processing is
 // exported as accepted when it was taken.
-func (g simGateway) Export(ctx context.Context, day time.Time) ([]ExportedPayment, error) {
+func (g simGateway) Export(ctx context.Context, day time.Time) ([]registry.ExportedPayment, error) {
 	if err := g.reachable(ctx); err != nil {
 		return nil, err
 	}
@@ -387,14 +391,14 @@ func (g simGateway) Export(ctx context.Context, day time.Time) ([]ExportedPaymen
 	rows, err := g.pool.Query(ctx, `SELECT payment_id, uin, amount, status, at, annulled_at FROM dev_registry_ledger
 		WHERE gateway = $1 AND at >= $2 AND at < $3 ORDER BY seq`, g.name, from, from.Add(24*time.Hour))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+		return nil, fmt.Errorf("%w: %s: %w", registry.ErrUnavailable, g.name, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ExportedPayment, error) {
-		var p ExportedPayment
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (registry.ExportedPayment, error) {
+		var p registry.ExportedPayment
 		var annulledAt *time.Time
 		err := row.Scan(&p.PaymentID, &p.UIN, &p.Amount, &p.Status, &p.ReceivedAt, &annulledAt)
 		p.ReceivedAt = p.ReceivedAt.UTC()
-		if p.Status != RegistryProcessing {
+		if p.Status != registry.RegistryProcessing {
 			p.AcceptedAt = p.ReceivedAt
 		}
 		if annulledAt != nil {
@@ -403,7 +407,7 @@ func (g simGateway) Export(ctx context.Context, day time.Time) ([]ExportedPaymen
 		return p, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, g.name, err)
+		return nil, fmt.Errorf("%w: %s: %w", registry.ErrUnavailable, g.name, err)
 	}
 	return out, nil
 }

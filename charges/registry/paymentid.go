@@ -1,4 +1,4 @@
-package gisgmp
+package registry
 
 import (
 	"crypto/sha256"

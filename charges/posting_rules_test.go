@@ -1,4 +1,4 @@
-package gisgmp_test
+package charges_test
 
 // The rules of postings, specified on the post, annul and sweep workers
 // over a real database with rivertest: what the registry's answers do to
@@ -20,23 +20,25 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/charges/registry"
+	registrysim "github.com/rebill/rebill/charges/registry/sim"
+	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
 )
 
 const giveUpAfter = 24 * time.Hour
 
-// postingBundle is a fine's charge holding 500 at start, its posting
+// postingBundle is a fine's charge holding 500 at postingStart, its posting
 // waiting, and the registry's workers over one fake gateway.
 type postingBundle struct {
 	pool   *pgxpool.Pool
 	clock  *testsupport.Clock
-	gw     *fakeGateway
-	sim    *gisgmp.Sim // the registry instead of gw, when set
-	post   *rivertest.Worker[gisgmp.PostArgs, pgx.Tx]
-	annul  *rivertest.Worker[gisgmp.AnnulArgs, pgx.Tx]
-	sweep  *rivertest.Worker[gisgmp.SweepArgs, pgx.Tx]
+	gw     *registrytest.Fake
+	sim    *registrysim.Sim // the registry instead of gw, when set
+	post   *rivertest.Worker[charges.PostArgs, pgx.Tx]
+	annul  *rivertest.Worker[charges.AnnulArgs, pgx.Tx]
+	sweep  *rivertest.Worker[charges.SweepArgs, pgx.Tx]
 	charge charges.Charge
 	id     string
 	tx     pgx.Tx // the job's transaction, rolled back at the end
@@ -51,27 +53,27 @@ func setupPosting(ctx context.Context, t *testing.T) *postingBundle {
 func setupPostingOn(ctx context.Context, t *testing.T, withSim bool) *postingBundle {
 	t.Helper()
 	pool := dbtest.Pool(t)
-	clk := testsupport.NewClock(start)
-	gw := newFakeGateway(t, "gmp1")
-	gateways := []gisgmp.Gateway{gw}
-	var sim *gisgmp.Sim
+	clk := testsupport.NewClock(postingStart)
+	gw := registrytest.NewFake(t, "gmp1")
+	gateways := []registry.Gateway{gw}
+	var sim *registrysim.Sim
 	if withSim {
-		sim = &gisgmp.Sim{Pool: pool, Clock: clk, Names: []string{"gmp1"}}
+		sim = &registrysim.Sim{Pool: pool, Clock: clk, Names: []string{"gmp1"}}
 		gateways = sim.Gateways()
 	}
-	poster := &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer(gateways, time.Second), Clock: clk,
+	poster := &charges.Poster{Pool: pool, Gateways: registry.NewBalancer(gateways, time.Second), Clock: clk,
 		GiveUpAfter: giveUpAfter, Retry: charges.RetryPolicy{Base: time.Second, Max: time.Minute, Now: clk.Now},
 		Logger: zerolog.Nop()}
 	workers := river.NewWorkers()
-	gisgmp.Register(workers, poster)
+	charges.RegisterPoster(workers, poster)
 	charges.Register(workers, &charges.Pipeline{Pool: pool, Clock: clk})
 	config := &river.Config{Logger: slog.New(slog.DiscardHandler), Test: river.TestConfig{Time: clk}, TestOnly: true,
 		Workers: workers}
 	driver := riverpgxv5.New(pool)
 	b := &postingBundle{pool: pool, clock: clk, gw: gw, sim: sim,
-		post:  rivertest.NewWorker(t, driver, config, &gisgmp.PostWorker{Poster: poster}),
-		annul: rivertest.NewWorker(t, driver, config, &gisgmp.AnnulWorker{Poster: poster}),
-		sweep: rivertest.NewWorker(t, driver, config, &gisgmp.SweepWorker{Poster: poster}),
+		post:  rivertest.NewWorker(t, driver, config, &charges.PostWorker{Poster: poster}),
+		annul: rivertest.NewWorker(t, driver, config, &charges.AnnulWorker{Poster: poster}),
+		sweep: rivertest.NewWorker(t, driver, config, &charges.SweepWorker{Poster: poster}),
 	}
 	b.charge, b.id = b.heldFine(ctx, t, "18810142200817004923")
 	tx, err := pool.Begin(ctx)
@@ -81,33 +83,33 @@ func setupPostingOn(ctx context.Context, t *testing.T, withSim bool) *postingBun
 	return b
 }
 
-// heldFine files a fine's charge of 500 authorized at start, at a fixed
+// heldFine files a fine's charge of 500 authorized at postingStart, at a fixed
 // price (no deadline to post by), and its posting.
 func (b *postingBundle) heldFine(ctx context.Context, t *testing.T, uin string) (charges.Charge, string) {
 	t.Helper()
 	enrollmentID := uuid.New()
 	_, err := b.pool.Exec(ctx, `INSERT INTO enrollments (id, customer_id, kind, sts, status, currency, max_amount, pm_gateway,
 			pm_token, pm_exp_month, pm_exp_year, created_at, updated_at)
-		VALUES ($1, 'cus_1', 'fines', '77УА123456', 'active', 'RUB', 100000, 'sim1', 'tok', 12, 2030, $2, $2)`, enrollmentID, start)
+		VALUES ($1, 'cus_1', 'fines', '77УА123456', 'active', 'RUB', 100000, 'sim1', 'tok', 12, 2030, $2, $2)`, enrollmentID, postingStart)
 	require.NoError(t, err)
 	var c charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
 		c, _, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
-			BillID: uin, Due: start, Amount: 500, Currency: "RUB", Gateway: "sim1", Token: "tok", RegistryUIN: uin}, start)
+			BillID: uin, Due: postingStart, Amount: 500, Currency: "RUB", Gateway: "sim1", Token: "tok", RegistryUIN: uin}, postingStart)
 		return err
 	}))
-	_, err = b.pool.Exec(ctx, `UPDATE charges SET status = 'authorized', authorized_at = $2 WHERE id = $1`, c.ID, start)
+	_, err = b.pool.Exec(ctx, `UPDATE charges SET status = 'authorized', authorized_at = $2 WHERE id = $1`, c.ID, postingStart)
 	require.NoError(t, err)
 	c.AttemptCount = 1
-	id := gisgmp.PaymentID(c.Key(), 1, 500)
+	id := registry.PaymentID(c.Key(), 1, 500)
 	_, err = b.pool.Exec(ctx, `INSERT INTO registry_postings (payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at)
-		VALUES ($1, $2, 1, $3, 500, 'posting', $4, $4)`, id, c.ID, uin, start)
+		VALUES ($1, $2, 1, $3, 500, 'posting', $4, $4)`, id, c.ID, uin, postingStart)
 	require.NoError(t, err)
 	return c, id
 }
 
 // posting reads the posting's status, gateway and last error.
-func (b *postingBundle) posting(ctx context.Context, t *testing.T, id string) (status gisgmp.PostingStatus, gateway, lastError string) {
+func (b *postingBundle) posting(ctx context.Context, t *testing.T, id string) (status charges.PostingStatus, gateway, lastError string) {
 	t.Helper()
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT status, coalesce(gateway, ''), coalesce(last_error, '')
 		FROM registry_postings WHERE payment_id = $1`, id).Scan(&status, &gateway, &lastError))
@@ -128,22 +130,22 @@ func TestAcceptedPostingEnqueuesTheCapture(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
-	b.gw.PostFunc = posts(nil)
-	_, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+	b.gw.PostFunc = registrytest.Posts(nil)
+	_, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 
 	status, gateway, _ := b.posting(ctx, t, b.id)
-	require.Equal(t, gisgmp.StatusAccepted, status)
+	require.Equal(t, charges.PostingAccepted, status)
 	require.Equal(t, "gmp1", gateway)
-	require.Equal(t, []registryCall{{Op: "post", PaymentID: b.id,
-		Payment: gisgmp.Payment{PaymentID: b.id, UIN: "18810142200817004923", Amount: 500, PaidAt: start}}}, b.gw.callsOf("post"))
+	require.Equal(t, []registrytest.Call{{Op: "post", PaymentID: b.id,
+		Payment: registry.Payment{PaymentID: b.id, UIN: "18810142200817004923", Amount: 500, PaidAt: postingStart}}}, b.gw.CallsOf("post"))
 	job := rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 	require.Equal(t, charges.CaptureArgs{ChargeID: b.charge.ID, Attempt: 1}, job.Args)
 
 	// Run again (a retried job): nothing is posted twice.
-	_, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+	_, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
-	require.Len(t, b.gw.callsOf("post"), 1)
+	require.Len(t, b.gw.CallsOf("post"), 1)
 }
 
 // A posting the registry refuses for good fails: the charge goes to
@@ -152,12 +154,12 @@ func TestRefusedPostingSendsTheChargeToReview(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
-	b.gw.PostFunc = posts(gisgmp.ErrRejected)
-	_, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+	b.gw.PostFunc = registrytest.Posts(registry.ErrRejected)
+	_, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 
 	status, _, lastError := b.posting(ctx, t, b.id)
-	require.Equal(t, gisgmp.StatusFailed, status)
+	require.Equal(t, charges.PostingFailed, status)
 	require.Contains(t, lastError, "rejected")
 	c := b.chargeNow(ctx, t)
 	require.Equal(t, charges.RequiresReview, c.Status)
@@ -175,30 +177,30 @@ func TestUnavailableRegistryIsWaitedForThenGivenUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupPosting(ctx, t)
-	b.gw.PostFunc = posts(gisgmp.ErrUnavailable)
-	res, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+	b.gw.PostFunc = registrytest.Posts(registry.ErrUnavailable)
+	res, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
 	status, _, _ := b.posting(ctx, t, b.id)
-	require.Equal(t, gisgmp.StatusPosting, status)
+	require.Equal(t, charges.PostingPosting, status)
 	require.Equal(t, charges.Authorized, b.chargeNow(ctx, t).Status)
 
 	b.clock.Advance(giveUpAfter + time.Minute)
-	res, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+	res, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "it keeps asking")
 	status, _, _ = b.posting(ctx, t, b.id)
-	require.Equal(t, gisgmp.StatusAbandoned, status)
+	require.Equal(t, charges.PostingAbandoned, status)
 	require.Equal(t, charges.RequiresReview, b.chargeNow(ctx, t).Status)
 	rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.ReleaseHoldArgs{}, nil)
 
-	b.gw.LookupFunc = looksUp(false, false, nil)
-	res, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+	b.gw.LookupFunc = registrytest.LooksUp(false, false, nil)
+	res, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobCompleted, res.EventKind)
 	status, _, _ = b.posting(ctx, t, b.id)
-	require.Equal(t, gisgmp.StatusFailed, status, "the registry holds no such payment, and it is never posted again")
-	require.Len(t, b.gw.callsOf("post"), 2, "nothing is posted once abandoned")
+	require.Equal(t, charges.PostingFailed, status, "the registry holds no such payment, and it is never posted again")
+	require.Len(t, b.gw.CallsOf("post"), 2, "nothing is posted once abandoned")
 }
 
 // A posting whose answer was lost is looked up by its payment id: found,
@@ -210,25 +212,25 @@ func TestLostAnswerIsLookedUpBeforeAnythingElse(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
 		found, annulled bool
-		wantStatus      gisgmp.PostingStatus
+		wantStatus      charges.PostingStatus
 		wantErr         bool
 	}{
-		"found: accepted":          {found: true, wantStatus: gisgmp.StatusAccepted},
-		"found annulled: not held": {found: true, annulled: true, wantStatus: gisgmp.StatusAnnulled},
-		"not found: retried":       {wantStatus: gisgmp.StatusPosting, wantErr: true},
+		"found: accepted":          {found: true, wantStatus: charges.PostingAccepted},
+		"found annulled: not held": {found: true, annulled: true, wantStatus: charges.PostingAnnulled},
+		"not found: retried":       {wantStatus: charges.PostingPosting, wantErr: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setupPosting(ctx, t)
-			b.gw.PostFunc = posts(gisgmp.ErrUnknownOutcome)
-			b.gw.LookupFunc = looksUp(tc.found, tc.annulled, nil)
-			_, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+			b.gw.PostFunc = registrytest.Posts(registry.ErrUnknownOutcome)
+			b.gw.LookupFunc = registrytest.LooksUp(tc.found, tc.annulled, nil)
+			_, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.Equal(t, tc.wantErr, err != nil, "%v", err)
 			status, _, _ := b.posting(ctx, t, b.id)
 			require.Equal(t, tc.wantStatus, status)
-			require.Len(t, b.gw.callsOf("post"), 1)
-			require.Equal(t, []registryCall{{Op: "lookup", PaymentID: b.id}}, b.gw.callsOf("lookup"))
+			require.Len(t, b.gw.CallsOf("post"), 1)
+			require.Equal(t, []registrytest.Call{{Op: "lookup", PaymentID: b.id}}, b.gw.CallsOf("lookup"))
 			if tc.found && !tc.annulled {
 				rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 			} else {
@@ -254,12 +256,12 @@ func TestPostingNoLongerWantedIsCancelledUnsent(t *testing.T) {
 	b := setupPosting(ctx, t)
 	_, err := b.pool.Exec(ctx, `UPDATE charges SET void_requested = true WHERE id = $1`, b.charge.ID)
 	require.NoError(t, err)
-	b.gw.LookupFunc = looksUp(false, false, nil)
-	_, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+	b.gw.LookupFunc = registrytest.LooksUp(false, false, nil)
+	_, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	status, _, _ := b.posting(ctx, t, b.id)
-	require.Equal(t, gisgmp.StatusCancelled, status)
-	require.Empty(t, b.gw.callsOf("post"))
+	require.Equal(t, charges.PostingCancelled, status)
+	require.Empty(t, b.gw.CallsOf("post"))
 	rivertest.RequireNotInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 }
 
@@ -279,22 +281,22 @@ func TestSweepAnnulsAcceptedPostingsWhoseMoneyWasNotCaptured(t *testing.T) {
 	_, err = b.pool.Exec(ctx, `UPDATE charges SET status = 'succeeded' WHERE id = $1`, captured.ID)
 	require.NoError(t, err)
 
-	_, err = b.sweep.Work(ctx, t, b.tx, gisgmp.SweepArgs{}, nil)
+	_, err = b.sweep.Work(ctx, t, b.tx, charges.SweepArgs{}, nil)
 	require.NoError(t, err)
-	job := rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, gisgmp.AnnulArgs{}, nil)
-	require.Equal(t, gisgmp.AnnulArgs{PaymentID: b.id}, job.Args, "only the voided charge's posting")
+	job := rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.AnnulArgs{}, nil)
+	require.Equal(t, charges.AnnulArgs{PaymentID: b.id}, job.Args, "only the voided charge's posting")
 
-	b.gw.AnnulFunc = annuls(nil)
-	_, err = b.annul.Work(ctx, t, b.tx, gisgmp.AnnulArgs{PaymentID: b.id}, nil)
+	b.gw.AnnulFunc = registrytest.Annuls(nil)
+	_, err = b.annul.Work(ctx, t, b.tx, charges.AnnulArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	status, _, _ := b.posting(ctx, t, b.id)
-	require.Equal(t, gisgmp.StatusAnnulled, status)
+	require.Equal(t, charges.PostingAnnulled, status)
 	status, _, _ = b.posting(ctx, t, capturedID)
-	require.Equal(t, gisgmp.StatusAccepted, status)
+	require.Equal(t, charges.PostingAccepted, status)
 
-	_, err = b.annul.Work(ctx, t, b.tx, gisgmp.AnnulArgs{PaymentID: b.id}, nil)
+	_, err = b.annul.Work(ctx, t, b.tx, charges.AnnulArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
-	require.Len(t, b.gw.callsOf("annul"), 1, "an annulled posting is not annulled again")
+	require.Len(t, b.gw.CallsOf("annul"), 1, "an annulled posting is not annulled again")
 }
 
 // An annulment whose answer was lost counts only once the registry shows
@@ -306,18 +308,18 @@ func TestLostAnnulmentIsCheckedBeforeItIsRecorded(t *testing.T) {
 	b := setupPosting(ctx, t)
 	_, err := b.pool.Exec(ctx, `UPDATE registry_postings SET status = 'accepted'`)
 	require.NoError(t, err)
-	b.gw.AnnulFunc = annuls(gisgmp.ErrUnknownOutcome)
-	b.gw.LookupFunc = looksUp(true, false, nil)
-	_, err = b.annul.Work(ctx, t, b.tx, gisgmp.AnnulArgs{PaymentID: b.id}, nil)
+	b.gw.AnnulFunc = registrytest.Annuls(registry.ErrUnknownOutcome)
+	b.gw.LookupFunc = registrytest.LooksUp(true, false, nil)
+	_, err = b.annul.Work(ctx, t, b.tx, charges.AnnulArgs{PaymentID: b.id}, nil)
 	require.Error(t, err)
 	status, _, _ := b.posting(ctx, t, b.id)
-	require.Equal(t, gisgmp.StatusAccepted, status)
+	require.Equal(t, charges.PostingAccepted, status)
 
-	b.gw.LookupFunc = looksUp(true, true, nil)
-	_, err = b.annul.Work(ctx, t, b.tx, gisgmp.AnnulArgs{PaymentID: b.id}, nil)
+	b.gw.LookupFunc = registrytest.LooksUp(true, true, nil)
+	_, err = b.annul.Work(ctx, t, b.tx, charges.AnnulArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	status, _, _ = b.posting(ctx, t, b.id)
-	require.Equal(t, gisgmp.StatusAnnulled, status)
+	require.Equal(t, charges.PostingAnnulled, status)
 }
 
 // A payment the registry holds annulled is never captured, however rebill
@@ -330,7 +332,7 @@ func TestLostAnnulmentIsCheckedBeforeItIsRecorded(t *testing.T) {
 func TestPaymentFoundAnnulledIsNeverCaptured(t *testing.T) {
 	t.Parallel()
 	on, one := true, 1
-	for name, faults := range map[string]gisgmp.FaultsPatch{
+	for name, faults := range map[string]registrysim.FaultsPatch{
 		"on the look-up after a lost answer": {LoseResponse: &on, AnnulUnanswered: &on},
 		"on the replay after processing":     {Processing: &one, AnnulUnanswered: &on},
 	} {
@@ -342,13 +344,13 @@ func TestPaymentFoundAnnulledIsNeverCaptured(t *testing.T) {
 			require.NoError(t, err)
 			var res *rivertest.WorkResult
 			for run := 0; run < 3 && (res == nil || res.EventKind != river.EventKindJobCompleted); run++ {
-				res, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+				res, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 				require.NoError(t, err)
 			}
 			require.Equal(t, river.EventKindJobCompleted, res.EventKind)
 
 			status, _, lastError := b.posting(ctx, t, b.id)
-			require.Equal(t, gisgmp.StatusAnnulled, status)
+			require.Equal(t, charges.PostingAnnulled, status)
 			require.Contains(t, lastError, "annulled")
 			rivertest.RequireNotInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 			c := b.chargeNow(ctx, t)
@@ -359,10 +361,10 @@ func TestPaymentFoundAnnulledIsNeverCaptured(t *testing.T) {
 			require.Len(t, book, 1, "posted once")
 			require.Equal(t, "annulled", book[0].Status)
 
-			_, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+			_, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
 			status, _, _ = b.posting(ctx, t, b.id)
-			require.Equal(t, gisgmp.StatusAnnulled, status, "final")
+			require.Equal(t, charges.PostingAnnulled, status, "final")
 		})
 	}
 }
@@ -376,58 +378,58 @@ func TestPaymentFoundAnnulledIsNeverCaptured(t *testing.T) {
 // abandoned and the job snoozes.
 func TestPostingProcessingPastTheGiveUpIsAbandonedUntilTheRegistrySays(t *testing.T) {
 	t.Parallel()
-	pending := &gisgmp.PendingError{Gateway: "gmp1", RetryAfter: time.Second}
+	pending := &registry.PendingError{Gateway: "gmp1", RetryAfter: time.Second}
 	for name, tc := range map[string]struct {
 		found, annulled bool
 		lookupErr       error
 		annulErr        error
-		want            gisgmp.PostingStatus
+		want            charges.PostingStatus
 		wantAnnul       bool
 	}{
-		"accepted: annulled there":           {found: true, want: gisgmp.StatusAnnulled, wantAnnul: true},
-		"annulled there: recorded":           {found: true, annulled: true, want: gisgmp.StatusAnnulled},
-		"no such payment: failed":            {want: gisgmp.StatusFailed},
-		"refused: failed":                    {lookupErr: gisgmp.ErrRejected, want: gisgmp.StatusFailed},
-		"still processing: withdrawn, asked": {lookupErr: pending, annulErr: pending, want: gisgmp.StatusAbandoned, wantAnnul: true},
-		"no answer: asked again":             {lookupErr: gisgmp.ErrUnavailable, want: gisgmp.StatusAbandoned},
-		"annulment unconfirmed: asked again": {found: true, annulErr: gisgmp.ErrUnknownOutcome, want: gisgmp.StatusAbandoned, wantAnnul: true},
+		"accepted: annulled there":           {found: true, want: charges.PostingAnnulled, wantAnnul: true},
+		"annulled there: recorded":           {found: true, annulled: true, want: charges.PostingAnnulled},
+		"no such payment: failed":            {want: charges.PostingFailed},
+		"refused: failed":                    {lookupErr: registry.ErrRejected, want: charges.PostingFailed},
+		"still processing: withdrawn, asked": {lookupErr: pending, annulErr: pending, want: charges.PostingAbandoned, wantAnnul: true},
+		"no answer: asked again":             {lookupErr: registry.ErrUnavailable, want: charges.PostingAbandoned},
+		"annulment unconfirmed: asked again": {found: true, annulErr: registry.ErrUnknownOutcome, want: charges.PostingAbandoned, wantAnnul: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setupPosting(ctx, t)
-			b.gw.PostFunc = posts(pending)
-			res, err := b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+			b.gw.PostFunc = registrytest.Posts(pending)
+			res, err := b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
 			require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
 
 			b.clock.Advance(giveUpAfter + time.Minute)
-			b.gw.AnnulFunc = annuls(pending)
-			res, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+			b.gw.AnnulFunc = registrytest.Annuls(pending)
+			res, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
 			require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
 			status, _, lastError := b.posting(ctx, t, b.id)
-			require.Equal(t, gisgmp.StatusAbandoned, status)
+			require.Equal(t, charges.PostingAbandoned, status)
 			require.Contains(t, lastError, "processing")
-			require.Len(t, b.gw.callsOf("annul"), 1, "withdrawn at once")
+			require.Len(t, b.gw.CallsOf("annul"), 1, "withdrawn at once")
 			c := b.chargeNow(ctx, t)
 			require.Equal(t, charges.RequiresReview, c.Status)
 			rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.ReleaseHoldArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)
 
-			b.gw.LookupFunc = looksUp(tc.found, tc.annulled, tc.lookupErr)
-			b.gw.AnnulFunc = annuls(tc.annulErr)
+			b.gw.LookupFunc = registrytest.LooksUp(tc.found, tc.annulled, tc.lookupErr)
+			b.gw.AnnulFunc = registrytest.Annuls(tc.annulErr)
 			b.clock.Advance(time.Hour)
-			res, err = b.post.Work(ctx, t, b.tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+			res, err = b.post.Work(ctx, t, b.tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
 			status, _, _ = b.posting(ctx, t, b.id)
 			require.Equal(t, tc.want, status)
-			if tc.want == gisgmp.StatusAbandoned {
+			if tc.want == charges.PostingAbandoned {
 				require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "it keeps asking")
 			} else {
 				require.Equal(t, river.EventKindJobCompleted, res.EventKind)
 			}
-			require.Equal(t, tc.wantAnnul, len(b.gw.callsOf("annul")) == 2, "annulments: %v", b.gw.callsOf("annul"))
-			require.Len(t, b.gw.callsOf("post"), 2, "the post and its replay: an abandoned posting is never posted again")
+			require.Equal(t, tc.wantAnnul, len(b.gw.CallsOf("annul")) == 2, "annulments: %v", b.gw.CallsOf("annul"))
+			require.Len(t, b.gw.CallsOf("post"), 2, "the post and its replay: an abandoned posting is never posted again")
 			rivertest.RequireNotInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.CaptureArgs{}, nil)
 		})
 	}

@@ -1,7 +1,7 @@
-// Package gisgmptest is the conformance suite of registry gateways: what
-// every gisgmp.Gateway must do, run against the simulated book and the
+// Package registrytest is the conformance suite of registry gateways: what
+// every registry.Gateway must do, run against the simulated book and the
 // HTTP adapter over its fake alike, so that the two cannot drift apart.
-package gisgmptest
+package registrytest
 
 import (
 	"context"
@@ -14,14 +14,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/charges/registry"
 )
 
 // Harness is one gateway under test and the switches of what stands
 // behind it. A nil switch is a capability the gateway lacks: its cases are
 // skipped.
 type Harness struct {
-	Gateway gisgmp.Gateway
+	Gateway registry.Gateway
 	// PaidOutside records a payment of amount against uin made elsewhere
 	// and returns its payment id.
 	PaidOutside func(t *testing.T, uin string, amount int64) string
@@ -39,7 +39,7 @@ type Harness struct {
 	NoExport func(t *testing.T, on bool)
 	// Refused are the same gateway reached with credentials the party
 	// refuses (no client certificate, a wrong one), by name.
-	Refused map[string]gisgmp.Gateway
+	Refused map[string]registry.Gateway
 }
 
 // seq makes the ids of one run unique, so that harnesses may share a book.
@@ -57,17 +57,17 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Run("post then replay posts once", func(t *testing.T) {
 		h := newHarness(t)
 		id, uin := ids()
-		p := gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 50000, PaidAt: time.Now()}
+		p := registry.Payment{PaymentID: id, UIN: uin, Amount: 50000, PaidAt: time.Now()}
 		require.NoError(t, h.Gateway.Post(ctx, p))
 		require.NoError(t, h.Gateway.Post(ctx, p), "a replay answers as the first")
 		q, err := h.Gateway.Quittance(ctx, uin)
 		require.NoError(t, err)
-		require.Equal(t, []gisgmp.QuittancePayment{{PaymentID: id, Amount: 50000}}, q.Payments, "recorded once")
+		require.Equal(t, []registry.QuittancePayment{{PaymentID: id, Amount: 50000}}, q.Payments, "recorded once")
 	})
 	t.Run("lookup finds a posted payment, not an unknown one", func(t *testing.T) {
 		h := newHarness(t)
 		id, uin := ids()
-		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 700}))
+		require.NoError(t, h.Gateway.Post(ctx, registry.Payment{PaymentID: id, UIN: uin, Amount: 700}))
 		found, annulled, err := h.Gateway.Lookup(ctx, id)
 		require.NoError(t, err)
 		require.True(t, found)
@@ -80,7 +80,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Run("annul then lookup shows it annulled, annulling again changes nothing", func(t *testing.T) {
 		h := newHarness(t)
 		id, uin := ids()
-		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 700}))
+		require.NoError(t, h.Gateway.Post(ctx, registry.Payment{PaymentID: id, UIN: uin, Amount: 700}))
 		require.NoError(t, h.Gateway.Annul(ctx, id))
 		found, annulled, err := h.Gateway.Lookup(ctx, id)
 		require.NoError(t, err)
@@ -94,15 +94,15 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Run("a replay of an annulled payment answers annulled and records nothing", func(t *testing.T) {
 		h := newHarness(t)
 		id, uin := ids()
-		p := gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 700}
+		p := registry.Payment{PaymentID: id, UIN: uin, Amount: 700}
 		require.NoError(t, h.Gateway.Post(ctx, p))
 		require.NoError(t, h.Gateway.Annul(ctx, id))
 		err := h.Gateway.Post(ctx, p)
-		require.ErrorIs(t, err, gisgmp.ErrAnnulled, "an annulled payment is no accepted one")
-		require.False(t, errors.Is(err, gisgmp.ErrUnknownOutcome), "the answer is known: %v", err)
+		require.ErrorIs(t, err, registry.ErrAnnulled, "an annulled payment is no accepted one")
+		require.False(t, errors.Is(err, registry.ErrUnknownOutcome), "the answer is known: %v", err)
 		q, err := h.Gateway.Quittance(ctx, uin)
 		require.NoError(t, err)
-		require.Equal(t, []gisgmp.QuittancePayment{{PaymentID: id, Amount: 700, Annulled: true}}, q.Payments, "it stays annulled")
+		require.Equal(t, []registry.QuittancePayment{{PaymentID: id, Amount: 700, Annulled: true}}, q.Payments, "it stays annulled")
 	})
 	t.Run("annulling an unknown id is a no-op", func(t *testing.T) {
 		h := newHarness(t)
@@ -116,13 +116,13 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		h := newHarness(t)
 		kept, uin := ids()
 		annulledID, _ := ids()
-		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: kept, UIN: uin, Amount: 500}))
-		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: annulledID, UIN: uin, Amount: 1000}))
+		require.NoError(t, h.Gateway.Post(ctx, registry.Payment{PaymentID: kept, UIN: uin, Amount: 500}))
+		require.NoError(t, h.Gateway.Post(ctx, registry.Payment{PaymentID: annulledID, UIN: uin, Amount: 1000}))
 		require.NoError(t, h.Gateway.Annul(ctx, annulledID))
 		outside := h.PaidOutside(t, uin, 300)
 		q, err := h.Gateway.Quittance(ctx, uin)
 		require.NoError(t, err)
-		require.ElementsMatch(t, []gisgmp.QuittancePayment{{PaymentID: kept, Amount: 500},
+		require.ElementsMatch(t, []registry.QuittancePayment{{PaymentID: kept, Amount: 500},
 			{PaymentID: annulledID, Amount: 1000, Annulled: true}, {PaymentID: outside, Amount: 300}}, q.Payments)
 		own := func(id string) bool { return id == kept || id == annulledID }
 		require.Equal(t, int64(300), q.PaidExcept(own), "paid outside rebill")
@@ -138,16 +138,16 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		}
 		id, uin := ids()
 		h.LoseAnswers(t, true)
-		err := h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 900})
-		require.ErrorIs(t, err, gisgmp.ErrUnknownOutcome)
-		_, pending := gisgmp.Pending(err)
+		err := h.Gateway.Post(ctx, registry.Payment{PaymentID: id, UIN: uin, Amount: 900})
+		require.ErrorIs(t, err, registry.ErrUnknownOutcome)
+		_, pending := registry.Pending(err)
 		require.False(t, pending, "a lost answer is no pending one")
 		h.LoseAnswers(t, false)
 		found, annulled, err := h.Gateway.Lookup(ctx, id)
 		require.NoError(t, err)
 		require.True(t, found, "the work was done")
 		require.False(t, annulled)
-		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 900}), "and a replay answers")
+		require.NoError(t, h.Gateway.Post(ctx, registry.Payment{PaymentID: id, UIN: uin, Amount: 900}), "and a replay answers")
 	})
 	t.Run("a payment still processing is pending, then accepted", func(t *testing.T) {
 		h := newHarness(t)
@@ -156,15 +156,15 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		}
 		id, uin := ids()
 		h.Processing(t, 2)
-		p := gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 400}
+		p := registry.Payment{PaymentID: id, UIN: uin, Amount: 400}
 		err := h.Gateway.Post(ctx, p)
-		pe, pending := gisgmp.Pending(err)
+		pe, pending := registry.Pending(err)
 		require.True(t, pending, "%v", err)
-		require.ErrorIs(t, err, gisgmp.ErrUnknownOutcome, "not accepted yet")
+		require.ErrorIs(t, err, registry.ErrUnknownOutcome, "not accepted yet")
 		require.Positive(t, pe.RetryAfter)
 		h.Processing(t, 0)
 		_, _, err = h.Gateway.Lookup(ctx, id)
-		_, pending = gisgmp.Pending(err)
+		_, pending = registry.Pending(err)
 		require.True(t, pending, "still processing: %v", err)
 		q, err := h.Gateway.Quittance(ctx, uin)
 		require.NoError(t, err)
@@ -179,8 +179,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		before := time.Now().UTC()
 		kept, uin := ids()
 		annulledID, _ := ids()
-		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: kept, UIN: uin, Amount: 500, PaidAt: before}))
-		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: annulledID, UIN: uin, Amount: 1000, PaidAt: before}))
+		require.NoError(t, h.Gateway.Post(ctx, registry.Payment{PaymentID: kept, UIN: uin, Amount: 500, PaidAt: before}))
+		require.NoError(t, h.Gateway.Post(ctx, registry.Payment{PaymentID: annulledID, UIN: uin, Amount: 1000, PaidAt: before}))
 		require.NoError(t, h.Gateway.Annul(ctx, annulledID))
 		outside := h.PaidOutside(t, uin, 300)
 		after := time.Now().UTC()
@@ -188,24 +188,24 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		if !after.Truncate(24 * time.Hour).Equal(day) {
 			t.Skip("the UTC day turned during the case")
 		}
-		got, err := gisgmp.Export(ctx, h.Gateway, day)
+		got, err := registry.Export(ctx, h.Gateway, day)
 		require.NoError(t, err)
-		byID := map[string]gisgmp.ExportedPayment{}
+		byID := map[string]registry.ExportedPayment{}
 		for _, p := range got {
 			byID[p.PaymentID] = p
 		}
 		require.NotContains(t, byID, outside, "a payment made elsewhere is no export of this party's")
 		k, a := byID[kept], byID[annulledID]
-		require.Equal(t, []any{uin, int64(500), gisgmp.RegistryAccepted}, []any{k.UIN, k.Amount, k.Status})
-		require.Equal(t, []any{uin, int64(1000), gisgmp.RegistryAnnulled}, []any{a.UIN, a.Amount, a.Status})
-		for _, p := range []gisgmp.ExportedPayment{k, a} {
+		require.Equal(t, []any{uin, int64(500), registry.RegistryAccepted}, []any{k.UIN, k.Amount, k.Status})
+		require.Equal(t, []any{uin, int64(1000), registry.RegistryAnnulled}, []any{a.UIN, a.Amount, a.Status})
+		for _, p := range []registry.ExportedPayment{k, a} {
 			require.False(t, p.ReceivedAt.Before(before.Add(-time.Second)) || p.ReceivedAt.After(after.Add(time.Second)),
 				"%s received at %s, posted between %s and %s", p.PaymentID, p.ReceivedAt, before, after)
 			require.False(t, p.AcceptedAt.IsZero(), "%s was accepted", p.PaymentID)
 		}
 		require.True(t, k.AnnulledAt.IsZero())
 		require.False(t, a.AnnulledAt.IsZero(), "the annulment's time is exported")
-		other, err := gisgmp.Export(ctx, h.Gateway, day.AddDate(0, 0, -1))
+		other, err := registry.Export(ctx, h.Gateway, day.AddDate(0, 0, -1))
 		require.NoError(t, err)
 		for _, p := range other {
 			require.NotContains(t, []string{kept, annulledID}, p.PaymentID, "listed under the day it was taken only")
@@ -219,17 +219,17 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		day := time.Now().UTC().Truncate(24 * time.Hour)
 		id, uin := ids()
 		h.Processing(t, 3)
-		_, pending := gisgmp.Pending(h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 400}))
+		_, pending := registry.Pending(h.Gateway.Post(ctx, registry.Payment{PaymentID: id, UIN: uin, Amount: 400}))
 		require.True(t, pending)
 		h.Processing(t, 0)
-		got, err := gisgmp.Export(ctx, h.Gateway, day)
+		got, err := registry.Export(ctx, h.Gateway, day)
 		require.NoError(t, err)
-		idx := slices.IndexFunc(got, func(p gisgmp.ExportedPayment) bool { return p.PaymentID == id })
+		idx := slices.IndexFunc(got, func(p registry.ExportedPayment) bool { return p.PaymentID == id })
 		if idx < 0 && !time.Now().UTC().Truncate(24*time.Hour).Equal(day) {
 			t.Skip("the UTC day turned during the case")
 		}
 		require.GreaterOrEqual(t, idx, 0, "a payment taken is exported before its outcome")
-		require.Equal(t, gisgmp.RegistryProcessing, got[idx].Status)
+		require.Equal(t, registry.RegistryProcessing, got[idx].Status)
 		require.True(t, got[idx].AcceptedAt.IsZero(), "not accepted yet")
 	})
 	t.Run("a party without the export says so, and is still asked by id", func(t *testing.T) {
@@ -238,14 +238,14 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 			t.Skip("the gateway always has the export")
 		}
 		id, uin := ids()
-		require.NoError(t, h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 800}))
+		require.NoError(t, h.Gateway.Post(ctx, registry.Payment{PaymentID: id, UIN: uin, Amount: 800}))
 		h.NoExport(t, true)
-		_, err := gisgmp.Export(ctx, h.Gateway, time.Now().UTC().Truncate(24*time.Hour))
-		require.ErrorIs(t, err, gisgmp.ErrExportUnsupported)
-		require.False(t, errors.Is(err, gisgmp.ErrUnavailable), "unsupported is an answer, not a gateway down")
-		status, err := gisgmp.LookupStatus(ctx, h.Gateway, id)
+		_, err := registry.Export(ctx, h.Gateway, time.Now().UTC().Truncate(24*time.Hour))
+		require.ErrorIs(t, err, registry.ErrExportUnsupported)
+		require.False(t, errors.Is(err, registry.ErrUnavailable), "unsupported is an answer, not a gateway down")
+		status, err := registry.LookupStatus(ctx, h.Gateway, id)
 		require.NoError(t, err)
-		require.Equal(t, gisgmp.RegistryAccepted, status)
+		require.Equal(t, registry.RegistryAccepted, status)
 	})
 	t.Run("an unavailable gateway does nothing", func(t *testing.T) {
 		h := newHarness(t)
@@ -254,13 +254,13 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		}
 		id, uin := ids()
 		h.Unavailable(t, true)
-		err := h.Gateway.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 900})
-		require.ErrorIs(t, err, gisgmp.ErrUnavailable)
+		err := h.Gateway.Post(ctx, registry.Payment{PaymentID: id, UIN: uin, Amount: 900})
+		require.ErrorIs(t, err, registry.ErrUnavailable)
 		_, _, err = h.Gateway.Lookup(ctx, id)
-		require.ErrorIs(t, err, gisgmp.ErrUnavailable)
-		_, err = gisgmp.Export(ctx, h.Gateway, time.Now().UTC().Truncate(24*time.Hour))
-		require.ErrorIs(t, err, gisgmp.ErrUnavailable, "an export refused is nothing learnt")
-		require.False(t, errors.Is(err, gisgmp.ErrExportUnsupported))
+		require.ErrorIs(t, err, registry.ErrUnavailable)
+		_, err = registry.Export(ctx, h.Gateway, time.Now().UTC().Truncate(24*time.Hour))
+		require.ErrorIs(t, err, registry.ErrUnavailable, "an export refused is nothing learnt")
+		require.False(t, errors.Is(err, registry.ErrExportUnsupported))
 		h.Unavailable(t, false)
 		found, _, err := h.Gateway.Lookup(ctx, id)
 		require.NoError(t, err)
@@ -273,9 +273,9 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		}
 		for name, g := range h.Refused {
 			id, uin := ids()
-			err := g.Post(ctx, gisgmp.Payment{PaymentID: id, UIN: uin, Amount: 900})
-			require.ErrorIs(t, err, gisgmp.ErrUnavailable, name)
-			require.False(t, errors.Is(err, gisgmp.ErrRejected), "%s: a refused credential is no refused payment", name)
+			err := g.Post(ctx, registry.Payment{PaymentID: id, UIN: uin, Amount: 900})
+			require.ErrorIs(t, err, registry.ErrUnavailable, name)
+			require.False(t, errors.Is(err, registry.ErrRejected), "%s: a refused credential is no refused payment", name)
 			found, _, err := h.Gateway.Lookup(ctx, id)
 			require.NoError(t, err)
 			require.False(t, found, "%s: nothing was recorded", name)

@@ -1,4 +1,4 @@
-package gisgmp
+package charges
 
 import (
 	"context"
@@ -8,7 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/registry"
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/internal/pg"
 )
 
@@ -26,21 +27,21 @@ type quittanceCache struct {
 }
 
 type cachedQuittance struct {
-	q  Quittance
+	q  registry.Quittance
 	at time.Time
 }
 
-func (c *quittanceCache) get(uin string, now time.Time) (Quittance, bool) {
+func (c *quittanceCache) get(uin string, now time.Time) (registry.Quittance, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, ok := c.answers[uin]
 	if !ok || now.Sub(a.at) >= QuittanceMaxAge || now.Before(a.at) {
-		return Quittance{}, false
+		return registry.Quittance{}, false
 	}
 	return a.q, true
 }
 
-func (c *quittanceCache) put(uin string, q Quittance, now time.Time) {
+func (c *quittanceCache) put(uin string, q registry.Quittance, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.answers == nil {
@@ -71,31 +72,31 @@ func (p *Poster) Forget(uin string) {
 // on unless one of rebill's own payments stands in it. A fine whose bill
 // source reports more paid than the registry last answered is asked about
 // afresh: the source may have seen a payment the cached answer predates.
-// It implements charges.OutsidePayments.
-func (p *Poster) PaidOutside(ctx context.Context, c charges.Charge) (charges.OutsidePaid, error) {
+// It implements OutsidePayments.
+func (p *Poster) PaidOutside(ctx context.Context, c Charge) (OutsidePaid, error) {
 	return p.paidOutside(ctx, c, c.SourcePaid > c.PaidOutside)
 }
 
 // paidOutside is PaidOutside, asking the registry afresh when fresh.
-func (p *Poster) paidOutside(ctx context.Context, c charges.Charge, fresh bool) (charges.OutsidePaid, error) {
+func (p *Poster) paidOutside(ctx context.Context, c Charge, fresh bool) (OutsidePaid, error) {
 	standing, err := ownStanding(ctx, p.Pool, c.RegistryUIN)
 	if err != nil {
-		return charges.OutsidePaid{}, err
+		return OutsidePaid{}, err
 	}
 	if standing {
-		return charges.OutsidePaid{Amount: c.PaidOutside}, nil
+		return OutsidePaid{Amount: c.PaidOutside}, nil
 	}
 	now := p.Clock.Now()
 	q, ok := p.quittances.get(c.RegistryUIN, now)
 	if !ok || fresh {
 		if q, err = p.Gateways.Quittance(ctx, c.RegistryUIN); err != nil {
-			return charges.OutsidePaid{}, fmt.Errorf("quittance status of %s: %w", c.RegistryUIN, err)
+			return OutsidePaid{}, fmt.Errorf("quittance status of %s: %w", c.RegistryUIN, err)
 		}
 		p.quittances.put(c.RegistryUIN, q, now)
 	}
 	own, err := ownPaymentIDs(ctx, p.Pool, c.RegistryUIN)
 	if err != nil {
-		return charges.OutsidePaid{}, err
+		return OutsidePaid{}, err
 	}
 	// The registry's settled verdict counts every payment it holds: while
 	// one of rebill's own stands there (an attempt whose answer was lost,
@@ -107,7 +108,7 @@ func (p *Poster) paidOutside(ctx context.Context, c charges.Charge, fresh bool) 
 			settled = false
 		}
 	}
-	return charges.OutsidePaid{Amount: q.PaidExcept(func(id string) bool { return own[id] }), Settled: settled}, nil
+	return OutsidePaid{Amount: q.PaidExcept(func(id string) bool { return own[id] }), Settled: settled}, nil
 }
 
 // ownStanding reports whether one of rebill's postings of uin stands
@@ -115,7 +116,7 @@ func (p *Poster) paidOutside(ctx context.Context, c charges.Charge, fresh bool) 
 func ownStanding(ctx context.Context, db pg.DBTX, uin string) (bool, error) {
 	var standing bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM registry_postings WHERE uin = $1 AND status = $2)`,
-		uin, StatusAccepted).Scan(&standing)
+		uin, PostingAccepted).Scan(&standing)
 	if err != nil {
 		return false, fmt.Errorf("own postings of %s: %w", uin, err)
 	}
@@ -126,10 +127,9 @@ func ownStanding(ctx context.Context, db pg.DBTX, uin string) (bool, error) {
 // uin is open or accepted: it may stand at the registry, or still come
 // to. A bill source's report of the fine paid may be that very payment.
 func (p *Poster) OwnPaymentMayStand(ctx context.Context, db pg.DBTX, uin string) (bool, error) {
-	done := []string{string(StatusFailed), string(StatusCancelled), string(StatusAnnulled)}
 	var open bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM registry_postings WHERE uin = $1 AND NOT (status = ANY($2)))`,
-		uin, done).Scan(&open)
+		uin, fsm.Texts(postingsSettled)).Scan(&open)
 	if err != nil {
 		return false, fmt.Errorf("own open postings of %s: %w", uin, err)
 	}

@@ -1,4 +1,4 @@
-package gisgmp_test
+package charges_test
 
 import (
 	"context"
@@ -16,26 +16,28 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/charges/registry"
+	registrysim "github.com/rebill/rebill/charges/registry/sim"
+	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
 	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/internal/testsupport"
 )
 
-var start = time.Date(2027, 3, 20, 9, 0, 0, 0, time.UTC)
+var postingStart = time.Date(2027, 3, 20, 9, 0, 0, 0, time.UTC)
 
 // tooLateBundle is a fine's hold whose posting waits, and the post job's
 // worker.
 type tooLateBundle struct {
 	pool   *pgxpool.Pool
 	clk    *testsupport.Clock
-	gw     *fakeGateway
-	sim    *gisgmp.Sim // the registry instead of gw, when set
-	worker *rivertest.Worker[gisgmp.PostArgs, pgx.Tx]
+	gw     *registrytest.Fake
+	sim    *registrysim.Sim // the registry instead of gw, when set
+	worker *rivertest.Worker[charges.PostArgs, pgx.Tx]
 	charge charges.Charge
 	id     string
 }
 
-// setupTooLate files a fine's charge authorized at start, its discount
+// setupTooLate files a fine's charge authorized at postingStart, its discount
 // ending three hours later, with its posting not yet accepted.
 func setupTooLate(ctx context.Context, t *testing.T) tooLateBundle {
 	return setupTooLateOn(ctx, t, false)
@@ -46,49 +48,49 @@ func setupTooLate(ctx context.Context, t *testing.T) tooLateBundle {
 func setupTooLateOn(ctx context.Context, t *testing.T, withSim bool) tooLateBundle {
 	t.Helper()
 	pool := dbtest.Pool(t)
-	clk := testsupport.NewClock(start)
-	gw := newFakeGateway(t, "gmp1")
-	gateways := []gisgmp.Gateway{gw}
-	var sim *gisgmp.Sim
+	clk := testsupport.NewClock(postingStart)
+	gw := registrytest.NewFake(t, "gmp1")
+	gateways := []registry.Gateway{gw}
+	var sim *registrysim.Sim
 	if withSim {
-		sim = &gisgmp.Sim{Pool: pool, Clock: clk, Names: []string{"gmp1"}}
+		sim = &registrysim.Sim{Pool: pool, Clock: clk, Names: []string{"gmp1"}}
 		gateways = sim.Gateways()
 	}
-	poster := &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer(gateways, time.Second), Clock: clk,
+	poster := &charges.Poster{Pool: pool, Gateways: registry.NewBalancer(gateways, time.Second), Clock: clk,
 		GiveUpAfter: 24 * time.Hour, Retry: charges.RetryPolicy{Base: time.Second, Max: time.Minute, Now: clk.Now},
 		Logger: zerolog.Nop()}
 	workers := river.NewWorkers()
-	gisgmp.Register(workers, poster)
+	charges.RegisterPoster(workers, poster)
 	charges.Register(workers, &charges.Pipeline{Pool: pool, Clock: clk})
 	worker := rivertest.NewWorker(t, riverpgxv5.New(pool), &river.Config{Logger: slog.New(slog.DiscardHandler),
-		Test: river.TestConfig{Time: clk}, TestOnly: true, Workers: workers}, &gisgmp.PostWorker{Poster: poster})
+		Test: river.TestConfig{Time: clk}, TestOnly: true, Workers: workers}, &charges.PostWorker{Poster: poster})
 
 	enrollmentID := uuid.New()
 	_, err := pool.Exec(ctx, `INSERT INTO enrollments (id, customer_id, kind, sts, status, currency, max_amount, pm_gateway,
 			pm_token, pm_exp_month, pm_exp_year, created_at, updated_at)
-		VALUES ($1, 'cus_1', 'fines', '77УА123456', 'active', 'RUB', 100000, 'sim1', 'tok', 12, 2030, $2, $2)`, enrollmentID, start)
+		VALUES ($1, 'cus_1', 'fines', '77УА123456', 'active', 'RUB', 100000, 'sim1', 'tok', 12, 2030, $2, $2)`, enrollmentID, postingStart)
 	require.NoError(t, err)
-	deadline := start.Add(3 * time.Hour)
+	deadline := postingStart.Add(3 * time.Hour)
 	var c charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
 		c, _, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
-			BillID: "18810142200817004923", Due: start, Amount: 500, FullAmount: 1000, DiscountUntil: &deadline,
-			Currency: "RUB", Gateway: "sim1", Token: "tok", RegistryUIN: "18810142200817004923"}, start)
+			BillID: "18810142200817004923", Due: postingStart, Amount: 500, FullAmount: 1000, DiscountUntil: &deadline,
+			Currency: "RUB", Gateway: "sim1", Token: "tok", RegistryUIN: "18810142200817004923"}, postingStart)
 		return err
 	}))
-	_, err = pool.Exec(ctx, `UPDATE charges SET status = 'authorized', authorized_at = $2 WHERE id = $1`, c.ID, start)
+	_, err = pool.Exec(ctx, `UPDATE charges SET status = 'authorized', authorized_at = $2 WHERE id = $1`, c.ID, postingStart)
 	require.NoError(t, err)
 	c.AttemptCount = 1
-	id := gisgmp.PaymentID(c.Key(), 1, 500)
+	id := registry.PaymentID(c.Key(), 1, 500)
 	_, err = pool.Exec(ctx, `INSERT INTO registry_postings (payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at)
-		VALUES ($1, $2, 1, $3, 500, 'posting', $4, $4)`, id, c.ID, c.RegistryUIN, start)
+		VALUES ($1, $2, 1, $3, 500, 'posting', $4, $4)`, id, c.ID, c.RegistryUIN, postingStart)
 	require.NoError(t, err)
 	return tooLateBundle{pool: pool, clk: clk, gw: gw, sim: sim, worker: worker, charge: c, id: id}
 }
 
-func (b tooLateBundle) status(ctx context.Context, t *testing.T) gisgmp.PostingStatus {
+func (b tooLateBundle) status(ctx context.Context, t *testing.T) charges.PostingStatus {
 	t.Helper()
-	var status gisgmp.PostingStatus
+	var status charges.PostingStatus
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT status FROM registry_postings WHERE payment_id = $1`, b.id).Scan(&status))
 	return status
 }
@@ -106,29 +108,29 @@ func TestPostingMadeTooLateIsNotSent(t *testing.T) {
 	for name, tc := range map[string]struct {
 		known bool
 		err   error
-		want  gisgmp.PostingStatus
+		want  charges.PostingStatus
 	}{
-		"unknown to the registry: cancelled":   {want: gisgmp.StatusCancelled},
-		"made by an earlier run: accepted":     {known: true, want: gisgmp.StatusAccepted},
-		"still processing there: abandoned":    {err: &gisgmp.PendingError{Gateway: "gmp1"}, want: gisgmp.StatusAbandoned},
-		"registry unreachable: left to settle": {err: gisgmp.ErrUnavailable, want: gisgmp.StatusPosting},
+		"unknown to the registry: cancelled":   {want: charges.PostingCancelled},
+		"made by an earlier run: accepted":     {known: true, want: charges.PostingAccepted},
+		"still processing there: abandoned":    {err: &registry.PendingError{Gateway: "gmp1"}, want: charges.PostingAbandoned},
+		"registry unreachable: left to settle": {err: registry.ErrUnavailable, want: charges.PostingPosting},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setupTooLate(ctx, t)
-			b.gw.LookupFunc = looksUp(tc.known, false, tc.err)
-			b.gw.AnnulFunc = annuls(tc.err)
+			b.gw.LookupFunc = registrytest.LooksUp(tc.known, false, tc.err)
+			b.gw.AnnulFunc = registrytest.Annuls(tc.err)
 			// The registry was down; the clock is now within the hour
 			// before the deadline: the hold is not posted, it is released.
 			b.clk.Advance(150 * time.Minute)
 			tx, err := b.pool.Begin(ctx)
 			require.NoError(t, err)
 			defer tx.Rollback(ctx)
-			_, err = b.worker.Work(ctx, t, tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+			_, err = b.worker.Work(ctx, t, tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
-			require.Empty(t, b.gw.callsOf("post"), "nothing is sent to the registry")
-			require.NotEmpty(t, b.gw.callsOf("lookup"), "the registry is asked first")
+			require.Empty(t, b.gw.CallsOf("post"), "nothing is sent to the registry")
+			require.NotEmpty(t, b.gw.CallsOf("lookup"), "the registry is asked first")
 			require.Equal(t, tc.want, b.status(ctx, t))
 			rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, riverpgxv5.New(b.pool),
 				charges.VoidArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)
@@ -149,14 +151,14 @@ func TestPaymentStillProcessingPastTheLastMomentIsAnnulledOnceAccepted(t *testin
 	// Five looks answer "processing": the post, the look-up when the hold
 	// is released, and three questions of the abandoned posting's job.
 	looks := 5
-	_, err := b.sim.SetFaults(ctx, "gmp1", gisgmp.FaultsPatch{Processing: &looks})
+	_, err := b.sim.SetFaults(ctx, "gmp1", registrysim.FaultsPatch{Processing: &looks})
 	require.NoError(t, err)
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
 	work := func() river.EventKind {
 		t.Helper()
-		res, err := b.worker.Work(ctx, t, tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+		res, err := b.worker.Work(ctx, t, tx, charges.PostArgs{PaymentID: b.id}, nil)
 		require.NoError(t, err)
 		return res.EventKind
 	}
@@ -172,23 +174,23 @@ func TestPaymentStillProcessingPastTheLastMomentIsAnnulledOnceAccepted(t *testin
 	}
 
 	require.Equal(t, river.EventKindJobSnoozed, work(), "posted, still processing: the job waits")
-	require.Equal(t, gisgmp.StatusPosting, b.status(ctx, t))
+	require.Equal(t, charges.PostingPosting, b.status(ctx, t))
 	require.Equal(t, []string{b.id + " processing"}, book())
 
 	b.clk.Advance(150 * time.Minute) // within the hour before the discount ends
 	require.Equal(t, river.EventKindJobSnoozed, work())
-	require.Equal(t, gisgmp.StatusAbandoned, b.status(ctx, t), "sent, fate unknown, money released")
+	require.Equal(t, charges.PostingAbandoned, b.status(ctx, t), "sent, fate unknown, money released")
 	rivertest.RequireInserted[*riverpgxv5.Driver](ctx, t, riverpgxv5.New(b.pool), charges.VoidArgs{ChargeID: b.charge.ID, Attempt: 1}, nil)
 
 	for range 3 {
 		b.clk.Advance(48 * time.Hour) // far past REBILL_UNAVAILABLE_FOR
 		require.Equal(t, river.EventKindJobSnoozed, work(), "it keeps asking")
-		require.Equal(t, gisgmp.StatusAbandoned, b.status(ctx, t), "never final while the registry may still accept")
+		require.Equal(t, charges.PostingAbandoned, b.status(ctx, t), "never final while the registry may still accept")
 		require.Equal(t, []string{b.id + " processing"}, book())
 	}
 
 	require.Equal(t, river.EventKindJobCompleted, work(), "the registry accepted it: annulled")
-	require.Equal(t, gisgmp.StatusAnnulled, b.status(ctx, t))
+	require.Equal(t, charges.PostingAnnulled, b.status(ctx, t))
 	require.Equal(t, []string{b.id + " annulled"}, book(), "the registry's book holds no payment without its money")
 	require.Equal(t, river.EventKindJobCompleted, work(), "settled: a late run changes nothing")
 	require.Equal(t, []string{b.id + " annulled"}, book())

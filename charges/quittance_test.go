@@ -1,4 +1,4 @@
-package gisgmp_test
+package charges_test
 
 import (
 	"context"
@@ -12,14 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/charges/registry"
+	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
 	"github.com/rebill/rebill/internal/testsupport"
 )
 
 // quittance answers that the registry holds payments.
-func quittance(payments ...gisgmp.QuittancePayment) func(context.Context, string) (gisgmp.Quittance, error) {
-	return func(context.Context, string) (gisgmp.Quittance, error) {
-		return gisgmp.Quittance{Payments: payments}, nil
+func quittance(payments ...registry.QuittancePayment) func(context.Context, string) (registry.Quittance, error) {
+	return func(context.Context, string) (registry.Quittance, error) {
+		return registry.Quittance{Payments: payments}, nil
 	}
 }
 
@@ -30,15 +31,15 @@ func quittance(payments ...gisgmp.QuittancePayment) func(context.Context, string
 func TestHoldIsNotPostedWhenMoreWasPaidElsewhere(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
-		payments []gisgmp.QuittancePayment
+		payments []registry.QuittancePayment
 		posted   bool
 	}{
 		"nothing paid elsewhere": {posted: true},
-		"only rebill's own payment, replayed": {payments: []gisgmp.QuittancePayment{{PaymentID: "own", Amount: 500}},
+		"only rebill's own payment, replayed": {payments: []registry.QuittancePayment{{PaymentID: "own", Amount: 500}},
 			posted: true},
-		"an annulled payment elsewhere": {payments: []gisgmp.QuittancePayment{{PaymentID: "bank-1", Amount: 200, Annulled: true}},
+		"an annulled payment elsewhere": {payments: []registry.QuittancePayment{{PaymentID: "bank-1", Amount: 200, Annulled: true}},
 			posted: true},
-		"paid in part at a bank": {payments: []gisgmp.QuittancePayment{{PaymentID: "bank-1", Amount: 200}}},
+		"paid in part at a bank": {payments: []registry.QuittancePayment{{PaymentID: "bank-1", Amount: 200}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -51,20 +52,20 @@ func TestHoldIsNotPostedWhenMoreWasPaidElsewhere(t *testing.T) {
 				}
 			}
 			b.gw.QuittanceFunc = quittance(payments...)
-			b.gw.PostFunc = func(context.Context, gisgmp.Payment) error { return nil }
-			b.gw.LookupFunc = looksUp(false, false, nil)
+			b.gw.PostFunc = func(context.Context, registry.Payment) error { return nil }
+			b.gw.LookupFunc = registrytest.LooksUp(false, false, nil)
 			tx, err := b.pool.Begin(ctx)
 			require.NoError(t, err)
 			defer tx.Rollback(ctx)
-			_, err = b.worker.Work(ctx, t, tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+			_, err = b.worker.Work(ctx, t, tx, charges.PostArgs{PaymentID: b.id}, nil)
 			require.NoError(t, err)
 			if tc.posted {
-				require.Len(t, b.gw.callsOf("post"), 1)
-				require.Equal(t, gisgmp.StatusAccepted, b.status(ctx, t))
+				require.Len(t, b.gw.CallsOf("post"), 1)
+				require.Equal(t, charges.PostingAccepted, b.status(ctx, t))
 				return
 			}
-			require.Empty(t, b.gw.callsOf("post"), "the registry never hears of a hold paid elsewhere meanwhile")
-			require.Equal(t, gisgmp.StatusCancelled, b.status(ctx, t))
+			require.Empty(t, b.gw.CallsOf("post"), "the registry never hears of a hold paid elsewhere meanwhile")
+			require.Equal(t, charges.PostingCancelled, b.status(ctx, t))
 			var recheck bool
 			require.NoError(t, b.pool.QueryRow(ctx, `SELECT outside_recheck FROM charges WHERE id = $1`, b.charge.ID).Scan(&recheck))
 			require.True(t, recheck, "the next attempt is due at once and asks again")
@@ -82,13 +83,13 @@ func TestPaidOutside(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupTooLate(ctx, t)
-	clk := testsupport.NewClock(start)
-	poster := &gisgmp.Poster{Pool: b.pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{b.gw}, time.Second), Clock: clk,
+	clk := testsupport.NewClock(postingStart)
+	poster := &charges.Poster{Pool: b.pool, Gateways: registry.NewBalancer([]registry.Gateway{b.gw}, time.Second), Clock: clk,
 		Logger: zerolog.Nop()}
 	asked := 0
-	b.gw.QuittanceFunc = func(context.Context, string) (gisgmp.Quittance, error) {
+	b.gw.QuittanceFunc = func(context.Context, string) (registry.Quittance, error) {
 		asked++
-		return gisgmp.Quittance{Payments: []gisgmp.QuittancePayment{{PaymentID: b.id, Amount: 500},
+		return registry.Quittance{Payments: []registry.QuittancePayment{{PaymentID: b.id, Amount: 500},
 			{PaymentID: "bank-1", Amount: 150}, {PaymentID: "kiosk-2", Amount: 100, Annulled: true}}}, nil
 	}
 	paid, err := poster.PaidOutside(ctx, b.charge)
@@ -98,14 +99,14 @@ func TestPaidOutside(t *testing.T) {
 	_, err = poster.PaidOutside(ctx, b.charge)
 	require.NoError(t, err)
 	require.Equal(t, 1, asked, "the answer is reused within five minutes")
-	clk.Advance(gisgmp.QuittanceMaxAge)
+	clk.Advance(charges.QuittanceMaxAge)
 	_, err = poster.PaidOutside(ctx, b.charge)
 	require.NoError(t, err)
 	require.Equal(t, 2, asked, "and asked again after them")
 
 	_, err = b.pool.Exec(ctx, `UPDATE registry_postings SET status = 'accepted' WHERE payment_id = $1`, b.id)
 	require.NoError(t, err)
-	clk.Advance(gisgmp.QuittanceMaxAge)
+	clk.Advance(charges.QuittanceMaxAge)
 	b.charge.PaidOutside = 40
 	paid, err = poster.PaidOutside(ctx, b.charge)
 	require.NoError(t, err)
@@ -120,18 +121,18 @@ func TestPostingWaitsForTheRegistryToAnswerAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupTooLate(ctx, t)
-	b.gw.QuittanceFunc = func(context.Context, string) (gisgmp.Quittance, error) {
-		return gisgmp.Quittance{}, gisgmp.ErrUnavailable
+	b.gw.QuittanceFunc = func(context.Context, string) (registry.Quittance, error) {
+		return registry.Quittance{}, registry.ErrUnavailable
 	}
-	b.clk.Set(start.Add(time.Hour))
+	b.clk.Set(postingStart.Add(time.Hour))
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
-	res, err := b.worker.Work(ctx, t, tx, gisgmp.PostArgs{PaymentID: b.id}, nil)
+	res, err := b.worker.Work(ctx, t, tx, charges.PostArgs{PaymentID: b.id}, nil)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
-	require.Empty(t, b.gw.callsOf("post"), "nothing is posted without the answer")
-	require.Equal(t, gisgmp.StatusPosting, b.status(ctx, t), "the posting waits, not failed")
+	require.Empty(t, b.gw.CallsOf("post"), "nothing is posted without the answer")
+	require.Equal(t, charges.PostingPosting, b.status(ctx, t), "the posting waits, not failed")
 }
 
 // The registry's settled verdict counts rebill's own payments too: while
@@ -141,20 +142,20 @@ func TestSettledVerdictWithOwnPaymentStandingIsNotTaken(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupTooLate(ctx, t)
-	poster := &gisgmp.Poster{Pool: b.pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{b.gw}, time.Second), Clock: b.clk,
+	poster := &charges.Poster{Pool: b.pool, Gateways: registry.NewBalancer([]registry.Gateway{b.gw}, time.Second), Clock: b.clk,
 		Logger: zerolog.Nop()}
-	b.gw.QuittanceFunc = func(context.Context, string) (gisgmp.Quittance, error) {
-		return gisgmp.Quittance{Settled: true, Payments: []gisgmp.QuittancePayment{{PaymentID: b.id, Amount: 500}}}, nil
+	b.gw.QuittanceFunc = func(context.Context, string) (registry.Quittance, error) {
+		return registry.Quittance{Settled: true, Payments: []registry.QuittancePayment{{PaymentID: b.id, Amount: 500}}}, nil
 	}
 	paid, err := poster.PaidOutside(ctx, b.charge)
 	require.NoError(t, err)
 	require.Equal(t, charges.OutsidePaid{}, paid, "settled by rebill's own payment: nothing paid elsewhere")
 
-	b.gw.QuittanceFunc = func(context.Context, string) (gisgmp.Quittance, error) {
-		return gisgmp.Quittance{Settled: true, Payments: []gisgmp.QuittancePayment{{PaymentID: b.id, Amount: 500, Annulled: true},
+	b.gw.QuittanceFunc = func(context.Context, string) (registry.Quittance, error) {
+		return registry.Quittance{Settled: true, Payments: []registry.QuittancePayment{{PaymentID: b.id, Amount: 500, Annulled: true},
 			{PaymentID: "bank-1", Amount: 500}}}, nil
 	}
-	b.clk.Advance(gisgmp.QuittanceMaxAge)
+	b.clk.Advance(charges.QuittanceMaxAge)
 	paid, err = poster.PaidOutside(ctx, b.charge)
 	require.NoError(t, err)
 	require.Equal(t, charges.OutsidePaid{Amount: 500, Settled: true}, paid, "rebill's annulled, the bank's stands: settled elsewhere")
@@ -167,11 +168,11 @@ func TestPaidOutsideAsksAfreshWhenTheSourceReportsMore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupTooLate(ctx, t)
-	poster := &gisgmp.Poster{Pool: b.pool, Gateways: gisgmp.NewBalancer([]gisgmp.Gateway{b.gw}, time.Second), Clock: b.clk,
+	poster := &charges.Poster{Pool: b.pool, Gateways: registry.NewBalancer([]registry.Gateway{b.gw}, time.Second), Clock: b.clk,
 		Logger: zerolog.Nop()}
 	paidAtBank := int64(0)
-	b.gw.QuittanceFunc = func(context.Context, string) (gisgmp.Quittance, error) {
-		return gisgmp.Quittance{Payments: []gisgmp.QuittancePayment{{PaymentID: "bank-1", Amount: paidAtBank}}}, nil
+	b.gw.QuittanceFunc = func(context.Context, string) (registry.Quittance, error) {
+		return registry.Quittance{Payments: []registry.QuittancePayment{{PaymentID: "bank-1", Amount: paidAtBank}}}, nil
 	}
 	paid, err := poster.PaidOutside(ctx, b.charge)
 	require.NoError(t, err)
@@ -197,13 +198,13 @@ func TestOwnPaymentMayStand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupTooLate(ctx, t)
-	poster := &gisgmp.Poster{Pool: b.pool, Clock: b.clk, Logger: zerolog.Nop()}
+	poster := &charges.Poster{Pool: b.pool, Clock: b.clk, Logger: zerolog.Nop()}
 	for _, tc := range []struct {
-		status gisgmp.PostingStatus
+		status charges.PostingStatus
 		stands bool
 	}{
-		{gisgmp.StatusPosting, true}, {gisgmp.StatusAccepted, true},
-		{gisgmp.StatusFailed, false}, {gisgmp.StatusCancelled, false}, {gisgmp.StatusAnnulled, false},
+		{charges.PostingPosting, true}, {charges.PostingAccepted, true},
+		{charges.PostingFailed, false}, {charges.PostingCancelled, false}, {charges.PostingAnnulled, false},
 	} {
 		_, err := b.pool.Exec(ctx, `UPDATE registry_postings SET status = $2 WHERE payment_id = $1`, b.id, string(tc.status))
 		require.NoError(t, err)

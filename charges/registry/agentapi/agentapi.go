@@ -1,4 +1,4 @@
-// Package agentapi is a registry gateway (gisgmp.Gateway) over HTTP: the
+// Package agentapi is a registry gateway (registry.Gateway) over HTTP: the
 // API of a bank or payment agent that posts payments to the state payment
 // registry (GIS GMP) on rebill's behalf. The protocol is docs/registry.md's;
 // package agentfake plays the other side in tests.
@@ -8,16 +8,16 @@
 // What an answer means to rebill is decided in one place, classify:
 // a call refused before the party could act (no connection, a TLS
 // handshake the party refused, 429, 503, a credential or path it does not
-// know) did nothing (gisgmp.ErrUnavailable); 202 is taken but not yet
-// accepted (*gisgmp.PendingError); a post answered annulled (a replay of
-// a payment annulled since) is no acceptance (gisgmp.ErrAnnulled); 400,
+// know) did nothing (registry.ErrUnavailable); 202 is taken but not yet
+// accepted (*registry.PendingError); a post answered annulled (a replay of
+// a payment annulled since) is no acceptance (registry.ErrAnnulled); 400,
 // 409 and 422 with the party's error body are refusals for good
-// (gisgmp.ErrRejected); a write whose answer may have been lost after the
+// (registry.ErrRejected); a write whose answer may have been lost after the
 // request was sent (a timeout, a dropped connection, another 5xx) has an
-// unknown outcome (gisgmp.ErrUnknownOutcome).
+// unknown outcome (registry.ErrUnknownOutcome).
 // A read that fails did nothing. The export of a day's payments is
 // optional: a 404 to it is a party without one
-// (gisgmp.ErrExportUnsupported), not a base URL to fix.
+// (registry.ErrExportUnsupported), not a base URL to fix.
 package agentapi
 
 import (
@@ -37,7 +37,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rebill/rebill/gisgmp"
+	"github.com/rebill/rebill/charges/registry"
 )
 
 // Options configure a Client.
@@ -61,7 +61,7 @@ type Options struct {
 }
 
 // Client is one registry gateway over HTTP. Its calls are bounded by the
-// caller's context (gisgmp.Balancer gives each the entry's timeout).
+// caller's context (registry.Balancer gives each the entry's timeout).
 type Client struct {
 	name  string
 	base  string
@@ -131,11 +131,11 @@ type quittanceAnswer struct {
 }
 
 // moscow is the zone of a payment's date at the registry (see
-// gisgmp.PaymentIDs).
+// registry.PaymentIDs).
 var moscow = time.FixedZone("MSK", 3*60*60)
 
 // Post imports p: POST /payments.
-func (c *Client) Post(ctx context.Context, p gisgmp.Payment) error {
+func (c *Client) Post(ctx context.Context, p registry.Payment) error {
 	req := paymentRequest{PaymentID: p.PaymentID, UIN: p.UIN, Amount: p.Amount}
 	if !p.PaidAt.IsZero() {
 		req.PaymentDate = p.PaidAt.In(moscow).Format(time.DateOnly)
@@ -148,7 +148,7 @@ func (c *Client) Post(ctx context.Context, p gisgmp.Payment) error {
 		return err
 	}
 	if st.Status == statusAnnulled {
-		return fmt.Errorf("%w: %s answered the replay of payment %q with its status annulled", gisgmp.ErrAnnulled, c.name, p.PaymentID)
+		return fmt.Errorf("%w: %s answered the replay of payment %q with its status annulled", registry.ErrAnnulled, c.name, p.PaymentID)
 	}
 	return nil
 }
@@ -176,17 +176,17 @@ func (c *Client) Lookup(ctx context.Context, paymentID string) (found, annulled 
 }
 
 // Quittance asks for the payments against an accrual: GET /quittances/{uin}.
-func (c *Client) Quittance(ctx context.Context, uin string) (gisgmp.Quittance, error) {
+func (c *Client) Quittance(ctx context.Context, uin string) (registry.Quittance, error) {
 	var a quittanceAnswer
 	if err := c.call(ctx, http.MethodGet, "/quittances/"+url.PathEscape(uin), nil, read, &a); err != nil {
-		return gisgmp.Quittance{}, err
+		return registry.Quittance{}, err
 	}
 	if a.UIN != uin {
-		return gisgmp.Quittance{}, fmt.Errorf("%w: %s answered for accrual %q, not %q", gisgmp.ErrUnavailable, c.name, a.UIN, uin)
+		return registry.Quittance{}, fmt.Errorf("%w: %s answered for accrual %q, not %q", registry.ErrUnavailable, c.name, a.UIN, uin)
 	}
-	q := gisgmp.Quittance{Payments: make([]gisgmp.QuittancePayment, 0, len(a.Payments)), Settled: a.Settled}
+	q := registry.Quittance{Payments: make([]registry.QuittancePayment, 0, len(a.Payments)), Settled: a.Settled}
 	for _, p := range a.Payments {
-		q.Payments = append(q.Payments, gisgmp.QuittancePayment{PaymentID: p.PaymentID, Amount: p.Amount, Annulled: p.Annulled})
+		q.Payments = append(q.Payments, registry.QuittancePayment{PaymentID: p.PaymentID, Amount: p.Amount, Annulled: p.Annulled})
 	}
 	return q, nil
 }
@@ -212,10 +212,10 @@ const maxExportPages = 10_000
 
 // Export lists the payments the party took on the UTC day: GET
 // /payments?date=YYYY-MM-DD, then ?cursor= while next_cursor is given.
-// A 404 is a party without the export (gisgmp.ErrExportUnsupported).
-func (c *Client) Export(ctx context.Context, day time.Time) ([]gisgmp.ExportedPayment, error) {
+// A 404 is a party without the export (registry.ErrExportUnsupported).
+func (c *Client) Export(ctx context.Context, day time.Time) ([]registry.ExportedPayment, error) {
 	date := day.UTC().Format(time.DateOnly)
-	var out []gisgmp.ExportedPayment
+	var out []registry.ExportedPayment
 	cursor := ""
 	for range maxExportPages {
 		q := url.Values{"date": {date}}
@@ -226,21 +226,21 @@ func (c *Client) Export(ctx context.Context, day time.Time) ([]gisgmp.ExportedPa
 		err := c.call(ctx, http.MethodGet, "/payments?"+q.Encode(), nil, read, &a)
 		var nf *notFoundError
 		if errors.As(err, &nf) {
-			return nil, fmt.Errorf("%s: export answered 404: %w", c.name, gisgmp.ErrExportUnsupported)
+			return nil, fmt.Errorf("%s: export answered 404: %w", c.name, registry.ErrExportUnsupported)
 		}
 		if err != nil {
 			return nil, err
 		}
 		if a.Date != date {
-			return nil, fmt.Errorf("%w: %s exported day %q, not %q", gisgmp.ErrUnavailable, c.name, a.Date, date)
+			return nil, fmt.Errorf("%w: %s exported day %q, not %q", registry.ErrUnavailable, c.name, a.Date, date)
 		}
 		for _, p := range a.Payments {
-			e := gisgmp.ExportedPayment{PaymentID: p.PaymentID, UIN: p.UIN, Amount: p.Amount, Status: gisgmp.RegistryStatus(p.Status),
+			e := registry.ExportedPayment{PaymentID: p.PaymentID, UIN: p.UIN, Amount: p.Amount, Status: registry.RegistryStatus(p.Status),
 				ReceivedAt: p.ReceivedAt.UTC()}
 			switch e.Status {
-			case gisgmp.RegistryProcessing, gisgmp.RegistryAccepted, gisgmp.RegistryAnnulled:
+			case registry.RegistryProcessing, registry.RegistryAccepted, registry.RegistryAnnulled:
 			default:
-				return nil, fmt.Errorf("%w: %s exported payment %q with status %q", gisgmp.ErrUnavailable, c.name, p.PaymentID, p.Status)
+				return nil, fmt.Errorf("%w: %s exported payment %q with status %q", registry.ErrUnavailable, c.name, p.PaymentID, p.Status)
 			}
 			if p.AcceptedAt != nil {
 				e.AcceptedAt = p.AcceptedAt.UTC()
@@ -255,7 +255,7 @@ func (c *Client) Export(ctx context.Context, day time.Time) ([]gisgmp.ExportedPa
 		}
 		cursor = a.NextCursor
 	}
-	return nil, fmt.Errorf("%w: %s: the export of %s did not end within %d pages", gisgmp.ErrUnavailable, c.name, date, maxExportPages)
+	return nil, fmt.Errorf("%w: %s: the export of %s did not end within %d pages", registry.ErrUnavailable, c.name, date, maxExportPages)
 }
 
 // notFoundError is a 404: for most calls a base URL to fix, for the export
@@ -267,7 +267,7 @@ func (e *notFoundError) Error() string {
 }
 
 // Is makes a 404 a call that did nothing.
-func (e *notFoundError) Is(target error) bool { return target == gisgmp.ErrUnavailable }
+func (e *notFoundError) Is(target error) bool { return target == registry.ErrUnavailable }
 
 // kind tells a write, whose lost answer leaves the outcome unknown, from a
 // read, which did nothing when it fails.
@@ -282,9 +282,9 @@ const (
 // write, nothing done for a read.
 func (k kind) lost() error {
 	if k == write {
-		return gisgmp.ErrUnknownOutcome
+		return registry.ErrUnknownOutcome
 	}
-	return gisgmp.ErrUnavailable
+	return registry.ErrUnavailable
 }
 
 // expect checks that an answer is about id and in one of want.
@@ -307,7 +307,7 @@ func (c *Client) call(ctx context.Context, method, path string, body any, k kind
 	if body != nil {
 		raw, err := json.Marshal(body)
 		if err != nil {
-			return fmt.Errorf("%w: %s: encode request: %w", gisgmp.ErrUnavailable, c.name, err)
+			return fmt.Errorf("%w: %s: encode request: %w", registry.ErrUnavailable, c.name, err)
 		}
 		reader = bytes.NewReader(raw)
 	}
@@ -319,7 +319,7 @@ func (c *Client) call(ctx context.Context, method, path string, body any, k kind
 	}})
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, reader)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", gisgmp.ErrUnavailable, c.name, err)
+		return fmt.Errorf("%w: %s: %w", registry.ErrUnavailable, c.name, err)
 	}
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
@@ -334,7 +334,7 @@ func (c *Client) call(ctx context.Context, method, path string, body any, k kind
 			c.certificateError(err)
 		}
 		if !wrote.Load() || refusedHandshake(err) {
-			return fmt.Errorf("%w: %s: %s %s: %w", gisgmp.ErrUnavailable, c.name, method, path, err)
+			return fmt.Errorf("%w: %s: %s %s: %w", registry.ErrUnavailable, c.name, method, path, err)
 		}
 		return fmt.Errorf("%w: %s: %s %s: %w", k.lost(), c.name, method, path, err)
 	}
@@ -356,11 +356,11 @@ func (c *Client) classify(resp *http.Response, raw []byte, k kind, out any) erro
 		}
 		return nil
 	case status == http.StatusAccepted:
-		return &gisgmp.PendingError{Gateway: c.name, RetryAfter: c.retryAfter(resp)}
+		return &registry.PendingError{Gateway: c.name, RetryAfter: c.retryAfter(resp)}
 	case status == http.StatusTooManyRequests:
-		return fmt.Errorf("%w: %s: rate limited (429), retry after %s", gisgmp.ErrUnavailable, c.name, c.retryAfter(resp))
+		return fmt.Errorf("%w: %s: rate limited (429), retry after %s", registry.ErrUnavailable, c.name, c.retryAfter(resp))
 	case status == http.StatusServiceUnavailable:
-		return fmt.Errorf("%w: %s: unavailable (503)", gisgmp.ErrUnavailable, c.name)
+		return fmt.Errorf("%w: %s: unavailable (503)", registry.ErrUnavailable, c.name)
 	case status == http.StatusBadRequest || status == http.StatusConflict || status == http.StatusUnprocessableEntity:
 		var e struct {
 			Error struct {
@@ -370,15 +370,15 @@ func (c *Client) classify(resp *http.Response, raw []byte, k kind, out any) erro
 		}
 		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
 			// Not the party's refusal: a proxy's or a misconfiguration's.
-			return fmt.Errorf("%w: %s: answer %d without the protocol's error body", gisgmp.ErrUnavailable, c.name, status)
+			return fmt.Errorf("%w: %s: answer %d without the protocol's error body", registry.ErrUnavailable, c.name, status)
 		}
-		return fmt.Errorf("%w: %s: %d %s: %s", gisgmp.ErrRejected, c.name, status, e.Error.Code, clip(e.Error.Message))
+		return fmt.Errorf("%w: %s: %d %s: %s", registry.ErrRejected, c.name, status, e.Error.Code, clip(e.Error.Message))
 	case status == http.StatusNotFound:
 		return &notFoundError{name: c.name}
 	case status >= 400 && status < 500:
 		// 401, 403, 404, 405...: the party did not take the call (a
 		// credential or a base URL to fix), so nothing was done.
-		return fmt.Errorf("%w: %s: refused with %d: check its base_url and credentials", gisgmp.ErrUnavailable, c.name, status)
+		return fmt.Errorf("%w: %s: refused with %d: check its base_url and credentials", registry.ErrUnavailable, c.name, status)
 	default:
 		return fmt.Errorf("%w: %s: answer %d", k.lost(), c.name, status)
 	}
