@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -103,7 +104,7 @@ func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds
 		id := cfg.Registries[0].PaymentID
 		ids = gisgmp.PaymentIDs{Format: id.Format, BIK: id.BIK, Branch: id.Branch}
 	case cfg.Dev:
-		sim = &gisgmp.Sim{Pool: pool, Clock: clk}
+		sim = &gisgmp.Sim{Pool: pool, Clock: clk, Accruals: simAccruals(pool)}
 		gateways = sim.Gateways()
 	default:
 		return nil, nil, nil
@@ -111,6 +112,21 @@ func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds
 	return &gisgmp.Poster{Pool: pool, Gateways: gisgmp.NewBalancer(gateways, cfg.GatewayTimeout), Clock: clk, Holds: holds,
 		GiveUpAfter: cfg.UnavailableFor, Retry: retry, PaymentIDs: ids,
 		Logger: log.With().Str("component", "registry").Logger()}, sim, nil
+}
+
+// simAccruals tells the simulated registry a fine's accrual from the
+// fine's first bill in rebill's records, read by the bills' owner.
+func simAccruals(pool *pgxpool.Pool) func(ctx context.Context, uin string) (gisgmp.Accrual, bool, error) {
+	return func(ctx context.Context, uin string) (gisgmp.Accrual, bool, error) {
+		b, err := enrollments.FirstCopy(ctx, pool, enrollments.Identity(enrollments.Fines, enrollments.AccountRef{}, uin))
+		if errors.Is(err, enrollments.ErrBillNotFound) {
+			return gisgmp.Accrual{}, false, nil
+		}
+		if err != nil {
+			return gisgmp.Accrual{}, false, err
+		}
+		return gisgmp.Accrual{Amount: b.Amount, Discounted: b.DiscountedAmount, DiscountEnds: b.DiscountEnds()}, true, nil
+	}
 }
 
 // registryGateways builds the registry file's entries, each with its
@@ -128,7 +144,7 @@ func registryGateways(entries []config.Registry, pool *pgxpool.Pool, clk clock.C
 	var sim *gisgmp.Sim
 	simGateways := map[string]gisgmp.Gateway{}
 	if len(simNames) > 0 {
-		sim = &gisgmp.Sim{Pool: pool, Clock: clk, Names: simNames}
+		sim = &gisgmp.Sim{Pool: pool, Clock: clk, Names: simNames, Accruals: simAccruals(pool)}
 		for _, g := range sim.Gateways() {
 			simGateways[g.Name()] = g
 		}
