@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -109,6 +110,16 @@ var crossings = []crossing{
 	{in: "console", table: "registry_postings", why: "temporary: the console reads through the owners"},
 }
 
+// exportedFragments are the exported pieces of SQL over a table that
+// another package's statement embeds, by Go name, with why the read is not
+// a function of the owner. Each is a crossing the scan above cannot see
+// (the text is in the owner's file), so it is listed here by name.
+var exportedFragments = map[string]string{
+	"vault.SealedSQL": "the hold's \"about to call\" (charges, wired in internal/app/service.go) returns the sealed " +
+		"token of the very pm_token it sends, under the row's lock, in its own statement: a read of " +
+		"payment_tokens of its own would be one statement more per charge (BENCHMARKS.md: 2.19 -> 1.20)",
+}
+
 // sqlStatement finds the tables a piece of SQL names and whether it writes
 // them: the word after INSERT INTO, UPDATE, DELETE FROM, MERGE INTO,
 // TRUNCATE and COPY writes; after FROM, JOIN, USING and TABLE it reads.
@@ -143,9 +154,8 @@ func notSQL(call *ast.CallExpr) bool {
 
 // tableUses reads every non-test Go file of the module and returns each
 // table a string literal of it names in a statement.
-func tableUses(t *testing.T, root string) []tableUse {
+func tableUses(t *testing.T, root string) (uses []tableUse, fragments []string) {
 	t.Helper()
-	var uses []tableUse
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -171,6 +181,7 @@ func tableUses(t *testing.T, root string) []tableUse {
 		rel = filepath.ToSlash(rel)
 		pkg := filepath.ToSlash(filepath.Dir(rel))
 		messages := map[*ast.BasicLit]bool{}
+		fragments = append(fragments, exportedSQL(file, pkg)...)
 		ast.Inspect(file, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.CallExpr:
@@ -210,7 +221,81 @@ func tableUses(t *testing.T, root string) []tableUse {
 		return nil
 	})
 	require.NoError(t, err)
-	return uses
+	return uses, fragments
+}
+
+// namesTable reports whether n holds a string literal that names a table
+// in a statement.
+func namesTable(n ast.Node) bool {
+	found := false
+	ast.Inspect(n, func(n ast.Node) bool {
+		lit, ok := n.(*ast.BasicLit)
+		if !ok || lit.Kind != token.STRING || found {
+			return !found
+		}
+		text, err := strconv.Unquote(lit.Value)
+		if err != nil {
+			return true
+		}
+		for _, m := range sqlStatement.FindAllStringSubmatch(text, -1) {
+			if _, known := tableOwners[strings.ToLower(m[2])]; known {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
+}
+
+// exportedSQL lists the exported names of file (package pkg) that hand
+// out SQL: a constant or variable whose text names a table, a function
+// returning a string it builds from one, or any exported name ending in
+// SQL.
+func exportedSQL(file *ast.File, pkg string) []string {
+	name := path.Base(pkg) + "."
+	var out []string
+	for _, decl := range file.Decls {
+		switch d := decl.(type) {
+		case *ast.GenDecl:
+			if d.Tok != token.CONST && d.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range d.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, id := range vs.Names {
+					if !id.IsExported() {
+						continue
+					}
+					if strings.HasSuffix(id.Name, "SQL") || (i < len(vs.Values) && namesTable(vs.Values[i])) {
+						out = append(out, name+id.Name)
+					}
+				}
+			}
+		case *ast.FuncDecl:
+			if !d.Name.IsExported() || d.Recv != nil {
+				continue
+			}
+			res := d.Type.Results
+			returnsString := res != nil && len(res.List) == 1 && len(res.List[0].Names) <= 1
+			if returnsString {
+				ident, ok := res.List[0].Type.(*ast.Ident)
+				returnsString = ok && ident.Name == "string"
+			}
+			returnsSQL := false
+			if returnsString && d.Body != nil {
+				ast.Inspect(d.Body, func(n ast.Node) bool {
+					if ret, ok := n.(*ast.ReturnStmt); ok && len(ret.Results) == 1 && namesTable(ret.Results[0]) {
+						returnsSQL = true
+					}
+					return !returnsSQL
+				})
+			}
+			if strings.HasSuffix(d.Name.Name, "SQL") || returnsSQL {
+				out = append(out, name+d.Name.Name)
+			}
+		}
+	}
+	return out
 }
 
 // declaredTables lists the tables the schema creates: every CREATE TABLE
@@ -264,7 +349,14 @@ func TestEveryTableIsWrittenByItsOwner(t *testing.T) {
 		_, owned := tableOwners[table]
 		require.True(t, owned, "table %s has no owner: add it to tableOwners and DESIGN.md", table)
 	}
-	uses := tableUses(t, root)
+	uses, fragments := tableUses(t, root)
+	for _, f := range fragments {
+		_, listed := exportedFragments[f]
+		require.True(t, listed, "%s hands out SQL over a table: give its owner a query function instead", f)
+	}
+	for f := range exportedFragments {
+		require.Contains(t, fragments, f, "exported fragment %s is gone: remove it from exportedFragments and DESIGN.md", f)
+	}
 	require.Greater(t, len(uses), 100, "found the module's SQL")
 	used := make([]bool, len(crossings))
 	var stray []string
