@@ -114,14 +114,25 @@ func RequireNoSplices[S ~string](t testing.TB, statuses []S, skip ...string) {
 	for _, s := range skip {
 		skipped[filepath.FromSlash(s)] = true
 	}
+	offenders, files, err := spliceOffenders(root, module, owner, want, skipped)
+	require.NoError(t, err)
+	require.Greater(t, files, 50, "read the module's sources")
+	require.Empty(t, offenders, "statuses written into SQL from their constants; pass them as parameters, or build the condition in their owner")
+}
+
+// spliceOffenders reads the non-test Go files under root (module path
+// module) and returns where they write a status of want, declared in the
+// package directory owner, into SQL from its constant; files is how many
+// files it read, skipped ones aside.
+func spliceOffenders(root, module, owner string, want, skipped map[string]bool) (offenders []string, files int, err error) {
 	type source struct {
 		rel  string
 		dir  string
 		file *ast.File
 	}
-	var files []source
+	var sources []source
 	consts := map[string]map[string]string{} // package directory -> constant -> value
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -163,13 +174,14 @@ func RequireNoSplices[S ~string](t testing.TB, statuses []S, skip ...string) {
 			}
 		}
 		if !skipped[rel] && !skippedDir(skipped, rel) {
-			files = append(files, source{rel: rel, dir: dir, file: file})
+			sources = append(sources, source{rel: rel, dir: dir, file: file})
 		}
 		return nil
 	})
-	require.NoError(t, err)
-	var offenders []string
-	for _, f := range files {
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, f := range sources {
 		imports := map[string]string{} // name in the file -> package directory
 		for _, imp := range f.file.Imports {
 			path, _ := strconv.Unquote(imp.Path.Value)
@@ -280,8 +292,7 @@ func RequireNoSplices[S ~string](t testing.TB, statuses []S, skip ...string) {
 			return true
 		})
 	}
-	require.Greater(t, len(files), 50, "read the module's sources")
-	require.Empty(t, offenders, "statuses written into SQL from their constants; pass them as parameters, or build the condition in their owner")
+	return offenders, len(sources), nil
 }
 
 // skippedDir reports whether rel lies under a skipped directory.
