@@ -84,7 +84,7 @@ var crossings = []crossing{
 	{in: "internal/bench/fill.go", table: "charges", write: true, why: "bench's history fill: years of settled charges"},
 	{in: "internal/bench/fill.go", table: "events", write: true, why: "bench's history fill: the notices its history already sent"},
 	{in: "internal/bench/fill.go", table: "reconciliation_days", write: true, why: "bench's history fill: the days its history already reconciled"},
-	{in: "internal/bench/bench.go", table: "subscriptions", write: true, why: "bench's run moves its subscriptions' next charge to now, all at once"},
+	{in: "internal/bench/bench.go", table: "subscriptions", write: true, why: "bench's run inserts its subscriptions, due now, in bulk before it measures"},
 	{in: "internal/opstest", table: "subscriptions", write: true, why: "ops tests write the books a case needs without driving the pipeline"},
 	{in: "internal/opstest", table: "enrollments", write: true, why: "ops tests write the books a case needs without driving the pipeline"},
 	{in: "internal/opstest", table: "charges", write: true, why: "ops tests write the books a case needs (a duplicate capture) without driving the pipeline"},
