@@ -27,7 +27,7 @@ var tableOwners = map[string]string{
 	"subscription_events":                   "subscriptions",
 	"charges":                               "charges",
 	"charges_layout":                        "charges",
-	"registry_postings":                     "charges",
+	"registry_postings":                     "charges", // its store moves in from gisgmp (see crossings)
 	"enrollments":                           "enrollments",
 	"bills":                                 "enrollments",
 	"events":                                "notify",
@@ -59,10 +59,12 @@ var tableOwners = map[string]string{
 }
 
 // A crossing is a statement outside a table's owner that the layout
-// allows: a read-only judge that checks the owner's books (it must not
-// depend on the owner's view of them), or a money-safety guard that reads
-// a neighbour's row inside its own transaction. In is a package's import
-// path below the module, or one file of it (package/file.go).
+// allows, by name and with its reason: a read-only judge that checks the
+// owner's books (it must not depend on the owner's view of them), a test
+// kit writing books no verb produces, the notice scan, or a temporary
+// crossing that a change under way ends. A write allows the reads too. In
+// is a package's import path below the module, or one file of it
+// (package/file.go).
 type crossing struct {
 	in    string
 	table string
@@ -121,8 +123,8 @@ var exportedFragments = map[string]string{
 }
 
 // runtimeTables are the files whose statements name their table by a Go
-// value (FROM `+b.days+`), which the scan cannot read, each with whose
-// tables the value holds. A fragment named ...SQL is read where it is
+// value (FROM `+b.days+`), which the scan cannot read, each with the
+// tables its values name. A fragment named ...SQL is read where it is
 // declared instead.
 var runtimeTables = map[string]string{
 	"reconcile/store.go": "one store for the gateways' and the registry's books: its own reconciliation tables, chosen by book",
