@@ -14,7 +14,7 @@ import (
 	"github.com/rebill/rebill/internal/riverjob"
 )
 
-// SettledBetweenSQL is a FROM item named charges: the rows of charges
+// settledBetweenSQL is a FROM item named charges: the rows of charges
 // that entered a settled status (succeeded, failed, voided, declined) in
 // [$1, $2), read through the index of settled_at. Charges settled before
 // the settled_at column existed have none until the layout job
@@ -22,12 +22,12 @@ import (
 // read by updated_at as well (a scan of the table, the second branch,
 // which a one-time check of charges_layout skips once the job is done).
 // Ordering by settledAtSQL orders both kinds by when they settled.
-var SettledBetweenSQL = `(SELECT * FROM charges WHERE settled_at >= $1 AND settled_at < $2
+var settledBetweenSQL = `(SELECT * FROM charges WHERE settled_at >= $1 AND settled_at < $2
 	UNION ALL
 	SELECT * FROM charges WHERE settled_at IS NULL AND ` + statusInSQL("status", settledStatuses...) + `
 		AND updated_at >= $1 AND updated_at < $2 AND NOT (SELECT settled_backfilled FROM charges_layout)) AS charges`
 
-// settledAtSQL is when a row of SettledBetweenSQL settled.
+// settledAtSQL is when a row of settledBetweenSQL settled.
 const settledAtSQL = `coalesce(settled_at, updated_at)`
 
 // SettledLayoutBatch is how many charges, by primary key, one transaction

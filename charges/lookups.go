@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges/gateway"
 )
@@ -85,9 +86,51 @@ func ByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Charge, error) {
 // charge that keeps its status (a hold check's note) does not move it to
 // another day.
 func SettledOn(ctx context.Context, db DBTX, gw string, from, to time.Time) ([]Charge, error) {
-	return collect(db.Query(ctx, `SELECT `+columns+` FROM `+SettledBetweenSQL+`
+	return collect(db.Query(ctx, `SELECT `+columns+` FROM `+settledBetweenSQL+`
 		WHERE status = ANY($4) AND ($3 = '' OR gateway = $3)
 		ORDER BY `+settledAtSQL+`, id`, from, to, gw, texts([]Status{Succeeded, Failed, Voided})))
+}
+
+// SettledTotals are one gateway's and currency's charges that settled in
+// a range, counted under the status each holds now.
+type SettledTotals struct {
+	Gateway        string
+	Currency       string
+	CapturedCount  int64
+	CapturedAmount int64
+	DeclinedCount  int64 // soft declines waiting for dunning
+	FailedCount    int64 // hard declines, refused requests, dunning exhausted
+	VoidedCount    int64
+}
+
+// SettledTotalsBetween sums the charges whose status last changed in
+// [from, to) to succeeded, declined, failed or voided (their settled_at),
+// by gateway and currency. A charge counts once, under the status it
+// holds now: a soft decline recovered by dunning counts as captured on the
+// day of the capture, and a declined charge whose card changes while it
+// waits stays on the day of its decline.
+func SettledTotalsBetween(ctx context.Context, db DBTX, from, to time.Time) ([]SettledTotals, error) {
+	rows, err := db.Query(ctx, `SELECT gateway, currency,
+			count(*) FILTER (WHERE status = $3),
+			coalesce(sum(amount) FILTER (WHERE status = $3), 0)::bigint,
+			count(*) FILTER (WHERE status = $4),
+			count(*) FILTER (WHERE status = $5),
+			count(*) FILTER (WHERE status = $6)
+		FROM `+settledBetweenSQL+`
+		WHERE status = ANY(ARRAY[$3, $4, $5, $6])
+		GROUP BY 1, 2 ORDER BY 1, 2`, from, to, string(Succeeded), string(Declined), string(Failed), string(Voided))
+	if err != nil {
+		return nil, fmt.Errorf("settled charge totals: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SettledTotals, error) {
+		var t SettledTotals
+		err := row.Scan(&t.Gateway, &t.Currency, &t.CapturedCount, &t.CapturedAmount, &t.DeclinedCount, &t.FailedCount, &t.VoidedCount)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("settled charge totals: %w", err)
+	}
+	return out, nil
 }
 
 // ByPeriodStart returns the charges of periods that began in [from, to),

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/internal/fsm/fsmtest"
 )
 
 func TestCanTransition(t *testing.T) {
@@ -89,6 +90,15 @@ func TestNoChargeStatusLiteralOutsideTheStore(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Empty(t, offenders, "charge status literals in SQL; use the charges constants")
+}
+
+// Nor does SQL spell a charge status out of its constant, between quotes
+// or through fsm.Quoted outside charges: that names the status as surely
+// as a literal. The store's own conditions (statusInSQL) join the
+// statuses it is handed, and stay the store's.
+func TestNoChargeStatusSplicedIntoSQL(t *testing.T) {
+	t.Parallel()
+	fsmtest.RequireNoSplices(t, charges.Statuses)
 }
 
 // The one-statement moves pass only through statuses each leg allows: a

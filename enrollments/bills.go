@@ -338,6 +338,13 @@ func (st *Store) BillByCharge(ctx context.Context, db pg.DBTX, chargeID uuid.UUI
 	return scanBill(db.QueryRow(ctx, `SELECT `+billColumns+` FROM bills WHERE charge_id = $1`, chargeID))
 }
 
+// FirstCopy returns the first copy received of the bill with identity
+// (Identity): what its issuer billed, which later copies repeat. Returns
+// ErrBillNotFound.
+func FirstCopy(ctx context.Context, db pg.DBTX, identity string) (Bill, error) {
+	return scanBill(db.QueryRow(ctx, `SELECT `+billColumns+` FROM bills WHERE identity = $1 ORDER BY received_at LIMIT 1`, identity))
+}
+
 // ListBills returns an enrollment's bills newest first, before the keyset
 // cursor id (uuid.Nil: from the newest).
 func (st *Store) ListBills(ctx context.Context, db pg.DBTX, enrollmentID, before uuid.UUID, limit int) ([]Bill, error) {

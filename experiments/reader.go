@@ -3,8 +3,6 @@ package experiments
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/internal/clock"
 )
@@ -15,18 +13,17 @@ var ErrNotFound = fault.New(fault.NotFound, "experiment not found")
 // Reader reads the configured experiments' reports (support and admin:
 // GET /v1/experiments and the console).
 type Reader struct {
-	Pool       *pgxpool.Pool
+	Records    Records
 	Set        *Set
 	Clock      clock.Clock
 	Commission Commission
-	Statuses   StatusNames
 }
 
 // List is every configured experiment's report, in file order.
 func (r *Reader) List(ctx context.Context) ([]Report, error) {
 	var out []Report
 	for _, e := range r.Set.List() {
-		rep, err := Results(ctx, r.Pool, e, r.Clock.Now(), r.Commission, r.Statuses)
+		rep, err := Results(ctx, r.Records, e, r.Clock.Now(), r.Commission)
 		if err != nil {
 			return nil, err
 		}
@@ -41,5 +38,5 @@ func (r *Reader) Get(ctx context.Context, key string) (Report, error) {
 	if !ok {
 		return Report{}, ErrNotFound
 	}
-	return Results(ctx, r.Pool, e, r.Clock.Now(), r.Commission, r.Statuses)
+	return Results(ctx, r.Records, e, r.Clock.Now(), r.Commission)
 }

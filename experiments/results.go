@@ -7,8 +7,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/rebill/rebill/experiments/stats"
-	"github.com/rebill/rebill/internal/pg"
 )
 
 // The metrics of a report.
@@ -108,7 +109,7 @@ type Commission func(gateway, currency string, amount int64) int64
 
 // Results computes the report of e from the records alone: the arms
 // recorded on subscriptions and charges, whatever the weights say now.
-func Results(ctx context.Context, db pg.DBTX, e Experiment, now time.Time, commission Commission, statuses StatusNames) (Report, error) {
+func Results(ctx context.Context, records Records, e Experiment, now time.Time, commission Commission) (Report, error) {
 	rep := Report{Experiment: e, Status: e.Status(now), Primary: Primary(e.Policy)}
 	arms := map[string]*ArmResult{}
 	arm := func(name string) *ArmResult {
@@ -125,29 +126,48 @@ func Results(ctx context.Context, db pg.DBTX, e Experiment, now time.Time, commi
 	for _, a := range e.Arms {
 		arm(a.Name)
 	}
-	rows, err := db.Query(ctx, `SELECT experiments->>$1, count(*) FROM subscriptions
-		WHERE `+recordsKey+` GROUP BY 1`, e.Key)
+	subs, byArm, err := records.Subscriptions(ctx, e.Key)
 	if err != nil {
 		return Report{}, fmt.Errorf("experiment %s: subscriptions: %w", e.Key, err)
 	}
-	for rows.Next() {
-		var name string
-		var n int64
-		if err := rows.Scan(&name, &n); err != nil {
-			rows.Close()
-			return Report{}, fmt.Errorf("experiment %s: subscriptions: %w", e.Key, err)
-		}
+	for name, n := range byArm {
 		arm(name).Subscriptions = n
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return Report{}, fmt.Errorf("experiment %s: subscriptions: %w", e.Key, err)
+	figures, err := records.Charges(ctx, e.Key, subs)
+	if err != nil {
+		return Report{}, fmt.Errorf("experiment %s: charges: %w", e.Key, err)
 	}
-	if err := chargeFigures(ctx, db, e.Key, statuses, arm); err != nil {
-		return Report{}, err
+	for _, f := range figures {
+		a := arm(f.Arm)
+		a.Charges = f.Count
+		a.FirstAttempt = rate(f.FirstApproved, f.FirstTrials)
+		a.Recovery = rate(f.Recovered, f.RecoveryTrials)
+		a.Review = rate(f.Review, f.Count)
+		a.Unknown = rate(f.Unknown, f.Count)
+		if f.MedianToPay != nil {
+			d := f.MedianToPay.Round(time.Second)
+			a.MedianTimeToPay = &d
+		}
 	}
-	if err := money(ctx, db, e.Key, statuses, commission, arm); err != nil {
-		return Report{}, err
+	paid, err := records.Paid(ctx, e.Key, subs)
+	if err != nil {
+		return Report{}, fmt.Errorf("experiment %s: amounts: %w", e.Key, err)
+	}
+	add := func(list []Money, currency string, amount int64) []Money {
+		for i := range list {
+			if list[i].Currency == currency {
+				list[i].Amount += amount
+				return list
+			}
+		}
+		return append(list, Money{Currency: currency, Amount: amount})
+	}
+	for _, p := range paid {
+		a := arm(p.Arm)
+		a.Collected = add(a.Collected, p.Currency, p.Amount*p.Count)
+		if commission != nil {
+			a.Commission = add(a.Commission, p.Currency, commission(p.Gateway, p.Currency, p.Amount)*p.Count)
+		}
 	}
 	names := make([]string, 0, len(arms))
 	for name := range arms {
@@ -176,102 +196,43 @@ func Results(ctx context.Context, db pg.DBTX, e Experiment, now time.Time, commi
 	return rep, nil
 }
 
-// recordsKey selects the subscriptions whose record names the experiment
-// $1. It repeats the partial index's predicate, so that the planner uses
-// the index (only subscriptions in an experiment are in it).
-const recordsKey = `experiments <> '{}' AND experiments ? $1`
-
-// inExperiment are the ids of those subscriptions: their charges are the
-// experiment's (a charge's record is its subscription's when it was
-// created, and recorded arms are never removed), found through the
-// charges' subscription index.
-const inExperiment = `SELECT id FROM subscriptions WHERE ` + recordsKey
-
-// StatusNames are the charge statuses the figures count by, given by the
-// caller so that this package does not depend on the charges package.
-type StatusNames struct {
-	Succeeded, Failed, Declined, Review, Unknown string
+// Records reads what an experiment's arms recorded, from the tables of
+// their owners: the subscriptions' records and their charges. The wiring
+// fills it (subscriptions.InExperiment, charges.ExperimentFigures and
+// charges.ExperimentPaid), so that this package, which charges imports,
+// reads neither table itself.
+type Records interface {
+	// Subscriptions returns the ids of the subscriptions whose record
+	// names the experiment key, and how many each arm holds.
+	Subscriptions(ctx context.Context, key string) (ids []uuid.UUID, byArm map[string]int64, err error)
+	// Charges sums, by arm, the charges of those subscriptions whose
+	// record names key.
+	Charges(ctx context.Context, key string, subscriptions []uuid.UUID) ([]ChargeFigures, error)
+	// Paid groups the paid ones of those charges by arm, gateway,
+	// currency and amount.
+	Paid(ctx context.Context, key string, subscriptions []uuid.UUID) ([]PaidCharges, error)
 }
 
-func chargeFigures(ctx context.Context, db pg.DBTX, key string, st StatusNames, arm func(string) *ArmResult) error {
-	rows, err := db.Query(ctx, `SELECT experiments->>$1, count(*),
-			count(*) FILTER (WHERE status = $2 AND attempt_count = 1),
-			count(*) FILTER (WHERE attempt_count > 1 OR status IN ($2, $3, $4)),
-			count(*) FILTER (WHERE status = $2 AND attempt_count > 1),
-			count(*) FILTER (WHERE (status = $2 AND attempt_count > 1) OR status = $3),
-			count(*) FILTER (WHERE status = $5 OR resolution IS NOT NULL),
-			count(*) FILTER (WHERE status = $6),
-			percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM updated_at - period_start)) FILTER (WHERE status = $2)
-		FROM charges WHERE subscription_id IN (`+inExperiment+`) AND experiments ? $1 GROUP BY 1`,
-		key, st.Succeeded, st.Failed, st.Declined, st.Review, st.Unknown)
-	if err != nil {
-		return fmt.Errorf("experiment %s: charges: %w", key, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			name                                                  string
-			n, firstOK, firstTrials, recovered, recoveryTrials, r int64
-			unknown                                               int64
-			median                                                *float64
-		)
-		if err := rows.Scan(&name, &n, &firstOK, &firstTrials, &recovered, &recoveryTrials, &r, &unknown, &median); err != nil {
-			return fmt.Errorf("experiment %s: charges: %w", key, err)
-		}
-		a := arm(name)
-		a.Charges = n
-		a.FirstAttempt = rate(firstOK, firstTrials)
-		a.Recovery = rate(recovered, recoveryTrials)
-		a.Review = rate(r, n)
-		a.Unknown = rate(unknown, n)
-		if median != nil {
-			d := time.Duration(*median * float64(time.Second)).Round(time.Second)
-			a.MedianTimeToPay = &d
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("experiment %s: charges: %w", key, err)
-	}
-	return nil
+// ChargeFigures are one arm's charges, counted for the metrics of a
+// report (see MetricFirstAttempt and MetricRecovery).
+type ChargeFigures struct {
+	Arm   string
+	Count int64
+	// FirstApproved of FirstTrials were approved at their first attempt.
+	FirstApproved, FirstTrials int64
+	// Recovered of RecoveryTrials were paid after a decline.
+	Recovered, RecoveryTrials int64
+	// Review went to manual review; Unknown are left unknown.
+	Review, Unknown int64
+	// MedianToPay is the median from period start to payment of the paid
+	// ones; nil without any.
+	MedianToPay *time.Duration
 }
 
-// money sums what the arms' paid charges collected and what their
-// gateways kept: the commission is rounded per charge, as gateways take it.
-func money(ctx context.Context, db pg.DBTX, key string, st StatusNames, commission Commission, arm func(string) *ArmResult) error {
-	rows, err := db.Query(ctx, `SELECT experiments->>$1, gateway, currency, amount, count(*)
-		FROM charges WHERE subscription_id IN (`+inExperiment+`) AND experiments ? $1 AND status = $2
-		GROUP BY 1, 2, 3, 4 ORDER BY 1, 3`, key, st.Succeeded)
-	if err != nil {
-		return fmt.Errorf("experiment %s: amounts: %w", key, err)
-	}
-	defer rows.Close()
-	add := func(list []Money, currency string, amount int64) []Money {
-		for i := range list {
-			if list[i].Currency == currency {
-				list[i].Amount += amount
-				return list
-			}
-		}
-		return append(list, Money{Currency: currency, Amount: amount})
-	}
-	for rows.Next() {
-		var (
-			name, gateway, currency string
-			amount, n               int64
-		)
-		if err := rows.Scan(&name, &gateway, &currency, &amount, &n); err != nil {
-			return fmt.Errorf("experiment %s: amounts: %w", key, err)
-		}
-		a := arm(name)
-		a.Collected = add(a.Collected, currency, amount*n)
-		if commission != nil {
-			a.Commission = add(a.Commission, currency, commission(gateway, currency, amount)*n)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("experiment %s: amounts: %w", key, err)
-	}
-	return nil
+// PaidCharges are Count paid charges of Amount (minor units) each.
+type PaidCharges struct {
+	Arm, Gateway, Currency string
+	Amount, Count          int64
 }
 
 // compare judges each treatment's primary metric against control's at a

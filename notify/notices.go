@@ -11,6 +11,7 @@ import (
 
 	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/experiments"
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -57,17 +58,19 @@ func (n *Notices) SendNotices(ctx context.Context, now time.Time) (int, error) {
 	keys, arms, leads, longest := n.leads(now)
 	// The lead is the subscription's notice arm's while its experiment
 	// runs, the default's otherwise; the longest lead bounds the range the
-	// next_charge_at index is read over.
+	// next_charge_at index is read over. The statuses are parameters: the
+	// planner's plan for their values matches them against the predicate
+	// of the partial index (subscriptions.Billing).
 	up, err := n.each(ctx, now, TypeChargeUpcoming, `SELECT id, 'charge.upcoming:' || id || ':' || extract(epoch FROM next_charge_at)::bigint
 		FROM subscriptions s
-		WHERE `+subscriptions.BillingSQL+` AND NOT cancel_at_period_end AND next_period_index >= 1
+		WHERE status = ANY($7) AND NOT cancel_at_period_end AND next_period_index >= 1
 		  AND next_charge_at > $1 AND next_charge_at <= $1 + make_interval(secs => $6)
 		  AND next_charge_at <= $1 + make_interval(secs => coalesce(
 			(SELECT a.secs FROM unnest($3::text[], $4::text[], $5::float8[]) AS a(k, arm, secs)
 			 WHERE s.experiments->>a.k = a.arm LIMIT 1), $2))
 		  AND NOT EXISTS (SELECT 1 FROM events e
 			WHERE e.notice_key = 'charge.upcoming:' || s.id || ':' || extract(epoch FROM s.next_charge_at)::bigint)
-		ORDER BY next_charge_at, id LIMIT $7`, n.Upcoming.Seconds(), keys, arms, leads, longest.Seconds())
+		ORDER BY next_charge_at, id LIMIT $8`, n.Upcoming.Seconds(), keys, arms, leads, longest.Seconds(), fsm.Texts(subscriptions.Billing))
 	if err != nil {
 		return up, err
 	}
@@ -76,9 +79,9 @@ func (n *Notices) SendNotices(ctx context.Context, now time.Time) (int, error) {
 			SELECT id, 'payment_method.expiring:' || id || ':' || encode(sha256(convert_to(pm_gateway || ':' || pm_token, 'UTF8')), 'hex')
 				|| ':' || pm_exp_year || '-' || pm_exp_month AS k
 			FROM subscriptions
-			WHERE `+subscriptions.NotCancelledSQL+` AND pm_exp_year = $2 AND pm_exp_month = $3 AND $1::timestamptz IS NOT NULL) c
+			WHERE status <> $4 AND pm_exp_year = $2 AND pm_exp_month = $3 AND $1::timestamptz IS NOT NULL) c
 		WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.notice_key = c.k)
-		ORDER BY id LIMIT $4`, utc.Year(), int(utc.Month()))
+		ORDER BY id LIMIT $5`, utc.Year(), int(utc.Month()), string(subscriptions.Cancelled))
 	return up + exp, err
 }
 

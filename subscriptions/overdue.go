@@ -24,7 +24,7 @@ type OverduePeriod struct {
 // would be charged zero times. The self-audit reports them.
 func Overdue(ctx context.Context, db pg.DBTX, from, before time.Time) ([]OverduePeriod, error) {
 	rows, err := db.Query(ctx, `SELECT id, next_charge_at FROM subscriptions
-		WHERE `+BillingSQL+` AND NOT cancel_at_period_end
+		WHERE `+billingSQL+` AND NOT cancel_at_period_end
 		  AND next_charge_at >= $1 AND next_charge_at < $2
 		ORDER BY next_charge_at, id`, from, before)
 	if err != nil {

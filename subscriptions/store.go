@@ -303,21 +303,21 @@ func (st *Store) appendEvent(ctx context.Context, tx pgx.Tx, id uuid.UUID, typ s
 	return nil
 }
 
-// BillingSQL holds for a subscription whose periods are charged (active,
-// past due): the predicate of the partial index subscriptions_due_idx,
-// written out from the constants so that the planner can use that index.
-const BillingSQL = "status IN ('" + string(Active) + "', '" + string(PastDue) + "')"
+// Billing are the statuses of a subscription whose periods are charged
+// (active, past due): the predicate of the partial index
+// subscriptions_due_idx.
+var Billing = []Status{Active, PastDue}
 
-// NotCancelledSQL holds for a subscription not cancelled: the predicate
-// of the partial index subscriptions_pm_exp_idx.
-const NotCancelledSQL = "status <> '" + string(Cancelled) + "'"
+// billingSQL is Billing as a condition, written out from the constants so
+// that the planner matches it against the index's predicate.
+var billingSQL = "status IN (" + fsm.Quoted(Billing...) + ")"
 
 // LockDue claims up to limit subscriptions whose next charge is due at now,
 // in keyset order after (afterAt, afterID), skipping rows that another
 // scan or request holds: each is billed by whoever holds it.
 func (st *Store) LockDue(ctx context.Context, tx pgx.Tx, now, afterAt time.Time, afterID uuid.UUID, limit int) ([]Subscription, error) {
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM subscriptions
-		WHERE `+BillingSQL+` AND next_charge_at <= $1
+		WHERE `+billingSQL+` AND next_charge_at <= $1
 		  AND (next_charge_at, id) > ($2, $3)
 		ORDER BY next_charge_at, id LIMIT $4 FOR UPDATE SKIP LOCKED`, now, afterAt, afterID, limit)
 	return collect(rows, err)

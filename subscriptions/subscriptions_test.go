@@ -32,7 +32,7 @@ func TestCanTransition(t *testing.T) {
 }
 
 // No SQL names a subscription status: conditions are built from the
-// constants (BillingSQL for the partial indexes' predicates).
+// constants (billingSQL for the partial index's predicate).
 func TestNoSubscriptionStatusLiteral(t *testing.T) {
 	t.Parallel()
 	fsmtest.RequireNoLiterals(t, subscriptions.Statuses)

@@ -165,7 +165,7 @@ func auditRegistries(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, log
 		gateways, _, err := registryGateways(cfg.Registries, pool, clk, log)
 		return gateways, err
 	case cfg.Dev:
-		return registrysim.Sim{Pool: pool, Clock: clk}.Gateways(), nil
+		return registrysim.Sim{Pool: pool, Clock: clk, Accruals: simAccruals(pool)}.Gateways(), nil
 	}
 	return nil, nil
 }

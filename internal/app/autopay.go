@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -104,7 +105,7 @@ func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds
 		id := cfg.Registries[0].PaymentID
 		ids = registry.PaymentIDs{Format: id.Format, BIK: id.BIK, Branch: id.Branch}
 	case cfg.Dev:
-		sim = &registrysim.Sim{Pool: pool, Clock: clk}
+		sim = &registrysim.Sim{Pool: pool, Clock: clk, Accruals: simAccruals(pool)}
 		gateways = sim.Gateways()
 	default:
 		return nil, nil, nil
@@ -112,6 +113,21 @@ func buildRegistry(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, holds
 	return &charges.Poster{Pool: pool, Gateways: registry.NewBalancer(gateways, cfg.GatewayTimeout), Clock: clk, Holds: holds,
 		GiveUpAfter: cfg.UnavailableFor, Retry: retry, PaymentIDs: ids,
 		Logger: log.With().Str("component", "registry").Logger()}, sim, nil
+}
+
+// simAccruals tells the simulated registry a fine's accrual from the
+// fine's first bill in rebill's records, read by the bills' owner.
+func simAccruals(pool *pgxpool.Pool) func(ctx context.Context, uin string) (registrysim.Accrual, bool, error) {
+	return func(ctx context.Context, uin string) (registrysim.Accrual, bool, error) {
+		b, err := enrollments.FirstCopy(ctx, pool, enrollments.Identity(enrollments.Fines, enrollments.AccountRef{}, uin))
+		if errors.Is(err, enrollments.ErrBillNotFound) {
+			return registrysim.Accrual{}, false, nil
+		}
+		if err != nil {
+			return registrysim.Accrual{}, false, err
+		}
+		return registrysim.Accrual{Amount: b.Amount, Discounted: b.DiscountedAmount, DiscountEnds: b.DiscountEnds()}, true, nil
+	}
 }
 
 // registryGateways builds the registry file's entries, each with its
@@ -129,7 +145,7 @@ func registryGateways(entries []config.Registry, pool *pgxpool.Pool, clk clock.C
 	var sim *registrysim.Sim
 	simGateways := map[string]registry.Gateway{}
 	if len(simNames) > 0 {
-		sim = &registrysim.Sim{Pool: pool, Clock: clk, Names: simNames}
+		sim = &registrysim.Sim{Pool: pool, Clock: clk, Names: simNames, Accruals: simAccruals(pool)}
 		for _, g := range sim.Gateways() {
 			simGateways[g.Name()] = g
 		}

@@ -1,10 +1,12 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rebill/rebill/charges"
@@ -12,6 +14,7 @@ import (
 	"github.com/rebill/rebill/experiments"
 	"github.com/rebill/rebill/internal/clock"
 	"github.com/rebill/rebill/internal/config"
+	"github.com/rebill/rebill/subscriptions"
 )
 
 // loadExperiments reads REBILL_EXPERIMENTS_FILE against the guard rails
@@ -51,14 +54,28 @@ func experimentsReader(pool *pgxpool.Pool, exps *experiments.Set, gateways *flee
 	for _, g := range gateways.List() {
 		settings[g.Name] = fleet.Settings{CommissionBPS: g.CommissionBPS, Currencies: g.Currencies}
 	}
-	return &experiments.Reader{Pool: pool, Set: exps, Clock: clk,
+	return &experiments.Reader{Records: experimentRecords{pool: pool}, Set: exps, Clock: clk,
 		Commission: func(gateway, currency string, amount int64) int64 {
 			bps, ok := settings[gateway].Commission(currency)
 			if !ok {
 				return 0
 			}
 			return fleet.CommissionCost(amount, bps)
-		},
-		Statuses: experiments.StatusNames{Succeeded: string(charges.Succeeded), Failed: string(charges.Failed),
-			Declined: string(charges.Declined), Review: string(charges.RequiresReview), Unknown: string(charges.Unknown)}}
+		}}
+}
+
+// experimentRecords reads an experiment's records through the owners of
+// the tables they are in.
+type experimentRecords struct{ pool *pgxpool.Pool }
+
+func (r experimentRecords) Subscriptions(ctx context.Context, key string) ([]uuid.UUID, map[string]int64, error) {
+	return subscriptions.InExperiment(ctx, r.pool, key)
+}
+
+func (r experimentRecords) Charges(ctx context.Context, key string, subs []uuid.UUID) ([]experiments.ChargeFigures, error) {
+	return charges.ExperimentFigures(ctx, r.pool, key, subs)
+}
+
+func (r experimentRecords) Paid(ctx context.Context, key string, subs []uuid.UUID) ([]experiments.PaidCharges, error) {
+	return charges.ExperimentPaid(ctx, r.pool, key, subs)
 }

@@ -69,9 +69,9 @@ func uuidV7SQL(t string) string {
 		substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid`
 }
 
-// NoticesSentSQL records the charge.upcoming notice of every history
+// noticesSentSQL records the charge.upcoming notice of every history
 // subscription's next renewal (notify.Notices keys them so), a day ago.
-const NoticesSentSQL = `INSERT INTO events (id, type, object_id, customer_id, created_at, data, notice_key)
+const noticesSentSQL = `INSERT INTO events (id, type, object_id, customer_id, created_at, data, notice_key)
 	SELECT ` + "(lpad(to_hex((extract(epoch FROM now() - interval '1 day') * 1000)::bigint), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid" + `,
 		'charge.upcoming', id, customer_id, now() - interval '1 day',
 		json_build_object('object', 'subscription', 'next_charge_at', next_charge_at),
@@ -79,9 +79,9 @@ const NoticesSentSQL = `INSERT INTO events (id, type, object_id, customer_id, cr
 	FROM subscriptions WHERE customer_id LIKE 'hist-%' AND next_period_index >= 1
 	ON CONFLICT (notice_key) DO NOTHING`
 
-// DaysReconciledSQL records the last 31 days before $1 as reconciled
+// daysReconciledSQL records the last 31 days before $1 as reconciled
 // with sim1, the bench's gateway (reconcile looks back 7).
-const DaysReconciledSQL = `INSERT INTO reconciliation_days (gateway, day, status, operations, checked_at)
+const daysReconciledSQL = `INSERT INTO reconciliation_days (gateway, day, status, operations, checked_at)
 	SELECT 'sim1', d::date, 'matched', 0, $1 FROM generate_series($1::date - 31, $1::date - 1, interval '1 day') AS d
 	ON CONFLICT DO NOTHING`
 
@@ -182,7 +182,7 @@ func Fill(ctx context.Context, pool *pgxpool.Pool, h History, now time.Time, out
 	// running all along would have: without these, the first node on the
 	// filled tables would announce them all at once, a burst no deployment
 	// sees.
-	tag, err := pool.Exec(ctx, NoticesSentSQL)
+	tag, err := pool.Exec(ctx, noticesSentSQL)
 	if err != nil {
 		return fmt.Errorf("fill upcoming notices: %w", err)
 	}
@@ -191,7 +191,7 @@ func Fill(ctx context.Context, pool *pgxpool.Pool, h History, now time.Time, out
 	// Likewise the days behind were reconciled with the gateway on the
 	// days after them; the simulator's ledger starts empty, so a node
 	// reconciling them at start would report every history charge missing.
-	if _, err := pool.Exec(ctx, DaysReconciledSQL, now); err != nil {
+	if _, err := pool.Exec(ctx, daysReconciledSQL, now); err != nil {
 		return fmt.Errorf("fill reconciled days: %w", err)
 	}
 

@@ -33,6 +33,20 @@ type Sim struct {
 	Clock clock.Clock
 	// Names are its gateways' names; nil: Names.
 	Names []string
+	// Accruals tells the simulated registry what an accrual costs, as the
+	// real registry knows it from the authority that issued it: in dev
+	// mode, from the fine's bill in rebill's records, read by the bills'
+	// owner (wired to enrollments.FirstCopy). Nil: it knows no accrual,
+	// and none is ever settled.
+	Accruals func(ctx context.Context, uin string) (Accrual, bool, error)
+}
+
+// Accrual is what the registry knows of a fine: its full price, and its
+// discounted price until the discount ends (both nil without one).
+type Accrual struct {
+	Amount       int64
+	Discounted   *int64
+	DiscountEnds *time.Time
 }
 
 func (s Sim) names() []string {
@@ -51,7 +65,7 @@ func (s Sim) Gateways() []registry.Gateway {
 	names := s.names()
 	out := make([]registry.Gateway, len(names))
 	for i, name := range names {
-		out[i] = simGateway{name: name, pool: s.Pool, clock: clk}
+		out[i] = simGateway{name: name, pool: s.Pool, clock: clk, accruals: s.Accruals}
 	}
 	return out
 }
@@ -135,9 +149,10 @@ func (s Sim) SetFaults(ctx context.Context, gateway string, patch FaultsPatch) (
 }
 
 type simGateway struct {
-	name  string
-	pool  *pgxpool.Pool
-	clock clock.Clock
+	name     string
+	pool     *pgxpool.Pool
+	clock    clock.Clock
+	accruals func(ctx context.Context, uin string) (Accrual, bool, error)
 }
 
 func (g simGateway) Name() string { return g.name }
@@ -313,23 +328,20 @@ func (g simGateway) Quittance(ctx context.Context, uin string) (registry.Quittan
 // settled judges the accrual uin paid in full as GIS GMP would, by the
 // fine's own rules: its standing payments, in the book's order, reach its
 // full price, or its discounted price by payments made before the
-// discount ended. The simulated registry knows the accrual from the
-// fine's bill in rebill's database (dev mode only), as the real registry
-// knows it from the authority that issued it; one it does not know is
-// never settled.
+// discount ended. The simulated registry knows the accrual through
+// Accruals; one it does not know is never settled.
 func (g simGateway) settled(ctx context.Context, uin string, payments []registry.QuittancePayment, paid []time.Time) (bool, error) {
-	var amount int64
-	var discounted *int64
-	var discountEnds *time.Time
-	err := g.pool.QueryRow(ctx, `SELECT amount, discounted_amount,
-			(discount_deadline + 1)::timestamp AT TIME ZONE 'Europe/Moscow'
-		FROM bills WHERE identity = 'uin:' || $1 ORDER BY received_at LIMIT 1`, uin).Scan(&amount, &discounted, &discountEnds)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if g.accruals == nil {
 		return false, nil
 	}
+	a, known, err := g.accruals(ctx, uin)
 	if err != nil {
 		return false, fmt.Errorf("the accrual of %s: %w", uin, err)
 	}
+	if !known {
+		return false, nil
+	}
+	amount, discounted, discountEnds := a.Amount, a.Discounted, a.DiscountEnds
 	var sum int64
 	for i, p := range payments {
 		if p.Annulled {
