@@ -30,7 +30,7 @@ func (s *Store) DueRetries(ctx context.Context, tx pgx.Tx, now time.Time, limit 
 	if err != nil {
 		return nil, err
 	}
-	return retried, s.Start(ctx, tx, retried)
+	return retried, s.start(ctx, tx, retried)
 }
 
 // Card-network rules on retrying one card: at most SameCardAttempts
@@ -131,7 +131,7 @@ func (s *Store) paymentMethodChanged(ctx context.Context, tx pgx.Tx, owner strin
 		}
 		retried = append(retried, next)
 	}
-	return retried, s.Start(ctx, tx, retried)
+	return retried, s.start(ctx, tx, retried)
 }
 
 // RetryFromReview starts a new attempt of a charge in requires_review or
@@ -168,7 +168,7 @@ func (s *Store) RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gatewa
 	if err != nil {
 		return Charge{}, err
 	}
-	return next, s.Start(ctx, tx, []Charge{next})
+	return next, s.start(ctx, tx, []Charge{next})
 }
 
 // identityHeld reports whether the charge may be charged as far as its

@@ -118,13 +118,17 @@ func (e *IdentityHeldError) Unwrap() error { return ErrIdentityHeld }
 // inserting one identity serialise on the unique index (the second waits
 // for the first to commit, then finds it); callers inserting several
 // insert them in identity order, so that two of them cannot deadlock.
-// The caller starts a new one in tx (Store.Start).
-func CreateForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Time) (Charge, bool, error) {
+// A new charge's authorize job is enqueued in tx with it.
+func (s *Store) CreateForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Time) (Charge, bool, error) {
 	for range 3 {
 		c, created, err := createForBill(ctx, tx, n, now)
-		if !errors.Is(err, errIdentityReleased) {
+		if errors.Is(err, errIdentityReleased) {
+			continue
+		}
+		if err != nil || !created {
 			return c, created, err
 		}
+		return c, true, s.start(ctx, tx, []Charge{c})
 	}
 	return Charge{}, false, fmt.Errorf("bill %s: its identity changed hands three times while being claimed", n.BillID)
 }
@@ -373,7 +377,7 @@ func (s *Store) Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, amount int
 	if err != nil {
 		return Charge{}, err
 	}
-	return c, s.Start(ctx, tx, []Charge{c})
+	return c, s.start(ctx, tx, []Charge{c})
 }
 
 // Postings posts the holds of charges with a RegistryUIN to the state

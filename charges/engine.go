@@ -61,10 +61,11 @@ func each(cs []Charge, of func(c Charge) river.JobArgs) []river.InsertManyParams
 	return jobs
 }
 
-// Start enqueues, in tx, the authorize step of each charge's current
-// attempt: new charges, or attempts their move just began. It is unique
-// per attempt, so starting one twice is harmless.
-func (s *Store) Start(ctx context.Context, tx pgx.Tx, cs []Charge) error {
+// start enqueues, in tx, the authorize step of each charge's current
+// attempt: new charges (Create, CreateForBill), or attempts their move
+// just began. It is unique per attempt, so starting one twice is
+// harmless.
+func (s *Store) start(ctx context.Context, tx pgx.Tx, cs []Charge) error {
 	return s.enqueue(ctx, tx, each(cs, func(c Charge) river.JobArgs {
 		return AuthorizeArgs{ChargeID: c.ID, Attempt: c.AttemptCount}
 	}))

@@ -128,10 +128,12 @@ type New struct {
 	Experiments map[string]string
 }
 
-// CreateMany inserts charges for due periods and returns those that did
-// not exist yet. A period that already has a charge (a second scan, a
-// second node) is skipped by the unique key, never charged twice.
-func CreateMany(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Charge, error) {
+// Create inserts the charges of due periods and enqueues, in tx, the
+// authorize job of each it created, and returns those: a charge never
+// exists without the job that moves it. A period that already has a
+// charge (a second scan, a second node) is skipped by the unique key,
+// never charged twice, and gets no second job.
+func (s *Store) Create(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Charge, error) {
 	if len(news) == 0 {
 		return nil, nil
 	}
@@ -139,29 +141,35 @@ func CreateMany(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Ch
 	if err != nil {
 		return nil, err
 	}
-	return collect(tx.Query(ctx, createManySQL, args...))
+	created, err := collect(tx.Query(ctx, createManySQL, args...))
+	if err != nil {
+		return nil, err
+	}
+	return created, s.start(ctx, tx, created)
 }
 
-// QueueCreateMany is CreateMany queued on batch, for a caller that sends
-// the charges with other writes in one round trip (a subscription and the
-// charges of its periods due at once). created receives the charges when
-// the batch has run.
-func QueueCreateMany(batch *pgx.Batch, news []New, now time.Time, created func([]Charge)) error {
-	if len(news) == 0 {
-		return nil
-	}
-	args, err := createManyArgs(news, now)
-	if err != nil {
-		return err
-	}
-	batch.Queue(createManySQL, args...).Query(func(rows pgx.Rows) error {
-		cs, err := collect(rows, nil)
-		if err == nil {
-			created(cs)
+// CreateBatched is Create for a caller whose own writes go in the same
+// round trip as the charges (a subscription and the charges of its
+// periods due at once): the insert is queued on batch after what the
+// caller queued there, batch is sent, and the jobs follow in tx. An error
+// of any statement on batch is returned.
+func (s *Store) CreateBatched(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, news []New, now time.Time) ([]Charge, error) {
+	var created []Charge
+	if len(news) > 0 {
+		args, err := createManyArgs(news, now)
+		if err != nil {
+			return nil, err
 		}
-		return err
-	})
-	return nil
+		batch.Queue(createManySQL, args...).Query(func(rows pgx.Rows) error {
+			cs, err := collect(rows, nil)
+			created = cs
+			return err
+		})
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, err
+	}
+	return created, s.start(ctx, tx, created)
 }
 
 const createManySQL = `INSERT INTO charges (id, subscription_id, customer_id, period_key, period_start, amount,
