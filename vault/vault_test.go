@@ -39,7 +39,7 @@ func newVault(t *testing.T, pool *pgxpool.Pool, key []byte, old ...[]byte) *vaul
 	keys, err := secrets.NewKeyring(key, old...)
 	require.NoError(t, err)
 	return &vault.Vault{Pool: pool, Keys: keys,
-		Holders: []vault.TokenHolder{subscriptions.Tokens{}, charges.Tokens{}, enrollments.Tokens{}}}
+		Holders: []vault.TokenHolder{subscriptions.Tokens(), charges.Tokens(), enrollments.Tokens()}}
 }
 
 func seal(t *testing.T, v *vault.Vault, gw, token string) string {
