@@ -122,7 +122,8 @@ func (s *Store) HoldUnpostable(ctx context.Context, tx pgx.Tx, chargeID uuid.UUI
 // caller logs why. Returns ErrStale when the charge left that attempt's
 // authorized status.
 func (s *Store) HoldRefused(ctx context.Context, tx pgx.Tx, id uuid.UUID, attempt int, code ReviewCode, now time.Time) (Charge, error) {
-	c, err := s.move(ctx, tx, id, attempt, []Status{Authorized}, RequiresReview, now, reviewSet, code.Sentence(), string(code))
+	c, err := oneMoved(s.move(ctx, tx, transition{from: []Status{Authorized}, to: RequiresReview, set: reviewSet}, now,
+		byID(id, attempt, ""), code.Sentence(), string(code)))
 	if err != nil {
 		return Charge{}, err
 	}

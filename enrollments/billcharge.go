@@ -50,7 +50,7 @@ func (st *Store) Confirm(ctx context.Context, tx pgx.Tx, e Enrollment, billID st
 			return b, nil
 		}
 		// Recorded, not a move: the bill stays pending until resume.
-		return st.updateBill(ctx, tx, b.ID, []BillStatus{BillPending}, "", confirmed, now, amount)
+		return st.writeBill(ctx, tx, b.ID, BillMachine.Within(BillPending), "", confirmed, now, amount)
 	}
 	return b, nil
 }

@@ -25,7 +25,7 @@ func (st *Store) PaidOutside(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID,
 	if inFull {
 		_, err = st.moveBill(ctx, tx, b.ID, being, BillPaidElsewhere, BillEventPaidElsewhere, `paid_outside = $1`, paid)
 	} else {
-		_, err = st.updateBill(ctx, tx, b.ID, being, "", `paid_outside = $1`, paid)
+		_, err = st.writeBill(ctx, tx, b.ID, BillMachine.Within(being...), "", `paid_outside = $1`, paid)
 	}
 	if errors.Is(err, ErrBillNotFound) {
 		return nil
@@ -51,7 +51,7 @@ func (st *Store) SourcePaid(ctx context.Context, tx pgx.Tx, b Bill, paid int64) 
 		b, err := st.moveBill(ctx, tx, b.ID, []BillStatus{b.Status}, BillPaidElsewhere, BillEventPaidElsewhere, `paid_outside = $1`, paid)
 		return b, err == nil, err
 	}
-	b, err := st.updateBill(ctx, tx, b.ID, open, "", `paid_outside = GREATEST(paid_outside, $1)`, paid)
+	b, err := st.writeBill(ctx, tx, b.ID, BillMachine.Within(open...), "", `paid_outside = GREATEST(paid_outside, $1)`, paid)
 	return b, false, err
 }
 

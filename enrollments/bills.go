@@ -352,33 +352,39 @@ func (st *Store) ListBills(ctx context.Context, db pg.DBTX, enrollmentID, before
 func texts(statuses ...BillStatus) []string { return fsm.Texts(statuses) }
 
 // moveBill is the one guarded move of a bill, under every change of its
-// status: from one of from to to, each a move the table allows, with
-// extra assignments (parameters from $1), publishing event ("" for none).
-// Returns ErrBillNotFound when the guard fails, a *fsm.TransitionError
-// (nothing written) for a move the table forbids.
+// status: from one of from to to, as the machine allows it
+// (BillMachine.Move), with extra assignments (parameters from $1),
+// publishing event ("" for none). Returns ErrBillNotFound when the guard
+// fails, a *fsm.TransitionError (nothing written) for a move the table
+// forbids.
 func (st *Store) moveBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, from []BillStatus, to BillStatus, event string,
 	set string, args ...any) (Bill, error) {
-	if err := BillMachine.Check(from, to); err != nil {
+	mv, err := BillMachine.Move(to, from...)
+	if err != nil {
 		return Bill{}, err
 	}
-	assign := fmt.Sprintf("status = $%d", len(args)+1)
-	if set != "" {
-		assign += ", " + set
-	}
-	return st.updateBill(ctx, tx, id, from, event, assign, append(args, to)...)
+	return st.writeBill(ctx, tx, id, mv, event, set, args...)
 }
 
-// updateBill is the guarded UPDATE under moveBill, and the change of a
-// bill that stays in its status: it writes set (parameters from $1) only
-// while the bill's status is one of in, publishing event ("" for none).
-// Returns ErrBillNotFound when the guard fails.
-func (st *Store) updateBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, in []BillStatus, event string,
+// writeBill is the guarded UPDATE of a bill: under moveBill, and for a
+// change of a bill that keeps its status (BillMachine.Within). It writes
+// the move's status (none for Within) and set (parameters from $1) only
+// while the bill's status is one of the move's From, publishing event (""
+// for none). Returns ErrBillNotFound when the guard fails.
+func (st *Store) writeBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, mv fsm.Move[BillStatus], event string,
 	set string, args ...any) (Bill, error) {
+	if !mv.Stays() {
+		assign := fmt.Sprintf("status = $%d", len(args)+1)
+		if set != "" {
+			assign += ", " + set
+		}
+		set, args = assign, append(args, mv.To())
+	}
 	now := st.clock.Now()
 	n := len(args)
 	query := fmt.Sprintf(`UPDATE bills SET %s, updated_at = $%d WHERE id = $%d AND status = ANY($%d) RETURNING `,
 		set, n+1, n+2, n+3) + billColumns
-	b, err := scanBill(tx.QueryRow(ctx, query, append(args, now, id, texts(in...))...))
+	b, err := scanBill(tx.QueryRow(ctx, query, append(args, now, id, texts(mv.From()...))...))
 	if err != nil {
 		return Bill{}, err
 	}
