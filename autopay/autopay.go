@@ -151,7 +151,7 @@ func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollmen
 			n.FullAmount -= b.PaidOutside
 		}
 	}
-	c, created, err := charges.CreateForBill(ctx, tx, n, now)
+	c, _, err := a.Charges.CreateForBill(ctx, tx, n, now)
 	var held *charges.IdentityHeldError
 	if errors.As(err, &held) {
 		// Another enrollment's copy of this bill is being paid: this one
@@ -164,11 +164,6 @@ func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollmen
 	b, err = a.Enrollments.Charging(ctx, tx, b.ID, c.ID)
 	if err != nil {
 		return enrollments.Bill{}, fmt.Errorf("bill %s to paying: %w", n.BillID, err)
-	}
-	if created {
-		if err := a.Charges.Start(ctx, tx, []charges.Charge{c}); err != nil {
-			return enrollments.Bill{}, err
-		}
 	}
 	return b, nil
 }

@@ -22,15 +22,15 @@ const newAttempt = `attempt_count = attempt_count + 1, attempt_due_at = $1,
 // whose retry time has come: a new attempt number (so a new gateway key),
 // status scheduled, with its authorize job enqueued in tx.
 func (s *Store) DueRetries(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Charge, error) {
-	retried, err := s.moveWhere(ctx, tx, transition{from: []Status{Declined}, to: Scheduled,
+	retried, err := s.move(ctx, tx, transition{from: []Status{Declined}, to: Scheduled,
 		set: `attempt_count = attempt_count + 1, attempt_due_at = next_attempt_at, attempt_times = attempt_times || $1::timestamptz,
 			unknown_phase = NULL, authorization_ref = NULL`}, now,
-		`charges.id IN (SELECT id FROM charges WHERE `+statusInSQL("off_path_status", Declined)+` AND next_attempt_at <= $1
-			ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)`, now, limit)
+		matching(`charges.id IN (SELECT id FROM charges WHERE `+statusInSQL("off_path_status", Declined)+` AND next_attempt_at <= $1
+			ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)`), now, limit)
 	if err != nil {
 		return nil, err
 	}
-	return retried, s.Start(ctx, tx, retried)
+	return retried, s.start(ctx, tx, retried)
 }
 
 // Card-network rules on retrying one card: at most SameCardAttempts
@@ -123,15 +123,15 @@ func (s *Store) paymentMethodChanged(ctx context.Context, tx pgx.Tx, owner strin
 	}
 	retried := make([]Charge, 0, len(waiting))
 	for _, c := range waiting {
-		next, err := s.move(ctx, tx, c.ID, c.AttemptCount, []Status{c.Status}, Scheduled, now,
-			newAttempt+`, gateway = $3, pm_token = $4, failure_code = NULL, first_declined_at = NULL`,
-			now, now, gateway, token)
+		next, err := oneMoved(s.move(ctx, tx, transition{from: []Status{c.Status}, to: Scheduled,
+			set: newAttempt + `, gateway = $3, pm_token = $4, failure_code = NULL, first_declined_at = NULL`}, now,
+			byID(c.ID, c.AttemptCount, ""), now, now, gateway, token))
 		if err != nil {
 			return nil, err
 		}
 		retried = append(retried, next)
 	}
-	return retried, s.Start(ctx, tx, retried)
+	return retried, s.start(ctx, tx, retried)
 }
 
 // RetryFromReview starts a new attempt of a charge in requires_review or
@@ -156,10 +156,10 @@ func (s *Store) RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gatewa
 	// A bill's charge that no longer holds its bill's identity (released,
 	// or the later of two copies) is never charged again: another copy
 	// pays the bill.
-	next, err := s.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{RequiresReview, Failed}, to: Scheduled,
+	next, err := oneMoved(s.move(ctx, tx, transition{from: []Status{RequiresReview, Failed}, to: Scheduled,
 		where: "(bill_identity IS NULL OR identity_held)",
 		set: newAttempt + `, gateway = $3, pm_token = $4, failure_code = NULL, first_declined_at = NULL, review_reason = NULL, review_code = NULL,
-			hold_released_at = NULL, void_requested = false`}, now, now, now, gateway, token)
+			hold_released_at = NULL, void_requested = false`}, now, byID(c.ID, c.AttemptCount, ""), now, now, gateway, token))
 	if errors.Is(err, ErrStale) {
 		if held, herr := identityHeld(ctx, tx, c.ID); herr == nil && !held {
 			return Charge{}, Machine.Refuse(c.Status, Scheduled, "")
@@ -168,7 +168,7 @@ func (s *Store) RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gatewa
 	if err != nil {
 		return Charge{}, err
 	}
-	return next, s.Start(ctx, tx, []Charge{next})
+	return next, s.start(ctx, tx, []Charge{next})
 }
 
 // identityHeld reports whether the charge may be charged as far as its

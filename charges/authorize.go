@@ -118,8 +118,9 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 		}
 		var capturing Charge // set when this run goes on to capture
 		err := p.record(ctx, s, func(tx pgx.Tx) error {
-			next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Authorized, now,
-				`authorization_ref = $1, authorized_at = $2, unknown_phase = NULL, failure_code = NULL`, res.Reference, now)
+			next, err := oneMoved(p.Store.move(ctx, tx, transition{from: from, to: Authorized,
+				set: `authorization_ref = $1, authorized_at = $2, unknown_phase = NULL, failure_code = NULL`}, now,
+				byID(c.ID, c.AttemptCount, ""), res.Reference, now))
 			if err != nil {
 				return err
 			}
@@ -145,7 +146,8 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 			case p.CaptureInline && !s.reconcile:
 				// The capture's "about to call", in the transaction that
 				// read the charge's void flag under its row lock.
-				next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Authorized}, to: Capturing, where: postedSQL}, now)
+				next, err = oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Authorized}, to: Capturing, where: postedSQL}, now,
+					byID(c.ID, c.AttemptCount, "")))
 				if err == nil {
 					p.transitioned(next, "")
 					capturing = next
@@ -228,16 +230,18 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 	}
 	unpaid := sub.UnpaidSince != nil
 	if unpaid && !c.PeriodStart.Before(*sub.UnpaidSince) {
-		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = $1, unknown_phase = NULL`,
-			"subscription_unpaid")
+		next, err := oneMoved(p.Store.move(ctx, tx, transition{from: from, to: Voided,
+			set: `failure_code = $1, unknown_phase = NULL`}, now,
+			byID(c.ID, c.AttemptCount, ""), "subscription_unpaid"))
 		if err == nil {
 			p.transitioned(next, "")
 		}
 		return err
 	}
 	if (sub.Token != c.token || sub.Gateway != c.Gateway) && !unpaid {
-		declined, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Declined, now,
-			`failure_code = $1, first_declined_at = $2, next_attempt_at = $3, unknown_phase = NULL`, code, first, now)
+		declined, err := oneMoved(p.Store.move(ctx, tx, transition{from: from, to: Declined,
+			set: `failure_code = $1, first_declined_at = $2, next_attempt_at = $3, unknown_phase = NULL`}, now,
+			byID(c.ID, c.AttemptCount, ""), code, first, now))
 		if err != nil {
 			return err
 		}
@@ -245,8 +249,9 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		if err := owner.ChargeDeclined(ctx, tx, c.OwnerID()); err != nil {
 			return err
 		}
-		retry, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Declined}, Scheduled, now,
-			newAttempt+`, gateway = $3, pm_token = $4, first_declined_at = NULL`, now, now, sub.Gateway, sub.Token)
+		retry, err := oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Declined}, to: Scheduled,
+			set: newAttempt + `, gateway = $3, pm_token = $4, first_declined_at = NULL`}, now,
+			byID(c.ID, c.AttemptCount, ""), now, now, sub.Gateway, sub.Token))
 		if err != nil {
 			return err
 		}
@@ -260,7 +265,9 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		at, dun = sub.NextAttempt(c, first)
 	}
 	if hard || !dun || unpaid {
-		failed, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Failed, now, `failure_code = $1, unknown_phase = NULL`, code)
+		failed, err := oneMoved(p.Store.move(ctx, tx, transition{from: from, to: Failed,
+			set: `failure_code = $1, unknown_phase = NULL`}, now,
+			byID(c.ID, c.AttemptCount, ""), code))
 		if err != nil {
 			return err
 		}
@@ -270,8 +277,9 @@ func (p *Pipeline) declined(ctx context.Context, tx pgx.Tx, c Charge, from []Sta
 		}
 		return p.Store.Failed(ctx, tx, owner, failed, now)
 	}
-	next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Declined, now,
-		`failure_code = $1, first_declined_at = $2, next_attempt_at = $3, unknown_phase = NULL`, code, first, at)
+	next, err := oneMoved(p.Store.move(ctx, tx, transition{from: from, to: Declined,
+		set: `failure_code = $1, first_declined_at = $2, next_attempt_at = $3, unknown_phase = NULL`}, now,
+		byID(c.ID, c.AttemptCount, ""), code, first, at))
 	if err != nil {
 		return err
 	}

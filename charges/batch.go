@@ -128,10 +128,8 @@ func batchRows(batch []*guardedMove) rows {
 	return r
 }
 
-// moveBatch runs t on the charges of batch in one statement, the same
-// guarded move each would make alone, and returns them by id as moved.
-func (s *Store) moveBatch(ctx context.Context, db DBTX, t transition, now time.Time, batch []*guardedMove, args ...any) (map[uuid.UUID]Charge, error) {
-	cs, err := s.apply(ctx, db, t, now, batchRows(batch), args...)
+// movedByID are the charges a batch's move moved, by id.
+func movedByID(cs []Charge, err error) (map[uuid.UUID]Charge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("batched move: %w", err)
 	}
@@ -153,11 +151,11 @@ func newPipelineBatches(p *Pipeline) *pipelineBatches {
 	return &pipelineBatches{
 		authorizing: moveBatcher{send: func(ctx context.Context, batch []*guardedMove) (map[uuid.UUID]Charge, error) {
 			now := p.Clock.Now()
-			return p.Store.moveBatch(ctx, p.Pool, p.beginning(authorizeFrom, Authorizing), now, batch, now, string(Scheduled))
+			return movedByID(p.Store.move(ctx, p.Pool, p.beginning(authorizeFrom, Authorizing), now, batchRows(batch), now, string(Scheduled)))
 		}},
 		holdThenCapture: moveBatcher{send: func(ctx context.Context, batch []*guardedMove) (map[uuid.UUID]Charge, error) {
 			now := p.Clock.Now()
-			return p.Store.moveBatch(ctx, p.Pool, heldAndCapturing, now, batch, now)
+			return movedByID(p.Store.move(ctx, p.Pool, heldAndCapturing, now, batchRows(batch), now))
 		}},
 		captured: moveBatcher{send: p.recordCaptures},
 	}
@@ -186,7 +184,7 @@ func (p *Pipeline) recordCaptures(ctx context.Context, batch []*guardedMove) (ma
 			return err
 		}
 		now := p.Clock.Now()
-		cs, err := p.Store.apply(ctx, tx, captured([]Status{Capturing}), now, batchRows(batch))
+		cs, err := p.Store.move(ctx, tx, captured([]Status{Capturing}), now, batchRows(batch))
 		if err != nil {
 			return err
 		}

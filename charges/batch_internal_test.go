@@ -278,7 +278,7 @@ func TestBothAttemptStartStatementsPriceInFullFromTheLastDiscountedStart(t *test
 				c, err = p.batched().authorizing.do(ctx, &guardedMove{id: id, attempt: 1})
 			} else {
 				at := p.Clock.Now()
-				c, err = p.Store.moveOne(ctx, pool, id, 1, p.beginning(authorizeFrom, Authorizing), at, at, string(Scheduled))
+				c, err = oneMoved(p.Store.move(ctx, pool, p.beginning(authorizeFrom, Authorizing), at, byID(id, 1, ""), at, string(Scheduled)))
 			}
 			require.NoError(t, err)
 			require.Equal(t, Authorizing, c.Status)

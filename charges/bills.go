@@ -118,13 +118,17 @@ func (e *IdentityHeldError) Unwrap() error { return ErrIdentityHeld }
 // inserting one identity serialise on the unique index (the second waits
 // for the first to commit, then finds it); callers inserting several
 // insert them in identity order, so that two of them cannot deadlock.
-// The caller starts a new one in tx (Store.Start).
-func CreateForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Time) (Charge, bool, error) {
+// A new charge's authorize job is enqueued in tx with it.
+func (s *Store) CreateForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Time) (Charge, bool, error) {
 	for range 3 {
 		c, created, err := createForBill(ctx, tx, n, now)
-		if !errors.Is(err, errIdentityReleased) {
+		if errors.Is(err, errIdentityReleased) {
+			continue
+		}
+		if err != nil || !created {
 			return c, created, err
 		}
+		return c, true, s.start(ctx, tx, []Charge{c})
 	}
 	return Charge{}, false, fmt.Errorf("bill %s: its identity changed hands three times while being claimed", n.BillID)
 }
@@ -219,8 +223,8 @@ func (s *Store) requestBillVoid(ctx context.Context, tx pgx.Tx, enrollmentID, ch
 	if chargeID != uuid.Nil {
 		one = &chargeID
 	}
-	if _, err := s.moveWhere(ctx, tx, transition{from: []Status{Scheduled, Declined}, to: Voided, set: "failure_code = $3"}, now,
-		"enrollment_id = $1 AND ($2::uuid IS NULL OR charges.id = $2)", enrollmentID, one, code); err != nil {
+	if _, err := s.move(ctx, tx, transition{from: []Status{Scheduled, Declined}, to: Voided, set: "failure_code = $3"}, now,
+		matching("enrollment_id = $1 AND ($2::uuid IS NULL OR charges.id = $2)"), enrollmentID, one, code); err != nil {
 		return nil, fmt.Errorf("void waiting bill charges: %w", err)
 	}
 	return collect(tx.Query(ctx, `UPDATE charges SET void_requested = true, void_reason = $5, updated_at = $3
@@ -266,12 +270,13 @@ func (p *Pipeline) discountReleased(ctx context.Context, tx pgx.Tx, c Charge, no
 	default:
 		code, at = FailureHoldExpired, c.sameCardAttemptAt(now)
 	}
-	next, err := p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Authorized}, to: Declined,
+	next, err := oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Authorized}, to: Declined,
 		where: "NOT void_requested", set: `failure_code = $2, next_attempt_at = $3, first_declined_at = coalesce(first_declined_at, $1),
-			outside_recheck = false`},
-		now, now, code, at)
+			outside_recheck = false`}, now, byID(c.ID, c.AttemptCount, ""), now, code, at))
 	if errors.Is(err, ErrStale) {
-		next, err = p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorized}, Voided, now, `failure_code = `+billVoidCodeSQL)
+		next, err = oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Authorized}, to: Voided,
+			set: `failure_code = ` + billVoidCodeSQL}, now,
+			byID(c.ID, c.AttemptCount, "")))
 	}
 	if err == nil {
 		p.transitioned(next, "the hold was released before its capture: "+code)
@@ -341,17 +346,18 @@ func (p *Pipeline) heldBack(ctx context.Context, s stageRun, c Charge) (bool, er
 			return err
 		}
 		if expired {
-			next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled}, Voided, now,
-				`failure_code = 'bill_expired'`)
+			next, err := oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Scheduled}, to: Voided,
+				set: `failure_code = 'bill_expired'`}, now,
+				byID(c.ID, c.AttemptCount, "")))
 			if err != nil {
 				return err
 			}
 			p.transitioned(next, "the bill's last moment to start an attempt passed")
 			return owner.ChargeExpired(ctx, tx, next)
 		}
-		next, err := p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: Scheduled,
+		next, err := oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Scheduled}, to: Scheduled,
 			where: `NOT void_requested AND NOT confirmation_required AND NOT ` + withinCapSQL,
-			set:   `confirmation_required = true, amount = ` + priceSQL}, now, now)
+			set:   `confirmation_required = true, amount = ` + priceSQL}, now, byID(c.ID, c.AttemptCount, ""), now))
 		if err != nil {
 			return err
 		}
@@ -368,12 +374,12 @@ func (p *Pipeline) heldBack(ctx context.Context, s stageRun, c Charge) (bool, er
 // a new confirmation. Returns ErrStale when the charge awaits no
 // confirmation.
 func (s *Store) Confirm(ctx context.Context, tx pgx.Tx, id uuid.UUID, amount int64, now time.Time) (Charge, error) {
-	c, err := s.moveOne(ctx, tx, id, 0, transition{from: []Status{Scheduled}, to: Scheduled, where: "confirmation_required",
-		set: newAttempt + `, confirmed_amount = $3, confirmation_required = false`}, now, now, now, amount)
+	c, err := oneMoved(s.move(ctx, tx, transition{from: []Status{Scheduled}, to: Scheduled, where: "confirmation_required",
+		set: newAttempt + `, confirmed_amount = $3, confirmation_required = false`}, now, byID(id, 0, ""), now, now, amount))
 	if err != nil {
 		return Charge{}, err
 	}
-	return c, s.Start(ctx, tx, []Charge{c})
+	return c, s.start(ctx, tx, []Charge{c})
 }
 
 // Postings posts the holds of charges with a RegistryUIN to the state

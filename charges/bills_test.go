@@ -67,7 +67,7 @@ func newBillCharge(ctx context.Context, t *testing.T, b *testBundle, deadline ti
 	var c charges.Charge
 	var created bool
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
-		c, created, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
+		c, created, err = b.pipeline.Store.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
 			BillID: "18800000000000000008", Due: start, Amount: 500, FullAmount: 1000, DiscountUntil: &deadline,
 			Currency: "RUB", Gateway: "fake", Token: currentCard}, start)
 		return err
@@ -85,7 +85,7 @@ func TestCreateForBillIsOnePerBill(t *testing.T) {
 	require.Equal(t, c.EnrollmentID.String()+":18800000000000000008", c.Key())
 	var again charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
-		again, created, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: c.EnrollmentID, CustomerID: "cus_1",
+		again, created, err = b.pipeline.Store.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: c.EnrollmentID, CustomerID: "cus_1",
 			BillID: "18800000000000000008", Due: start, Amount: 700, Currency: "RUB", Gateway: "fake", Token: currentCard}, start)
 		return err
 	}))
@@ -252,7 +252,7 @@ func newCappedBillCharge(ctx context.Context, t *testing.T, b *testBundle, deadl
 	require.NoError(t, err)
 	var c charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
-		c, _, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
+		c, _, err = b.pipeline.Store.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
 			BillID: "18800000000000000008", Due: start, Amount: 500, FullAmount: 1000, DiscountUntil: &deadline,
 			Currency: "RUB", Gateway: "fake", Token: currentCard, MaxAmount: maxAmount, PayUntil: payUntil}, start)
 		return err

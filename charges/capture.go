@@ -125,7 +125,7 @@ func (p *Pipeline) afterCapture(ctx context.Context, s stageRun, c Charge, from 
 		if err != nil {
 			return err
 		}
-		next, err := p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, captured(from), now)
+		next, err := oneMoved(p.Store.move(ctx, tx, captured(from), now, byID(c.ID, c.AttemptCount, "")))
 		if err != nil {
 			return err
 		}

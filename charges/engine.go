@@ -61,10 +61,11 @@ func each(cs []Charge, of func(c Charge) river.JobArgs) []river.InsertManyParams
 	return jobs
 }
 
-// Start enqueues, in tx, the authorize step of each charge's current
-// attempt: new charges, or attempts their move just began. It is unique
-// per attempt, so starting one twice is harmless.
-func (s *Store) Start(ctx context.Context, tx pgx.Tx, cs []Charge) error {
+// start enqueues, in tx, the authorize step of each charge's current
+// attempt: new charges (Create, CreateForBill), or attempts their move
+// just began. It is unique per attempt, so starting one twice is
+// harmless.
+func (s *Store) start(ctx context.Context, tx pgx.Tx, cs []Charge) error {
 	return s.enqueue(ctx, tx, each(cs, func(c Charge) river.JobArgs {
 		return AuthorizeArgs{ChargeID: c.ID, Attempt: c.AttemptCount}
 	}))
@@ -121,7 +122,8 @@ func (s *Store) HoldUnpostable(ctx context.Context, tx pgx.Tx, chargeID uuid.UUI
 // caller logs why. Returns ErrStale when the charge left that attempt's
 // authorized status.
 func (s *Store) HoldRefused(ctx context.Context, tx pgx.Tx, id uuid.UUID, attempt int, code ReviewCode, now time.Time) (Charge, error) {
-	c, err := s.move(ctx, tx, id, attempt, []Status{Authorized}, RequiresReview, now, reviewSet, code.Sentence(), string(code))
+	c, err := oneMoved(s.move(ctx, tx, transition{from: []Status{Authorized}, to: RequiresReview, set: reviewSet}, now,
+		byID(id, attempt, ""), code.Sentence(), string(code)))
 	if err != nil {
 		return Charge{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -148,4 +149,57 @@ func TestHoldVerbs(t *testing.T) {
 		require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status)
 		require.Empty(t, b.jobsOf(ctx, t, c.ID))
 	})
+}
+
+// Every charge a create verb makes has its authorize job, enqueued in the
+// creating transaction, and a period or bill that already had its charge
+// gets no second job: no caller can create a charge that nothing moves.
+func TestCreatedChargesHaveTheirAuthorizeJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	news := func(keys ...string) []charges.New {
+		var out []charges.New
+		for _, k := range keys {
+			out = append(out, charges.New{SubscriptionID: b.subscriptionID, CustomerID: "cus_1", PeriodKey: k,
+				PeriodStart: periodStart, Amount: 1999, Currency: "EUR", Gateway: b.gateway.Name(), Token: currentCard})
+		}
+		return out
+	}
+	var created, batched, again []charges.Charge
+	require.NoError(t, b.inStoreTx(ctx, t, func(tx pgx.Tx) (err error) {
+		created, err = b.pipeline.Store.Create(ctx, tx, news("p1", "p2"), b.clock.Now())
+		return err
+	}))
+	require.Len(t, created, 2)
+	require.NoError(t, b.inStoreTx(ctx, t, func(tx pgx.Tx) (err error) {
+		batch := &pgx.Batch{}
+		var one int
+		batch.Queue(`SELECT 1`).QueryRow(func(row pgx.Row) error { return row.Scan(&one) })
+		batched, err = b.pipeline.Store.CreateBatched(ctx, tx, batch, news("p3"), b.clock.Now())
+		require.Equal(t, 1, one, "the caller's statement was sent with the charges")
+		return err
+	}))
+	require.Len(t, batched, 1)
+	bill, billCreated := newBillCharge(ctx, t, b, start.Add(time.Hour))
+	require.True(t, billCreated)
+	for _, c := range append(append(created, batched...), bill) {
+		b.requireJob(ctx, t, c, "charge_authorize", 1)
+	}
+
+	// The same periods again (a second scan): nothing created, no job.
+	require.NoError(t, b.inStoreTx(ctx, t, func(tx pgx.Tx) (err error) {
+		again, err = b.pipeline.Store.Create(ctx, tx, news("p1", "p3"), b.clock.Now())
+		return err
+	}))
+	require.Empty(t, again)
+	for _, c := range append(created, batched...) {
+		b.requireJob(ctx, t, c, "charge_authorize", 1)
+	}
+
+	// No charge in the database without its authorize job.
+	var orphans int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM charges c WHERE NOT EXISTS (
+		SELECT 1 FROM river_job j WHERE j.kind = 'charge_authorize' AND j.args ->> 'charge_id' = c.id::text)`).Scan(&orphans))
+	require.Zero(t, orphans, "charges created without their authorize job")
 }

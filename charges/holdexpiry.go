@@ -92,9 +92,9 @@ func (p *Pipeline) reauthorize(ctx context.Context, s stageRun, c Charge, from [
 		if err != nil {
 			return err
 		}
-		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Scheduled, now,
-			newAttempt+`, gateway = $3, pm_token = $4, failure_code = $5, authorized_at = NULL`,
-			now, now, sub.Gateway, sub.Token, code)
+		next, err := oneMoved(p.Store.move(ctx, tx, transition{from: from, to: Scheduled,
+			set: newAttempt + `, gateway = $3, pm_token = $4, failure_code = $5, authorized_at = NULL`}, now,
+			byID(c.ID, c.AttemptCount, ""), now, now, sub.Gateway, sub.Token, code))
 		if err != nil {
 			return err
 		}

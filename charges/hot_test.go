@@ -35,7 +35,7 @@ func TestHotPathMovesAreHOT(t *testing.T) {
 
 	var created []charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, hot, func(tx pgx.Tx) error {
-		created, err = charges.CreateMany(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
+		created, err = b.pipeline.Store.Create(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
 			PeriodKey: periodKey, PeriodStart: periodStart, Amount: 1999, Currency: "EUR", Gateway: b.gateway.Name(),
 			Token: currentCard}}, b.clock.Now())
 		return err

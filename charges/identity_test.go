@@ -29,7 +29,7 @@ func identityFines(ctx context.Context, t *testing.T, pool *pgxpool.Pool, n int)
 	for i := range out {
 		uin := fmt.Sprintf("188101000000000000%02d", i+1)
 		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-			out[i], _, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
+			out[i], _, err = (&charges.Store{Queue: insertOnly(t, pool)}).CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
 				BillID: uin, Due: postingStart, Amount: 500, Currency: "RUB", Gateway: "sim1", Token: "tok", RegistryUIN: uin,
 				Identity: "uin:" + uin}, postingStart)
 			return err

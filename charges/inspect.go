@@ -180,8 +180,8 @@ func Kick(ctx context.Context, tx pgx.Tx, jobs JobInserter, c Charge) (string, e
 // Like the pipeline's own path to review, a charge that may hold an
 // authorization gets its hold checked and, unless captured, released.
 func (s *Store) ToReview(ctx context.Context, tx pgx.Tx, jobs JobInserter, c Charge, code ReviewCode, now time.Time) (Charge, error) {
-	next, err := s.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{c.Status}, to: RequiresReview,
-		where: "updated_at = $3", set: reviewSet}, now, code.Sentence(), string(code), c.UpdatedAt)
+	next, err := oneMoved(s.move(ctx, tx, transition{from: []Status{c.Status}, to: RequiresReview,
+		where: "updated_at = $3", set: reviewSet}, now, byID(c.ID, c.AttemptCount, ""), code.Sentence(), string(code), c.UpdatedAt))
 	if err != nil {
 		return Charge{}, err
 	}

@@ -157,9 +157,9 @@ func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, outsi
 	var err error
 	switch {
 	case inFull:
-		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: Voided,
+		next, err = oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Scheduled}, to: Voided,
 			where: "NOT void_requested",
-			set:   `failure_code = $1, paid_outside = $2, outside_checked_attempt = attempt_count`}, now, FailurePaidElsewhere, paid)
+			set:   `failure_code = $1, paid_outside = $2, outside_checked_attempt = attempt_count`}, now, byID(c.ID, c.AttemptCount, ""), FailurePaidElsewhere, paid))
 		if err == nil {
 			p.transitioned(next, "paid in full outside rebill")
 		}
@@ -167,19 +167,19 @@ func (p *Pipeline) recordOutside(ctx context.Context, tx pgx.Tx, c Charge, outsi
 		// The person who resolves it is the judge now: a retry they start
 		// is not sent back here unless the source reports the figure again.
 		reason := ReviewPaidOutsideDisputed.Sentence() + " (" + fmt.Sprintf(sourceDisagreesNote, c.SourcePaid, paid) + ")"
-		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: RequiresReview,
+		next, err = oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Scheduled}, to: RequiresReview,
 			where: "NOT void_requested",
 			set: `paid_outside = $3, outside_checked_attempt = attempt_count, full_amount = full_amount - $2,
 				amount = CASE WHEN discount_until <= $1 THEN full_amount - $2 ELSE amount - $2 END, source_paid = 0, ` +
-				reviewSetAt(4, 5)}, now, now, delta, paid, reason, ReviewPaidOutsideDisputed)
+				reviewSetAt(4, 5)}, now, byID(c.ID, c.AttemptCount, ""), now, delta, paid, reason, ReviewPaidOutsideDisputed))
 		if err == nil {
 			p.transitioned(next, reason)
 		}
 	default:
-		next, err = p.Store.moveOne(ctx, tx, c.ID, c.AttemptCount, transition{from: []Status{Scheduled}, to: Scheduled,
+		next, err = oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Scheduled}, to: Scheduled,
 			where: "NOT void_requested",
 			set: `paid_outside = $3, outside_checked_attempt = attempt_count, full_amount = full_amount - $2,
-				amount = CASE WHEN discount_until <= $1 THEN full_amount - $2 ELSE amount - $2 END`}, now, now, delta, paid)
+				amount = CASE WHEN discount_until <= $1 THEN full_amount - $2 ELSE amount - $2 END`}, now, byID(c.ID, c.AttemptCount, ""), now, delta, paid))
 	}
 	if err != nil {
 		return false, err

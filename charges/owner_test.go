@@ -40,10 +40,13 @@ func (b *testBundle) period(ctx context.Context, t *testing.T, begins time.Time,
 	t.Helper()
 	var created []charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
-		created, err = charges.CreateMany(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
+		created, err = b.pipeline.Store.Create(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
 			PeriodKey: begins.Format(time.DateOnly), PeriodStart: begins, Amount: 1999, Currency: "EUR", Gateway: b.gateway.Name(),
 			Token: currentCard}}, b.clock.Now())
-		return err
+		if err != nil {
+			return err
+		}
+		return dropJobs(ctx, tx, created)
 	}))
 	require.Len(t, created, 1)
 	if status == charges.Declined {

@@ -226,7 +226,7 @@ func (p *Pipeline) call(ctx context.Context, c Charge, op gateway.Op, fn func(ct
 // not configured).
 func (p *Pipeline) begin(ctx context.Context, s stageRun, from []Status, to Status) (Charge, gateway.Gateway, error) {
 	now := p.Clock.Now()
-	c, err := p.Store.moveOne(ctx, p.Pool, s.chargeID, s.attempt, p.beginning(from, to), now, now, string(Scheduled))
+	c, err := oneMoved(p.Store.move(ctx, p.Pool, p.beginning(from, to), now, byID(s.chargeID, s.attempt, ""), now, string(Scheduled)))
 	return p.begun(ctx, s, c, err)
 }
 
@@ -367,8 +367,9 @@ func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op 
 func (p *Pipeline) toReconcile(ctx context.Context, s stageRun, c Charge, op gateway.Op, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorizing, Capturing}, Unknown, now,
-			`unknown_phase = $1, failure_code = NULL`, string(op))
+		next, err := oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Authorizing, Capturing}, to: Unknown,
+			set: `unknown_phase = $1, failure_code = NULL`}, now,
+			byID(c.ID, c.AttemptCount, ""), string(op)))
 		if err != nil {
 			return err
 		}
@@ -387,8 +388,9 @@ func (p *Pipeline) toReconcile(ctx context.Context, s stageRun, c Charge, op gat
 func (p *Pipeline) review(ctx context.Context, s stageRun, c Charge, code ReviewCode, detail string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}, RequiresReview, now,
-			reviewSet, code.Sentence(), string(code))
+		next, err := oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Scheduled, Authorizing, Authorized, Capturing, Unknown}, to: RequiresReview,
+			set: reviewSet}, now,
+			byID(c.ID, c.AttemptCount, ""), code.Sentence(), string(code)))
 		if err != nil {
 			return err
 		}

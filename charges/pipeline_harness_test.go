@@ -148,6 +148,17 @@ func (b *testBundle) key(attempt int, phase gateway.Op) string {
 // releasedNow: the step released the hold.
 var releasedNow = new(time.Duration(0))
 
+// dropJobs deletes, in tx, the jobs of charges cs: a fixture that puts a
+// charge in a state of its own with SQL leaves no job of its creation.
+func dropJobs(ctx context.Context, tx pgx.Tx, cs []charges.Charge) error {
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID.String()
+	}
+	_, err := tx.Exec(ctx, `DELETE FROM river_job WHERE args ->> 'charge_id' = ANY($1)`, ids)
+	return err
+}
+
 // fixture is the state a charge is put in before a step runs.
 type fixture struct {
 	status           charges.Status // scheduled when empty
@@ -162,17 +173,21 @@ type fixture struct {
 	holdReleased     bool
 }
 
-// newCharge creates the period's charge as the scan does (charges.CreateMany
-// in a committed transaction) and then puts it in f's state with SQL.
+// newCharge creates the period's charge as the scan does (Store.Create in
+// a committed transaction) and then puts it in f's state with SQL, its
+// authorize job dropped: each test enqueues or works the step it is about.
 func (b *testBundle) newCharge(ctx context.Context, t *testing.T, f fixture) charges.Charge {
 	t.Helper()
 	var created []charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
-		created, err = charges.CreateMany(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
+		created, err = b.pipeline.Store.Create(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
 			PeriodKey: periodKey, PeriodStart: periodStart, Amount: 1999, Currency: "EUR", Gateway: b.gateway.Name(),
 			Token: currentCard}}, b.clock.Now())
-		return err
+		if err != nil {
+			return err
+		}
+		return dropJobs(ctx, tx, created)
 	}))
 	require.Len(t, created, 1)
 	c := created[0]

@@ -94,7 +94,7 @@ func (b *postingBundle) heldFine(ctx context.Context, t *testing.T, uin string) 
 	require.NoError(t, err)
 	var c charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
-		c, _, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
+		c, _, err = (&charges.Store{Queue: insertOnly(t, b.pool)}).CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
 			BillID: uin, Due: postingStart, Amount: 500, Currency: "RUB", Gateway: "sim1", Token: "tok", RegistryUIN: uin}, postingStart)
 		return err
 	}))

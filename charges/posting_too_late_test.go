@@ -73,7 +73,7 @@ func setupTooLateOn(ctx context.Context, t *testing.T, withSim bool) tooLateBund
 	deadline := postingStart.Add(3 * time.Hour)
 	var c charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-		c, _, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
+		c, _, err = (&charges.Store{Queue: insertOnly(t, pool)}).CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
 			BillID: "18810142200817004923", Due: postingStart, Amount: 500, FullAmount: 1000, DiscountUntil: &deadline,
 			Currency: "RUB", Gateway: "sim1", Token: "tok", RegistryUIN: "18810142200817004923"}, postingStart)
 		return err

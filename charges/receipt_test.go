@@ -22,7 +22,7 @@ func TestReceiptGoesWithTheHoldAndTheCapture(t *testing.T) {
 	var created []charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
-		created, err = charges.CreateMany(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
+		created, err = b.pipeline.Store.Create(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
 			PeriodKey: periodKey, PeriodStart: periodStart, Amount: 1999, Currency: "EUR", Gateway: b.gateway.Name(),
 			Token: currentCard, Receipt: []byte(receipt)}}, b.clock.Now())
 		return err

@@ -98,7 +98,9 @@ func (p *Pipeline) notSentNotWanted(ctx context.Context, s stageRun, c Charge, o
 			// gateway, not wanted since.
 			return p.voidedNotWanted(ctx, tx, c, []Status{Unknown, Authorizing}, now)
 		}
-		next, err := p.Store.move(ctx, tx, s.chargeID, s.attempt, []Status{Unknown}, Authorized, now, `unknown_phase = NULL`)
+		next, err := oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Unknown}, to: Authorized,
+			set: `unknown_phase = NULL`}, now,
+			byID(s.chargeID, s.attempt, "")))
 		if err != nil {
 			return err
 		}

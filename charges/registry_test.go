@@ -41,7 +41,8 @@ func (f *fakePostings) Held(_ context.Context, _ pgx.Tx, c charges.Charge) error
 }
 
 // newFineCharge is newBillCharge with the fine's UIN: held at 500 until
-// deadline and at 1000 after, posted to the registry before its capture.
+// deadline and at 1000 after, posted to the registry before its capture;
+// its authorize job dropped, the test works the steps itself.
 func newFineCharge(ctx context.Context, t *testing.T, b *testBundle, deadline time.Time) charges.Charge {
 	t.Helper()
 	enrollmentID := uuid.New()
@@ -52,10 +53,13 @@ func newFineCharge(ctx context.Context, t *testing.T, b *testBundle, deadline ti
 	require.NoError(t, err)
 	var c charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
-		c, _, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
+		c, _, err = b.pipeline.Store.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: enrollmentID, CustomerID: "cus_1",
 			BillID: fineUIN, Due: start, Amount: 500, FullAmount: 1000, DiscountUntil: &deadline,
 			Currency: "RUB", Gateway: "fake", Token: currentCard, RegistryUIN: fineUIN}, start)
-		return err
+		if err != nil {
+			return err
+		}
+		return dropJobs(ctx, tx, []charges.Charge{c})
 	}))
 	return c
 }

@@ -129,7 +129,7 @@ func (s *Store) Resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, r Resoluti
 	if r.Outcome == Succeeded {
 		t.where = "hold_released_at IS NULL"
 	}
-	c, err := s.moveOne(ctx, tx, id, 0, t, now, string(r.Outcome), r.Evidence, r.Actor, now)
+	c, err := oneMoved(s.move(ctx, tx, t, now, byID(id, 0, ""), string(r.Outcome), r.Evidence, r.Actor, now))
 	if errors.Is(err, ErrStale) {
 		current, gerr := Get(ctx, tx, id)
 		if gerr != nil {
@@ -185,8 +185,7 @@ func (s *Store) SweepDiscarded(ctx context.Context, tx pgx.Tx, now time.Time) ([
 	if len(r.ids) == 0 {
 		return nil, nil
 	}
-	moved, err := s.apply(ctx, tx, transition{from: from, to: RequiresReview, set: reviewSet}, now, r,
-		ReviewJobDiscarded.Sentence(), string(ReviewJobDiscarded))
+	moved, err := s.move(ctx, tx, transition{from: from, to: RequiresReview, set: reviewSet}, now, r, ReviewJobDiscarded.Sentence(), string(ReviewJobDiscarded))
 	if err != nil {
 		return nil, fmt.Errorf("sweep discarded jobs: %w", err)
 	}

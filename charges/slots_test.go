@@ -190,10 +190,13 @@ func TestSweepSettlesSlotsOfEndedAttempts(t *testing.T) {
 		var created []charges.Charge
 		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 			var err error
-			created, err = charges.CreateMany(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
+			created, err = b.pipeline.Store.Create(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
 				PeriodKey: key, PeriodStart: periodStart, Amount: 1999, Currency: "EUR", Gateway: b.gateway.Name(),
 				Token: currentCard}}, b.clock.Now())
-			return err
+			if err != nil {
+				return err
+			}
+			return dropJobs(ctx, tx, created)
 		}))
 		_, err := b.pool.Exec(ctx, `UPDATE charges SET status = $2, attempt_count = $3 WHERE id = $1`,
 			created[0].ID, string(status), attempt)

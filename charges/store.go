@@ -128,10 +128,12 @@ type New struct {
 	Experiments map[string]string
 }
 
-// CreateMany inserts charges for due periods and returns those that did
-// not exist yet. A period that already has a charge (a second scan, a
-// second node) is skipped by the unique key, never charged twice.
-func CreateMany(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Charge, error) {
+// Create inserts the charges of due periods and enqueues, in tx, the
+// authorize job of each it created, and returns those: a charge never
+// exists without the job that moves it. A period that already has a
+// charge (a second scan, a second node) is skipped by the unique key,
+// never charged twice, and gets no second job.
+func (s *Store) Create(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Charge, error) {
 	if len(news) == 0 {
 		return nil, nil
 	}
@@ -139,29 +141,35 @@ func CreateMany(ctx context.Context, tx pgx.Tx, news []New, now time.Time) ([]Ch
 	if err != nil {
 		return nil, err
 	}
-	return collect(tx.Query(ctx, createManySQL, args...))
+	created, err := collect(tx.Query(ctx, createManySQL, args...))
+	if err != nil {
+		return nil, err
+	}
+	return created, s.start(ctx, tx, created)
 }
 
-// QueueCreateMany is CreateMany queued on batch, for a caller that sends
-// the charges with other writes in one round trip (a subscription and the
-// charges of its periods due at once). created receives the charges when
-// the batch has run.
-func QueueCreateMany(batch *pgx.Batch, news []New, now time.Time, created func([]Charge)) error {
-	if len(news) == 0 {
-		return nil
-	}
-	args, err := createManyArgs(news, now)
-	if err != nil {
-		return err
-	}
-	batch.Queue(createManySQL, args...).Query(func(rows pgx.Rows) error {
-		cs, err := collect(rows, nil)
-		if err == nil {
-			created(cs)
+// CreateBatched is Create for a caller whose own writes go in the same
+// round trip as the charges (a subscription and the charges of its
+// periods due at once): the insert is queued on batch after what the
+// caller queued there, batch is sent, and the jobs follow in tx. An error
+// of any statement on batch is returned.
+func (s *Store) CreateBatched(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, news []New, now time.Time) ([]Charge, error) {
+	var created []Charge
+	if len(news) > 0 {
+		args, err := createManyArgs(news, now)
+		if err != nil {
+			return nil, err
 		}
-		return err
-	})
-	return nil
+		batch.Queue(createManySQL, args...).Query(func(rows pgx.Rows) error {
+			cs, err := collect(rows, nil)
+			created = cs
+			return err
+		})
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, err
+	}
+	return created, s.start(ctx, tx, created)
 }
 
 const createManySQL = `INSERT INTO charges (id, subscription_id, customer_id, period_key, period_start, amount,
@@ -210,8 +218,8 @@ func createManyArgs(news []New, now time.Time) ([]any, error) {
 }
 
 // Store is the one writer of a charge's status: every statement that
-// changes charges.status is built by apply, from a transition checked
-// against the table ([CanTransition]) and guarded by the statuses it
+// changes charges.status is built by move, from a transition the machine
+// allowed ([Machine] and its MoveOrStay) and guarded by the statuses it
 // leaves, and publishes its events in the transaction that makes it. One
 // charge's move and a batch's are the same statement over one row or
 // many, so the pipeline's group-committed hot path keeps every guard of
@@ -225,7 +233,8 @@ type Store struct {
 	Queue Queue
 }
 
-// transition is one guarded move: from one of from to to, publishing
+// transition is one guarded move of charges: from one of from to to (as
+// the machine allows it: Machine.MoveOrStay), publishing
 // event instead of the event named after to ("" for that). where is a
 // condition the row must meet besides its status, set the assignments
 // besides the status; both may use the statement's arguments from $1, and
@@ -239,23 +248,6 @@ type transition struct {
 	where  string
 	set    string
 	sealed string
-}
-
-// check asks the table whether every move of t is allowed, and returns
-// the status a one-statement move passes through (empty: none). Staying
-// in a status is not a transition and is allowed.
-func (t transition) check() (via Status, err error) {
-	for _, f := range t.from {
-		if f == t.to || CanTransition(f, t.to) {
-			continue
-		}
-		v, ok := PassesThrough(f, t.to)
-		if !ok || len(t.from) != 1 {
-			return "", Machine.Refuse(f, t.to, "")
-		}
-		via = v
-	}
-	return via, nil
 }
 
 // rows are the charges a move applies to: by id, each with its attempt
@@ -273,15 +265,19 @@ func byID(id uuid.UUID, attempt int, note string) rows {
 	return rows{ids: []uuid.UUID{id}, attempts: []int32{int32(attempt)}, notes: []string{note}}
 }
 
-// apply runs t on r at now as one guarded UPDATE and publishes, in db,
-// the event of every charge it moved (first as the status it passed
-// through, if any). It returns the moved charges; one that the guard held
-// back is not among them.
-func (s *Store) apply(ctx context.Context, db DBTX, t transition, now time.Time, r rows, args ...any) ([]Charge, error) {
-	via, err := t.check()
+// move is the one guarded move of charges, and the only statement that
+// writes charges.status: it runs t on r (one charge byID, those matching a
+// condition, or a batch) at now as one guarded UPDATE, once the machine
+// allowed t (Machine.MoveOrStay), and publishes, in db, the event of every
+// charge it moved (first as the status it passed through, if any). It
+// returns the moved charges; one that the guard held back is not among
+// them.
+func (s *Store) move(ctx context.Context, db DBTX, t transition, now time.Time, r rows, args ...any) ([]Charge, error) {
+	mv, err := Machine.MoveOrStay(t.to, t.from...)
 	if err != nil {
 		return nil, err
 	}
+	via := mv.Via()
 	n := len(args)
 	query := fmt.Sprintf(`UPDATE charges SET status = $%d, updated_at = $%d`, n+1, n+2)
 	if t.to != Declined {
@@ -290,7 +286,7 @@ func (s *Store) apply(ctx context.Context, db DBTX, t transition, now time.Time,
 	if t.set != "" {
 		query += ", " + t.set
 	}
-	args = append(args, string(t.to), now, texts(t.from))
+	args = append(args, string(mv.To()), now, texts(mv.From()))
 	where := r.selector
 	if where == "" {
 		query += fmt.Sprintf(` FROM unnest($%d::uuid[], $%d::int[], $%d::text[]) AS b(bid, battempt, bnote)`, n+4, n+5, n+6)
@@ -325,10 +321,9 @@ func (s *Store) apply(ctx context.Context, db DBTX, t transition, now time.Time,
 	return moved, nil
 }
 
-// moveOne runs t on one charge, for attempt (0: any). Returns ErrStale
-// when the guard held it back.
-func (s *Store) moveOne(ctx context.Context, db DBTX, id uuid.UUID, attempt int, t transition, now time.Time, args ...any) (Charge, error) {
-	moved, err := s.apply(ctx, db, t, now, byID(id, attempt, ""), args...)
+// oneMoved is the charge of a move by id (byID), or ErrStale when the
+// guard held it back.
+func oneMoved(moved []Charge, err error) (Charge, error) {
 	if err != nil {
 		return Charge{}, err
 	}
@@ -338,18 +333,10 @@ func (s *Store) moveOne(ctx context.Context, db DBTX, id uuid.UUID, attempt int,
 	return moved[0], nil
 }
 
-// move is moveOne of the plain transition from one of from to to with the
-// assignments set.
-func (s *Store) move(ctx context.Context, db DBTX, id uuid.UUID, attempt int, from []Status, to Status, now time.Time, set string,
-	args ...any) (Charge, error) {
-	return s.moveOne(ctx, db, id, attempt, transition{from: from, to: to, set: set}, now, args...)
-}
-
-// moveWhere runs t on every charge that meets selector, a condition over
-// the charges row that may use args from $1.
-func (s *Store) moveWhere(ctx context.Context, db DBTX, t transition, now time.Time, selector string, args ...any) ([]Charge, error) {
-	return s.apply(ctx, db, t, now, rows{selector: selector}, args...)
-}
+// matching are the rows of a move over every charge that meets selector,
+// a condition over the charges row that may use the move's arguments from
+// $1.
+func matching(selector string) rows { return rows{selector: selector} }
 
 // inFlightSQL is the predicate of the partial index charges_in_flight_idx:
 // in_flight, kept by a trigger from status, is true in scheduled,

@@ -96,15 +96,14 @@ func (b *stripeBundle) charge(t *testing.T, want ...charges.Status) charges.Char
 	ctx := context.Background()
 	var c charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		created, err := charges.CreateMany(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
+		created, err := (&charges.Store{Queue: b.client}).Create(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
 			PeriodKey: periodKey, PeriodStart: periodStart, Amount: 1999, Currency: "EUR", Gateway: b.subs.current.Gateway,
 			Token: b.subs.current.Token}}, b.clock.Now())
 		if err != nil {
 			return err
 		}
 		c = created[0]
-		_, err = b.client.InsertTx(ctx, tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: c.AttemptCount}, nil)
-		return err
+		return nil
 	}))
 	require.Eventually(t, func() bool {
 		var err error

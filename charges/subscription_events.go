@@ -25,8 +25,9 @@ func (s *Store) requestVoid(ctx context.Context, tx pgx.Tx, subscriptionID uuid.
 // voidWaiting voids the subscription's charges that no attempt is working
 // on (scheduled or declined) whose period started at or after since.
 func (s *Store) voidWaiting(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, now time.Time, code string, since time.Time) (int64, error) {
-	voided, err := s.moveWhere(ctx, tx, transition{from: []Status{Scheduled, Declined}, to: Voided, set: "failure_code = $2"}, now,
-		"subscription_id = $1 AND period_start >= $3", subscriptionID, code, since)
+	voided, err := s.move(ctx, tx, transition{from: []Status{Scheduled, Declined}, to: Voided,
+		set: "failure_code = $2"}, now,
+		matching("subscription_id = $1 AND period_start >= $3"), subscriptionID, code, since)
 	if err != nil {
 		return 0, fmt.Errorf("void waiting charges: %w", err)
 	}
@@ -42,8 +43,8 @@ func (s *Store) dunningEnded(ctx context.Context, tx pgx.Tx, subscriptionID uuid
 	if _, err := s.voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", dunningEnd); err != nil {
 		return err
 	}
-	if _, err := s.moveWhere(ctx, tx, transition{from: []Status{Declined}, to: Failed}, now, "subscription_id = $1",
-		subscriptionID); err != nil {
+	if _, err := s.move(ctx, tx, transition{from: []Status{Declined}, to: Failed}, now,
+		matching("subscription_id = $1"), subscriptionID); err != nil {
 		return fmt.Errorf("stop dunning: %w", err)
 	}
 	return nil

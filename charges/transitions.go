@@ -39,24 +39,17 @@ var transitions = map[Status][]Status{
 
 // Machine is the charge state machine: its table, and the
 // *fsm.TransitionError of a move it forbids.
-var Machine = fsm.New("charge", Statuses, transitions)
+// The hold is recorded together with its capture's "about to call" in
+// one statement when nothing needs to happen between them.
+var Machine = fsm.New("charge", Statuses, transitions).Passing(Authorizing, Authorized, Capturing)
 
 // CanTransition reports whether a charge in status from may move to status
 // to. Staying in the same status is not a transition.
 func CanTransition(from, to Status) bool { return Machine.Can(from, to) }
 
-// passes lists the moves the store makes in one statement through a status
-// in between, each leg allowed on its own: a hold recorded together with
-// its capture's "about to call", when nothing needs to happen between them.
-// An observer of the rows sees only the two ends.
-var passes = map[[2]Status]Status{{Authorizing, Capturing}: Authorized}
-
 // PassesThrough reports the status a one-statement move from from to to
 // passes through; ok is false when the store makes no such move.
-func PassesThrough(from, to Status) (via Status, ok bool) {
-	via, ok = passes[[2]Status{from, to}]
-	return via, ok && CanTransition(from, via) && CanTransition(via, to)
-}
+func PassesThrough(from, to Status) (via Status, ok bool) { return Machine.Through(from, to) }
 
 // Statuses lists every status, in the order of the life cycle.
 var Statuses = []Status{Scheduled, Authorizing, Authorized, Capturing, Succeeded, Declined, Failed, Unknown,

@@ -221,8 +221,9 @@ func (p *Pipeline) heldForDeclines(ctx context.Context, s stageRun, c Charge) er
 	metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
-		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, []Status{Authorizing}, RequiresReview, now,
-			reviewSet, ReviewDeclinesLimit.Sentence(), string(ReviewDeclinesLimit))
+		next, err := oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Authorizing}, to: RequiresReview,
+			set: reviewSet}, now,
+			byID(c.ID, c.AttemptCount, ""), ReviewDeclinesLimit.Sentence(), string(ReviewDeclinesLimit)))
 		if err == nil {
 			p.transitioned(next, "the customer's declines reached the limit of the day")
 		}

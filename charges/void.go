@@ -71,7 +71,9 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, from []Status, now time.Time) error {
 	const unknownCleared = `, unknown_phase = NULL`
 	if c.EnrollmentID != uuid.Nil {
-		next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = `+billVoidCodeSQL+unknownCleared)
+		next, err := oneMoved(p.Store.move(ctx, tx, transition{from: from, to: Voided,
+			set: `failure_code = ` + billVoidCodeSQL + unknownCleared}, now,
+			byID(c.ID, c.AttemptCount, "")))
 		if err == nil {
 			p.transitioned(next, "")
 		}
@@ -86,7 +88,9 @@ func (p *Pipeline) voidedNotWanted(ctx context.Context, tx pgx.Tx, c Charge, fro
 	if !sub.Cancelled {
 		code = "subscription_unpaid"
 	}
-	next, err := p.Store.move(ctx, tx, c.ID, c.AttemptCount, from, Voided, now, `failure_code = $1`+unknownCleared, code)
+	next, err := oneMoved(p.Store.move(ctx, tx, transition{from: from, to: Voided,
+		set: `failure_code = $1` + unknownCleared}, now,
+		byID(c.ID, c.AttemptCount, ""), code))
 	if err != nil {
 		return err
 	}

@@ -359,33 +359,39 @@ func (st *Store) ListBills(ctx context.Context, db pg.DBTX, enrollmentID, before
 func texts(statuses ...BillStatus) []string { return fsm.Texts(statuses) }
 
 // moveBill is the one guarded move of a bill, under every change of its
-// status: from one of from to to, each a move the table allows, with
-// extra assignments (parameters from $1), publishing event ("" for none).
-// Returns ErrBillNotFound when the guard fails, a *fsm.TransitionError
-// (nothing written) for a move the table forbids.
+// status: from one of from to to, as the machine allows it
+// (BillMachine.Move), with extra assignments (parameters from $1),
+// publishing event ("" for none). Returns ErrBillNotFound when the guard
+// fails, a *fsm.TransitionError (nothing written) for a move the table
+// forbids.
 func (st *Store) moveBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, from []BillStatus, to BillStatus, event string,
 	set string, args ...any) (Bill, error) {
-	if err := BillMachine.Check(from, to); err != nil {
+	mv, err := BillMachine.Move(to, from...)
+	if err != nil {
 		return Bill{}, err
 	}
-	assign := fmt.Sprintf("status = $%d", len(args)+1)
-	if set != "" {
-		assign += ", " + set
-	}
-	return st.updateBill(ctx, tx, id, from, event, assign, append(args, to)...)
+	return st.writeBill(ctx, tx, id, mv, event, set, args...)
 }
 
-// updateBill is the guarded UPDATE under moveBill, and the change of a
-// bill that stays in its status: it writes set (parameters from $1) only
-// while the bill's status is one of in, publishing event ("" for none).
-// Returns ErrBillNotFound when the guard fails.
-func (st *Store) updateBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, in []BillStatus, event string,
+// writeBill is the guarded UPDATE of a bill: under moveBill, and for a
+// change of a bill that keeps its status (BillMachine.Within). It writes
+// the move's status (none for Within) and set (parameters from $1) only
+// while the bill's status is one of the move's From, publishing event (""
+// for none). Returns ErrBillNotFound when the guard fails.
+func (st *Store) writeBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, mv fsm.Move[BillStatus], event string,
 	set string, args ...any) (Bill, error) {
+	if !mv.Stays() {
+		assign := fmt.Sprintf("status = $%d", len(args)+1)
+		if set != "" {
+			assign += ", " + set
+		}
+		set, args = assign, append(args, mv.To())
+	}
 	now := st.clock.Now()
 	n := len(args)
 	query := fmt.Sprintf(`UPDATE bills SET %s, updated_at = $%d WHERE id = $%d AND status = ANY($%d) RETURNING `,
 		set, n+1, n+2, n+3) + billColumns
-	b, err := scanBill(tx.QueryRow(ctx, query, append(args, now, id, texts(in...))...))
+	b, err := scanBill(tx.QueryRow(ctx, query, append(args, now, id, texts(mv.From()...))...))
 	if err != nil {
 		return Bill{}, err
 	}
@@ -401,352 +407,4 @@ func (st *Store) updateBill(ctx context.Context, tx pgx.Tx, id uuid.UUID, in []B
 		}
 	}
 	return b, nil
-}
-
-// Confirm records the customer's consent to pay a bill above max_amount,
-// up to its amount due now (or at pay_at, if later): ConfirmedAmount. A
-// bill without a charge is scheduled (kept pending while the enrollment is
-// paused); one whose charge's new attempt awaits the confirmation is
-// paying again, and the caller confirms the charge (charges.Confirm) and
-// starts it. A bill whose confirmation already covers its amount due, or
-// not awaiting confirmation but on its way, is returned unchanged; a
-// withdrawn or expired one is a *fsm.TransitionError. The caller locked the
-// enrollment.
-func (st *Store) Confirm(ctx context.Context, tx pgx.Tx, e Enrollment, billID string) (Bill, error) {
-	b, err := st.GetBill(ctx, tx, e.ID, billID)
-	if err != nil {
-		return Bill{}, err
-	}
-	now := st.clock.Now()
-	at := now
-	if b.PayAt.After(at) {
-		at = b.PayAt
-	}
-	amount := b.AmountDue(at)
-	const confirmed = `confirmed_at = $1, confirmed_amount = $2`
-	switch b.Status {
-	case BillWithdrawn, BillExpired:
-		return b, BillMachine.Refuse(b.Status, BillScheduled, "")
-	case BillAwaitingConfirmation:
-		to := BillScheduled
-		switch {
-		case b.ChargeID != nil && e.Status == Cancelled:
-			return b, BillMachine.Refuse(b.Status, BillPaying, "the enrollment is cancelled")
-		case b.ChargeID != nil:
-			to = BillPaying
-		case e.Status == Paused:
-			to = BillPending
-		}
-		return st.moveBill(ctx, tx, b.ID, []BillStatus{BillAwaitingConfirmation}, to, "", confirmed, now, amount)
-	case BillPending:
-		if !b.overCap(e, at) {
-			return b, nil
-		}
-		// Recorded, not a move: the bill stays pending until resume.
-		return st.updateBill(ctx, tx, b.ID, []BillStatus{BillPending}, "", confirmed, now, amount)
-	}
-	return b, nil
-}
-
-// AwaitConfirmation records that the new attempt of the charge chargeID
-// would cost more than the customer allowed: its bill, being paid, awaits
-// their confirmation (event bill.awaiting_confirmation). A bill in
-// another status is left as it is.
-func (st *Store) AwaitConfirmation(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID) error {
-	b, err := st.BillByCharge(ctx, tx, chargeID)
-	if errors.Is(err, ErrBillNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying, BillFailed}, BillAwaitingConfirmation,
-		BillEventAwaitingConfirmation, "")
-	if errors.Is(err, ErrBillNotFound) {
-		return nil
-	}
-	return err
-}
-
-// ChargeExpired records that the charge chargeID was voided because its
-// bill's last moment to start an attempt passed: the bill is expired
-// (event bill.expired) unless it is already settled otherwise.
-func (st *Store) ChargeExpired(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID) error {
-	b, err := st.BillByCharge(ctx, tx, chargeID)
-	if errors.Is(err, ErrBillNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying, BillFailed, BillAwaitingConfirmation}, BillExpired,
-		BillEventExpired, "")
-	if errors.Is(err, ErrBillNotFound) {
-		return nil
-	}
-	return err
-}
-
-// Withdraw marks a bill the issuer annulled: it is never charged. The
-// caller voids its charge. Withdrawing twice returns it unchanged; a paid
-// bill is a *fsm.TransitionError. The caller locked the enrollment.
-func (st *Store) Withdraw(ctx context.Context, tx pgx.Tx, e Enrollment, billID string) (Bill, bool, error) {
-	b, err := st.GetBill(ctx, tx, e.ID, billID)
-	if err != nil {
-		return Bill{}, false, err
-	}
-	switch b.Status {
-	case BillWithdrawn:
-		return b, false, nil
-	case BillPaid:
-		return b, false, BillMachine.Refuse(b.Status, BillWithdrawn, "the bill is paid")
-	}
-	b, err = st.moveBill(ctx, tx, b.ID, []BillStatus{b.Status}, BillWithdrawn, BillEventWithdrawn, "")
-	return b, err == nil, err
-}
-
-// LockDue claims up to limit scheduled bills whose pay_at has come, of
-// active enrollments, with their enrollments, skipping rows another scan
-// or request holds: each is charged by whoever holds it. Locks the
-// enrollment rows too, so that a card change or a pause serialises with
-// the charge being created.
-func (st *Store) LockDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Bill, map[uuid.UUID]Enrollment, error) {
-	rows, err := tx.Query(ctx, `SELECT b.id, e.id FROM bills b JOIN enrollments e ON e.id = b.enrollment_id
-		WHERE b.status = $1 AND b.pay_at <= $2 AND e.status = $3
-		ORDER BY b.pay_at, b.id LIMIT $4 FOR UPDATE OF e, b SKIP LOCKED`, string(BillScheduled), now, string(Active), limit)
-	if err != nil {
-		return nil, nil, fmt.Errorf("lock due bills: %w", err)
-	}
-	var billIDs, enrollmentIDs []uuid.UUID
-	var billID, enrollmentID uuid.UUID
-	if _, err := pgx.ForEachRow(rows, []any{&billID, &enrollmentID}, func() error {
-		billIDs, enrollmentIDs = append(billIDs, billID), append(enrollmentIDs, enrollmentID)
-		return nil
-	}); err != nil {
-		return nil, nil, fmt.Errorf("lock due bills: %w", err)
-	}
-	if len(billIDs) == 0 {
-		return nil, nil, nil
-	}
-	enrolled, err := collect(tx.Query(ctx, `SELECT `+columns+` FROM enrollments WHERE id = ANY($1)`, enrollmentIDs))
-	if err != nil {
-		return nil, nil, err
-	}
-	byID := make(map[uuid.UUID]Enrollment, len(enrolled))
-	for _, e := range enrolled {
-		byID[e.ID] = e
-	}
-	bills, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills WHERE id = ANY($1) ORDER BY pay_at, id`, billIDs))
-	return bills, byID, err
-}
-
-// Charging records that the bill's charge exists: scheduled -> paying.
-func (st *Store) Charging(ctx context.Context, tx pgx.Tx, id, chargeID uuid.UUID) (Bill, error) {
-	return st.moveBill(ctx, tx, id, []BillStatus{BillScheduled, BillFailed}, BillPaying, "", `charge_id = $1`, chargeID)
-}
-
-// ChargeOutcome moves the bill of charge chargeID to paid (having cost
-// paidAmount) or failed as its charge settled (a bill withdrawn or expired
-// meanwhile stays so). A failed bill that a person then resolved as paid
-// becomes paid.
-func (st *Store) ChargeOutcome(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, paid bool, paidAmount int64) error {
-	b, err := st.BillByCharge(ctx, tx, chargeID)
-	if errors.Is(err, ErrBillNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if paid {
-		_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying, BillFailed, BillExpired, BillDuplicate}, BillPaid, BillEventPaid,
-			`paid_at = $1, paid_amount = $2`, st.clock.Now(), paidAmount)
-	} else {
-		_, err = st.moveBill(ctx, tx, b.ID, []BillStatus{BillPaying}, BillFailed, BillEventFailed, "")
-	}
-	if errors.Is(err, ErrBillNotFound) {
-		return nil // the bill left those statuses: nothing to record
-	}
-	return err
-}
-
-// AwaitRegistry keeps a scheduled fine, which no payment registry is
-// configured to post to, from being charged until one is.
-func (st *Store) AwaitRegistry(ctx context.Context, tx pgx.Tx, id uuid.UUID) (Bill, error) {
-	return st.moveBill(ctx, tx, id, []BillStatus{BillScheduled}, BillAwaitingRegistry, BillEventAwaitingRegistry, "")
-}
-
-// RegistryReady schedules up to limit fines that awaited a payment
-// registry (kept pending while their enrollment is paused), now that one
-// is configured, skipping bills another transaction holds. Returns how
-// many.
-func (st *Store) RegistryReady(ctx context.Context, tx pgx.Tx, limit int) (int, error) {
-	rows, err := tx.Query(ctx, `SELECT b.id, e.status FROM bills b JOIN enrollments e ON e.id = b.enrollment_id
-		WHERE b.status = $1 ORDER BY b.id LIMIT $2 FOR UPDATE OF b SKIP LOCKED`, string(BillAwaitingRegistry), limit)
-	if err != nil {
-		return 0, fmt.Errorf("bills that awaited a registry: %w", err)
-	}
-	type waiting struct {
-		ID     uuid.UUID
-		Status Status
-	}
-	ready, err := pgx.CollectRows(rows, pgx.RowToStructByPos[waiting])
-	if err != nil {
-		return 0, fmt.Errorf("bills that awaited a registry: %w", err)
-	}
-	for _, w := range ready {
-		to := BillScheduled
-		if w.Status == Paused {
-			to = BillPending
-		}
-		if _, err := st.moveBill(ctx, tx, w.ID, []BillStatus{BillAwaitingRegistry}, to, "", ""); err != nil {
-			return 0, fmt.Errorf("schedule a bill that awaited a registry: %w", err)
-		}
-	}
-	return len(ready), nil
-}
-
-// Paused keeps the enrollment's scheduled bills pending. The caller
-// locked the enrollment.
-func (st *Store) Paused(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID) error {
-	scheduled, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills WHERE enrollment_id = $1 AND status = $2
-		ORDER BY id`, enrollmentID, string(BillScheduled)))
-	if err != nil {
-		return err
-	}
-	for _, b := range scheduled {
-		if _, err := st.moveBill(ctx, tx, b.ID, []BillStatus{BillScheduled}, BillPending, "", ""); err != nil {
-			return fmt.Errorf("keep bill %s pending: %w", b.ID, err)
-		}
-	}
-	return nil
-}
-
-// Resumed schedules the enrollment's pending bills again (those above
-// max_amount and not confirmed await confirmation): a pay_at that passed
-// meanwhile is due at once.
-func (st *Store) Resumed(ctx context.Context, tx pgx.Tx, e Enrollment) error {
-	pending, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills WHERE enrollment_id = $1 AND status = $2
-		ORDER BY id`, e.ID, string(BillPending)))
-	if err != nil {
-		return err
-	}
-	now := st.clock.Now()
-	for _, b := range pending {
-		to, event := BillScheduled, ""
-		at := now
-		if b.PayAt.After(at) {
-			at = b.PayAt
-		}
-		if b.overCap(e, at) {
-			to, event = BillAwaitingConfirmation, BillEventAwaitingConfirmation
-		}
-		if _, err := st.moveBill(ctx, tx, b.ID, []BillStatus{BillPending}, to, event, ""); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Payable returns the enrollment's bills being paid or failed that may
-// still be paid at now: a payment-method change retries their charges
-// that wait (declined, failed).
-func (st *Store) Payable(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, now time.Time) ([]Bill, error) {
-	return collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills
-		WHERE enrollment_id = $1 AND status = ANY($2) AND expires_at > $3 AND charge_id IS NOT NULL ORDER BY id`,
-		enrollmentID, texts(BillPaying, BillFailed), now))
-}
-
-// ExpireDue marks up to limit bills whose last payable day is over, and
-// that are not being paid, expired, and returns them: the caller voids
-// the charge of one that has one waiting (a confirmation never given).
-func (st *Store) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Bill, error) {
-	due, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills
-		WHERE status = ANY($1) AND expires_at <= $2 ORDER BY expires_at, id LIMIT $3 FOR UPDATE SKIP LOCKED`,
-		texts(BillPending, BillAwaitingConfirmation, BillAwaitingRegistry, BillScheduled, BillFailed), now, limit))
-	if err != nil {
-		return nil, err
-	}
-	for i, b := range due {
-		if due[i], err = st.moveBill(ctx, tx, b.ID, []BillStatus{b.Status}, BillExpired, BillEventExpired, ""); err != nil {
-			return nil, err
-		}
-	}
-	return due, nil
-}
-
-// PaidOutside records what the check before a hold of the charge
-// chargeID found paid against its bill outside rebill (paid): in full,
-// the bill is paid elsewhere (event bill.paid_elsewhere); in part, the
-// amount due is the rest. A bill that left the statuses of one being paid
-// is left as it is.
-func (st *Store) PaidOutside(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, paid int64, inFull bool) error {
-	b, err := st.BillByCharge(ctx, tx, chargeID)
-	if errors.Is(err, ErrBillNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	being := []BillStatus{BillPaying, BillFailed, BillAwaitingConfirmation}
-	if inFull {
-		_, err = st.moveBill(ctx, tx, b.ID, being, BillPaidElsewhere, BillEventPaidElsewhere, `paid_outside = $1`, paid)
-	} else {
-		_, err = st.updateBill(ctx, tx, b.ID, being, "", `paid_outside = $1`, paid)
-	}
-	if errors.Is(err, ErrBillNotFound) {
-		return nil
-	}
-	return err
-}
-
-// SourcePaid records what the bill's source reports paid against it
-// outside rebill (paid, more than recorded so far), for a bill whose own
-// charge holds no money (the caller checked): in full at its price now,
-// the bill is paid elsewhere (event bill.paid_elsewhere) and the caller
-// voids its waiting charge; in part, the amount due is the rest, and the
-// caller reprices that charge. Returns the bill and whether it is paid in
-// full. The caller locked the enrollment.
-func (st *Store) SourcePaid(ctx context.Context, tx pgx.Tx, b Bill, paid int64) (Bill, bool, error) {
-	open := []BillStatus{BillPending, BillAwaitingConfirmation, BillAwaitingRegistry, BillScheduled, BillPaying, BillFailed, BillDuplicate}
-	now := st.clock.Now()
-	at := now
-	if b.PayAt.After(at) {
-		at = b.PayAt
-	}
-	if AmountDue(b.Amount, b.DiscountedAmount, b.DiscountEnds(), at) <= paid {
-		b, err := st.moveBill(ctx, tx, b.ID, []BillStatus{b.Status}, BillPaidElsewhere, BillEventPaidElsewhere, `paid_outside = $1`, paid)
-		return b, err == nil, err
-	}
-	b, err := st.updateBill(ctx, tx, b.ID, open, "", `paid_outside = GREATEST(paid_outside, $1)`, paid)
-	return b, false, err
-}
-
-// SourceReported records what a fine's source reports paid against it
-// (paid) on b, while b is open: its charge, or the one a later scan
-// creates, takes it (charges.Store.SourceReported). The amount due does
-// not change: only the registry's word counts. Returns the bill, and
-// ErrBillNotFound when it is no longer open. The caller locked the
-// enrollment.
-func (st *Store) SourceReported(ctx context.Context, tx pgx.Tx, b Bill, paid int64) (Bill, error) {
-	open := []BillStatus{BillPending, BillAwaitingConfirmation, BillAwaitingRegistry, BillScheduled, BillPaying, BillFailed, BillDuplicate}
-	return scanBill(tx.QueryRow(ctx, `UPDATE bills SET source_paid = $2 WHERE id = $1 AND status = ANY($3) RETURNING `+billColumns,
-		b.ID, paid, texts(open...)))
-}
-
-// CopiesPaidElsewhere marks the copies of identity that never had a
-// charge (duplicates) paid elsewhere, as paid, when the copy that was
-// being paid was found paid outside rebill: it is one bill.
-func (st *Store) CopiesPaidElsewhere(ctx context.Context, tx pgx.Tx, identity string, paid int64) error {
-	copies, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills WHERE identity = $1 AND status = $2
-		AND charge_id IS NULL ORDER BY id`, identity, string(BillDuplicate)))
-	if err != nil {
-		return err
-	}
-	for _, c := range copies {
-		if _, err := st.moveBill(ctx, tx, c.ID, []BillStatus{BillDuplicate}, BillPaidElsewhere, BillEventPaidElsewhere,
-			`paid_outside = $1, paid_by_enrollment_id = NULL`, paid); err != nil && !errors.Is(err, ErrBillNotFound) {
-			return err
-		}
-	}
-	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/internal/fsm"
 	"github.com/rebill/rebill/internal/pg"
 	"github.com/rebill/rebill/subscriptions"
 )
@@ -201,13 +202,14 @@ func (st *Store) SetStatus(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Stat
 }
 
 // move is the one guarded move of an enrollment the caller locked (as e):
-// from its status to to, a move the table allows, with extra assignments
+// from its status to to, a move the machine allows (Machine.Move), with extra assignments
 // (parameters from $1), stamped now, publishing event. Returns a *fsm.TransitionError,
 // nothing written, for a move the table forbids or when the row left e's
 // status.
 func (st *Store) move(ctx context.Context, tx pgx.Tx, e Enrollment, to Status, event string, now time.Time, set string,
 	args ...any) (Enrollment, error) {
-	if err := Machine.Check([]Status{e.Status}, to); err != nil {
+	mv, err := Machine.Move(to, e.Status)
+	if err != nil {
 		return Enrollment{}, err
 	}
 	n := len(args)
@@ -215,8 +217,8 @@ func (st *Store) move(ctx context.Context, tx pgx.Tx, e Enrollment, to Status, e
 	if set != "" {
 		query += ", " + set
 	}
-	query += fmt.Sprintf(` WHERE id = $%d AND status = $%d RETURNING `, n+3, n+4) + columns
-	moved, err := scan(tx.QueryRow(ctx, query, append(args, to, now, e.ID, e.Status)...))
+	query += fmt.Sprintf(` WHERE id = $%d AND status = ANY($%d) RETURNING `, n+3, n+4) + columns
+	moved, err := scan(tx.QueryRow(ctx, query, append(args, mv.To(), now, e.ID, fsm.Texts(mv.From()))...))
 	if errors.Is(err, ErrNotFound) {
 		return Enrollment{}, Machine.Refuse(e.Status, to, "the enrollment changed meanwhile")
 	}

@@ -51,11 +51,8 @@ func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptio
 		}
 		advanced = append(advanced, adv)
 	}
-	created, err := charges.CreateMany(ctx, tx, news, now)
+	created, err := r.Charges.Create(ctx, tx, news, now)
 	if err != nil {
-		return 0, nil, err
-	}
-	if err := r.Charges.Start(ctx, tx, created); err != nil {
 		return 0, nil, err
 	}
 	if err := r.Subscriptions.AdvanceAll(ctx, tx, advanced, now); err != nil {

@@ -66,27 +66,24 @@ type Notifier interface {
 func (r *Renewals) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, actor subscriptions.Actor) (subscriptions.Subscription, error) {
 	var created []charges.Charge
 	sub, err := r.Subscriptions.Create(ctx, tx, n, actor,
-		func(sub subscriptions.Subscription, batch *pgx.Batch) (*subscriptions.Advance, error) {
+		func(sub subscriptions.Subscription) (*subscriptions.Advance, subscriptions.SendWith, error) {
 			now := sub.CreatedAt
 			sched := sub.Schedule()
 			last := sched.IndexAt(now)
 			if last < sub.NextPeriodIndex {
-				return nil, nil
+				return nil, nil, nil
 			}
 			news, adv, err := r.periodsDue(ctx, nil, sub, sched, sub.NextPeriodIndex, last, now,
 				append(renewalPolicies, experiments.PolicyRouting)...)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			if err := charges.QueueCreateMany(batch, news, now, func(cs []charges.Charge) { created = cs }); err != nil {
-				return nil, err
-			}
-			return &adv, nil
+			return &adv, func(ctx context.Context, tx pgx.Tx, batch *pgx.Batch) (err error) {
+				created, err = r.Charges.CreateBatched(ctx, tx, batch, news, now)
+				return err
+			}, nil
 		})
 	if err != nil {
-		return subscriptions.Subscription{}, err
-	}
-	if err := r.Charges.Start(ctx, tx, created); err != nil {
 		return subscriptions.Subscription{}, err
 	}
 	metrics.PeriodsEnqueued.Add(float64(len(created)))

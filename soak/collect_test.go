@@ -52,7 +52,7 @@ func TestCollectBillsReadsChargesAsTheAuditDoes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		c, _, err = charges.CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: e.ID, CustomerID: e.CustomerID, BillID: id,
+		c, _, err = (&charges.Store{Queue: insertOnly(t, db)}).CreateForBill(ctx, tx, charges.NewBillCharge{EnrollmentID: e.ID, CustomerID: e.CustomerID, BillID: id,
 			Due: b.PayAt, Amount: discounted - paid, FullAmount: 50000 - paid, DiscountUntil: b.DiscountEnds(), Currency: "RUB",
 			Gateway: "sim2", Token: "tok_ok_0001", RegistryUIN: id, PaidOutside: paid, Identity: b.Identity}, now)
 		return err

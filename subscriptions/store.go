@@ -126,10 +126,15 @@ func scan(row pgx.Row) (Subscription, error) {
 }
 
 // FirstBilling bills a subscription as it is created. Given the
-// subscription about to be inserted, it queues on batch the writes of the
-// periods due at once (their charges) and returns how far that bills it;
-// nil when none is due.
-type FirstBilling func(sub Subscription, batch *pgx.Batch) (*Advance, error)
+// subscription about to be inserted, it returns how far the periods due at
+// once bill it (nil when none is due) and how their writes are sent (nil:
+// none to send).
+type FirstBilling func(sub Subscription) (*Advance, SendWith, error)
+
+// SendWith sends batch, which holds the subscription's insert, with the
+// writes of its periods after it in the same round trip, and the writes
+// that follow them in tx. It returns the error of any statement on batch.
+type SendWith func(ctx context.Context, tx pgx.Tx, batch *pgx.Batch) error
 
 // Create inserts an active subscription whose first period starts at the
 // billing anchor, logs its creation and publishes it. bill, when not nil,
@@ -168,14 +173,17 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill
 		BillingAnchor: anchor.Truncate(time.Microsecond), NextChargeAt: anchor.Truncate(time.Microsecond),
 		PaymentMethod: n.PaymentMethod, Description: n.Description, Metadata: meta, CreatedAt: now, UpdatedAt: now,
 		Receipt: n.Receipt}
-	var billed pgx.Batch
+	send := func(ctx context.Context, tx pgx.Tx, batch *pgx.Batch) error { return tx.SendBatch(ctx, batch).Close() }
 	if bill != nil {
-		adv, err := bill(draft, &billed)
+		adv, with, err := bill(draft)
 		if err != nil {
 			return Subscription{}, err
 		}
 		if adv != nil {
 			draft.NextPeriodIndex, draft.NextChargeAt, draft.Experiments = adv.NextPeriodIndex, adv.NextChargeAt, adv.Experiments
+		}
+		if with != nil {
+			send = with
 		}
 	}
 	// The row and its "created" event in one statement, bill's writes
@@ -202,8 +210,7 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill
 		sub, err = scan(row)
 		return err
 	})
-	batch.QueuedQueries = append(batch.QueuedQueries, billed.QueuedQueries...)
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+	if err := send(ctx, tx, batch); err != nil {
 		return Subscription{}, fmt.Errorf("insert subscription: %w", err)
 	}
 	if err := st.publish(ctx, tx, sub, EventCreated, now); err != nil {

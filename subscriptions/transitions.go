@@ -20,7 +20,7 @@ import (
 // horizon.
 func (st *Store) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID, resumeAt *time.Time, actor Actor) (Subscription, bool, error) {
 	now := st.clock.Now()
-	return st.transition(ctx, tx, id, Paused, EventPaused, actor, func(sub Subscription) error {
+	return st.move(ctx, tx, id, Paused, EventPaused, actor, func(sub Subscription) error {
 		switch {
 		case resumeAt == nil:
 		case !resumeAt.After(now):
@@ -64,9 +64,9 @@ func (st *Store) ResumeAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.
 		return nil
 	}
 	if keepGrid {
-		return st.transition(ctx, tx, id, Active, EventResumed, actor, check, `paused_at = NULL, resume_at = NULL`)
+		return st.move(ctx, tx, id, Active, EventResumed, actor, check, `paused_at = NULL, resume_at = NULL`)
 	}
-	return st.transition(ctx, tx, id, Active, EventResumed, actor, check,
+	return st.move(ctx, tx, id, Active, EventResumed, actor, check,
 		`paused_at = NULL, resume_at = NULL, billing_anchor = $3, next_period_index = 0, next_charge_at = $3`, at.UTC())
 }
 
@@ -102,7 +102,7 @@ func (st *Store) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID, atPeriodEn
 // CancelAt cancels the subscription as of at: now for a request, the end
 // of the period for a cancel scheduled at period end.
 func (st *Store) CancelAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time, actor Actor) (Subscription, bool, error) {
-	return st.transition(ctx, tx, id, Cancelled, EventCancelled, actor, nil,
+	return st.move(ctx, tx, id, Cancelled, EventCancelled, actor, nil,
 		`cancelled_at = $3, paused_at = NULL, resume_at = NULL, cancel_at_period_end = false`, at.UTC())
 }
 
@@ -130,7 +130,7 @@ func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUI
 		// A new card ends the unpaid stop: the same move as a retry, with
 		// the card in the same UPDATE.
 		index, at := sub.skipStartedPeriods(now)
-		return st.transition(ctx, tx, id, PastDue, EventPaymentMethodUpdated, actor, nil,
+		return st.move(ctx, tx, id, PastDue, EventPaymentMethodUpdated, actor, nil,
 			`pm_gateway = $3, pm_token = $4, pm_brand = nullif($5, ''), pm_last4 = nullif($6, ''), pm_exp_month = $7,
 			pm_exp_year = $8, next_period_index = $9, next_charge_at = $10`,
 			pm.Gateway, pm.Token, pm.Brand, pm.Last4, pm.ExpMonth, pm.ExpYear, index, at)
@@ -170,7 +170,7 @@ func (st *Store) RetryUnpaid(ctx context.Context, tx pgx.Tx, id uuid.UUID, actor
 	}
 	index, at := sub.skipStartedPeriods(st.clock.Now())
 	// transition clears unpaid_since itself when leaving unpaid.
-	return st.transition(ctx, tx, id, PastDue, EventPastDue, actor, nil,
+	return st.move(ctx, tx, id, PastDue, EventPastDue, actor, nil,
 		`next_period_index = $3, next_charge_at = $4`, index, at)
 }
 
@@ -184,7 +184,7 @@ func (st *Store) ReactivateUnpaid(ctx context.Context, tx pgx.Tx, id uuid.UUID) 
 		return sub, false, err
 	}
 	index, at := sub.skipStartedPeriods(st.clock.Now())
-	return st.transition(ctx, tx, id, Active, EventReactivated, System, nil,
+	return st.move(ctx, tx, id, Active, EventReactivated, System, nil,
 		`next_period_index = $3, next_charge_at = $4`, index, at)
 }
 
@@ -196,21 +196,21 @@ func (st *Store) MarkUnpaid(ctx context.Context, tx pgx.Tx, id uuid.UUID, since 
 	if err != nil || (sub.Status != Active && sub.Status != PastDue) {
 		return sub, false, err
 	}
-	return st.transition(ctx, tx, id, Unpaid, EventUnpaid, System, nil, `unpaid_since = $3`, since.UTC())
+	return st.move(ctx, tx, id, Unpaid, EventUnpaid, System, nil, `unpaid_since = $3`, since.UTC())
 }
 
 // SetStatus moves a subscription to status to on rebill's own account
 // (dunning: past_due, unpaid; a paid charge: active). Already being there
 // changes nothing.
 func (st *Store) SetStatus(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Status, eventType string, actor Actor) (Subscription, bool, error) {
-	return st.transition(ctx, tx, id, to, eventType, actor, nil, "")
+	return st.move(ctx, tx, id, to, eventType, actor, nil, "")
 }
 
-// transition is the one guarded status change: lock the row, return it
-// unchanged if it already has status to, refuse what CanTransition
-// forbids, else update it (with extra SET clauses whose parameters start
-// at $3) and append the event, all in tx.
-func (st *Store) transition(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Status, eventType string, actor Actor,
+// move is the one guarded status change: lock the row, return it
+// unchanged if it already has status to, refuse what the machine forbids
+// (Machine.Move), else update it under the move's guard (with extra SET
+// clauses whose parameters start at $3) and append the event, all in tx.
+func (st *Store) move(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Status, eventType string, actor Actor,
 	check func(Subscription) error, extraSet string, extraArgs ...any) (Subscription, bool, error) {
 	now := st.clock.Now()
 	sub, err := st.GetForUpdate(ctx, tx, id)
@@ -220,7 +220,8 @@ func (st *Store) transition(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Sta
 	if sub.Status == to {
 		return sub, false, nil
 	}
-	if err := Machine.Check([]Status{sub.Status}, to); err != nil {
+	mv, err := Machine.Move(to, sub.Status)
+	if err != nil {
 		return sub, false, err
 	}
 	if check != nil {
@@ -239,7 +240,7 @@ func (st *Store) transition(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Sta
 	args = append(args, now)
 	updated, err := scan(tx.QueryRow(ctx, `UPDATE subscriptions SET `+set+`
 		WHERE id = $1 AND status = ANY($`+fmt.Sprint(4+len(extraArgs))+`) RETURNING `+columns,
-		append(args, fsm.Texts(Machine.From(to)))...))
+		append(args, fsm.Texts(mv.From()))...))
 	if errors.Is(err, ErrNotFound) {
 		return sub, false, Machine.Refuse(sub.Status, to, "")
 	}

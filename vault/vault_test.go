@@ -39,7 +39,7 @@ func newVault(t *testing.T, pool *pgxpool.Pool, key []byte, old ...[]byte) *vaul
 	keys, err := secrets.NewKeyring(key, old...)
 	require.NoError(t, err)
 	return &vault.Vault{Pool: pool, Keys: keys,
-		Holders: []vault.TokenHolder{subscriptions.Tokens{}, charges.Tokens{}, enrollments.Tokens{}}}
+		Holders: []vault.TokenHolder{subscriptions.Tokens(), charges.Tokens(), enrollments.Tokens()}}
 }
 
 func seal(t *testing.T, v *vault.Vault, gw, token string) string {
@@ -189,7 +189,7 @@ func TestSealClearMovesTokensOutOfTheTables(t *testing.T) {
 			}
 			ids = append(ids, sub)
 		}
-		_, err := charges.CreateMany(ctx, tx, []charges.New{
+		_, err := (&charges.Store{Queue: insertOnly(t, pool)}).Create(ctx, tx, []charges.New{
 			{SubscriptionID: ids[0].ID, CustomerID: "c1", PeriodKey: "p1", PeriodStart: now, Amount: 100, Currency: "USD", Gateway: "sim1", Token: "tok_clear_1"},
 			{SubscriptionID: ids[2].ID, CustomerID: "c1", PeriodKey: "p1", PeriodStart: now, Amount: 100, Currency: "USD", Gateway: "sim1", Token: "tok_clear_old"},
 		}, now)

@@ -36,9 +36,9 @@ var allowedImports = map[string][]string{
 	"apikeys":                               {"subscriptions"},
 	"usecases":                              {"autopay", "charges", "enrollments", "notify", "scheduler", "subscriptions", "vault", "velocity"},
 	"scheduler":                             {"charges", "experiments", "subscriptions", "subscriptions/period"},
-	"subscriptions":                         {"subscriptions/period"},
+	"subscriptions":                         {"subscriptions/period", "vault"},
 	"subscriptions/period":                  nil,
-	"charges":                               {"charges/gateway", "charges/gateway/fleet", "charges/registry", "experiments"},
+	"charges":                               {"charges/gateway", "charges/gateway/fleet", "charges/registry", "experiments", "vault"},
 	"experiments":                           {"experiments/stats", "subscriptions/period"},
 	"experiments/stats":                     nil,
 	"charges/gateway":                       nil,
@@ -54,7 +54,7 @@ var allowedImports = map[string][]string{
 	"charges/gateway/stripe":                {"charges/gateway"},
 	"charges/gateway/gatewaytest":           {"charges/gateway"},
 	"charges/gateway/stripe/stripetest":     nil,
-	"enrollments":                           {"charges/registry", "subscriptions"},
+	"enrollments":                           {"charges/registry", "subscriptions", "vault"},
 	"autopay":                               {"charges", "enrollments", "subscriptions"},
 	"autopay/billsource":                    {"autopay", "enrollments"},
 	"autopay/billsource/sourcefake":         {"autopay/billsource"},
@@ -239,7 +239,7 @@ func TestSharedBoilerplateIsDeclaredOnce(t *testing.T) {
 func chargesJob(name string) bool { return strings.HasSuffix(name, "Args") }
 
 // The pipeline's River jobs are its own: other packages drive it through
-// the verbs of charges.Store (Start, StopSubscription, HoldPosted...), which
+// the verbs of charges.Store (Create, CreateForBill, StopSubscription, HoldPosted...), which
 // enqueue the jobs and write the rows, so no code outside charges names a
 // job argument type of it. Tests may, to look at the jobs a step left.
 func TestOnlyChargesEnqueuesItsJobs(t *testing.T) {

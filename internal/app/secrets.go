@@ -43,7 +43,7 @@ func keyring(cfg config.Config, log zerolog.Logger) (*secrets.Keyring, error) {
 // tokenHolders are the stores whose rows hold payment tokens: the vault
 // seals the ones left in clear through them.
 func tokenHolders() []vault.TokenHolder {
-	return []vault.TokenHolder{subscriptions.Tokens{}, charges.Tokens{}, enrollments.Tokens{}}
+	return []vault.TokenHolder{subscriptions.Tokens(), charges.Tokens(), enrollments.Tokens()}
 }
 
 // resealSteps seal every kind of secret under the current key: payment

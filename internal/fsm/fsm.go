@@ -21,6 +21,9 @@ type Machine[S ~string] struct {
 	name     string
 	statuses []S
 	moves    map[S][]S
+	// passes are the moves a store makes in one statement through a
+	// status in between (from, to -> via), each leg allowed on its own.
+	passes map[[2]S]S
 }
 
 // New builds the machine name (what moves: "charge", "bill", ...) from
@@ -50,6 +53,89 @@ func New[S ~string](name string, statuses []S, moves map[S][]S) *Machine[S] {
 		}
 	}
 	return &Machine[S]{name: name, statuses: statuses, moves: moves}
+}
+
+// Passing adds to the machine a move from from to to in one statement
+// through via, each leg a move the table allows (an observer of the rows
+// sees only the two ends), and returns the machine. It is called where
+// the machine is built; a leg the table forbids panics, as New does.
+func (m *Machine[S]) Passing(from, via, to S) *Machine[S] {
+	if !m.Can(from, via) || !m.Can(via, to) {
+		panic(fmt.Sprintf("fsm %s: pass %s -> %s -> %s", m.name, from, via, to))
+	}
+	if m.passes == nil {
+		m.passes = map[[2]S]S{}
+	}
+	m.passes[[2]S{from, to}] = via
+	return m
+}
+
+// Through reports the status a one-statement move from from to to passes
+// through (Passing); ok is false when the machine makes no such move.
+func (m *Machine[S]) Through(from, to S) (via S, ok bool) {
+	via, ok = m.passes[[2]S{from, to}]
+	return via, ok
+}
+
+// Move is one guarded move of a machine: a row in one of From goes to To
+// (or, made by Within, keeps its status). Only the machine makes one, after
+// its table allowed it, so that a store's guarded UPDATE, which takes a
+// Move and writes status = To WHERE status = ANY(From), cannot write a
+// change the table forbids: the check is here, once for every machine.
+type Move[S ~string] struct {
+	from []S
+	to   S
+	via  S
+	stay bool
+}
+
+// From are the statuses the move's guard admits.
+func (mv Move[S]) From() []S { return append([]S(nil), mv.from...) }
+
+// To is the status the move writes; for a move that keeps the status
+// (Within), the empty status.
+func (mv Move[S]) To() S { return mv.to }
+
+// Via is the status a one-statement move passes through, empty for none.
+func (mv Move[S]) Via() S { return mv.via }
+
+// Stays reports whether the move writes no status (Within).
+func (mv Move[S]) Stays() bool { return mv.stay }
+
+// Move is the move from any of from to to, or the refusal of the first
+// status of from that the table does not let move to to. A move from one
+// status that the table makes only through another (Passing) is allowed,
+// and passes through it. Staying in to is not a move, and is refused.
+func (m *Machine[S]) Move(to S, from ...S) (Move[S], error) {
+	return m.move(to, from, false)
+}
+
+// MoveOrStay is Move for a store whose guarded write may also leave a row
+// in to (a new attempt of a charge that was and stays scheduled): staying
+// is allowed.
+func (m *Machine[S]) MoveOrStay(to S, from ...S) (Move[S], error) {
+	return m.move(to, from, true)
+}
+
+func (m *Machine[S]) move(to S, from []S, stay bool) (Move[S], error) {
+	mv := Move[S]{from: append([]S(nil), from...), to: to}
+	for _, f := range from {
+		if (stay && f == to) || m.Can(f, to) {
+			continue
+		}
+		via, ok := m.Through(f, to)
+		if !ok || len(from) != 1 {
+			return Move[S]{}, m.Refuse(f, to, "")
+		}
+		mv.via = via
+	}
+	return mv, nil
+}
+
+// Within is the guarded write of a row that keeps its status, one of in:
+// no move, so nothing to check, but the same guard as a move's.
+func (m *Machine[S]) Within(in ...S) Move[S] {
+	return Move[S]{from: append([]S(nil), in...), stay: true}
 }
 
 // Name is what the machine moves.

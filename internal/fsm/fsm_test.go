@@ -78,3 +78,42 @@ func TestQuotedAndTexts(t *testing.T) {
 	require.Equal(t, "'it''s'", fsm.Quoted(light("it's")))
 	require.Equal(t, []string{"red", "yellow"}, fsm.Texts([]light{red, yellow}))
 }
+
+// A move is built by its machine, which refuses what its table forbids:
+// staying only where the store asks for it, a pass through a status in between only from one
+// status, and a write within statuses moves nothing.
+func TestMoveIsCheckedByItsMachine(t *testing.T) {
+	t.Parallel()
+	passing := fsm.New("light", []light{red, green, yellow}, map[light][]light{
+		red:    {green},
+		green:  {yellow},
+		yellow: {red},
+	}).Passing(red, green, yellow)
+
+	_, err := passing.Move(green, red, green)
+	require.Error(t, err, "staying is not a move")
+	mv, err := passing.MoveOrStay(green, red, green)
+	require.NoError(t, err)
+	require.Equal(t, []light{red, green}, mv.From())
+	require.Equal(t, green, mv.To())
+	require.Empty(t, mv.Via())
+	require.False(t, mv.Stays())
+
+	mv, err = passing.Move(yellow, red)
+	require.NoError(t, err)
+	require.Equal(t, green, mv.Via(), "red -> yellow passes through green")
+	_, err = passing.Move(yellow, red, green)
+	var te *fsm.TransitionError
+	require.ErrorAs(t, err, &te, "a pass is made from one status only")
+	require.Equal(t, "red", te.From)
+	_, err = lights.Move(yellow, red)
+	require.ErrorAs(t, err, &te, "no pass without Passing")
+	_, err = passing.Move(red, green)
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, fsm.TransitionError{Machine: "light", From: "green", To: "red"}, *te)
+
+	within := passing.Within(red, yellow)
+	require.True(t, within.Stays())
+	require.Equal(t, []light{red, yellow}, within.From())
+	require.Panics(t, func() { lights.Passing(green, red, yellow) }, "a pass over a forbidden leg")
+}

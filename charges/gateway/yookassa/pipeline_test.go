@@ -183,7 +183,7 @@ func (w *pipelineWorld) newCharge(ctx context.Context, t *testing.T) charges.Cha
 	var created []charges.Charge
 	require.NoError(t, pgx.BeginFunc(ctx, w.p.Pool, func(tx pgx.Tx) error {
 		var err error
-		created, err = charges.CreateMany(ctx, tx, []charges.New{{SubscriptionID: w.subID, CustomerID: "cus_1",
+		created, err = (&charges.Store{Queue: w.client}).Create(ctx, tx, []charges.New{{SubscriptionID: w.subID, CustomerID: "cus_1",
 			PeriodKey: "2026-12-01", PeriodStart: start, Amount: 49900, Currency: "RUB", Gateway: "yk1",
 			Token: "pm_ok_1"}}, w.clock.Now())
 		return err
