@@ -56,7 +56,7 @@ func TestConsoleActions(t *testing.T) {
 			header map[string]string
 		}{
 			"missing":    {url.Values{"form_id": {fields.Get("form_id")}}, nil},
-			"wrong":      {url.Values{"form_id": {fields.Get("form_id")}, "csrf": {"x" + fields.Get("csrf")[1:]}}, nil},
+			"wrong":      {url.Values{"form_id": {fields.Get("form_id")}, "csrf": {otherToken(fields.Get("csrf"))}}, nil},
 			"cross-site": {fields, map[string]string{"Origin": "https://evil.example"}},
 			"fetch-site": {fields, map[string]string{"Sec-Fetch-Site": "cross-site"}},
 		} {
@@ -265,4 +265,13 @@ func TestTimeZoneAndBillEvidence(t *testing.T) {
 	res = u.post(enrollment, url.Values{"csrf": {fields.Get("csrf")}, "form_id": {fields.Get("form_id")}, "evidence": {"call on 3 March"}})
 	require.Equal(t, http.StatusNotFound, res.status)
 	require.Equal(t, 0, count(t, n.pool, `SELECT count(*) FROM console_actions`))
+}
+
+// otherToken is token with its first character changed, so a test's
+// wrong token never happens to be the right one.
+func otherToken(token string) string {
+	if strings.HasPrefix(token, "x") {
+		return "y" + token[1:]
+	}
+	return "x" + token[1:]
 }
