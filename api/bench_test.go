@@ -45,13 +45,13 @@ import (
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/secrets"
-	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/migrations"
 	"github.com/rebill/rebill/notify"
-	"github.com/rebill/rebill/scheduler"
+	"github.com/rebill/rebill/platform/secrets"
+	"github.com/rebill/rebill/renewals"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 	"github.com/rebill/rebill/usecases"
 	"github.com/rebill/rebill/vault"
 	"github.com/rebill/rebill/velocity"
@@ -175,7 +175,7 @@ func benchCopy(b *testing.B, template string) string {
 	return u
 }
 
-// benchSetup wires the server as production does (internal/app): the
+// benchSetup wires the server as production does (app): the
 // idempotency store, River insert-only client and Renewals of setup in
 // harness_test.go, plus tokens sealed in the vault, the event recorder
 // (the public event log and its webhook fan-out) and velocity limits on
@@ -196,10 +196,10 @@ func benchSetup(b *testing.B) benchBundle {
 	if err != nil {
 		b.Fatalf("keyring: %v", err)
 	}
-	renewals := &scheduler.Renewals{Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
+	renewer := &renewals.Renewals{Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
 	known := func(name string) bool { return name == "sim1" || name == "sim2" }
-	uses := &usecases.Service{Pool: pool, Subscriptions: subs, Renewals: renewals, KnownGateway: known, Clock: clk,
-		Owners:   charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Renewals: renewals}},
+	uses := &usecases.Service{Pool: pool, Subscriptions: subs, Renewals: renewer, KnownGateway: known, Clock: clk,
+		Owners:   charges.Owners{Subscriptions: renewals.Outcomes{Subscriptions: subs, Renewals: renewer}},
 		Tokens:   &vault.Vault{Pool: pool, Keys: keys},
 		Velocity: &velocity.Limiter{Clock: clk, Max: map[velocity.Limit]int{velocity.Creations: 1 << 30, velocity.PaymentMethodChanges: 1 << 30}},
 	}

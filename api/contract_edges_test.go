@@ -24,12 +24,12 @@ import (
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/books"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/testsupport"
-	"github.com/rebill/rebill/reconcile"
 	"github.com/rebill/rebill/reports"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 	"github.com/rebill/rebill/usecases"
 	"github.com/rebill/rebill/velocity"
 )
@@ -128,13 +128,13 @@ func (a *billsAutopay) last() string {
 
 type fakeOps struct{}
 
-func (fakeOps) Day(_ context.Context, gateway string, day time.Time) (reconcile.Result, error) {
-	return reconcile.Result{Date: day, Gateway: gateway, Status: reconcile.Status("pending")}, nil
+func (fakeOps) Day(_ context.Context, gateway string, day time.Time) (books.Result, error) {
+	return books.Result{Date: day, Gateway: gateway, Status: books.Status("pending")}, nil
 }
 func (fakeOps) Known(gateway string) bool { return gateway == "sim1" }
-func (fakeOps) RegistryDay(_ context.Context, registry string, day time.Time) (reconcile.Result, error) {
-	return reconcile.Result{Date: day, Gateway: registry, Status: reconcile.Discrepancies, Operations: 1,
-		Discrepancies: []reconcile.Discrepancy{{Kind: reconcile.CapturedNotAccepted, GatewayReference: "p1", Detail: "annulled"}}}, nil
+func (fakeOps) RegistryDay(_ context.Context, registry string, day time.Time) (books.Result, error) {
+	return books.Result{Date: day, Gateway: registry, Status: books.Discrepancies, Operations: 1,
+		Discrepancies: []books.Discrepancy{{Kind: books.CapturedNotAccepted, GatewayReference: "p1", Detail: "annulled"}}}, nil
 }
 func (fakeOps) KnownRegistry(registry string) bool { return registry == "gmp1" }
 func (fakeOps) Daily(context.Context, time.Time) (reports.Daily, error) {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/charges/gateway/sim"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // DevGateways is the simulated gateways' ledger and fault switches.

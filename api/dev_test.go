@@ -12,8 +12,8 @@ import (
 
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/charges/gateway/sim"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 // noGateways stands in for the simulated gateways: these tests are about

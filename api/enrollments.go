@@ -19,7 +19,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	registrysim "github.com/rebill/rebill/charges/registry/sim"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/validate"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
 )

@@ -6,8 +6,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
-	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 var errUnknownObjectID = validate.Errors{{Field: "object_id", Message: "must be an object id (a UUID)"}}

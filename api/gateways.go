@@ -9,7 +9,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/experiments"
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/validate"
 	"github.com/rebill/rebill/subscriptions"
 )
 

@@ -24,12 +24,12 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/experiments"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/secrets"
-	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/notify"
-	"github.com/rebill/rebill/scheduler"
+	"github.com/rebill/rebill/platform/secrets"
+	"github.com/rebill/rebill/renewals"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 	"github.com/rebill/rebill/usecases"
 )
 
@@ -75,7 +75,7 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	subs.SetEventSink(&notify.Recorder{})
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	renewals := &scheduler.Renewals{Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
+	renewer := &renewals.Renewals{Pool: pool, Subscriptions: subs, Clock: clk, Charges: &charges.Store{Queue: insertOnly}, CatchUpWindow: 90 * 24 * time.Hour, BatchSize: 100}
 	var dev *api.Dev
 	if o.dev != nil {
 		dev = o.dev(t, pool)
@@ -83,8 +83,8 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 	known := func(name string) bool { return name == "sim1" || name == "sim2" }
 	keys, err := secrets.NewKeyring(testEncryptionKey)
 	require.NoError(t, err)
-	uses := &usecases.Service{Pool: pool, Subscriptions: subs, Renewals: renewals, KnownGateway: known, Clock: clk,
-		Owners: charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs, Renewals: renewals}}}
+	uses := &usecases.Service{Pool: pool, Subscriptions: subs, Renewals: renewer, KnownGateway: known, Clock: clk,
+		Owners: charges.Owners{Subscriptions: renewals.Outcomes{Subscriptions: subs, Renewals: renewer}}}
 	idem := idempotency.NewStore(pool, o.lease)
 	idem.SetClaimedHook(o.claimed)
 	srv := api.NewServer(api.Deps{

@@ -11,7 +11,7 @@ import (
 
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/api/openapitest"
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/metrics"
 )
 
 // TestMetricsRouteFollowsMetricsElsewhere: /metrics is served here by

@@ -17,12 +17,12 @@ import (
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/charges/gateway/sim"
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // The request/response validation of the whole test suite lives in
 // package openapitest and is hooked into the test harnesses
-// (api/harness_test.go, internal/app/harness_test.go): every exchange a
+// (api/harness_test.go, e2e/harness_test.go): every exchange a
 // test makes is checked against this document. The tests here keep the
 // document and the code in step where no request reaches.
 

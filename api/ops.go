@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/rebill/rebill/internal/validate"
-	"github.com/rebill/rebill/reconcile"
+	"github.com/rebill/rebill/books"
+	"github.com/rebill/rebill/platform/validate"
 	"github.com/rebill/rebill/reports"
 )
 
@@ -18,12 +18,12 @@ import (
 // when one is configured).
 type Reconciliation interface {
 	// Day returns the gateway's UTC day, pending when not yet checked.
-	Day(ctx context.Context, gateway string, day time.Time) (reconcile.Result, error)
+	Day(ctx context.Context, gateway string, day time.Time) (books.Result, error)
 	// Known reports whether gateway is one rebill reconciles.
 	Known(gateway string) bool
 	// RegistryDay returns the registry gateway's UTC day, pending when
 	// not yet checked.
-	RegistryDay(ctx context.Context, registry string, day time.Time) (reconcile.Result, error)
+	RegistryDay(ctx context.Context, registry string, day time.Time) (books.Result, error)
 	// KnownRegistry reports whether registry is a registry gateway rebill
 	// reconciles.
 	KnownRegistry(registry string) bool
@@ -35,16 +35,16 @@ type Reports interface {
 }
 
 type discrepancyJSON struct {
-	Kind             reconcile.Kind `json:"kind"`
-	ChargeID         *uuid.UUID     `json:"charge_id"`
-	GatewayReference *string        `json:"gateway_reference"`
-	Detail           string         `json:"detail"`
+	Kind             books.Kind `json:"kind"`
+	ChargeID         *uuid.UUID `json:"charge_id"`
+	GatewayReference *string    `json:"gateway_reference"`
+	Detail           string     `json:"detail"`
 }
 
 type reconciliationJSON struct {
 	Date          string            `json:"date"`
 	Gateway       string            `json:"gateway"`
-	Status        reconcile.Status  `json:"status"`
+	Status        books.Status      `json:"status"`
 	CheckedAt     *time.Time        `json:"checked_at"`
 	Operations    int               `json:"operations"`
 	Discrepancies []discrepancyJSON `json:"discrepancies"`
@@ -96,7 +96,7 @@ func (s *Server) getReconciliation(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var res reconcile.Result
+	var res books.Result
 	var err error
 	if registry != "" {
 		res, err = s.Reconciliation.RegistryDay(r.Context(), registry, day)

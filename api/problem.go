@@ -13,7 +13,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // problemBase prefixes every problem type URI.

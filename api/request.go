@@ -13,7 +13,7 @@ import (
 
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // cardNumberError: a request field holds what looks like a card number.

@@ -7,7 +7,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
 
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // requestIDHeader carries the request's id both ways: a client may send

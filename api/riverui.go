@@ -8,7 +8,7 @@ import (
 	"path"
 
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/internal/sameorigin"
+	"github.com/rebill/rebill/platform/sameorigin"
 )
 
 // problemCrossSite answers a state-changing River UI request whose Basic

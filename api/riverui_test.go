@@ -16,7 +16,7 @@ import (
 
 	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 // riverUIServer serves the real River UI behind rebill's guard. River UI

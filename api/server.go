@@ -26,9 +26,9 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/experiments"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/metrics"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/metrics"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
 )

@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 type rollWebhookSecretRequest struct {

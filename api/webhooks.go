@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/api/idempotency"
-	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 type webhookEndpointJSON struct {

@@ -29,7 +29,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/pg"
 	"github.com/rebill/rebill/subscriptions"
 )
 

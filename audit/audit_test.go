@@ -11,8 +11,8 @@ import (
 
 	"github.com/rebill/rebill/audit"
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/opstest"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/opstest"
 )
 
 const gw = "sima"

@@ -14,7 +14,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/pg"
 )
 
 // Bills judges autopay bills by the rules of package billcheck, the same

@@ -36,8 +36,8 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/pg"
 )
 
 // Autopay charges bills.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/fsm"
+	"github.com/rebill/rebill/platform/fsm"
 )
 
 // A fine that arrives with its discount running is charged on arrival at

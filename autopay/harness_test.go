@@ -19,9 +19,9 @@ import (
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 // start is 2027-03-01 12:00 in Moscow, whose days bills are due on.

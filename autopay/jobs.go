@@ -12,9 +12,9 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/fsm"
-	"github.com/rebill/rebill/internal/riverjob"
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/fsm"
+	"github.com/rebill/rebill/platform/riverjob"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // ScanArgs charges the bills whose pay_at has come and expires those

@@ -19,11 +19,11 @@ import (
 
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/autopay/billsource"
-	"github.com/rebill/rebill/autopay/billsource/conformance"
-	"github.com/rebill/rebill/autopay/billsource/sourcefake"
+	"github.com/rebill/rebill/autopay/billsource/testkit/conformance"
+	"github.com/rebill/rebill/autopay/billsource/testkit/sourcefake"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/metrics"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 // sourceBundle is autopay pulling fines from a fake source.

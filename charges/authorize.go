@@ -12,7 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/metrics"
 )
 
 // maxOutsideChecks bounds the checks for payments outside rebill one

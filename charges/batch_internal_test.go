@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 // Runs that move charges at the same time share statements, and each

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/metrics"
 )
 
 // A bill's charge is a period's charge owned by an enrollment: its period

@@ -15,7 +15,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/charges/gateway/gatewaytest"
+	"github.com/rebill/rebill/charges/gateway/testkit/gatewaytest"
 )
 
 // fakeEnrollments is the enrollment side of the pipeline for bills'

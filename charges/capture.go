@@ -11,7 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/metrics"
 )
 
 // Capture runs a capture job.

@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rebill/rebill/experiments"
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/pg"
 )
 
 // ExperimentFigures counts, by arm, the charges of the subscriptions subs

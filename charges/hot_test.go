@@ -11,7 +11,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/charges/gateway/gatewaytest"
+	"github.com/rebill/rebill/charges/gateway/testkit/gatewaytest"
 )
 
 // The hot path's first two moves (scheduled -> authorizing, the hold with

@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rebill/rebill/internal/fsm"
+	"github.com/rebill/rebill/platform/fsm"
 )
 
 // A bill charge claims its bill's identity (identity_held, unique among

@@ -5,7 +5,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/internal/riverjob"
+	"github.com/rebill/rebill/platform/riverjob"
 )
 
 // AuthorizeArgs places the hold of one attempt of a charge.

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/rebill/rebill/internal/riverjob"
+	"github.com/rebill/rebill/platform/riverjob"
 )
 
 // settledBetweenSQL is a FROM item named charges: the rows of charges

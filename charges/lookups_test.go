@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/opstest"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/opstest"
 )
 
 // ByKeys finds the charge a gateway key names whoever owns it: a

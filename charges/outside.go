@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/metrics"
 )
 
 // People pay fines at a bank, at a kiosk, in another app. A fine paid

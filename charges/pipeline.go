@@ -20,8 +20,8 @@ import (
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/experiments"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/metrics"
 )
 
 // Pipeline runs the gateway steps of charges. Each step persists that it is

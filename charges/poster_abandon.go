@@ -11,8 +11,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/charges/registry"
-	"github.com/rebill/rebill/internal/metrics"
-	"github.com/rebill/rebill/internal/riverjob"
+	"github.com/rebill/rebill/platform/metrics"
+	"github.com/rebill/rebill/platform/riverjob"
 )
 
 // post then is a replay, answered with the outcome), not counting as a

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/internal/fsm/fsmtest"
+	"github.com/rebill/rebill/testkit/fsmtest"
 )
 
 func TestPostingTransitions(t *testing.T) {

@@ -23,8 +23,8 @@ import (
 	"github.com/rebill/rebill/charges/registry"
 	registrysim "github.com/rebill/rebill/charges/registry/sim"
 	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 const giveUpAfter = 24 * time.Hour

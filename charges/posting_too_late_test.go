@@ -19,8 +19,8 @@ import (
 	"github.com/rebill/rebill/charges/registry"
 	registrysim "github.com/rebill/rebill/charges/registry/sim"
 	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 var postingStart = time.Date(2027, 3, 20, 9, 0, 0, 0, time.UTC)

@@ -14,11 +14,11 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/registry"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/fsm"
-	"github.com/rebill/rebill/internal/metrics"
-	"github.com/rebill/rebill/internal/pg"
-	"github.com/rebill/rebill/internal/riverjob"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/fsm"
+	"github.com/rebill/rebill/platform/metrics"
+	"github.com/rebill/rebill/platform/pg"
+	"github.com/rebill/rebill/platform/riverjob"
 )
 
 // A fine's charge is held, then posted to the state payment registry (GIS

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges/registry"
-	"github.com/rebill/rebill/internal/fsm"
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/fsm"
+	"github.com/rebill/rebill/platform/pg"
 )
 
 // QuittanceMaxAge bounds how long the registry's answer about an accrual

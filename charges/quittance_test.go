@@ -14,7 +14,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 // quittance answers that the registry holds payments.

@@ -9,7 +9,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/metrics"
 )
 
 // Reconcile runs a reconcile job: it looks the lost call up by its

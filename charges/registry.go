@@ -9,8 +9,8 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/registry"
-	"github.com/rebill/rebill/internal/fsm"
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/fsm"
+	"github.com/rebill/rebill/platform/metrics"
 )
 
 // A fine (a charge with a RegistryUIN) is paid only once the state payment

@@ -15,7 +15,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/charges/gateway/gatewaytest"
+	"github.com/rebill/rebill/charges/gateway/testkit/gatewaytest"
 )
 
 // The rules of fines and the state payment registry: a fine is never

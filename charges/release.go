@@ -12,7 +12,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/metrics"
 )
 
 // ReleaseHold runs a release job for a charge that went to review while it

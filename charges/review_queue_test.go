@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 // The review queue lists charges by when they entered review, and pages

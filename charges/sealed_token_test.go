@@ -14,8 +14,8 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
-	"github.com/rebill/rebill/charges/gateway/gatewaytest"
-	"github.com/rebill/rebill/internal/secrets"
+	"github.com/rebill/rebill/charges/gateway/testkit/gatewaytest"
+	"github.com/rebill/rebill/platform/secrets"
 	"github.com/rebill/rebill/vault"
 )
 

@@ -11,12 +11,12 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/charges/gateway/gatewaytest"
+	"github.com/rebill/rebill/charges/gateway/testkit/gatewaytest"
 	"github.com/rebill/rebill/velocity"
 )
 
 // declineSlots is the declines limit on package velocity, wired as the
-// service wires it (internal/app).
+// service wires it (app).
 type declineSlots struct {
 	lim   *velocity.Limiter
 	slots *velocity.Slots

@@ -19,9 +19,9 @@ import (
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/stripe"
-	"github.com/rebill/rebill/charges/gateway/stripe/stripetest"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/charges/gateway/testkit/stripetest"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 // stripeBundle runs the charge pipeline on a started River client, with

@@ -1,6 +1,6 @@
 package charges
 
-import "github.com/rebill/rebill/internal/fsm"
+import "github.com/rebill/rebill/platform/fsm"
 
 // transitions lists, for every status, the statuses a charge may move to.
 // It is the one list of allowed moves: every status change in the store

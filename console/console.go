@@ -29,12 +29,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/books"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/experiments"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/reconcile"
+	"github.com/rebill/rebill/platform/clock"
 	"github.com/rebill/rebill/reports"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
@@ -76,7 +76,7 @@ type Autopay interface {
 
 // Reconciliation reads the daily reconciliation's results.
 type Reconciliation interface {
-	Day(ctx context.Context, gateway string, day time.Time) (reconcile.Result, error)
+	Day(ctx context.Context, gateway string, day time.Time) (books.Result, error)
 	// Known reports whether gateway is one rebill reconciles.
 	Known(gateway string) bool
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/rebill/rebill/console"
 	"github.com/rebill/rebill/experiments"
 	"github.com/rebill/rebill/experiments/stats"
-	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 // fakeExperiments serves fixed reports.

@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/books"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/fleet"
-	"github.com/rebill/rebill/internal/validate"
-	"github.com/rebill/rebill/reconcile"
+	"github.com/rebill/rebill/platform/validate"
 	"github.com/rebill/rebill/reports"
 	"github.com/rebill/rebill/usecases"
 )
@@ -229,7 +229,7 @@ func (h *Handler) withdrawBill(w http.ResponseWriter, r *http.Request) {
 type operationsData struct {
 	Today          time.Time
 	Gateways       []fleet.GatewayStatus
-	Reconciliation []reconcile.Result
+	Reconciliation []books.Result
 	Report         *reports.Daily
 	ReportError    string
 	Day            string

@@ -22,10 +22,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/apikeys"
+	"github.com/rebill/rebill/app"
+	"github.com/rebill/rebill/app/config"
 	"github.com/rebill/rebill/console"
-	"github.com/rebill/rebill/internal/app"
-	"github.com/rebill/rebill/internal/config"
-	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 const adminKey = "console-admin-key-0123456789abcdefghij"

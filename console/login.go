@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/internal/sameorigin"
+	"github.com/rebill/rebill/platform/sameorigin"
 )
 
 type loginData struct {

@@ -18,7 +18,7 @@ import (
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // page is what every template gets.

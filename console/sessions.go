@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/apikeys"
-	"github.com/rebill/rebill/internal/sameorigin"
+	"github.com/rebill/rebill/platform/sameorigin"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
 )

@@ -16,7 +16,7 @@ import (
 
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/console"
-	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 // bare is a console alone over a database (no billing): enough for

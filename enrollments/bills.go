@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rebill/rebill/internal/fsm"
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/fsm"
+	"github.com/rebill/rebill/platform/pg"
 )
 
 // BillStatus is where a bill stands (see the package doc's diagram).

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/validate"
 	"github.com/rebill/rebill/subscriptions"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/pg"
 )
 
 // ErrEnrollmentExists: the customer already has an enrollment, not

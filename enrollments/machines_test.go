@@ -13,11 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/fsm"
-	"github.com/rebill/rebill/internal/fsm/fsmtest"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/platform/fsm"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/fsmtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 func TestEnrollmentTransitions(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/fsm"
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/fsm"
+	"github.com/rebill/rebill/platform/pg"
 	"github.com/rebill/rebill/subscriptions"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/platform/clock"
 )
 
 // ErrNotFound: no experiment has the key in the file.

@@ -27,11 +27,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/metrics"
 )
 
-// Thresholds say when a charge counts as stuck (internal/config:
+// Thresholds say when a charge counts as stuck (app/config:
 // REBILL_INSPECT_*).
 type Thresholds struct {
 	// NoJobAfter: an in-flight charge with no live job, unchanged this

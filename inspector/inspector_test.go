@@ -16,9 +16,9 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/inspector"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/opstest"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/opstest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 var now = time.Date(2026, 12, 10, 12, 0, 0, 0, time.UTC)

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/migrations"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 // The bill identity migration runs on a database that already holds

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/migrations"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 func TestUpIsIdempotentAndSafeConcurrently(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/migrations"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 // The review code migration runs on charges that went to review under the

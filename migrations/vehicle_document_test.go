@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/dbtest"
 	"github.com/rebill/rebill/migrations"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 // The vehicle document migration runs on a database where one customer

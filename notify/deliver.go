@@ -19,8 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/rebill/rebill/internal/metrics"
-	"github.com/rebill/rebill/internal/secrets"
+	"github.com/rebill/rebill/platform/metrics"
+	"github.com/rebill/rebill/platform/secrets"
 )
 
 // Delivery limits (the OpenAPI document, webhooks).

@@ -20,10 +20,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/secrets"
-	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/platform/secrets"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")

@@ -14,9 +14,9 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/secrets"
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/secrets"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // Endpoint statuses.

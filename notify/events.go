@@ -24,7 +24,7 @@ import (
 	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/pg"
 	"github.com/rebill/rebill/subscriptions"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/experiments"
-	"github.com/rebill/rebill/internal/fsm"
+	"github.com/rebill/rebill/platform/fsm"
 	"github.com/rebill/rebill/subscriptions"
 )
 

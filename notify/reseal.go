@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/rebill/rebill/internal/secrets"
+	"github.com/rebill/rebill/platform/secrets"
 )
 
 // ResealSecrets seals again, under the current key of keys, up to limit

@@ -13,9 +13,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/metrics"
-	"github.com/rebill/rebill/internal/riverjob"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/metrics"
+	"github.com/rebill/rebill/platform/riverjob"
 )
 
 // Retention defaults.

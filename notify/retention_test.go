@@ -15,10 +15,10 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/metrics"
-	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/platform/metrics"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 // keep is the least retention REBILL_EVENTS_RETENTION accepts.

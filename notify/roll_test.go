@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/internal/secrets"
-	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/platform/secrets"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // While a secret is rolled a receiver may hold either one: Verify accepts

@@ -7,7 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/pg"
 )
 
 // ObjectHistory returns the events about objectID whose type begins with

@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/pg"
 )
 
 // Rates gives a gateway's commission on a currency in basis points (1/100

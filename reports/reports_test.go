@@ -10,9 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/opstest"
 	"github.com/rebill/rebill/reports"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/opstest"
 )
 
 var day = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)

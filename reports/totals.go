@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/pg"
 )
 
 // totalsOn sums the charges that settled in [from, to), by gateway and

@@ -12,10 +12,10 @@ import (
 	"github.com/rebill/rebill/audit/billcheck"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/testsupport"
 	"github.com/rebill/rebill/soak"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 // The soak judges bills with the rules `rebill audit` judges them with,

@@ -27,9 +27,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/proctest"
 	"github.com/rebill/rebill/soak"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/proctest"
 )
 
 var (

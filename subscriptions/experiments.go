@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/pg"
 )
 
 // InExperiment returns the ids of the subscriptions whose record names the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // Receipt is the fiscal receipt (Russia's 54-FZ) that every payment of the

@@ -29,7 +29,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/fsm"
+	"github.com/rebill/rebill/platform/fsm"
 	"github.com/rebill/rebill/subscriptions/period"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rebill/rebill/internal/fsm"
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/fsm"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // Pause stops charging until Resume, or until resumeAt when it is set.

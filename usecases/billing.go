@@ -26,9 +26,9 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/pg"
-	"github.com/rebill/rebill/scheduler"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/pg"
+	"github.com/rebill/rebill/renewals"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/vault"
 	"github.com/rebill/rebill/velocity"
@@ -68,7 +68,7 @@ type Service struct {
 	// Pool serves reads; changes run in the caller's transaction.
 	Pool          *pgxpool.Pool
 	Subscriptions *subscriptions.Store
-	Renewals      *scheduler.Renewals
+	Renewals      *renewals.Renewals
 	Attempts      Attempts
 	// KnownGateway tells whether a payment method may name a gateway.
 	KnownGateway func(name string) bool

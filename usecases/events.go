@@ -5,8 +5,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/rebill/rebill/internal/validate"
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // PublishedEvents lists the published event log newest first: a customer key sees

@@ -11,7 +11,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/scheduler"
+	"github.com/rebill/rebill/renewals"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -275,7 +275,7 @@ func (m *machine) checkSub(t *rapid.T, s *modelSub, smoves []subMove, cmoves []c
 }
 
 // dunningEnd is when the dunning of s ended in this step
-// (scheduler.DunningEnd): after the due time of the last attempt of the
+// (renewals.DunningEnd): after the due time of the last attempt of the
 // charge of s that failed, or the moment a person resolved it as failed.
 func (m *machine) dunningEnd(t *rapid.T, s *modelSub, cmoves []chargeMove) time.Time {
 	for _, mv := range cmoves {
@@ -289,7 +289,7 @@ func (m *machine) dunningEnd(t *rapid.T, s *modelSub, cmoves []chargeMove) time.
 		if c.Resolved {
 			c.AttemptDueAt = c.UpdatedAt
 		}
-		return scheduler.DunningEnd(c)
+		return renewals.DunningEnd(c)
 	}
 	t.Fatalf("%s: no charge of it failed in this step", s)
 	return time.Time{}

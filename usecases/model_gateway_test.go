@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/charges/gateway/gatewaytest"
+	"github.com/rebill/rebill/charges/gateway/testkit/gatewaytest"
 )
 
 // fakeGateway is a payment provider with a ledger of its own, which the

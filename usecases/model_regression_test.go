@@ -423,7 +423,7 @@ func TestPeriodsBeforeTheEndOfDunningAreChargedWhenTheScanLagged(t *testing.T) {
 // support retries the charge; the customer gives a new card. The card
 // change voided the retried charge as "began while unpaid" and made the
 // subscription active: the one period it owed was never charged. The
-// dunning of a period ends after the period began (scheduler.DunningEnd).
+// dunning of a period ends after the period began (renewals.DunningEnd).
 func TestPeriodThatMadeTheSubscriptionUnpaidStaysOwed(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/internal/fsm"
+	"github.com/rebill/rebill/platform/fsm"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
 )
@@ -37,7 +37,7 @@ import (
 // resolves charges in review with the provider's evidence, or retries
 // them.
 //
-// The real stores, use cases (usecases.Service), scan (scheduler.Renewals)
+// The real stores, use cases (usecases.Service), scan (renewals.Renewals)
 // and pipeline (charges.Pipeline, through its River workers) run on one
 // PostgreSQL database (world). Beside them runs a reference model in plain
 // Go, written from the contract (api/openapi.json, "Decisions"): which

@@ -22,10 +22,10 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/testsupport"
-	"github.com/rebill/rebill/scheduler"
+	"github.com/rebill/rebill/renewals"
 	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 	"github.com/rebill/rebill/usecases"
 )
 
@@ -63,7 +63,7 @@ type world struct {
 	clock    *testsupport.Clock
 	gw       *fakeGateway
 	pipeline *charges.Pipeline
-	renewals *scheduler.Renewals
+	renewals *renewals.Renewals
 	svc      *usecases.Service
 	client   *river.Client[pgx.Tx] // inserts jobs, unique per attempt as in production
 	stats    map[string]int        // what the checks reached, for -v
@@ -126,7 +126,7 @@ func newWorld(t *testing.T) *world {
 	w.pipeline = &charges.Pipeline{
 		Pool:        w.pool,
 		Store:       store,
-		Owners:      charges.Owners{Subscriptions: scheduler.Outcomes{Subscriptions: subs}},
+		Owners:      charges.Owners{Subscriptions: renewals.Outcomes{Subscriptions: subs}},
 		Clock:       w.clock,
 		Dunning:     modelDunning,
 		CallTimeout: 5 * time.Second,
@@ -137,9 +137,9 @@ func newWorld(t *testing.T) *world {
 		UnavailableFor: modelUnavailableFor,
 		Logger:         zerolog.Nop(),
 	}
-	w.renewals = &scheduler.Renewals{Pool: w.pool, Subscriptions: subs, Clock: w.clock, Charges: store, CatchUpWindow: modelCatchUp,
+	w.renewals = &renewals.Renewals{Pool: w.pool, Subscriptions: subs, Clock: w.clock, Charges: store, CatchUpWindow: modelCatchUp,
 		BatchSize: 2, ScanWorkers: 1, ScanInterval: time.Minute, Logger: zerolog.Nop()}
-	w.pipeline.Owners.Subscriptions = scheduler.Outcomes{Subscriptions: subs, Renewals: w.renewals}
+	w.pipeline.Owners.Subscriptions = renewals.Outcomes{Subscriptions: subs, Renewals: w.renewals}
 	w.svc = &usecases.Service{Pool: w.pool, Subscriptions: subs, Renewals: w.renewals, Attempts: w.pipeline, Clock: w.clock,
 		Owners: w.pipeline.Owners}
 	w.newGateways()

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/rebill/rebill/internal/metrics"
-	"github.com/rebill/rebill/internal/riverjob"
+	"github.com/rebill/rebill/platform/metrics"
+	"github.com/rebill/rebill/platform/riverjob"
 )
 
 // clearToken matches pm_token values that are no reference (refPattern):

@@ -1,7 +1,7 @@
 // Package vault keeps payment tokens at rest: subscriptions, charges and
 // enrollments hold a reference (ptok_<uuid>) in pm_token, and the token itself lives
 // only in payment_tokens, sealed with AES-GCM under REBILL_ENCRYPTION_KEY
-// (internal/secrets). A database dump alone yields no usable token.
+// (platform/secrets). A database dump alone yields no usable token.
 //
 // # One reference per card
 //
@@ -33,8 +33,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/rebill/rebill/internal/pg"
-	"github.com/rebill/rebill/internal/secrets"
+	"github.com/rebill/rebill/platform/pg"
+	"github.com/rebill/rebill/platform/secrets"
 )
 
 // refPrefix starts every reference; payment_tokens.id is one.

@@ -11,9 +11,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 
-	"github.com/rebill/rebill/internal/groupcommit"
-	"github.com/rebill/rebill/internal/pg"
-	"github.com/rebill/rebill/internal/riverjob"
+	"github.com/rebill/rebill/platform/groupcommit"
+	"github.com/rebill/rebill/platform/pg"
+	"github.com/rebill/rebill/platform/riverjob"
 )
 
 // Verdict answers a request for a slot.

@@ -39,9 +39,9 @@ import (
 	"time"
 
 	"github.com/rebill/rebill/fault"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/metrics"
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/metrics"
+	"github.com/rebill/rebill/platform/pg"
 )
 
 // Limit names a counter and its window.

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 	"github.com/rebill/rebill/velocity"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/metrics"
 )
 
 // CleanupArgs is the periodic job that deletes records past their TTL.

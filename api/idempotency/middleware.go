@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
-	"github.com/rebill/rebill/internal/metrics"
-	"github.com/rebill/rebill/internal/validate"
+	"github.com/rebill/rebill/platform/metrics"
+	"github.com/rebill/rebill/platform/validate"
 )
 
 // ReplayedHeader marks a response that was served from the store.

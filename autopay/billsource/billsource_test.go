@@ -15,8 +15,8 @@ import (
 
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/autopay/billsource"
-	"github.com/rebill/rebill/autopay/billsource/conformance"
-	"github.com/rebill/rebill/autopay/billsource/sourcefake"
+	"github.com/rebill/rebill/autopay/billsource/testkit/conformance"
+	"github.com/rebill/rebill/autopay/billsource/testkit/sourcefake"
 	"github.com/rebill/rebill/enrollments"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/internal/metrics"
+	"github.com/rebill/rebill/platform/metrics"
 )
 
 // ErrCircuitOpen: the gateway failed repeatedly and calls to it are paused.

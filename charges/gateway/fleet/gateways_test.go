@@ -10,7 +10,7 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
-	"github.com/rebill/rebill/charges/gateway/gatewaytest"
+	"github.com/rebill/rebill/charges/gateway/testkit/gatewaytest"
 )
 
 // answering is a gateway that answers its authorizes with answers, in

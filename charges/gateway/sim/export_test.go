@@ -5,7 +5,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/platform/clock"
 )
 
 // StartInMemoryOnClock is [StartInMemory] stamping operations with clk, so

@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/platform/clock"
 )
 
 // Books are what rebill's dev endpoints read and set of a simulated

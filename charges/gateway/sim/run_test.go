@@ -11,8 +11,8 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/sim"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 func TestStart(t *testing.T) {

@@ -16,8 +16,8 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/sim"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 // Tokens used by the tests. Each ends in a marker that must never show up

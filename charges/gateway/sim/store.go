@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/internal/clock"
-	"github.com/rebill/rebill/internal/pg"
+	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/pg"
 )
 
 //go:embed schema.sql

@@ -13,9 +13,9 @@ import (
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/charges/gateway/stripe"
-	"github.com/rebill/rebill/charges/gateway/stripe/stripetest"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/charges/gateway/testkit/stripetest"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 // BenchmarkChargeCalls measures a charge's gateway calls (authorize, then

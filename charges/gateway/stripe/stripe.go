@@ -13,7 +13,7 @@ import (
 	stripeapi "github.com/stripe/stripe-go/v82"
 
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/platform/clock"
 )
 
 // ReplayWindow is how long after its first send a lost authorize may be

@@ -14,8 +14,8 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/stripe"
-	"github.com/rebill/rebill/charges/gateway/stripe/stripetest"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/charges/gateway/testkit/stripetest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 const (

@@ -17,7 +17,7 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/stripe"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 // startStripeMock starts stripe-mock, the go.mod tool dependency, on a free

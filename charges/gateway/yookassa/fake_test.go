@@ -17,7 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 // fakeYooKassa is a YooKassa shop as API v3's public documentation

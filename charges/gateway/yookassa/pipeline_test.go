@@ -23,8 +23,8 @@ import (
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/gateway/yookassa"
-	"github.com/rebill/rebill/internal/dbtest"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 // TestPipelineThroughYooKassa charges one period through the real charges

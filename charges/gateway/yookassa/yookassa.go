@@ -18,7 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rebill/rebill/charges/gateway"
-	"github.com/rebill/rebill/internal/clock"
+	"github.com/rebill/rebill/platform/clock"
 )
 
 // DefaultBaseURL is YooKassa's API v3 endpoint.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/yookassa"
-	"github.com/rebill/rebill/internal/testsupport"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 // start is when every test begins, on the shop's clock and rebill's.

@@ -45,7 +45,7 @@ type Options struct {
 	Name string
 	// BaseURL is the party's API root; the endpoints are below it.
 	BaseURL string
-	// TLS is the client's TLS settings (internal/mtls: the client
+	// TLS is the client's TLS settings (platform/mtls: the client
 	// certificate and the party's CA); nil: the system's trust store.
 	TLS *tls.Config
 	// BearerToken, when set, is sent as Authorization: Bearer.

@@ -27,7 +27,7 @@ import (
 	"github.com/rebill/rebill/charges/registry/agentapi"
 	"github.com/rebill/rebill/charges/registry/testkit/agentfake"
 	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
-	"github.com/rebill/rebill/internal/mtls"
+	"github.com/rebill/rebill/platform/mtls"
 )
 
 // authority is a test certificate authority.

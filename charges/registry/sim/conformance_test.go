@@ -10,7 +10,7 @@ import (
 
 	"github.com/rebill/rebill/charges/registry/sim"
 	"github.com/rebill/rebill/charges/registry/testkit/registrytest"
-	"github.com/rebill/rebill/internal/dbtest"
+	"github.com/rebill/rebill/testkit/dbtest"
 )
 
 // The simulated book passes the registry gateways' conformance suite: dev
