@@ -8,7 +8,7 @@ package api_test
 //	    -benchtime 5s -count 3 ./api/
 //
 // With REBILL_BENCH_TEMPLATE naming a database on the test server (one that
-// `rebill bench -history big -n 0 -db rebill_history` filled with years of
+// `rebill-bench -history big -n 0 -db rebill_history` filled with years of
 // rows), each run starts from a copy of it instead of an empty database, so
 // that the same figures can be read with deep tables (BENCHMARKS.md).
 //

@@ -46,10 +46,6 @@ Usage:
   rebill gatewaysim [--addr ADDR]  run the simulated gateways sim1..sim5 standalone
   rebill registryfake [--addr ADDR] [--tls-cert FILE --tls-key FILE [--client-ca FILE]]
                                 run the conformance fake of a bank's registry gateway (docs/registry.md)
-  rebill bench [-n 20000] [-private] [-latency 250ms] [-sim-ledger memory] [-nodes 3]
-               [-history big] [-template DB]
-                                measure billing end to end beside a pgbench INSERT baseline
-                                (creates and drops database rebill_bench; see BENCHMARKS.md)
   rebill secrets rotate         seal payment tokens and webhook secrets under the current key
   rebill version                print the module version and VCS commit
   rebill audit [--from DATE] [--to DATE] [--json]
@@ -139,8 +135,6 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return apikey(ctx, cfg, log, args[2:], stdout, stderr)
 	case "gatewaysim":
 		return gatewaysim(ctx, cfg, log, args[2:], stdout, stderr)
-	case "bench":
-		return benchCommand(ctx, cfg, log, args[2:], stdout, stderr)
 	case "audit":
 		return auditCommand(ctx, cfg, log, args[2:], stdout, stderr)
 	case "secrets":

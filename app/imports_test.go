@@ -291,3 +291,17 @@ func TestOnlyChargesEnqueuesItsJobs(t *testing.T) {
 	require.Greater(t, packages, 10, "go list found rebill's packages")
 	require.Empty(t, offenders, "packages outside charges name its job argument types; use a verb of charges.Store")
 }
+
+// The benchmark is a command of its own (cmd/rebill-bench): the server
+// binary links none of its code, directly or through another package.
+func TestServerBinaryLinksNoBenchmark(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", module+"cmd/rebill").Output()
+	require.NoError(t, err)
+	deps := strings.Fields(string(out))
+	require.Contains(t, deps, module+"app", "go list found the server's dependencies")
+	for _, dep := range deps {
+		require.NotEqual(t, module+"bench", dep, "cmd/rebill links the benchmark")
+		require.False(t, strings.HasPrefix(dep, module+"cmd/rebill-bench"), "cmd/rebill links %s", dep)
+	}
+}

@@ -132,7 +132,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Nodes > 1 {
 		nodes = fmt.Sprintf("%d nodes, each ", o.Nodes)
 	}
-	fmt.Fprintf(o.Out, "rebill bench: %d subscriptions, %d no-op jobs, %s%d workers, %d connections, GOMAXPROCS %d\n",
+	fmt.Fprintf(o.Out, "rebill-bench: %d subscriptions, %d no-op jobs, %s%d workers, %d connections, GOMAXPROCS %d\n",
 		o.Subscriptions, o.NoopJobs, nodes, o.Workers, o.Conns, runtime.GOMAXPROCS(0))
 	if o.History != (History{}) {
 		if err := Fill(ctx, pool, o.History, time.Now(), o.Out); err != nil {

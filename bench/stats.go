@@ -123,7 +123,7 @@ type dbStats struct {
 }
 
 // statementStatsOn reports whether pg_stat_statements can be read: the
-// server must preload it (`rebill bench -private` starts one that does).
+// server must preload it (`rebill-bench -private` starts one that does).
 func statementStatsOn(ctx context.Context, pool *pgxpool.Pool) bool {
 	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
 		return false

@@ -51,7 +51,6 @@ func TestHelpOnEveryCommandDoesNothingElse(t *testing.T) {
 		{"apikey", "--help"}, {"apikey", "create", "--help"}, {"apikey", "create", "--role", "admin", "-h"},
 		{"gatewaysim", "--help"},
 		{"registryfake", "--help"},
-		{"bench", "--help"},
 		{"audit", "--help"},
 		{"secrets", "--help"}, {"secrets", "rotate", "--help"},
 		{"version", "--help"},

@@ -1,4 +1,4 @@
-package app
+package main
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
+	"github.com/rebill/rebill/app"
 	"github.com/rebill/rebill/app/config"
 	"github.com/rebill/rebill/bench"
 	"github.com/rebill/rebill/charges"
@@ -30,13 +31,12 @@ import (
 	"github.com/rebill/rebill/platform/pgembed"
 	"github.com/rebill/rebill/platform/secrets"
 	"github.com/rebill/rebill/renewals"
-	"github.com/rebill/rebill/vault"
 )
 
-// benchCommand runs `rebill bench`: see package bench. Without DATABASE_URL
+// benchCommand runs rebill-bench: see package bench. Without DATABASE_URL
 // it uses the server on 127.0.0.1:5432.
 func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench", "Usage: rebill bench [flags]\n\n"+
+	fs := app.NewFlagSet("rebill-bench", "Usage: rebill-bench [flags]\n\n"+
 		"Measures River's bare throughput and billing end to end in database rebill_bench\n"+
 		"(created and dropped) on DATABASE_URL's server, or on 127.0.0.1:5432.")
 	n := fs.Int("n", 20_000, "subscriptions due at the same moment")
@@ -55,7 +55,7 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	template := fs.String("template", "", "start from a copy of this database (say one filled by -history big -n 0 -db rebill_history) instead of an empty one")
 	webhook := fs.Bool("webhook", false, "one webhook endpoint subscribed to every event, on a local receiver")
 	nodes := fs.Int("nodes", 1, "production-mode nodes billing the same subscriptions, each with its River client, workers, scan loop and pool of -conns; with more than one, the nodes' own scan loop scans (one billing_scan job, while the workers bill)")
-	if done, err := parseFlags(fs, args, stdout, stderr); done || err != nil {
+	if done, err := app.ParseFlags(fs, args, stdout, stderr); done || err != nil {
 		return err
 	}
 	if *cpuProfile != "" {
@@ -180,7 +180,7 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 			return bench.BillingResult{}, err
 		}
 	}
-	nodes := make([]*Service, o.nodes)
+	nodes := make([]*app.Service, o.nodes)
 	for i := range nodes {
 		nodePool := pool
 		if i > 0 { // a pool of its own, as another process would have
@@ -189,7 +189,7 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 			}
 			defer nodePool.Close()
 		}
-		if nodes[i], err = Build(ctx, cfg, nodePool, quiet); err != nil {
+		if nodes[i], err = app.Build(ctx, cfg, nodePool, quiet); err != nil {
 			return bench.BillingResult{}, fmt.Errorf("build node %d: %w", i+1, err)
 		}
 		defer nodes[i].Close()
@@ -202,7 +202,7 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 	}
 	// The seeded rows hold their token in clear: seal it now, not in the
 	// secrets_reseal job that River's start would run during the timing.
-	if _, err := vault.RunSteps(ctx, svc.reseal, resealBatch); err != nil {
+	if err := svc.SealSecrets(ctx); err != nil {
 		return bench.BillingResult{}, err
 	}
 
@@ -409,7 +409,7 @@ func checkExactlyOnce(ctx context.Context, pool *pgxpool.Pool, books sim.Books, 
 // unless it hands the capture to a job of its own), from River's completed
 // jobs, kept for an hour. Jobs are told by the charge their args name, not
 // by kind: the pipeline's job types are its own.
-func nodeShares(ctx context.Context, pool *pgxpool.Pool, nodes []*Service) ([]int, error) {
+func nodeShares(ctx context.Context, pool *pgxpool.Pool, nodes []*app.Service) ([]int, error) {
 	index := map[string]int{}
 	for i, node := range nodes {
 		index[node.River.ID()] = i
@@ -463,7 +463,7 @@ func benchSim(ctx context.Context, server, database string, memory bool, log zer
 	if err != nil {
 		return "", nil, nil, err
 	}
-	baseURL, stopSim, err := startSim(ctx, simPool, 20, []string{"sim1"}, true, false, log)
+	baseURL, stopSim, err := app.StartSimulator(ctx, simPool, 20, []string{"sim1"}, log)
 	if err != nil {
 		closeSimPool()
 		return "", nil, nil, err
