@@ -1,7 +1,7 @@
 package soak_test
 
 // The processes under test: the real rebill binary, started and killed
-// with testkit/proctest like app's process tests, and an HTTP
+// with testkit/proctest like e2e's process tests, and an HTTP
 // client that drives them the way a careful integrator would (every POST
 // under its own Idempotency-Key, retried with the same key until rebill
 // gives a definite answer).
