@@ -96,7 +96,7 @@ func (p *Pipeline) authorizeNotWanted(ctx context.Context, s stageRun) error {
 		metrics.StageRuns.WithLabelValues(s.stage, "stale").Inc()
 		return err
 	}
-	return p.toReconcile(ctx, s, c, gateway.OpAuthorize, "cancelled while the authorize may have been sent")
+	return p.toLookup(ctx, s, c, gateway.OpAuthorize, "cancelled while the authorize may have been sent")
 }
 
 // afterAuthorize continues from an authorize answer (or a lookup of one)
@@ -143,7 +143,7 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 				if err == nil {
 					p.transitioned(next, "a fine was held but no payment registry is configured to post it to")
 				}
-			case p.CaptureInline && !s.reconcile:
+			case p.CaptureInline && !s.lookingUp:
 				// The capture's "about to call", in the transaction that
 				// read the charge's void flag under its row lock.
 				next, err = oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Authorized}, to: Capturing, where: postedSQL}, now,
@@ -180,7 +180,7 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 // the capture inline. ErrStale sends the caller to the general path, which
 // sorts out why (a void, a fine, another run that got there first).
 func (p *Pipeline) holdThenCapture(ctx context.Context, s stageRun, c Charge, from []Status, res gateway.Result) (Charge, error) {
-	if !p.CaptureInline || s.reconcile || (c.RegistryUIN != "" && p.Postings != nil) || !slices.Equal(from, []Status{Authorizing}) {
+	if !p.CaptureInline || s.lookingUp || (c.RegistryUIN != "" && p.Postings != nil) || !slices.Equal(from, []Status{Authorizing}) {
 		return Charge{}, ErrStale
 	}
 	next, err := p.batched().holdThenCapture.do(ctx, &guardedMove{id: c.ID, attempt: c.AttemptCount, reference: res.Reference})

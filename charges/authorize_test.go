@@ -90,14 +90,14 @@ func TestAuthorizeWorker(t *testing.T) {
 			name: "UnknownOutcome",
 			err:  gateway.ErrUnknownOutcome,
 			want: outcome{status: charges.Unknown, unknownPhase: gateway.OpAuthorize, calls: []string{authorize},
-				jobs: reconcileJob(gateway.OpAuthorize)},
+				jobs: lookupJob(gateway.OpAuthorize)},
 		},
 		{
 			name: "UnknownOutcomeOnTheLastAttempt",
 			err:  gateway.ErrUnknownOutcome,
 			opts: &river.InsertOpts{MaxAttempts: 1}, // still looked up: review is for what a lookup cannot settle
 			want: outcome{status: charges.Unknown, unknownPhase: gateway.OpAuthorize, calls: []string{authorize},
-				jobs: reconcileJob(gateway.OpAuthorize)},
+				jobs: lookupJob(gateway.OpAuthorize)},
 		},
 		{
 			name: "OtherError",
@@ -195,7 +195,7 @@ func TestAuthorizeWorker(t *testing.T) {
 			name:    "RerunCancelledSinceIsLookedUpNotResent",
 			fixture: fixture{status: charges.Authorizing, voidRequested: true}, // a crash after the call, then a cancel
 			want: outcome{status: charges.Unknown, unknownPhase: gateway.OpAuthorize,
-				jobs: reconcileJob(gateway.OpAuthorize)},
+				jobs: lookupJob(gateway.OpAuthorize)},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -294,8 +294,8 @@ func TestFullPriceAboveTheCapWaitsForConfirmation(t *testing.T) {
 
 	b.clock.Advance(3 * time.Hour) // the deadline passes while the outcome is unknown
 	b.gateway.LookupFunc = gatewaytest.LookupAnswer(succeeded, nil)
-	reconcile := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
-	_, err = reconcile.Work(ctx, t, b.tx, charges.ReconcileArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpAuthorize}, nil)
+	reconcile := newWorker(t, b, &charges.LookupWorker{Pipeline: b.pipeline})
+	_, err = reconcile.Work(ctx, t, b.tx, charges.LookupArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpAuthorize}, nil)
 	require.NoError(t, err)
 	require.Equal(t, charges.Authorized, b.get(ctx, t, c.ID).Status)
 	capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})

@@ -111,7 +111,7 @@ func TestCaptureInline(t *testing.T) {
 		b.gateway.CaptureFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnknownOutcome)
 		res, err := w.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 		b.requireOutcome(ctx, t, c.ID, res, err, outcome{status: charges.Unknown, unknownPhase: gateway.OpCapture,
-			authorizationRef: holdRef, calls: []string{authorize, capture}, jobs: reconcileJob(gateway.OpCapture)})
+			authorizationRef: holdRef, calls: []string{authorize, capture}, jobs: lookupJob(gateway.OpCapture)})
 		require.Equal(t, river.EventKindJobCompleted, res.EventKind)
 	})
 }

@@ -42,7 +42,7 @@ func TestCaptureWorker(t *testing.T) {
 			name: "UnknownOutcome",
 			err:  gateway.ErrUnknownOutcome,
 			want: outcome{status: charges.Unknown, authorizationRef: holdRef, unknownPhase: gateway.OpCapture,
-				calls: []string{capture}, jobs: reconcileJob(gateway.OpCapture)},
+				calls: []string{capture}, jobs: lookupJob(gateway.OpCapture)},
 		},
 		{
 			name: "Unavailable",

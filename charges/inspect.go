@@ -151,7 +151,7 @@ func Kick(ctx context.Context, tx pgx.Tx, jobs JobInserter, c Charge) (string, e
 	switch {
 	case c.UnknownOp != "" && (c.Status == Authorizing || c.Status == Capturing):
 		// A reconcile job was resending the lost call.
-		args = ReconcileArgs{ChargeID: c.ID, Attempt: c.AttemptCount, Op: c.UnknownOp}
+		args = LookupArgs{ChargeID: c.ID, Attempt: c.AttemptCount, Op: c.UnknownOp}
 	case c.Status == Authorizing:
 		args = AuthorizeArgs{ChargeID: c.ID, Attempt: c.AttemptCount}
 	case c.Status == Authorized && c.VoidRequested:

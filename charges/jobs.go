@@ -50,9 +50,9 @@ func (VoidArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
 }
 
-// ReconcileArgs asks the gateway what became of a call whose answer was
+// LookupArgs asks the gateway what became of a call whose answer was
 // lost, and continues from there.
-type ReconcileArgs struct {
+type LookupArgs struct {
 	ChargeID uuid.UUID `json:"charge_id" river:"unique"`
 	Attempt  int       `json:"attempt" river:"unique"`
 	// Op keeps the JSON name "phase" of jobs enqueued before the rename.
@@ -60,10 +60,10 @@ type ReconcileArgs struct {
 }
 
 // Kind names the job in River.
-func (ReconcileArgs) Kind() string { return "charge_reconcile" }
+func (LookupArgs) Kind() string { return "charge_reconcile" }
 
 // InsertOpts makes the job unique per charge attempt and operation.
-func (ReconcileArgs) InsertOpts() river.InsertOpts {
+func (LookupArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
 }
 

@@ -98,7 +98,7 @@ type stageRun struct {
 	attempt   int
 	run       int       // how many times the job has run: River's attempt plus its snoozes
 	final     bool      // River will not retry this job again
-	reconcile bool      // the step is a reconcile job
+	lookingUp bool      // the step is a look-up job (charge_reconcile)
 	created   time.Time // when River created the job (real time)
 }
 
@@ -315,9 +315,9 @@ func (p *Pipeline) technicalFailure(ctx context.Context, s stageRun, c Charge, o
 	switch {
 	case errors.Is(callErr, fleet.ErrCircuitOpen), errors.Is(callErr, gateway.ErrUnavailable):
 		return p.waitForGateway(ctx, s, c, op, callErr)
-	case errors.Is(callErr, gateway.ErrUnknownOutcome) && !s.reconcile && op != gateway.OpVoid:
+	case errors.Is(callErr, gateway.ErrUnknownOutcome) && !s.lookingUp && op != gateway.OpVoid:
 		metrics.Retry(s.stage, metrics.RetryUnknownOutcome)
-		return p.toReconcile(ctx, s, c, op, callErr.Error())
+		return p.toLookup(ctx, s, c, op, callErr.Error())
 	case s.final:
 		metrics.StageRuns.WithLabelValues(s.stage, "review").Inc()
 		code := ReviewGatewayError
@@ -340,7 +340,7 @@ func (p *Pipeline) technicalFailure(ctx context.Context, s stageRun, c Charge, o
 // and asks for one again when it is tried next (a look-up that waits
 // does not: the outcome it looks for is still unknown).
 func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op gateway.Op, callErr error) error {
-	if op == gateway.OpAuthorize && !s.reconcile {
+	if op == gateway.OpAuthorize && !s.lookingUp {
 		p.releaseSlot(ctx, c)
 	}
 	reason := metrics.RetryGatewayUnavailable
@@ -362,9 +362,9 @@ func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op 
 	return river.JobSnooze(delay)
 }
 
-// toReconcile records that a call's outcome is unknown and enqueues the
+// toLookup records that a call's outcome is unknown and enqueues the
 // lookup that settles it.
-func (p *Pipeline) toReconcile(ctx context.Context, s stageRun, c Charge, op gateway.Op, reason string) error {
+func (p *Pipeline) toLookup(ctx context.Context, s stageRun, c Charge, op gateway.Op, reason string) error {
 	now := p.Clock.Now()
 	return p.record(ctx, s, func(tx pgx.Tx) error {
 		next, err := oneMoved(p.Store.move(ctx, tx, transition{from: []Status{Authorizing, Capturing}, to: Unknown,
@@ -375,7 +375,7 @@ func (p *Pipeline) toReconcile(ctx context.Context, s stageRun, c Charge, op gat
 		}
 		p.transitioned(next, reason)
 		_, err = river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx,
-			ReconcileArgs{ChargeID: c.ID, Attempt: c.AttemptCount, Op: op}, nil)
+			LookupArgs{ChargeID: c.ID, Attempt: c.AttemptCount, Op: op}, nil)
 		return err
 	})
 }

@@ -287,7 +287,7 @@ func newWorker[T river.JobArgs](t *testing.T, b *testBundle, w river.Worker[T]) 
 
 // chargeJobs are the pipeline's job kinds.
 var chargeJobs = []river.JobArgs{charges.AuthorizeArgs{}, charges.CaptureArgs{}, charges.VoidArgs{},
-	charges.ReconcileArgs{}, charges.ReleaseHoldArgs{}}
+	charges.LookupArgs{}, charges.ReleaseHoldArgs{}}
 
 // requireNextJobs requires that the steps committed exactly the jobs want,
 // in the order they were inserted, with those args and to run at once, and
@@ -500,9 +500,9 @@ func releaseHoldJob(id uuid.UUID) []river.JobArgs {
 	return []river.JobArgs{charges.ReleaseHoldArgs{ChargeID: id, Attempt: 1}}
 }
 
-func reconcileJob(phase gateway.Op) func(uuid.UUID) []river.JobArgs {
+func lookupJob(phase gateway.Op) func(uuid.UUID) []river.JobArgs {
 	return func(id uuid.UUID) []river.JobArgs {
-		return []river.JobArgs{charges.ReconcileArgs{ChargeID: id, Attempt: 1, Op: phase}}
+		return []river.JobArgs{charges.LookupArgs{ChargeID: id, Attempt: 1, Op: phase}}
 	}
 }
 

@@ -277,8 +277,8 @@ func TestUnknownDiscountedCaptureAfterTheDeadlineIsNotResent(t *testing.T) {
 	b.gateway.CaptureFunc = nil
 	b.gateway.LookupFunc = gatewaytest.Found(nil)
 	b.gateway.VoidFunc = gatewaytest.Answer(gateway.Result{Status: gateway.StatusSucceeded, Reference: "void_1"}, nil)
-	reconcile := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
-	_, err = reconcile.Work(ctx, t, b.tx, charges.ReconcileArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpCapture}, nil)
+	reconcile := newWorker(t, b, &charges.LookupWorker{Pipeline: b.pipeline})
+	_, err = reconcile.Work(ctx, t, b.tx, charges.LookupArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpCapture}, nil)
 	require.NoError(t, err)
 	got := b.get(ctx, t, c.ID)
 	require.Equal(t, charges.Scheduled, got.Status)

@@ -23,7 +23,7 @@ import (
 // released all the same.
 func (p *Pipeline) ReleaseHold(ctx context.Context, job *river.Job[ReleaseHoldArgs]) error {
 	s := newStep("release_hold", job, job.Args.ChargeID, job.Args.Attempt)
-	s.reconcile = true
+	s.lookingUp = true
 	defer metrics.TimeStage(s.stage)()
 	c, err := Get(ctx, p.Pool, s.chargeID)
 	if err != nil {

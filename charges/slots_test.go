@@ -93,8 +93,8 @@ func TestSlotOfAnAttemptSentToReviewIsGivenBack(t *testing.T) {
 	require.Equal(t, charges.SlotsInFlight, d.verdictFor(t, "next/1"), "the unknown outcome holds the day's only slot")
 
 	b.gateway.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrUnknownOutcome)
-	w := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
-	_, err := w.Work(ctx, t, b.tx, charges.ReconcileArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpAuthorize},
+	w := newWorker(t, b, &charges.LookupWorker{Pipeline: b.pipeline})
+	_, err := w.Work(ctx, t, b.tx, charges.LookupArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpAuthorize},
 		&river.InsertOpts{MaxAttempts: 1})
 	require.NoError(t, err)
 	require.Equal(t, charges.RequiresReview, b.get(ctx, t, c.ID).Status)

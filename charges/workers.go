@@ -62,19 +62,19 @@ func (w *VoidWorker) Work(ctx context.Context, job *river.Job[VoidArgs]) error {
 // Timeout bounds one run.
 func (w *VoidWorker) Timeout(*river.Job[VoidArgs]) time.Duration { return w.Pipeline.jobTimeout() }
 
-// ReconcileWorker runs ReconcileArgs jobs.
-type ReconcileWorker struct {
-	river.WorkerDefaults[ReconcileArgs]
+// LookupWorker runs LookupArgs jobs.
+type LookupWorker struct {
+	river.WorkerDefaults[LookupArgs]
 	Pipeline *Pipeline
 }
 
 // Work looks the lost call up and continues.
-func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs]) error {
-	return w.Pipeline.Reconcile(ctx, job)
+func (w *LookupWorker) Work(ctx context.Context, job *river.Job[LookupArgs]) error {
+	return w.Pipeline.LookUpOutcome(ctx, job)
 }
 
 // Timeout bounds one run.
-func (w *ReconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration {
+func (w *LookupWorker) Timeout(*river.Job[LookupArgs]) time.Duration {
 	return w.Pipeline.jobTimeout()
 }
 
@@ -99,6 +99,6 @@ func Register(workers *river.Workers, p *Pipeline) {
 	river.AddWorker(workers, &AuthorizeWorker{Pipeline: p})
 	river.AddWorker(workers, &CaptureWorker{Pipeline: p})
 	river.AddWorker(workers, &VoidWorker{Pipeline: p})
-	river.AddWorker(workers, &ReconcileWorker{Pipeline: p})
+	river.AddWorker(workers, &LookupWorker{Pipeline: p})
 	river.AddWorker(workers, &ReleaseHoldWorker{Pipeline: p})
 }

@@ -295,9 +295,9 @@ func TestPaymentOfAnUnpaidSubscriptionSkipsTheUnpaidPeriods(t *testing.T) {
 func (s *scenario) reviewWithHold(id uuid.UUID) charges.Charge {
 	s.t.Helper()
 	s.run(charges.AuthorizeArgs{}.Kind(), answers{money: faultTimeoutAfter})
-	s.run(charges.ReconcileArgs{}.Kind(), answers{lookup: faultUnavailable})
+	s.run(charges.LookupArgs{}.Kind(), answers{lookup: faultUnavailable})
 	s.advance(modelUnavailableFor + time.Hour)
-	s.run(charges.ReconcileArgs{}.Kind(), answers{lookup: faultUnavailable})
+	s.run(charges.LookupArgs{}.Kind(), answers{lookup: faultUnavailable})
 	c := s.charges(id)[0]
 	require.Equal(s.t, charges.RequiresReview, c.Status)
 	require.Len(s.t, s.liveHolds(), 1)

@@ -54,7 +54,7 @@ var (
 // chargeJobKinds are the pipeline's job kinds, the only jobs in the world.
 var chargeJobKinds = []string{
 	charges.AuthorizeArgs{}.Kind(), charges.CaptureArgs{}.Kind(), charges.VoidArgs{}.Kind(),
-	charges.ReconcileArgs{}.Kind(), charges.ReleaseHoldArgs{}.Kind(),
+	charges.LookupArgs{}.Kind(), charges.ReleaseHoldArgs{}.Kind(),
 }
 
 type world struct {
@@ -164,7 +164,7 @@ func newWorld(t *testing.T) *world {
 	addWorker(w, driver, config, river.Worker[charges.AuthorizeArgs](&charges.AuthorizeWorker{Pipeline: w.pipeline}))
 	addWorker(w, driver, config, river.Worker[charges.CaptureArgs](&charges.CaptureWorker{Pipeline: w.pipeline}))
 	addWorker(w, driver, config, river.Worker[charges.VoidArgs](&charges.VoidWorker{Pipeline: w.pipeline}))
-	addWorker(w, driver, config, river.Worker[charges.ReconcileArgs](&charges.ReconcileWorker{Pipeline: w.pipeline}))
+	addWorker(w, driver, config, river.Worker[charges.LookupArgs](&charges.LookupWorker{Pipeline: w.pipeline}))
 	addWorker(w, driver, config, river.Worker[charges.ReleaseHoldArgs](&charges.ReleaseHoldWorker{Pipeline: w.pipeline}))
 	return w
 }

@@ -150,7 +150,7 @@ func newPipelineWorld(t *testing.T) *pipelineWorld {
 	addWork(w, driver, config, river.Worker[charges.AuthorizeArgs](&charges.AuthorizeWorker{Pipeline: p}))
 	addWork(w, driver, config, river.Worker[charges.CaptureArgs](&charges.CaptureWorker{Pipeline: p}))
 	addWork(w, driver, config, river.Worker[charges.VoidArgs](&charges.VoidWorker{Pipeline: p}))
-	addWork(w, driver, config, river.Worker[charges.ReconcileArgs](&charges.ReconcileWorker{Pipeline: p}))
+	addWork(w, driver, config, river.Worker[charges.LookupArgs](&charges.LookupWorker{Pipeline: p}))
 	addWork(w, driver, config, river.Worker[charges.ReleaseHoldArgs](&charges.ReleaseHoldWorker{Pipeline: p}))
 
 	_, err = pool.Exec(ctx, `INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval,

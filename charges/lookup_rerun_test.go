@@ -80,9 +80,9 @@ func TestReconcileRerun(t *testing.T) {
 			} else {
 				b.gateway.AuthorizeFunc = resend
 			}
-			w := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
+			w := newWorker(t, b, &charges.LookupWorker{Pipeline: b.pipeline})
 
-			res, err := w.Work(ctx, t, b.tx, charges.ReconcileArgs{ChargeID: c.ID, Attempt: 1, Op: tc.phase}, nil)
+			res, err := w.Work(ctx, t, b.tx, charges.LookupArgs{ChargeID: c.ID, Attempt: 1, Op: tc.phase}, nil)
 			if tc.first == unavailable {
 				require.NoError(t, err)
 			} else {
@@ -121,8 +121,8 @@ func TestReconcileRerunCancelledMeanwhile(t *testing.T) {
 		c := b.newCharge(ctx, t, fixture{status: charges.Unknown, unknownPhase: gateway.OpAuthorize})
 		b.gateway.LookupFunc = gatewaytest.Found(nil)
 		b.gateway.AuthorizeFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
-		w := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
-		res, err := w.Work(ctx, t, b.tx, charges.ReconcileArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpAuthorize}, nil)
+		w := newWorker(t, b, &charges.LookupWorker{Pipeline: b.pipeline})
+		res, err := w.Work(ctx, t, b.tx, charges.LookupArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpAuthorize}, nil)
 		require.NoError(t, err)
 		require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
 
@@ -149,8 +149,8 @@ func TestReconcileRerunCancelledMeanwhile(t *testing.T) {
 			_, _ = perform(ctx, req)
 			return gateway.Result{}, gateway.ErrUnknownOutcome
 		}
-		w := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
-		res, err := w.Work(ctx, t, b.tx, charges.ReconcileArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpAuthorize}, nil)
+		w := newWorker(t, b, &charges.LookupWorker{Pipeline: b.pipeline})
+		res, err := w.Work(ctx, t, b.tx, charges.LookupArgs{ChargeID: c.ID, Attempt: 1, Op: gateway.OpAuthorize}, nil)
 		require.Error(t, err)
 
 		b.requestVoid(ctx, t)

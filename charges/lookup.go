@@ -12,16 +12,17 @@ import (
 	"github.com/rebill/rebill/platform/metrics"
 )
 
-// Reconcile runs a reconcile job: it looks the lost call up by its
+// LookUpOutcome runs a look-up job (kind charge_reconcile, the name queued
+// jobs carry): it looks the lost call up by its
 // idempotency key and continues from what really happened. When the
 // gateway never received the call and the charge is still wanted, it sends
 // the very same call again (same key) through the same guarded "about to
 // call" move as a first call; when it is no longer wanted (the
 // subscription was cancelled), nothing is sent: an authorize is voided,
 // and a capture's hold is released. It never creates a replacement.
-func (p *Pipeline) Reconcile(ctx context.Context, job *river.Job[ReconcileArgs]) error {
+func (p *Pipeline) LookUpOutcome(ctx context.Context, job *river.Job[LookupArgs]) error {
 	s := newStep("reconcile", job, job.Args.ChargeID, job.Args.Attempt)
-	s.reconcile = true
+	s.lookingUp = true
 	defer metrics.TimeStage(s.stage)()
 	c, err := Get(ctx, p.Pool, s.chargeID)
 	if err != nil {

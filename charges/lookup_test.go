@@ -39,8 +39,8 @@ func TestReconcileWorker(t *testing.T) {
 			if tc.jobPhase != "" {
 				jobPhase = tc.jobPhase
 			}
-			w := newWorker(t, b, &charges.ReconcileWorker{Pipeline: b.pipeline})
-			res, err := runStep(ctx, t, b, tc, w, charges.ReconcileArgs{ChargeID: c.ID, Attempt: c.AttemptCount, Op: jobPhase})
+			w := newWorker(t, b, &charges.LookupWorker{Pipeline: b.pipeline})
+			res, err := runStep(ctx, t, b, tc, w, charges.LookupArgs{ChargeID: c.ID, Attempt: c.AttemptCount, Op: jobPhase})
 			b.requireOutcome(ctx, t, c.ID, res, err, tc.want)
 		})
 	}
