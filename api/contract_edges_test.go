@@ -26,8 +26,8 @@ import (
 	"github.com/rebill/rebill/apikeys"
 	"github.com/rebill/rebill/books"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/reports"
-	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/testkit/dbtest"
 	"github.com/rebill/rebill/testkit/testsupport"
 	"github.com/rebill/rebill/usecases"
@@ -172,7 +172,7 @@ func (limitedAutopay) CreateEnrollment(context.Context, pgx.Tx, usecases.Caller,
 }
 
 func (limitedAutopay) ChangeEnrollmentPaymentMethod(context.Context, pgx.Tx, usecases.Caller, uuid.UUID,
-	subscriptions.PaymentMethod) (enrollments.Enrollment, error) {
+	rebilltype.PaymentMethod) (enrollments.Enrollment, error) {
 	return enrollments.Enrollment{}, &velocity.ExceededError{Limit: velocity.PaymentMethodChanges, Max: 10, RetryAfter: time.Hour}
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/platform/clock"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // DevGateways is the simulated gateways' ledger and fault switches.
@@ -50,12 +50,12 @@ func (s *Server) setDevClock(w http.ResponseWriter, r *http.Request) {
 	)
 	switch {
 	case (req.Advance == nil) == (req.Now == nil):
-		s.fail(w, r, validate.Errors{{Field: "", Message: "send exactly one of advance and now"}})
+		s.fail(w, r, rebilltype.Errors{{Field: "", Message: "send exactly one of advance and now"}})
 		return
 	case req.Advance != nil:
 		d, err := time.ParseDuration(*req.Advance)
 		if err != nil || d <= 0 {
-			s.fail(w, r, validate.Errors{{Field: "advance", Message: `must be a positive duration such as "744h" or "90m"`}})
+			s.fail(w, r, rebilltype.Errors{{Field: "advance", Message: `must be a positive duration such as "744h" or "90m"`}})
 			return
 		}
 		field, move = "advance", func(tx pgx.Tx) (time.Time, error) { return s.Dev.Clock.Advance(r.Context(), tx, d) }
@@ -64,7 +64,7 @@ func (s *Server) setDevClock(w http.ResponseWriter, r *http.Request) {
 	}
 	now, err := move(tx)
 	if errors.Is(err, clock.ErrBackwards) || errors.Is(err, clock.ErrTooFar) {
-		err = validate.Errors{{Field: field, Message: err.Error()}}
+		err = rebilltype.Errors{{Field: field, Message: err.Error()}}
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -104,7 +104,7 @@ func (s *Server) gatewayFaults(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	if patch.LatencyMS != nil && (*patch.LatencyMS < 0 || *patch.LatencyMS > 120_000) {
 		errs.Add("latency_ms", "must be 0..120000")
 	}

@@ -7,8 +7,7 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
-
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // routeOnEscapedPath makes the router match r.URL.EscapedPath(). chi
@@ -130,7 +129,7 @@ func (h headWriter) Unwrap() http.ResponseWriter { return h.ResponseWriter }
 // rebill another.
 func (s *Server) singleQueryValues(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var errs validate.Errors
+		var errs rebilltype.Errors
 		q := r.URL.Query()
 		keys := make([]string, 0, len(q))
 		for k := range q {

@@ -19,8 +19,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	registrysim "github.com/rebill/rebill/charges/registry/sim"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/platform/validate"
-	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/usecases"
 )
 
@@ -32,7 +31,7 @@ type Autopay interface {
 	PauseEnrollment(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
 	ResumeEnrollment(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
 	CancelEnrollment(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (enrollments.Enrollment, error)
-	ChangeEnrollmentPaymentMethod(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, pm subscriptions.PaymentMethod) (enrollments.Enrollment, error)
+	ChangeEnrollmentPaymentMethod(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, pm rebilltype.PaymentMethod) (enrollments.Enrollment, error)
 	PushBill(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, in enrollments.BillInput) (enrollments.Bill, bool, error)
 	Bills(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]enrollments.Bill, error)
 	ConfirmBill(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, billID string) (enrollments.Bill, error)
@@ -101,7 +100,7 @@ func (s *Server) registryPaidOutside(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	switch {
 	case body.UIN == nil:
 		errs.Add("uin", "required")
@@ -153,7 +152,7 @@ func (s *Server) registryFaults(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	if patch.LatencyMS != nil && (*patch.LatencyMS < 0 || *patch.LatencyMS > 120_000) {
 		errs.Add("latency_ms", "must be 0..120000")
 	}
@@ -264,8 +263,8 @@ func (s *Server) getEnrollment(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listEnrollments(w http.ResponseWriter, r *http.Request) {
 	listPage(s, w, r, idCursor, func(before uuid.UUID, limit int) ([]enrollments.Enrollment, error) {
 		p := enrollments.ListParams{CustomerID: r.URL.Query().Get("customer_id"), Before: before, Limit: limit}
-		if !subscriptions.ValidCustomerID(p.CustomerID) && p.CustomerID != "" {
-			return nil, validate.Errors{{Field: "customer_id", Message: "must be 1..255 printable ASCII characters, not only spaces"}}
+		if !rebilltype.ValidCustomerID(p.CustomerID) && p.CustomerID != "" {
+			return nil, rebilltype.Errors{{Field: "customer_id", Message: "must be 1..255 printable ASCII characters, not only spaces"}}
 		}
 		return s.Autopay.ListEnrollments(r.Context(), callerFrom(r), p)
 	}, apiobjects.FromEnrollment, func(e enrollments.Enrollment) string { return e.ID.String() })
@@ -296,14 +295,14 @@ type billRequest struct {
 	DiscountedAmount *int64     `json:"discounted_amount"`
 }
 
-// domain parses the dates. Returns validate.Errors for a date that is
+// domain parses the dates. Returns rebilltype.Errors for a date that is
 // not YYYY-MM-DD (the other fields are the use case's to check).
 func (req billRequest) domain() (enrollments.BillInput, error) {
 	in := enrollments.BillInput{BillID: req.BillID, Amount: req.Amount, DiscountedAmount: req.DiscountedAmount}
 	if req.IssuedAt != nil {
 		in.IssuedAt = *req.IssuedAt
 	}
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	if req.DueDate != "" {
 		d, err := enrollments.ParseDate(req.DueDate)
 		if err != nil {
@@ -422,7 +421,7 @@ func (s *Server) publishDevBill(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	var ref enrollments.AccountRef
 	switch {
 	case req.AccountRef == nil:
@@ -444,7 +443,7 @@ func (s *Server) publishDevBill(w http.ResponseWriter, r *http.Request) {
 			errs.Add("account_ref", "%s", problem)
 		}
 	}
-	var billErrs validate.Errors
+	var billErrs rebilltype.Errors
 	if err := in.Validate(kind, s.now()); errors.As(err, &billErrs) {
 		errs = append(errs, billErrs...)
 	}

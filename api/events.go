@@ -7,10 +7,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rebill/rebill/notify"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
-var errUnknownObjectID = validate.Errors{{Field: "object_id", Message: "must be an object id (a UUID)"}}
+var errUnknownObjectID = rebilltype.Errors{{Field: "object_id", Message: "must be an object id (a UUID)"}}
 
 // notifyEventJSON is an event of the published log (GET /v1/events), the
 // same body a webhook delivers.

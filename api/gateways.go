@@ -10,7 +10,7 @@ import (
 	"github.com/rebill/rebill/experiments"
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/platform/validate"
-	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // maxRoutedAmount is the largest amount a subscription may have.
@@ -110,7 +110,7 @@ type armRefJSON struct {
 // a new card for currency and amount.
 func (s *Server) routeBinding(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	currency := q.Get("currency")
 	if _, ok := validate.Currency(currency); !ok {
 		errs.Add("currency", "must be an active ISO 4217 code in upper case, e.g. RUB")
@@ -120,8 +120,8 @@ func (s *Server) routeBinding(w http.ResponseWriter, r *http.Request) {
 		errs.Add("amount", "must be an integer number of minor units between 1 and %d", int64(maxRoutedAmount))
 	}
 	customer := q.Get("customer_id")
-	if q.Has("customer_id") && !subscriptions.ValidCustomerID(customer) {
-		errs.Add("customer_id", "must be 1..%d printable ASCII characters, not only spaces", subscriptions.MaxCustomerID)
+	if q.Has("customer_id") && !rebilltype.ValidCustomerID(customer) {
+		errs.Add("customer_id", "must be 1..%d printable ASCII characters, not only spaces", rebilltype.MaxCustomerID)
 	}
 	if err := errs.Err(); err != nil {
 		s.fail(w, r, err)

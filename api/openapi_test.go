@@ -17,7 +17,7 @@ import (
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/charges/gateway/sim"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // The request/response validation of the whole test suite lives in
@@ -88,7 +88,7 @@ func TestOpenAPISchemasMatchResponses(t *testing.T) {
 		"Clock":             reflect.TypeOf(clockJSON{}),
 		"LedgerEntry":       reflect.TypeOf(sim.LedgerEntry{}),
 		"Faults":            reflect.TypeOf(sim.Faults{}),
-		"FieldError":        reflect.TypeOf(validate.FieldError{}),
+		"FieldError":        reflect.TypeOf(rebilltype.FieldError{}),
 	} {
 		fields := map[string]bool{}
 		for i := 0; i < typ.NumField(); i++ {

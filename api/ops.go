@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rebill/rebill/books"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/reports"
 )
 
@@ -53,7 +53,7 @@ type reconciliationJSON struct {
 // queryDate reads the required query parameter date (YYYY-MM-DD), a UTC
 // day from 2000-01-01 to now's UTC day + 1, adding what is wrong with it
 // to errs.
-func queryDate(r *http.Request, now time.Time, errs *validate.Errors) time.Time {
+func queryDate(r *http.Request, now time.Time, errs *rebilltype.Errors) time.Time {
 	v := r.URL.Query().Get("date")
 	if v == "" {
 		errs.Add("date", "is required: a UTC day as YYYY-MM-DD")
@@ -77,7 +77,7 @@ func queryDate(r *http.Request, now time.Time, errs *validate.Errors) time.Time 
 var firstReportDay = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func (s *Server) getReconciliation(w http.ResponseWriter, r *http.Request) {
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	day := queryDate(r, s.now().UTC(), &errs)
 	gw, registry := r.URL.Query().Get("gateway"), r.URL.Query().Get("registry")
 	switch {
@@ -137,7 +137,7 @@ func wantsCSV(r *http.Request) bool {
 }
 
 func (s *Server) getDailyReport(w http.ResponseWriter, r *http.Request) {
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	day := queryDate(r, s.now().UTC(), &errs)
 	if f := r.URL.Query().Get("format"); f != "" && f != "csv" && f != "json" {
 		errs.Add("format", "must be json or csv")

@@ -14,6 +14,7 @@ import (
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // problemBase prefixes every problem type URI.
@@ -21,11 +22,11 @@ const problemBase = "https://rebill.dev/problems/"
 
 // Problem is an RFC 9457 problem detail, the body of every error response.
 type Problem struct {
-	Type   string                `json:"type"`
-	Title  string                `json:"title"`
-	Status int                   `json:"status"`
-	Detail string                `json:"detail"`
-	Errors []validate.FieldError `json:"errors,omitempty"`
+	Type   string                  `json:"type"`
+	Title  string                  `json:"title"`
+	Status int                     `json:"status"`
+	Detail string                  `json:"detail"`
+	Errors []rebilltype.FieldError `json:"errors,omitempty"`
 	// EnrollmentID names the enrollment a request would have repeated
 	// (enrollment-exists).
 	EnrollmentID string `json:"enrollment_id,omitempty"`
@@ -41,7 +42,7 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 	_ = json.NewEncoder(w).Encode(p)
 }
 
-func validationProblem(errs ...validate.FieldError) Problem {
+func validationProblem(errs ...rebilltype.FieldError) Problem {
 	p := newProblem(http.StatusBadRequest, "validation-error", "Invalid request", "The request has invalid fields.")
 	p.Errors = errs
 	return p
@@ -171,9 +172,9 @@ func answerFor(err error) answer {
 
 // fieldErrors lists the fields an Invalid error names; an error that names
 // none is about the request as a whole.
-func fieldErrors(err error) []validate.FieldError {
+func fieldErrors(err error) []rebilltype.FieldError {
 	var (
-		fields    validate.Errors
+		fields    rebilltype.Errors
 		decodeErr *validate.DecodeError
 	)
 	switch {
@@ -182,7 +183,7 @@ func fieldErrors(err error) []validate.FieldError {
 	case errors.As(err, &decodeErr):
 		return decodeErr.Errors
 	}
-	return []validate.FieldError{{Field: "", Message: fault.Message(err)}}
+	return []rebilltype.FieldError{{Field: "", Message: fault.Message(err)}}
 }
 
 // cardNumberProblem names the field that holds what looks like a card
@@ -190,6 +191,6 @@ func fieldErrors(err error) []validate.FieldError {
 func cardNumberProblem(field string) Problem {
 	p := newProblem(http.StatusBadRequest, "card-number-refused", "Card number refused",
 		"A field contains what looks like a card number. rebill accepts only payment tokens from a gateway.")
-	p.Errors = []validate.FieldError{{Field: field, Message: "looks like a card number"}}
+	p.Errors = []rebilltype.FieldError{{Field: field, Message: "looks like a card number"}}
 	return p
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/platform/fsm"
 	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
 	"github.com/rebill/rebill/velocity"
@@ -51,9 +52,9 @@ func domainFailures() []failCase {
 		return `{"type":"https://rebill.dev/problems/invalid-transition","title":"Invalid transition","status":409,"detail":"` + detail + `"}` + "\n"
 	}
 	return []failCase{
-		{name: "field errors", err: validate.Errors{{Field: "amount", Message: "must be positive"}, {Field: "currency", Message: "must be RUB"}},
+		{name: "field errors", err: rebilltype.Errors{{Field: "amount", Message: "must be positive"}, {Field: "currency", Message: "must be RUB"}},
 			status: 400, body: `{"type":"https://rebill.dev/problems/validation-error","title":"Invalid request","status":400,"detail":"The request has invalid fields.","errors":[{"field":"amount","message":"must be positive"},{"field":"currency","message":"must be RUB"}]}` + "\n"},
-		{name: "undecodable body", err: &validate.DecodeError{Errors: []validate.FieldError{{Field: "", Message: "body must be a JSON object"}}},
+		{name: "undecodable body", err: &validate.DecodeError{Errors: []rebilltype.FieldError{{Field: "", Message: "body must be a JSON object"}}},
 			status: 400, body: `{"type":"https://rebill.dev/problems/validation-error","title":"Invalid request","status":400,"detail":"The request has invalid fields.","errors":[{"field":"","message":"body must be a JSON object"}]}` + "\n"},
 		{name: "card number", err: &cardNumberError{field: "metadata.note"},
 			status: 400, body: `{"type":"https://rebill.dev/problems/card-number-refused","title":"Card number refused","status":400,"detail":"A field contains what looks like a card number. rebill accepts only payment tokens from a gateway.","errors":[{"field":"metadata.note","message":"looks like a card number"}]}` + "\n"},
@@ -241,7 +242,7 @@ func TestOneErrorMappingForAPIAndConsole(t *testing.T) {
 	}{
 		{"invalid", fmt.Errorf("%w: evidence is required", fault.New(fault.Invalid, "bad input")), 400, "validation-error",
 			"Not done: bad input: evidence is required."},
-		{"fields", validate.Errors{{Field: "resume_at", Message: "must be in the future"}}, 400, "validation-error",
+		{"fields", rebilltype.Errors{{Field: "resume_at", Message: "must be in the future"}}, 400, "validation-error",
 			"Not done: resume_at must be in the future."},
 		{"not found", fmt.Errorf("get: %w", subscriptions.ErrNotFound), 404, "not-found",
 			"Not found: there is no such object, or this key may not see it."},

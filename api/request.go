@@ -14,6 +14,7 @@ import (
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // cardNumberError: a request field holds what looks like a card number.
@@ -32,14 +33,14 @@ var errNoRequestTx = errors.New("request transaction missing")
 
 // decodeBody reads a JSON request body strictly, refusing card numbers in
 // any field. Returns validate.ErrBodyTooLarge, a *cardNumberError, a
-// *validate.DecodeError or validate.Errors.
+// *validate.DecodeError or rebilltype.Errors.
 func decodeBody(r *http.Request, dst any) error {
 	body, err := validate.ReadBody(r.Body)
 	if errors.Is(err, validate.ErrBodyTooLarge) {
 		return err
 	}
 	if err != nil {
-		return validate.Errors{{Field: "", Message: "the body could not be read"}}
+		return rebilltype.Errors{{Field: "", Message: "the body could not be read"}}
 	}
 	if field, found := validate.FindCardNumber(body); found {
 		return &cardNumberError{field: field}
@@ -49,7 +50,7 @@ func decodeBody(r *http.Request, dst any) error {
 		if errors.As(err, &decodeErr) {
 			return decodeErr
 		}
-		return validate.Errors{{Field: "", Message: err.Error()}}
+		return rebilltype.Errors{{Field: "", Message: err.Error()}}
 	}
 	return nil
 }
@@ -89,16 +90,16 @@ type page struct {
 	cursor string // decoded; empty for the first page
 }
 
-var errBadCursor = validate.Errors{{Field: "cursor", Message: "is not a cursor this API returned"}}
+var errBadCursor = rebilltype.Errors{{Field: "cursor", Message: "is not a cursor this API returned"}}
 
 // pageParams parses ?limit= (1..100, default 20) and ?cursor=. Returns
-// validate.Errors.
+// rebilltype.Errors.
 func pageParams(r *http.Request) (page, error) {
 	p := page{limit: 20}
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 100 {
-			return page{}, validate.Errors{{Field: "limit", Message: "must be an integer 1..100"}}
+			return page{}, rebilltype.Errors{{Field: "limit", Message: "must be an integer 1..100"}}
 		}
 		p.limit = n
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/platform/clock"
 	"github.com/rebill/rebill/platform/metrics"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
 )
@@ -59,7 +60,7 @@ type Billing interface {
 	Pause(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error)
 	Resume(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (subscriptions.Subscription, error)
 	Cancel(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, atPeriodEnd bool) (subscriptions.Subscription, error)
-	ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, pm subscriptions.PaymentMethod) (subscriptions.Subscription, error)
+	ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, pm rebilltype.PaymentMethod) (subscriptions.Subscription, error)
 	Events(ctx context.Context, caller usecases.Caller, id uuid.UUID, after int64, limit int) ([]subscriptions.Event, error)
 	SubscriptionCharges(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
 	Charge(ctx context.Context, caller usecases.Caller, id uuid.UUID) (charges.Charge, error)
@@ -75,7 +76,7 @@ type Keys interface {
 	// Authenticate returns apikeys.ErrUnauthenticated for a key rebill did
 	// not issue.
 	Authenticate(ctx context.Context, token string) (apikeys.Key, error)
-	// Create returns validate.Errors for a bad role or customer id.
+	// Create returns rebilltype.Errors for a bad role or customer id.
 	Create(ctx context.Context, tx pgx.Tx, role, customerID string) (apikeys.Created, error)
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/apiobjects"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
 )
@@ -46,8 +46,8 @@ type createSubscriptionRequest struct {
 	Receipt       *subscriptions.Receipt `json:"receipt"`
 }
 
-func (pm paymentMethodRequest) domain() subscriptions.PaymentMethod {
-	return subscriptions.PaymentMethod{Gateway: pm.Gateway, Token: pm.Token, Brand: pm.Brand, Last4: pm.Last4,
+func (pm paymentMethodRequest) domain() rebilltype.PaymentMethod {
+	return rebilltype.PaymentMethod{Gateway: pm.Gateway, Token: pm.Token, Brand: pm.Brand, Last4: pm.Last4,
 		ExpMonth: pm.ExpMonth, ExpYear: pm.ExpYear}
 }
 
@@ -100,10 +100,10 @@ func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request) {
 }
 
 // listFilters reads the filters of GET /v1/subscriptions. Returns
-// validate.Errors.
+// rebilltype.Errors.
 func listFilters(r *http.Request) (subscriptions.ListParams, error) {
 	p := subscriptions.ListParams{CustomerID: r.URL.Query().Get("customer_id")}
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	if strings.ContainsRune(p.CustomerID, 0) {
 		errs.Add("customer_id", `must not contain the NUL character (\u0000)`)
 	}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/rebill/rebill/notify"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 type rollWebhookSecretRequest struct {
@@ -28,7 +28,7 @@ func (s *Server) rollWebhookSecret(w http.ResponseWriter, r *http.Request) {
 	keepOld := notify.DefaultKeepOld
 	if req.ExpiresIn != nil {
 		if keepOld, err = time.ParseDuration(*req.ExpiresIn); err != nil {
-			s.fail(w, r, validate.Errors{{Field: "expires_in", Message: `must be a duration from 0s to 168h (7 days), e.g. "24h"`}})
+			s.fail(w, r, rebilltype.Errors{{Field: "expires_in", Message: `must be a duration from 0s to 168h (7 days), e.g. "24h"`}})
 			return
 		}
 	}

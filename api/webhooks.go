@@ -10,7 +10,7 @@ import (
 
 	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/notify"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 type webhookEndpointJSON struct {
@@ -137,7 +137,7 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.EventID == "" {
-		s.fail(w, r, validate.Errors{{Field: "event_id", Message: "is required: the id of the event to deliver again"}})
+		s.fail(w, r, rebilltype.Errors{{Field: "event_id", Message: "is required: the id of the event to deliver again"}})
 		return
 	}
 	eventID, ok := notify.ParseID(req.EventID)

@@ -17,9 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/rebill/rebill/platform/validate"
-	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // Role is what an API key may do.
@@ -137,23 +135,23 @@ func (s *Store) ByFingerprint(ctx context.Context, sum []byte) (Key, error) {
 }
 
 // Validate checks a key to create: a known role, and a customer id for
-// the customer role only. Returns the role, or validate.Errors.
+// the customer role only. Returns the role, or rebilltype.Errors.
 func Validate(role, customerID string) (Role, error) {
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	r, err := ParseRole(role)
 	if err != nil {
 		errs.Add("role", "must be one of admin, support, customer")
 	}
 	switch {
-	case r == Customer && !subscriptions.ValidCustomerID(customerID):
-		errs.Add("customer_id", "is required for the customer role: 1..%d printable ASCII characters, not only spaces", subscriptions.MaxCustomerID)
+	case r == Customer && !rebilltype.ValidCustomerID(customerID):
+		errs.Add("customer_id", "is required for the customer role: 1..%d printable ASCII characters, not only spaces", rebilltype.MaxCustomerID)
 	case r != Customer && customerID != "":
 		errs.Add("customer_id", "is only allowed for the customer role")
 	}
 	return r, errs.Err()
 }
 
-// Create issues a key and stores its hash in tx. Returns validate.Errors
+// Create issues a key and stores its hash in tx. Returns rebilltype.Errors
 // for a bad role or customer id.
 func (s *Store) Create(ctx context.Context, tx pgx.Tx, role, customerID string) (Created, error) {
 	return create(ctx, tx, role, customerID)

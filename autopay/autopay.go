@@ -76,7 +76,7 @@ var ErrRegistryNotConfigured = fault.New(fault.Conflict, "no state payment regis
 // Push stores a bill for the enrollment (its row locked in tx first, so
 // that concurrent pushes of one bill serialise) and, when it is due at
 // once, creates its charge in tx. Returns the bill and whether this call
-// created it; validate.Errors for a bad bill; enrollments.ErrBillConflict
+// created it; rebilltype.Errors for a bad bill; enrollments.ErrBillConflict
 // when the bill id exists with other content; a
 // *fsm.TransitionError for a cancelled enrollment.
 func (a *Autopay) Push(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, in enrollments.BillInput) (enrollments.Bill, bool, error) {

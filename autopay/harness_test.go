@@ -19,7 +19,7 @@ import (
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/testkit/dbtest"
 	"github.com/rebill/rebill/testkit/testsupport"
 )
@@ -150,7 +150,7 @@ func (b *testBundle) enrol(t *testing.T, n enrolment) enrollments.Enrollment {
 	b.inTx(t, func(tx pgx.Tx) (err error) {
 		e, err = b.autopay.Enrollments.Create(context.Background(), tx, enrollments.New{CustomerID: n.customer, Kind: n.kind,
 			AccountRef: n.ref, Currency: "RUB", MaxAmount: n.maxAmount, PayDay: n.payDay,
-			PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_" + n.customer, ExpMonth: 12, ExpYear: 2035}})
+			PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_" + n.customer, ExpMonth: 12, ExpYear: 2035}})
 		return err
 	})
 	return e

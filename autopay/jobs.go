@@ -14,7 +14,7 @@ import (
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/platform/fsm"
 	"github.com/rebill/rebill/platform/riverjob"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // ScanArgs charges the bills whose pay_at has come and expires those
@@ -239,7 +239,7 @@ func (a *Autopay) deliver(ctx context.Context, kind enrollments.Kind, sb Sourced
 		if err == nil && isNew {
 			created++
 		}
-		var fields validate.Errors
+		var fields rebilltype.Errors
 		var transition *fsm.TransitionError
 		// An enrollment or a bill that refuses the bill skips it; any
 		// other machine's refusal is a failure of the pull.

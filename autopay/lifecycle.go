@@ -9,7 +9,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // Pause keeps the enrollment's bills pending until resume; charges
@@ -65,7 +65,7 @@ func (a *Autopay) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID) (enrollme
 // customer's "try again"); its bills that wait on a declined or failed
 // charge and may still be paid are retried at once with it. changed
 // reports whether the card differs from the one it had.
-func (a *Autopay) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUID, pm subscriptions.PaymentMethod) (enrollments.Enrollment, bool, error) {
+func (a *Autopay) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUID, pm rebilltype.PaymentMethod) (enrollments.Enrollment, bool, error) {
 	e, changed, err := a.Enrollments.ChangePaymentMethod(ctx, tx, id, pm)
 	if err != nil {
 		return e, changed, err

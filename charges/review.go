@@ -11,8 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // ReviewCursor is a position in the review queue: a charge's OffPathAt
@@ -107,9 +106,9 @@ type Resolution struct {
 const maxEvidence = 2000
 
 // Validate checks a resolution as a person sent it. Returns nil or
-// validate.Errors.
+// rebilltype.Errors.
 func (r Resolution) Validate() error {
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	if r.Outcome != Succeeded && r.Outcome != Failed {
 		errs.Add("outcome", "must be succeeded or failed")
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/platform/fsm"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
 )
@@ -25,7 +25,7 @@ func TestExplain(t *testing.T) {
 		status  int
 		message string
 	}{
-		"fields": {validate.Errors{{Field: "evidence", Message: "is required"}, {Field: "outcome", Message: "is unknown"}},
+		"fields": {rebilltype.Errors{{Field: "evidence", Message: "is required"}, {Field: "outcome", Message: "is unknown"}},
 			400, "Not done: evidence is required; outcome is unknown."},
 		"form input":             {fmt.Errorf("%w: outcome must be succeeded or failed", errInput), 400, "Not done: outcome must be succeeded or failed."},
 		"no such page":           {errNotFound, 404, "Not found: there is no such object, or this key may not see it."},

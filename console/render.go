@@ -19,6 +19,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // page is what every template gets.
@@ -436,7 +437,7 @@ func retryAfter(err error, a fault.Answer) string {
 // internal error's text. The few errors whose answer says more than their
 // code are named here, as the API names them.
 func Explain(err error) (int, string) {
-	var fields validate.Errors
+	var fields rebilltype.Errors
 	switch {
 	case errors.As(err, &fields):
 		msgs := make([]string, len(fields))

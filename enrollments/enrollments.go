@@ -58,7 +58,7 @@ import (
 
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/platform/fsm"
-	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // Kind is what an enrollment pays.
@@ -134,7 +134,7 @@ type Enrollment struct {
 	// PayDay (housing, 1..28) is the day of the month to pay on; 0: on
 	// arrival.
 	PayDay        int
-	PaymentMethod subscriptions.PaymentMethod
+	PaymentMethod rebilltype.PaymentMethod
 	Description   string
 	Metadata      map[string]string
 	CreatedAt     time.Time

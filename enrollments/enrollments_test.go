@@ -9,8 +9,7 @@ import (
 
 	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/platform/validate"
-	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 func TestValidUIN(t *testing.T) {
@@ -162,7 +161,7 @@ func TestNewValidateNamesEveryField(t *testing.T) {
 	known := func(string) bool { return true }
 	err := enrollments.New{Kind: enrollments.Fines, Currency: "USD", PayDay: 3,
 		AccountRef: enrollments.AccountRef{STS: "bad"}}.Validate(now, known)
-	var fields validate.Errors
+	var fields rebilltype.Errors
 	require.ErrorAs(t, err, &fields)
 	var names []string
 	for _, f := range fields {
@@ -172,7 +171,7 @@ func TestNewValidateNamesEveryField(t *testing.T) {
 
 	ok := enrollments.New{CustomerID: "c", Kind: enrollments.Housing, AccountRef: enrollments.AccountRef{ELS: "75ДА533315"},
 		Currency: "RUB", MaxAmount: 1, PayDay: 28,
-		PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 1, ExpYear: 2030}}
+		PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 1, ExpYear: 2030}}
 	require.NoError(t, ok.Validate(now, known))
 }
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/platform/fsm"
-	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/testkit/dbtest"
 	"github.com/rebill/rebill/testkit/fsmtest"
 	"github.com/rebill/rebill/testkit/testsupport"
@@ -141,7 +141,7 @@ func (b storeBundle) enroll(t *testing.T, kind enrollments.Kind, ref enrollments
 	b.inTx(t, func(tx pgx.Tx) (err error) {
 		e, err = b.store.Create(context.Background(), tx, enrollments.New{CustomerID: "cus_1", Kind: kind, AccountRef: ref,
 			Currency: "RUB", MaxAmount: 100000,
-			PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 12, ExpYear: 2030}})
+			PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 12, ExpYear: 2030}})
 		return err
 	})
 	return e

@@ -13,7 +13,7 @@ import (
 	"github.com/rebill/rebill/platform/clock"
 	"github.com/rebill/rebill/platform/fsm"
 	"github.com/rebill/rebill/platform/pg"
-	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // EventSink receives every change of an enrollment or a bill, in the
@@ -231,7 +231,7 @@ func (st *Store) move(ctx context.Context, tx pgx.Tx, e Enrollment, to Status, e
 // ChangePaymentMethod replaces the card of an enrollment that is not
 // cancelled; the same card changes nothing (changed false). Returns
 // ErrNotFound or a *fsm.TransitionError for a cancelled one.
-func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUID, pm subscriptions.PaymentMethod) (Enrollment, bool, error) {
+func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUID, pm rebilltype.PaymentMethod) (Enrollment, bool, error) {
 	now := st.clock.Now()
 	e, err := st.GetForUpdate(ctx, tx, id)
 	if err != nil {

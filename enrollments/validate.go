@@ -7,8 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/rebill/rebill/platform/validate"
-	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // Limits on an enrollment and its bills.
@@ -33,7 +32,7 @@ type New struct {
 	Currency      string
 	MaxAmount     int64
 	PayDay        int // 0: on arrival
-	PaymentMethod subscriptions.PaymentMethod
+	PaymentMethod rebilltype.PaymentMethod
 	Description   string
 	Metadata      map[string]string
 }
@@ -59,11 +58,11 @@ func (ref AccountRef) Canonical() AccountRef {
 
 // Validate checks an enrollment to create at now, naming every field at
 // fault. knownGateway tells whether a payment method may name a gateway.
-// Returns nil or validate.Errors.
+// Returns nil or rebilltype.Errors.
 func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
-	var errs validate.Errors
-	if !subscriptions.ValidCustomerID(n.CustomerID) {
-		errs.Add("customer_id", "must be 1..%d printable ASCII characters, not only spaces", subscriptions.MaxCustomerID)
+	var errs rebilltype.Errors
+	if !rebilltype.ValidCustomerID(n.CustomerID) {
+		errs.Add("customer_id", "must be 1..%d printable ASCII characters, not only spaces", rebilltype.MaxCustomerID)
 	}
 	switch n.Kind {
 	case Housing:
@@ -97,9 +96,9 @@ func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 	if n.MaxAmount <= 0 || n.MaxAmount > maxAmount {
 		errs.Add("max_amount", "must be an integer number of kopecks between 1 and %d", int64(maxAmount))
 	}
-	if n.PaymentMethod == (subscriptions.PaymentMethod{}) {
+	if n.PaymentMethod == (rebilltype.PaymentMethod{}) {
 		errs.Add("payment_method", "is required")
-	} else if fields := (validate.Errors{}); errors.As(n.PaymentMethod.Validate(now, knownGateway), &fields) {
+	} else if fields := (rebilltype.Errors{}); errors.As(n.PaymentMethod.Validate(now, knownGateway), &fields) {
 		for _, f := range fields {
 			errs.Add("payment_method."+f.Field, "%s", f.Message)
 		}
@@ -351,13 +350,13 @@ type BillInput struct {
 }
 
 // Validate checks a bill for an enrollment of kind at now. Returns nil or
-// validate.Errors.
+// rebilltype.Errors.
 func (b BillInput) Validate(kind Kind, now time.Time) error {
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	switch {
 	case kind == Fines && !ValidUIN(b.BillID):
 		errs.Add("bill_id", "must be the fine's payment identifier (UIN): 20 or 25 digits with a valid check digit")
-	case kind != Fines && (!validIssuerID(b.BillID) || !validate.HasVisible(b.BillID)):
+	case kind != Fines && (!validIssuerID(b.BillID) || !rebilltype.HasVisible(b.BillID)):
 		errs.Add("bill_id", "must be 1..%d printable characters (no control characters), not only spaces", maxIssuerID)
 	case b.BillID == "." || b.BillID == "..":
 		// A path segment of "." or ".." is removed by proxies and clients

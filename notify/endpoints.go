@@ -16,7 +16,7 @@ import (
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/platform/clock"
 	"github.com/rebill/rebill/platform/secrets"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // Endpoint statuses.
@@ -73,10 +73,10 @@ const maxURL, maxDescription = 2048, 500
 
 // Create validates and stores an endpoint, enabled, and returns it with
 // its secret, which is stored only encrypted. Event types are stored once
-// each, in the order first given. Returns validate.Errors (the URL policy
+// each, in the order first given. Returns rebilltype.Errors (the URL policy
 // included).
 func (w *Webhooks) Create(ctx context.Context, tx pgx.Tx, rawURL string, events []string, description string) (Endpoint, string, error) {
-	var errs validate.Errors
+	var errs rebilltype.Errors
 	switch {
 	case rawURL == "" || len(rawURL) > maxURL:
 		errs.Add("url", "is required: an absolute https URL of at most %d characters", maxURL)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
 	"github.com/rebill/rebill/testkit/dbtest"
@@ -18,8 +19,8 @@ import (
 
 var admin = subscriptions.Actor{ID: "key_1", Role: "admin"}
 
-func card(token string) subscriptions.PaymentMethod {
-	return subscriptions.PaymentMethod{Gateway: "sim1", Token: token, Brand: "visa", Last4: "4242", ExpMonth: 12, ExpYear: 2030}
+func card(token string) rebilltype.PaymentMethod {
+	return rebilltype.PaymentMethod{Gateway: "sim1", Token: token, Brand: "visa", Last4: "4242", ExpMonth: 12, ExpYear: 2030}
 }
 
 // Each subscription transition publishes one event in its transaction;

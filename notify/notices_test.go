@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/notify"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
 	"github.com/rebill/rebill/testkit/dbtest"
@@ -32,7 +33,7 @@ func TestNoticesFireOnce(t *testing.T) {
 		return &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: st, Upcoming: 72 * time.Hour, BatchSize: 2}
 	}
 	renewal := time.Date(2027, 1, 1, 9, 0, 0, 0, time.UTC)
-	create := func(pm subscriptions.PaymentMethod, cancelAtEnd bool) uuid.UUID {
+	create := func(pm rebilltype.PaymentMethod, cancelAtEnd bool) uuid.UUID {
 		var sub subscriptions.Subscription
 		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
 			sub, err = st.Create(ctx, tx, subscriptions.New{CustomerID: "cust-1", Amount: 100, Currency: "RUB",
@@ -58,7 +59,7 @@ func TestNoticesFireOnce(t *testing.T) {
 	onTime := create(card("tok_1"), false)
 	late := create(card("tok_2"), false)
 	cancelling := create(card("tok_3"), false)
-	expiring := subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_4", ExpMonth: 12, ExpYear: 2026}
+	expiring := rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_4", ExpMonth: 12, ExpYear: 2026}
 	cardEnds := create(expiring, false)
 	_, err := pool.Exec(ctx, `UPDATE subscriptions SET cancel_at_period_end = true WHERE id = $1`, cancelling)
 	require.NoError(t, err)

@@ -9,8 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // Rolling a secret. The secret a roll replaces keeps signing deliveries
@@ -37,11 +36,11 @@ func newSecret() string {
 // endpoint with it (stored only sealed, like the first one). The current
 // secret keeps signing for keepOld, on the database's clock (real time,
 // like a signature's t, and one clock for every node); 0 stops it at once.
-// Returns validate.Errors for keepOld outside 0..MaxKeepOld, or
+// Returns rebilltype.Errors for keepOld outside 0..MaxKeepOld, or
 // ErrEndpointNotFound.
 func (w *Webhooks) RollSecret(ctx context.Context, tx pgx.Tx, id uuid.UUID, keepOld time.Duration) (Endpoint, string, error) {
 	if keepOld < 0 || keepOld > MaxKeepOld {
-		return Endpoint{}, "", validate.Errors{{Field: "expires_in", Message: "must be a duration from 0s to 168h (7 days)"}}
+		return Endpoint{}, "", rebilltype.Errors{{Field: "expires_in", Message: "must be a duration from 0s to 168h (7 days)"}}
 	}
 	secret := newSecret()
 	ep, err := scanEndpoint(tx.QueryRow(ctx, `UPDATE webhook_endpoints SET

@@ -16,7 +16,7 @@ import (
 
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/platform/secrets"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // While a secret is rolled a receiver may hold either one: Verify accepts
@@ -155,7 +155,7 @@ func TestRollSecretRefusesBadExpiry(t *testing.T) {
 			_, _, err := b.webhooks.RollSecret(context.Background(), tx, id, d)
 			return err
 		})
-		var fields validate.Errors
+		var fields rebilltype.Errors
 		require.True(t, errors.As(err, &fields), "%s: %v", d, err)
 		require.Equal(t, "expires_in", fields[0].Field)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/renewals"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
@@ -50,7 +51,7 @@ func (b testBundle) create(t *testing.T, interval period.Interval, anchor *time.
 		sub, err = b.subs.Create(context.Background(), tx, subscriptions.New{
 			CustomerID: "cust-1", Amount: 1500, Currency: "USD", Interval: interval, IntervalCount: 1, TimeZone: "UTC",
 			BillingAnchor: anchor,
-			PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 12, ExpYear: 2035},
+			PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 12, ExpYear: 2035},
 		}, subscriptions.System, nil)
 		return err
 	}))

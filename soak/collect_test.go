@@ -12,8 +12,8 @@ import (
 	"github.com/rebill/rebill/audit/billcheck"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/soak"
-	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/testkit/dbtest"
 	"github.com/rebill/rebill/testkit/testsupport"
 )
@@ -43,7 +43,7 @@ func TestCollectBillsReadsChargesAsTheAuditDoes(t *testing.T) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		e, err := store.Create(ctx, tx, enrollments.New{CustomerID: "payer-7", Kind: enrollments.Fines,
 			AccountRef: enrollments.AccountRef{STS: "77УА000005"}, Currency: "RUB", MaxAmount: 1000000,
-			PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim2", Token: "tok_ok_0001", ExpMonth: 12, ExpYear: 2035}})
+			PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim2", Token: "tok_ok_0001", ExpMonth: 12, ExpYear: 2035}})
 		if err != nil {
 			return err
 		}

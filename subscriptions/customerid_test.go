@@ -4,9 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/stretchr/testify/require"
-
-	"github.com/rebill/rebill/subscriptions"
 )
 
 // TestCustomerIDNeedsAVisibleCharacter: the rule subscriptions,
@@ -14,9 +13,9 @@ import (
 func TestCustomerIDNeedsAVisibleCharacter(t *testing.T) {
 	t.Parallel()
 	for _, id := range []string{"", " ", "   ", "\t", "a\tb", "cust\u00e9", strings.Repeat("a", 256)} {
-		require.False(t, subscriptions.ValidCustomerID(id), "%q", id)
+		require.False(t, rebilltype.ValidCustomerID(id), "%q", id)
 	}
 	for _, id := range []string{"cust-42", " a ", "-", strings.Repeat("a", 255)} {
-		require.True(t, subscriptions.ValidCustomerID(id), "%q", id)
+		require.True(t, rebilltype.ValidCustomerID(id), "%q", id)
 	}
 }

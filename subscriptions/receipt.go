@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // Receipt is the fiscal receipt (Russia's 54-FZ) that every payment of the
@@ -59,7 +59,7 @@ var (
 
 // validate checks the receipt of a subscription of amount, naming every
 // field at fault under prefix: the items' sum must be the amount charged.
-func (r Receipt) validate(errs *validate.Errors, prefix string, amount int64) {
+func (r Receipt) validate(errs *rebilltype.Errors, prefix string, amount int64) {
 	if r.Customer.Email == "" && r.Customer.Phone == "" {
 		errs.Add(prefix+"customer", "needs an email or a phone, where the receipt is sent")
 	}

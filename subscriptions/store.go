@@ -13,6 +13,7 @@ import (
 	"github.com/rebill/rebill/platform/clock"
 	"github.com/rebill/rebill/platform/fsm"
 	"github.com/rebill/rebill/platform/pg"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions/period"
 )
 
@@ -84,7 +85,7 @@ type New struct {
 	IntervalCount int
 	TimeZone      string
 	BillingAnchor *time.Time // nil: now
-	PaymentMethod PaymentMethod
+	PaymentMethod rebilltype.PaymentMethod
 	Description   string
 	Metadata      map[string]string
 	Receipt       *Receipt // nil: the payments carry no fiscal receipt

@@ -30,6 +30,7 @@ import (
 
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/platform/fsm"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions/period"
 )
 
@@ -91,23 +92,6 @@ var (
 	ErrNotFound = fault.New(fault.NotFound, "subscription not found")
 )
 
-// PaymentMethod is a recurring payment token and what may be shown of it.
-// The token is write-only: it is never returned by the API or logged.
-type PaymentMethod struct {
-	Gateway  string
-	Token    string
-	Brand    string
-	Last4    string
-	ExpMonth int
-	ExpYear  int
-}
-
-// Expired reports whether the card's expiry month lies before now's month.
-func (pm PaymentMethod) Expired(now time.Time) bool {
-	y, m, _ := now.Date()
-	return pm.ExpYear < y || (pm.ExpYear == y && pm.ExpMonth < int(m))
-}
-
 // Subscription is a fixed amount charged every period.
 type Subscription struct {
 	ID                uuid.UUID
@@ -124,7 +108,7 @@ type Subscription struct {
 	CancelAtPeriodEnd bool
 	PausedAt          *time.Time
 	ResumeAt          *time.Time
-	PaymentMethod     PaymentMethod
+	PaymentMethod     rebilltype.PaymentMethod
 	Description       string
 	Metadata          map[string]string
 	CreatedAt         time.Time

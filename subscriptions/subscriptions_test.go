@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/platform/fsm"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
 	"github.com/rebill/rebill/testkit/dbtest"
@@ -64,7 +65,7 @@ func (b testBundle) create(t *testing.T) subscriptions.Subscription {
 		sub, err = b.store.Create(context.Background(), tx, subscriptions.New{
 			CustomerID: "cust-1", Amount: 49900, Currency: "RUB", Interval: period.Month, IntervalCount: 1,
 			TimeZone:      "Europe/Moscow",
-			PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok_1", Last4: "4242", ExpMonth: 12, ExpYear: 2030},
+			PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_ok_1", Last4: "4242", ExpMonth: 12, ExpYear: 2030},
 		}, actor, nil)
 		return err
 	})
@@ -132,7 +133,7 @@ func TestForbiddenTransitionChangesNothing(t *testing.T) {
 		"resume": func(tx pgx.Tx) error { _, _, err := b.store.Resume(ctx, tx, sub.ID, actor); return err },
 		"pause":  func(tx pgx.Tx) error { _, _, err := b.store.Pause(ctx, tx, sub.ID, nil, actor); return err },
 		"payment method": func(tx pgx.Tx) error {
-			_, _, err := b.store.ChangePaymentMethod(ctx, tx, sub.ID, subscriptions.PaymentMethod{Gateway: "sim2", Token: "tok_ok_2", ExpMonth: 1, ExpYear: 2031}, actor)
+			_, _, err := b.store.ChangePaymentMethod(ctx, tx, sub.ID, rebilltype.PaymentMethod{Gateway: "sim2", Token: "tok_ok_2", ExpMonth: 1, ExpYear: 2031}, actor)
 			return err
 		},
 	} {
@@ -189,7 +190,7 @@ func TestPaymentMethodChange(t *testing.T) {
 		_, _, err = b.store.SetStatus(ctx, tx, sub.ID, subscriptions.Unpaid, subscriptions.EventUnpaid, subscriptions.System)
 		return err
 	})
-	pm := subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok_new", Last4: "1881", ExpMonth: 3, ExpYear: 2031}
+	pm := rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_ok_new", Last4: "1881", ExpMonth: 3, ExpYear: 2031}
 	for i := 0; i < 2; i++ {
 		b.inTx(t, func(tx pgx.Tx) error {
 			got, changed, err := b.store.ChangePaymentMethod(ctx, tx, sub.ID, pm, actor)
@@ -210,7 +211,7 @@ func TestPaymentMethodChange(t *testing.T) {
 	require.Nil(t, got.UnpaidSince, "leaving unpaid clears when its dunning ended")
 
 	// A past-due subscription's card change moves nothing.
-	other := subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_ok_other", Last4: "0005", ExpMonth: 4, ExpYear: 2031}
+	other := rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_ok_other", Last4: "0005", ExpMonth: 4, ExpYear: 2031}
 	b.inTx(t, func(tx pgx.Tx) error {
 		got, changed, err := b.store.ChangePaymentMethod(ctx, tx, sub.ID, other, actor)
 		require.True(t, changed)

@@ -10,12 +10,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/platform/fsm"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // Pause stops charging until Resume, or until resumeAt when it is set.
 // Pausing a paused subscription changes nothing. Returns the subscription,
-// whether it changed, ErrNotFound, a *fsm.TransitionError, or validate.Errors
+// whether it changed, ErrNotFound, a *fsm.TransitionError, or rebilltype.Errors
 // for a resumeAt that is not in the future or lies beyond the anchors'
 // horizon.
 func (st *Store) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID, resumeAt *time.Time, actor Actor) (Subscription, bool, error) {
@@ -24,9 +24,9 @@ func (st *Store) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID, resumeAt *t
 		switch {
 		case resumeAt == nil:
 		case !resumeAt.After(now):
-			return validate.Errors{{Field: "resume_at", Message: "must be in the future"}}
+			return rebilltype.Errors{{Field: "resume_at", Message: "must be in the future"}}
 		case resumeAt.After(now.AddDate(AnchorHorizonYears, 0, 0)):
-			return validate.Errors{{Field: "resume_at", Message: fmt.Sprintf("must be at most %d years ahead (now is %s)",
+			return rebilltype.Errors{{Field: "resume_at", Message: fmt.Sprintf("must be at most %d years ahead (now is %s)",
 				AnchorHorizonYears, now.Format(time.RFC3339))}}
 		}
 		return nil
@@ -114,7 +114,7 @@ func (st *Store) CancelAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.
 // started while it was unpaid are not owed and are skipped, billing going
 // on along the original anchor grid. Returns ErrNotFound or a
 // *fsm.TransitionError for a cancelled one.
-func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUID, pm PaymentMethod, actor Actor) (Subscription, bool, error) {
+func (st *Store) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, id uuid.UUID, pm rebilltype.PaymentMethod, actor Actor) (Subscription, bool, error) {
 	now := st.clock.Now()
 	sub, err := st.GetForUpdate(ctx, tx, id)
 	if err != nil {

@@ -8,7 +8,7 @@
 //
 // # Errors
 //
-// Every use case returns, besides unexpected errors: validate.Errors for
+// Every use case returns, besides unexpected errors: rebilltype.Errors for
 // bad input (every field at fault), ErrForbidden when the caller may not
 // act for that customer, subscriptions.ErrNotFound or charges.ErrNotFound
 // for an object that does not exist or that the caller may not see, and a

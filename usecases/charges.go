@@ -40,7 +40,7 @@ func (s *Service) ReviewQueue(ctx context.Context, after *charges.ReviewCursor, 
 
 // ResolveCharge records a person's verdict on a charge in requires_review
 // and tells its subscription (paid: it may recover; failed: it becomes
-// unpaid). Returns validate.Errors for a bad resolution, and a
+// unpaid). Returns rebilltype.Errors for a bad resolution, and a
 // *fsm.TransitionError from any other status or for succeeded after
 // rebill released the charge's hold.
 func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error) {

@@ -9,12 +9,12 @@ import (
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
-	"github.com/rebill/rebill/subscriptions"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/velocity"
 )
 
 // CreateEnrollment validates n and creates the enrollment, its account
-// written canonically. Returns validate.Errors, ErrForbidden when a
+// written canonically. Returns rebilltype.Errors, ErrForbidden when a
 // customer enrols another customer, or a *enrollments.ExistsError when the
 // customer already has that enrollment (not cancelled): a second one would
 // only be a second way to pay the same bills.
@@ -98,10 +98,10 @@ func (s *Service) CancelEnrollment(ctx context.Context, tx pgx.Tx, caller Caller
 
 // ChangeEnrollmentPaymentMethod validates pm and gives it to the
 // enrollment; its declined or failed bills still payable are retried at
-// once. Returns validate.Errors, a *fsm.TransitionError for a
+// once. Returns rebilltype.Errors, a *fsm.TransitionError for a
 // cancelled enrollment, or an error wrapping charges.ErrRetryRefused.
 func (s *Service) ChangeEnrollmentPaymentMethod(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID,
-	pm subscriptions.PaymentMethod) (enrollments.Enrollment, error) {
+	pm rebilltype.PaymentMethod) (enrollments.Enrollment, error) {
 	if err := pm.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
 		return enrollments.Enrollment{}, err
 	}
@@ -121,7 +121,7 @@ func (s *Service) ChangeEnrollmentPaymentMethod(ctx context.Context, tx pgx.Tx, 
 
 // PushBill stores a bill an issuer sent for the enrollment (and charges it
 // at once when due). created is false when the bill was there already
-// with the same content. Returns validate.Errors,
+// with the same content. Returns rebilltype.Errors,
 // enrollments.ErrBillConflict, or a *fsm.TransitionError for a
 // cancelled enrollment.
 func (s *Service) PushBill(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, in enrollments.BillInput) (enrollments.Bill, bool, error) {

@@ -6,15 +6,15 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rebill/rebill/notify"
-	"github.com/rebill/rebill/platform/validate"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // PublishedEvents lists the published event log newest first: a customer key sees
-// its own customer's events only. Returns validate.Errors for an unknown
+// its own customer's events only. Returns rebilltype.Errors for an unknown
 // type.
 func (s *Service) PublishedEvents(ctx context.Context, c Caller, p notify.ListParams) ([]notify.Event, error) {
 	if p.Type != "" && !notify.KnownType(p.Type) {
-		return nil, validate.Errors{{Field: "type", Message: "is not a known event type"}}
+		return nil, rebilltype.Errors{{Field: "type", Message: "is not a known event type"}}
 	}
 	p.CustomerID = c.CustomerID
 	return notify.ListEvents(ctx, s.Pool, p)

@@ -22,6 +22,7 @@ import (
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/renewals"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/testkit/dbtest"
@@ -104,8 +105,8 @@ func addWorker[T river.JobArgs](w *world, driver *riverpgxv5.Driver, config *riv
 var staff = usecases.Caller{Actor: subscriptions.Actor{ID: "model", Role: "admin"}}
 
 // card is a payment method on the fake gateway.
-func card(token string) subscriptions.PaymentMethod {
-	return subscriptions.PaymentMethod{Gateway: "fake", Token: token, ExpMonth: 12, ExpYear: 2035}
+func card(token string) rebilltype.PaymentMethod {
+	return rebilltype.PaymentMethod{Gateway: "fake", Token: token, ExpMonth: 12, ExpYear: 2035}
 }
 
 // modelStart is the first instant of every check (the clock is set back

@@ -8,13 +8,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/velocity"
 )
 
 // CreateSubscription validates n and creates the subscription; when its
 // first period is due at once, that period's charge is enqueued in tx too.
-// Returns validate.Errors, ErrForbidden when a customer creates for
+// Returns rebilltype.Errors, ErrForbidden when a customer creates for
 // another customer, or a *velocity.ExceededError.
 func (s *Service) CreateSubscription(ctx context.Context, tx pgx.Tx, caller Caller, n subscriptions.New) (subscriptions.Subscription, error) {
 	if err := n.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
@@ -63,7 +64,7 @@ func (s *Service) ListSubscriptions(ctx context.Context, caller Caller, p subscr
 // Pause stops charging until a resume, or until resumeAt. A period that
 // began before the pause is owed: one the scan has not reached yet is
 // charged first (enqueued in tx). Pausing a paused subscription returns it
-// unchanged. Returns validate.Errors for a resumeAt not in the future.
+// unchanged. Returns rebilltype.Errors for a resumeAt not in the future.
 func (s *Service) Pause(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error) {
 	if _, err := s.visible(ctx, tx, caller, id); err != nil {
 		return subscriptions.Subscription{}, err
@@ -129,10 +130,10 @@ func (s *Service) Cancel(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.
 // failed) are retried at once, oldest first, also when pm is the card it
 // already has (the customer's "try again"). An unpaid subscription whose
 // charges are retried becomes past due; a past-due one with nothing left
-// to collect becomes active. Returns validate.Errors, or an error wrapping
+// to collect becomes active. Returns rebilltype.Errors, or an error wrapping
 // charges.ErrRetryRefused when card-network rules forbid trying the same
 // card again, or a *velocity.ExceededError for a customer key's change.
-func (s *Service) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, pm subscriptions.PaymentMethod) (subscriptions.Subscription, error) {
+func (s *Service) ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, pm rebilltype.PaymentMethod) (subscriptions.Subscription, error) {
 	if err := pm.Validate(s.Clock.Now(), s.KnownGateway); err != nil {
 		return subscriptions.Subscription{}, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway/testkit/gatewaytest"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/platform/secrets"
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
 	"github.com/rebill/rebill/testkit/dbtest"
@@ -183,7 +184,7 @@ func TestSealClearMovesTokensOutOfTheTables(t *testing.T) {
 		for _, tok := range []string{"tok_clear_1", "tok_clear_1", "tok_clear_2"} {
 			sub, err := subs.Create(ctx, tx, subscriptions.New{CustomerID: "c1", Amount: 100, Currency: "USD",
 				Interval: period.Month, IntervalCount: 1, TimeZone: "UTC",
-				PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: tok, ExpMonth: 12, ExpYear: 2035}}, subscriptions.System, nil)
+				PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim1", Token: tok, ExpMonth: 12, ExpYear: 2035}}, subscriptions.System, nil)
 			if err != nil {
 				return err
 			}
@@ -241,7 +242,7 @@ func TestResealJobSealsEnrollmentTokensInClear(t *testing.T) {
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		sub, err := subscriptions.NewStore(testsupport.NewClock(now)).Create(ctx, tx, subscriptions.New{CustomerID: "c1", Amount: 100, Currency: "RUB",
 			Interval: period.Month, IntervalCount: 1, TimeZone: "UTC",
-			PaymentMethod: subscriptions.PaymentMethod{Gateway: "sim1", Token: "tok_enrollment_legacy", ExpMonth: 12, ExpYear: 2035}}, subscriptions.System, nil)
+			PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_enrollment_legacy", ExpMonth: 12, ExpYear: 2035}}, subscriptions.System, nil)
 		charged = sub.ID.String()
 		return err
 	}))

@@ -12,7 +12,7 @@
 //
 // # Errors
 //
-// [Decode] returns a [*DecodeError] (400) listing [FieldError] values that
+// [Decode] returns a [*DecodeError] (400) listing [rebilltype.FieldError] values that
 // map one to one onto the `errors` list of an RFC 9457 problem: the first
 // JSON-level error alone, or every string holding NUL. [ReadBody]
 // returns [ErrBodyTooLarge] (413). [IdempotencyKey] returns errors matching

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // Idempotency-Key errors. Both are 400: a POST without a usable key cannot
@@ -54,7 +56,7 @@ func IdempotencyKey(values []string) (string, error) {
 		return "", fmt.Errorf("%w: empty", ErrIdempotencyKeyInvalid)
 	case len(v) > MaxIdempotencyKeyLen:
 		return "", fmt.Errorf("%w: longer than %d characters", ErrIdempotencyKeyInvalid, MaxIdempotencyKeyLen)
-	case !HasVisible(v):
+	case !rebilltype.HasVisible(v):
 		return "", fmt.Errorf("%w: only spaces", ErrIdempotencyKeyInvalid)
 	}
 	for i := range len(v) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // Decode decodes body, which must be a single JSON object, into dst, a
@@ -60,7 +61,7 @@ func Decode(body []byte, dst any) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &se):
-		return &DecodeError{Errors: []FieldError{{Field: fieldAt(body, se.JSONPointer), Message: semanticMessage(se)}}}
+		return &DecodeError{Errors: []rebilltype.FieldError{{Field: fieldAt(body, se.JSONPointer), Message: semanticMessage(se)}}}
 	}
 	// scan read the same body without a syntax error.
 	return bodyError("invalid JSON")

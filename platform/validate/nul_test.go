@@ -3,6 +3,7 @@ package validate
 import (
 	"testing"
 
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,34 +19,34 @@ func TestDecodeRefusesNUL(t *testing.T) {
 	tests := []struct {
 		name string
 		body string
-		errs []FieldError
+		errs []rebilltype.FieldError
 	}{
 		{"top-level string", `{"customer_id":"c\u0000"}`,
-			[]FieldError{{Field: "customer_id", Message: msgNUL}}},
+			[]rebilltype.FieldError{{Field: "customer_id", Message: msgNUL}}},
 		{"nested string", `{"payment_method":{"token":"\u0000tok"}}`,
-			[]FieldError{{Field: "payment_method.token", Message: msgNUL}}},
+			[]rebilltype.FieldError{{Field: "payment_method.token", Message: msgNUL}}},
 		{"pointer to string", `{"payment_method":{"brand":"vi\u0000sa"}}`,
-			[]FieldError{{Field: "payment_method.brand", Message: msgNUL}}},
+			[]rebilltype.FieldError{{Field: "payment_method.brand", Message: msgNUL}}},
 		{"map value", `{"metadata":{"k":"v\u0000"}}`,
-			[]FieldError{{Field: "metadata.k", Message: msgNUL}}},
+			[]rebilltype.FieldError{{Field: "metadata.k", Message: msgNUL}}},
 		{"map key", `{"metadata":{"k\u0000":"v"}}`,
-			[]FieldError{{Field: "metadata", Message: msgNULKey}}},
+			[]rebilltype.FieldError{{Field: "metadata", Message: msgNULKey}}},
 		{"slice element", `{"tags":["a","\u0000"]}`,
-			[]FieldError{{Field: "tags[1]", Message: msgNUL}}},
+			[]rebilltype.FieldError{{Field: "tags[1]", Message: msgNUL}}},
 		{"key of a nested object", `{"payment_method":{"tok\u0000en":"x"}}`,
-			[]FieldError{{Field: "payment_method", Message: msgNULKey}}},
+			[]rebilltype.FieldError{{Field: "payment_method", Message: msgNULKey}}},
 		{"top-level key", `{"\u0000":1}`,
-			[]FieldError{{Field: "", Message: msgNULKey}}},
+			[]rebilltype.FieldError{{Field: "", Message: msgNULKey}}},
 		// NUL is looked for before the decode, so it is reported also where
 		// the decode would refuse the field.
 		{"under an unknown field", `{"extra":{"x":["\u0000"]}}`,
-			[]FieldError{{Field: "extra.x[0]", Message: msgNUL}}},
+			[]rebilltype.FieldError{{Field: "extra.x[0]", Message: msgNUL}}},
 		{"in a value of the wrong type", `{"amount":"\u0000"}`,
-			[]FieldError{{Field: "amount", Message: msgNUL}}},
+			[]rebilltype.FieldError{{Field: "amount", Message: msgNUL}}},
 		{"timestamp", `{"billing_anchor":"2026-12-01T00:00:00Z\u0000"}`,
-			[]FieldError{{Field: "billing_anchor", Message: msgNUL}}},
+			[]rebilltype.FieldError{{Field: "billing_anchor", Message: msgNUL}}},
 		{"several", `{"customer_id":"\u0000","currency":"\u0000"}`,
-			[]FieldError{{Field: "customer_id", Message: msgNUL}, {Field: "currency", Message: msgNUL}}},
+			[]rebilltype.FieldError{{Field: "customer_id", Message: msgNUL}, {Field: "currency", Message: msgNUL}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
+	"github.com/rebill/rebill/rebilltype"
 )
 
 // maxFieldErrors keeps the problem document small when a body holds NUL
@@ -44,9 +45,9 @@ func textMessage(r rune, key bool) string {
 // ForbiddenInText refuses (NUL included) is listed, json v2 not refusing
 // them. They are found wherever they sit, also in values of types that
 // decode themselves, such as time.Time.
-func scan(body []byte) []FieldError {
+func scan(body []byte) []rebilltype.FieldError {
 	dec := jsontext.NewDecoder(bytes.NewReader(body))
-	var errs []FieldError
+	var errs []rebilltype.FieldError
 	for {
 		tok, err := dec.ReadToken()
 		if err != nil {
@@ -59,7 +60,7 @@ func scan(body []byte) []FieldError {
 				if kind, n := dec.StackIndex(dec.StackDepth()); kind == '{' && n%2 == 1 {
 					ptr, key = ptr.Parent(), true // an object key
 				}
-				errs = append(errs, FieldError{Field: dotted(dec, ptr), Message: textMessage(r, key)})
+				errs = append(errs, rebilltype.FieldError{Field: dotted(dec, ptr), Message: textMessage(r, key)})
 			}
 		}
 		if dec.StackDepth() == 0 {
@@ -67,18 +68,18 @@ func scan(body []byte) []FieldError {
 		}
 	}
 	if _, err := dec.ReadToken(); err != io.EOF {
-		return []FieldError{{Field: "", Message: "unexpected data after the JSON object"}}
+		return []rebilltype.FieldError{{Field: "", Message: "unexpected data after the JSON object"}}
 	}
 	return errs
 }
 
-func syntaxError(dec *jsontext.Decoder, err error) []FieldError {
+func syntaxError(dec *jsontext.Decoder, err error) []rebilltype.FieldError {
 	var se *jsontext.SyntacticError
 	switch {
 	case errors.As(err, &se) && se.Err == jsontext.ErrDuplicateName:
-		return []FieldError{{Field: dotted(dec, se.JSONPointer), Message: "duplicate key"}}
+		return []rebilltype.FieldError{{Field: dotted(dec, se.JSONPointer), Message: "duplicate key"}}
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return []FieldError{{Field: "", Message: "invalid JSON: unexpected end of body"}}
+		return []rebilltype.FieldError{{Field: "", Message: "invalid JSON: unexpected end of body"}}
 	case errors.As(err, &se):
 		// The library's own wording without its pointer, which may repeat
 		// a key. It quotes the offending character, or a whole escape
@@ -87,9 +88,9 @@ func syntaxError(dec *jsontext.Decoder, err error) []FieldError {
 		if strings.HasSuffix(msg, " in string") && strings.ContainsAny(msg, "`\"") {
 			msg = "invalid escape sequence in a string"
 		}
-		return []FieldError{{Field: "", Message: fmt.Sprintf("invalid JSON at offset %d: %s", se.ByteOffset, msg)}}
+		return []rebilltype.FieldError{{Field: "", Message: fmt.Sprintf("invalid JSON at offset %d: %s", se.ByteOffset, msg)}}
 	}
-	return []FieldError{{Field: "", Message: "invalid JSON"}}
+	return []rebilltype.FieldError{{Field: "", Message: "invalid JSON"}}
 }
 
 // fieldAt names the value at ptr in body, which scan has read without error:

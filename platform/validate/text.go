@@ -2,7 +2,6 @@ package validate
 
 import (
 	"fmt"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -75,17 +74,4 @@ func ForbiddenInID(s string) (rune, bool) {
 func TextMessage(r rune) string {
 	return fmt.Sprintf("must not contain U+%04X: control characters (other than tab, line feed and carriage return), "+
 		"line and paragraph separators, noncharacters and bidirectional overrides and isolates are refused", r)
-}
-
-// HasVisible reports whether s holds a character that shows: an identifier
-// made only of spaces, or of invisible format characters, looks empty in
-// every list and cannot be told from another.
-func HasVisible(s string) bool {
-	for _, r := range s {
-		if !unicode.IsSpace(r) && !unicode.In(r, unicode.Cf, unicode.Zs, unicode.Mn, unicode.Me, unicode.Cc) &&
-			r != '\u115f' && r != '\u1160' && r != '\u3164' && r != '\uffa0' {
-			return true
-		}
-	}
-	return false
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rebill/rebill/rebilltype"
 	"github.com/stretchr/testify/require"
 )
 
@@ -60,10 +61,10 @@ func TestForbiddenInText(t *testing.T) {
 func TestHasVisible(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"", " ", "   ", "\t", "\u00a0", "\u3000", "\u200b", "\u200d\u200c", "\ufeff", "\u3164", "\u2060 \u00ad"} {
-		require.False(t, HasVisible(s), "%q", s)
+		require.False(t, rebilltype.HasVisible(s), "%q", s)
 	}
 	for _, s := range []string{"a", " a ", "-", ".", "cust 42", "Ж", "👍", "\u200bx"} {
-		require.True(t, HasVisible(s), "%q", s)
+		require.True(t, rebilltype.HasVisible(s), "%q", s)
 	}
 }
 
@@ -75,7 +76,7 @@ func TestDecodeRefusesForbiddenText(t *testing.T) {
 	err := Decode([]byte(`{"customer_id":"c\u001b[31m","metadata":{"k\u202e":"v","note":"a\u2028b"}}`), &dst)
 	var de *DecodeError
 	require.ErrorAs(t, err, &de)
-	require.Equal(t, []FieldError{
+	require.Equal(t, []rebilltype.FieldError{
 		{Field: "customer_id", Message: TextMessage(0x1b)},
 		{Field: "metadata", Message: "keys " + TextMessage(0x202e)},
 		{Field: "metadata.note", Message: TextMessage(0x2028)},

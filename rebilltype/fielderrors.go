@@ -1,4 +1,4 @@
-package validate
+package rebilltype
 
 import (
 	"fmt"
@@ -6,6 +6,16 @@ import (
 
 	"github.com/rebill/rebill/fault"
 )
+
+// FieldError is one entry of the problem document's `errors` list, so a
+// client can point at the exact input it has to fix.
+type FieldError struct {
+	// Field is the dotted JSON path ("payment_method.exp_month",
+	// "metadata.k", "items[0].id"), or "" when the body as a whole is wrong.
+	Field string `json:"field"`
+	// Message says what is wrong without repeating the submitted value.
+	Message string `json:"message"`
+}
 
 // Errors lists every field a request gets wrong, so that a client fixes
 // them all at once. Domain validation returns it (through Err); the HTTP
@@ -34,15 +44,4 @@ func (e Errors) Error() string {
 		parts[i] = fe.Field + ": " + fe.Message
 	}
 	return "invalid request: " + strings.Join(parts, "; ")
-}
-
-// PrintableASCII reports whether s holds only printable ASCII characters
-// (identifiers and tokens that travel in logs and headers).
-func PrintableASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }

@@ -1,4 +1,4 @@
-package app_test
+package e2e_test
 
 import (
 	"bytes"
@@ -52,7 +52,7 @@ var pinSamples = []river.JobArgs{
 	charges.AuthorizeArgs{ChargeID: pinUUID, Attempt: 2},
 	charges.CaptureArgs{ChargeID: pinUUID, Attempt: 2},
 	charges.VoidArgs{ChargeID: pinUUID, Attempt: 2},
-	charges.ReconcileArgs{ChargeID: pinUUID, Attempt: 2, Op: gateway.OpCapture},
+	charges.LookupArgs{ChargeID: pinUUID, Attempt: 2, Op: gateway.OpCapture},
 	charges.ReleaseHoldArgs{ChargeID: pinUUID, Attempt: 2},
 	charges.SettledLayoutArgs{},
 	charges.PostArgs{PaymentID: "10428000000000000000012345"},
