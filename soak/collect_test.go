@@ -3,6 +3,8 @@ package soak_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"sort"
 	"testing"
 	"time"
 
@@ -76,4 +78,147 @@ func TestCollectBillsReadsChargesAsTheAuditDoes(t *testing.T) {
 			t.Errorf("the rest after %d paid outside rebill is judged wrong: %s", paid, v.Detail)
 		}
 	}
+}
+
+// collect reads what the invariants judge: every subscription the schedule
+// created (API), its events (API), its charges (database: the period start
+// and a few fields the API does not show), and the gateways' ledgers (API).
+func (r *runner) collect() *soak.Data {
+	t := r.t
+	var clock struct {
+		Now time.Time `json:"now"`
+	}
+	if a, ok := r.request(0, http.MethodGet, "/v1/dev/clock", "", nil, 60*time.Second); !ok || a.decode(&clock) != nil {
+		t.Fatalf("read the clock: %d %s", a.status, a.body)
+	}
+	d := &soak.Data{Now: clock.Now, Observed: &r.obs}
+	var ids []string
+	for _, id := range r.subIDs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		a, ok := r.request(0, http.MethodGet, "/v1/subscriptions/"+id, "", nil, 60*time.Second)
+		var s struct {
+			ID                string     `json:"id"`
+			CustomerID        string     `json:"customer_id"`
+			Status            string     `json:"status"`
+			Amount            int64      `json:"amount"`
+			Currency          string     `json:"currency"`
+			Interval          string     `json:"interval"`
+			IntervalCount     int        `json:"interval_count"`
+			TimeZone          string     `json:"timezone"`
+			BillingAnchor     time.Time  `json:"billing_anchor"`
+			CancelAtPeriodEnd bool       `json:"cancel_at_period_end"`
+			CancelledAt       *time.Time `json:"cancelled_at"`
+			CreatedAt         time.Time  `json:"created_at"`
+		}
+		if !ok || a.status != 200 || a.decode(&s) != nil {
+			t.Fatalf("read subscription %s: %d %s", id, a.status, a.body)
+		}
+		sub := soak.Subscription{ID: s.ID, CustomerID: s.CustomerID, Status: s.Status, Amount: s.Amount, Currency: s.Currency,
+			Interval: s.Interval, IntervalCount: s.IntervalCount, TimeZone: s.TimeZone, BillingAnchor: s.BillingAnchor,
+			CancelAtPeriodEnd: s.CancelAtPeriodEnd, CancelledAt: s.CancelledAt, CreatedAt: s.CreatedAt}
+		cursor := ""
+		for {
+			path := "/v1/subscriptions/" + id + "/events?limit=100"
+			if cursor != "" {
+				path += "&cursor=" + cursor
+			}
+			a, ok := r.request(0, http.MethodGet, path, "", nil, 60*time.Second)
+			var page struct {
+				Data []struct {
+					ID    int64   `json:"id"`
+					Type  string  `json:"type"`
+					From  *string `json:"from_status"`
+					To    string  `json:"to_status"`
+					Actor struct {
+						ID   string `json:"id"`
+						Role string `json:"role"`
+					} `json:"actor"`
+					At time.Time `json:"at"`
+				} `json:"data"`
+				NextCursor *string `json:"next_cursor"`
+			}
+			if !ok || a.status != 200 || a.decode(&page) != nil {
+				t.Fatalf("read events of %s: %d %s", id, a.status, a.body)
+			}
+			for _, e := range page.Data {
+				from := ""
+				if e.From != nil {
+					from = *e.From
+				}
+				sub.Events = append(sub.Events, soak.Event{ID: e.ID, Type: e.Type, From: from, To: e.To,
+					ActorID: e.Actor.ID, ActorRole: e.Actor.Role, At: e.At})
+			}
+			if page.NextCursor == nil {
+				break
+			}
+			cursor = *page.NextCursor
+		}
+		d.Subscriptions = append(d.Subscriptions, sub)
+	}
+	byID := map[string]*soak.Subscription{}
+	for i := range d.Subscriptions {
+		byID[d.Subscriptions[i].ID] = &d.Subscriptions[i]
+	}
+	rows, err := r.db.Query(r.ctx, `SELECT id::text, subscription_id::text, period_key, period_start, amount, currency, gateway,
+		status, attempt_count, next_attempt_at, coalesce(failure_code, ''), coalesce(review_reason, ''),
+		coalesce(unknown_phase, ''), coalesce(resolution, '') FROM charges WHERE subscription_id IS NOT NULL
+		ORDER BY period_start, id`)
+	if err != nil {
+		t.Fatalf("read charges: %v", err)
+	}
+	for rows.Next() {
+		var c soak.Charge
+		if err := rows.Scan(&c.ID, &c.SubscriptionID, &c.PeriodKey, &c.PeriodStart, &c.Amount, &c.Currency, &c.Gateway,
+			&c.Status, &c.AttemptCount, &c.NextAttemptAt, &c.FailureCode, &c.ReviewReason, &c.UnknownPhase, &c.Resolution); err != nil {
+			t.Fatalf("read charges: %v", err)
+		}
+		c.PeriodStart = c.PeriodStart.UTC()
+		c.Key = c.SubscriptionID + ":" + c.PeriodKey
+		if s := byID[c.SubscriptionID]; s != nil {
+			s.Charges = append(s.Charges, c)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatalf("read charges: %v", err)
+	}
+	slots, err := r.db.Query(r.ctx, `SELECT customer_id, unnest(slots) FROM velocity_counters WHERE name = 'declines' ORDER BY 1, 2`)
+	if err != nil {
+		t.Fatalf("read velocity slots: %v", err)
+	}
+	var slot soak.Slot
+	if _, err := pgx.ForEachRow(slots, []any{&slot.Customer, &slot.Holder}, func() error {
+		d.Slots = append(d.Slots, slot)
+		return nil
+	}); err != nil {
+		t.Fatalf("read velocity slots: %v", err)
+	}
+	for i := 1; i <= 5; i++ {
+		gw := fmt.Sprintf("sim%d", i)
+		a, ok := r.request(0, http.MethodGet, "/v1/dev/gateways/"+gw+"/ledger", "", nil, 60*time.Second)
+		var page struct {
+			Data []struct {
+				Op             string    `json:"op"`
+				IdempotencyKey string    `json:"idempotency_key"`
+				Reference      string    `json:"reference"`
+				TokenLast4     string    `json:"token_last4"`
+				Amount         int64     `json:"amount"`
+				Currency       string    `json:"currency"`
+				Status         string    `json:"status"`
+				DeclineCode    string    `json:"decline_code"`
+				At             time.Time `json:"received_at"` // real time, as the soak's requests; at is the dev clock
+			} `json:"data"`
+		}
+		if !ok || a.status != 200 || a.decode(&page) != nil {
+			t.Fatalf("read the ledger of %s: %d", gw, a.status)
+		}
+		for _, o := range page.Data {
+			d.Ledger = append(d.Ledger, soak.LedgerOp{Gateway: gw, Op: o.Op, IdempotencyKey: o.IdempotencyKey, Reference: o.Reference,
+				TokenLast4: o.TokenLast4, Amount: o.Amount, Currency: o.Currency, Status: o.Status, DeclineCode: o.DeclineCode, At: o.At})
+		}
+	}
+	return d
 }
