@@ -2,12 +2,9 @@ package sim
 
 import (
 	"context"
-	"crypto/sha256"
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -45,10 +42,6 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// ErrInvalidFaults is returned by [Store.SetFaults] for a negative latency
-// or an error rate outside [0, 1].
-var ErrInvalidFaults = errors.New("invalid gateway faults")
-
 // errKeyReused: an idempotency key already names a different operation.
 // A real provider refuses such a call rather than replaying a result that
 // does not answer the request.
@@ -67,11 +60,6 @@ type Store struct {
 	cached    map[string]cachedFaults
 }
 
-type cachedFaults struct {
-	faults Faults
-	read   time.Time // real time: the cache's age, not the service clock
-}
-
 // NewStore returns a Store on pool that stamps operations with the wall
 // clock. [Migrate] must have run.
 func NewStore(pool *pgxpool.Pool) *Store {
@@ -86,37 +74,6 @@ func NewStore(pool *pgxpool.Pool) *Store {
 func (s *Store) OnClock(clk clock.Clock) *Store {
 	s.clock = clk
 	return s
-}
-
-// CacheFaults makes s keep each gateway's fault switches for ttl instead of
-// reading them on every call (two reads a charge), and returns s. Only for
-// a store that is the one writer of its database's switches (the
-// `rebill gatewaysim` process, a benchmark): a change made through s is
-// seen at once, one made by another writer within ttl. Dev mode's in-process
-// sims share rebill's database across nodes and do not cache.
-func (s *Store) CacheFaults(ttl time.Duration) *Store {
-	s.faultsTTL = ttl
-	s.cached = map[string]cachedFaults{}
-	return s
-}
-
-func (s *Store) remember(gw string, f Faults) {
-	if s.faultsTTL <= 0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cached[gw] = cachedFaults{faults: f, read: clock.Wall{}.Now()}
-}
-
-func (s *Store) recalled(gw string) (Faults, bool) {
-	if s.faultsTTL <= 0 {
-		return Faults{}, false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.cached[gw]
-	return c.faults, ok && clock.Wall{}.Now().Sub(c.read) < s.faultsTTL
 }
 
 // LedgerEntry is one operation as the dev ledger shows it.
@@ -135,143 +92,6 @@ type LedgerEntry struct {
 	// ReceivedAt is the real time the sim recorded it, for harnesses that
 	// order operations against their own requests.
 	ReceivedAt time.Time `json:"received_at"`
-}
-
-// Faults are a gateway's fault switches.
-type Faults struct {
-	Down         bool    `json:"down"`
-	LatencyMS    int     `json:"latency_ms"`
-	ErrorRate    float64 `json:"error_rate"`
-	CapturesDown bool    `json:"captures_down"`
-}
-
-// FaultsPatch changes only the switches that are set.
-type FaultsPatch struct {
-	Down         *bool    `json:"down,omitempty"`
-	LatencyMS    *int     `json:"latency_ms,omitempty"`
-	ErrorRate    *float64 `json:"error_rate,omitempty"`
-	CapturesDown *bool    `json:"captures_down,omitempty"`
-}
-
-// validate returns ErrInvalidFaults for a negative latency or an error rate
-// outside [0, 1].
-func (p FaultsPatch) validate() error {
-	if p.LatencyMS != nil && *p.LatencyMS < 0 {
-		return fmt.Errorf("%w: latency_ms %d is negative", ErrInvalidFaults, *p.LatencyMS)
-	}
-	if p.ErrorRate != nil && (*p.ErrorRate < 0 || *p.ErrorRate > 1) {
-		return fmt.Errorf("%w: error_rate %v is outside [0, 1]", ErrInvalidFaults, *p.ErrorRate)
-	}
-	return nil
-}
-
-// tokenKind is the test-token class that decides how the sim behaves.
-type tokenKind string
-
-const (
-	kindOK           tokenKind = "ok"
-	kindDeclineFunds tokenKind = "decline_funds"
-	kindDeclineHard  tokenKind = "decline_hard"
-	kindLostResponse tokenKind = "lost_response"
-	kindFlaky        tokenKind = "flaky"
-	// kindFundsAfter is a recovering token (see recoveryDelay). An
-	// authorization records the class it behaved as, decline_funds or ok.
-	kindFundsAfter tokenKind = "funds_after"
-	kindInvalid    tokenKind = "invalid"
-)
-
-// tokenPrefixes maps test-token prefixes to their class.
-var tokenPrefixes = []struct {
-	prefix string
-	kind   tokenKind
-}{
-	{"tok_ok", kindOK},
-	{"tok_decline_funds", kindDeclineFunds},
-	{"tok_decline_hard", kindDeclineHard},
-	{"tok_lost_response", kindLostResponse},
-	{"tok_flaky", kindFlaky},
-}
-
-func classify(token string) tokenKind {
-	for _, p := range tokenPrefixes {
-		if strings.HasPrefix(token, p.prefix) {
-			return p.kind
-		}
-	}
-	if _, ok := recoveryDelay(token); ok {
-		return kindFundsAfter
-	}
-	return kindInvalid
-}
-
-// fundsAfterPrefix starts a recovering token: tok_funds_after_<N>d or
-// tok_funds_after_<N>h, optionally followed by "_" and anything, so that
-// each subscription of a test can have a card of its own.
-const fundsAfterPrefix = "tok_funds_after_"
-
-// recoveryUnits are the units a recovering token's delay may be given in,
-// with the largest count each allows: a month either way.
-var recoveryUnits = map[byte]struct {
-	unit time.Duration
-	max  int
-}{
-	'd': {24 * time.Hour, 30},
-	'h': {time.Hour, 720},
-}
-
-// recoveryDelay parses a recovering token and returns how long after its
-// first attempt it stops being declined. The count is 1 or more, written
-// without leading zeros, so that one delay has one spelling; anything else
-// is no recovering token (and so an invalid one).
-func recoveryDelay(token string) (time.Duration, bool) {
-	rest, ok := strings.CutPrefix(token, fundsAfterPrefix)
-	if !ok {
-		return 0, false
-	}
-	digits := len(rest) - len(strings.TrimLeft(rest, "0123456789"))
-	if digits == 0 || digits > 3 || rest[0] == '0' || digits == len(rest) {
-		return 0, false
-	}
-	u, ok := recoveryUnits[rest[digits]]
-	if !ok {
-		return 0, false
-	}
-	if tail := rest[digits+1:]; tail != "" && tail[0] != '_' {
-		return 0, false
-	}
-	n, err := strconv.Atoi(rest[:digits])
-	if err != nil || n > u.max {
-		return 0, false
-	}
-	return time.Duration(n) * u.unit, true
-}
-
-// recoveredKind is how a recovering token authorizes at at, given the
-// time of its first attempt: declined like tok_decline_funds until its
-// delay has passed, then like tok_ok.
-func recoveredKind(token string, first, at time.Time) tokenKind {
-	delay, _ := recoveryDelay(token)
-	if at.Before(first.Add(delay)) {
-		return kindDeclineFunds
-	}
-	return kindOK
-}
-
-// tokenHash identifies a token in the books without keeping it: only
-// recovering tokens, which are test tokens, are ever hashed.
-func tokenHash(token string) []byte {
-	h := sha256.Sum256([]byte(token))
-	return h[:]
-}
-
-// last4 keeps what the ledger may show of a token. Runes, not bytes, so the
-// stored text stays valid UTF-8 whatever the caller sent.
-func last4(token string) string {
-	r := []rune(token)
-	if len(r) > 4 {
-		r = r[len(r)-4:]
-	}
-	return string(r)
 }
 
 // opRequest is one operation call as the server received it.
@@ -399,50 +219,6 @@ func (s *Store) lookup(ctx context.Context, gw, key string) (operation, error) {
 		return operation{}, fmt.Errorf("look up %s operation %q: %w", gw, key, err)
 	}
 	return o, nil
-}
-
-// Faults returns gw's fault switches; a gateway never configured has none.
-func (s *Store) Faults(ctx context.Context, gw string) (Faults, error) {
-	if f, ok := s.recalled(gw); ok {
-		return f, nil
-	}
-	var f Faults
-	err := s.pool.QueryRow(ctx, `SELECT down, latency_ms, error_rate, captures_down
-		FROM gatewaysim.faults WHERE gateway = $1`, gw).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.CapturesDown)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = nil // a gateway never configured has none
-	}
-	if err != nil {
-		return Faults{}, fmt.Errorf("read faults of %s: %w", gw, err)
-	}
-	s.remember(gw, f)
-	return f, nil
-}
-
-// SetFaults changes the switches set in p and returns all of gw's switches.
-// Returns ErrInvalidFaults for a negative latency or an error rate outside
-// [0, 1].
-func (s *Store) SetFaults(ctx context.Context, gw string, p FaultsPatch) (Faults, error) {
-	if err := p.validate(); err != nil {
-		return Faults{}, err
-	}
-	var f Faults
-	err := s.pool.QueryRow(ctx, `
-		INSERT INTO gatewaysim.faults AS f (gateway, down, latency_ms, error_rate, captures_down)
-		VALUES ($1, coalesce($2::boolean, false), coalesce($3::integer, 0), coalesce($4::double precision, 0),
-			coalesce($5::boolean, false))
-		ON CONFLICT (gateway) DO UPDATE SET
-			down          = coalesce($2::boolean, f.down),
-			latency_ms    = coalesce($3::integer, f.latency_ms),
-			error_rate    = coalesce($4::double precision, f.error_rate),
-			captures_down = coalesce($5::boolean, f.captures_down)
-		RETURNING down, latency_ms, error_rate, captures_down`,
-		gw, p.Down, p.LatencyMS, p.ErrorRate, p.CapturesDown).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.CapturesDown)
-	if err != nil {
-		return Faults{}, fmt.Errorf("set faults of %s: %w", gw, err)
-	}
-	s.remember(gw, f)
-	return f, nil
 }
 
 // countCall counts one more call with key and returns the count so far.
@@ -604,59 +380,4 @@ func decide(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind token
 		return operation{}, fmt.Errorf("read settlement of %q: %w", req.AuthorizationID, err)
 	}
 	return verdict(req, kind, &auth, settledBy), nil
-}
-
-// verdict is the provider's rules for a new operation, whichever books
-// keep it: an authorize follows the token's class; a capture or void
-// needs auth, the succeeded authorization it names (nil: none), not yet
-// settled by another capture or void (settledBy, empty when none), and a
-// capture its exact amount.
-func verdict(req opRequest, kind tokenKind, auth *operation, settledBy gateway.Op) operation {
-	o := operation{
-		Op:              req.Op,
-		IdempotencyKey:  req.IdempotencyKey,
-		AuthorizationID: req.AuthorizationID,
-		TokenLast4:      last4(req.Token),
-		Kind:            kind,
-		ChargeKey:       req.ChargeKey,
-		Amount:          req.Amount,
-		Currency:        req.Currency,
-		Status:          gateway.StatusSucceeded,
-	}
-	fail := func(code string) operation {
-		o.Status, o.DeclineCode = gateway.StatusFailed, code
-		return o
-	}
-	if req.Op == gateway.OpAuthorize {
-		switch kind {
-		case kindDeclineFunds:
-			o.Status, o.DeclineCode = gateway.StatusDeclined, "insufficient_funds"
-		case kindDeclineHard:
-			o.Status, o.DeclineCode, o.Hard = gateway.StatusDeclined, "stolen_card", true
-		case kindInvalid:
-			return fail("invalid_token")
-		}
-		return o
-	}
-	if auth == nil {
-		return fail("invalid_authorization")
-	}
-	if o.TokenLast4 == "" {
-		o.TokenLast4 = auth.TokenLast4
-	}
-	if req.Op == gateway.OpVoid {
-		o.Amount, o.Currency = auth.Amount, auth.Currency
-	}
-	if auth.Status != gateway.StatusSucceeded ||
-		(req.Op == gateway.OpCapture && (req.Amount != auth.Amount || req.Currency != auth.Currency)) {
-		return fail("invalid_authorization")
-	}
-	switch settledBy {
-	case "":
-		return o
-	case gateway.OpCapture:
-		return fail("already_captured")
-	default:
-		return fail("already_voided")
-	}
 }
