@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"time"

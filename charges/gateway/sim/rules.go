@@ -2,7 +2,6 @@ package sim
 
 import (
 	"crypto/sha256"
-	_ "embed"
 	"strconv"
 	"strings"
 	"time"
