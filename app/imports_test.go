@@ -18,9 +18,9 @@ import (
 const module = "github.com/rebill/rebill/"
 
 // allowedImports pins the layout: for each of rebill's packages, the
-// rebill packages it may import (the platform leaves aside), internal/
-// and soak included. api calls the
-// use cases (usecases), which compose the domain; scheduler composes
+// rebill packages it may import (the platform leaves aside), the wiring
+// root, its tools and soak included. api calls the use cases (usecases),
+// which compose the domain; renewals composes
 // subscriptions and charges; domain packages never import the HTTP layer,
 // and subscriptions and charges know nothing of each other's tables.
 // charges holds the charge state machine and drives the gateways through

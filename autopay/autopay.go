@@ -1,6 +1,6 @@
 // Package autopay charges the bills of autopay enrollments on the charges
 // pipeline. It composes enrollments (bills, their rules) and charges (the
-// exactly-once engine) the way scheduler composes subscriptions and
+// exactly-once engine) the way renewals composes subscriptions and
 // charges: a bill is a period whose key is `<enrollment_id>:<bill_id>`.
 //
 // # Where bills come from

@@ -39,7 +39,7 @@ func (st *Store) Resume(ctx context.Context, tx pgx.Tx, id uuid.UUID, actor Acto
 	return st.ResumeAt(ctx, tx, id, st.clock.Now(), actor)
 }
 
-// ResumeAt is Resume as of at, which the scheduler uses to resume a pause
+// ResumeAt is Resume as of at, which renewals uses to resume a pause
 // at its resume_at even when it runs late. Once billing has begun, a new
 // period starts at at and is due then. Before the first billing anchor
 // the anchor stands (a pause during a trial does not end the trial). With

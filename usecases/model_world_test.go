@@ -48,7 +48,7 @@ var (
 	modelRetryAfter     = time.Minute                                     // River's wait after an error
 	modelUnavailableFor = 12 * time.Hour                                  // waits on a gateway that did nothing
 	// The catch-up window is out of reach of these sequences (the
-	// scheduler's own tests cover it): every missed period is owed.
+	// renewals' own tests cover it): every missed period is owed.
 	modelCatchUp = 10 * 365 * 24 * time.Hour
 )
 

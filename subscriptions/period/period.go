@@ -1,6 +1,6 @@
 // Package period computes billing periods for subscriptions.
 //
-// It is pure calendar arithmetic with no I/O, so the scheduler, the charge
+// It is pure calendar arithmetic with no I/O, so renewals, the charge
 // pipeline and reports all agree on exactly when period n starts and which
 // key identifies it.
 //
