@@ -113,7 +113,7 @@ var exportedFragments = map[string]string{
 // tables its values name. A fragment named ...SQL is read where it is
 // declared instead.
 var runtimeTables = map[string]string{
-	"books/store.go": "one store for the gateways' and the registry's books: its own reconciliation tables, chosen by book",
+	"books/store.go":  "one store for the gateways' and the registry's books: its own reconciliation tables, chosen by book",
 	"vault/tokens.go": "the token columns' statements written once (TableTokens): each owner (subscriptions, charges, enrollments) hands in its own table's name as a constant of its package",
 }
 
