@@ -149,12 +149,13 @@ func getPosting(ctx context.Context, db pg.DBTX, paymentID string) (posting, err
 // otherwise); false when it was not in from.
 func movePosting(ctx context.Context, db pg.DBTX, paymentID string, from []PostingStatus, to PostingStatus, gateway, lastError string,
 	now time.Time) (bool, error) {
-	if err := PostingMachine.Check(from, to); err != nil {
+	mv, err := PostingMachine.Move(to, from...)
+	if err != nil {
 		return false, err
 	}
 	tag, err := db.Exec(ctx, `UPDATE registry_postings SET status = $3, gateway = coalesce(nullif($4, ''), gateway),
 			last_error = nullif($5, ''), updated_at = $6
-		WHERE payment_id = $1 AND status = ANY($2)`, paymentID, fsm.Texts(from), to, gateway, lastError, now)
+		WHERE payment_id = $1 AND status = ANY($2)`, paymentID, fsm.Texts(mv.From()), mv.To(), gateway, lastError, now)
 	if err != nil {
 		return false, fmt.Errorf("posting %s to %s: %w", paymentID, to, err)
 	}
