@@ -83,6 +83,12 @@ func (c *Client) Void(ctx context.Context, req gateway.Request) (gateway.Result,
 	return c.operate(ctx, gateway.OpVoid, req)
 }
 
+// Refund returns req.Amount of the payment captured under the hold named
+// by req.AuthorizationID.
+func (c *Client) Refund(ctx context.Context, req gateway.Request) (gateway.Result, error) {
+	return gateway.Result{}, fmt.Errorf("gateway %s: refund %q: the simulator does not refund yet", c.name, req.IdempotencyKey)
+}
+
 func (c *Client) operate(ctx context.Context, op gateway.Op, req gateway.Request) (gateway.Result, error) {
 	body, err := json.Marshal(opBody{
 		Token:           req.Token,
