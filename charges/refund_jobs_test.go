@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
@@ -26,11 +27,13 @@ func (b *testBundle) pendingRefund(ctx context.Context, t *testing.T) (charges.C
 }
 
 func (b *testBundle) send(ctx context.Context, r charges.Refund) error {
-	return b.pipeline.SendRefund(ctx, &river.Job[charges.RefundSendArgs]{Args: charges.RefundSendArgs{RefundID: r.ID}})
+	return b.pipeline.SendRefund(ctx, &river.Job[charges.RefundSendArgs]{Args: charges.RefundSendArgs{RefundID: r.ID},
+		JobRow: &rivertype.JobRow{Attempt: 1, MaxAttempts: 5}})
 }
 
 func (b *testBundle) lookUp(ctx context.Context, r charges.Refund) error {
-	return b.pipeline.LookUpRefund(ctx, &river.Job[charges.RefundLookupArgs]{Args: charges.RefundLookupArgs{RefundID: r.ID}})
+	return b.pipeline.LookUpRefund(ctx, &river.Job[charges.RefundLookupArgs]{Args: charges.RefundLookupArgs{RefundID: r.ID},
+		JobRow: &rivertype.JobRow{Attempt: 1, MaxAttempts: 5}})
 }
 
 func (b *testBundle) refund(ctx context.Context, t *testing.T, id uuid.UUID) charges.Refund {
@@ -119,6 +122,25 @@ func TestSendRefund(t *testing.T) {
 		require.Equal(t, []string{r.GatewayKey, r.GatewayKey}, keys, "the same key both times")
 		require.Equal(t, charges.RefundSucceeded, b.refund(ctx, t, r.ID).Status)
 	})
+}
+
+// A send River would give up after, with no verdict from the gateway,
+// hands the refund to a look-up: a refund never stays pending with no job,
+// and an earlier run may have reached the gateway before a crash.
+func TestLastSendTryWithoutAnswerIsLookedUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, r := b.pendingRefund(ctx, t)
+	b.gateway.RefundFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
+	job := &river.Job[charges.RefundSendArgs]{Args: charges.RefundSendArgs{RefundID: r.ID}}
+	job.JobRow = &rivertype.JobRow{Attempt: 3, MaxAttempts: 5}
+	require.Error(t, b.pipeline.SendRefund(ctx, job))
+	require.Equal(t, charges.RefundPending, b.refund(ctx, t, r.ID).Status, "not the last try: River sends it again")
+	job.JobRow = &rivertype.JobRow{Attempt: 5, MaxAttempts: 5}
+	require.NoError(t, b.pipeline.SendRefund(ctx, job))
+	require.Equal(t, charges.RefundUnknown, b.refund(ctx, t, r.ID).Status)
+	require.Equal(t, 1, b.lookupJobs(ctx, t, r))
 }
 
 func TestLostRefundAnswer(t *testing.T) {
