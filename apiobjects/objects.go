@@ -135,6 +135,40 @@ type Charge struct {
 	// Experiments are the experiment arms that govern its policies, by
 	// experiment key; {} when none.
 	Experiments map[string]string `json:"experiments"`
+	// AmountRefunded is what its succeeded refunds returned; the status
+	// stays succeeded.
+	AmountRefunded int64 `json:"amount_refunded"`
+}
+
+// Refund is one return of a charge's captured money: an element of GET
+// /v1/charges/{id}/refunds, the answer of its POST, and the object of the
+// refund.* events.
+type Refund struct {
+	ID          uuid.UUID  `json:"id"`
+	ChargeID    uuid.UUID  `json:"charge_id"`
+	Amount      int64      `json:"amount"`
+	Currency    string     `json:"currency"`
+	Reason      string     `json:"reason"`
+	Status      string     `json:"status"`
+	FailureCode *string    `json:"failure_code"`
+	Evidence    *string    `json:"evidence"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	SettledAt   *time.Time `json:"settled_at"`
+}
+
+// FromRefund is r as the API shows it. The gateway's key and reference
+// and who asked stay inside: support sees them in the console. A refund
+// whose answer was lost (unknown) is shown pending: to a client it is
+// still on its way, and the look-up settles it.
+func FromRefund(r charges.Refund) Refund {
+	status := r.Status
+	if status == charges.RefundUnknown {
+		status = charges.RefundPending
+	}
+	return Refund{ID: r.ID, ChargeID: r.ChargeID, Amount: r.Amount, Currency: r.Currency, Reason: string(r.Reason),
+		Status: string(status), FailureCode: Optional(r.FailureCode), Evidence: Optional(r.Evidence),
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, SettledAt: UTCPtr(r.SettledAt)}
 }
 
 // record is an experiment record as objects show it: {} rather than null.
@@ -151,7 +185,7 @@ func FromCharge(c charges.Charge) Charge {
 		Amount: c.Amount, Currency: c.Currency, Gateway: c.Gateway, Status: string(c.Status),
 		AttemptCount: c.AttemptCount, NextAttemptAt: UTCPtr(c.NextAttemptAt), FailureCode: Optional(c.FailureCode),
 		ReviewReason: Optional(c.ReviewReason), ReviewCode: Optional(string(c.ReviewCode)), ConfirmationRequired: c.ConfirmationRequired,
-		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, Experiments: record(c.Experiments())}
+		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, Experiments: record(c.Experiments()), AmountRefunded: c.AmountRefunded}
 	if c.ConfirmedAmount != 0 {
 		confirmed := c.ConfirmedAmount
 		out.ConfirmedAmount = &confirmed

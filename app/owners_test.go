@@ -28,6 +28,7 @@ var tableOwners = map[string]string{
 	"charges":                               "charges",
 	"charges_layout":                        "charges",
 	"registry_postings":                     "charges",
+	"refunds":                               "charges",
 	"enrollments":                           "enrollments",
 	"bills":                                 "enrollments",
 	"events":                                "notify",

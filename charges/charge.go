@@ -193,6 +193,9 @@ type Charge struct {
 	// registry is asked afresh before the next hold, and a disagreement
 	// that lasts until the last discounted start goes to review.
 	SourcePaid int64
+	// AmountRefunded is what its succeeded refunds returned of a captured
+	// charge (refunds.go); the charge stays succeeded whatever it is.
+	AmountRefunded int64
 
 	outsideChecked int    // the attempt whose payments outside rebill were last asked for
 	outsideRecheck bool   // the hold was voided because more was paid outside since

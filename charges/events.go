@@ -14,6 +14,36 @@ import (
 // the change back.
 type EventSink interface {
 	ChargeChanged(ctx context.Context, tx pgx.Tx, eventType string, c Charge, at time.Time) error
+	// RefundChanged receives a refund's events (eventType "created",
+	// "succeeded", "failed"), with the refund as it is after the change.
+	RefundChanged(ctx context.Context, tx pgx.Tx, eventType string, r Refund, at time.Time) error
+}
+
+// EventRefunded is the charge's event of its last refund: all it captured
+// is returned. The charge keeps its status (succeeded).
+const EventRefunded = "refunded"
+
+// The events of a refund, published as refund.<type>.
+const (
+	EventRefundCreated   = "created"
+	EventRefundSucceeded = "succeeded"
+	EventRefundFailed    = "failed"
+)
+
+// refundEvents are the refund statuses whose reaching is an event; the
+// moves between pending and unknown are internal.
+var refundEvents = map[RefundStatus]string{RefundSucceeded: EventRefundSucceeded, RefundFailed: EventRefundFailed}
+
+// publishRefund sends a refund's event in tx, the transaction of its
+// change.
+func (s *Store) publishRefund(ctx context.Context, tx pgx.Tx, eventType string, r Refund, at time.Time) error {
+	if s == nil || s.Events == nil {
+		return nil
+	}
+	if err := s.Events.RefundChanged(ctx, tx, eventType, r, at); err != nil {
+		return fmt.Errorf("publish refund.%s: %w", eventType, err)
+	}
+	return nil
 }
 
 // EventResolved is the event of a person's resolution of a charge in

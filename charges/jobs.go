@@ -82,3 +82,33 @@ func (ReleaseHoldArgs) Kind() string { return "charge_release_hold" }
 func (ReleaseHoldArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
 }
+
+// RefundSendArgs sends a pending refund to its charge's gateway under the
+// refund's key.
+type RefundSendArgs struct {
+	RefundID uuid.UUID `json:"refund_id" river:"unique"`
+}
+
+// Kind names the job in River.
+func (RefundSendArgs) Kind() string { return "refund_send" }
+
+// InsertOpts makes the job unique per refund: a refund is sent by one job,
+// whose retries repeat the call under the same key.
+func (RefundSendArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
+}
+
+// RefundLookupArgs asks the gateway, by the refund's key, what became of
+// a refund whose answer was lost, and settles it from the answer; when the
+// gateway never got it, the same job sends it again under the same key.
+type RefundLookupArgs struct {
+	RefundID uuid.UUID `json:"refund_id" river:"unique"`
+}
+
+// Kind names the job in River.
+func (RefundLookupArgs) Kind() string { return "refund_lookup" }
+
+// InsertOpts makes the job unique per refund.
+func (RefundLookupArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
+}

@@ -25,7 +25,7 @@ const columns = `id, coalesce(subscription_id, '00000000-0000-0000-0000-00000000
 	coalesce(enrollment_id, '00000000-0000-0000-0000-000000000000'), coalesce(full_amount, 0), discount_until,
 	coalesce(registry_uin, ''), authorized_at, receipt, coalesce(max_amount, 0), coalesce(confirmed_amount, 0),
 	confirmation_required, pay_until, paid_outside, coalesce(outside_checked_attempt, 0), outside_recheck, experiments::text,
-	off_path_at, source_paid, coalesce(review_code, '')`
+	off_path_at, source_paid, coalesce(review_code, ''), amount_refunded`
 
 func scan(row pgx.Row) (Charge, error) {
 	return scanRow(row, false)
@@ -42,7 +42,7 @@ func scanRow(row pgx.Row, sealed bool) (Charge, error) {
 		&c.AttemptDueAt, &c.AttemptTimes, &c.HoldReleasedAt, &c.Resolved,
 		&c.EnrollmentID, &c.FullAmount, &c.DiscountUntil, &c.RegistryUIN, &c.AuthorizedAt, &c.receipt,
 		&c.MaxAmount, &c.ConfirmedAmount, &c.ConfirmationRequired, &c.PayUntil, &c.PaidOutside, &c.outsideChecked, &c.outsideRecheck, &c.experiments,
-		&c.OffPathAt, &c.SourcePaid, &c.ReviewCode}
+		&c.OffPathAt, &c.SourcePaid, &c.ReviewCode, &c.AmountRefunded}
 	if sealed {
 		dest = append(dest, &token)
 	}

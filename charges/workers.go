@@ -101,4 +101,6 @@ func Register(workers *river.Workers, p *Pipeline) {
 	river.AddWorker(workers, &VoidWorker{Pipeline: p})
 	river.AddWorker(workers, &LookupWorker{Pipeline: p})
 	river.AddWorker(workers, &ReleaseHoldWorker{Pipeline: p})
+	river.AddWorker(workers, &RefundSendWorker{Pipeline: p})
+	river.AddWorker(workers, &RefundLookupWorker{Pipeline: p})
 }

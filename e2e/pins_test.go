@@ -58,6 +58,8 @@ var pinSamples = []river.JobArgs{
 	charges.PostArgs{PaymentID: "10428000000000000000012345"},
 	charges.AnnulArgs{PaymentID: "10428000000000000000012345"},
 	charges.SweepArgs{},
+	charges.RefundSendArgs{RefundID: pinUUID},
+	charges.RefundLookupArgs{RefundID: pinUUID},
 	notify.DeliverArgs{EventID: pinUUID, EndpointID: uuid.MustParse("01890a5d-ac96-774b-bcce-b302099a8057")},
 	notify.RetentionArgs{},
 	autopay.ScanArgs{},

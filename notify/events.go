@@ -35,6 +35,7 @@ const (
 	TypePaymentMethodExpiring = "payment_method.expiring"
 	subscriptionPrefix        = "subscription."
 	chargePrefix              = "charge."
+	refundPrefix              = "refund."
 	idPrefix                  = "evt_"
 )
 
@@ -49,6 +50,7 @@ var Types = []string{
 	"enrollment.payment_method_updated",
 	"bill.received", "bill.awaiting_confirmation", "bill.awaiting_registry", "bill.paid", "bill.failed", "bill.withdrawn", "bill.expired",
 	"bill.duplicate", "bill.paid_elsewhere",
+	"charge.refunded", "refund.created", "refund.succeeded", "refund.failed",
 }
 
 // KnownType reports whether t is one of Types.
@@ -134,6 +136,14 @@ func (r *Recorder) SubscriptionStored(ctx context.Context, tx pgx.Tx, sub subscr
 func (r *Recorder) ChargeChanged(ctx context.Context, tx pgx.Tx, eventType string, c charges.Charge, at time.Time) error {
 	parent := c.OwnerID()
 	_, err := r.Record(ctx, tx, chargePrefix+eventType, c.ID, &parent, c.CustomerID, apiobjects.FromCharge(c), at, "")
+	return err
+}
+
+// RefundChanged records a refund's event (refund.created, .succeeded,
+// .failed), its parent the refunded charge.
+func (r *Recorder) RefundChanged(ctx context.Context, tx pgx.Tx, eventType string, rf charges.Refund, at time.Time) error {
+	parent := rf.ChargeID
+	_, err := r.Record(ctx, tx, refundPrefix+eventType, rf.ID, &parent, rf.CustomerID, apiobjects.FromRefund(rf), at, "")
 	return err
 }
 

@@ -77,3 +77,11 @@ func (o *openingGateway) Lookup(ctx context.Context, req gateway.LookupRequest) 
 	req.Request.Sealed = ""
 	return o.Gateway.Lookup(ctx, req)
 }
+
+// Refund sends a refund with no token: a refund names the captured
+// payment, never the card, so nothing is opened and neither the reference
+// nor the sealed token reaches the provider.
+func (o *openingGateway) Refund(ctx context.Context, req gateway.Request) (gateway.Result, error) {
+	req.Token, req.Sealed = "", ""
+	return o.Gateway.Refund(ctx, req)
+}

@@ -13,11 +13,15 @@ import (
 // Op names a gateway operation.
 type Op string
 
-// The operations of a charge: a hold, its capture, or its release.
+// The operations of a charge: a hold, its capture, or its release; and
+// the return of captured money.
 const (
 	OpAuthorize Op = "authorize"
 	OpCapture   Op = "capture"
 	OpVoid      Op = "void"
+	// OpRefund returns captured money, in full or in part. A payment may
+	// have several refunds, each with its own idempotency key.
+	OpRefund Op = "refund"
 )
 
 // Status is the provider's verdict on an operation that it processed.
@@ -55,7 +59,8 @@ var (
 )
 
 // Request is one operation to perform. Capture and Void name the hold
-// through AuthorizationID, the Reference that Authorize returned.
+// through AuthorizationID, the Reference that Authorize returned; Refund
+// names the captured payment the same way.
 type Request struct {
 	IdempotencyKey  string
 	Token           string // recurring payment token; never logged
@@ -126,12 +131,22 @@ type Gateway interface {
 	Capture(ctx context.Context, req Request) (Result, error)
 	// Void releases a hold that was not captured.
 	Void(ctx context.Context, req Request) (Result, error)
-	// Lookup reports what happened to the operation sent as req. Returns
+	// Refund returns req.Amount of a captured payment: req.AuthorizationID
+	// is the Reference of its Authorize (as Capture names it),
+	// req.IdempotencyKey the refund's own key, req.Receipt the refund
+	// receipt when the payment had one. Several refunds of one payment
+	// are allowed while their sum stays within the capture; the provider
+	// refuses (StatusFailed) more. Returns ErrUnavailable or
+	// ErrUnknownOutcome on technical failure, like the others.
+	Refund(ctx context.Context, req Request) (Result, error)
+	// Lookup reports what happened to the operation sent as req (a refund
+	// with Op OpRefund, found by its key). Returns
 	// ErrNotFound when the provider never processed it, ErrUnprovable when
 	// the provider can no longer tell.
 	Lookup(ctx context.Context, req LookupRequest) (Result, error)
 	// Operations lists every operation the provider processed on the UTC
-	// day that contains day, oldest first, for reconciliation.
+	// day that contains day, refunds included, oldest first, for
+	// reconciliation.
 	Operations(ctx context.Context, day time.Time) ([]Result, error)
 }
 

@@ -261,6 +261,10 @@ func (b *breakerGateway) Void(ctx context.Context, req gateway.Request) (gateway
 	return b.guard(func() (gateway.Result, error) { return b.Gateway.Void(ctx, req) })
 }
 
+func (b *breakerGateway) Refund(ctx context.Context, req gateway.Request) (gateway.Result, error) {
+	return b.guard(func() (gateway.Result, error) { return b.Gateway.Refund(ctx, req) })
+}
+
 func (b *breakerGateway) Lookup(ctx context.Context, req gateway.LookupRequest) (gateway.Result, error) {
 	return b.guard(func() (gateway.Result, error) { return b.Gateway.Lookup(ctx, req) })
 }

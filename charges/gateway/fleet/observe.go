@@ -30,7 +30,7 @@ var callOutcomes = []string{string(gateway.StatusSucceeded), string(gateway.Stat
 // and outcome, so that the first call of a kind is an increase (from 0 to
 // 1) that rate() and increase() see, not the birth of a series at 1.
 func zeroCallMetrics(name string) {
-	for _, op := range []gateway.Op{gateway.OpAuthorize, gateway.OpCapture, gateway.OpVoid} {
+	for _, op := range []gateway.Op{gateway.OpAuthorize, gateway.OpCapture, gateway.OpVoid, gateway.OpRefund} {
 		metrics.GatewayCallDuration.WithLabelValues(name, string(op))
 		for _, outcome := range callOutcomes {
 			metrics.GatewayCalls.WithLabelValues(name, string(op), outcome)

@@ -83,6 +83,14 @@ func (c *Client) Void(ctx context.Context, req gateway.Request) (gateway.Result,
 	return c.operate(ctx, gateway.OpVoid, req)
 }
 
+// Refund returns req.Amount of the payment captured under the hold named
+// by req.AuthorizationID.
+// req.Amount and req.Currency must be within what the capture left;
+// several refunds of one payment are allowed, each under its own key.
+func (c *Client) Refund(ctx context.Context, req gateway.Request) (gateway.Result, error) {
+	return c.operate(ctx, gateway.OpRefund, req)
+}
+
 func (c *Client) operate(ctx context.Context, op gateway.Op, req gateway.Request) (gateway.Result, error) {
 	body, err := json.Marshal(opBody{
 		Token:           req.Token,

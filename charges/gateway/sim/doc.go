@@ -29,11 +29,12 @@
 //	POST /{gateway}/authorize            header Idempotency-Key, body {token, amount, currency, charge_key}
 //	POST /{gateway}/capture              body {authorization_id, amount, currency, token?}
 //	POST /{gateway}/void                 body {authorization_id, token?}
+//	POST /{gateway}/refund               body {authorization_id, amount, currency}
 //	GET  /{gateway}/operations/{key}     look-up by idempotency key; 404 operation_not_found
 //	GET  /{gateway}/operations?day=YYYY-MM-DD
 //	GET  /{gateway}/ledger               every operation, oldest first by at (dev endpoint)
 //	GET  /{gateway}/faults
-//	POST /{gateway}/faults               {down?, latency_ms?, error_rate?}
+//	POST /{gateway}/faults               {down?, latency_ms?, error_rate?, captures_down?, refunds_down?, refunds_lost?}
 //	GET  /{gateway}/health               200 {gateway, status: "ok"}; 503 while down
 //
 // A gateway the server does not host answers 404 on every route, so a
@@ -50,7 +51,7 @@
 //     authorization they name.
 //   - tok_decline_funds: authorize is declined, insufficient_funds, soft.
 //   - tok_decline_hard: authorize is declined, stolen_card, hard.
-//   - tok_lost_response: authorize and capture are processed and recorded as
+//   - tok_lost_response: authorize, capture and refund are processed and recorded as
 //     succeeded, but no answer is ever written; the connection is dropped
 //     once the caller gives up (or after a minute). Replays are lost the
 //     same way; look-ups answer normally.
@@ -71,7 +72,14 @@
 //     them: authorize fails with invalid_token.
 //
 // A capture or void sent without a token behaves like the card of the
-// authorization it names. Only a token's last four characters are stored,
+// authorization it names.
+//
+// A refund returns money of the captured authorization it names: it fails
+// not_captured before the capture (or after a void), currency_mismatch in
+// another currency, and amount_exceeds_captured when with the succeeded
+// refunds before it it would return more than was captured. A payment may
+// have several refunds, each under its own key; they lock the
+// authorization, so racing refunds never return more than the capture. Only a token's last four characters are stored,
 // and no token is ever logged or put into an error.
 //
 // # Faults
@@ -79,7 +87,9 @@
 // Per gateway, set through POST /{gateway}/faults or [Store.SetFaults]:
 // down makes every operation and look-up answer 503; latency_ms delays them;
 // error_rate is the fraction of operations that answer 503 having done
-// nothing. The ledger and faults endpoints keep working regardless, since
+// nothing; captures_down and refunds_down make captures or refunds answer
+// 503, doing nothing; refunds_lost performs every refund and loses its
+// answer, as tok_lost_response does. The ledger and faults endpoints keep working regardless, since
 // they are the test harness, not the provider's API. Health answers 503
 // while down and ignores the other faults.
 package sim

@@ -57,6 +57,10 @@ type Faults struct {
 	LatencyMS    int     `json:"latency_ms"`
 	ErrorRate    float64 `json:"error_rate"`
 	CapturesDown bool    `json:"captures_down"`
+	// RefundsDown answers refunds 503, doing nothing; RefundsLost performs
+	// every refund and loses its answer.
+	RefundsDown bool `json:"refunds_down"`
+	RefundsLost bool `json:"refunds_lost"`
 }
 
 // FaultsPatch changes only the switches that are set.
@@ -65,6 +69,8 @@ type FaultsPatch struct {
 	LatencyMS    *int     `json:"latency_ms,omitempty"`
 	ErrorRate    *float64 `json:"error_rate,omitempty"`
 	CapturesDown *bool    `json:"captures_down,omitempty"`
+	RefundsDown  *bool    `json:"refunds_down,omitempty"`
+	RefundsLost  *bool    `json:"refunds_lost,omitempty"`
 }
 
 // validate returns ErrInvalidFaults for a negative latency or an error rate
@@ -85,8 +91,9 @@ func (s *Store) Faults(ctx context.Context, gw string) (Faults, error) {
 		return f, nil
 	}
 	var f Faults
-	err := s.pool.QueryRow(ctx, `SELECT down, latency_ms, error_rate, captures_down
-		FROM gatewaysim.faults WHERE gateway = $1`, gw).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.CapturesDown)
+	err := s.pool.QueryRow(ctx, `SELECT down, latency_ms, error_rate, captures_down, refunds_down, refunds_lost
+		FROM gatewaysim.faults WHERE gateway = $1`, gw).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.CapturesDown,
+		&f.RefundsDown, &f.RefundsLost)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = nil // a gateway never configured has none
 	}
@@ -106,16 +113,19 @@ func (s *Store) SetFaults(ctx context.Context, gw string, p FaultsPatch) (Faults
 	}
 	var f Faults
 	err := s.pool.QueryRow(ctx, `
-		INSERT INTO gatewaysim.faults AS f (gateway, down, latency_ms, error_rate, captures_down)
+		INSERT INTO gatewaysim.faults AS f (gateway, down, latency_ms, error_rate, captures_down, refunds_down, refunds_lost)
 		VALUES ($1, coalesce($2::boolean, false), coalesce($3::integer, 0), coalesce($4::double precision, 0),
-			coalesce($5::boolean, false))
+			coalesce($5::boolean, false), coalesce($6::boolean, false), coalesce($7::boolean, false))
 		ON CONFLICT (gateway) DO UPDATE SET
 			down          = coalesce($2::boolean, f.down),
 			latency_ms    = coalesce($3::integer, f.latency_ms),
 			error_rate    = coalesce($4::double precision, f.error_rate),
-			captures_down = coalesce($5::boolean, f.captures_down)
-		RETURNING down, latency_ms, error_rate, captures_down`,
-		gw, p.Down, p.LatencyMS, p.ErrorRate, p.CapturesDown).Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.CapturesDown)
+			captures_down = coalesce($5::boolean, f.captures_down),
+			refunds_down  = coalesce($6::boolean, f.refunds_down),
+			refunds_lost  = coalesce($7::boolean, f.refunds_lost)
+		RETURNING down, latency_ms, error_rate, captures_down, refunds_down, refunds_lost`,
+		gw, p.Down, p.LatencyMS, p.ErrorRate, p.CapturesDown, p.RefundsDown, p.RefundsLost).
+		Scan(&f.Down, &f.LatencyMS, &f.ErrorRate, &f.CapturesDown, &f.RefundsDown, &f.RefundsLost)
 	if err != nil {
 		return Faults{}, fmt.Errorf("set faults of %s: %w", gw, err)
 	}

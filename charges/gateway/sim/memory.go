@@ -42,8 +42,11 @@ type memoryBooks struct {
 	ops     map[string]*memoryOp  // by opKey(gateway, idempotency key)
 	refs    map[string]*memoryOp  // by reference (unique across gateways)
 	settled map[string]gateway.Op // the succeeded capture or void of each authorization, by reference
-	order   []*memoryOp           // oldest first
-	calls   map[string]int        // by opKey(gateway, idempotency key)
+	// refunded is the sum of the succeeded refunds of each authorization,
+	// by reference.
+	refunded map[string]int64
+	order    []*memoryOp    // oldest first
+	calls    map[string]int // by opKey(gateway, idempotency key)
 	// firstSeen is each recovering token's first attempt, by
 	// opKey(gateway, tokenHash), as gatewaysim.token_first_seen.
 	firstSeen map[string]time.Time
@@ -60,7 +63,7 @@ type memoryOp struct {
 }
 
 func newMemoryBooks(clk clock.Clock) *memoryBooks {
-	return &memoryBooks{clock: clk, ops: map[string]*memoryOp{}, refs: map[string]*memoryOp{}, settled: map[string]gateway.Op{},
+	return &memoryBooks{clock: clk, ops: map[string]*memoryOp{}, refs: map[string]*memoryOp{}, settled: map[string]gateway.Op{}, refunded: map[string]int64{},
 		calls: map[string]int{}, firstSeen: map[string]time.Time{}, faults: map[string]Faults{}}
 }
 
@@ -87,6 +90,15 @@ func (m *memoryBooks) SetFaults(_ context.Context, gw string, p FaultsPatch) (Fa
 	}
 	if p.ErrorRate != nil {
 		f.ErrorRate = *p.ErrorRate
+	}
+	if p.CapturesDown != nil {
+		f.CapturesDown = *p.CapturesDown
+	}
+	if p.RefundsDown != nil {
+		f.RefundsDown = *p.RefundsDown
+	}
+	if p.RefundsLost != nil {
+		f.RefundsLost = *p.RefundsLost
 	}
 	m.faults[gw] = f
 	return f, nil
@@ -140,13 +152,18 @@ func (m *memoryBooks) perform(_ context.Context, gw string, req opRequest, kind 
 			}
 			kind = recoveredKind(req.Token, first, at)
 		}
-		o = &memoryOp{gw: gw, operation: verdict(req, kind, m.authorization(gw, req.AuthorizationID), m.settled[req.AuthorizationID])}
+		o = &memoryOp{gw: gw, operation: verdict(req, kind, m.authorization(gw, req.AuthorizationID), m.settled[req.AuthorizationID],
+			m.refunded[req.AuthorizationID])}
 		o.Reference = gw + "_op_" + uuid.NewString()
 		o.At, o.ReceivedAt = at, clock.Wall{}.Now()
 		m.ops[opKey(gw, req.IdempotencyKey)] = o
 		m.refs[o.Reference] = o
 		m.order = append(m.order, o)
-		if o.Op != gateway.OpAuthorize && o.Status == gateway.StatusSucceeded {
+		switch {
+		case o.Status != gateway.StatusSucceeded, o.Op == gateway.OpAuthorize:
+		case o.Op == gateway.OpRefund:
+			m.refunded[o.AuthorizationID] += o.Amount
+		default:
 			m.settled[o.AuthorizationID] = o.Op
 		}
 	}

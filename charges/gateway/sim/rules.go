@@ -122,8 +122,10 @@ func last4(token string) string {
 // keep it: an authorize follows the token's class; a capture or void
 // needs auth, the succeeded authorization it names (nil: none), not yet
 // settled by another capture or void (settledBy, empty when none), and a
-// capture its exact amount.
-func verdict(req opRequest, kind tokenKind, auth *operation, settledBy gateway.Op) operation {
+// capture its exact amount. A refund needs the authorization captured
+// (settledBy a capture), its currency, and an amount that with the
+// succeeded refunds before it (refunded) stays within the capture.
+func verdict(req opRequest, kind tokenKind, auth *operation, settledBy gateway.Op, refunded int64) operation {
 	o := operation{
 		Op:              req.Op,
 		IdempotencyKey:  req.IdempotencyKey,
@@ -162,6 +164,17 @@ func verdict(req opRequest, kind tokenKind, auth *operation, settledBy gateway.O
 	if auth.Status != gateway.StatusSucceeded ||
 		(req.Op == gateway.OpCapture && (req.Amount != auth.Amount || req.Currency != auth.Currency)) {
 		return fail("invalid_authorization")
+	}
+	if req.Op == gateway.OpRefund {
+		switch {
+		case settledBy != gateway.OpCapture:
+			return fail("not_captured")
+		case req.Currency != auth.Currency:
+			return fail("currency_mismatch")
+		case refunded+req.Amount > auth.Amount:
+			return fail("amount_exceeds_captured")
+		}
+		return o
 	}
 	switch settledBy {
 	case "":

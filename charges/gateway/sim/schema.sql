@@ -60,6 +60,17 @@ CREATE TABLE IF NOT EXISTS gatewaysim.faults (
 -- placed but cannot be collected, as when a provider's capture endpoint
 -- fails; this is how a hold outlives its lifetime in tests.
 ALTER TABLE gatewaysim.faults ADD COLUMN IF NOT EXISTS captures_down boolean NOT NULL DEFAULT false;
+-- Refunds answer 503 (and do nothing) while the rest works; or every
+-- refund is performed and its answer lost, as with tok_lost_response.
+ALTER TABLE gatewaysim.faults ADD COLUMN IF NOT EXISTS refunds_down boolean NOT NULL DEFAULT false;
+ALTER TABLE gatewaysim.faults ADD COLUMN IF NOT EXISTS refunds_lost boolean NOT NULL DEFAULT false;
+
+-- A refund returns captured money of the authorization it names
+-- (authorization_id), in part or in full, several times while their sum
+-- stays within the capture. Books made before refunds gain the operation.
+ALTER TABLE gatewaysim.operations DROP CONSTRAINT IF EXISTS operations_op_check;
+ALTER TABLE gatewaysim.operations ADD CONSTRAINT operations_op_check
+    CHECK (op IN ('authorize', 'capture', 'void', 'refund'));
 
 -- The real time the sim recorded each operation, whatever its clock: test
 -- harnesses order operations against their own requests by it. Rows older

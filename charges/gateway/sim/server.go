@@ -63,6 +63,7 @@ func newServer(store books, names []string, logger zerolog.Logger) *server {
 	s.handle("POST /{gateway}/authorize", s.handleOperation(gateway.OpAuthorize))
 	s.handle("POST /{gateway}/capture", s.handleOperation(gateway.OpCapture))
 	s.handle("POST /{gateway}/void", s.handleOperation(gateway.OpVoid))
+	s.handle("POST /{gateway}/refund", s.handleOperation(gateway.OpRefund))
 	s.handle("GET /{gateway}/operations/{key}", s.handleLookup)
 	s.handle("GET /{gateway}/operations", s.handleOperations)
 	s.handle("GET /{gateway}/ledger", s.handleLedger)
@@ -95,7 +96,8 @@ func (s *server) handle(pattern string, h func(w http.ResponseWriter, r *http.Re
 
 // admit applies gw's faults to a call of the provider's API and reports
 // whether to go on. op is the operation called, empty for other calls:
-// error_rate applies to operations only, captures_down to captures.
+// error_rate applies to operations only, captures_down to captures,
+// refunds_down to refunds.
 func (s *server) admit(w http.ResponseWriter, r *http.Request, gw string, op gateway.Op) bool {
 	isOperation := op != ""
 	f, err := s.store.Faults(r.Context(), gw)
@@ -109,6 +111,10 @@ func (s *server) admit(w http.ResponseWriter, r *http.Request, gw string, op gat
 	}
 	if op == gateway.OpCapture && f.CapturesDown {
 		writeError(w, http.StatusServiceUnavailable, codeUnavailable, gw+" captures are down")
+		return false
+	}
+	if op == gateway.OpRefund && f.RefundsDown {
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable, gw+" refunds are down")
 		return false
 	}
 	if f.LatencyMS > 0 {
@@ -171,12 +177,26 @@ func (s *server) handleOperation(op gateway.Op) func(http.ResponseWriter, *http.
 		s.log.Debug().Str("gateway", gw).Str("op", string(o.Op)).
 			Str("idempotency_key", o.IdempotencyKey).Str("reference", o.Reference).
 			Str("status", string(o.Status)).Str("decline_code", o.DeclineCode).
-			Bool("answer_lost", o.answerIsLost()).Msg("operation")
-		if o.answerIsLost() {
+			Bool("answer_lost", s.answerIsLost(ctx, gw, o)).Msg("operation")
+		if s.answerIsLost(ctx, gw, o) {
 			s.loseAnswer(r)
 		}
 		writeJSON(w, http.StatusOK, resultBodyOf(o))
 	}
+}
+
+// answerIsLost reports whether the answer to o is swallowed: by its
+// token's class (tok_lost_response), or, for a refund, by the refunds_lost
+// fault.
+func (s *server) answerIsLost(ctx context.Context, gw string, o operation) bool {
+	if o.answerIsLost() {
+		return true
+	}
+	if o.Op != gateway.OpRefund {
+		return false
+	}
+	f, err := s.store.Faults(ctx, gw)
+	return err == nil && f.RefundsLost
 }
 
 // loseAnswer writes nothing: it waits until the caller gives up, the

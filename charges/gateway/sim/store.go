@@ -134,7 +134,8 @@ func (o operation) answers(req opRequest) bool {
 }
 
 // answerIsLost reports whether the sim swallows the answer to this
-// operation: tok_lost_response loses authorizations and captures.
+// operation: tok_lost_response loses authorizations, captures and
+// refunds (the refunds_lost fault loses every refund's).
 func (o operation) answerIsLost() bool {
 	return o.Kind == kindLostResponse && o.Op != gateway.OpVoid
 }
@@ -272,7 +273,7 @@ func (s *Store) perform(ctx context.Context, gw string, req opRequest, kind toke
 	case req.Op == gateway.OpAuthorize:
 		// Decided without reading anything: its insert is the whole of it,
 		// one statement that needs no transaction around it.
-		o = verdict(req, kind, nil, "")
+		o = verdict(req, kind, nil, "", 0)
 		o.At = at
 		o, err = record(ctx, s.pool, gw, o)
 	default:
@@ -316,7 +317,7 @@ func authorizeRecovering(ctx context.Context, tx pgx.Tx, gw string, req opReques
 		WHERE gateway = $1 AND token_sha256 = $2`, gw, hash).Scan(&first); err != nil {
 		return operation{}, fmt.Errorf("read the token's first attempt: %w", err)
 	}
-	o := verdict(req, recoveredKind(req.Token, first, at), nil, "")
+	o := verdict(req, recoveredKind(req.Token, first, at), nil, "", 0)
 	o.At = at
 	return record(ctx, tx, gw, o)
 }
@@ -356,28 +357,32 @@ func record(ctx context.Context, db pg.DBTX, gw string, o operation) (operation,
 	return inserted, err
 }
 
-// decide is the provider's verdict on a new operation. A capture or void
-// locks its authorization so that two of them cannot both settle it.
+// decide is the provider's verdict on a new operation. A capture, void or
+// refund locks its authorization so that two of them cannot both settle
+// it, nor two refunds both return its last money.
 func decide(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind tokenKind) (operation, error) {
 	if req.Op == gateway.OpAuthorize {
-		return verdict(req, kind, nil, ""), nil
+		return verdict(req, kind, nil, "", 0), nil
 	}
 	auth, err := scanOperation(tx.QueryRow(ctx, `SELECT `+operationColumns+`
 		FROM gatewaysim.operations
 		WHERE gateway = $1 AND reference = $2 AND op = 'authorize'
 		FOR UPDATE`, gw, req.AuthorizationID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return verdict(req, kind, nil, ""), nil
+		return verdict(req, kind, nil, "", 0), nil
 	}
 	if err != nil {
 		return operation{}, fmt.Errorf("lock authorization %q: %w", req.AuthorizationID, err)
 	}
 	var settledBy gateway.Op
-	err = tx.QueryRow(ctx, `SELECT op FROM gatewaysim.operations
-		WHERE gateway = $1 AND authorization_id = $2 AND status = 'succeeded'
-		LIMIT 1`, gw, req.AuthorizationID).Scan(&settledBy)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	var refunded int64
+	err = tx.QueryRow(ctx, `SELECT
+			coalesce((SELECT op FROM gatewaysim.operations WHERE gateway = $1 AND authorization_id = $2
+				AND status = 'succeeded' AND op IN ('capture', 'void') LIMIT 1), ''),
+			coalesce((SELECT sum(amount) FROM gatewaysim.operations WHERE gateway = $1 AND authorization_id = $2
+				AND status = 'succeeded' AND op = 'refund'), 0)::bigint`, gw, req.AuthorizationID).Scan(&settledBy, &refunded)
+	if err != nil {
 		return operation{}, fmt.Errorf("read settlement of %q: %w", req.AuthorizationID, err)
 	}
-	return verdict(req, kind, &auth, settledBy), nil
+	return verdict(req, kind, &auth, settledBy, refunded), nil
 }

@@ -50,6 +50,7 @@ type Gateway struct {
 	AuthorizeFunc  func(ctx context.Context, req gateway.Request) (gateway.Result, error)
 	CaptureFunc    func(ctx context.Context, req gateway.Request) (gateway.Result, error)
 	VoidFunc       func(ctx context.Context, req gateway.Request) (gateway.Result, error)
+	RefundFunc     func(ctx context.Context, req gateway.Request) (gateway.Result, error)
 	LookupFunc     func(ctx context.Context, req gateway.LookupRequest) (gateway.Result, error)
 	OperationsFunc func(ctx context.Context, day time.Time) ([]gateway.Result, error)
 
@@ -140,6 +141,11 @@ func (g *Gateway) Capture(ctx context.Context, req gateway.Request) (gateway.Res
 // Void records the call and answers with VoidFunc.
 func (g *Gateway) Void(ctx context.Context, req gateway.Request) (gateway.Result, error) {
 	return g.money(ctx, gateway.OpVoid, g.VoidFunc, req)
+}
+
+// Refund records the call and answers with RefundFunc.
+func (g *Gateway) Refund(ctx context.Context, req gateway.Request) (gateway.Result, error) {
+	return g.money(ctx, gateway.OpRefund, g.RefundFunc, req)
 }
 
 // Lookup records the call and answers with LookupFunc.
