@@ -76,11 +76,44 @@
 // The client's own retries are off: retries are rebill's (same key, River
 // backoff), and every call is bounded by Config.Timeout.
 //
+// # Refunds
+//
+// [Gateway.Refund] is POST /v1/refunds with payment_intent (the hold's
+// reference), amount, reason requested_by_customer and metadata naming the
+// charge and the refund's key (rebill_charge_key, rebill_refund_key), under
+// the refund's own key as Idempotency-Key. Its Reference is the refund id
+// (re_…). A refund's outcome is its status:
+//
+//	succeeded                  succeeded
+//	failed                     failed, failure_reason as the code (lost_or_stolen_card,
+//	                           expired_or_canceled_card, unknown)
+//	canceled                   failed, refund_canceled
+//	pending, requires_action   ErrUnknownOutcome: it may still fail
+//	400 amount_too_large and
+//	  other invalid requests   failed, with Stripe's code: nothing was refunded
+//	400 idempotency_error      the key was first sent with other parameters: the
+//	                           payment's refunds say what it did (below); never unknown
+//
+// A refund is looked up among its PaymentIntent's refunds (GET
+// /v1/refunds?payment_intent=…), matched by rebill_refund_key. Lists are
+// consistent with Stripe's writes, unlike Search, so a refund not listed was
+// not made (ErrNotFound: send it again under its key) and no replay is ever
+// needed, at any age. A look-up by key alone (no PaymentIntent) answers
+// ErrUnprovable; so does a key found on two refunds (money went back twice).
+// After a 400 idempotency_error, a refund under the key with the request's
+// amount is the answer, one with another amount is an error for a person,
+// and none is StatusFailed idempotency_key_reused. Stripe may fail a card
+// refund after it succeeded: a later look-up or listing reads it failed.
+// Stripe keeps a refund's idempotency key 24 hours, like any other.
+//
 // # Reconciliation
 //
 // [Gateway.Operations] lists the PaymentIntents created on the UTC day
 // (auto-paging) and reports, per PaymentIntent, its authorize and, when
 // they happened, its capture and void. A capture or void is listed under
 // the day its PaymentIntent was created; a void's idempotency key is not
-// known to Stripe (cancel takes no metadata) and is left empty.
+// known to Stripe (cancel takes no metadata) and is left empty. It then
+// lists the refunds created that day (GET /v1/refunds?created…), with
+// their keys; pending ones are left to a later listing, and refunds made
+// outside rebill (the dashboard) are listed with no key.
 package stripe

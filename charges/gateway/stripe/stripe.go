@@ -226,6 +226,9 @@ func (g *Gateway) Lookup(ctx context.Context, req gateway.LookupRequest) (gatewa
 }
 
 func (g *Gateway) lookup(ctx context.Context, req gateway.LookupRequest) (gateway.Result, error) {
+	if req.Op == gateway.OpRefund {
+		return g.lookupRefund(ctx, req)
+	}
 	ref := req.Request.AuthorizationID
 	if ref == "" {
 		if req.Op != gateway.OpAuthorize {
@@ -266,7 +269,7 @@ func (g *Gateway) lookup(ctx context.Context, req gateway.LookupRequest) (gatewa
 }
 
 // Operations lists the operations on the PaymentIntents created on the UTC
-// day containing day, oldest first.
+// day containing day, and the refunds created that day, oldest first.
 func (g *Gateway) Operations(ctx context.Context, day time.Time) ([]gateway.Result, error) {
 	start := day.UTC().Truncate(24 * time.Hour)
 	params := &stripeapi.PaymentIntentListParams{
@@ -293,6 +296,11 @@ func (g *Gateway) Operations(ctx context.Context, day time.Time) ([]gateway.Resu
 	if err != nil {
 		return nil, fmt.Errorf("stripe gateway %s: list operations of %s: %w", g.name, start.Format(time.DateOnly), classify(err))
 	}
+	refunds, err := g.refundOperations(ctx, start)
+	if err != nil {
+		return nil, fmt.Errorf("stripe gateway %s: list operations of %s: %w", g.name, start.Format(time.DateOnly), err)
+	}
+	results = append(results, refunds...)
 	slices.SortStableFunc(results, func(a, b gateway.Result) int { return a.At.Compare(b.At) })
 	return results, nil
 }

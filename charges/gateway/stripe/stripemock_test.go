@@ -150,15 +150,23 @@ func TestRequestShapesAgainstStripeMock(t *testing.T) {
 	_, _ = g.Lookup(ctx, gateway.LookupRequest{Op: gateway.OpAuthorize, Request: auth, SentAt: clk.Now(), MayReplay: true})
 	_, err = g.Operations(ctx, start)
 	require.NoError(t, err)
+	refund := request("r1:refund", "")
+	refund.AuthorizationID, refund.Amount = "pi_123", 500
+	_, err = g.Refund(ctx, refund)
+	require.NoError(t, err)
+	_, _ = g.Lookup(ctx, gateway.LookupRequest{Op: gateway.OpRefund, Request: refund}) // the fixture carries no key: only the shape counts
 
 	got = rec.take()
-	require.Len(t, got, 5)
+	require.Len(t, got, 8)
 	want := []struct{ method, path, key string }{
 		{http.MethodPost, "/v1/payment_intents/pi_123/capture", capture.IdempotencyKey},
 		{http.MethodPost, "/v1/payment_intents/pi_123/cancel", void.IdempotencyKey},
 		{http.MethodGet, "/v1/payment_intents/pi_123", ""},
 		{http.MethodPost, "/v1/payment_intents", auth.IdempotencyKey},
 		{http.MethodGet, "/v1/payment_intents", ""},
+		{http.MethodGet, "/v1/refunds", ""},
+		{http.MethodPost, "/v1/refunds", refund.IdempotencyKey},
+		{http.MethodGet, "/v1/refunds", ""},
 	}
 	for i, w := range want {
 		require.Equal(t, w.method+" "+w.path, got[i].method+" "+got[i].path)
@@ -168,4 +176,8 @@ func TestRequestShapesAgainstStripeMock(t *testing.T) {
 	require.Equal(t, "1999", got[0].form.Get("amount_to_capture"))
 	require.Equal(t, "abandoned", got[1].form.Get("cancellation_reason"))
 	require.Equal(t, form, got[3].form, "the replay is the very request first sent")
+	for k, v := range map[string]string{"payment_intent": "pi_123", "amount": "500", "reason": "requested_by_customer",
+		"metadata[rebill_charge_key]": refund.ChargeKey, "metadata[rebill_refund_key]": refund.IdempotencyKey} {
+		require.Equal(t, v, got[6].form.Get(k), k)
+	}
 }

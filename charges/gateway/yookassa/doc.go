@@ -7,8 +7,10 @@
 //	Authorize  POST /payments {amount, capture: false, payment_method_id: token, metadata, receipt?}
 //	Capture    POST /payments/{id}/capture {amount, receipt?}
 //	Void       POST /payments/{id}/cancel
-//	Lookup     GET /payments/{id}; or the create sent again; or GET /payments?created_at.gte=&created_at.lt=
-//	Operations GET /payments?created_at... and ?captured_at... of the day
+//	Refund     POST /refunds {payment_id, amount, description, metadata, receipt?}
+//	Lookup     GET /payments/{id}; or the create sent again; or GET /payments?created_at.gte=&created_at.lt=;
+//	           a refund: GET /refunds?payment_id=, or the refund sent again
+//	Operations GET /payments?created_at... and ?captured_at..., and GET /refunds?created_at... of the day
 //
 // The token is a saved payment method's id; the hold is the payment in
 // status waiting_for_capture, and its id is every Result's Reference. The
@@ -57,6 +59,30 @@
 //	                                              code; hold expiry authorizes again under a new key
 //	canceled_by_merchant                          a void released the hold
 //	any other reason                              soft decline
+//
+// # Refunds
+//
+// A refund names its payment (Request.AuthorizationID) and carries rebill's
+// keys in its metadata; its Reference is the refund id, and a Request's
+// receipt is sent as the refund receipt (54-FZ): its items are what is
+// given back and add up to the refund's amount, and YooKassa requires it
+// with a partial refund of a fiscalized payment. A refund is pending until
+// the payment network answers (read again with GET /refunds/{id} until it
+// moves; ctx ends first: ErrUnknownOutcome), then succeeded, or canceled:
+// StatusFailed with cancellation_details.reason as the code. A refusal
+// (4xx) is checked against the payment's refunds first: YooKassa refuses a
+// key sent again with other parameters, and a refund already under the key
+// with the same amount is the answer (another amount is an error for a
+// person), so a refusal is never an unknown outcome.
+//
+// A lost refund is found among its payment's refunds by rebill_gateway_key.
+// None there proves nothing while the first send may still be processing
+// (202): with MayReplay the refund is sent again under its key (YooKassa
+// answers the refund it made, or makes it now, as the caller would next);
+// without, ErrUnprovable until a day past SentAt (plus the clock margin),
+// then ErrNotFound. Two refunds under one key, or a look by key alone (no
+// payment id), are ErrUnprovable. YooKassa keeps a refund's
+// Idempotence-Key 24 hours, like a payment's.
 //
 // # Lookup without a payment id
 //

@@ -35,9 +35,20 @@ import (
 //	pm_decline_<reason>      canceled with cancellation_details.reason <reason>
 //	anything else            400 invalid_request (parameter payment_method_id)
 //
+// Refunds (POST /refunds) return money of a succeeded payment while the
+// refunds not canceled stay within what was captured; a payment that had a
+// receipt needs one with a partial refund, adding up to it. GET /refunds
+// lists them newest first (payment_id, created_at filters, cursor paging)
+// and GET /refunds/{id} reads one. The payment's token picks the outcome:
+//
+//	pm_refund_cancel...      the refund is canceled, reason general_decline
+//	pm_refund_pending...     the refund is pending for two reads, then succeeded
+//	any other                succeeded
+//
 // Faults are queued per action ("create", "capture", "cancel", "get",
-// "list"): a status answered before anything is done, or a lost answer
-// (processed, then the connection is closed without a word).
+// "list", "refund", "refund_get", "refund_list"): a status answered
+// before anything is done, or a lost answer (processed, then the
+// connection is closed without a word).
 type fakeYooKassa struct {
 	t      testing.TB
 	srv    *httptest.Server
@@ -48,6 +59,7 @@ type fakeYooKassa struct {
 	mu       sync.Mutex
 	payments map[string]*fakePayment
 	order    []string // payment ids in creation order
+	refunds  []*fakeRefund
 	keys     map[string]*keyEntry
 	requests []fakeRequest
 	statuses map[string][]int // action -> statuses to answer next, doing nothing
@@ -80,6 +92,19 @@ type fakePayment struct {
 	holdReceipt         json.RawMessage   // the receipt sent with the create
 	captureReceipt      json.RawMessage   // the receipt sent with the capture
 	pendingReads        int               // reads left before a pending payment is held
+}
+
+type fakeRefund struct {
+	ID                  string            `json:"id"`
+	PaymentID           string            `json:"payment_id"`
+	Status              string            `json:"status"`
+	Amount              fakeAmount        `json:"amount"`
+	CreatedAt           time.Time         `json:"created_at"`
+	Description         string            `json:"description,omitempty"`
+	Metadata            map[string]string `json:"metadata,omitempty"`
+	CancellationDetails *fakeCancellation `json:"cancellation_details,omitempty"`
+	receipt             json.RawMessage
+	pendingReads        int
 }
 
 type fakeAmount struct {
@@ -211,6 +236,10 @@ func (f *fakeYooKassa) serve(w http.ResponseWriter, r *http.Request) {
 
 	if user, pass, ok := r.BasicAuth(); !ok || user != f.shopID || pass != f.secret {
 		writeError(w, http.StatusUnauthorized, "invalid_credentials", "")
+		return
+	}
+	if path, ok := strings.CutPrefix(r.URL.Path, "/v3/refunds"); ok {
+		f.serveRefunds(w, r, strings.TrimPrefix(path, "/"), key, body)
 		return
 	}
 	path, ok := strings.CutPrefix(r.URL.Path, "/v3/payments")
@@ -485,6 +514,151 @@ func (f *fakeYooKassa) list(r *http.Request) (int, any) {
 	if c := q.Get("cursor"); c != "" {
 		n, err := strconv.Atoi(strings.TrimPrefix(c, "cur"))
 		if err != nil || !strings.HasPrefix(c, "cur") {
+			return errorBody(http.StatusBadRequest, "invalid_request", "cursor")
+		}
+		offset = n
+	}
+	end := min(offset+limit, len(matched))
+	out := map[string]any{"type": "list", "items": matched[min(offset, end):end]}
+	if end < len(matched) {
+		out["next_cursor"] = fmt.Sprintf("cur%d", end)
+	}
+	return http.StatusOK, out
+}
+
+// allRefunds returns every refund, oldest first.
+func (f *fakeYooKassa) allRefunds() []fakeRefund {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]fakeRefund, 0, len(f.refunds))
+	for _, r := range f.refunds {
+		out = append(out, *r)
+	}
+	return out
+}
+
+func (f *fakeYooKassa) serveRefunds(w http.ResponseWriter, r *http.Request, id, key string, body []byte) {
+	switch {
+	case r.Method == http.MethodPost && id == "":
+		f.idempotent(w, r, "refund", key, body, f.refund)
+	case r.Method == http.MethodGet && id == "":
+		if f.fault(w, "refund_list") {
+			return
+		}
+		status, out := f.listRefunds(r)
+		writeJSON(w, status, out)
+	case r.Method == http.MethodGet:
+		if f.fault(w, "refund_get") {
+			return
+		}
+		for _, rf := range f.refunds {
+			if rf.ID == id {
+				if rf.Status == "pending" {
+					if rf.pendingReads--; rf.pendingReads <= 0 {
+						rf.Status = "succeeded"
+					}
+				}
+				writeJSON(w, http.StatusOK, rf)
+				return
+			}
+		}
+		writeError(w, http.StatusNotFound, "not_found", "")
+	default:
+		writeError(w, http.StatusMethodNotAllowed, "invalid_request", "")
+	}
+}
+
+// refund returns money of a succeeded payment.
+func (f *fakeYooKassa) refund(body []byte) (int, any) {
+	var req struct {
+		PaymentID   string            `json:"payment_id"`
+		Amount      fakeAmount        `json:"amount"`
+		Description string            `json:"description"`
+		Metadata    map[string]string `json:"metadata"`
+		Receipt     json.RawMessage   `json:"receipt"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return errorBody(http.StatusBadRequest, "invalid_request", "body")
+	}
+	p, ok := f.payments[req.PaymentID]
+	if !ok {
+		return errorBody(http.StatusNotFound, "not_found", "payment_id")
+	}
+	want, ok := minorUnits(req.Amount)
+	paid, _ := minorUnits(p.Amount)
+	if !ok || req.Amount.Currency != p.Amount.Currency {
+		return errorBody(http.StatusBadRequest, "invalid_request", "amount")
+	}
+	if p.Status != "succeeded" {
+		return errorBody(http.StatusBadRequest, "invalid_request", "payment_id")
+	}
+	var refunded int64
+	for _, rf := range f.refunds {
+		if rf.PaymentID == p.ID && rf.Status != "canceled" {
+			n, _ := minorUnits(rf.Amount)
+			refunded += n
+		}
+	}
+	if refunded+want > paid {
+		return errorBody(http.StatusBadRequest, "invalid_request", "amount")
+	}
+	if len(req.Description) > 250 || len(req.Metadata) > 16 {
+		return errorBody(http.StatusBadRequest, "invalid_request", "metadata")
+	}
+	hadReceipt := p.holdReceipt != nil || p.captureReceipt != nil
+	if req.Receipt != nil && !receiptAdds(req.Receipt, req.Amount) || hadReceipt && req.Receipt == nil && want != paid {
+		return errorBody(http.StatusBadRequest, "invalid_request", "receipt")
+	}
+	rf := &fakeRefund{ID: uuid.NewString(), PaymentID: p.ID, Status: "succeeded", Amount: req.Amount,
+		CreatedAt: f.clock.Now(), Description: req.Description, Metadata: req.Metadata, receipt: req.Receipt}
+	switch token := p.PaymentMethod.ID; {
+	case strings.HasPrefix(token, "pm_refund_cancel"):
+		rf.Status, rf.CancellationDetails = "canceled", &fakeCancellation{Party: "payment_network", Reason: "general_decline"}
+	case strings.HasPrefix(token, "pm_refund_pending"):
+		rf.Status, rf.pendingReads = "pending", 2
+	}
+	f.refunds = append(f.refunds, rf)
+	c := *rf
+	return http.StatusOK, &c
+}
+
+// listRefunds serves GET /refunds: payment_id and created_at filters,
+// newest first, cursor paging.
+func (f *fakeYooKassa) listRefunds(r *http.Request) (int, any) {
+	q := r.URL.Query()
+	limit := 10
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 100 {
+			return errorBody(http.StatusBadRequest, "invalid_request", "limit")
+		}
+		limit = n
+	}
+	var gte, lt time.Time
+	for name, at := range map[string]*time.Time{"created_at.gte": &gte, "created_at.lt": &lt} {
+		if s := q.Get(name); s != "" {
+			t, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return errorBody(http.StatusBadRequest, "invalid_request", name)
+			}
+			*at = t
+		}
+	}
+	var matched []*fakeRefund
+	for i := len(f.refunds) - 1; i >= 0; i-- {
+		rf := f.refunds[i]
+		switch {
+		case q.Get("payment_id") != "" && rf.PaymentID != q.Get("payment_id"),
+			!gte.IsZero() && rf.CreatedAt.Before(gte),
+			!lt.IsZero() && !rf.CreatedAt.Before(lt):
+			continue
+		}
+		matched = append(matched, rf)
+	}
+	offset := 0
+	if c := q.Get("cursor"); c != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(c, "cur"))
+		if err != nil {
 			return errorBody(http.StatusBadRequest, "invalid_request", "cursor")
 		}
 		offset = n

@@ -27,6 +27,9 @@ func (g *Gateway) Lookup(ctx context.Context, req gateway.LookupRequest) (gatewa
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	r := req.Request
+	if req.Op == gateway.OpRefund {
+		return g.lookupRefund(ctx, req)
+	}
 	if r.AuthorizationID != "" || req.Op != gateway.OpAuthorize {
 		return g.lookupPayment(ctx, req.Op, r)
 	}
@@ -128,7 +131,8 @@ func (g *Gateway) lookupPayment(ctx context.Context, op gateway.Op, r gateway.Re
 // that day; and the release of every payment created that day and voided
 // (YooKassa keeps no cancellation time). Captures and voids carry the
 // payment id as Reference but no key: the key of a later call is not on
-// the payment.
+// the payment. Then every refund created that day, with its key (refunds
+// carry their own metadata) and the refund id as Reference.
 func (g *Gateway) Operations(ctx context.Context, day time.Time) ([]gateway.Result, error) {
 	y, m, d := day.UTC().Date()
 	from := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
@@ -160,6 +164,11 @@ func (g *Gateway) Operations(ctx context.Context, day time.Time) ([]gateway.Resu
 			out = append(out, res)
 		}
 	}
+	refunds, err := g.refundOperations(ctx, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("gateway %s: refunds created on %s: %w", g.name, from.Format(time.DateOnly), err)
+	}
+	out = append(out, refunds...)
 	slices.SortStableFunc(out, func(a, b gateway.Result) int { return a.At.Compare(b.At) })
 	return out, nil
 }

@@ -14,7 +14,20 @@
 //   - pm_auth_required: 402 authentication_required, as Stripe answers an
 //     off-session payment that needs 3-D Secure;
 //   - pm_missing: 400 resource_missing (no such payment method);
+//   - pm_refund_fail: the hold is placed, and every refund of it fails
+//     (status failed, failure_reason expired_or_canceled_card), as
+//     Stripe's pm_card_refundFail test card does;
+//   - pm_refund_pending: the hold is placed, and its refunds stay pending
+//     until [Server.SetRefundStatus] moves them;
 //   - any other: the hold is placed (requires_capture).
+//
+// # Refunds
+//
+// POST /v1/refunds refunds a succeeded PaymentIntent (payment_intent,
+// amount: the rest when absent) while the refunds that did not fail stay
+// within what was captured (else 400 amount_too_large; a PaymentIntent not
+// succeeded is 400 payment_intent_unexpected_state). GET /v1/refunds lists
+// them newest first, by payment_intent and created[gte]/created[lt].
 //
 // # Faults
 //
@@ -45,6 +58,9 @@ const (
 	OpCancel   = "cancel"
 	OpRetrieve = "retrieve"
 	OpList     = "list"
+	// OpRefund is POST /v1/refunds; OpListRefunds is GET /v1/refunds.
+	OpRefund      = "refund"
+	OpListRefunds = "list_refunds"
 )
 
 // keyLifetime is how long Stripe remembers an idempotency key.
@@ -117,6 +133,20 @@ type answer struct {
 	at          time.Time
 }
 
+// Refund is a refund as the fake's ledger keeps it.
+type Refund struct {
+	ID            string            `json:"id"`
+	Object        string            `json:"object"`
+	Amount        int64             `json:"amount"`
+	Currency      string            `json:"currency"`
+	PaymentIntent string            `json:"payment_intent"`
+	Reason        string            `json:"reason,omitempty"`
+	Status        string            `json:"status"`
+	FailureReason string            `json:"failure_reason,omitempty"`
+	Created       int64             `json:"created"`
+	Metadata      map[string]string `json:"metadata"`
+}
+
 // Server is the fake Stripe API on a loopback httptest server.
 type Server struct {
 	*httptest.Server
@@ -126,7 +156,8 @@ type Server struct {
 
 	mu      sync.Mutex
 	intents map[string]*Intent
-	order   []string // ids, oldest first
+	order   []string  // ids, oldest first
+	refunds []*Refund // oldest first
 	keys    map[string]answer
 	faults  map[string][]Fault
 	calls   map[string]int
@@ -143,6 +174,8 @@ func NewServer(t interface{ Cleanup(func()) }) *Server {
 	mux.HandleFunc("POST /v1/payment_intents/{id}/cancel", s.handle(OpCancel, s.cancel))
 	mux.HandleFunc("GET /v1/payment_intents/{id}", s.handle(OpRetrieve, s.retrieve))
 	mux.HandleFunc("GET /v1/payment_intents", s.handle(OpList, s.list))
+	mux.HandleFunc("POST /v1/refunds", s.handle(OpRefund, s.refund))
+	mux.HandleFunc("GET /v1/refunds", s.handle(OpListRefunds, s.listRefunds))
 	s.Server = httptest.NewServer(mux)
 	t.Cleanup(s.Close)
 	return s
@@ -171,6 +204,29 @@ func (s *Server) Intents() []Intent {
 		out = append(out, *s.intents[id])
 	}
 	return out
+}
+
+// Refunds is the ledger of refunds, oldest first.
+func (s *Server) Refunds() []Refund {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Refund, 0, len(s.refunds))
+	for _, re := range s.refunds {
+		out = append(out, *re)
+	}
+	return out
+}
+
+// SetRefundStatus forces a refund's status (a pending refund settles, a
+// succeeded card refund fails later), with failure_reason reason.
+func (s *Server) SetRefundStatus(id, status, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, re := range s.refunds {
+		if re.ID == id {
+			re.Status, re.FailureReason = status, reason
+		}
+	}
 }
 
 // SetStatus forces a PaymentIntent's status, as Stripe's own processes do
@@ -361,6 +417,88 @@ func (s *Server) list(r *http.Request) (int, any) {
 		data = append(data, pi)
 	}
 	return http.StatusOK, map[string]any{"object": "list", "url": "/v1/payment_intents", "has_more": more, "data": data}
+}
+
+// refund returns money of a succeeded PaymentIntent.
+func (s *Server) refund(r *http.Request) (int, any) {
+	f := r.PostForm
+	pi, ok := s.intents[f.Get("payment_intent")]
+	if !ok {
+		return notFound()
+	}
+	if pi.Status != "succeeded" {
+		return invalid("payment_intent_unexpected_state", nil)
+	}
+	if reason := f.Get("reason"); reason != "" && reason != "duplicate" && reason != "fraudulent" && reason != "requested_by_customer" {
+		return invalid("parameter_invalid_string", nil)
+	}
+	var refunded int64
+	for _, re := range s.refunds {
+		if re.PaymentIntent == pi.ID && re.Status != "failed" && re.Status != "canceled" {
+			refunded += re.Amount
+		}
+	}
+	amount := pi.AmountReceived - refunded
+	if v := f.Get("amount"); v != "" {
+		var err error
+		if amount, err = strconv.ParseInt(v, 10, 64); err != nil || amount <= 0 {
+			return invalid("parameter_invalid_integer", nil)
+		}
+	}
+	if amount <= 0 || refunded+amount > pi.AmountReceived {
+		return invalid("amount_too_large", nil)
+	}
+	s.seq++
+	re := &Refund{ID: fmt.Sprintf("re_fake%06d", s.seq), Object: "refund", Amount: amount, Currency: pi.Currency,
+		PaymentIntent: pi.ID, Reason: f.Get("reason"), Status: "succeeded", Created: s.Now().Unix(), Metadata: metadata(f)}
+	switch pi.PaymentMethod {
+	case "pm_refund_fail":
+		re.Status, re.FailureReason = "failed", "expired_or_canceled_card"
+	case "pm_refund_pending":
+		re.Status = "pending"
+	}
+	s.refunds = append(s.refunds, re)
+	c := *re
+	return http.StatusOK, &c
+}
+
+// listRefunds pages refunds newest first, as Stripe does, filtered by
+// payment_intent, created[gte] and created[lt].
+func (s *Server) listRefunds(r *http.Request) (int, any) {
+	q := r.URL.Query()
+	gte, _ := strconv.ParseInt(q.Get("created[gte]"), 10, 64)
+	lt, err := strconv.ParseInt(q.Get("created[lt]"), 10, 64)
+	if err != nil {
+		lt = 1 << 62
+	}
+	if id := q.Get("payment_intent"); id != "" {
+		if _, ok := s.intents[id]; !ok {
+			return notFound()
+		}
+	}
+	limit, err := strconv.Atoi(q.Get("limit"))
+	if err != nil || limit <= 0 || limit > 100 {
+		limit = 10
+	}
+	after := q.Get("starting_after")
+	var data []Refund
+	started := after == ""
+	more := false
+	for _, re := range slices.Backward(s.refunds) {
+		if !started {
+			started = re.ID == after
+			continue
+		}
+		if re.Created < gte || re.Created >= lt || (q.Get("payment_intent") != "" && re.PaymentIntent != q.Get("payment_intent")) {
+			continue
+		}
+		if len(data) == limit {
+			more = true
+			break
+		}
+		data = append(data, *re)
+	}
+	return http.StatusOK, map[string]any{"object": "list", "url": "/v1/refunds", "has_more": more, "data": data}
 }
 
 func invalid(code string, pi *Intent) (int, any) {
