@@ -195,7 +195,7 @@ func (p *Pipeline) refundGateway(ctx context.Context, r Refund) (Charge, gateway
 // key and amount.
 func (p *Pipeline) refundRequest(c Charge, r Refund) gateway.Request {
 	req := gateway.Request{IdempotencyKey: r.GatewayKey, Amount: r.Amount, Currency: r.Currency, ChargeKey: c.Key(),
-		AuthorizationID: c.AuthorizationRef}
+		AuthorizationID: c.AuthorizationRef, RefundReason: string(r.Reason)}
 	if c.receipt != nil {
 		var paid gateway.Receipt
 		if err := json.Unmarshal(c.receipt, &paid); err != nil {

@@ -69,6 +69,10 @@ type Request struct {
 	ChargeKey       string // rebill's business key, for the provider's records
 	AuthorizationID string
 	Receipt         *Receipt // fiscal receipt, for providers that send one; nil when none
+	// RefundReason is why a refund is made, for providers that record one:
+	// duplicate, fraudulent or requested_by_customer (Stripe's set, which
+	// rebill's refunds take); empty for the other operations.
+	RefundReason string
 	// Sealed is Token as the vault keeps it, read by the statement that
 	// started the attempt, so that the edge that opens Token needs no read
 	// of its own; empty when not read. The edge clears it: providers

@@ -17,12 +17,18 @@ import (
 // refunds are told apart by it.
 const metaRefundKey = "rebill_refund_key"
 
-// refundReason is the reason sent with every refund. The port carries no
-// reason, and Stripe's other values say more than rebill knows: "fraudulent"
-// feeds Radar's block lists, "duplicate" claims a double charge.
-// https://docs.stripe.com/api/refunds/create (reason: duplicate, fraudulent,
-// requested_by_customer).
-const refundReason = "requested_by_customer"
+// refundReason is the reason Stripe records for a refund: the one support
+// chose (Stripe's own set, https://docs.stripe.com/api/refunds/create:
+// duplicate, fraudulent, requested_by_customer; "fraudulent" also feeds
+// Radar's block lists), or requested_by_customer when the request names
+// none of them.
+func refundReason(req gateway.Request) string {
+	switch req.RefundReason {
+	case "duplicate", "fraudulent", "requested_by_customer":
+		return req.RefundReason
+	}
+	return "requested_by_customer"
+}
 
 // Refund returns req.Amount of the PaymentIntent named by
 // req.AuthorizationID: POST /v1/refunds with payment_intent, amount,
@@ -49,7 +55,7 @@ func (g *Gateway) refund(ctx context.Context, req gateway.Request) (gateway.Resu
 	params := &stripeapi.RefundCreateParams{
 		PaymentIntent: stripeapi.String(req.AuthorizationID),
 		Amount:        stripeapi.Int64(req.Amount),
-		Reason:        stripeapi.String(refundReason),
+		Reason:        stripeapi.String(refundReason(req)),
 		Metadata:      map[string]string{metaChargeKey: req.ChargeKey, metaRefundKey: req.IdempotencyKey},
 	}
 	params.SetIdempotencyKey(req.IdempotencyKey)
