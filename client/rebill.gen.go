@@ -233,14 +233,18 @@ func (e DevBillPublishedKind) Valid() bool {
 
 // Defines values for DiscrepancyKind.
 const (
-	AcceptedNotCaptured DiscrepancyKind = "accepted_not_captured"
-	AmountMismatch      DiscrepancyKind = "amount_mismatch"
-	CapturedNotAccepted DiscrepancyKind = "captured_not_accepted"
-	DuplicateCapture    DiscrepancyKind = "duplicate_capture"
-	MissingAtGateway    DiscrepancyKind = "missing_at_gateway"
-	ProcessingTooLong   DiscrepancyKind = "processing_too_long"
-	StatusMismatch      DiscrepancyKind = "status_mismatch"
-	UnknownAtRebill     DiscrepancyKind = "unknown_at_rebill"
+	AcceptedNotCaptured    DiscrepancyKind = "accepted_not_captured"
+	AmountMismatch         DiscrepancyKind = "amount_mismatch"
+	CapturedNotAccepted    DiscrepancyKind = "captured_not_accepted"
+	DuplicateCapture       DiscrepancyKind = "duplicate_capture"
+	MissingAtGateway       DiscrepancyKind = "missing_at_gateway"
+	ProcessingTooLong      DiscrepancyKind = "processing_too_long"
+	RefundAmountMismatch   DiscrepancyKind = "refund_amount_mismatch"
+	RefundMissingAtGateway DiscrepancyKind = "refund_missing_at_gateway"
+	RefundStatusMismatch   DiscrepancyKind = "refund_status_mismatch"
+	RefundUnknownAtRebill  DiscrepancyKind = "refund_unknown_at_rebill"
+	StatusMismatch         DiscrepancyKind = "status_mismatch"
+	UnknownAtRebill        DiscrepancyKind = "unknown_at_rebill"
 )
 
 // Valid indicates whether the value is a known member of the DiscrepancyKind enum.
@@ -257,6 +261,14 @@ func (e DiscrepancyKind) Valid() bool {
 	case MissingAtGateway:
 		return true
 	case ProcessingTooLong:
+		return true
+	case RefundAmountMismatch:
+		return true
+	case RefundMissingAtGateway:
+		return true
+	case RefundStatusMismatch:
+		return true
+	case RefundUnknownAtRebill:
 		return true
 	case StatusMismatch:
 		return true
