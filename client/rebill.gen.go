@@ -1302,7 +1302,7 @@ type CustomerId = string
 
 // DailyReport defines model for DailyReport.
 type DailyReport struct {
-	// Data One row per gateway and currency with any charge settled that day, ordered by gateway then currency.
+	// Data One row per gateway and currency with any charge settled or refund succeeded that day, ordered by gateway then currency.
 	Data []DailyReportRow `json:"data"`
 
 	// Date Examples: 2026-12-01
@@ -1332,6 +1332,12 @@ type DailyReportRow struct {
 	// FailedCount Charges failed: hard declines, refused requests, dunning exhausted.
 	FailedCount int    `json:"failed_count"`
 	Gateway     string `json:"gateway"`
+
+	// RefundedAmount Their sum, in minor units.
+	RefundedAmount int `json:"refunded_amount"`
+
+	// RefundedCount Refunds that succeeded that day, whichever day their charges were captured.
+	RefundedCount int `json:"refunded_count"`
 
 	// VoidedCount Charges voided (hold released or never placed).
 	VoidedCount int `json:"voided_count"`
