@@ -2,12 +2,14 @@ package api
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/usecases"
 )
 
 type chargeJSON = apiobjects.Charge
@@ -65,4 +67,43 @@ func (s *Server) retryCharge(w http.ResponseWriter, r *http.Request) {
 	change(s, w, r, toChargeJSON, func(tx pgx.Tx, id uuid.UUID, _ struct{}) (charges.Charge, error) {
 		return s.Billing.RetryCharge(r.Context(), tx, callerFrom(r), id)
 	})
+}
+
+type refundJSON = apiobjects.Refund
+
+// refundRequest is POST /v1/charges/{id}/refunds's body.
+type refundRequest struct {
+	Amount   *int64 `json:"amount"`
+	Reason   string `json:"reason"`
+	Evidence string `json:"evidence"`
+}
+
+// refundCharge answers 201 with the refund, pending: it is sent to the
+// gateway by its job, and its outcome arrives as refund.succeeded or
+// refund.failed (or in GET /v1/charges/{id}/refunds).
+func (s *Server) refundCharge(w http.ResponseWriter, r *http.Request) {
+	var req refundRequest
+	tx, ok := s.decodeInTx(w, r, &req)
+	if !ok {
+		return
+	}
+	id, err := pathID(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	p := principalFrom(r.Context())
+	refund, err := s.Billing.RefundCharge(r.Context(), tx, p.Caller(), id, usecases.RefundInput{Amount: req.Amount,
+		Reason: charges.RefundReason(req.Reason), Evidence: req.Evidence, Actor: string(p.Role) + ":" + p.ID})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, apiobjects.FromRefund(refund))
+}
+
+func (s *Server) listChargeRefunds(w http.ResponseWriter, r *http.Request) {
+	listPage(s, w, r, seqCursor(1), underPath(r, func(id uuid.UUID, after int64, limit int) ([]charges.Refund, error) {
+		return s.Billing.ChargeRefunds(r.Context(), callerFrom(r), id, after, limit)
+	}), apiobjects.FromRefund, func(rf charges.Refund) string { return strconv.Itoa(rf.N) })
 }

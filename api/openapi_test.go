@@ -138,7 +138,7 @@ func TestOpenAPICheckerCatchesMismatches(t *testing.T) {
 		"id": id, "subscription_id": id, "enrollment_id": nil, "period_key": "2026-12-01", "key": id + ":2026-12-01",
 		"amount": 49900, "currency": "RUB", "gateway": "sim1", "status": "succeeded", "attempt_count": 1,
 		"next_attempt_at": nil, "failure_code": nil, "review_reason": nil, "review_code": nil, "confirmation_required": false, "confirmed_amount": nil,
-		"created_at": "2026-12-01T00:00:00Z", "updated_at": "2026-12-01T00:00:00Z", "experiments": map[string]any{},
+		"created_at": "2026-12-01T00:00:00Z", "updated_at": "2026-12-01T00:00:00Z", "experiments": map[string]any{}, "amount_refunded": 0,
 	}
 	with := func(m map[string]any, k string, v any) map[string]any {
 		out := map[string]any{}

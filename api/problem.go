@@ -30,6 +30,13 @@ type Problem struct {
 	// EnrollmentID names the enrollment a request would have repeated
 	// (enrollment-exists).
 	EnrollmentID string `json:"enrollment_id,omitempty"`
+	// The amounts of a refund refused as larger than what is left
+	// (refund-amount-too-large, charge-already-refunded): the capture,
+	// what earlier refunds hold of it (succeeded or in flight), and what
+	// may still be refunded.
+	AmountCaptured   *int64 `json:"amount_captured,omitempty"`
+	AmountReserved   *int64 `json:"amount_reserved,omitempty"`
+	AmountRefundable *int64 `json:"amount_refundable,omitempty"`
 }
 
 func newProblem(status int, slug, title, detail string) Problem {
@@ -126,8 +133,9 @@ func answerOf(code fault.Code, a fault.Answer) answer {
 // few errors whose problem says more than their code.
 func answerFor(err error) answer {
 	var (
-		card   *cardNumberError
-		exists *enrollments.ExistsError
+		card    *cardNumberError
+		exists  *enrollments.ExistsError
+		exceeds *charges.RefundExceedsError
 	)
 	switch {
 	case errors.As(err, &card):
@@ -148,6 +156,15 @@ func answerFor(err error) answer {
 	case errors.Is(err, enrollments.ErrBillConflict):
 		return answer{problem: newProblem(http.StatusConflict, "bill-conflict", "Bill conflict",
 			"A bill with this bill_id exists with a different amount or dates; the issuer must send a new bill_id.")}
+	case errors.As(err, &exceeds):
+		return answer{problem: refundExceedsProblem(exceeds)}
+	case errors.Is(err, charges.ErrFineNotRefundable):
+		return answer{problem: newProblem(http.StatusConflict, "fine-not-refundable", "Fine not refundable",
+			"This charge paid a fine, and the payment was posted to the state payment registry: money paid to the state is returned "+
+				"through the state's own procedure (a claim to the body that issued the fine), not by a card refund. Nothing was done.")}
+	case errors.Is(err, charges.ErrNotRefundable):
+		return answer{problem: newProblem(http.StatusConflict, "charge-not-refundable", "Charge not refundable",
+			"Only a succeeded charge holds captured money to return: "+fault.Message(err)+". Nothing was done.")}
 	case errors.Is(err, charges.ErrGatewayUnreachable):
 		return answer{retryAfter: "5", problem: newProblem(http.StatusServiceUnavailable, "gateway-unavailable", "Gateway unavailable",
 			"The payment gateway could not be asked what the charge's last attempt did, so nothing was done. Retry later with the same Idempotency-Key.")}
@@ -168,6 +185,22 @@ func answerFor(err error) answer {
 		a.retryAfter = strconv.Itoa(wait.RetryAfterSeconds())
 	}
 	return a
+}
+
+// refundExceedsProblem is a refund above what is left of the capture, as
+// Stripe answers it (amount_too_large; charge_already_refunded when
+// nothing is left), with the amounts.
+func refundExceedsProblem(e *charges.RefundExceedsError) Problem {
+	p := newProblem(http.StatusConflict, "refund-amount-too-large", "Refund amount too large",
+		fmt.Sprintf("The refund of %d is above what is left of the charge: %d captured, %d refunded or being refunded, %d left. Nothing was done.",
+			e.Requested, e.Captured, e.Reserved, e.Remaining()))
+	if e.Remaining() <= 0 {
+		p = newProblem(http.StatusConflict, "charge-already-refunded", "Charge already refunded",
+			fmt.Sprintf("Nothing is left to refund: %d captured, %d refunded or being refunded. Nothing was done.", e.Captured, e.Reserved))
+	}
+	captured, reserved, left := e.Captured, e.Reserved, max(e.Remaining(), 0)
+	p.AmountCaptured, p.AmountReserved, p.AmountRefundable = &captured, &reserved, &left
+	return p
 }
 
 // fieldErrors lists the fields an Invalid error names; an error that names

@@ -67,6 +67,8 @@ type Billing interface {
 	ReviewQueue(ctx context.Context, after *charges.ReviewCursor, limit int) ([]charges.Charge, error)
 	ResolveCharge(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error)
 	RetryCharge(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (charges.Charge, error)
+	RefundCharge(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, in usecases.RefundInput) (charges.Refund, error)
+	ChargeRefunds(ctx context.Context, caller usecases.Caller, id uuid.UUID, after int64, limit int) ([]charges.Refund, error)
 	PublishedEvents(ctx context.Context, caller usecases.Caller, p notify.ListParams) ([]notify.Event, error)
 	PublishedEvent(ctx context.Context, caller usecases.Caller, id uuid.UUID) (notify.Event, error)
 }
@@ -213,6 +215,8 @@ func (s *Server) routes() *chi.Mux {
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Get("/v1/review-queue", s.reviewQueue)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/resolve", s.resolveCharge)
 		r.With(requireRole(apikeys.Admin, apikeys.Support)).Post("/v1/charges/{id}/retry", s.retryCharge)
+		staff.Post("/v1/charges/{id}/refunds", s.refundCharge)
+		r.Get("/v1/charges/{id}/refunds", s.listChargeRefunds)
 		s.enrollmentRoutes(r)
 		staff.Get("/v1/gateways", s.listGateways)
 		staff.Get("/v1/experiments", s.listExperiments)

@@ -158,10 +158,16 @@ type Refund struct {
 }
 
 // FromRefund is r as the API shows it. The gateway's key and reference
-// and who asked stay inside: support sees them in the console.
+// and who asked stay inside: support sees them in the console. A refund
+// whose answer was lost (unknown) is shown pending: to a client it is
+// still on its way, and the look-up settles it.
 func FromRefund(r charges.Refund) Refund {
+	status := r.Status
+	if status == charges.RefundUnknown {
+		status = charges.RefundPending
+	}
 	return Refund{ID: r.ID, ChargeID: r.ChargeID, Amount: r.Amount, Currency: r.Currency, Reason: string(r.Reason),
-		Status: string(r.Status), FailureCode: Optional(r.FailureCode), Evidence: Optional(r.Evidence),
+		Status: string(status), FailureCode: Optional(r.FailureCode), Evidence: Optional(r.Evidence),
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, SettledAt: UTCPtr(r.SettledAt)}
 }
 

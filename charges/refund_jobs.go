@@ -126,8 +126,11 @@ func (p *Pipeline) sendRefund(ctx context.Context, r Refund, lookingUp bool) err
 		})
 	case errors.Is(err, fleet.ErrCircuitOpen):
 		return river.JobSnooze(p.Gateways.OpenFor())
-	case errors.Is(err, gateway.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("refund %s: %w", r.ID, err) // River sends it again, same key
+	case errors.Is(err, gateway.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		ctx.Err() != nil:
+		// River sends it again, same key: the job's end (a timeout, a
+		// shutdown) says nothing about what the gateway did.
+		return fmt.Errorf("refund %s: %w", r.ID, err)
 	default:
 		// The port's contract: an error that is neither unavailable nor
 		// unknown means nothing was done (an adapter that cannot refund,

@@ -477,3 +477,10 @@ func CountRefundsUnknown(ctx context.Context, db DBTX) (map[string]int64, error)
 	}
 	return out, nil
 }
+
+// RefundsPage returns a charge's refunds in the order they were requested,
+// after the refund numbered after (0: from the first), at most limit.
+func RefundsPage(ctx context.Context, db DBTX, chargeID uuid.UUID, after int64, limit int) ([]Refund, error) {
+	return collectRefunds(db.Query(ctx, `SELECT `+refundColumns+` FROM refunds WHERE charge_id = $1 AND n > $2
+		ORDER BY n LIMIT $3`, chargeID, after, limit))
+}

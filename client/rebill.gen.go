@@ -379,6 +379,7 @@ const (
 	BillWithdrawn                    EventType = "bill.withdrawn"
 	ChargeDeclined                   EventType = "charge.declined"
 	ChargeFailed                     EventType = "charge.failed"
+	ChargeRefunded                   EventType = "charge.refunded"
 	ChargeRequiresReview             EventType = "charge.requires_review"
 	ChargeResolved                   EventType = "charge.resolved"
 	ChargeSucceeded                  EventType = "charge.succeeded"
@@ -390,6 +391,9 @@ const (
 	EnrollmentPaymentMethodUpdated   EventType = "enrollment.payment_method_updated"
 	EnrollmentResumed                EventType = "enrollment.resumed"
 	PaymentMethodExpiring            EventType = "payment_method.expiring"
+	RefundCreated                    EventType = "refund.created"
+	RefundFailed                     EventType = "refund.failed"
+	RefundSucceeded                  EventType = "refund.succeeded"
 	SubscriptionCancelScheduled      EventType = "subscription.cancel_scheduled"
 	SubscriptionCancelled            EventType = "subscription.cancelled"
 	SubscriptionCreated              EventType = "subscription.created"
@@ -426,6 +430,8 @@ func (e EventType) Valid() bool {
 		return true
 	case ChargeFailed:
 		return true
+	case ChargeRefunded:
+		return true
 	case ChargeRequiresReview:
 		return true
 	case ChargeResolved:
@@ -447,6 +453,12 @@ func (e EventType) Valid() bool {
 	case EnrollmentResumed:
 		return true
 	case PaymentMethodExpiring:
+		return true
+	case RefundCreated:
+		return true
+	case RefundFailed:
+		return true
+	case RefundSucceeded:
 		return true
 	case SubscriptionCancelScheduled:
 		return true
@@ -728,9 +740,10 @@ func (e Interval) Valid() bool {
 
 // Defines values for LedgerEntryOp.
 const (
-	Authorize LedgerEntryOp = "authorize"
-	Capture   LedgerEntryOp = "capture"
-	Void      LedgerEntryOp = "void"
+	Authorize      LedgerEntryOp = "authorize"
+	Capture        LedgerEntryOp = "capture"
+	LedgerOpRefund LedgerEntryOp = "refund"
+	Void           LedgerEntryOp = "void"
 )
 
 // Valid indicates whether the value is a known member of the LedgerEntryOp enum.
@@ -739,6 +752,8 @@ func (e LedgerEntryOp) Valid() bool {
 	case Authorize:
 		return true
 	case Capture:
+		return true
+	case LedgerOpRefund:
 		return true
 	case Void:
 		return true
@@ -783,6 +798,48 @@ func (e ReconciliationStatus) Valid() bool {
 	case ReconciliationStatusMatched:
 		return true
 	case ReconciliationStatusPending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RefundReason.
+const (
+	RefundReasonDuplicate           RefundReason = "duplicate"
+	RefundReasonFraudulent          RefundReason = "fraudulent"
+	RefundReasonRequestedByCustomer RefundReason = "requested_by_customer"
+)
+
+// Valid indicates whether the value is a known member of the RefundReason enum.
+func (e RefundReason) Valid() bool {
+	switch e {
+	case RefundReasonDuplicate:
+		return true
+	case RefundReasonFraudulent:
+		return true
+	case RefundReasonRequestedByCustomer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RefundStatus.
+const (
+	RefundStatusFailed    RefundStatus = "failed"
+	RefundStatusPending   RefundStatus = "pending"
+	RefundStatusSucceeded RefundStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the RefundStatus enum.
+func (e RefundStatus) Valid() bool {
+	switch e {
+	case RefundStatusFailed:
+		return true
+	case RefundStatusPending:
+		return true
+	case RefundStatusSucceeded:
 		return true
 	default:
 		return false
@@ -1191,8 +1248,11 @@ type Charge struct {
 	// Amount Integer amount in minor units (kopecks, cents), 1..999999999999.
 	//
 	// Examples: 49900
-	Amount       Amount `json:"amount"`
-	AttemptCount int    `json:"attempt_count"`
+	Amount Amount `json:"amount"`
+
+	// AmountRefunded What the charge's succeeded refunds returned, in minor units (decision 36); 0 when none. The charge stays `succeeded` whatever it is; `charge.refunded` is published once it equals `amount`.
+	AmountRefunded int64 `json:"amount_refunded"`
+	AttemptCount   int   `json:"attempt_count"`
 
 	// ConfirmationRequired A bill's charge whose new attempt would be sent above what the owner allowed (`max_amount`, or the bill's `confirmed_amount`): it stays `scheduled`, nothing is sent, and its bill is `awaiting_confirmation` until the owner confirms it. Always false for a period's charge.
 	ConfirmationRequired bool `json:"confirmation_required"`
@@ -1543,7 +1603,7 @@ type EventList struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
-// EventType A published event type. `subscription.*` carry the subscription, `charge.*` (but `charge.upcoming`) the charge, `charge.upcoming` and `payment_method.expiring` the subscription. `charge.resolved` replaces `succeeded`/`failed` when a person resolves a charge in review. `enrollment.*` carry the enrollment, `bill.*` the bill (its `amount_due` as of the event).
+// EventType A published event type. `subscription.*` carry the subscription, `charge.*` (but `charge.upcoming`) the charge, `charge.upcoming` and `payment_method.expiring` the subscription. `charge.resolved` replaces `succeeded`/`failed` when a person resolves a charge in review. `enrollment.*` carry the enrollment, `bill.*` the bill (its `amount_due` as of the event). `charge.refunded` carries the charge once its whole capture is refunded (it stays `succeeded`); `refund.*` carry the refund (decision 36).
 type EventType string
 
 // Experiment A billing-policy experiment as `REBILL_EXPERIMENTS_FILE` configures it, with its results computed when it is read, from the records alone (decision 35).
@@ -1780,6 +1840,12 @@ type Faults struct {
 
 	// LatencyMs Added to every call.
 	LatencyMs int `json:"latency_ms"`
+
+	// RefundsDown Refunds answer 503 and do nothing while the rest works (decision 36).
+	RefundsDown bool `json:"refunds_down"`
+
+	// RefundsLost Every refund is performed and its answer lost (the connection is dropped once the caller gives up): rebill looks it up by its key (decision 36).
+	RefundsLost bool `json:"refunds_lost"`
 }
 
 // FaultsUpdate Partial update: omitted fields keep their current value.
@@ -1791,6 +1857,12 @@ type FaultsUpdate struct {
 	Down         *bool    `json:"down,omitempty"`
 	ErrorRate    *float32 `json:"error_rate,omitempty"`
 	LatencyMs    *int     `json:"latency_ms,omitempty"`
+
+	// RefundsDown See `Faults.refunds_down`.
+	RefundsDown *bool `json:"refunds_down,omitempty"`
+
+	// RefundsLost See `Faults.refunds_lost`.
+	RefundsLost *bool `json:"refunds_lost,omitempty"`
 }
 
 // FieldError defines model for FieldError.
@@ -1937,7 +2009,7 @@ type NotificationEvent struct {
 	// Id `evt_<uuid>`; stable: a redelivery carries the same id.
 	Id string `json:"id"`
 
-	// Type A published event type. `subscription.*` carry the subscription, `charge.*` (but `charge.upcoming`) the charge, `charge.upcoming` and `payment_method.expiring` the subscription. `charge.resolved` replaces `succeeded`/`failed` when a person resolves a charge in review. `enrollment.*` carry the enrollment, `bill.*` the bill (its `amount_due` as of the event).
+	// Type A published event type. `subscription.*` carry the subscription, `charge.*` (but `charge.upcoming`) the charge, `charge.upcoming` and `payment_method.expiring` the subscription. `charge.resolved` replaces `succeeded`/`failed` when a person resolves a charge in review. `enrollment.*` carry the enrollment, `bill.*` the bill (its `amount_due` as of the event). `charge.refunded` carries the charge once its whole capture is refunded (it stays `succeeded`); `refund.*` carry the refund (decision 36).
 	Type EventType `json:"type"`
 }
 
@@ -2029,7 +2101,15 @@ type Period struct {
 
 // Problem RFC 9457 problem details, served as `application/problem+json`. `type` is `https://rebill.dev/problems/<slug>` (see the table in the API description); `errors` is present, non-empty, for `validation-error`.
 type Problem struct {
-	Detail string `json:"detail"`
+	// AmountCaptured `refund-amount-too-large`, `charge-already-refunded`: what the charge captured.
+	AmountCaptured *int64 `json:"amount_captured,omitempty"`
+
+	// AmountRefundable `refund-amount-too-large`, `charge-already-refunded`: what may still be refunded.
+	AmountRefundable *int64 `json:"amount_refundable,omitempty"`
+
+	// AmountReserved `refund-amount-too-large`, `charge-already-refunded`: what its refunds hold of it, succeeded or in flight.
+	AmountReserved *int64 `json:"amount_reserved,omitempty"`
+	Detail         string `json:"detail"`
 
 	// EnrollmentId `enrollment-exists`: the enrollment the request would have repeated.
 	EnrollmentId *openapi_types.UUID `json:"enrollment_id,omitempty"`
@@ -2129,6 +2209,70 @@ type Redelivery struct {
 	EndpointId openapi_types.UUID `json:"endpoint_id"`
 	EventId    string             `json:"event_id"`
 }
+
+// Refund A return of a charge's captured money (decision 36).
+type Refund struct {
+	// Amount Integer amount in minor units (kopecks, cents), 1..999999999999.
+	//
+	// Examples: 49900
+	Amount Amount `json:"amount"`
+
+	// ChargeId The refunded charge.
+	ChargeId  openapi_types.UUID `json:"charge_id"`
+	CreatedAt time.Time          `json:"created_at"`
+
+	// Currency ISO 4217 currency code, upper case.
+	//
+	// Examples: RUB
+	Currency Currency `json:"currency"`
+
+	// Evidence The note given with the request; null when none.
+	Evidence *string `json:"evidence"`
+
+	// FailureCode Why a `failed` refund failed: the gateway's code (`amount_exceeds_captured`, `not_captured`, ...), `refused`, `gateway_error` (the adapter could not send it) or `gateway_not_configured`; null otherwise.
+	//
+	// Examples: gateway_error
+	FailureCode *string            `json:"failure_code"`
+	Id          openapi_types.UUID `json:"id"`
+
+	// Reason Why a refund was asked for (Stripe's reasons): a charge taken twice, a fraudulent charge, or the customer's request.
+	Reason RefundReason `json:"reason"`
+
+	// SettledAt When it became `succeeded` or `failed` (service clock); null while `pending`.
+	SettledAt *time.Time `json:"settled_at"`
+
+	// Status `pending`: requested and its amount reserved, being sent to the gateway (or looked up there after a lost answer); `succeeded`: the gateway returned the money; `failed`: the gateway refused it, its amount is refundable again. `unknown` is shown as `pending`. Final: `succeeded`, `failed`.
+	Status    RefundStatus `json:"status"`
+	UpdatedAt time.Time    `json:"updated_at"`
+}
+
+// RefundCreate A refund to make (decision 36).
+//
+// Examples: {"amount":500,"evidence":"ticket 4411","reason":"requested_by_customer"}
+type RefundCreate struct {
+	// Amount Minor units; left out: all that is left of the capture.
+	Amount *int64 `json:"amount,omitempty"`
+
+	// Evidence A note on why (a ticket, a bank statement line).
+	Evidence *string `json:"evidence,omitempty"`
+
+	// Reason Why a refund was asked for (Stripe's reasons): a charge taken twice, a fraudulent charge, or the customer's request.
+	Reason RefundReason `json:"reason"`
+}
+
+// RefundList Refunds of a charge, in the order they were requested.
+type RefundList struct {
+	Data []Refund `json:"data"`
+
+	// NextCursor Pass as `cursor` for the next page; null on the last page.
+	NextCursor *string `json:"next_cursor"`
+}
+
+// RefundReason Why a refund was asked for (Stripe's reasons): a charge taken twice, a fraudulent charge, or the customer's request.
+type RefundReason string
+
+// RefundStatus `pending`: requested and its amount reserved, being sent to the gateway (or looked up there after a lost answer); `succeeded`: the gateway returned the money; `failed`: the gateway refused it, its amount is refundable again. `unknown` is shown as `pending`. Final: `succeeded`, `failed`.
+type RefundStatus string
 
 // RegistryFaults defines model for RegistryFaults.
 type RegistryFaults struct {
@@ -2493,6 +2637,21 @@ type CreateApiKeyParams struct {
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
 
+// ListChargeRefundsParams defines parameters for ListChargeRefunds.
+type ListChargeRefundsParams struct {
+	// Limit Page size, 1..100 (outside: 400).
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque `next_cursor` of the previous page. A malformed cursor is 400.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// RefundChargeParams defines parameters for RefundCharge.
+type RefundChargeParams struct {
+	// IdempotencyKey Required on every POST. 1..255 printable ASCII characters, not only spaces, case-sensitive; a quoted structured-field string (`"abc"`) and the bare token (`abc`) are the same key. Missing: 400 `idempotency-key-missing`; empty, only spaces, longer than 255, non-printable or sent twice: 400 `idempotency-key-invalid`; a key that looks like a card number: 400 `card-number-refused`. Scoped to the authenticated API key's principal. See the Idempotency section of the API description.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
 // ResolveChargeParams defines parameters for ResolveCharge.
 type ResolveChargeParams struct {
 	// IdempotencyKey Required on every POST. 1..255 printable ASCII characters, not only spaces, case-sensitive; a quoted structured-field string (`"abc"`) and the bare token (`abc`) are the same key. Missing: 400 `idempotency-key-missing`; empty, only spaces, longer than 255, non-printable or sent twice: 400 `idempotency-key-invalid`; a key that looks like a card number: 400 `card-number-refused`. Scoped to the authenticated API key's principal. See the Idempotency section of the API description.
@@ -2786,6 +2945,9 @@ type RollWebhookSecretParams struct {
 
 // CreateApiKeyJSONRequestBody defines body for CreateApiKey for application/json ContentType.
 type CreateApiKeyJSONRequestBody = ApiKeyCreate
+
+// RefundChargeJSONRequestBody defines body for RefundCharge for application/json ContentType.
+type RefundChargeJSONRequestBody = RefundCreate
 
 // ResolveChargeJSONRequestBody defines body for ResolveCharge for application/json ContentType.
 type ResolveChargeJSONRequestBody = ResolveRequest
@@ -3138,6 +3300,32 @@ func (t *NotificationEvent_Data_Object) MergeBill(v Bill) error {
 	return err
 }
 
+// AsRefund returns the union data inside the NotificationEvent_Data_Object as a Refund
+func (t NotificationEvent_Data_Object) AsRefund() (Refund, error) {
+	var body Refund
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromRefund overwrites any union data inside the NotificationEvent_Data_Object as the provided Refund
+func (t *NotificationEvent_Data_Object) FromRefund(v Refund) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeRefund performs a merge with any union data inside the NotificationEvent_Data_Object, using the provided Refund
+func (t *NotificationEvent_Data_Object) MergeRefund(v Refund) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
 func (t NotificationEvent_Data_Object) MarshalJSON() ([]byte, error) {
 	b, err := t.union.MarshalJSON()
 	return b, err
@@ -3274,6 +3462,31 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/charges/{id} (the `GetCharge` operationId).
 	GetCharge(ctx context.Context, id ChargeId, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListChargeRefunds List a charge's refunds
+	//
+	// Owner, support, admin. In the order they were requested; `next_cursor` is null on the last page.
+	//
+	// Corresponds with GET /v1/charges/{id}/refunds (the `ListChargeRefunds` operationId).
+	ListChargeRefunds(ctx context.Context, id ChargeId, params *ListChargeRefundsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RefundChargeWithBody Refund a charge, in full or in part
+	//
+	// Support, admin (customer: 403). Reserves `amount` (left out: all that is left) of a `succeeded` charge's capture and answers 201 with the refund, `pending`; a job sends it to the charge's gateway under its own idempotency key, and `refund.succeeded` or `refund.failed` follows (decision 36). `reason` is required. Above what is left: 409 `refund-amount-too-large` (nothing left: `charge-already-refunded`) with `amount_captured`, `amount_reserved` and `amount_refundable`. A charge not `succeeded`: 409 `charge-not-refundable`. A fine's charge: 409 `fine-not-refundable` (money paid to the state is returned through the state's procedure). The charge stays `succeeded`; its `amount_refunded` grows as refunds succeed.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/charges/{id}/refunds (the `RefundCharge` operationId).
+	RefundChargeWithBody(ctx context.Context, id ChargeId, params *RefundChargeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RefundCharge Refund a charge, in full or in part
+	//
+	// Support, admin (customer: 403). Reserves `amount` (left out: all that is left) of a `succeeded` charge's capture and answers 201 with the refund, `pending`; a job sends it to the charge's gateway under its own idempotency key, and `refund.succeeded` or `refund.failed` follows (decision 36). `reason` is required. Above what is left: 409 `refund-amount-too-large` (nothing left: `charge-already-refunded`) with `amount_captured`, `amount_reserved` and `amount_refundable`. A charge not `succeeded`: 409 `charge-not-refundable`. A fine's charge: 409 `fine-not-refundable` (money paid to the state is returned through the state's procedure). The charge stays `succeeded`; its `amount_refunded` grows as refunds succeed.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/charges/{id}/refunds (the `RefundCharge` operationId).
+	RefundCharge(ctx context.Context, id ChargeId, params *RefundChargeParams, body RefundChargeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResolveChargeWithBody Resolve a charge under review
 	//
@@ -4000,6 +4213,61 @@ func (c *RawClient) CreateApiKey(ctx context.Context, params *CreateApiKeyParams
 // Corresponds with GET /v1/charges/{id} (the `GetCharge` operationId).
 func (c *RawClient) GetCharge(ctx context.Context, id ChargeId, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetChargeRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListChargeRefunds List a charge's refunds
+//
+// Owner, support, admin. In the order they were requested; `next_cursor` is null on the last page.
+//
+// Corresponds with GET /v1/charges/{id}/refunds (the `ListChargeRefunds` operationId).
+func (c *RawClient) ListChargeRefunds(ctx context.Context, id ChargeId, params *ListChargeRefundsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListChargeRefundsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RefundChargeWithBody Refund a charge, in full or in part
+//
+// Support, admin (customer: 403). Reserves `amount` (left out: all that is left) of a `succeeded` charge's capture and answers 201 with the refund, `pending`; a job sends it to the charge's gateway under its own idempotency key, and `refund.succeeded` or `refund.failed` follows (decision 36). `reason` is required. Above what is left: 409 `refund-amount-too-large` (nothing left: `charge-already-refunded`) with `amount_captured`, `amount_reserved` and `amount_refundable`. A charge not `succeeded`: 409 `charge-not-refundable`. A fine's charge: 409 `fine-not-refundable` (money paid to the state is returned through the state's procedure). The charge stays `succeeded`; its `amount_refunded` grows as refunds succeed.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/charges/{id}/refunds (the `RefundCharge` operationId).
+func (c *RawClient) RefundChargeWithBody(ctx context.Context, id ChargeId, params *RefundChargeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRefundChargeRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RefundCharge Refund a charge, in full or in part
+//
+// Support, admin (customer: 403). Reserves `amount` (left out: all that is left) of a `succeeded` charge's capture and answers 201 with the refund, `pending`; a job sends it to the charge's gateway under its own idempotency key, and `refund.succeeded` or `refund.failed` follows (decision 36). `reason` is required. Above what is left: 409 `refund-amount-too-large` (nothing left: `charge-already-refunded`) with `amount_captured`, `amount_reserved` and `amount_refundable`. A charge not `succeeded`: 409 `charge-not-refundable`. A fine's charge: 409 `fine-not-refundable` (money paid to the state is returned through the state's procedure). The charge stays `succeeded`; its `amount_refunded` grows as refunds succeed.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/charges/{id}/refunds (the `RefundCharge` operationId).
+func (c *RawClient) RefundCharge(ctx context.Context, id ChargeId, params *RefundChargeParams, body RefundChargeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRefundChargeRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5541,6 +5809,139 @@ func NewGetChargeRequest(server string, id ChargeId) (*http.Request, error) {
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListChargeRefundsRequest constructs an http.Request for the ListChargeRefunds method
+func NewListChargeRefundsRequest(server string, id ChargeId, params *ListChargeRefundsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/charges/%s/refunds", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRefundChargeRequest calls the generic RefundCharge builder with application/json body
+func NewRefundChargeRequest(server string, id ChargeId, params *RefundChargeParams, body RefundChargeJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRefundChargeRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewRefundChargeRequestWithBody constructs an http.Request for the RefundCharge method, with any body, and a specified content type
+func NewRefundChargeRequestWithBody(server string, id ChargeId, params *RefundChargeParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/charges/%s/refunds", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
 	}
 
 	return req, nil
@@ -8405,6 +8806,33 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/charges/{id} (the `GetCharge` operationId).
 	GetChargeWithResponse(ctx context.Context, id ChargeId, reqEditors ...RequestEditorFn) (*GetChargeResponse, error)
 
+	// ListChargeRefundsWithResponse List a charge's refunds
+	//
+	// Owner, support, admin. In the order they were requested; `next_cursor` is null on the last page.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/charges/{id}/refunds (the `ListChargeRefunds` operationId).
+	ListChargeRefundsWithResponse(ctx context.Context, id ChargeId, params *ListChargeRefundsParams, reqEditors ...RequestEditorFn) (*ListChargeRefundsResponse, error)
+
+	// RefundChargeWithBodyWithResponse Refund a charge, in full or in part
+	//
+	// Support, admin (customer: 403). Reserves `amount` (left out: all that is left) of a `succeeded` charge's capture and answers 201 with the refund, `pending`; a job sends it to the charge's gateway under its own idempotency key, and `refund.succeeded` or `refund.failed` follows (decision 36). `reason` is required. Above what is left: 409 `refund-amount-too-large` (nothing left: `charge-already-refunded`) with `amount_captured`, `amount_reserved` and `amount_refundable`. A charge not `succeeded`: 409 `charge-not-refundable`. A fine's charge: 409 `fine-not-refundable` (money paid to the state is returned through the state's procedure). The charge stays `succeeded`; its `amount_refunded` grows as refunds succeed.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/charges/{id}/refunds (the `RefundCharge` operationId).
+	RefundChargeWithBodyWithResponse(ctx context.Context, id ChargeId, params *RefundChargeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RefundChargeResponse, error)
+
+	// RefundChargeWithResponse Refund a charge, in full or in part
+	//
+	// Support, admin (customer: 403). Reserves `amount` (left out: all that is left) of a `succeeded` charge's capture and answers 201 with the refund, `pending`; a job sends it to the charge's gateway under its own idempotency key, and `refund.succeeded` or `refund.failed` follows (decision 36). `reason` is required. Above what is left: 409 `refund-amount-too-large` (nothing left: `charge-already-refunded`) with `amount_captured`, `amount_reserved` and `amount_refundable`. A charge not `succeeded`: 409 `charge-not-refundable`. A fine's charge: 409 `fine-not-refundable` (money paid to the state is returned through the state's procedure). The charge stays `succeeded`; its `amount_refunded` grows as refunds succeed.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/charges/{id}/refunds (the `RefundCharge` operationId).
+	RefundChargeWithResponse(ctx context.Context, id ChargeId, params *RefundChargeParams, body RefundChargeJSONRequestBody, reqEditors ...RequestEditorFn) (*RefundChargeResponse, error)
+
 	// ResolveChargeWithBodyWithResponse Resolve a charge under review
 	//
 	// Support, admin (customer: 403). Only from `requires_review` (any other status, including `unknown` and an already resolved charge: 409 `invalid-transition`). `outcome` becomes the charge's status; `evidence` (1..2000 characters, not blank) is required. A charge that went to review while it might hold an authorization is looked up at the gateway by its keys and, if nothing was captured, its hold is voided; resolving it `succeeded` is then 409 `invalid-transition` (its `review_reason` says the hold was voided): use retry to charge it.
@@ -9436,6 +9864,215 @@ func (r GetChargeResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetChargeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListChargeRefundsResponse503Headers the declared response headers of an HTTP 503 response for ListChargeRefunds
+type ListChargeRefundsResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListChargeRefundsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RefundList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadQuery
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListChargeRefundsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListChargeRefundsResponse) GetJSON200() *RefundList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListChargeRefundsResponse) GetApplicationproblemJSON400() *BadQuery {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListChargeRefundsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListChargeRefundsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListChargeRefundsResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListChargeRefundsResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListChargeRefundsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListChargeRefundsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListChargeRefundsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListChargeRefundsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RefundChargeResponse201Headers the declared response headers of an HTTP 201 response for RefundCharge
+type RefundChargeResponse201Headers struct {
+	IdempotentReplayed *string
+}
+
+// RefundChargeResponse409Headers the declared response headers of an HTTP 409 response for RefundCharge
+type RefundChargeResponse409Headers struct {
+	IdempotentReplayed *string
+	RetryAfter         *int
+}
+
+// RefundChargeResponse503Headers the declared response headers of an HTTP 503 response for RefundCharge
+type RefundChargeResponse503Headers struct {
+	RetryAfter int
+}
+
+type RefundChargeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Refund
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyMismatch
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *RefundChargeResponse201Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RefundChargeResponse409Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RefundChargeResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r RefundChargeResponse) GetJSON201() *Refund {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RefundChargeResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RefundChargeResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RefundChargeResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RefundChargeResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RefundChargeResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RefundChargeResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RefundChargeResponse) GetApplicationproblemJSON422() *IdempotencyKeyMismatch {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RefundChargeResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RefundChargeResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RefundChargeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RefundChargeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RefundChargeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RefundChargeResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -14683,6 +15320,51 @@ func (c *ClientWithResponses) GetChargeWithResponse(ctx context.Context, id Char
 	return ParseGetChargeResponse(rsp)
 }
 
+// ListChargeRefundsWithResponse List a charge's refunds
+//
+// Owner, support, admin. In the order they were requested; `next_cursor` is null on the last page.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/charges/{id}/refunds (the `ListChargeRefunds` operationId).
+func (c *ClientWithResponses) ListChargeRefundsWithResponse(ctx context.Context, id ChargeId, params *ListChargeRefundsParams, reqEditors ...RequestEditorFn) (*ListChargeRefundsResponse, error) {
+	rsp, err := c.ListChargeRefunds(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListChargeRefundsResponse(rsp)
+}
+
+// RefundChargeWithBodyWithResponse Refund a charge, in full or in part
+//
+// Support, admin (customer: 403). Reserves `amount` (left out: all that is left) of a `succeeded` charge's capture and answers 201 with the refund, `pending`; a job sends it to the charge's gateway under its own idempotency key, and `refund.succeeded` or `refund.failed` follows (decision 36). `reason` is required. Above what is left: 409 `refund-amount-too-large` (nothing left: `charge-already-refunded`) with `amount_captured`, `amount_reserved` and `amount_refundable`. A charge not `succeeded`: 409 `charge-not-refundable`. A fine's charge: 409 `fine-not-refundable` (money paid to the state is returned through the state's procedure). The charge stays `succeeded`; its `amount_refunded` grows as refunds succeed.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/charges/{id}/refunds (the `RefundCharge` operationId).
+func (c *ClientWithResponses) RefundChargeWithBodyWithResponse(ctx context.Context, id ChargeId, params *RefundChargeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RefundChargeResponse, error) {
+	rsp, err := c.RefundChargeWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRefundChargeResponse(rsp)
+}
+
+// RefundChargeWithResponse Refund a charge, in full or in part
+//
+// Support, admin (customer: 403). Reserves `amount` (left out: all that is left) of a `succeeded` charge's capture and answers 201 with the refund, `pending`; a job sends it to the charge's gateway under its own idempotency key, and `refund.succeeded` or `refund.failed` follows (decision 36). `reason` is required. Above what is left: 409 `refund-amount-too-large` (nothing left: `charge-already-refunded`) with `amount_captured`, `amount_reserved` and `amount_refundable`. A charge not `succeeded`: 409 `charge-not-refundable`. A fine's charge: 409 `fine-not-refundable` (money paid to the state is returned through the state's procedure). The charge stays `succeeded`; its `amount_refunded` grows as refunds succeed.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/charges/{id}/refunds (the `RefundCharge` operationId).
+func (c *ClientWithResponses) RefundChargeWithResponse(ctx context.Context, id ChargeId, params *RefundChargeParams, body RefundChargeJSONRequestBody, reqEditors ...RequestEditorFn) (*RefundChargeResponse, error) {
+	rsp, err := c.RefundCharge(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRefundChargeResponse(rsp)
+}
+
 // ResolveChargeWithBodyWithResponse Resolve a charge under review
 //
 // Support, admin (customer: 403). Only from `requires_review` (any other status, including `unknown` and an already resolved charge: 409 `invalid-transition`). `outcome` becomes the charge's status; `evidence` (1..2000 characters, not blank) is required. A charge that went to review while it might hold an authorization is looked up at the gateway by its keys and, if nothing was captured, its hold is voided; resolving it `succeeded` is then 409 `invalid-transition` (its `review_reason` says the hold was voided): use retry to charge it.
@@ -16078,6 +16760,209 @@ func ParseGetChargeResponse(rsp *http.Response) (*GetChargeResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers GetChargeResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListChargeRefundsResponse parses an HTTP response from a ListChargeRefundsWithResponse call
+func ParseListChargeRefundsResponse(rsp *http.Response) (*ListChargeRefundsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListChargeRefundsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RefundList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadQuery
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListChargeRefundsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRefundChargeResponse parses an HTTP response from a RefundChargeWithResponse call
+func ParseRefundChargeResponse(rsp *http.Response) (*RefundChargeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RefundChargeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Refund
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers RefundChargeResponse201Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 409:
+		var headers RefundChargeResponse409Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 503:
+		var headers RefundChargeResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

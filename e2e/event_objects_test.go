@@ -195,6 +195,10 @@ func TestEventObjectsAreTheObjectsAsTheAPIAnswers(t *testing.T) {
 			t.Parallel()
 			testEnrollmentEventObjects(t, eventObjects{b: setup(t, 1, nil), coverage: coverage})
 		})
+		t.Run("refund", func(t *testing.T) {
+			t.Parallel()
+			testRefundEventObjects(t, eventObjects{b: setup(t, 1, nil), coverage: coverage})
+		})
 	})
 	if t.Failed() {
 		return

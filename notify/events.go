@@ -50,6 +50,7 @@ var Types = []string{
 	"enrollment.payment_method_updated",
 	"bill.received", "bill.awaiting_confirmation", "bill.awaiting_registry", "bill.paid", "bill.failed", "bill.withdrawn", "bill.expired",
 	"bill.duplicate", "bill.paid_elsewhere",
+	"charge.refunded", "refund.created", "refund.succeeded", "refund.failed",
 }
 
 // KnownType reports whether t is one of Types.
