@@ -143,6 +143,27 @@ func TestConsoleRefund(t *testing.T) {
 		require.Contains(t, res.body, `<p role="alert" class="alert">`)
 		require.Equal(t, 2, count(t, n.pool, `SELECT count(*) FROM refunds`))
 	})
+
+	t.Run("a fine is refused with the reason", func(t *testing.T) {
+		other := paidCharge(t, n, n.createSubscription(t, "cust-fine"))
+		// The charge paid a fine (its registry UIN set, as the registry
+		// posting sets it): the page offers no refund, and a form sent
+		// anyway is refused.
+		_, err := n.pool.Exec(context.Background(), `UPDATE charges SET registry_uin = '18810000000000000042' WHERE id = $1`, other)
+		require.NoError(t, err)
+		fine := "/console/charges/" + other
+		body := u.get(fine).body
+		require.Contains(t, body, `money paid to the state is returned through the state&#39;s own procedure`)
+		require.NotContains(t, body, `<legend>Refund</legend>`)
+		f := cloneForm(fields)
+		f.Set("form_id", strings.Repeat("y", 43))
+		f.Set("reason", "requested_by_customer")
+		f.Set("evidence", "customer asked")
+		res := u.post(fine+"/refund", f)
+		require.Equal(t, http.StatusConflict, res.status, res.body)
+		require.Regexp(t, `<p role="alert" class="alert">[^<]*state`, res.body, "the refusal names why")
+		require.Equal(t, 0, count(t, n.pool, `SELECT count(*) FROM refunds WHERE charge_id = $1`, other))
+	})
 }
 
 func cloneForm(v url.Values) url.Values {
