@@ -91,9 +91,9 @@ type Coverage struct {
 	Subscriptions, Events, Charges, LedgerOps, Captures int
 	// Refunds are rebill's refunds judged; LedgerRefunds the succeeded
 	// refunds the gateways recorded.
-	Refunds, LedgerRefunds int
-	OwedPeriods, NotOwedPeriods, UnsurePeriods          int
-	CardChanges, Cancels                                int
+	Refunds, LedgerRefunds                     int
+	OwedPeriods, NotOwedPeriods, UnsurePeriods int
+	CardChanges, Cancels                       int
 }
 
 // Measure counts what d gives the invariants to judge.
