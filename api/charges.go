@@ -69,8 +69,6 @@ func (s *Server) retryCharge(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-type refundJSON = apiobjects.Refund
-
 // refundRequest is POST /v1/charges/{id}/refunds's body.
 type refundRequest struct {
 	Amount   *int64 `json:"amount"`

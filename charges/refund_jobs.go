@@ -33,7 +33,8 @@ func (p *Pipeline) SendRefund(ctx context.Context, job *river.Job[RefundSendArgs
 	if r.Status != RefundPending {
 		return nil // settled, or in a look-up's hands
 	}
-	return p.sendRefund(ctx, r, false)
+	lastTry := job.MaxAttempts > 0 && job.Attempt >= job.MaxAttempts
+	return p.sendRefund(ctx, r, false, lastTry)
 }
 
 // LookUpRefund runs a refund_lookup job.
@@ -71,7 +72,7 @@ func (p *Pipeline) LookUpRefund(ctx context.Context, job *river.Job[RefundLookup
 			}
 			r = moved
 		}
-		return p.sendRefund(ctx, r, true)
+		return p.sendRefund(ctx, r, true, false)
 	case errors.Is(err, gateway.ErrUnprovable):
 		// Neither done nor not done may be assumed: it stays unknown,
 		// counted by the metrics of refunds stuck unknown, for a person
@@ -87,8 +88,11 @@ func (p *Pipeline) LookUpRefund(ctx context.Context, job *river.Job[RefundLookup
 }
 
 // sendRefund sends r, pending, and records the answer. lookingUp: the
-// look-up job sends it, and keeps it on a lost answer.
-func (p *Pipeline) sendRefund(ctx context.Context, r Refund, lookingUp bool) error {
+// look-up job sends it, and keeps it on a lost answer. lastTry: River
+// would give the send job up after this run; a send that gets no verdict
+// then goes to a look-up rather than stay pending with no job (an earlier
+// run, before a crash, may have reached the gateway).
+func (p *Pipeline) sendRefund(ctx context.Context, r Refund, lookingUp, lastTry bool) error {
 	c, g, err := p.refundGateway(ctx, r)
 	if err != nil || g == nil {
 		return err
@@ -108,7 +112,8 @@ func (p *Pipeline) sendRefund(ctx context.Context, r Refund, lookingUp bool) err
 	switch {
 	case err == nil:
 		return p.settleRefund(ctx, r, res)
-	case errors.Is(err, gateway.ErrUnknownOutcome):
+	case errors.Is(err, gateway.ErrUnknownOutcome), lastTry && !lookingUp && ctx.Err() == nil &&
+		(errors.Is(err, gateway.ErrUnavailable) || errors.Is(err, fleet.ErrCircuitOpen)):
 		if lookingUp {
 			_, _, err2 := p.refundTx(ctx, r, refundMove{from: []RefundStatus{RefundPending}, to: RefundUnknown})
 			if err2 != nil {

@@ -35,6 +35,7 @@ func TestRefundTransitions(t *testing.T) {
 func TestNoRefundStatusLiteral(t *testing.T) {
 	t.Parallel()
 	fsmtest.RequireNoLiterals(t, charges.RefundStatuses, "charges/gateway/sim")
+	fsmtest.RequireNoSplices(t, charges.RefundStatuses)
 }
 
 func TestRefundKeys(t *testing.T) {

@@ -222,6 +222,7 @@ var runnable = map[string][]string{
 	"docs/webhooks.md":    {"README.md"}, // $SUB
 	"docs/operations.md":  nil,
 	"docs/security.md":    nil,
+	"docs/refunds.md":     nil,
 }
 
 // The pages run one after the other: each has a node, and the suite shares

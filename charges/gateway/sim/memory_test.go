@@ -18,8 +18,8 @@ import (
 )
 
 // TestInMemoryBooksAnswerLikePostgres sends the same random calls (new and
-// replayed keys, every token class, captures and voids of earlier holds,
-// settled or not, wrong amounts, look-ups) to a simulator keeping its books
+// replayed keys, every token class, captures, voids and refunds of
+// earlier holds, settled or not, wrong amounts, look-ups) to a simulator keeping its books
 // in PostgreSQL and to one keeping them in memory, and requires the same
 // answer from both each time: benchmark figures taken with the in-memory
 // books are then figures of the same provider behaviour.
@@ -61,13 +61,29 @@ func TestInMemoryBooksAnswerLikePostgres(t *testing.T) {
 		return fmt.Sprintf("%s %s %s hard=%t %d %s", res.Op, res.Status, res.DeclineCode, res.Hard, res.Amount, res.Currency)
 	}
 	tokens := []string{tokOK, tokOK, tokOK, tokDeclineFunds, tokDeclineHard, tokFlaky, tokUnknown, "tok_funds_after_1h_secret"}
+	// captured are the holds a capture collected, and the gateway that did:
+	// refunds mostly go to those.
+	type capturedHold struct {
+		hold int
+		gw   string
+	}
+	var captured []capturedHold
 	rng := rand.New(rand.NewPCG(7, 7))
 	for step := range 400 {
 		gw := []string{"sim1", "sim2"}[rng.IntN(2)]
 		key := fmt.Sprintf("k%d", rng.IntN(step+1)) // a quarter or so are replays
 		var desc string
 		var call func(s *side) (gateway.Result, error)
+		capturing := -1 // the hold a capture of this step names
 		switch choice := rng.IntN(10); {
+		case choice == 9 && len(captured) > 0:
+			c := captured[rng.IntN(len(captured))]
+			amount := int64(1 + rng.IntN(60)) // a part; two or three may pass the capture
+			desc = fmt.Sprintf("refund %s %s of hold %d, %d", c.gw, key, c.hold, amount)
+			call = func(s *side) (gateway.Result, error) {
+				return s.clients[c.gw].Refund(ctx, gateway.Request{IdempotencyKey: key, Amount: amount, Currency: "EUR",
+					AuthorizationID: s.holds[c.hold].Reference})
+			}
 		case choice < 5:
 			token, amount := tokens[rng.IntN(len(tokens))], int64(100+rng.IntN(3))
 			desc = fmt.Sprintf("authorize %s %s %s %d", gw, key, token, amount)
@@ -76,14 +92,23 @@ func TestInMemoryBooksAnswerLikePostgres(t *testing.T) {
 					Currency: "EUR", ChargeKey: key})
 			}
 		case choice < 9 && len(pg.holds) > 0:
-			hold, op := rng.IntN(len(pg.holds)), []gateway.Op{gateway.OpCapture, gateway.OpVoid}[rng.IntN(2)]
+			hold, op := rng.IntN(len(pg.holds)), []gateway.Op{gateway.OpCapture, gateway.OpVoid, gateway.OpRefund}[rng.IntN(3)]
 			amount := pg.holds[hold].Amount + int64(rng.IntN(2)) // sometimes not the held amount
+			if op == gateway.OpRefund {
+				amount = int64(1 + rng.IntN(60)) // a part; two or three may pass the capture
+			}
 			desc = fmt.Sprintf("%s %s %s of hold %d, %d", op, gw, key, hold, amount)
+			if op == gateway.OpCapture {
+				capturing = hold
+			}
 			call = func(s *side) (gateway.Result, error) {
 				req := gateway.Request{IdempotencyKey: key, Amount: amount, Currency: "EUR",
 					AuthorizationID: s.holds[hold].Reference}
-				if op == gateway.OpCapture {
+				switch op {
+				case gateway.OpCapture:
 					return s.clients[gw].Capture(ctx, req)
+				case gateway.OpRefund:
+					return s.clients[gw].Refund(ctx, req)
 				}
 				return s.clients[gw].Void(ctx, req)
 			}
@@ -99,6 +124,9 @@ func TestInMemoryBooksAnswerLikePostgres(t *testing.T) {
 		if pgErr == nil && pgRes.Op == gateway.OpAuthorize && pgRes.Status == gateway.StatusSucceeded {
 			pg.holds, mem.holds = append(pg.holds, pgRes), append(mem.holds, memRes)
 		}
+		if pgErr == nil && pgRes.Op == gateway.OpCapture && pgRes.Status == gateway.StatusSucceeded && capturing >= 0 {
+			captured = append(captured, capturedHold{capturing, gw})
+		}
 	}
 	ledger := func(root, gw string) []sim.LedgerEntry {
 		resp, err := http.Get(root + "/" + gw + "/ledger")
@@ -108,8 +136,14 @@ func TestInMemoryBooksAnswerLikePostgres(t *testing.T) {
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
 		return body.Data
 	}
+	refunds := map[gateway.Status]int{}
 	for _, gw := range []string{"sim1", "sim2"} {
 		pgLedger, memLedger := ledger(pgRoot, gw), ledger(memRoot, gw)
+		for _, e := range pgLedger {
+			if e.Op == gateway.OpRefund {
+				refunds[e.Status]++
+			}
+		}
 		require.NotEmpty(t, pgLedger)
 		require.Len(t, memLedger, len(pgLedger), "%s: as many operations in both ledgers", gw)
 		for i := range pgLedger {
@@ -117,4 +151,6 @@ func TestInMemoryBooksAnswerLikePostgres(t *testing.T) {
 			require.Equal(t, pgLedger[i].Status, memLedger[i].Status, "%s ledger entry %d", gw, i)
 		}
 	}
+	require.Positive(t, refunds[gateway.StatusSucceeded], "some refunds went through: %v", refunds)
+	require.Positive(t, refunds[gateway.StatusFailed], "some were refused: %v", refunds)
 }
