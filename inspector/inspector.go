@@ -144,13 +144,20 @@ func (in *Inspector) countRefundsUnknown(ctx context.Context, now time.Time) err
 		metrics.RefundsUnknown.WithLabelValues(gw).Set(float64(n))
 		metrics.RefundsUnknownOverdue.WithLabelValues(gw).Set(0)
 	}
-	for _, r := range overdue {
+	for i, r := range overdue {
 		metrics.RefundsUnknownOverdue.WithLabelValues(r.Gateway).Inc()
-		in.Logger.Warn().Str("refund_id", r.ID.String()).Str("charge_id", r.ChargeID.String()).Str("gateway", r.Gateway).
-			Time("since", r.UpdatedAt).Msg("refund unknown overdue")
+		if i < maxRefundLines {
+			in.Logger.Warn().Str("refund_id", r.ID.String()).Str("charge_id", r.ChargeID.String()).Str("gateway", r.Gateway).
+				Time("since", r.UpdatedAt).Int("overdue", len(overdue)).Msg("refund unknown overdue")
+		}
 	}
 	return nil
 }
+
+// maxRefundLines bounds the overdue refunds one inspection logs (oldest
+// first): a gateway silent for hours would otherwise log every one of
+// them every minute; the gauge counts them all.
+const maxRefundLines = 20
 
 // handle kicks, reviews or reports one stuck charge and names what it did:
 // the detail is logged, the charge shows its review code's sentence.
