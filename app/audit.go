@@ -177,7 +177,8 @@ func printAudit(w io.Writer, r audit.Report) {
 		name string
 		n    int
 	}{{"periods", r.Periods}, {"captured", r.Captured}, {"failed", r.Failed}, {"in_review", r.InReview},
-		{"not_owed", r.NotOwed}, {"open", r.Open}, {"gateway_captures", r.GatewayCaptures}, {"bills", r.Bills}, {"discrepancies", len(r.Discrepancies)}} {
+		{"not_owed", r.NotOwed}, {"open", r.Open}, {"gateway_captures", r.GatewayCaptures},
+		{"refunds", r.Refunds}, {"gateway_refunds", r.GatewayRefunds}, {"bills", r.Bills}, {"discrepancies", len(r.Discrepancies)}} {
 		fmt.Fprintf(tw, "%s\t%d\n", line.name, line.n)
 	}
 	_ = tw.Flush()

@@ -90,6 +90,7 @@ var crossings = []crossing{
 	{in: "testkit/opstest", table: "subscriptions", write: true, why: "ops tests write the books a case needs without driving the pipeline"},
 	{in: "testkit/opstest", table: "enrollments", write: true, why: "ops tests write the books a case needs without driving the pipeline"},
 	{in: "testkit/opstest", table: "charges", write: true, why: "ops tests write the books a case needs (a duplicate capture) without driving the pipeline"},
+	{in: "testkit/opstest", table: "refunds", write: true, why: "ops tests write refunds the books must match (one the gateway never made) without driving the refund jobs"},
 	{in: "testkit/opstest", table: "gatewaysim.operations", write: true, why: "ops tests write a simulated gateway's ledger entries (a capture nobody asked for)"},
 
 	// The notice scan picks the subscriptions still owed a notice in one

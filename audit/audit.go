@@ -2,7 +2,10 @@
 // over a range of days it checks that every
 // owed item has at most one capture at the gateways, and one unless it
 // failed for good or waits in review, and that every capture the gateways
-// hold belongs to exactly one item.
+// hold belongs to exactly one item. Refunds are judged per charge on the
+// gateways' books: what they returned stays within what they captured,
+// each refund key is there once, and every refund rebill holds succeeded
+// is there with its amount.
 //
 // # Sources
 //
@@ -50,6 +53,21 @@ const (
 	// RepeatedEnrollment: a customer has more than one enrollment, not
 	// cancelled, of one account (see enrollments.ListRepeated).
 	RepeatedEnrollment = "enrollment-repeated"
+	// RefundOverCapture: the gateways returned more of a charge's money
+	// than they captured.
+	RefundOverCapture = "refund_over_capture"
+	// DuplicateRefund: one refund key has more than one succeeded refund
+	// at the gateway: the money went back twice.
+	DuplicateRefund = "duplicate_refund"
+	// RefundMissingAtGateway: rebill holds a refund succeeded but no
+	// gateway has returned its money under its key.
+	RefundMissingAtGateway = "refund_missing_at_gateway"
+	// RefundUnknownAtRebill: a refund at the gateway under a key that names
+	// no refund of rebill's succeeded, pending or unknown refunds.
+	RefundUnknownAtRebill = "refund_unknown_at_rebill"
+	// RefundAmountMismatch: the gateway's refund is not rebill's amount or
+	// currency under the same key.
+	RefundAmountMismatch = "refund_amount_mismatch"
 )
 
 // Discrepancy is one broken rule.
@@ -94,6 +112,11 @@ type Report struct {
 	// GatewayCaptures counts the succeeded captures the gateways listed
 	// for the days searched.
 	GatewayCaptures int `json:"gateway_captures"`
+	// Refunds counts the succeeded refunds rebill holds of the range's
+	// charges; GatewayRefunds the succeeded refunds the gateways listed for
+	// the days searched.
+	Refunds        int `json:"refunds"`
+	GatewayRefunds int `json:"gateway_refunds"`
 	// Bills counts the autopay bills judged by their own rules.
 	Bills         int           `json:"bills"`
 	Discrepancies []Discrepancy `json:"discrepancies"`
@@ -165,6 +188,12 @@ type capture struct {
 	op      gateway.Result
 }
 
+// listed are the gateways' succeeded operations of the days searched, by
+// charge key ("" for keys rebill did not make).
+type listed struct {
+	captures, refunds map[string][]capture
+}
+
 // Run audits the items due in [from, to): days, UTC.
 func (a *Auditor) Run(ctx context.Context, from, to time.Time) (Report, error) {
 	r := Report{From: from.Format(time.DateOnly), To: to.AddDate(0, 0, -1).Format(time.DateOnly), Discrepancies: []Discrepancy{}}
@@ -176,10 +205,11 @@ func (a *Auditor) Run(ctx context.Context, from, to time.Time) (Report, error) {
 		}
 		items = append(items, got...)
 	}
-	captures, err := a.captures(ctx, from, to, &r)
+	ops, err := a.captures(ctx, from, to, &r)
 	if err != nil {
 		return Report{}, err
 	}
+	captures := ops.captures
 	owned := map[string]bool{}
 	for _, it := range items {
 		r.Periods++
@@ -188,11 +218,18 @@ func (a *Auditor) Run(ctx context.Context, from, to time.Time) (Report, error) {
 			r.Discrepancies = append(r.Discrepancies, Discrepancy{Kind: NotCharged, ChargeKey: it.Key, Detail: it.Detail})
 			continue
 		}
-		if err := a.judge(ctx, *it.Charge, captures[it.Key], &r); err != nil {
+		found, err := a.judge(ctx, *it.Charge, captures[it.Key], &r)
+		if err != nil {
+			return Report{}, err
+		}
+		if err := a.judgeRefunds(ctx, *it.Charge, found, ops.refunds[it.Key], &r); err != nil {
 			return Report{}, err
 		}
 	}
 	if err := a.strays(ctx, captures, owned, from, to, &r); err != nil {
+		return Report{}, err
+	}
+	if err := a.strayRefunds(ctx, ops.refunds, owned, from, to, &r); err != nil {
 		return Report{}, err
 	}
 	if a.Bills != nil {
@@ -277,24 +314,30 @@ func (a *Auditor) repeated(ctx context.Context, r *Report) error {
 	return nil
 }
 
-// captures lists the gateways' succeeded captures from the range's first
-// day to SettleDays past its end, by charge key ("" for keys rebill did
-// not make).
-func (a *Auditor) captures(ctx context.Context, from, to time.Time, r *Report) (map[string][]capture, error) {
-	out := map[string][]capture{}
+// captures lists the gateways' succeeded captures and refunds from the
+// range's first day to SettleDays past its end, by charge key.
+func (a *Auditor) captures(ctx context.Context, from, to time.Time, r *Report) (listed, error) {
+	out := listed{captures: map[string][]capture{}, refunds: map[string][]capture{}}
 	for _, g := range a.Gateways {
 		for d := from; d.Before(to.AddDate(0, 0, a.SettleDays)); d = d.AddDate(0, 0, 1) {
 			ops, err := g.Operations(ctx, d)
 			if err != nil {
-				return nil, fmt.Errorf("audit: %w", err)
+				return listed{}, fmt.Errorf("audit: %w", err)
 			}
 			for _, op := range ops {
-				if op.Op != gateway.OpCapture || op.Status != gateway.StatusSucceeded {
+				if op.Status != gateway.StatusSucceeded {
 					continue
 				}
-				r.GatewayCaptures++
-				key, _, _, _ := charges.ParseGatewayKey(op.IdempotencyKey)
-				out[key] = append(out[key], capture{gateway: g.Name(), op: op})
+				switch op.Op {
+				case gateway.OpCapture:
+					r.GatewayCaptures++
+					key, _, _, _ := charges.ParseGatewayKey(op.IdempotencyKey)
+					out.captures[key] = append(out.captures[key], capture{gateway: g.Name(), op: op})
+				case gateway.OpRefund:
+					r.GatewayRefunds++
+					key, _, _ := charges.ParseRefundKey(op.IdempotencyKey)
+					out.refunds[key] = append(out.refunds[key], capture{gateway: g.Name(), op: op})
+				}
 			}
 		}
 	}
@@ -316,8 +359,8 @@ var inFlight = []charges.Status{charges.Capturing, charges.Unknown, charges.Requ
 
 // judge counts one charge and checks its captures: those listed, and those
 // of its attempts looked up by key (a capture filed under a day outside
-// the search).
-func (a *Auditor) judge(ctx context.Context, c charges.Charge, listed []capture, r *Report) error {
+// the search). It returns the captures found.
+func (a *Auditor) judge(ctx context.Context, c charges.Charge, listed []capture, r *Report) ([]capture, error) {
 	switch c.Status {
 	case charges.Succeeded:
 		r.Captured++
@@ -342,7 +385,7 @@ func (a *Auditor) judge(ctx context.Context, c charges.Charge, listed []capture,
 				continue
 			}
 			if err != nil {
-				return fmt.Errorf("audit: look up %s: %w", key, err)
+				return nil, fmt.Errorf("audit: look up %s: %w", key, err)
 			}
 			if res.Status == gateway.StatusSucceeded {
 				found = append(found, capture{gateway: g.Name(), op: res})
@@ -373,7 +416,7 @@ func (a *Auditor) judge(ctx context.Context, c charges.Charge, listed []capture,
 	case len(found) > 0 && c.Status != charges.Succeeded && !slices.Contains(inFlight, c.Status):
 		add(StatusMismatch, &found[0], "captured at the gateway but the charge is %s", c.Status)
 	}
-	return nil
+	return found, nil
 }
 
 // strays reports captures of the range's days that belong to no charge:

@@ -269,3 +269,65 @@ func TestRepeatedEnrollmentsAreListed(t *testing.T) {
 		licence2.String()+"): cancel all but one", r.Discrepancies[1].Detail)
 	require.NotContains(t, r.Discrepancies[0].String(), "77УА123456", "the document's number is not printed")
 }
+
+// Refunds are counted and judged on the gateways' books: per charge, what
+// the gateways returned stays within what they captured, each refund key
+// is there once, every refund rebill holds succeeded is there with its
+// amount, and every refund there is rebill's.
+func TestRefundRulesAreJudged(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	other := opstest.Gateway(t, b.pool, "simb")
+	b.auditor.Gateways = append(b.auditor.Gateways, other)
+	at := from.Add(36 * time.Hour)
+	keys := map[string]string{}
+	charge := func(day int) (uuid.UUID, string) {
+		return opstest.Paid(t, b.pool, opstest.Charge{Subscription: b.sub, PeriodStart: from.AddDate(0, 0, day), Gateway: gw})
+	}
+	refund := func(id uuid.UUID, key string, n int, amount int64, status string) string {
+		return opstest.InsertRefund(t, b.pool, opstest.Refund{ChargeID: id, ChargeKey: key, N: n, Amount: amount,
+			Gateway: gw, Status: status, At: at})
+	}
+	atGateway := func(gateway, key, rk string, amount int64) {
+		opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gateway, ChargeKey: key, Op: "refund", Key: rk, Amount: amount, At: at})
+	}
+	// Two partial refunds that agree.
+	id, key := charge(0)
+	atGateway(gw, key, refund(id, key, 1, 300, "succeeded"), 300)
+	atGateway(gw, key, refund(id, key, 2, 700, "succeeded"), 700)
+	// Succeeded in rebill, never at the gateway.
+	id, keys[audit.RefundMissingAtGateway] = charge(1)
+	refund(id, keys[audit.RefundMissingAtGateway], 1, 500, "succeeded")
+	// At the gateway under a key rebill never made.
+	_, keys[audit.RefundUnknownAtRebill] = charge(2)
+	atGateway(gw, keys[audit.RefundUnknownAtRebill], keys[audit.RefundUnknownAtRebill]+":r2:refund", 100)
+	// Another amount at the gateway.
+	id, keys[audit.RefundAmountMismatch] = charge(3)
+	atGateway(gw, keys[audit.RefundAmountMismatch], refund(id, keys[audit.RefundAmountMismatch], 1, 400, "succeeded"), 450)
+	// A refund rebill holds failed was made anyway: 1200 returned of 1000.
+	id, keys[audit.RefundOverCapture] = charge(4)
+	atGateway(gw, keys[audit.RefundOverCapture], refund(id, keys[audit.RefundOverCapture], 1, 600, "succeeded"), 600)
+	atGateway(gw, keys[audit.RefundOverCapture], refund(id, keys[audit.RefundOverCapture], 2, 600, "failed"), 600)
+	// One refund key at two gateway accounts.
+	id, keys[audit.DuplicateRefund] = charge(5)
+	rk := refund(id, keys[audit.DuplicateRefund], 1, 500, "succeeded")
+	atGateway(gw, keys[audit.DuplicateRefund], rk, 500)
+	atGateway("simb", keys[audit.DuplicateRefund], rk, 500)
+	// A refund whose key is not rebill's at all.
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, Op: "refund", Key: "manual-refund-7", Amount: 100, At: at})
+
+	r, err := b.auditor.Run(context.Background(), from, to)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{audit.RefundMissingAtGateway, audit.RefundUnknownAtRebill, audit.RefundAmountMismatch,
+		audit.RefundOverCapture, audit.DuplicateRefund, audit.RefundUnknownAtRebill}, kinds(r), "%v", r.Discrepancies)
+	for _, d := range r.Discrepancies {
+		if d.Kind == audit.RefundUnknownAtRebill && d.ChargeKey == "" {
+			require.Contains(t, d.Detail, "manual-refund-7")
+			continue
+		}
+		require.Equal(t, keys[d.Kind], d.ChargeKey, "%v", d)
+	}
+	require.Equal(t, 6, r.Refunds)
+	require.Equal(t, 9, r.GatewayRefunds)
+	require.Equal(t, 6, r.GatewayCaptures)
+}

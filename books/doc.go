@@ -8,8 +8,11 @@
 // ([charges.ParseGatewayKey]) and compared on amount, currency and status;
 // every charge that rebill settled as succeeded that day (service clock) on
 // the gateway must have a succeeded capture there (looked up by key when
-// the gateway filed it under another day). What disagrees is recorded as a
-// [Discrepancy] of one of five kinds.
+// the gateway filed it under another day). Refund operations are matched
+// the same way with rebill's refunds by their own keys
+// ([charges.ParseRefundKey]), and every refund rebill settled as succeeded
+// that day must have a succeeded refund of its amount there. What
+// disagrees is recorded as a [Discrepancy] of one of [Kinds].
 //
 // # Review
 //

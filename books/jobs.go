@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
+	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/platform/clock"
@@ -209,7 +210,11 @@ func (r *Reconciler) RunDay(ctx context.Context, name string, day time.Time) (Re
 		return Result{}, fmt.Errorf("reconcile %s on %s: %w", name, day.Format(time.DateOnly), ErrPaused)
 	}
 	found, ops, err := Check(ctx, r.Read, g, func(ctx context.Context, key string) (gateway.Result, error) {
-		return g.Lookup(ctx, gateway.ByKey(gateway.OpCapture, key))
+		op := gateway.OpCapture
+		if _, _, ok := charges.ParseRefundKey(key); ok {
+			op = gateway.OpRefund
+		}
+		return g.Lookup(ctx, gateway.ByKey(op, key))
 	}, day)
 	if err != nil {
 		return Result{}, err

@@ -34,11 +34,25 @@ const (
 	// DuplicateCapture: the charge has more than one succeeded capture at
 	// the gateway.
 	DuplicateCapture Kind = "duplicate_capture"
+	// RefundMissingAtGateway: rebill holds a refund as succeeded, but the
+	// gateway has no succeeded refund under its key: the customer may not
+	// have had the money back.
+	RefundMissingAtGateway Kind = "refund_missing_at_gateway"
+	// RefundUnknownAtRebill: the gateway returned money under a key that
+	// names no refund of rebill's.
+	RefundUnknownAtRebill Kind = "refund_unknown_at_rebill"
+	// RefundAmountMismatch: the gateway's refund returned another amount or
+	// currency than rebill's refund under the same key.
+	RefundAmountMismatch Kind = "refund_amount_mismatch"
+	// RefundStatusMismatch: the gateway returned the money of a refund that
+	// rebill holds as failed.
+	RefundStatusMismatch Kind = "refund_status_mismatch"
 )
 
 // Kinds lists every Kind: the closed set of
 // rebill_reconciliation_discrepancies_total's kind label.
-var Kinds = []Kind{MissingAtGateway, UnknownAtRebill, AmountMismatch, StatusMismatch, DuplicateCapture}
+var Kinds = []Kind{MissingAtGateway, UnknownAtRebill, AmountMismatch, StatusMismatch, DuplicateCapture,
+	RefundMissingAtGateway, RefundUnknownAtRebill, RefundAmountMismatch, RefundStatusMismatch}
 
 // Discrepancy is one disagreement found on a day.
 type Discrepancy struct {
@@ -65,9 +79,13 @@ func Check(ctx context.Context, db pg.DBTX, g gateway.Gateway, lookup Lookup, da
 		return nil, 0, fmt.Errorf("reconcile %s on %s: %w", g.Name(), day.Format(time.DateOnly), err)
 	}
 	keys := make([]string, 0, len(ops))
+	var refundKeys []string
 	for _, op := range ops {
 		if k, _, _, ok := charges.ParseGatewayKey(op.IdempotencyKey); ok {
 			keys = append(keys, k)
+		}
+		if _, _, ok := charges.ParseRefundKey(op.IdempotencyKey); ok {
+			refundKeys = append(refundKeys, op.IdempotencyKey)
 		}
 	}
 	known, err := charges.ByKeys(ctx, db, keys)
@@ -78,9 +96,21 @@ func Check(ctx context.Context, db pg.DBTX, g gateway.Gateway, lookup Lookup, da
 	if err != nil {
 		return nil, 0, fmt.Errorf("reconcile %s on %s: %w", g.Name(), day.Format(time.DateOnly), err)
 	}
-	m := matcher{byKey: map[string]charges.Charge{}, captures: map[uuid.UUID][]gateway.Result{}, lookup: lookup}
+	knownRefunds, err := charges.RefundsByKeys(ctx, db, refundKeys)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reconcile %s on %s: %w", g.Name(), day.Format(time.DateOnly), err)
+	}
+	settledRefunds, err := charges.RefundsSettled(ctx, db, g.Name(), day, day.Add(24*time.Hour))
+	if err != nil {
+		return nil, 0, fmt.Errorf("reconcile %s on %s: %w", g.Name(), day.Format(time.DateOnly), err)
+	}
+	m := matcher{byKey: map[string]charges.Charge{}, captures: map[uuid.UUID][]gateway.Result{}, lookup: lookup,
+		refunds: map[string]charges.Refund{}, refunded: map[string]bool{}}
 	for _, c := range known {
 		m.byKey[c.Key()] = c
+	}
+	for _, r := range knownRefunds {
+		m.refunds[r.GatewayKey] = r
 	}
 	for _, op := range ops {
 		m.operation(op)
@@ -89,6 +119,9 @@ func Check(ctx context.Context, db pg.DBTX, g gateway.Gateway, lookup Lookup, da
 		return nil, 0, fmt.Errorf("reconcile %s on %s: %w", g.Name(), day.Format(time.DateOnly), err)
 	}
 	if err := m.missing(ctx, settled); err != nil {
+		return nil, 0, fmt.Errorf("reconcile %s on %s: %w", g.Name(), day.Format(time.DateOnly), err)
+	}
+	if err := m.missingRefunds(ctx, settledRefunds); err != nil {
 		return nil, 0, fmt.Errorf("reconcile %s on %s: %w", g.Name(), day.Format(time.DateOnly), err)
 	}
 	slices.SortStableFunc(m.found, func(a, b Discrepancy) int {
@@ -113,6 +146,11 @@ type matcher struct {
 	captures map[uuid.UUID][]gateway.Result // succeeded captures seen per charge
 	lookup   Lookup
 	found    []Discrepancy
+	// refunds are rebill's refunds named by the day's operations, by
+	// gateway key; refunded the keys the gateway shows a succeeded refund
+	// under that day.
+	refunds  map[string]charges.Refund
+	refunded map[string]bool
 }
 
 func (m *matcher) add(kind Kind, c *charges.Charge, ref, format string, args ...any) {
@@ -129,6 +167,10 @@ func (m *matcher) add(kind Kind, c *charges.Charge, ref, format string, args ...
 var inFlight = []charges.Status{charges.Capturing, charges.Unknown, charges.RequiresReview}
 
 func (m *matcher) operation(op gateway.Result) {
+	if _, _, isRefund := charges.ParseRefundKey(op.IdempotencyKey); isRefund || op.Op == gateway.OpRefund {
+		m.refund(op)
+		return
+	}
 	key, attempt, kind, ok := charges.ParseGatewayKey(op.IdempotencyKey)
 	c, known := m.byKey[key]
 	if !ok || !known {
@@ -214,6 +256,71 @@ func (m *matcher) missing(ctx context.Context, settled []charges.Charge) error {
 			return fmt.Errorf("look up %s: %w", key, err)
 		case res.Status != gateway.StatusSucceeded:
 			m.add(MissingAtGateway, &c, res.Reference, "the charge succeeded but its capture %q is %s at the gateway", key, res.Status)
+		}
+	}
+	return nil
+}
+
+func (m *matcher) addRefund(kind Kind, r *charges.Refund, ref, format string, args ...any) {
+	d := Discrepancy{Kind: kind, GatewayReference: ref, Detail: fmt.Sprintf(format, args...)}
+	if r != nil {
+		id := r.ChargeID
+		d.ChargeID = &id
+	}
+	m.found = append(m.found, d)
+}
+
+// refund matches one refund operation of the gateway with rebill's refund
+// under its key. A refund rebill has not settled yet (pending, unknown)
+// may already be done at the gateway: its look-up settles it, so only a
+// failed one disagrees.
+func (m *matcher) refund(op gateway.Result) {
+	r, known := m.refunds[op.IdempotencyKey]
+	if !known {
+		m.addRefund(RefundUnknownAtRebill, nil, op.Reference, "%s %s of %d %s under key %q names no refund",
+			op.Status, op.Op, op.Amount, op.Currency, op.IdempotencyKey)
+		return
+	}
+	if op.Op != gateway.OpRefund {
+		m.addRefund(RefundUnknownAtRebill, &r, op.Reference, "a %s under the refund key %q", op.Op, op.IdempotencyKey)
+		return
+	}
+	if op.Status != gateway.StatusSucceeded {
+		return
+	}
+	m.refunded[op.IdempotencyKey] = true
+	if op.Amount != r.Amount || op.Currency != r.Currency {
+		m.addRefund(RefundAmountMismatch, &r, op.Reference, "the gateway refunded %d %s under %q, rebill's refund is %d %s",
+			op.Amount, op.Currency, op.IdempotencyKey, r.Amount, r.Currency)
+	}
+	if r.Status == charges.RefundFailed {
+		m.addRefund(RefundStatusMismatch, &r, op.Reference, "the gateway refunded %d %s under %q but rebill's refund failed (%s)",
+			op.Amount, op.Currency, op.IdempotencyKey, r.FailureCode)
+	}
+}
+
+// missingRefunds reports refunds rebill settled as succeeded that day
+// whose money the gateway did not return: looked up by key when the day's
+// operations do not show it (the gateway may have filed it under another
+// day).
+func (m *matcher) missingRefunds(ctx context.Context, settled []charges.Refund) error {
+	for _, r := range settled {
+		if r.Status != charges.RefundSucceeded || m.refunded[r.GatewayKey] {
+			continue
+		}
+		res, err := m.lookup(ctx, r.GatewayKey)
+		switch {
+		case errors.Is(err, gateway.ErrNotFound):
+			m.addRefund(RefundMissingAtGateway, &r, "", "the refund of %d %s succeeded but the gateway has no refund under %q",
+				r.Amount, r.Currency, r.GatewayKey)
+		case err != nil:
+			return fmt.Errorf("look up %s: %w", r.GatewayKey, err)
+		case res.Status != gateway.StatusSucceeded:
+			m.addRefund(RefundMissingAtGateway, &r, res.Reference, "the refund succeeded but %q is %s at the gateway",
+				r.GatewayKey, res.Status)
+		case res.Amount != r.Amount || res.Currency != r.Currency:
+			m.addRefund(RefundAmountMismatch, &r, res.Reference, "the gateway refunded %d %s under %q, rebill's refund is %d %s",
+				res.Amount, res.Currency, r.GatewayKey, r.Amount, r.Currency)
 		}
 	}
 	return nil

@@ -402,3 +402,87 @@ func TestPausedGatewayIsNotAsked(t *testing.T) {
 	require.Equal(t, books.Matched, res.Status)
 	require.EqualValues(t, 1, g.calls.Load())
 }
+
+// Refunds are matched with the gateway's refund operations: one that
+// agrees is no discrepancy; one rebill holds succeeded that the gateway
+// never made, one the gateway made under a key rebill does not know, one
+// of another amount, and one rebill holds failed that the gateway made
+// each are, with the charge they concern.
+func TestRefundsAreMatched(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	at := day.Add(10 * time.Hour)
+	paid := func(n int) (uuid.UUID, string) {
+		return opstest.Paid(t, b.pool, opstest.Charge{Subscription: b.sub, PeriodStart: period(n), Gateway: gw,
+			UpdatedAt: day.Add(-24 * time.Hour)})
+	}
+	refund := func(id uuid.UUID, key string, n int, amount int64, status string, gatewayAmount int64) {
+		rk := opstest.InsertRefund(t, b.pool, opstest.Refund{ChargeID: id, ChargeKey: key, N: n, Amount: amount,
+			Gateway: gw, Status: status, At: at})
+		if gatewayAmount > 0 {
+			opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Op: "refund", Key: rk, Amount: gatewayAmount, At: at})
+		}
+	}
+	// Two partial refunds that agree.
+	clean, key := paid(0)
+	refund(clean, key, 1, 300, "succeeded", 300)
+	refund(clean, key, 2, 700, "succeeded", 700)
+	want := map[books.Kind]uuid.UUID{}
+	// Succeeded in rebill, never made at the gateway.
+	id, key := paid(1)
+	want[books.RefundMissingAtGateway] = id
+	refund(id, key, 1, 500, "succeeded", 0)
+	// Made at the gateway for another amount.
+	id, key = paid(2)
+	want[books.RefundAmountMismatch] = id
+	refund(id, key, 1, 400, "succeeded", 450)
+	// Failed in rebill, made at the gateway.
+	id, key = paid(3)
+	want[books.RefundStatusMismatch] = id
+	refund(id, key, 1, 1000, "failed", 1000)
+	// Still unknown in rebill, made at the gateway: its look-up settles
+	// it, no discrepancy.
+	id, key = paid(4)
+	refund(id, key, 1, 1000, "unknown", 1000)
+	// A refund under a key no refund of rebill's has.
+	_, key = paid(5)
+	ghost := opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Op: "refund",
+		Key: key + ":r9:refund", Amount: 100, At: at})
+
+	res, err := b.rec.RunDay(ctx, gw, day)
+	require.NoError(t, err)
+	got := map[books.Kind][]books.Discrepancy{}
+	for _, d := range res.Discrepancies {
+		got[d.Kind] = append(got[d.Kind], d)
+	}
+	require.Len(t, got, 4, "%+v", res.Discrepancies)
+	for kind, id := range want {
+		require.Len(t, got[kind], 1, "%s: %+v", kind, got[kind])
+		require.Equal(t, id, *got[kind][0].ChargeID, kind)
+	}
+	require.Len(t, got[books.RefundUnknownAtRebill], 1)
+	require.Equal(t, ghost, got[books.RefundUnknownAtRebill][0].GatewayReference)
+	require.Contains(t, got[books.RefundAmountMismatch][0].Detail, "450")
+
+	// The recorded kinds pass the table's CHECK and read back.
+	saved, err := books.Get(ctx, b.pool, gw, day)
+	require.NoError(t, err)
+	require.Equal(t, res.Discrepancies, saved.Discrepancies)
+}
+
+// A refund the gateway filed under the day before is found by its key,
+// not called missing.
+func TestRefundFiledUnderAnotherDayIsNotMissing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id, key := opstest.Paid(t, b.pool, opstest.Charge{Subscription: b.sub, PeriodStart: period(0), Gateway: gw,
+		UpdatedAt: day.Add(-48 * time.Hour)})
+	rk := opstest.InsertRefund(t, b.pool, opstest.Refund{ChargeID: id, ChargeKey: key, Amount: 600, Gateway: gw,
+		At: day.Add(time.Hour)})
+	opstest.InsertOp(t, b.pool, opstest.Op{Gateway: gw, ChargeKey: key, Op: "refund", Key: rk, Amount: 600, At: day.Add(-time.Hour)})
+	res, err := b.rec.RunDay(ctx, gw, day)
+	require.NoError(t, err)
+	require.Equal(t, books.Matched, res.Status, "%+v", res.Discrepancies)
+}

@@ -233,14 +233,18 @@ func (e DevBillPublishedKind) Valid() bool {
 
 // Defines values for DiscrepancyKind.
 const (
-	AcceptedNotCaptured DiscrepancyKind = "accepted_not_captured"
-	AmountMismatch      DiscrepancyKind = "amount_mismatch"
-	CapturedNotAccepted DiscrepancyKind = "captured_not_accepted"
-	DuplicateCapture    DiscrepancyKind = "duplicate_capture"
-	MissingAtGateway    DiscrepancyKind = "missing_at_gateway"
-	ProcessingTooLong   DiscrepancyKind = "processing_too_long"
-	StatusMismatch      DiscrepancyKind = "status_mismatch"
-	UnknownAtRebill     DiscrepancyKind = "unknown_at_rebill"
+	AcceptedNotCaptured    DiscrepancyKind = "accepted_not_captured"
+	AmountMismatch         DiscrepancyKind = "amount_mismatch"
+	CapturedNotAccepted    DiscrepancyKind = "captured_not_accepted"
+	DuplicateCapture       DiscrepancyKind = "duplicate_capture"
+	MissingAtGateway       DiscrepancyKind = "missing_at_gateway"
+	ProcessingTooLong      DiscrepancyKind = "processing_too_long"
+	RefundAmountMismatch   DiscrepancyKind = "refund_amount_mismatch"
+	RefundMissingAtGateway DiscrepancyKind = "refund_missing_at_gateway"
+	RefundStatusMismatch   DiscrepancyKind = "refund_status_mismatch"
+	RefundUnknownAtRebill  DiscrepancyKind = "refund_unknown_at_rebill"
+	StatusMismatch         DiscrepancyKind = "status_mismatch"
+	UnknownAtRebill        DiscrepancyKind = "unknown_at_rebill"
 )
 
 // Valid indicates whether the value is a known member of the DiscrepancyKind enum.
@@ -257,6 +261,14 @@ func (e DiscrepancyKind) Valid() bool {
 	case MissingAtGateway:
 		return true
 	case ProcessingTooLong:
+		return true
+	case RefundAmountMismatch:
+		return true
+	case RefundMissingAtGateway:
+		return true
+	case RefundStatusMismatch:
+		return true
+	case RefundUnknownAtRebill:
 		return true
 	case StatusMismatch:
 		return true
@@ -1350,7 +1362,7 @@ type CustomerId = string
 
 // DailyReport defines model for DailyReport.
 type DailyReport struct {
-	// Data One row per gateway and currency with any charge settled that day, ordered by gateway then currency.
+	// Data One row per gateway and currency with any charge settled or refund succeeded that day, ordered by gateway then currency.
 	Data []DailyReportRow `json:"data"`
 
 	// Date Examples: 2026-12-01
@@ -1380,6 +1392,12 @@ type DailyReportRow struct {
 	// FailedCount Charges failed: hard declines, refused requests, dunning exhausted.
 	FailedCount int    `json:"failed_count"`
 	Gateway     string `json:"gateway"`
+
+	// RefundedAmount Their sum, in minor units.
+	RefundedAmount int `json:"refunded_amount"`
+
+	// RefundedCount Refunds that succeeded that day, whichever day their charges were captured.
+	RefundedCount int `json:"refunded_count"`
 
 	// VoidedCount Charges voided (hold released or never placed).
 	VoidedCount int `json:"voided_count"`

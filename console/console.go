@@ -61,6 +61,7 @@ type Billing interface {
 	ReviewQueue(ctx context.Context, after *charges.ReviewCursor, limit int) ([]charges.Charge, error)
 	ResolveCharge(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, r charges.Resolution) (charges.Charge, error)
 	RetryCharge(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (charges.Charge, error)
+	RefundCharge(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, in usecases.RefundInput) (charges.Refund, error)
 }
 
 // Autopay is the enrollments' use cases (package usecases).
@@ -218,6 +219,7 @@ func (h *Handler) routes() *chi.Mux {
 		r.Get("/console/charges/{id}", h.charge)
 		r.Post("/console/charges/{id}/retry", h.retry)
 		r.Post("/console/charges/{id}/resolve", h.resolve)
+		r.Post("/console/charges/{id}/refund", h.refund)
 		r.Get("/console/review", h.review)
 		r.Get("/console/enrollments/{id}", h.enrollment)
 		r.Post("/console/enrollments/{id}/bills/{bill}/confirm", h.confirmBill)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -176,6 +177,76 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request) {
 				Actor: string(s.key.Role) + ":" + s.key.ID})
 			return fmt.Sprintf("Resolved: charge %s is %s.", id, ch.Status), err
 		}})
+}
+
+// refund asks for a refund of the charge through the refunds use case:
+// the amount in the currency's major unit (empty: all that is left), a
+// reason from the API's enum, and evidence like the other support
+// actions. A refusal (a fine, nothing left, more than is left) is shown on
+// the charge page with its reason.
+func (h *Handler) refund(w http.ResponseWriter, r *http.Request) {
+	s := sessionFrom(r.Context())
+	id, err := pathUUID(r, "id")
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	back := consolePath("charges", id.String())
+	c, err := h.opts.Billing.Charge(r.Context(), s.caller(), id)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	in := usecases.RefundInput{Reason: charges.RefundReason(r.PostFormValue("reason")),
+		Actor: string(s.key.Role) + ":" + s.key.ID}
+	if !in.Reason.Valid() {
+		h.refuse(w, r, back, fmt.Errorf("%w: reason must be duplicate, fraudulent or requested_by_customer", errInput))
+		return
+	}
+	if text := strings.TrimSpace(r.PostFormValue("amount")); text != "" {
+		amount, err := minorUnits(text, c.Currency)
+		if err != nil {
+			h.refuse(w, r, back, err)
+			return
+		}
+		in.Amount = &amount
+	}
+	if in.Evidence, err = evidenceField(r); err != nil {
+		h.refuse(w, r, back, err)
+		return
+	}
+	h.act(w, r, action{name: "charge.refund", object: id.String(), evidence: in.Evidence, back: back,
+		do: func(ctx context.Context, tx pgx.Tx, caller usecases.Caller) (string, error) {
+			rf, err := h.opts.Billing.RefundCharge(ctx, tx, caller, id, in)
+			return fmt.Sprintf("Refund %d of %s asked (%s): it is %s until the gateway answers.", rf.N,
+				money(rf.Amount, rf.Currency), rf.Reason, rf.Status), err
+		}})
+}
+
+// minorUnits reads an amount typed in currency's major unit ("12.50"),
+// with at most the currency's decimals, as minor units (1250).
+func minorUnits(text, currency string) (int64, error) {
+	units, ok := validate.Currency(currency)
+	if !ok {
+		units = 2
+	}
+	whole, frac, dot := strings.Cut(text, ".")
+	bad := fmt.Errorf("%w: amount must be a positive amount in %s with at most %d decimals, or empty for all that is left",
+		errInput, currency, units)
+	if whole == "" || len(frac) > units || dot && frac == "" || len(whole) > 15 {
+		return 0, bad
+	}
+	for _, d := range whole + frac {
+		if d < '0' || d > '9' {
+			return 0, bad
+		}
+	}
+	frac += strings.Repeat("0", units-len(frac))
+	n, err := strconv.ParseInt(whole+frac, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, bad
+	}
+	return n, nil
 }
 
 // billAction acts on bill {bill} of enrollment {id}. The record is keyed

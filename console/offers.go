@@ -156,3 +156,29 @@ func gatewayState(g fleet.GatewayStatus) healthState {
 
 // healthState is a gateway's state in a word, and why.
 type healthState struct{ State, Why string }
+
+// refundOffer is what the charge page says of a refund: offered on a
+// succeeded charge with captured money left, not on a fine (money paid to
+// the state goes back through the state's own procedure). Why says why
+// not, when not.
+type refundOffer struct {
+	Offered bool
+	Left    int64
+	Why     string
+}
+
+func refundOfferFor(c charges.Charge) refundOffer {
+	left := c.Amount - c.AmountRefunded
+	switch {
+	case c.Status != charges.Succeeded:
+		return refundOffer{}
+	case c.RegistryUIN != "":
+		return refundOffer{Why: "No refund: this charge paid a fine; money paid to the state is returned through the state's own procedure, not a card refund."}
+	case left <= 0:
+		return refundOffer{Why: "No refund: the charge has been refunded in full."}
+	}
+	return refundOffer{Offered: true, Left: left}
+}
+
+// refundReasons are the reasons the refund form offers, the API's enum.
+func refundReasons() []charges.RefundReason { return charges.RefundReasons }

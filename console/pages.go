@@ -238,6 +238,9 @@ type attempt struct {
 type chargeView struct {
 	Charge   charges.Charge
 	Attempts []attempt
+	// Refunds are the charge's refunds, oldest first (the charge page
+	// only).
+	Refunds []charges.Refund
 	// Actions are what staff did to it in the console (the charge page
 	// only).
 	Actions []consoleAction
@@ -377,6 +380,10 @@ func (h *Handler) charge(w http.ResponseWriter, r *http.Request) {
 	}
 	if views[0].Actions, err = h.actionsOn(r.Context(), id.String()); err != nil {
 		h.fail(w, r, s, err)
+		return
+	}
+	if views[0].Refunds, err = charges.RefundsOf(r.Context(), h.opts.Pool, id); err != nil {
+		h.fail(w, r, s, fmt.Errorf("read refunds: %w", err))
 		return
 	}
 	h.show(w, r, "charge", "Charge "+id.String(), views[0])

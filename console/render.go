@@ -264,6 +264,8 @@ var funcs = template.FuncMap{
 	"paidelsewhere":   paidElsewhere,
 	"retryoffered":    retryOffered,
 	"resolveoffered":  resolveOffered,
+	"refundoffer":     refundOfferFor,
+	"refundreasons":   refundReasons,
 	"whyinreview":     whyInReview,
 	"lookupfound":     lookupFound,
 	"ms":              ms,

@@ -187,8 +187,8 @@ func TestReconciliationAndDailyReportEndpoints(t *testing.T) {
 	status, ctype, body := b.getRaw(t, "/v1/reports/daily?date="+date, adminKey, "text/csv")
 	require.Equal(t, http.StatusOK, status)
 	require.True(t, strings.HasPrefix(ctype, "text/csv"), ctype)
-	require.Equal(t, "date,gateway,currency,captured_count,captured_amount,declined_count,failed_count,voided_count,commission_bps,commission\n"+
-		date+",sim1,USD,2,3000,0,0,0,150,45\n", body) // sim1 takes 150 bps: 45 of 3000
+	require.Equal(t, "date,gateway,currency,captured_count,captured_amount,declined_count,failed_count,voided_count,commission_bps,commission,refunded_count,refunded_amount\n"+
+		date+",sim1,USD,2,3000,0,0,0,150,45,0,0\n", body) // sim1 takes 150 bps: 45 of 3000
 	status, _, csvBody := b.getRaw(t, "/v1/reports/daily?format=csv&date="+date, adminKey, "")
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, body, csvBody)

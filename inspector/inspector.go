@@ -93,6 +93,9 @@ func (in *Inspector) Run(ctx context.Context) (Summary, error) {
 	if err != nil {
 		return sum, err
 	}
+	if err := in.countRefundsUnknown(ctx, now); err != nil {
+		return sum, err
+	}
 	for _, s := range stuck {
 		metrics.InspectorStuck.WithLabelValues(string(s.Kind)).Inc()
 		action, detail, err := in.handle(ctx, s, now)
@@ -119,6 +122,42 @@ func (in *Inspector) Run(ctx context.Context) (Summary, error) {
 	}
 	return sum, nil
 }
+
+// countRefundsUnknown sets rebill_refunds_unknown and, of them,
+// rebill_refunds_unknown_overdue: refunds unknown longer than
+// UnknownAfter. A refund's look-up never resends it blind, so one the
+// gateway keeps not answering about stays unknown, the customer's money in
+// doubt, until a person reads the gateway's dashboard. The gauges are
+// reset first so a gateway with none left reads 0, not its last count.
+func (in *Inspector) countRefundsUnknown(ctx context.Context, now time.Time) error {
+	all, err := charges.CountRefundsUnknown(ctx, in.Pool)
+	if err != nil {
+		return err
+	}
+	overdue, err := charges.RefundsStuckUnknown(ctx, in.Pool, now.Add(-in.Thresholds.UnknownAfter))
+	if err != nil {
+		return fmt.Errorf("count overdue unknown refunds: %w", err)
+	}
+	metrics.RefundsUnknown.Reset()
+	metrics.RefundsUnknownOverdue.Reset()
+	for gw, n := range all {
+		metrics.RefundsUnknown.WithLabelValues(gw).Set(float64(n))
+		metrics.RefundsUnknownOverdue.WithLabelValues(gw).Set(0)
+	}
+	for i, r := range overdue {
+		metrics.RefundsUnknownOverdue.WithLabelValues(r.Gateway).Inc()
+		if i < maxRefundLines {
+			in.Logger.Warn().Str("refund_id", r.ID.String()).Str("charge_id", r.ChargeID.String()).Str("gateway", r.Gateway).
+				Time("since", r.UpdatedAt).Int("overdue", len(overdue)).Msg("refund unknown overdue")
+		}
+	}
+	return nil
+}
+
+// maxRefundLines bounds the overdue refunds one inspection logs (oldest
+// first): a gateway silent for hours would otherwise log every one of
+// them every minute; the gauge counts them all.
+const maxRefundLines = 20
 
 // handle kicks, reviews or reports one stuck charge and names what it did:
 // the detail is logged, the charge shows its review code's sentence.

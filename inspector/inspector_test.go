@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/rs/zerolog"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/inspector"
+	"github.com/rebill/rebill/platform/metrics"
 	"github.com/rebill/rebill/testkit/dbtest"
 	"github.com/rebill/rebill/testkit/opstest"
 	"github.com/rebill/rebill/testkit/testsupport"
@@ -105,3 +107,39 @@ type laterStepArgs struct {
 }
 
 func (laterStepArgs) Kind() string { return "test_later_step" }
+
+// Refunds unknown are counted per gateway, and those unknown longer than
+// UnknownAfter as overdue (the alert's gauge); a later run with none left
+// reads 0. Not parallel: the gauges are the process's.
+func TestInspectorCountsRefundsUnknown(t *testing.T) {
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	insp := &inspector.Inspector{Pool: pool, Jobs: client, Clock: testsupport.NewClock(now), Logger: zerolog.New(io.Discard),
+		Thresholds: inspector.Thresholds{NoJobAfter: time.Minute, UnknownAfter: time.Hour}}
+	sub := opstest.Subscription(t, pool, "simq", now.AddDate(0, -6, 0))
+	refund := func(n int, status string, since time.Duration) {
+		id, key := opstest.InsertCharge(t, pool, opstest.Charge{Subscription: sub, PeriodStart: now.AddDate(0, -n, 0),
+			Gateway: "simq", Status: "succeeded", UpdatedAt: now.Add(-48 * time.Hour)})
+		opstest.InsertRefund(t, pool, opstest.Refund{ChargeID: id, ChargeKey: key, Amount: 400, Gateway: "simq",
+			Status: status, At: now.Add(-since)})
+	}
+	refund(1, "unknown", 2*time.Hour)
+	refund(2, "unknown", 3*time.Hour)
+	refund(3, "unknown", 10*time.Minute)
+	refund(4, "succeeded", 5*time.Hour)
+	refund(5, "pending", 5*time.Hour)
+
+	_, err = insp.Run(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3.0, testutil.ToFloat64(metrics.RefundsUnknown.WithLabelValues("simq")))
+	require.Equal(t, 2.0, testutil.ToFloat64(metrics.RefundsUnknownOverdue.WithLabelValues("simq")))
+
+	_, err = pool.Exec(ctx, `UPDATE refunds SET status = 'succeeded', settled_at = $1`, now)
+	require.NoError(t, err)
+	_, err = insp.Run(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, testutil.CollectAndCount(metrics.RefundsUnknownOverdue))
+	require.Equal(t, 0.0, testutil.ToFloat64(metrics.RefundsUnknown.WithLabelValues("simq")))
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/reports"
@@ -22,10 +23,14 @@ func TestDailyReportSumsTheDayByGatewayAndCurrency(t *testing.T) {
 	pool := dbtest.Pool(t)
 	sub := opstest.Subscription(t, pool, "sim1", day.AddDate(-1, 0, 0))
 	n := 0
-	charge := func(gw, currency, status string, amount int64, at time.Time) {
+	charge := func(gw, currency, status string, amount int64, at time.Time) (uuid.UUID, string) {
 		n++
-		opstest.InsertCharge(t, pool, opstest.Charge{Subscription: sub, PeriodStart: day.AddDate(0, 0, -n), Gateway: gw,
+		return opstest.InsertCharge(t, pool, opstest.Charge{Subscription: sub, PeriodStart: day.AddDate(0, 0, -n), Gateway: gw,
 			Currency: currency, Status: status, Amount: amount, UpdatedAt: at})
+	}
+	refund := func(id uuid.UUID, key, gw, currency string, n int, amount int64, status string, at time.Time) {
+		opstest.InsertRefund(t, pool, opstest.Refund{ChargeID: id, ChargeKey: key, N: n, Amount: amount, Currency: currency,
+			Gateway: gw, Status: status, At: at})
 	}
 	charge("sim1", "RUB", "succeeded", 1000, day.Add(time.Hour))
 	charge("sim1", "RUB", "succeeded", 2001, day.Add(23*time.Hour+59*time.Minute))
@@ -34,10 +39,19 @@ func TestDailyReportSumsTheDayByGatewayAndCurrency(t *testing.T) {
 	charge("sim2", "RUB", "failed", 700, day.Add(3*time.Hour))
 	charge("sim2", "RUB", "voided", 700, day.Add(4*time.Hour))
 	// Not that day, or not settled: left out.
-	charge("sim1", "RUB", "succeeded", 9999, day.Add(-time.Second))
+	earlier, earlierKey := charge("sim1", "RUB", "succeeded", 9999, day.Add(-time.Second))
 	charge("sim1", "RUB", "succeeded", 9999, day.Add(24*time.Hour))
 	charge("sim1", "RUB", "authorizing", 9999, day.Add(time.Hour))
-
+	// Refunds count on the day they succeeded, whenever their charge was
+	// captured; a failed one, or one of another day, does not; a gateway
+	// and currency with refunds only gets a row of its own.
+	refund(earlier, earlierKey, "sim1", "RUB", 1, 400, "succeeded", day.Add(5*time.Hour))
+	refund(earlier, earlierKey, "sim1", "RUB", 2, 600, "succeeded", day.Add(6*time.Hour))
+	refund(earlier, earlierKey, "sim1", "RUB", 3, 50, "failed", day.Add(6*time.Hour))
+	refund(earlier, earlierKey, "sim1", "RUB", 4, 70, "succeeded", day.Add(-time.Hour))
+	refund(earlier, earlierKey, "sim1", "RUB", 5, 80, "unknown", day.Add(7*time.Hour))
+	eur, eurKey := charge("sim3", "EUR", "succeeded", 3000, day.Add(-48*time.Hour))
+	refund(eur, eurKey, "sim3", "EUR", 1, 3000, "succeeded", day.Add(8*time.Hour))
 	rates := func(gw, currency string) int64 {
 		if gw == "sim1" && currency == "RUB" {
 			return 150
@@ -49,17 +63,19 @@ func TestDailyReportSumsTheDayByGatewayAndCurrency(t *testing.T) {
 	require.Equal(t, day, rep.Date)
 	require.Equal(t, []reports.Row{
 		{Gateway: "sim1", Currency: "RUB", CapturedCount: 2, CapturedAmount: 3001, DeclinedCount: 1, CommissionBPS: 150,
-			Commission: 46}, // 45.015, rounded up
+			Commission: 46, RefundedCount: 2, RefundedAmount: 1000}, // 45.015, rounded up
 		{Gateway: "sim1", Currency: "USD", CapturedCount: 1, CapturedAmount: 500},
 		{Gateway: "sim2", Currency: "RUB", FailedCount: 1, VoidedCount: 1},
+		{Gateway: "sim3", Currency: "EUR", RefundedCount: 1, RefundedAmount: 3000},
 	}, rep.Rows)
 
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteCSV(&buf))
-	require.Equal(t, "date,gateway,currency,captured_count,captured_amount,declined_count,failed_count,voided_count,commission_bps,commission\n"+
-		"2026-12-01,sim1,RUB,2,3001,1,0,0,150,46\n"+
-		"2026-12-01,sim1,USD,1,500,0,0,0,0,0\n"+
-		"2026-12-01,sim2,RUB,0,0,0,1,1,0,0\n", buf.String())
+	require.Equal(t, "date,gateway,currency,captured_count,captured_amount,declined_count,failed_count,voided_count,commission_bps,commission,refunded_count,refunded_amount\n"+
+		"2026-12-01,sim1,RUB,2,3001,1,0,0,150,46,2,1000\n"+
+		"2026-12-01,sim1,USD,1,500,0,0,0,0,0,0,0\n"+
+		"2026-12-01,sim2,RUB,0,0,0,1,1,0,0,0,0\n"+
+		"2026-12-01,sim3,EUR,0,0,0,0,0,0,0,1,3000\n", buf.String())
 
 	empty, err := reports.Build(context.Background(), pool, day.AddDate(0, 0, 5), nil)
 	require.NoError(t, err)

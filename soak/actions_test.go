@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/rebill/rebill/soak"
 )
 
@@ -102,6 +104,12 @@ func (r *runner) run(step soak.Step) {
 		if step.ErrorRate != nil {
 			body["error_rate"] = *step.ErrorRate
 		}
+		if step.RefundsDown != nil {
+			body["refunds_down"] = *step.RefundsDown
+		}
+		if step.RefundsLost != nil {
+			body["refunds_lost"] = *step.RefundsLost
+		}
 		if a, ok := r.request(step.Node, http.MethodPost, "/v1/dev/gateways/"+step.Gateway+"/faults", r.idem(step, ""), body, 60*time.Second); !ok || a.status != 200 {
 			r.note("step %d: faults on %s: %d %s", step.N, step.Gateway, a.status, a.body)
 		}
@@ -136,6 +144,8 @@ func (r *runner) run(step soak.Step) {
 		}
 	case soak.KindSupport:
 		r.support(step)
+	case soak.KindRefund:
+		r.refund(step)
 	case soak.KindSettle:
 		r.waitQuiet(90 * time.Second)
 	case soak.KindEnrol, soak.KindBill, soak.KindWithdraw, soak.KindEnrolAction, soak.KindEnrolCard, soak.KindRegistryFault, soak.KindClockTo,
@@ -410,4 +420,49 @@ func (r *runner) sampleUnpaid() func() {
 		}
 	}()
 	return func() { close(stop); <-done }
+}
+
+// refund asks for a refund of the step's pick among the succeeded
+// charges (a fine's when the step says so): once, or twice at once on the
+// two nodes under two Idempotency-Keys, as two people would. Whatever the
+// answers, the refund invariants judge the outcome on the ledgers; a fine
+// refunded, or an answer other than a refusal or an acceptance, is noted.
+func (r *runner) refund(step soak.Step) {
+	rows, err := r.db.Query(r.ctx, `SELECT id::text FROM charges WHERE status = 'succeeded' AND (registry_uin IS NOT NULL) = $1
+		ORDER BY id LIMIT 50`, step.Action == "fine")
+	if err != nil {
+		return
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) == 0 {
+		return
+	}
+	id := ids[step.Pick%len(ids)]
+	body := map[string]any{"reason": step.Reason, "evidence": fmt.Sprintf("soak step %d", step.N)}
+	if step.Amount > 0 {
+		body["amount"] = step.Amount
+	}
+	ask := func(node int, part string) {
+		a, ok := r.request(node, http.MethodPost, "/v1/charges/"+id+"/refunds", r.idem(step, part), body, 20*time.Second)
+		switch {
+		case !ok:
+		case step.Action == "fine" && a.status < 300:
+			r.note("step %d: a fine's charge %s was refunded: %d %s", step.N, id, a.status, a.body)
+		case a.status >= 500 && a.status != http.StatusServiceUnavailable:
+			r.note("step %d: refund of %s: %d %s", step.N, id, a.status, a.body)
+		}
+	}
+	if !step.Twice {
+		ask(step.Node, "")
+		return
+	}
+	var wg sync.WaitGroup
+	for node, part := range []string{"-a", "-b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ask(node, part)
+		}()
+	}
+	wg.Wait()
 }

@@ -185,6 +185,20 @@ func (r *runner) collect() *soak.Data {
 	if err := rows.Err(); err != nil {
 		t.Fatalf("read charges: %v", err)
 	}
+	refunds, err := r.db.Query(r.ctx, `SELECT id::text, charge_id::text, n, gateway_key, amount, currency, status
+		FROM refunds ORDER BY gateway_key`)
+	if err != nil {
+		t.Fatalf("read refunds: %v", err)
+	}
+	var rf soak.Refund
+	if _, err := pgx.ForEachRow(refunds, []any{&rf.ID, &rf.ChargeID, &rf.N, &rf.GatewayKey, &rf.Amount, &rf.Currency, &rf.Status},
+		func() error {
+			rf.ChargeKey, _, _ = charges.ParseRefundKey(rf.GatewayKey)
+			d.Refunds = append(d.Refunds, rf)
+			return nil
+		}); err != nil {
+		t.Fatalf("read refunds: %v", err)
+	}
 	slots, err := r.db.Query(r.ctx, `SELECT customer_id, unnest(slots) FROM velocity_counters WHERE name = 'declines' ORDER BY 1, 2`)
 	if err != nil {
 		t.Fatalf("read velocity slots: %v", err)

@@ -30,6 +30,9 @@ type Data struct {
 	Fines []Fine
 	// Slots are the declines-limit slots held when the data was read.
 	Slots []Slot
+	// Refunds are rebill's refunds of the judged charges; the ledger's
+	// refund operations are judged against them.
+	Refunds []Refund
 }
 
 // Slot is one declines-limit slot: its customer and its holder, a
@@ -156,8 +159,8 @@ type Charge struct {
 // (GET /v1/dev/gateways/{name}/ledger).
 type LedgerOp struct {
 	Gateway        string
-	Op             string // authorize, capture, void
-	IdempotencyKey string // <charge key>:a<attempt>:<phase>
+	Op             string // authorize, capture, void, refund
+	IdempotencyKey string // <charge key>:a<attempt>:<phase>, or <charge key>:r<n>:refund
 	Reference      string
 	TokenLast4     string
 	Amount         int64

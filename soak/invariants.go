@@ -71,6 +71,10 @@ var Invariants = []Invariant{
 	{PaidBeforeHold, FinePaidBeforeHoldNotCaptured},
 	{UnpostedHoldReleased, FineHoldNotLeftUnposted},
 	{"slot-outlives-attempt", NoSlotOutlivesItsAttempt},
+	{RefundsWithinCapture, RefundsWithinCaptureOnLedger},
+	{RefundOnceAtGateway, RefundKeyOnceOnLedger},
+	{RefundAtGateway, EverySucceededRefundAtGateway},
+	{NoRefundOfFine, NoRefundOfAFine},
 }
 
 // CheckAll runs every invariant and returns their violations.
@@ -85,8 +89,11 @@ func CheckAll(d *Data) []Violation {
 // Coverage counts what the invariants judged.
 type Coverage struct {
 	Subscriptions, Events, Charges, LedgerOps, Captures int
-	OwedPeriods, NotOwedPeriods, UnsurePeriods          int
-	CardChanges, Cancels                                int
+	// Refunds are rebill's refunds judged; LedgerRefunds the succeeded
+	// refunds the gateways recorded.
+	Refunds, LedgerRefunds                     int
+	OwedPeriods, NotOwedPeriods, UnsurePeriods int
+	CardChanges, Cancels                       int
 }
 
 // Measure counts what d gives the invariants to judge.
@@ -98,7 +105,11 @@ func Measure(d *Data) Coverage {
 		if o.Op == "capture" && o.Status == "succeeded" {
 			c.Captures++
 		}
+		if o.Op == "refund" && o.Status == "succeeded" {
+			c.LedgerRefunds++
+		}
 	}
+	c.Refunds = len(d.Refunds)
 	var moves []ClockMove
 	if d.Observed != nil {
 		moves = d.Observed.ClockMoves

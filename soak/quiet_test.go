@@ -14,7 +14,8 @@ func (r *runner) drain() {
 	for i := 1; i <= 5; i++ {
 		gw := fmt.Sprintf("sim%d", i)
 		r.request(0, http.MethodPost, "/v1/dev/gateways/"+gw+"/faults", fmt.Sprintf("soak-%d-drain-%s", r.seed, gw),
-			map[string]any{"down": false, "latency_ms": 0, "error_rate": 0}, 120*time.Second)
+			map[string]any{"down": false, "latency_ms": 0, "error_rate": 0, "refunds_down": false, "refunds_lost": false},
+			120*time.Second)
 	}
 	for _, gw := range []string{"gmp1", "gmp2"} {
 		r.request(0, http.MethodPost, "/v1/dev/registry/"+gw+"/faults", fmt.Sprintf("soak-%d-drain-%s", r.seed, gw),
@@ -59,7 +60,8 @@ func (r *runner) drain() {
 // not yet expired, a posting not yet answered (or abandoned, its job still
 // asking the registry), an accepted posting the
 // registry sweep must annul (the sweep's own condition), and the
-// registry's jobs.
+// registry's jobs; refunds not yet answered (pending, unknown) with their
+// jobs, counted with the postings.
 const openWorkSQL = `SELECT
 	(SELECT count(*) FROM charges WHERE status IN ('scheduled', 'authorizing', 'authorized', 'capturing', 'unknown')
 		AND NOT (status = 'scheduled' AND confirmation_required)),
@@ -67,7 +69,7 @@ const openWorkSQL = `SELECT
 	(SELECT count(*) FROM subscriptions WHERE next_charge_at <= (SELECT now FROM dev_clock)
 		AND (status IN ('active', 'past_due') OR (status = 'paused' AND cancel_at_period_end))),
 	(SELECT count(*) FROM subscriptions WHERE status = 'paused' AND resume_at <= (SELECT now FROM dev_clock)),
-	(SELECT count(*) FROM river_job WHERE (kind LIKE 'charge%' OR kind IN ('registry_post', 'registry_annul'))
+	(SELECT count(*) FROM river_job WHERE (kind LIKE 'charge%' OR kind IN ('registry_post', 'registry_annul', 'refund_send', 'refund_lookup'))
 		AND state IN ('available', 'running', 'retryable', 'scheduled', 'pending')),
 	(SELECT count(*) FROM bills b JOIN enrollments e ON e.id = b.enrollment_id
 		WHERE b.status = 'scheduled' AND b.pay_at <= (SELECT now FROM dev_clock) AND e.status = 'active'),
@@ -82,7 +84,8 @@ const openWorkSQL = `SELECT
 			WHERE (p.charge_id = c.id OR p.uin = c.registry_uin) AND p.status IN ('posting', 'accepted', 'abandoned'))),
 	(SELECT count(*) FROM bills WHERE status IN ('pending', 'awaiting_confirmation', 'awaiting_registry', 'scheduled', 'failed')
 		AND expires_at <= (SELECT now FROM dev_clock)),
-	(SELECT count(*) FROM registry_postings WHERE status IN ('posting', 'abandoned')),
+	(SELECT count(*) FROM registry_postings WHERE status IN ('posting', 'abandoned'))
+		+ (SELECT count(*) FROM refunds WHERE status IN ('pending', 'unknown')),
 	(SELECT count(*) FROM registry_postings p JOIN charges c ON c.id = p.charge_id WHERE p.status = 'accepted'
 		AND (c.attempt_count > p.attempt OR c.status IN ('voided', 'declined')
 			OR (c.status IN ('requires_review', 'failed') AND c.hold_released_at IS NOT NULL))),

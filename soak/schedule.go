@@ -25,6 +25,11 @@ const (
 	KindSupport   = "support"   // a person acts on a charge in review: Action resolve or retry, on the Pick-th
 	KindWait      = "wait"      // let time pass (Wait) before launching the next step
 	KindSettle    = "settle"    // wait until charging is quiet (a barrier; for hand-written schedules)
+	// KindRefund: a person refunds the Pick-th succeeded charge (a fine's
+	// when Action is "fine", which must be refused), Amount of it (0: all
+	// that is left) for Reason; Twice: two people ask at once, one on
+	// each node, under two Idempotency-Keys.
+	KindRefund = "refund"
 )
 
 // Card is a payment method the schedule gives.
@@ -74,6 +79,12 @@ type Step struct {
 
 	// wait
 	Wait string `json:"wait,omitempty"`
+
+	// refund (Amount, Pick and Action above)
+	Reason string `json:"reason,omitempty"`
+	// fault on refunds
+	RefundsDown *bool `json:"refunds_down,omitempty"`
+	RefundsLost *bool `json:"refunds_lost,omitempty"`
 
 	AutopayStep
 }
@@ -126,6 +137,12 @@ func (s Step) String() string {
 		if s.LatencyMS != nil {
 			parts = append(parts, fmt.Sprintf("latency=%dms", *s.LatencyMS))
 		}
+		if s.RefundsDown != nil {
+			parts = append(parts, fmt.Sprintf("refunds_down=%t", *s.RefundsDown))
+		}
+		if s.RefundsLost != nil {
+			parts = append(parts, fmt.Sprintf("refunds_lost=%t", *s.RefundsLost))
+		}
 		if s.ErrorRate != nil {
 			parts = append(parts, fmt.Sprintf("error_rate=%.2f", *s.ErrorRate))
 		}
@@ -138,6 +155,16 @@ func (s Step) String() string {
 		return "pg_terminate_backend every connection of rebill"
 	case KindSupport:
 		return fmt.Sprintf("support %s review-queue charge #%d%s", s.Action, s.Pick, via)
+	case KindRefund:
+		what := "all that is left"
+		if s.Amount > 0 {
+			what = fmt.Sprintf("%d", s.Amount)
+		}
+		of := "succeeded charge"
+		if s.Action == "fine" {
+			of = "fine's charge (must be refused)"
+		}
+		return fmt.Sprintf("refund %s of %s #%d, %s%s", what, of, s.Pick, s.Reason, via)
 	case KindWait:
 		return "wait " + s.Wait
 	case KindSettle:
@@ -453,6 +480,8 @@ func (g *Generator) choose(s Step) Step {
 			s.Action = "retry"
 		}
 		return s
+	case r < 69:
+		return g.refund(s)
 	default:
 		if (g.down[0] || g.down[1]) && g.chance(0.1) {
 			return g.restart(s)
@@ -516,11 +545,17 @@ func (g *Generator) faultStep(s Step) Step {
 	if on && g.chance(0.6) {
 		f, z := false, 0
 		var e float64
-		s.Down, s.LatencyMS, s.ErrorRate = &f, &z, &e
+		s.Down, s.LatencyMS, s.ErrorRate, s.RefundsDown, s.RefundsLost = &f, &z, &e, &f, &f
 		g.fault[s.Gateway] = false
 		return s
 	}
-	switch g.rng.IntN(4) {
+	switch g.rng.IntN(6) {
+	case 4:
+		t := true
+		s.RefundsDown = &t
+	case 5:
+		t := true
+		s.RefundsLost = &t
 	case 0:
 		t := true
 		s.Down = &t
@@ -533,5 +568,22 @@ func (g *Generator) faultStep(s Step) Step {
 		s.ErrorRate = &e
 	}
 	g.fault[s.Gateway] = true
+	return s
+}
+
+// refund is a person's refund of a succeeded charge: in full or in part
+// (an amount that may be more than is left, which must be refused), now
+// and then two at once on the two nodes, and now and then of a fine's
+// charge, which must be refused.
+func (g *Generator) refund(s Step) Step {
+	s.Kind, s.Pick = KindRefund, g.rng.IntN(50)
+	s.Reason = []string{"duplicate", "fraudulent", "requested_by_customer"}[g.rng.IntN(3)]
+	if g.chance(0.6) {
+		s.Amount = []int64{1, 100, 250, 499, 1000, 5000}[g.rng.IntN(6)]
+	}
+	s.Twice = g.chance(0.3)
+	if g.cfg.Autopay > 0 && g.chance(0.1) {
+		s.Action = "fine"
+	}
 	return s
 }

@@ -47,3 +47,18 @@ var (
 		Help: "Start (Unix seconds, UTC) of the latest day reconciled for the registry gateway.",
 	}, []string{"registry"})
 )
+
+// Refunds whose outcome is unknown (sent, answer lost): their
+// refund_lookup jobs ask the gateway until it says. Set by the inspector
+// at each run; overdue ones have been unknown longer than its
+// REBILL_INSPECT_UNKNOWN_AFTER, and RebillRefundsUnknownOverdue fires.
+var (
+	RefundsUnknown = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebill_refunds_unknown",
+		Help: "Refunds whose outcome is unknown (being looked up at the gateway), by gateway, as of the inspector's last run on this node.",
+	}, []string{"gateway"})
+	RefundsUnknownOverdue = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rebill_refunds_unknown_overdue",
+		Help: "Refunds unknown longer than the inspector's unknown threshold (service clock), by gateway, as of its last run on this node: RebillRefundsUnknownOverdue fires.",
+	}, []string{"gateway"})
+)

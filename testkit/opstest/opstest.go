@@ -178,3 +178,57 @@ func Paid(t testing.TB, pool *pgxpool.Pool, c Charge) (uuid.UUID, string) {
 	InsertOp(t, pool, Op{Gateway: c.Gateway, ChargeKey: key, Attempt: attempt, Op: "capture", Amount: c.Amount, Currency: c.Currency, At: at})
 	return id, key
 }
+
+// Refund is a refund of rebill's books, written without driving the
+// refund jobs.
+type Refund struct {
+	ChargeID  uuid.UUID
+	ChargeKey string
+	N         int    // default 1
+	Amount    int64  // default 1000
+	Currency  string // default RUB
+	Gateway   string
+	Status    string // default succeeded
+	At        time.Time
+}
+
+// InsertRefund writes r into refunds, raises its charge's sums as the
+// refund machine would (so the charge's CHECK holds), and returns the
+// refund's gateway key.
+func InsertRefund(t testing.TB, pool *pgxpool.Pool, r Refund) string {
+	t.Helper()
+	if r.N == 0 {
+		r.N = 1
+	}
+	if r.Amount == 0 {
+		r.Amount = 1000
+	}
+	if r.Currency == "" {
+		r.Currency = "RUB"
+	}
+	if r.Status == "" {
+		r.Status = "succeeded"
+	}
+	key := fmt.Sprintf("%s:r%d:refund", r.ChargeKey, r.N) // charges.RefundKey, which this kit may not import
+	var settled *time.Time
+	if r.Status == "succeeded" || r.Status == "failed" {
+		settled = &r.At
+	}
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO refunds (id, charge_id, n, gateway_key, amount, currency, reason, status, gateway,
+			actor, created_at, updated_at, sent_at, settled_at)
+		VALUES ($1, $2, $3, $4, $5, $6, 'requested_by_customer', $7, $8, 'ops-test', $9, $9, $9, $10)`,
+		uuid.New(), r.ChargeID, r.N, key, r.Amount, r.Currency, r.Status, r.Gateway, r.At, settled)
+	require.NoError(t, err)
+	var reserved, refunded int64
+	if r.Status != "failed" {
+		reserved = r.Amount
+	}
+	if r.Status == "succeeded" {
+		refunded = r.Amount
+	}
+	_, err = pool.Exec(ctx, `UPDATE charges SET refund_reserved = refund_reserved + $2, amount_refunded = amount_refunded + $3,
+			refund_count = greatest(refund_count, $4) WHERE id = $1`, r.ChargeID, reserved, refunded, r.N)
+	require.NoError(t, err)
+	return key
+}
