@@ -263,6 +263,7 @@ func (r *runner) collectBills(d *soak.Data) *billcheck.Data {
 		if k := o.ChargeKey(); keys[k] {
 			b.Ops = append(b.Ops, billcheck.Op{Gateway: o.Gateway, Op: o.Op, IdempotencyKey: o.IdempotencyKey, Status: o.Status,
 				Amount: o.Amount, At: o.At})
+			d.BillLedger = append(d.BillLedger, o)
 			continue
 		}
 		periods = append(periods, o)

@@ -18,8 +18,14 @@ type Data struct {
 	// Subscriptions are every subscription judged, with their events log
 	// and charges.
 	Subscriptions []Subscription
-	// Ledger is every operation the gateways recorded, all gateways.
+	// Ledger is every operation the gateways recorded, all gateways, but
+	// those of bill charges when autopay is judged apart (BillLedger).
 	Ledger []LedgerOp
+	// BillLedger are the operations of bill charges that the autopay
+	// checks took out of Ledger, so that the periods' checks see only
+	// subscriptions; the refund checks, which judge every charge, read
+	// both.
+	BillLedger []LedgerOp
 	// Observed is what the driver saw happen in real time; nil when there
 	// was no driver. Checks that need it skip their observed parts then.
 	Observed *Observations

@@ -49,7 +49,7 @@ func (o LedgerOp) refundOf() (chargeKey string, n int, ok bool) {
 // refund key, all gateways.
 func refundsAtGateway(d *Data) (byCharge, byKey map[string][]LedgerOp) {
 	byCharge, byKey = map[string][]LedgerOp{}, map[string][]LedgerOp{}
-	for _, o := range d.Ledger {
+	for _, o := range allOps(d) {
 		if o.Op != "refund" || o.Status != "succeeded" {
 			continue
 		}
@@ -66,7 +66,7 @@ func refundsAtGateway(d *Data) (byCharge, byKey map[string][]LedgerOp) {
 // rebill would not write is counted under "" and always breaks it.
 func RefundsWithinCaptureOnLedger(d *Data) []Violation {
 	var out []Violation
-	l := indexLedger(d.Ledger)
+	l := indexLedger(allOps(d))
 	byCharge, _ := refundsAtGateway(d)
 	for key, refunds := range byCharge {
 		var returned, captured int64
@@ -156,4 +156,10 @@ func NoRefundOfAFine(d *Data) []Violation {
 	}
 	sortViolations(out)
 	return out
+}
+
+// allOps are every gateway operation, the bill charges' included: a
+// refund names its charge's key, whichever owner the charge bills.
+func allOps(d *Data) []LedgerOp {
+	return append(append([]LedgerOp(nil), d.Ledger...), d.BillLedger...)
 }

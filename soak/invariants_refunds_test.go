@@ -82,3 +82,17 @@ func TestInvariantRefundIsNotACaptureWithoutAuthorization(t *testing.T) {
 	r.refund(c, 1, 500, "succeeded", 500, 200)
 	expect(t, NoCaptureWithoutAuthorization(r.d))
 }
+
+// A housing bill's refund is judged against its capture, which the
+// autopay checks take out of Ledger into BillLedger: a bill's capture
+// counts as any other.
+func TestInvariantBillRefundIsJudgedAgainstTheBillsCapture(t *testing.T) {
+	r := newRecord(day(20))
+	key := "01a2429e-1805-7c30-a873-b7b9ba8d3b96:2026-05:9"
+	r.d.BillLedger = append(r.d.BillLedger, LedgerOp{Gateway: "sim1", Op: "capture", IdempotencyKey: key + ":a1:capture",
+		Amount: 42391, Currency: "RUB", Status: "succeeded", At: rt(100)})
+	r.refundOp(key+":r1:refund", 42391, 200)
+	expect(t, RefundsWithinCaptureOnLedger(r.d))
+	r.refundOp(key+":r2:refund", 1, 300)
+	expect(t, RefundsWithinCaptureOnLedger(r.d), "returned 42392 of a charge they captured 42391")
+}
