@@ -123,6 +123,8 @@ func zeroMetrics(gateways []fleet.GatewayStatus, registries []string, reseal []v
 		for _, kind := range books.Kinds {
 			metrics.ReconciliationDiscrepancies.WithLabelValues(g.Name, string(kind))
 		}
+		metrics.RefundsUnknown.WithLabelValues(g.Name)
+		metrics.RefundsUnknownOverdue.WithLabelValues(g.Name)
 	}
 	for _, name := range registries {
 		for _, kind := range books.RegistryKinds {

@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -71,7 +73,7 @@ func buildOps(ctx context.Context, cfg config.Config, svc *Service, pool *pgxpoo
 	o := ops{
 		inspector: &inspector.Inspector{Pool: pool, Jobs: jobs, Charges: chargeStore, Clock: svc.Clock, Logger: log.With().Str("component", "inspector").Logger(),
 			Thresholds: inspector.Thresholds{NoJobAfter: cfg.InspectNoJobAfter, UnknownAfter: cfg.InspectUnknownAfter,
-				HoldWarnAfter: cfg.InspectHoldWarn}},
+				HoldWarnAfter: cfg.InspectHoldWarn}, Gateways: slices.Sorted(maps.Keys(byName))},
 		reconciler: &books.Reconciler{Pool: pool, Jobs: jobs, Read: read, Gateways: byName, Registries: registries,
 			AnnulWithin: registryAnnulWithin, Clock: svc.Clock, Days: cfg.ReconcileDays,
 			JobTimeout: cfg.RescueAfter - 5*time.Second, Logger: log.With().Str("component", "reconcile").Logger()},

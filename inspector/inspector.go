@@ -66,6 +66,10 @@ type Inspector struct {
 	Clock      clock.Clock
 	Thresholds Thresholds
 	Logger     zerolog.Logger
+	// Gateways are the configured gateways' names: each reads 0 on the
+	// refund gauges when it has no unknown refund, so that the series
+	// (and the alert's query) always exist.
+	Gateways []string
 }
 
 // What the inspector does with a stuck charge: the closed set of
@@ -140,6 +144,10 @@ func (in *Inspector) countRefundsUnknown(ctx context.Context, now time.Time) err
 	}
 	metrics.RefundsUnknown.Reset()
 	metrics.RefundsUnknownOverdue.Reset()
+	for _, gw := range in.Gateways {
+		metrics.RefundsUnknown.WithLabelValues(gw).Set(0)
+		metrics.RefundsUnknownOverdue.WithLabelValues(gw).Set(0)
+	}
 	for gw, n := range all {
 		metrics.RefundsUnknown.WithLabelValues(gw).Set(float64(n))
 		metrics.RefundsUnknownOverdue.WithLabelValues(gw).Set(0)
