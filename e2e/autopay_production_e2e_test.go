@@ -143,10 +143,13 @@ func TestProductionFinePulledTwicePushedOnce(t *testing.T) {
 		"issued_at": issued.Format(time.RFC3339), "due_date": due})
 	require.Equal(t, http.StatusOK, status, "the pushed bill is the pulled one: %v", pushed)
 	require.Equal(t, "paid", pushed["status"])
+	// The pull is one job at a time: an insert while the first pull's job
+	// is still finishing is that job, so ask again until a pull reads.
 	before := len(source.Requests())
-	pull()
-	require.Eventually(t, func() bool { return len(source.Requests()) > before }, 30*time.Second, 20*time.Millisecond,
-		"pulled again")
+	require.Eventually(t, func() bool {
+		pull()
+		return len(source.Requests()) > before
+	}, 30*time.Second, 100*time.Millisecond, "pulled again")
 	require.Len(t, b.bills(t, enr), 1, "one bill")
 	require.Len(t, b.enrollmentCharges(t, enr), 1, "one charge")
 	require.Equal(t, map[string]int{"authorize:succeeded": 1, "capture:succeeded": 1}, gatewayOps(t, p.pool, enr+":"+id))
