@@ -226,10 +226,10 @@ func (a *Auditor) Run(ctx context.Context, from, to time.Time) (Report, error) {
 			return Report{}, err
 		}
 	}
-	if err := a.strays(ctx, captures, owned, from, to, &r); err != nil {
+	if err := a.strays(ctx, captures, owned, from, to, UnknownAtRebill, "capture", &r); err != nil {
 		return Report{}, err
 	}
-	if err := a.strayRefunds(ctx, ops.refunds, owned, from, to, &r); err != nil {
+	if err := a.strays(ctx, ops.refunds, owned, from, to, RefundUnknownAtRebill, "refund", &r); err != nil {
 		return Report{}, err
 	}
 	if a.Bills != nil {
@@ -419,11 +419,13 @@ func (a *Auditor) judge(ctx context.Context, c charges.Charge, listed []capture,
 	return found, nil
 }
 
-// strays reports captures of the range's days that belong to no charge:
-// captures of charges outside the range belong to their own range's items.
-func (a *Auditor) strays(ctx context.Context, captures map[string][]capture, owned map[string]bool, from, to time.Time, r *Report) error {
+// strays reports the operations (captures or refunds, what names them)
+// of the range's days whose key names no charge, as kind: operations of
+// charges outside the range are judged with their own range's items.
+func (a *Auditor) strays(ctx context.Context, ops map[string][]capture, owned map[string]bool, from, to time.Time,
+	kind, what string, r *Report) error {
 	var keys []string
-	for key := range captures {
+	for key := range ops {
 		if key != "" && !owned[key] {
 			keys = append(keys, key)
 		}
@@ -442,13 +444,13 @@ func (a *Auditor) strays(ctx context.Context, captures map[string][]capture, own
 		if exists[key] {
 			continue
 		}
-		for _, cp := range captures[key] {
+		for _, cp := range ops[key] {
 			if cp.op.At.Before(from) || !cp.op.At.Before(to) {
 				continue
 			}
-			r.Discrepancies = append(r.Discrepancies, Discrepancy{Kind: UnknownAtRebill, ChargeKey: key, Gateway: cp.gateway,
-				GatewayReference: cp.op.Reference, Detail: fmt.Sprintf("a capture of %d %s under key %q names no charge",
-					cp.op.Amount, cp.op.Currency, cp.op.IdempotencyKey)})
+			r.Discrepancies = append(r.Discrepancies, Discrepancy{Kind: kind, ChargeKey: key, Gateway: cp.gateway,
+				GatewayReference: cp.op.Reference, Detail: fmt.Sprintf("a %s of %d %s under key %q names no charge",
+					what, cp.op.Amount, cp.op.Currency, cp.op.IdempotencyKey)})
 		}
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
@@ -103,41 +102,6 @@ func (a *Auditor) judgeRefunds(ctx context.Context, c charges.Charge, captured, 
 	}
 	if returned > took {
 		add(RefundOverCapture, nil, "the gateways returned %d %s of the charge but captured %d", returned, c.Currency, took)
-	}
-	return nil
-}
-
-// strayRefunds reports refunds of the range's days whose key names no
-// charge: refunds of charges outside the range are judged with their own
-// range's items.
-func (a *Auditor) strayRefunds(ctx context.Context, refunds map[string][]capture, owned map[string]bool, from, to time.Time, r *Report) error {
-	var keys []string
-	for key := range refunds {
-		if key != "" && !owned[key] {
-			keys = append(keys, key)
-		}
-	}
-	known, err := charges.ByKeys(ctx, a.DB, keys)
-	if err != nil {
-		return fmt.Errorf("audit: %w", err)
-	}
-	exists := map[string]bool{}
-	for _, c := range known {
-		exists[c.Key()] = true
-	}
-	slices.Sort(keys)
-	for _, key := range append([]string{""}, keys...) {
-		if exists[key] {
-			continue
-		}
-		for _, cp := range refunds[key] {
-			if cp.op.At.Before(from) || !cp.op.At.Before(to) {
-				continue
-			}
-			r.Discrepancies = append(r.Discrepancies, Discrepancy{Kind: RefundUnknownAtRebill, ChargeKey: key, Gateway: cp.gateway,
-				GatewayReference: cp.op.Reference, Detail: fmt.Sprintf("a refund of %d %s under key %q names no charge",
-					cp.op.Amount, cp.op.Currency, cp.op.IdempotencyKey)})
-		}
 	}
 	return nil
 }
