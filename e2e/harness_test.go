@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/api/openapitest"
@@ -151,23 +152,22 @@ func (b testBundle) charges(t *testing.T, subID string) []map[string]any {
 // statuses, and returns them newest first.
 func (b testBundle) waitCharges(t *testing.T, subID string, want int, statuses ...string) []map[string]any {
 	t.Helper()
+	return b.waitChargesWithin(t, 30*time.Second, subID, want, statuses...)
+}
+
+// waitChargesWithin is waitCharges with its own bound, for tests whose
+// charges wait on a gateway on purpose; a timeout reports the charges last
+// seen.
+func (b testBundle) waitChargesWithin(t *testing.T, bound time.Duration, subID string, want int, statuses ...string) []map[string]any {
+	t.Helper()
 	var cs []map[string]any
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		cs = b.charges(t, subID)
-		if len(cs) != want {
-			return false
+		require.Len(c, cs, want, "charges of %s", subID)
+		for _, ch := range cs {
+			require.Contains(c, statuses, ch["status"], "charge %v of %s", ch["id"], subID)
 		}
-		for _, c := range cs {
-			ok := false
-			for _, s := range statuses {
-				ok = ok || c["status"] == s
-			}
-			if !ok {
-				return false
-			}
-		}
-		return true
-	}, 30*time.Second, 50*time.Millisecond, "charges of %s: %v", subID, func() any { return cs })
+	}, bound, 50*time.Millisecond)
 	return cs
 }
 

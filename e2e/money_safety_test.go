@@ -256,8 +256,11 @@ func TestPartialOutageNeitherStrandsNorReviews(t *testing.T) {
 	for i := range subs {
 		subs[i] = b.createSubscription(t, "tok_ok_outage", "month")
 	}
+	// Half the calls failing keeps tripping the circuit (over 50 % of at
+	// least 10 calls), so the calls pass mostly one probe at a time: the
+	// bound is for a loaded machine, not for how long this usually takes.
 	for _, sub := range subs {
-		cs := b.waitCharges(t, sub, 1, "succeeded")
+		cs := b.waitChargesWithin(t, 3*time.Minute, sub, 1, "succeeded")
 		require.Equal(t, []string{"a1:authorize:succeeded:tage", "a1:capture:succeeded:tage"},
 			b.gatewayOps(t, "sim1", cs[0]["key"].(string)))
 	}
