@@ -94,16 +94,19 @@ type New struct {
 const columns = `id, customer_id, status, amount, currency, interval, interval_count, timezone,
 	billing_anchor, next_period_index, next_charge_at, cancel_at_period_end, paused_at, resume_at,
 	pm_gateway, pm_token, coalesce(pm_brand, ''), coalesce(pm_last4, ''), pm_exp_month, pm_exp_year,
-	coalesce(description, ''), metadata, created_at, updated_at, cancelled_at, unpaid_since, receipt, experiments`
+	coalesce(description, ''), metadata, created_at, updated_at, cancelled_at, unpaid_since, receipt, experiments,
+	trial_end, pending_update, credit_balance, period_key_suffix, on_resume, paused_time_left_us`
 
 func scan(row pgx.Row) (Subscription, error) {
 	var s Subscription
-	var meta, receipt []byte
+	var meta, receipt, pending []byte
+	var leftUS *int64
 	err := row.Scan(&s.ID, &s.CustomerID, &s.Status, &s.Amount, &s.Currency, &s.Interval, &s.IntervalCount, &s.TimeZone,
 		&s.BillingAnchor, &s.NextPeriodIndex, &s.NextChargeAt, &s.CancelAtPeriodEnd, &s.PausedAt, &s.ResumeAt,
 		&s.PaymentMethod.Gateway, &s.PaymentMethod.Token, &s.PaymentMethod.Brand, &s.PaymentMethod.Last4,
 		&s.PaymentMethod.ExpMonth, &s.PaymentMethod.ExpYear,
-		&s.Description, &meta, &s.CreatedAt, &s.UpdatedAt, &s.CancelledAt, &s.UnpaidSince, &receipt, &s.Experiments)
+		&s.Description, &meta, &s.CreatedAt, &s.UpdatedAt, &s.CancelledAt, &s.UnpaidSince, &receipt, &s.Experiments,
+		&s.TrialEnd, &pending, &s.CreditBalance, &s.PeriodKeySuffix, &s.OnResume, &leftUS)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Subscription{}, ErrNotFound
 	}
@@ -118,6 +121,16 @@ func scan(row pgx.Row) (Subscription, error) {
 		if err := json.Unmarshal(receipt, s.Receipt); err != nil {
 			return Subscription{}, fmt.Errorf("decode subscription receipt: %w", err)
 		}
+	}
+	if pending != nil {
+		s.PendingUpdate = &PendingUpdate{}
+		if err := json.Unmarshal(pending, s.PendingUpdate); err != nil {
+			return Subscription{}, fmt.Errorf("decode pending update: %w", err)
+		}
+	}
+	if leftUS != nil {
+		left := time.Duration(*leftUS) * time.Microsecond
+		s.PausedTimeLeft = &left
 	}
 	s.BillingAnchor = s.BillingAnchor.UTC()
 	s.NextChargeAt = s.NextChargeAt.UTC()

@@ -6,6 +6,8 @@
 // Every allowed move is listed once, in [Machine]'s table; the store
 // refuses any other with a *fsm.TransitionError.
 //
+//	trialing ---(trial_end comes, or ends now)---> active
+//	trialing ---cancel---> cancelled
 //	active ----pause----> paused ----resume (or resume_at)----> active
 //	active ---(a charge declined: dunning)---> past_due
 //	active|past_due ---(dunning ended)---> unpaid
@@ -38,6 +40,9 @@ import (
 type Status string
 
 const (
+	// Trialing: before trial_end nothing is charged; the first period
+	// begins at trial_end.
+	Trialing Status = "trialing"
 	// Active: periods are charged as they fall due.
 	Active Status = "active"
 	// Paused: no period is charged; periods that fall due are skipped, not
@@ -72,6 +77,7 @@ const (
 // is the one list of allowed moves: every status change in the store asks
 // [Machine] before its guarded UPDATE.
 var transitions = map[Status][]Status{
+	Trialing:  {Active, Cancelled},
 	Active:    {Paused, PastDue, Unpaid, Cancelled},
 	Paused:    {Active, Cancelled},
 	PastDue:   {Active, Unpaid, Cancelled},
@@ -122,12 +128,56 @@ type Subscription struct {
 	// Experiments are the arms of the experiments the subscription takes
 	// part in, by experiment key; once recorded an arm does not change.
 	Experiments map[string]string
+	// TrialEnd is when a trial ends and the first period begins; nil
+	// without a trial.
+	TrialEnd *time.Time
+	// PendingUpdate is a change that applies at the current period's end;
+	// nil when none waits.
+	PendingUpdate *PendingUpdate
+	// CreditBalance is credit, in minor units of Currency, that reduces the
+	// next charges (left by a downgrade's proration).
+	CreditBalance int64
+	// PeriodKeySuffix ends every period key of the current schedule (see
+	// period.Schedule.KeySuffix).
+	PeriodKeySuffix string
+	// OnResume is what the pause's resume does (or the last pause's did).
+	OnResume OnResume
+	// PausedTimeLeft is the paid time left in the current period when a
+	// pause that continues the period began; nil otherwise.
+	PausedTimeLeft *time.Duration
+}
+
+// OnResume is what a resume does with the period the pause interrupted.
+type OnResume string
+
+const (
+	// StartNewPeriod: the resume starts a new period, charged at once.
+	StartNewPeriod OnResume = "start_new_period"
+	// ContinuePeriod: the paid time left at the pause is kept; the next
+	// charge falls that long after the resume.
+	ContinuePeriod OnResume = "continue_period"
+)
+
+// PendingUpdate is a change of price or plan waiting for the end of the
+// current period. Fields left nil keep the subscription's value.
+type PendingUpdate struct {
+	ID            uuid.UUID         `json:"id"`
+	Amount        *int64            `json:"amount,omitempty"`
+	Interval      *period.Interval  `json:"interval,omitempty"`
+	IntervalCount *int              `json:"interval_count,omitempty"`
+	Description   *string           `json:"description,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+	Receipt       *Receipt          `json:"receipt,omitempty"`
+	// EffectiveAt is the period end it applies at.
+	EffectiveAt time.Time `json:"effective_at"`
+	CreatedAt   time.Time `json:"created_at"`
 }
 
 // Schedule is the subscription's period arithmetic. The zone was validated
 // when the subscription was created; an unloadable one falls back to UTC.
 func (s Subscription) Schedule() period.Schedule {
-	return period.Schedule{Anchor: s.BillingAnchor, Location: location(s.TimeZone), Interval: s.Interval, Count: s.IntervalCount}
+	return period.Schedule{Anchor: s.BillingAnchor, Location: location(s.TimeZone), Interval: s.Interval, Count: s.IntervalCount,
+		KeySuffix: s.PeriodKeySuffix}
 }
 
 // locations caches loaded zones: time.LoadLocation reads a file each call,

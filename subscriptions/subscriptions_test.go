@@ -22,6 +22,7 @@ import (
 func TestCanTransition(t *testing.T) {
 	t.Parallel()
 	fsmtest.RequireMoves(t, subscriptions.Machine, map[subscriptions.Status][]subscriptions.Status{
+		subscriptions.Trialing:  {subscriptions.Active, subscriptions.Cancelled},
 		subscriptions.Active:    {subscriptions.Paused, subscriptions.PastDue, subscriptions.Unpaid, subscriptions.Cancelled},
 		subscriptions.Paused:    {subscriptions.Active, subscriptions.Cancelled},
 		subscriptions.PastDue:   {subscriptions.Active, subscriptions.Unpaid, subscriptions.Cancelled},
@@ -30,6 +31,7 @@ func TestCanTransition(t *testing.T) {
 	})
 	require.False(t, subscriptions.CanTransition(subscriptions.Paused, subscriptions.PastDue), "a paused subscription charges nothing")
 	require.False(t, subscriptions.CanTransition(subscriptions.Cancelled, subscriptions.Active), "cancelled is final")
+	require.False(t, subscriptions.CanTransition(subscriptions.Trialing, subscriptions.Paused), "a trial charges nothing to pause")
 }
 
 // No SQL names a subscription status: conditions are built from the

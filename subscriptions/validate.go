@@ -90,4 +90,4 @@ func ParseStatus(s string) (Status, bool) {
 }
 
 // Statuses lists every status, in the order of the life cycle.
-var Statuses = []Status{Active, Paused, PastDue, Unpaid, Cancelled}
+var Statuses = []Status{Trialing, Active, Paused, PastDue, Unpaid, Cancelled}

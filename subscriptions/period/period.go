@@ -76,13 +76,17 @@ type Schedule struct {
 	Interval Interval
 	// Count is the number of Intervals per period; it must be at least 1.
 	Count int
+	// KeySuffix is appended to every period key. A schedule restarted on a
+	// day that began a paid period (an interval change) would otherwise
+	// give its first period that paid period's key, and leave it uncharged.
+	KeySuffix string
 }
 
 // Period is one billing period. It covers [Start, End).
 type Period struct {
 	Index int
 	// Key is the start date in the subscription's zone, formatted
-	// "2006-01-02". It is stable for a given schedule and index, so it can
+	// "2006-01-02", followed by the schedule's KeySuffix. It is stable for a given schedule and index, so it can
 	// serve as an idempotency key for charging the period.
 	Key string
 	// Start and End are in UTC; End is the next period's Start.
@@ -110,7 +114,7 @@ func (s Schedule) Period(n int) Period {
 	start := s.Start(n)
 	return Period{
 		Index: n,
-		Key:   start.In(s.Location).Format(keyLayout),
+		Key:   start.In(s.Location).Format(keyLayout) + s.KeySuffix,
 		Start: start,
 		End:   s.Start(n + 1),
 	}
