@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/velocity"
@@ -182,4 +183,27 @@ func (s *Service) Events(ctx context.Context, caller Caller, id uuid.UUID, after
 		return nil, err
 	}
 	return s.Subscriptions.Events(ctx, s.Pool, id, after, limit)
+}
+
+// ErrNotBuilt is answered by the verbs of subscription changes while they
+// are being built.
+var ErrNotBuilt = fault.New(fault.Conflict, "not available yet")
+
+// UpdateSubscription changes a visible subscription's terms now or at its
+// period end.
+func (s *Service) UpdateSubscription(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, u subscriptions.Update) (subscriptions.Subscription, error) {
+	return subscriptions.Subscription{}, ErrNotBuilt
+}
+
+// RemovePendingUpdate removes the update waiting for a visible
+// subscription's period end; without one it returns the subscription
+// unchanged.
+func (s *Service) RemovePendingUpdate(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (subscriptions.Subscription, error) {
+	return subscriptions.Subscription{}, ErrNotBuilt
+}
+
+// EndTrial ends a visible subscription's trial now: its first period
+// begins and is charged at once.
+func (s *Service) EndTrial(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (subscriptions.Subscription, error) {
+	return subscriptions.Subscription{}, ErrNotBuilt
 }
