@@ -57,7 +57,7 @@ type Billing interface {
 	CreateSubscription(ctx context.Context, tx pgx.Tx, caller usecases.Caller, n subscriptions.New) (subscriptions.Subscription, error)
 	Subscription(ctx context.Context, caller usecases.Caller, id uuid.UUID) (subscriptions.Subscription, error)
 	ListSubscriptions(ctx context.Context, caller usecases.Caller, p subscriptions.ListParams) ([]subscriptions.Subscription, error)
-	Pause(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error)
+	Pause(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, resumeAt *time.Time, onResume subscriptions.OnResume) (subscriptions.Subscription, error)
 	Resume(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (subscriptions.Subscription, error)
 	Cancel(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, atPeriodEnd bool) (subscriptions.Subscription, error)
 	ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, pm rebilltype.PaymentMethod) (subscriptions.Subscription, error)

@@ -129,7 +129,8 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
 }
 
 type pauseRequest struct {
-	ResumeAt *time.Time `json:"resume_at"`
+	ResumeAt *time.Time              `json:"resume_at"`
+	OnResume subscriptions.OnResume `json:"on_resume"`
 }
 
 type cancelRequest struct {
@@ -138,7 +139,7 @@ type cancelRequest struct {
 
 func (s *Server) pauseSubscription(w http.ResponseWriter, r *http.Request) {
 	change(s, w, r, toSubscriptionJSON, func(tx pgx.Tx, id uuid.UUID, req pauseRequest) (subscriptions.Subscription, error) {
-		return s.Billing.Pause(r.Context(), tx, callerFrom(r), id, req.ResumeAt)
+		return s.Billing.Pause(r.Context(), tx, callerFrom(r), id, req.ResumeAt, req.OnResume)
 	})
 }
 

@@ -25,6 +25,9 @@ type Period struct {
 type Pause struct {
 	PausedAt time.Time  `json:"paused_at"`
 	ResumeAt *time.Time `json:"resume_at"`
+	// OnResume is what the resume does: start_new_period or
+	// continue_period.
+	OnResume string `json:"on_resume"`
 }
 
 // PaymentMethod is a card without its token.
@@ -103,7 +106,7 @@ func FromSubscription(s subscriptions.Subscription) Subscription {
 		out.NextChargeAt = &next
 	}
 	if s.PausedAt != nil {
-		out.Pause = &Pause{PausedAt: s.PausedAt.UTC(), ResumeAt: UTCPtr(s.ResumeAt)}
+		out.Pause = &Pause{PausedAt: s.PausedAt.UTC(), ResumeAt: UTCPtr(s.ResumeAt), OnResume: string(s.OnResume)}
 	}
 	return out
 }

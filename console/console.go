@@ -52,7 +52,7 @@ type Keys interface {
 type Billing interface {
 	Subscription(ctx context.Context, caller usecases.Caller, id uuid.UUID) (subscriptions.Subscription, error)
 	ListSubscriptions(ctx context.Context, caller usecases.Caller, p subscriptions.ListParams) ([]subscriptions.Subscription, error)
-	Pause(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error)
+	Pause(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, resumeAt *time.Time, onResume subscriptions.OnResume) (subscriptions.Subscription, error)
 	Resume(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (subscriptions.Subscription, error)
 	Cancel(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, atPeriodEnd bool) (subscriptions.Subscription, error)
 	Events(ctx context.Context, caller usecases.Caller, id uuid.UUID, after int64, limit int) ([]subscriptions.Event, error)

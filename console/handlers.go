@@ -18,6 +18,7 @@ import (
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/platform/validate"
 	"github.com/rebill/rebill/reports"
+	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
 )
 
@@ -46,7 +47,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		name = "subscription.pause_until"
 	}
 	h.subscriptionAction(w, r, name, func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) {
-		sub, err := h.opts.Billing.Pause(ctx, tx, c, id, resumeAt)
+		sub, err := h.opts.Billing.Pause(ctx, tx, c, id, resumeAt, subscriptions.OnResume(r.PostFormValue("on_resume")))
 		if resumeAt != nil {
 			return "Paused until " + resumeAt.UTC().Format("2006-01-02 15:04 UTC") + ": the subscription is " + string(sub.Status) + ".", err
 		}

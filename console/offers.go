@@ -46,6 +46,22 @@ func nextCharge(s subscriptions.Subscription) *time.Time {
 	return &next
 }
 
+// resumeDoes says what the resume of a paused subscription does, and for
+// a pause that continues its period, when the next charge then falls.
+func resumeDoes(s subscriptions.Subscription) string {
+	if s.OnResume != subscriptions.ContinuePeriod || s.PausedTimeLeft == nil {
+		return "starts a new period, charged at the resume"
+	}
+	return "continues the period: the next charge falls " + spanText(*s.PausedTimeLeft) + " after the resume"
+}
+
+// spanText writes d in days, hours and minutes (seconds are left out: a
+// person reading the page plans in minutes).
+func spanText(d time.Duration) string {
+	days, rest := d/(24*time.Hour), d%(24*time.Hour)
+	return fmt.Sprintf("%d days %d h %d min", days, rest/time.Hour, rest%time.Hour/time.Minute)
+}
+
 // billSettled: a bill that is paid (here or elsewhere), withdrawn or
 // expired is never charged again, so nothing is offered on it.
 func billSettled(b enrollments.Bill) bool {

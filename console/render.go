@@ -259,6 +259,7 @@ var funcs = template.FuncMap{
 	"args":            func(p page, v any, s string) args { return args{P: p, V: v, S: s} },
 	"offers":          offersFor,
 	"nextcharge":      nextCharge,
+	"resumedoes":      resumeDoes,
 	"confirmoffered":  confirmOffered,
 	"withdrawoffered": withdrawOffered,
 	"paidelsewhere":   paidElsewhere,

@@ -61,7 +61,7 @@ func TestSubscriptionTransitionsPublishOnce(t *testing.T) {
 	})
 	for range 2 {
 		step(func(tx pgx.Tx) (subscriptions.Subscription, bool, error) {
-			return st.Pause(ctx, tx, sub.ID, nil, admin)
+			return st.Pause(ctx, tx, sub.ID, nil, "", admin)
 		})
 	}
 	for range 2 {

@@ -50,7 +50,7 @@ func TestEventsShowTheObjectAsTheirTransactionLeavesIt(t *testing.T) {
 	clk.Advance(time.Hour)
 	var final subscriptions.Subscription
 	in(func(tx pgx.Tx) error {
-		paused, _, err := st.Pause(ctx, tx, sub.ID, nil, admin)
+		paused, _, err := st.Pause(ctx, tx, sub.ID, nil, "", admin)
 		if err != nil {
 			return err
 		}

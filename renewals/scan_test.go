@@ -178,7 +178,7 @@ func TestScheduledCancelTakesEffectWhilePaused(t *testing.T) {
 		if _, _, err := b.subs.Cancel(context.Background(), tx, sub.ID, true, subscriptions.System); err != nil {
 			return err
 		}
-		_, _, err := b.subs.Pause(context.Background(), tx, sub.ID, nil, subscriptions.System)
+		_, _, err := b.subs.Pause(context.Background(), tx, sub.ID, nil, "", subscriptions.System)
 		return err
 	})
 	b.clock.Advance(45 * 24 * time.Hour)
@@ -199,7 +199,7 @@ func TestScheduledResumeStartsItsPeriodAtResumeAt(t *testing.T) {
 	b.scan(t)
 	resumeAt := b.clock.Now().Add(10 * 24 * time.Hour)
 	b.inTx(t, func(tx pgx.Tx) error {
-		_, _, err := b.subs.Pause(context.Background(), tx, sub.ID, &resumeAt, subscriptions.System)
+		_, _, err := b.subs.Pause(context.Background(), tx, sub.ID, &resumeAt, "", subscriptions.System)
 		return err
 	})
 	b.clock.Advance(12 * 24 * time.Hour)

@@ -347,10 +347,13 @@ func (st *Store) LockDue(ctx context.Context, tx pgx.Tx, now, afterAt time.Time,
 // LockScheduledCancels claims up to limit paused or unpaid subscriptions
 // whose cancel scheduled at period end has come (the period ended while
 // they were not billed, so no due-period scan carries the cancel out),
-// skipping rows another scan or request holds.
+// skipping rows another scan or request holds. A pause that continues its
+// period (paused_time_left_us set) is not among them: its period ends
+// after the resume, where the due-period scan carries the cancel out.
 func (st *Store) LockScheduledCancels(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Subscription, error) {
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM subscriptions
 		WHERE status IN (`+fsm.Quoted(Paused, Unpaid)+`) AND cancel_at_period_end AND next_charge_at <= $1
+		  AND paused_time_left_us IS NULL
 		ORDER BY next_charge_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
 	return collect(rows, err)
 }

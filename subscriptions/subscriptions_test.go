@@ -93,7 +93,7 @@ func TestRepeatedTransitionsWriteOneEventEach(t *testing.T) {
 
 	for i := 0; i < 3; i++ {
 		b.inTx(t, func(tx pgx.Tx) error {
-			got, changed, err := b.store.Pause(ctx, tx, sub.ID, nil, actor)
+			got, changed, err := b.store.Pause(ctx, tx, sub.ID, nil, "", actor)
 			require.Equal(t, i == 0, changed)
 			require.Equal(t, subscriptions.Paused, got.Status)
 			return err
@@ -133,7 +133,7 @@ func TestForbiddenTransitionChangesNothing(t *testing.T) {
 
 	for name, change := range map[string]func(tx pgx.Tx) error{
 		"resume": func(tx pgx.Tx) error { _, _, err := b.store.Resume(ctx, tx, sub.ID, actor); return err },
-		"pause":  func(tx pgx.Tx) error { _, _, err := b.store.Pause(ctx, tx, sub.ID, nil, actor); return err },
+		"pause":  func(tx pgx.Tx) error { _, _, err := b.store.Pause(ctx, tx, sub.ID, nil, "", actor); return err },
 		"payment method": func(tx pgx.Tx) error {
 			_, _, err := b.store.ChangePaymentMethod(ctx, tx, sub.ID, rebilltype.PaymentMethod{Gateway: "sim2", Token: "tok_ok_2", ExpMonth: 1, ExpYear: 2031}, actor)
 			return err
@@ -155,7 +155,7 @@ func TestResumeStartsNewPeriodNow(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	sub := b.create(t)
-	b.inTx(t, func(tx pgx.Tx) error { _, _, err := b.store.Pause(ctx, tx, sub.ID, nil, actor); return err })
+	b.inTx(t, func(tx pgx.Tx) error { _, _, err := b.store.Pause(ctx, tx, sub.ID, nil, "", actor); return err })
 	b.clock.Advance(45 * 24 * time.Hour)
 	var resumed subscriptions.Subscription
 	b.inTx(t, func(tx pgx.Tx) (err error) { resumed, _, err = b.store.Resume(ctx, tx, sub.ID, actor); return err })

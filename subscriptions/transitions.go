@@ -14,12 +14,37 @@ import (
 )
 
 // Pause stops charging until Resume, or until resumeAt when it is set.
-// Pausing a paused subscription changes nothing. Returns the subscription,
-// whether it changed, ErrNotFound, a *fsm.TransitionError, or rebilltype.Errors
-// for a resumeAt that is not in the future or lies beyond the anchors'
-// horizon.
-func (st *Store) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID, resumeAt *time.Time, actor Actor) (Subscription, bool, error) {
+// onResume is what the resume does: StartNewPeriod (also when empty)
+// starts a new period charged at the resume; ContinuePeriod keeps the
+// time left until next_charge_at, the end of the period the pause
+// interrupts (or, before billing began, the first anchor), and the next
+// charge falls that long after the resume. The caller charges the periods
+// that began before the pause first (usecases does), so that the time kept
+// is what is left of the period charged last: its charge is owed whatever
+// the pause. Pausing a paused subscription changes nothing, unless
+// onResume is given and differs from the pause's: then it replaces it (see
+// repause). Returns the subscription, whether it changed, ErrNotFound, a
+// *fsm.TransitionError, or rebilltype.Errors for an unknown onResume, or a
+// resumeAt that is not in the future or lies beyond the anchors' horizon.
+func (st *Store) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID, resumeAt *time.Time, onResume OnResume, actor Actor) (Subscription, bool, error) {
+	if err := onResume.validate(); err != nil {
+		return Subscription{}, false, err
+	}
 	now := st.clock.Now()
+	sub, err := st.GetForUpdate(ctx, tx, id)
+	if err != nil {
+		return Subscription{}, false, err
+	}
+	if sub.Status == Paused {
+		return st.repause(ctx, tx, sub, onResume, actor)
+	}
+	if onResume == "" {
+		onResume = StartNewPeriod
+	}
+	// paused_at is stored to the microsecond: the time kept is measured
+	// from the stored instant, so that paused_at + kept is next_charge_at
+	// exactly and a resume at the pause's instant lands on the period end.
+	pausedAt := now.Truncate(time.Microsecond)
 	return st.move(ctx, tx, id, Paused, EventPaused, actor, func(sub Subscription) error {
 		switch {
 		case resumeAt == nil:
@@ -30,7 +55,75 @@ func (st *Store) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID, resumeAt *t
 				AnchorHorizonYears, now.Format(time.RFC3339))}}
 		}
 		return nil
-	}, `paused_at = $3, resume_at = $4`, now, resumeAt)
+	}, `paused_at = $3, resume_at = $4, on_resume = $5, paused_time_left_us = $6`,
+		pausedAt, resumeAt, onResume, sub.keptMicroseconds(onResume, pausedAt))
+}
+
+// repause is a pause of a paused subscription. Nothing changes unless
+// onResume is given and differs from the pause's: then the pause takes it
+// (the time kept is the time that was left when the pause began, so a
+// change of mind costs nothing and gains nothing) and records the paused
+// event again; resume_at stays. With a cancel scheduled, once the
+// interrupted period's end has passed the change is refused either way:
+// the cancel has taken effect (start_new_period) or would take effect in
+// the past (continue_period to start_new_period).
+func (st *Store) repause(ctx context.Context, tx pgx.Tx, sub Subscription, onResume OnResume, actor Actor) (Subscription, bool, error) {
+	if onResume == "" || onResume == sub.OnResume {
+		return sub, false, nil
+	}
+	now := st.clock.Now()
+	if sub.CancelAtPeriodEnd && !sub.NextChargeAt.After(now) {
+		return sub, false, Machine.Refuse(Paused, Paused,
+			"the cancel scheduled at period end took effect at "+sub.NextChargeAt.Format(time.RFC3339)+" while paused")
+	}
+	updated, err := scan(tx.QueryRow(ctx, `UPDATE subscriptions SET on_resume = $2, paused_time_left_us = $3, updated_at = $4
+		WHERE id = $1 RETURNING `+columns, sub.ID, onResume, sub.keptMicroseconds(onResume, *sub.PausedAt), now))
+	if err != nil {
+		return Subscription{}, false, fmt.Errorf("change the pause's on_resume: %w", err)
+	}
+	if err := st.changed(ctx, tx, updated, EventPaused, Paused, Paused, actor, now); err != nil {
+		return Subscription{}, false, err
+	}
+	return updated, true, nil
+}
+
+// validate accepts the two modes and "" (not given).
+func (o OnResume) validate() error {
+	switch o {
+	case "", StartNewPeriod, ContinuePeriod:
+		return nil
+	}
+	return rebilltype.Errors{{Field: "on_resume", Message: "must be one of start_new_period, continue_period"}}
+}
+
+// keptMicroseconds is what a pause at pausedAt keeps for its resume: with
+// ContinuePeriod the time until next_charge_at, never negative; nil with
+// StartNewPeriod.
+func (s Subscription) keptMicroseconds(onResume OnResume, pausedAt time.Time) *int64 {
+	if onResume != ContinuePeriod {
+		return nil
+	}
+	left := max(s.NextChargeAt.Sub(pausedAt), 0).Microseconds()
+	return &left
+}
+
+// kept is the time a pause that continues its period keeps for the resume.
+func (s Subscription) kept() (time.Duration, bool) {
+	if s.Status != Paused || s.OnResume != ContinuePeriod || s.PausedTimeLeft == nil {
+		return 0, false
+	}
+	return *s.PausedTimeLeft, true
+}
+
+// periodEnded reports whether the period the subscription is in (for a
+// paused one, the period its pause interrupted) has ended by at. A pause
+// that continues its period stops the period's clock: it ends only after
+// the resume.
+func (s Subscription) periodEnded(at time.Time) bool {
+	if _, ok := s.kept(); ok {
+		return false
+	}
+	return !s.NextChargeAt.After(at)
 }
 
 // Resume returns a paused subscription to billing. Resuming an active
@@ -40,29 +133,44 @@ func (st *Store) Resume(ctx context.Context, tx pgx.Tx, id uuid.UUID, actor Acto
 }
 
 // ResumeAt is Resume as of at, which renewals uses to resume a pause
-// at its resume_at even when it runs late. Once billing has begun, a new
-// period starts at at and is due then. Before the first billing anchor
-// the anchor stands (a pause during a trial does not end the trial). With
-// a cancel scheduled at period end, the period grid stands too: no new
-// period starts, and the cancel takes effect at the current period's end.
-// Returns a *fsm.TransitionError when that end passed while paused (the scan
-// cancels it).
+// at its resume_at even when it runs late.
+//
+// A pause that continues its period restarts the schedule at at plus the
+// time kept: that instant is the new billing anchor and the next charge,
+// period index 0. It is at or after the end of the interrupted period,
+// whose period was never charged (nothing is charged while paused), and
+// every charged period began at least a day (the shortest interval)
+// before that end, so the new first period's key, its start date, is
+// later than every charged key: nothing is charged twice or skipped. A
+// cancel scheduled at period end then falls on the new anchor.
+//
+// Otherwise, once billing has begun, a new period starts at at and is due
+// then. Before the first billing anchor the anchor stands (a pause during
+// a trial does not end the trial). With a cancel scheduled at period end,
+// the period grid stands too: no new period starts, and the cancel takes
+// effect at the current period's end. Returns a *fsm.TransitionError when
+// that end passed while paused (the scan cancels it).
 func (st *Store) ResumeAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time, actor Actor) (Subscription, bool, error) {
 	sub, err := st.GetForUpdate(ctx, tx, id)
 	if err != nil {
 		return Subscription{}, false, err
 	}
-	if sub.Status == Paused && sub.CancelAtPeriodEnd && !sub.NextChargeAt.After(at) {
+	if sub.Status == Paused && sub.CancelAtPeriodEnd && sub.periodEnded(at) {
 		return sub, false, Machine.Refuse(Paused, Active,
 			"the cancel scheduled at period end took effect at "+sub.NextChargeAt.Format(time.RFC3339)+" while paused")
 	}
-	keepGrid := sub.CancelAtPeriodEnd || (sub.NextPeriodIndex == 0 && sub.BillingAnchor.After(at))
 	check := func(sub Subscription) error {
 		if sub.Status != Paused {
 			return Machine.Refuse(sub.Status, Active, "only a paused subscription can be resumed")
 		}
 		return nil
 	}
+	if kept, ok := sub.kept(); ok {
+		return st.move(ctx, tx, id, Active, EventResumed, actor, check,
+			`paused_at = NULL, resume_at = NULL, paused_time_left_us = NULL, billing_anchor = $3, next_period_index = 0, next_charge_at = $3`,
+			at.Truncate(time.Microsecond).Add(kept).UTC())
+	}
+	keepGrid := sub.CancelAtPeriodEnd || (sub.NextPeriodIndex == 0 && sub.BillingAnchor.After(at))
 	if keepGrid {
 		return st.move(ctx, tx, id, Active, EventResumed, actor, check, `paused_at = NULL, resume_at = NULL`)
 	}
@@ -72,7 +180,8 @@ func (st *Store) ResumeAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.
 
 // Cancel ends the subscription now, or, with atPeriodEnd, when its current
 // period ends: for an active or past-due subscription, or a paused one
-// whose period has not ended. Cancelling twice changes nothing; an
+// whose period has not ended (a pause that continues its period ends it
+// after the resume). Cancelling twice changes nothing; an
 // immediate cancel after a scheduled one cancels now.
 func (st *Store) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID, atPeriodEnd bool, actor Actor) (Subscription, bool, error) {
 	now := st.clock.Now()
@@ -84,7 +193,7 @@ func (st *Store) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID, atPeriodEn
 		if sub.Status == Cancelled || sub.CancelAtPeriodEnd {
 			return sub, false, nil
 		}
-		if sub.Status == Active || sub.Status == PastDue || (sub.Status == Paused && sub.NextChargeAt.After(now)) {
+		if sub.Status == Active || sub.Status == PastDue || (sub.Status == Paused && !sub.periodEnded(now)) {
 			sub, err = scan(tx.QueryRow(ctx, `UPDATE subscriptions SET cancel_at_period_end = true, updated_at = $2
 				WHERE id = $1 RETURNING `+columns, id, now))
 			if err != nil {
@@ -103,7 +212,7 @@ func (st *Store) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID, atPeriodEn
 // of the period for a cancel scheduled at period end.
 func (st *Store) CancelAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time, actor Actor) (Subscription, bool, error) {
 	return st.move(ctx, tx, id, Cancelled, EventCancelled, actor, nil,
-		`cancelled_at = $3, paused_at = NULL, resume_at = NULL, cancel_at_period_end = false`, at.UTC())
+		`cancelled_at = $3, paused_at = NULL, resume_at = NULL, paused_time_left_us = NULL, cancel_at_period_end = false`, at.UTC())
 }
 
 // ChangePaymentMethod replaces the card. Setting the same card again

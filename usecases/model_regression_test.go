@@ -172,7 +172,7 @@ func TestPauseChargesThePeriodThatBegan(t *testing.T) {
 	id := s.create(period.Day, "tok_1")
 	s.advance(24 * time.Hour)
 	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
-		_, err := s.w.svc.Pause(s.ctx, tx, staff, id, nil)
+		_, err := s.w.svc.Pause(s.ctx, tx, staff, id, nil, "")
 		return err
 	}))
 	require.Equal(t, []string{"2027-01-30", "2027-01-31"}, s.periodKeys(id), "the period that began before the pause is owed")
@@ -193,7 +193,7 @@ func TestResumeOnTheDayOfAChargedPeriodIsThatPeriod(t *testing.T) {
 	s.pay()
 	resumeAt := s.w.clock.Now().Add(time.Hour)
 	require.NoError(t, s.inTx(func(tx pgx.Tx) error {
-		_, err := s.w.svc.Pause(s.ctx, tx, staff, id, &resumeAt)
+		_, err := s.w.svc.Pause(s.ctx, tx, staff, id, &resumeAt, "")
 		return err
 	}))
 	s.advance(time.Hour)

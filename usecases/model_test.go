@@ -657,7 +657,7 @@ func (m *machine) preparePause(t *rapid.T, s *modelSub) customerAction {
 		name: fmt.Sprintf("%s: pause (resume at %s)", s, fmtTime(resumeAt)),
 		perform: func() error {
 			return m.inTx(func(tx pgx.Tx) error {
-				_, err := m.w.svc.Pause(m.ctx, tx, staff, s.id, resumeAt)
+				_, err := m.w.svc.Pause(m.ctx, tx, staff, s.id, resumeAt, "")
 				return err
 			})
 		},

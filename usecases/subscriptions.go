@@ -62,18 +62,23 @@ func (s *Service) ListSubscriptions(ctx context.Context, caller Caller, p subscr
 	return s.Subscriptions.List(ctx, s.Pool, p)
 }
 
-// Pause stops charging until a resume, or until resumeAt. A period that
-// began before the pause is owed: one the scan has not reached yet is
-// charged first (enqueued in tx). Pausing a paused subscription returns it
-// unchanged. Returns rebilltype.Errors for a resumeAt not in the future.
-func (s *Service) Pause(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, resumeAt *time.Time) (subscriptions.Subscription, error) {
+// Pause stops charging until a resume, or until resumeAt; onResume ("" for
+// the default, or to leave a pause's unchanged) is what the resume does
+// (subscriptions.Store.Pause). A period that began before the pause is
+// owed: one the scan has not reached yet is charged first (enqueued in
+// tx), so the time a pause that continues its period keeps is what is
+// left of a charged period. Pausing a paused subscription returns it
+// unchanged but for a different onResume. Returns rebilltype.Errors for a
+// resumeAt not in the future or an unknown onResume.
+func (s *Service) Pause(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, resumeAt *time.Time,
+	onResume subscriptions.OnResume) (subscriptions.Subscription, error) {
 	if _, err := s.visible(ctx, tx, caller, id); err != nil {
 		return subscriptions.Subscription{}, err
 	}
 	if err := s.billBegun(ctx, tx, id); err != nil {
 		return subscriptions.Subscription{}, err
 	}
-	sub, _, err := s.Subscriptions.Pause(ctx, tx, id, resumeAt, caller.Actor)
+	sub, _, err := s.Subscriptions.Pause(ctx, tx, id, resumeAt, onResume, caller.Actor)
 	return sub, err
 }
 
