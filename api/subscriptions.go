@@ -129,7 +129,7 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
 }
 
 type pauseRequest struct {
-	ResumeAt *time.Time              `json:"resume_at"`
+	ResumeAt *time.Time             `json:"resume_at"`
 	OnResume subscriptions.OnResume `json:"on_resume"`
 }
 
