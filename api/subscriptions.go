@@ -129,8 +129,22 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
 }
 
 type pauseRequest struct {
-	ResumeAt *time.Time             `json:"resume_at"`
-	OnResume subscriptions.OnResume `json:"on_resume"`
+	ResumeAt *time.Time `json:"resume_at"`
+	// OnResume is nil when not given (or null): the default for a new
+	// pause, the pause's own for a paused subscription.
+	OnResume *subscriptions.OnResume `json:"on_resume"`
+}
+
+// onResume is the pause's on_resume for the use case, where "" means not
+// given; an empty string sent is not a mode. Returns rebilltype.Errors.
+func (req pauseRequest) onResume() (subscriptions.OnResume, error) {
+	if req.OnResume == nil {
+		return "", nil
+	}
+	if *req.OnResume == "" {
+		return "", rebilltype.Errors{{Field: "on_resume", Message: "must be one of start_new_period, continue_period"}}
+	}
+	return *req.OnResume, nil
 }
 
 type cancelRequest struct {
@@ -139,7 +153,11 @@ type cancelRequest struct {
 
 func (s *Server) pauseSubscription(w http.ResponseWriter, r *http.Request) {
 	change(s, w, r, toSubscriptionJSON, func(tx pgx.Tx, id uuid.UUID, req pauseRequest) (subscriptions.Subscription, error) {
-		return s.Billing.Pause(r.Context(), tx, callerFrom(r), id, req.ResumeAt, req.OnResume)
+		onResume, err := req.onResume()
+		if err != nil {
+			return subscriptions.Subscription{}, err
+		}
+		return s.Billing.Pause(r.Context(), tx, callerFrom(r), id, req.ResumeAt, onResume)
 	})
 }
 
