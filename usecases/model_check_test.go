@@ -200,6 +200,10 @@ func (m *machine) checkSub(t *rapid.T, s *modelSub, smoves []subMove, cmoves []c
 			switch {
 			case to == predicted && from != predicted:
 				// The move the model predicted (a scan's cancel or resume).
+			case from == subscriptions.Paused && to == subscriptions.Active && s.resumedToCancel:
+				// A scan resumed a pause that continued its period and, the
+				// time kept having run out by then, carried out its
+				// scheduled cancel (decision 5): the cancel is predicted.
 			case from == subscriptions.Unpaid && to == subscriptions.PastDue && predicted == subscriptions.Active:
 				// A card change made meanwhile, with nothing left to
 				// retry, leaves unpaid through past due on its way to the
@@ -239,6 +243,7 @@ func (m *machine) checkSub(t *rapid.T, s *modelSub, smoves []subMove, cmoves []c
 		}
 	}
 	s.checked = db.Status
+	s.resumedToCancel = false
 	var diffs []string
 	diff := func(field string, model, got any) {
 		if fmt.Sprint(model) != fmt.Sprint(got) {

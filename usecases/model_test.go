@@ -120,8 +120,16 @@ type modelSub struct {
 	resumed           bool // the grid was anchored at a resume
 	cancelAtPeriodEnd bool
 	resumeAt          *time.Time
-	cancelledAt       *time.Time
-	cancelSeq         int // the gateway's call counter when the cancel committed
+	// The pause: when it began, what its resume does, and the time a
+	// pause that continues its period keeps (nil otherwise).
+	pausedAt time.Time
+	onResume subscriptions.OnResume
+	kept     *time.Duration
+	// resumedToCancel: the last scan resumed it and carried out its
+	// scheduled cancel at once.
+	resumedToCancel bool
+	cancelledAt     *time.Time
+	cancelSeq       int // the gateway's call counter when the cancel committed
 	// owed: every period that must have a charge, by period key.
 	owed map[string]time.Time
 	// unpaidSince lists the starts of the subscription's unpaid spans:
@@ -136,6 +144,15 @@ func (s *modelSub) sched() period.Schedule {
 func (s *modelSub) nextChargeAt() time.Time { return s.sched().Start(s.next) }
 
 func (s *modelSub) String() string { return fmt.Sprintf("s%d", s.index) }
+
+// keep records the pause's on_resume: continue_period keeps the time from
+// pausedAt to the next charge (decision 4).
+func (s *modelSub) keep(onResume subscriptions.OnResume, pausedAt time.Time) {
+	s.onResume, s.kept = onResume, nil
+	if onResume == subscriptions.ContinuePeriod {
+		s.kept = new(max(s.nextChargeAt().Sub(pausedAt), 0))
+	}
+}
 
 func billable(st subscriptions.Status) bool {
 	return st == subscriptions.Active || st == subscriptions.PastDue
@@ -376,16 +393,24 @@ func (m *machine) cancelled(s *modelSub, at time.Time, seq int) {
 	s.cancelledAt = &at
 	s.cancelAtPeriodEnd = false
 	s.resumeAt = nil
+	s.kept = nil
 	s.cancelSeq = seq
 }
 
-// resumeAt resumes a paused s as of at (decision 5): once billing has
-// begun a new period starts at at; before the first anchor, or with a
-// cancel scheduled, the grid stands.
+// resumeAt resumes a paused s as of at (decision 5): a pause that
+// continues its period restarts the grid at at plus the time kept (its
+// first key is never a charged one: bill fails if it is); otherwise, once
+// billing has begun a new period starts at at; before the first anchor,
+// or with a cancel scheduled, the grid stands.
 func (m *machine) resumeAt(s *modelSub, at time.Time) {
 	keepGrid := s.cancelAtPeriodEnd || (s.next == 0 && s.anchor.After(at))
 	s.status = subscriptions.Active
 	s.resumeAt = nil
+	if s.kept != nil {
+		s.anchor, s.next, s.resumed = at.Add(*s.kept), 0, false
+		s.kept = nil
+		return
+	}
 	if !keepGrid {
 		s.anchor, s.next, s.resumed = at, 0, true
 	}
@@ -445,17 +470,20 @@ func (m *machine) modelScan(t *rapid.T, now time.Time) {
 		// Decision 6: a scheduled cancel takes effect when the period
 		// ends, whatever the subscription's status (a billed one's is
 		// carried out with its due periods, below).
-		if !billable(s.status) && s.status != subscriptions.Cancelled && s.cancelAtPeriodEnd && !s.nextChargeAt().After(now) {
+		// A pause that continues its period ends it after the resume.
+		if !billable(s.status) && s.status != subscriptions.Cancelled && s.cancelAtPeriodEnd && !s.nextChargeAt().After(now) && s.kept == nil {
 			m.cancelled(s, s.nextChargeAt(), m.w.gw.now())
 		}
 	}
 	for _, s := range m.subs {
 		if s.status == subscriptions.Paused && s.resumeAt != nil && !s.resumeAt.After(now) {
 			m.resumeAt(s, *s.resumeAt)
+			s.resumedToCancel = s.cancelAtPeriodEnd
 		}
 	}
 	for _, s := range m.subs {
 		m.bill(t, s, now)
+		s.resumedToCancel = s.resumedToCancel && s.status == subscriptions.Cancelled
 	}
 }
 
@@ -653,18 +681,29 @@ func (m *machine) preparePause(t *rapid.T, s *modelSub) customerAction {
 	if d := rapid.SampledFrom([]time.Duration{0, time.Hour, 24 * time.Hour, 10 * 24 * time.Hour}).Draw(t, "resume after"); d > 0 {
 		resumeAt = new(m.now().Add(d))
 	}
+	onResume := rapid.SampledFrom([]subscriptions.OnResume{"", subscriptions.StartNewPeriod, subscriptions.ContinuePeriod}).Draw(t, "on resume")
 	return customerAction{
-		name: fmt.Sprintf("%s: pause (resume at %s)", s, fmtTime(resumeAt)),
+		name: fmt.Sprintf("%s: pause (resume at %s, on resume %q)", s, fmtTime(resumeAt), onResume),
 		perform: func() error {
 			return m.inTx(func(tx pgx.Tx) error {
-				_, err := m.w.svc.Pause(m.ctx, tx, staff, s.id, resumeAt, "")
+				_, err := m.w.svc.Pause(m.ctx, tx, staff, s.id, resumeAt, onResume)
 				return err
 			})
 		},
 		apply: func(t *rapid.T, err error, _ int) {
 			switch s.status {
 			case subscriptions.Paused:
-				requireNoError(t, err, "pausing a paused subscription returns it unchanged")
+				switch {
+				case onResume == "" || onResume == s.onResume:
+					requireNoError(t, err, "pausing a paused subscription returns it unchanged")
+				case s.cancelAtPeriodEnd && !s.nextChargeAt().After(m.now()):
+					requireTransitionError(t, err, "change on_resume after the scheduled cancel's period end")
+				default:
+					// Decision 4: the pause takes the new on_resume; the
+					// time kept is the time left when it began.
+					requireNoError(t, err, "change a pause's on_resume")
+					s.keep(onResume, s.pausedAt)
+				}
 			case subscriptions.Active:
 				if s.cancelAtPeriodEnd && !s.nextChargeAt().After(m.now()) {
 					// Decision 6: the scheduled cancel took effect when
@@ -677,6 +716,11 @@ func (m *machine) preparePause(t *rapid.T, s *modelSub) customerAction {
 				m.bill(t, s, m.now())
 				s.status = subscriptions.Paused
 				s.resumeAt = resumeAt
+				s.pausedAt = m.now()
+				if onResume == "" {
+					onResume = subscriptions.StartNewPeriod
+				}
+				s.keep(onResume, s.pausedAt)
 			default:
 				requireTransitionError(t, err, "pause a "+string(s.status)+" subscription")
 			}
@@ -698,7 +742,7 @@ func (m *machine) prepareResume(s *modelSub) customerAction {
 			switch {
 			case s.status == subscriptions.Active:
 				requireNoError(t, err, "resuming an active subscription returns it unchanged")
-			case s.status == subscriptions.Paused && s.cancelAtPeriodEnd && !s.nextChargeAt().After(now):
+			case s.status == subscriptions.Paused && s.cancelAtPeriodEnd && !s.nextChargeAt().After(now) && s.kept == nil:
 				requireTransitionError(t, err, "resume after the scheduled cancel's period end passed while paused")
 			case s.status == subscriptions.Paused:
 				requireNoError(t, err, "resume a paused subscription")
@@ -753,7 +797,7 @@ func (m *machine) prepareCancelAtPeriodEnd(s *modelSub) customerAction {
 			case s.cancelAtPeriodEnd:
 				// Repeating it returns the subscription unchanged; when
 				// the period ended, the next scan carries the cancel out.
-			case s.status == subscriptions.Paused && s.nextChargeAt().After(now):
+			case s.status == subscriptions.Paused && (s.nextChargeAt().After(now) || s.kept != nil):
 				s.cancelAtPeriodEnd = true
 			default: // unpaid, or paused past its period's end
 				m.cancelled(s, now, seq)
