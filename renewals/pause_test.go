@@ -2,6 +2,7 @@ package renewals_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,5 +115,57 @@ func TestScheduledCancelWaitsForTheKeptTime(t *testing.T) {
 			require.Equal(t, end, got.CancelledAt.UTC(), "as of the kept time's end")
 			require.Equal(t, []string{"2026-12-01"}, b.periodKeys(t, sub))
 		})
+	}
+}
+
+// A person's resume racing the scan's resume at resume_at: one of them
+// resumes (one resumed event), as of its own instant, and the other finds
+// it active and changes nothing; nothing is charged at the resume, and the
+// next charge is the time kept after whichever resumed.
+func TestResumeRacesTheScheduledResume(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for i := range 4 {
+		sub := b.create(t, period.Week, nil)
+		b.scan(t)
+		b.clock.Advance(2 * 24 * time.Hour)
+		resumeAt := b.clock.Now().Add(24 * time.Hour)
+		b.inTx(t, func(tx pgx.Tx) error {
+			_, _, err := b.subs.Pause(ctx, tx, sub.ID, &resumeAt, subscriptions.ContinuePeriod, subscriptions.System)
+			return err
+		})
+		b.clock.Advance(30 * time.Hour)
+		now := b.clock.Now()
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, err := b.renewals.Scan(ctx, now)
+			require.NoError(t, err)
+		}()
+		go func() {
+			defer wg.Done()
+			require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				_, _, err := b.subs.Resume(ctx, tx, sub.ID, subscriptions.System)
+				return err
+			}))
+		}()
+		wg.Wait()
+		got := b.get(t, sub)
+		require.Equal(t, subscriptions.Active, got.Status)
+		kept := 5 * 24 * time.Hour
+		require.Contains(t, []time.Time{resumeAt.Add(kept), now.Add(kept)}, got.NextChargeAt, "round %d", i)
+		events, err := b.subs.Events(ctx, b.pool, sub.ID, 0, 100)
+		require.NoError(t, err)
+		resumed := 0
+		for _, e := range events {
+			if e.Type == subscriptions.EventResumed {
+				resumed++
+			}
+		}
+		require.Equal(t, 1, resumed, "round %d", i)
+		b.scan(t)
+		require.Len(t, b.periodKeys(t, sub), 1, "round %d: nothing charged at the resume", i)
 	}
 }
