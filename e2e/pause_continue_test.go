@@ -86,3 +86,36 @@ func parseTime(t *testing.T, v any) time.Time {
 	require.NoError(t, err)
 	return at
 }
+
+// A cancel scheduled at period end survives a pause that continues its
+// period: the interrupted period's end passes while paused without a
+// cancel, the resume is allowed, and the subscription is cancelled as of
+// the resume plus the time kept, with no charge after the first.
+func TestPauseThatContinuesThePeriodKeepsTheScheduledCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	sub := b.createSubscription(t, "tok_ok_continue_cancel", "month")
+	b.waitCharges(t, sub, 1, "succeeded")
+	periodEnd := parseTime(t, b.call(t, http.MethodGet, "/v1/subscriptions/"+sub, nil)["next_charge_at"])
+	b.advance(t, "240h")
+	kept := periodEnd.Sub(b.clockNow(t))
+	b.call(t, http.MethodPost, "/v1/subscriptions/"+sub+"/pause", map[string]any{"on_resume": "continue_period"})
+	b.advance(t, "1080h")
+	b.scanNow(t)
+	scheduled := b.call(t, http.MethodPost, "/v1/subscriptions/"+sub+"/cancel", map[string]any{"at_period_end": true})
+	require.Equal(t, "paused", scheduled["status"], "the period's clock stopped at the pause: the cancel is scheduled")
+	require.Equal(t, true, scheduled["cancel_at_period_end"])
+
+	resumed := b.call(t, http.MethodPost, "/v1/subscriptions/"+sub+"/resume", map[string]any{})
+	require.Equal(t, "active", resumed["status"])
+	end := b.clockNow(t).Add(kept)
+	require.Equal(t, end, parseTime(t, resumed["next_charge_at"]))
+
+	b.call(t, http.MethodPost, "/v1/dev/clock", map[string]any{"now": end.Add(time.Hour).Format(time.RFC3339Nano)})
+	b.scanNow(t)
+	got := b.call(t, http.MethodGet, "/v1/subscriptions/"+sub, nil)
+	require.Equal(t, "cancelled", got["status"])
+	require.Equal(t, end, parseTime(t, got["cancelled_at"]))
+	require.Len(t, b.charges(t, sub), 1)
+	require.Equal(t, 1, opsFor(b.ledger(t, "sim1"), sub+":")["capture:succeeded"])
+}
