@@ -18,7 +18,9 @@ func EventsMatchTransitions(d *Data) []Violation {
 	var out []Violation
 	allowed := map[string]func(from, to string) bool{
 		"created": func(f, t string) bool { return f == "" && t == "active" },
-		"paused":  func(f, t string) bool { return f == "active" && t == "paused" },
+		// A paused subscription logs paused again when its pause takes
+		// another on_resume (decision 4).
+		"paused":  func(f, t string) bool { return (f == "active" || f == "paused") && t == "paused" },
 		"resumed": func(f, t string) bool { return f == "paused" && t == "active" },
 		"cancelled": func(f, t string) bool {
 			return f != "cancelled" && f != "" && t == "cancelled"

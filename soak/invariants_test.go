@@ -247,6 +247,13 @@ func TestEventsChainAndCounts(t *testing.T) {
 	expect(t, EventsMatchTransitions(r.d), "starts from active but event 2 (paused) ended at paused")
 	r = newRecord(day(5))
 	r.paid(t0, 20, "0001")
+	r.event("paused", "active", "paused", day(1), false)
+	r.event("paused", "paused", "paused", day(2), false) // the pause took another on_resume
+	expect(t, EventsMatchTransitions(r.d))
+	r.event("paused", "paused", "active", day(3), false)
+	expect(t, EventsMatchTransitions(r.d), "paused from \"paused\" to \"active\"")
+	r = newRecord(day(5))
+	r.paid(t0, 20, "0001")
 	r.obs.Cards = append(r.obs.Cards, ObservedCard{Gateway: "sim2", Token: "tok_ok_0002", Last4: "0002", Good: true,
 		When: Interval{rt(100), rt(110)}})
 	expect(t, EventsMatchTransitions(r.d), "0 payment_method_updated events for 1 card changes")
