@@ -106,10 +106,15 @@ func (r *Renewals) Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscri
 	if err != nil {
 		return subscriptions.Subscription{}, err
 	}
-	if len(advanced) != 1 || sub.PendingUpdate != nil || sub.CreditBalance > 0 {
-		// Cancelled at period end instead, or its pending update applied,
-		// or its credit used: the row says what.
-		return r.Subscriptions.Get(ctx, tx, sub.ID)
+	if len(advanced) != 1 {
+		return r.Subscriptions.Get(ctx, tx, sub.ID) // cancelled at period end instead
+	}
+	if sub.PendingUpdate != nil || sub.CreditBalance > 0 {
+		// Its pending update applied, or its credit used: the row says how.
+		if sub, err = r.Subscriptions.Get(ctx, tx, sub.ID); err != nil {
+			return subscriptions.Subscription{}, err
+		}
+		return sub, r.Subscriptions.Stored(ctx, tx, sub)
 	}
 	// What the advance wrote, without reading the row back. An event this
 	// transaction wrote of sub before the advance (a resume's) shows it.

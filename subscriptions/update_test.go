@@ -162,3 +162,35 @@ func TestUpdateDuringATrial(t *testing.T) {
 	require.Zero(t, k, "the first period")
 	require.Equal(t, []string{"created", "updated", "update_scheduled"}, b.events(t, sub))
 }
+
+// A pending update that clears the metadata clears it when it applies; one
+// that leaves it out keeps it.
+func TestPendingUpdateClearsMetadata(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.create(t)
+	_, _, err := b.update(t, sub.ID, subscriptions.Update{Metadata: map[string]string{"plan": "pro"}}, subscriptions.ProrationNone)
+	require.NoError(t, err)
+	got, _, err := b.update(t, sub.ID, subscriptions.Update{Metadata: map[string]string{}, Effective: subscriptions.EffectivePeriodEnd},
+		subscriptions.ProrationNone)
+	require.NoError(t, err)
+	require.NotNil(t, got.PendingUpdate.Metadata)
+	b.inTx(t, func(tx pgx.Tx) error {
+		got, err = b.store.ApplyPending(context.Background(), tx, got, 1)
+		return err
+	})
+	require.Empty(t, got.Metadata)
+	require.Nil(t, got.PendingUpdate)
+	require.Equal(t, 1, got.NextPeriodIndex)
+
+	_, _, err = b.update(t, sub.ID, subscriptions.Update{Metadata: map[string]string{"plan": "max"}}, subscriptions.ProrationNone)
+	require.NoError(t, err)
+	got, _, err = b.update(t, sub.ID, subscriptions.Update{Amount: ptr(int64(100)), Effective: subscriptions.EffectivePeriodEnd}, subscriptions.ProrationNone)
+	require.NoError(t, err)
+	require.Nil(t, got.PendingUpdate.Metadata)
+	b.inTx(t, func(tx pgx.Tx) error {
+		got, err = b.store.ApplyPending(context.Background(), tx, got, 2)
+		return err
+	})
+	require.Equal(t, map[string]string{"plan": "max"}, got.Metadata)
+}
