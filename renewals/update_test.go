@@ -456,3 +456,41 @@ func TestUpdateRacesTheScanApplyingAPendingUpdate(t *testing.T) {
 		require.Equal(t, int64(3000), b.get(t, sub).Amount)
 	}
 }
+
+// An upgrade races a cancel: whichever takes the row first, no
+// adjustment is left to take money (created before the cancel, it is
+// voided with the period's charges; after it, the update is refused).
+func TestUpdateRacesACancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 4 {
+		sub := b.create(t, period.Month, nil)
+		b.scan(t)
+		b.settle(t, sub, sub.CurrentPeriod().Key, charges.Succeeded)
+		b.clock.Advance(time.Hour)
+		var updateErr error
+		b.whileLocked(t, sub, 2, func() {
+			_, _, updateErr = b.update(t, sub, subscriptions.Update{Amount: ptr(int64(3000))}, subscriptions.ProrationChargeNow)
+		}, func() {
+			b.inTx(t, func(tx pgx.Tx) error {
+				if _, _, err := b.subs.CancelAt(context.Background(), tx, sub.ID, b.clock.Now(), subscriptions.System); err != nil {
+					return err
+				}
+				return b.renewals.Cancelled(context.Background(), tx, sub.ID)
+			})
+		})
+		cs := b.charges(t, sub)
+		if updateErr != nil {
+			var te *fsm.TransitionError
+			require.ErrorAs(t, updateErr, &te)
+			require.Len(t, cs, 1)
+			continue
+		}
+		require.Len(t, cs, 2)
+		for key, c := range cs {
+			if key != sub.CurrentPeriod().Key {
+				require.Equal(t, charges.Voided, c.Status, "the adjustment of a cancelled subscription")
+			}
+		}
+	}
+}
