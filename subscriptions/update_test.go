@@ -19,7 +19,9 @@ func ptr[T any](v T) *T { return &v }
 
 // nothingPaid answers for charges in these tests: no charge holds
 // anything.
-func nothingPaid(context.Context, pgx.Tx, uuid.UUID, string) (int64, bool, error) { return 0, false, nil }
+func nothingPaid(context.Context, pgx.Tx, uuid.UUID, string) (int64, bool, error) {
+	return 0, false, nil
+}
 
 func (b testBundle) update(t *testing.T, id uuid.UUID, u subscriptions.Update, pr subscriptions.Proration) (subscriptions.Subscription, subscriptions.Change, error) {
 	t.Helper()
