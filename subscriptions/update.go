@@ -123,7 +123,7 @@ func (s Subscription) terms() terms {
 		metadata: s.Metadata, receipt: s.Receipt}
 }
 
-// with is t with the fields that pu sets.
+// with is t with the values of the fields given (a nil one keeps t's).
 func (t terms) with(amount *int64, interval *period.Interval, count *int, description *string, metadata map[string]string, receipt *Receipt) terms {
 	if amount != nil {
 		t.amount = *amount
@@ -239,7 +239,8 @@ func (st *Store) Update(ctx context.Context, tx pgx.Tx, id uuid.UUID, u Update, 
 	if effective == EffectivePeriodEnd {
 		return st.schedule(ctx, tx, sub, u, t, changeID, actor, now)
 	}
-	if pr != ProrationNone && (sub.Status == Paused || sub.Status == Unpaid) {
+	prorated := pr != ProrationNone && (t.amount != sub.Amount || t.schedulingChanged(sub))
+	if prorated && (sub.Status == Paused || sub.Status == Unpaid) {
 		return sub, Change{}, Machine.Refuse(sub.Status, sub.Status, fmt.Sprintf(
 			"a %s subscription is not charged: change it with proration none, or at period_end", sub.Status))
 	}
@@ -250,7 +251,7 @@ func (st *Store) Update(ctx context.Context, tx pgx.Tx, id uuid.UUID, u Update, 
 			"a cancel is scheduled at the period end, which an interval change now would move (change the interval effective period_end instead)")
 	}
 	billed := sub.Status != Trialing && sub.NextPeriodIndex > 0
-	if billed && pr != ProrationNone && (t.amount != sub.Amount || restart) {
+	if billed && prorated {
 		ch.Proration, ch.Period = pr, sub.CurrentPeriod()
 		ch.Fraction = proration.Unused(ch.Period.Start, ch.Period.End, now)
 		captured, inFlight, err := paid(ctx, tx, sub.ID, ch.Period.Key)

@@ -196,3 +196,26 @@ func TestPendingUpdateClearsMetadata(t *testing.T) {
 	})
 	require.Equal(t, map[string]string{"plan": "max"}, got.Metadata)
 }
+
+// A paused subscription takes a change that prorates nothing whatever the
+// proration (a customer key's default included), and refuses a prorated
+// one.
+func TestPausedSubscriptionRefusesOnlyAProratedChange(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.create(t)
+	b.inTx(t, func(tx pgx.Tx) error {
+		_, _, err := b.store.Pause(context.Background(), tx, sub.ID, nil, actor)
+		return err
+	})
+	got, _, err := b.update(t, sub.ID, subscriptions.Update{Description: ptr("gold plan")}, subscriptions.ProrationChargeNow)
+	require.NoError(t, err)
+	require.Equal(t, "gold plan", got.Description)
+	_, _, err = b.update(t, sub.ID, subscriptions.Update{Amount: ptr(int64(100))}, subscriptions.ProrationChargeNow)
+	var te *fsm.TransitionError
+	require.ErrorAs(t, err, &te)
+	require.Contains(t, te.Reason, "proration none")
+	got, _, err = b.update(t, sub.ID, subscriptions.Update{Amount: ptr(int64(100))}, subscriptions.ProrationNone)
+	require.NoError(t, err)
+	require.Equal(t, int64(100), got.Amount)
+}
