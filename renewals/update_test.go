@@ -498,3 +498,43 @@ func TestUpdateRacesACancel(t *testing.T) {
 		}
 	}
 }
+
+// An upgrade races a pause: after the pause it is refused (a paused
+// subscription is not prorated); before it, its adjustment stays owed
+// (its period began before the pause), like the period's charge.
+func TestUpdateRacesAPause(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 4 {
+		sub := b.create(t, period.Month, nil)
+		b.scan(t)
+		b.settle(t, sub, sub.CurrentPeriod().Key, charges.Succeeded)
+		b.clock.Advance(time.Hour)
+		var updateErr error
+		b.whileLocked(t, sub, 2, func() {
+			_, _, updateErr = b.update(t, sub, subscriptions.Update{Amount: ptr(int64(3000))}, subscriptions.ProrationChargeNow)
+		}, func() {
+			b.inTx(t, func(tx pgx.Tx) error {
+				_, _, err := b.subs.Pause(context.Background(), tx, sub.ID, nil, subscriptions.System)
+				return err
+			})
+		})
+		got := b.get(t, sub)
+		require.Equal(t, subscriptions.Paused, got.Status)
+		cs := b.charges(t, sub)
+		if updateErr != nil {
+			var te *fsm.TransitionError
+			require.ErrorAs(t, updateErr, &te)
+			require.Equal(t, int64(1500), got.Amount)
+			require.Len(t, cs, 1)
+			continue
+		}
+		require.Equal(t, int64(3000), got.Amount)
+		require.Len(t, cs, 2)
+		for key, c := range cs {
+			if key != sub.CurrentPeriod().Key {
+				require.Equal(t, charges.Scheduled, c.Status, "the adjustment is still owed")
+			}
+		}
+	}
+}
