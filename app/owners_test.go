@@ -25,6 +25,8 @@ import (
 var tableOwners = map[string]string{
 	"subscriptions":                         "subscriptions",
 	"subscription_events":                   "subscriptions",
+	"subscription_changes":                  "subscriptions",
+	"subscription_credits":                  "subscriptions",
 	"charges":                               "charges",
 	"charges_layout":                        "charges",
 	"registry_postings":                     "charges",

@@ -364,7 +364,7 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 	svc.closers = append(svc.closers, stopUI)
 	uses := &usecases.Service{Pool: pool, Subscriptions: p.subs, Renewals: p.renewals, Attempts: p.charges,
 		KnownGateway: p.breakers.Known, Clock: svc.Clock, Enrollments: p.bills.Enrollments, Autopay: p.bills, Owners: p.owners,
-		Velocity: p.limiter, Tokens: p.tokens}
+		Velocity: p.limiter, Tokens: p.tokens, CustomerProration: subscriptions.Proration(cfg.CustomerProration)}
 	metrics.ScanInterval.Set(cfg.ScanInterval.Seconds())
 	zeroMetrics(p.breakers.List(), p.ops.reconciliation.registryNames(), svc.reseal)
 	apiKeys := apikeys.NewStore(pool, cfg.AdminKey)

@@ -169,6 +169,10 @@ func cardExp(token string, month, year int) map[string]any {
 var eventObjectExemptions = map[string]string{
 	"bill.awaiting_registry": "needs a production node without a payment registry: TestFineWaitsForARegistryThenIsPaidOnce " +
 		"compares its object with the push's response",
+	// No route causes these yet: the update's route compares them once it exists.
+	"subscription.updated":          "no route causes it yet",
+	"subscription.update_scheduled": "no route causes it yet",
+	"subscription.update_removed":   "no route causes it yet",
 }
 
 // Every event shows its object as the object's GET answered it when the

@@ -44,6 +44,7 @@ var Types = []string{
 	"subscription.created", "subscription.paused", "subscription.resumed", "subscription.reactivated",
 	"subscription.cancel_scheduled", "subscription.cancelled", "subscription.past_due", "subscription.unpaid",
 	"subscription.payment_method_updated",
+	"subscription.updated", "subscription.update_scheduled", "subscription.update_removed",
 	"charge.succeeded", "charge.declined", "charge.failed", "charge.requires_review", "charge.resolved", "charge.voided",
 	TypeChargeUpcoming, TypePaymentMethodExpiring,
 	"enrollment.created", "enrollment.paused", "enrollment.resumed", "enrollment.cancelled",

@@ -24,7 +24,7 @@ func (r *Renewals) charge(ctx context.Context, tx pgx.Tx, subs []subscriptions.S
 // chargeUpTo is charge for the periods that began by upTo, written at now.
 func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subscription, upTo, now time.Time) (int, []subscriptions.Advance, error) {
 	var (
-		news     []charges.New
+		due      dueCharges
 		advanced []subscriptions.Advance
 	)
 	for _, sub := range subs {
@@ -42,17 +42,34 @@ func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptio
 			}
 			continue
 		}
-		var (
-			adv subscriptions.Advance
-			err error
-		)
-		if news, adv, err = r.periodsDue(ctx, news, sub, sched, from, last, now, renewalPolicies...); err != nil {
+		credit := sub.CreditBalance
+		if k, ok := sub.BoundaryIndex(); ok && k <= last {
+			// The periods before the boundary are charged at the terms in
+			// force at their start, then the pending update applies, before
+			// the boundary's period is charged.
+			if first := r.firstCaughtUp(sched, from, last, now); first < k {
+				if _, err := r.periodsDue(ctx, &due, sub, sched, first, k-1, now, &credit, renewalPolicies...); err != nil {
+					return 0, nil, err
+				}
+			}
+			var err error
+			if sub, err = r.Subscriptions.ApplyPending(ctx, tx, sub, k); err != nil {
+				return 0, nil, err
+			}
+			sched, from = sub.Schedule(), sub.NextPeriodIndex
+			last = sched.IndexAt(upTo)
+		}
+		adv, err := r.periodsDue(ctx, &due, sub, sched, from, last, now, &credit, renewalPolicies...)
+		if err != nil {
 			return 0, nil, err
 		}
 		advanced = append(advanced, adv)
 	}
-	created, err := r.Charges.Create(ctx, tx, news, now)
+	created, err := r.Charges.Create(ctx, tx, due.news, now)
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := r.Subscriptions.UseCredits(ctx, tx, due.uses, now); err != nil {
 		return 0, nil, err
 	}
 	if err := r.Subscriptions.AdvanceAll(ctx, tx, advanced, now); err != nil {
@@ -70,14 +87,23 @@ func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptio
 // it governed.
 var renewalPolicies = []experiments.Policy{experiments.PolicyDunning, experiments.PolicyGatewayTimeout, experiments.PolicyNoticeLead}
 
-// periodsDue appends to news the charges of sub's periods from..last that
+// dueCharges are the charges of due periods a scan batch creates, and
+// the credit they use.
+type dueCharges struct {
+	news []charges.New
+	uses []subscriptions.CreditUse
+}
+
+// periodsDue appends to due the charges of sub's periods from..last that
 // catch-up charges (older ones are skipped and logged), and returns the
 // advance of sub past last. The charges take sub's experiment arms, and
 // an arm of every running experiment of policies that admits sub and has
 // none recorded yet: a charge's arm is fixed before its first decision
-// (its first gateway call, or its first decline's dunning).
-func (r *Renewals) periodsDue(ctx context.Context, news []charges.New, sub subscriptions.Subscription, sched period.Schedule, from, last int,
-	now time.Time, policies ...experiments.Policy) ([]charges.New, subscriptions.Advance, error) {
+// (its first gateway call, or its first decline's dunning). Each period
+// uses what it can of credit, which it reduces: a period it covers whole
+// has no charge (a charge is never of 0) but is passed all the same.
+func (r *Renewals) periodsDue(ctx context.Context, due *dueCharges, sub subscriptions.Subscription, sched period.Schedule, from, last int,
+	now time.Time, credit *int64, policies ...experiments.Policy) (subscriptions.Advance, error) {
 	if first := r.firstCaughtUp(sched, from, last, now); first > from {
 		skipped := first - from
 		metrics.PeriodsSkipped.Add(float64(skipped))
@@ -90,17 +116,33 @@ func (r *Renewals) periodsDue(ctx context.Context, news []charges.New, sub subsc
 	if sub.Receipt != nil {
 		var err error
 		if receipt, err = json.Marshal(sub.Receipt); err != nil {
-			return news, subscriptions.Advance{}, fmt.Errorf("encode receipt of subscription %s: %w", sub.ID, err)
+			return subscriptions.Advance{}, fmt.Errorf("encode receipt of subscription %s: %w", sub.ID, err)
 		}
 	}
 	rec, _ := r.Experiments.Assign(ctx, Subject(sub), sub.Experiments, now, policies...)
 	for i := from; i <= last; i++ {
 		p := sched.Period(i)
-		news = append(news, charges.New{SubscriptionID: sub.ID, CustomerID: sub.CustomerID, PeriodKey: p.Key,
-			PeriodStart: p.Start, Amount: sub.Amount, Currency: sub.Currency,
-			Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token, Receipt: receipt, Experiments: rec})
+		amount, periodReceipt := sub.Amount, receipt
+		if *credit > 0 {
+			use := min(*credit, amount)
+			*credit -= use
+			amount -= use
+			due.uses = append(due.uses, subscriptions.CreditUse{SubscriptionID: sub.ID, PeriodKey: p.Key, Amount: use})
+			if amount == 0 {
+				continue
+			}
+			if sub.Receipt != nil {
+				var err error
+				if periodReceipt, err = json.Marshal(sub.Receipt.Repriced(amount)); err != nil {
+					return subscriptions.Advance{}, fmt.Errorf("encode receipt of subscription %s: %w", sub.ID, err)
+				}
+			}
+		}
+		due.news = append(due.news, charges.New{SubscriptionID: sub.ID, CustomerID: sub.CustomerID, PeriodKey: p.Key,
+			PeriodStart: p.Start, Amount: amount, Currency: sub.Currency,
+			Gateway: sub.PaymentMethod.Gateway, Token: sub.PaymentMethod.Token, Receipt: periodReceipt, Experiments: rec})
 	}
-	return news, subscriptions.Advance{ID: sub.ID, NextPeriodIndex: last + 1, NextChargeAt: sched.Start(last + 1), Experiments: rec}, nil
+	return subscriptions.Advance{ID: sub.ID, NextPeriodIndex: last + 1, NextChargeAt: sched.Start(last + 1), Experiments: rec}, nil
 }
 
 // firstCaughtUp is the first period in [from, last] that catch-up charges:

@@ -73,13 +73,15 @@ func (r *Renewals) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, a
 			if last < sub.NextPeriodIndex {
 				return nil, nil, nil
 			}
-			news, adv, err := r.periodsDue(ctx, nil, sub, sched, sub.NextPeriodIndex, last, now,
+			var due dueCharges
+			var credit int64 // a new subscription has none
+			adv, err := r.periodsDue(ctx, &due, sub, sched, sub.NextPeriodIndex, last, now, &credit,
 				append(renewalPolicies, experiments.PolicyRouting)...)
 			if err != nil {
 				return nil, nil, err
 			}
 			return &adv, func(ctx context.Context, tx pgx.Tx, batch *pgx.Batch) (err error) {
-				created, err = r.Charges.CreateBatched(ctx, tx, batch, news, now)
+				created, err = r.Charges.CreateBatched(ctx, tx, batch, due.news, now)
 				return err
 			}, nil
 		})
@@ -106,6 +108,13 @@ func (r *Renewals) Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscri
 	}
 	if len(advanced) != 1 {
 		return r.Subscriptions.Get(ctx, tx, sub.ID) // cancelled at period end instead
+	}
+	if sub.PendingUpdate != nil || sub.CreditBalance > 0 {
+		// Its pending update applied, or its credit used: the row says how.
+		if sub, err = r.Subscriptions.Get(ctx, tx, sub.ID); err != nil {
+			return subscriptions.Subscription{}, err
+		}
+		return sub, r.Subscriptions.Stored(ctx, tx, sub)
 	}
 	// What the advance wrote, without reading the row back. An event this
 	// transaction wrote of sub before the advance (a resume's) shows it.

@@ -123,3 +123,17 @@ func quantityThousandths(q string) (int64, bool) {
 	n := w*1000 + f
 	return n, n > 0
 }
+
+// Repriced is the receipt of a payment of amount other than the
+// subscription's (a proration's adjustment, a charge reduced by credit):
+// its first item, one unit at amount, so that the items still add up to
+// what is paid.
+func (r Receipt) Repriced(amount int64) Receipt {
+	out := r
+	if len(r.Items) > 0 {
+		item := r.Items[0]
+		item.Quantity, item.Amount = "1", amount
+		out.Items = []ReceiptItem{item}
+	}
+	return out
+}

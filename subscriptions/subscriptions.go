@@ -161,13 +161,14 @@ const (
 // PendingUpdate is a change of price or plan waiting for the end of the
 // current period. Fields left nil keep the subscription's value.
 type PendingUpdate struct {
-	ID            uuid.UUID         `json:"id"`
-	Amount        *int64            `json:"amount,omitempty"`
-	Interval      *period.Interval  `json:"interval,omitempty"`
-	IntervalCount *int              `json:"interval_count,omitempty"`
-	Description   *string           `json:"description,omitempty"`
-	Metadata      map[string]string `json:"metadata,omitempty"`
-	Receipt       *Receipt          `json:"receipt,omitempty"`
+	ID            uuid.UUID        `json:"id"`
+	Amount        *int64           `json:"amount,omitempty"`
+	Interval      *period.Interval `json:"interval,omitempty"`
+	IntervalCount *int             `json:"interval_count,omitempty"`
+	Description   *string          `json:"description,omitempty"`
+	// Metadata is null when unchanged; {} clears it.
+	Metadata map[string]string `json:"metadata"`
+	Receipt  *Receipt          `json:"receipt,omitempty"`
 	// EffectiveAt is the period end it applies at.
 	EffectiveAt time.Time `json:"effective_at"`
 	CreatedAt   time.Time `json:"created_at"`

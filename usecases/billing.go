@@ -84,6 +84,10 @@ type Service struct {
 	// Tokens keeps payment tokens at rest (nil: tokens are stored as
 	// given, as in tests of other matters).
 	Tokens *vault.Vault
+	// CustomerProration is the proration of a customer key's immediate
+	// change (REBILL_CUSTOMER_PRORATION); staff choose their own, and get
+	// it when they choose none.
+	CustomerProration subscriptions.Proration
 }
 
 // db is the caller's transaction when there is one, else the pool.

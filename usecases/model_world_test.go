@@ -183,6 +183,7 @@ func (w *world) newGateways() {
 // reset empties the world for the next check.
 func (w *world) reset(ctx context.Context) error {
 	_, err := w.pool.Exec(ctx, `DELETE FROM river_job; DELETE FROM charges; DELETE FROM subscription_events;
+		DELETE FROM subscription_credits; DELETE FROM subscription_changes;
 		DELETE FROM subscriptions; DELETE FROM model_charge_moves; DELETE FROM model_sub_moves`)
 	if err != nil {
 		return fmt.Errorf("reset the world: %w", err)

@@ -195,16 +195,46 @@ func (s *Service) Events(ctx context.Context, caller Caller, id uuid.UUID, after
 var ErrNotBuilt = fault.New(fault.Conflict, "not available yet")
 
 // UpdateSubscription changes a visible subscription's terms now or at its
-// period end.
+// period end (subscriptions.Store.Update and renewals.Renewals.Update say
+// how), in tx. Staff choose the proration of an immediate change (empty:
+// the configured default); a customer key always gets the default, and
+// naming another is 400. Returns rebilltype.Errors, subscriptions.ErrNotFound,
+// a *fsm.TransitionError, or an error wrapping
+// subscriptions.ErrChargeInFlight.
 func (s *Service) UpdateSubscription(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID, u subscriptions.Update) (subscriptions.Subscription, error) {
-	return subscriptions.Subscription{}, ErrNotBuilt
+	if _, err := s.visible(ctx, tx, caller, id); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	pr := u.Proration
+	switch {
+	case caller.CustomerID != "" && pr != "" && pr != s.customerProration():
+		return subscriptions.Subscription{}, rebilltype.Errors{{Field: "proration",
+			Message: "is set by the service for customer keys (" + string(s.customerProration()) + "): leave it out"}}
+	case pr == "":
+		pr = s.customerProration()
+	}
+	sub, _, err := s.Renewals.Update(ctx, tx, id, u, pr, caller.Actor)
+	return sub, err
+}
+
+// customerProration is the configured proration of customer keys'
+// changes, charge_now when none is configured.
+func (s *Service) customerProration() subscriptions.Proration {
+	if s.CustomerProration == "" {
+		return subscriptions.ProrationChargeNow
+	}
+	return s.CustomerProration
 }
 
 // RemovePendingUpdate removes the update waiting for a visible
 // subscription's period end; without one it returns the subscription
 // unchanged.
 func (s *Service) RemovePendingUpdate(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (subscriptions.Subscription, error) {
-	return subscriptions.Subscription{}, ErrNotBuilt
+	if _, err := s.visible(ctx, tx, caller, id); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	sub, _, err := s.Subscriptions.RemovePendingUpdate(ctx, tx, id, caller.Actor)
+	return sub, err
 }
 
 // EndTrial ends a visible subscription's trial now: its first period

@@ -66,6 +66,10 @@ type Config struct {
 	WebhookAllowPrivate bool
 	WebhookWorkers      int
 	UpcomingNotice      time.Duration
+	// CustomerProration is the proration of a customer key's immediate
+	// subscription change (none, charge_now, credit_next): customers do
+	// not choose it, so none picks whichever is cheaper.
+	CustomerProration string
 	// EventsRetention: events older than this are deleted (0: kept forever).
 	EventsRetention time.Duration
 	// MetricsAddr, when set, serves /metrics there instead of on Addr.
@@ -262,6 +266,15 @@ var variables = []variable{
 		intInto(func(c *Config) *int { return &c.WebhookWorkers })},
 	{"REBILL_UPCOMING_NOTICE", "72h", "charge.upcoming is published this long before each renewal",
 		durationInto(func(c *Config) *time.Duration { return &c.UpcomingNotice })},
+	{"REBILL_CUSTOMER_PRORATION", "charge_now", "proration of a subscription change a customer key makes effective now (none, charge_now or credit_next); staff keys choose their own, customers cannot",
+		func(c *Config, v string) error {
+			switch v {
+			case "none", "charge_now", "credit_next":
+				c.CustomerProration = v
+				return nil
+			}
+			return errors.New("want none, charge_now or credit_next")
+		}},
 	{"REBILL_EVENTS_RETENTION", "", "events (GET /v1/events) older than this by the service clock are deleted with their webhook delivery attempts, hourly; a Go duration or days (400d), at least 396d (13 months, 9504h); an event whose delivery is not over is kept; empty or 0: events are kept forever (docs/operations.md, Events retention)",
 		func(c *Config, v string) (err error) { c.EventsRetention, err = parseRetention(v); return }},
 	{"REBILL_METRICS_ADDR", "", "listen address of /metrics (e.g. 127.0.0.1:9090); when set, REBILL_ADDR no longer serves /metrics, so it need not be public. The experiments' series (rebill_experiment_*) are served only here: set it in production (docs/operations.md, Metrics listener)",
@@ -409,7 +422,8 @@ func Load(getenv func(string) string) (Config, error) {
 		BreakerOpenFor:  5 * time.Second, UnavailableFor: 24 * time.Hour,
 		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
 		DBMaxConns: 25, WebhookRetryBase: 5 * time.Second, WebhookWorkers: 20, UpcomingNotice: 72 * time.Hour,
-		InspectInterval: time.Minute, InspectUnknownAfter: time.Hour, InspectHoldWarn: 72 * time.Hour, ReconcileDays: 7,
+		CustomerProration: "charge_now",
+		InspectInterval:   time.Minute, InspectUnknownAfter: time.Hour, InspectHoldWarn: 72 * time.Hour, ReconcileDays: 7,
 		VelocityCreationsPerHour: 20, VelocityCardChangesPerDay: 10, VelocityDeclinesPerDay: 5,
 		ConsoleIdleTimeout: 30 * time.Minute, StartupRetryFor: time.Minute, SimLedger: SimLedgerPostgres,
 	}
