@@ -127,7 +127,7 @@ func (r *Renewals) periodsDue(ctx context.Context, due *dueCharges, sub subscrip
 			use := min(*credit, amount)
 			*credit -= use
 			amount -= use
-			due.uses = append(due.uses, subscriptions.CreditUse{SubscriptionID: sub.ID, PeriodKey: p.Key, Amount: use})
+			due.uses = append(due.uses, subscriptions.CreditUse{SubscriptionID: sub.ID, PeriodKey: p.Key, PeriodStart: p.Start, Amount: use})
 			if amount == 0 {
 				continue
 			}

@@ -53,13 +53,6 @@ func (b testBundle) settle(t *testing.T, sub subscriptions.Subscription, periodK
 	require.EqualValues(t, 1, tag.RowsAffected(), "charge of %s", periodKey)
 }
 
-func (b testBundle) get(t *testing.T, sub subscriptions.Subscription) subscriptions.Subscription {
-	t.Helper()
-	got, err := b.subs.Get(context.Background(), b.pool, sub.ID)
-	require.NoError(t, err)
-	return got
-}
-
 // whileLocked runs each of fns in its own goroutine while a transaction
 // holds the subscription's row, waits until waiting of them wait for a
 // lock, releases the row and waits for them all: the fns then race from
@@ -313,7 +306,7 @@ func TestPendingUpdateAppliesAtTheResumeAfterItsTime(t *testing.T) {
 	sub := b.create(t, period.Month, nil)
 	b.scan(t)
 	b.inTx(t, func(tx pgx.Tx) error {
-		_, _, err := b.subs.Pause(context.Background(), tx, sub.ID, nil, subscriptions.System)
+		_, _, err := b.subs.Pause(context.Background(), tx, sub.ID, nil, "", subscriptions.System)
 		return err
 	})
 	_, _, err := b.update(t, sub, subscriptions.Update{Amount: ptr(int64(700)), Effective: subscriptions.EffectivePeriodEnd}, subscriptions.ProrationNone)
@@ -515,7 +508,7 @@ func TestUpdateRacesAPause(t *testing.T) {
 			_, _, updateErr = b.update(t, sub, subscriptions.Update{Amount: ptr(int64(3000))}, subscriptions.ProrationChargeNow)
 		}, func() {
 			b.inTx(t, func(tx pgx.Tx) error {
-				_, _, err := b.subs.Pause(context.Background(), tx, sub.ID, nil, subscriptions.System)
+				_, _, err := b.subs.Pause(context.Background(), tx, sub.ID, nil, "", subscriptions.System)
 				return err
 			})
 		})

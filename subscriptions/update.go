@@ -485,6 +485,7 @@ func (st *Store) granted(ctx context.Context, tx pgx.Tx, id uuid.UUID, periodKey
 type CreditUse struct {
 	SubscriptionID uuid.UUID
 	PeriodKey      string
+	PeriodStart    time.Time
 	Amount         int64 // > 0: what the charge was reduced by
 }
 
@@ -499,18 +500,19 @@ func (st *Store) UseCredits(ctx context.Context, tx pgx.Tx, uses []CreditUse, no
 	ids := make([][16]byte, len(uses))
 	keys := make([]string, len(uses))
 	amounts := make([]int64, len(uses))
+	starts := make([]time.Time, len(uses))
 	for i, u := range uses {
-		ids[i], keys[i], amounts[i] = u.SubscriptionID, u.PeriodKey, -u.Amount
+		ids[i], keys[i], amounts[i], starts[i] = u.SubscriptionID, u.PeriodKey, -u.Amount, u.PeriodStart
 	}
 	_, err := tx.Exec(ctx, `WITH used AS (
-			INSERT INTO subscription_credits (subscription_id, period_key, amount, created_at)
-			SELECT * , $4::timestamptz FROM unnest($1::uuid[], $2::text[], $3::bigint[])
+			INSERT INTO subscription_credits (subscription_id, period_key, amount, period_start, created_at)
+			SELECT * , $4::timestamptz FROM unnest($1::uuid[], $2::text[], $3::bigint[], $5::timestamptz[])
 			ON CONFLICT (subscription_id, period_key) WHERE amount < 0 DO NOTHING
 			RETURNING subscription_id, amount
 		)
 		UPDATE subscriptions s SET credit_balance = s.credit_balance + u.total, updated_at = $4
 		FROM (SELECT subscription_id, sum(amount) AS total FROM used GROUP BY subscription_id) u
-		WHERE s.id = u.subscription_id`, ids, keys, amounts, now)
+		WHERE s.id = u.subscription_id`, ids, keys, amounts, now, starts)
 	if err != nil {
 		return fmt.Errorf("use credit: %w", err)
 	}

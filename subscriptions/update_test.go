@@ -205,7 +205,7 @@ func TestPausedSubscriptionRefusesOnlyAProratedChange(t *testing.T) {
 	b := setup(t)
 	sub := b.create(t)
 	b.inTx(t, func(tx pgx.Tx) error {
-		_, _, err := b.store.Pause(context.Background(), tx, sub.ID, nil, actor)
+		_, _, err := b.store.Pause(context.Background(), tx, sub.ID, nil, "", actor)
 		return err
 	})
 	got, _, err := b.update(t, sub.ID, subscriptions.Update{Description: ptr("gold plan")}, subscriptions.ProrationChargeNow)

@@ -37,10 +37,13 @@ CREATE TABLE subscription_credits (
     subscription_id uuid NOT NULL REFERENCES subscriptions (id),
     change_id       uuid REFERENCES subscription_changes (id),
     period_key      text,
+    -- The start of the period that used it: a period paid by credit
+    -- alone has no charge to say when it began.
+    period_start    timestamptz,
     amount          bigint NOT NULL CHECK (amount <> 0),
     created_at      timestamptz NOT NULL,
     CHECK ((amount > 0) = (change_id IS NOT NULL)),
-    CHECK (amount > 0 OR period_key IS NOT NULL)
+    CHECK (amount > 0 OR (period_key IS NOT NULL AND period_start IS NOT NULL))
 );
 CREATE UNIQUE INDEX subscription_credits_use_key ON subscription_credits (subscription_id, period_key) WHERE amount < 0;
 CREATE INDEX subscription_credits_grant_idx ON subscription_credits (subscription_id, period_key) WHERE amount > 0;
