@@ -80,7 +80,7 @@ func (req updateSubscriptionRequest) domain() (subscriptions.Update, bool, error
 		endTrial = true
 	}
 	if !endTrial && !req.changesTerms() {
-		errs.Add("", "nothing to change: send at least one of amount, interval, interval_count, description, metadata, receipt, trial_end")
+		errs.Add("", "nothing to change: send at least one of amount, currency, interval, interval_count, description, metadata, receipt, trial_end")
 	}
 	return u, endTrial, errs.Err()
 }
