@@ -57,6 +57,9 @@ type setupOpts struct {
 	experiments *experiments.Set
 	// claimed runs between an idempotency claim and its handler.
 	claimed func(ctx context.Context, scope, key string)
+	// billing, when set, wraps the use cases the server calls (to watch
+	// what a handler hands them).
+	billing func(uses *usecases.Service) api.Billing
 }
 
 func setup(t *testing.T, opts ...setupOpts) testBundle {
@@ -87,9 +90,13 @@ func setup(t *testing.T, opts ...setupOpts) testBundle {
 		Owners: charges.Owners{Subscriptions: renewals.Outcomes{Subscriptions: subs, Renewals: renewer}}}
 	idem := idempotency.NewStore(pool, o.lease)
 	idem.SetClaimedHook(o.claimed)
+	var billing api.Billing = uses
+	if o.billing != nil {
+		billing = o.billing(uses)
+	}
 	srv := api.NewServer(api.Deps{
 		Keys: apikeys.NewStore(pool, adminKey), Idempotency: idem,
-		Billing: uses, Ready: pool.Ping, KnownGateway: known, Gateways: o.gateways,
+		Billing: billing, Ready: pool.Ping, KnownGateway: known, Gateways: o.gateways,
 		Dev: dev, ExperimentSet: o.experiments, Clock: clk,
 		Logger: zerolog.New(logs),
 		Webhooks: &notify.Webhooks{Pool: pool, Keys: keys, Policy: notify.URLPolicy{AllowPrivate: o.allowPrivate}, Clock: clk,

@@ -61,6 +61,9 @@ type Billing interface {
 	Resume(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (subscriptions.Subscription, error)
 	Cancel(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, atPeriodEnd bool) (subscriptions.Subscription, error)
 	ChangePaymentMethod(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, pm rebilltype.PaymentMethod) (subscriptions.Subscription, error)
+	UpdateSubscription(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID, u subscriptions.Update) (subscriptions.Subscription, error)
+	RemovePendingUpdate(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (subscriptions.Subscription, error)
+	EndTrial(ctx context.Context, tx pgx.Tx, caller usecases.Caller, id uuid.UUID) (subscriptions.Subscription, error)
 	Events(ctx context.Context, caller usecases.Caller, id uuid.UUID, after int64, limit int) ([]subscriptions.Event, error)
 	SubscriptionCharges(ctx context.Context, caller usecases.Caller, id, before uuid.UUID, limit int) ([]charges.Charge, error)
 	Charge(ctx context.Context, caller usecases.Caller, id uuid.UUID) (charges.Charge, error)
@@ -193,6 +196,8 @@ func (s *Server) routes() *chi.Mux {
 		r.Post("/v1/subscriptions/{id}/resume", s.resumeSubscription)
 		r.Post("/v1/subscriptions/{id}/cancel", s.cancelSubscription)
 		r.Post("/v1/subscriptions/{id}/payment-method", s.changePaymentMethod)
+		r.Post("/v1/subscriptions/{id}/update", s.updateSubscription)
+		r.Post("/v1/subscriptions/{id}/pending_update/remove", s.removePendingUpdate)
 		r.Get("/v1/subscriptions/{id}/events", s.listEvents)
 		r.Get("/v1/subscriptions/{id}/charges", s.listSubscriptionCharges)
 

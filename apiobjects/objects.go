@@ -65,6 +65,41 @@ type Subscription struct {
 	// Experiments are the experiment arms it was assigned, by experiment
 	// key; {} when none.
 	Experiments map[string]string `json:"experiments"`
+	// PendingUpdate is the change waiting for the current period's end;
+	// null when none waits.
+	PendingUpdate *PendingUpdate `json:"pending_update"`
+	// CreditBalance is credit, in minor units of Currency, that reduces the
+	// next charges.
+	CreditBalance int64 `json:"credit_balance"`
+}
+
+// PendingUpdate is a change of a subscription's terms that applies at
+// EffectiveAt. A null field is a term the change keeps as it is, so that a
+// reader sees exactly what will differ.
+type PendingUpdate struct {
+	ID            uuid.UUID              `json:"id"`
+	Amount        *int64                 `json:"amount"`
+	Interval      *string                `json:"interval"`
+	IntervalCount *int                   `json:"interval_count"`
+	Description   *string                `json:"description"`
+	Metadata      map[string]string      `json:"metadata"`
+	Receipt       *subscriptions.Receipt `json:"receipt"`
+	EffectiveAt   time.Time              `json:"effective_at"`
+	CreatedAt     time.Time              `json:"created_at"`
+}
+
+// FromPendingUpdate is p as a subscription shows it; nil for nil.
+func FromPendingUpdate(p *subscriptions.PendingUpdate) *PendingUpdate {
+	if p == nil {
+		return nil
+	}
+	out := &PendingUpdate{ID: p.ID, Amount: p.Amount, IntervalCount: p.IntervalCount, Description: p.Description,
+		Metadata: p.Metadata, Receipt: p.Receipt, EffectiveAt: p.EffectiveAt.UTC(), CreatedAt: p.CreatedAt.UTC()}
+	if p.Interval != nil {
+		iv := string(*p.Interval)
+		out.Interval = &iv
+	}
+	return out
 }
 
 // Optional is nil for the empty string.
@@ -99,7 +134,8 @@ func FromSubscription(s subscriptions.Subscription) Subscription {
 		},
 		Description: Optional(s.Description), Metadata: s.Metadata,
 		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, CancelledAt: UTCPtr(s.CancelledAt), Receipt: s.Receipt,
-		Experiments: record(s.Experiments),
+		Experiments:   record(s.Experiments),
+		PendingUpdate: FromPendingUpdate(s.PendingUpdate), CreditBalance: s.CreditBalance,
 	}
 	if s.Status != subscriptions.Cancelled && s.Status != subscriptions.Paused && s.Status != subscriptions.Unpaid {
 		next := s.NextChargeAt

@@ -205,7 +205,7 @@ func (h *Handler) refund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if text := strings.TrimSpace(r.PostFormValue("amount")); text != "" {
-		amount, err := minorUnits(text, c.Currency)
+		amount, err := minorUnits(text, c.Currency, "all that is left")
 		if err != nil {
 			h.refuse(w, r, back, err)
 			return
@@ -225,15 +225,16 @@ func (h *Handler) refund(w http.ResponseWriter, r *http.Request) {
 }
 
 // minorUnits reads an amount typed in currency's major unit ("12.50"),
-// with at most the currency's decimals, as minor units (1250).
-func minorUnits(text, currency string) (int64, error) {
+// with at most the currency's decimals, as minor units (1250); empty
+// says what an empty field means, for the refusal's sentence.
+func minorUnits(text, currency, empty string) (int64, error) {
 	units, ok := validate.Currency(currency)
 	if !ok {
 		units = 2
 	}
 	whole, frac, dot := strings.Cut(text, ".")
-	bad := fmt.Errorf("%w: amount must be a positive amount in %s with at most %d decimals, or empty for all that is left",
-		errInput, currency, units)
+	bad := fmt.Errorf("%w: amount must be a positive amount in %s with at most %d decimals, or empty for %s",
+		errInput, currency, units, empty)
 	if whole == "" || len(frac) > units || dot && frac == "" || len(whole) > 15 {
 		return 0, bad
 	}

@@ -20,6 +20,9 @@ import (
 // subscriptionOffers is what the subscription page offers.
 type subscriptionOffers struct {
 	Pause, Resume, CancelNow, CancelAtPeriodEnd bool
+	// Change: a cancelled subscription's terms no longer matter.
+	// RemovePending: only a change that waits can be removed.
+	Change, RemovePending bool
 }
 
 func offersFor(s subscriptions.Subscription) subscriptionOffers {
@@ -28,6 +31,8 @@ func offersFor(s subscriptions.Subscription) subscriptionOffers {
 		Resume:            s.Status == subscriptions.Paused,
 		CancelNow:         s.Status != subscriptions.Cancelled,
 		CancelAtPeriodEnd: s.Status != subscriptions.Cancelled && !s.CancelAtPeriodEnd,
+		Change:            s.Status != subscriptions.Cancelled,
+		RemovePending:     s.Status != subscriptions.Cancelled && s.PendingUpdate != nil,
 	}
 }
 

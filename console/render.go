@@ -20,6 +20,7 @@ import (
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/platform/validate"
 	"github.com/rebill/rebill/rebilltype"
+	"github.com/rebill/rebill/subscriptions/period"
 )
 
 // page is what every template gets.
@@ -267,6 +268,9 @@ var funcs = template.FuncMap{
 	"resolveoffered":  resolveOffered,
 	"refundoffer":     refundOfferFor,
 	"refundreasons":   refundReasons,
+	"intervals":       func() []period.Interval { return intervals },
+	"prorations":      func() []outcome { return prorations },
+	"pendingchange":   pendingChange,
 	"whyinreview":     whyInReview,
 	"lookupfound":     lookupFound,
 	"ms":              ms,

@@ -246,3 +246,30 @@ func TestUnavailableAndLimitedPages(t *testing.T) {
 		require.Contains(t, rec.Body.String(), c.says)
 	}
 }
+
+// Change is offered on every subscription that is not cancelled, Remove
+// pending change only while a change waits; the pending change says what
+// it changes and from when.
+func TestSubscriptionPageShowsItsPendingChange(t *testing.T) {
+	t.Parallel()
+	active := renderTest(t, "subscription", subscriptionData{Sub: testSubscription(subscriptions.Active)})
+	require.Contains(t, active, "<legend>Change</legend>")
+	require.NotContains(t, active, ">Remove pending change</button>")
+	require.NotContains(t, active, `id="pending-update"`)
+
+	count, amount := 3, int64(900)
+	sub := testSubscription(subscriptions.PastDue)
+	sub.PendingUpdate = &subscriptions.PendingUpdate{ID: uuid.New(), Amount: &amount, IntervalCount: &count, EffectiveAt: nextDay}
+	sub.CreditBalance = 1
+	pending := renderTest(t, "subscription", subscriptionData{Sub: sub})
+	require.Contains(t, pending, "<legend>Change</legend>")
+	require.Contains(t, pending, ">Remove pending change</button>")
+	require.Contains(t, pending, `<dd id="pending-update">From <time datetime="2027-04-01T09:00:00Z">`)
+	require.Contains(t, pending, "amount 15.00 USD → 9.00 USD; every 1 month → every 3 month</dd>")
+	require.Contains(t, pending, `<dd id="credit-balance">0.01 USD</dd>`)
+
+	sub.Status = subscriptions.Cancelled
+	cancelled := renderTest(t, "subscription", subscriptionData{Sub: sub})
+	require.NotContains(t, cancelled, "<legend>Change</legend>")
+	require.NotContains(t, cancelled, ">Remove pending change</button>")
+}

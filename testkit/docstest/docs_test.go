@@ -215,14 +215,15 @@ func run(t *testing.T, dir string, env []string, script string) string {
 // pages it continues (run first, in the same shell); every other page's sh
 // blocks are marked not run.
 var runnable = map[string][]string{
-	"README.md":           nil,
-	"docs/dev-mode.md":    nil,
-	"docs/autopay.md":     nil,
-	"docs/experiments.md": nil,
-	"docs/webhooks.md":    {"README.md"}, // $SUB
-	"docs/operations.md":  nil,
-	"docs/security.md":    nil,
-	"docs/refunds.md":     nil,
+	"README.md":                    nil,
+	"docs/dev-mode.md":             nil,
+	"docs/autopay.md":              nil,
+	"docs/experiments.md":          nil,
+	"docs/webhooks.md":             {"README.md"}, // $SUB
+	"docs/operations.md":           nil,
+	"docs/security.md":             nil,
+	"docs/refunds.md":              nil,
+	"docs/subscription-changes.md": nil,
 }
 
 // The pages run one after the other: each has a node, and the suite shares
