@@ -33,17 +33,19 @@ type paymentMethodRequest struct {
 }
 
 type createSubscriptionRequest struct {
-	CustomerID    string                 `json:"customer_id"`
-	Amount        int64                  `json:"amount"`
-	Currency      string                 `json:"currency"`
-	Interval      string                 `json:"interval"`
-	IntervalCount *int                   `json:"interval_count"`
-	TimeZone      *string                `json:"timezone"`
-	BillingAnchor *time.Time             `json:"billing_anchor"`
-	PaymentMethod *paymentMethodRequest  `json:"payment_method"`
-	Description   string                 `json:"description"`
-	Metadata      map[string]string      `json:"metadata"`
-	Receipt       *subscriptions.Receipt `json:"receipt"`
+	CustomerID      string                 `json:"customer_id"`
+	Amount          int64                  `json:"amount"`
+	Currency        string                 `json:"currency"`
+	Interval        string                 `json:"interval"`
+	IntervalCount   *int                   `json:"interval_count"`
+	TimeZone        *string                `json:"timezone"`
+	BillingAnchor   *time.Time             `json:"billing_anchor"`
+	PaymentMethod   *paymentMethodRequest  `json:"payment_method"`
+	Description     string                 `json:"description"`
+	Metadata        map[string]string      `json:"metadata"`
+	Receipt         *subscriptions.Receipt `json:"receipt"`
+	TrialEnd        *time.Time             `json:"trial_end"`
+	TrialPeriodDays *int                   `json:"trial_period_days"`
 }
 
 func (pm paymentMethodRequest) domain() rebilltype.PaymentMethod {
@@ -57,7 +59,8 @@ func (pm paymentMethodRequest) domain() rebilltype.PaymentMethod {
 func (req createSubscriptionRequest) domain() subscriptions.New {
 	n := subscriptions.New{CustomerID: req.CustomerID, Amount: req.Amount, Currency: req.Currency,
 		Interval: period.Interval(req.Interval), IntervalCount: 1, TimeZone: "UTC", BillingAnchor: req.BillingAnchor,
-		Description: req.Description, Metadata: req.Metadata, Receipt: req.Receipt}
+		Description: req.Description, Metadata: req.Metadata, Receipt: req.Receipt,
+		TrialEnd: req.TrialEnd, TrialPeriodDays: req.TrialPeriodDays}
 	if req.IntervalCount != nil {
 		n.IntervalCount = *req.IntervalCount
 	}
@@ -110,7 +113,7 @@ func listFilters(r *http.Request) (subscriptions.ListParams, error) {
 	if st := r.URL.Query().Get("status"); st != "" {
 		status, ok := subscriptions.ParseStatus(st)
 		if !ok {
-			errs.Add("status", "must be one of active, paused, past_due, unpaid, cancelled")
+			errs.Add("status", "must be one of trialing, active, paused, past_due, unpaid, cancelled")
 		}
 		p.Status = status
 	}

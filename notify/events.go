@@ -33,6 +33,7 @@ import (
 const (
 	TypeChargeUpcoming        = "charge.upcoming"
 	TypePaymentMethodExpiring = "payment_method.expiring"
+	TypeTrialWillEnd          = "subscription.trial_will_end"
 	subscriptionPrefix        = "subscription."
 	chargePrefix              = "charge."
 	refundPrefix              = "refund."
@@ -43,7 +44,7 @@ const (
 var Types = []string{
 	"subscription.created", "subscription.paused", "subscription.resumed", "subscription.reactivated",
 	"subscription.cancel_scheduled", "subscription.cancelled", "subscription.past_due", "subscription.unpaid",
-	"subscription.payment_method_updated",
+	"subscription.payment_method_updated", "subscription.trial_ended", TypeTrialWillEnd,
 	"charge.succeeded", "charge.declined", "charge.failed", "charge.requires_review", "charge.resolved", "charge.voided",
 	TypeChargeUpcoming, TypePaymentMethodExpiring,
 	"enrollment.created", "enrollment.paused", "enrollment.resumed", "enrollment.cancelled",

@@ -203,7 +203,16 @@ func (s *Service) RemovePendingUpdate(ctx context.Context, tx pgx.Tx, caller Cal
 }
 
 // EndTrial ends a visible subscription's trial now: its first period
-// begins and is charged at once.
+// begins and is charged at once (enqueued in tx). Ending the trial of an
+// active subscription returns it unchanged; any other status, or a trial
+// with a cancel scheduled at its end, is a *fsm.TransitionError.
 func (s *Service) EndTrial(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (subscriptions.Subscription, error) {
-	return subscriptions.Subscription{}, ErrNotBuilt
+	if _, err := s.visible(ctx, tx, caller, id); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	sub, changed, err := s.Subscriptions.EndTrial(ctx, tx, id, s.Clock.Now(), caller.Actor)
+	if err != nil || !changed {
+		return sub, err
+	}
+	return s.Renewals.Due(ctx, tx, sub)
 }
