@@ -83,10 +83,10 @@ func (n *Notices) SendNotices(ctx context.Context, now time.Time) (int, error) {
 	// scheduled at its end will charge nothing, so none is told.
 	trial, err := n.each(ctx, now, TypeTrialWillEnd, `SELECT id, 'subscription.trial_will_end:' || id
 		FROM subscriptions s
-		WHERE status = `+fsm.Quoted(subscriptions.Trialing)+` AND NOT cancel_at_period_end
+		WHERE status = $3 AND NOT cancel_at_period_end
 		  AND trial_end > $1 AND trial_end <= $1 + make_interval(secs => $2)
 		  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.notice_key = 'subscription.trial_will_end:' || s.id)
-		ORDER BY trial_end, id LIMIT $3`, n.TrialWillEnd.Seconds())
+		ORDER BY trial_end, id LIMIT $4`, n.TrialWillEnd.Seconds(), string(subscriptions.Trialing))
 	if err != nil {
 		return up + trial, err
 	}

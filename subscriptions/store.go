@@ -154,6 +154,10 @@ func scan(row pgx.Row) (Subscription, error) {
 		left := time.Duration(*leftUS) * time.Microsecond
 		s.PausedTimeLeft = &left
 	}
+	if s.TrialEnd != nil {
+		end := s.TrialEnd.UTC()
+		s.TrialEnd = &end
+	}
 	s.BillingAnchor = s.BillingAnchor.UTC()
 	s.NextChargeAt = s.NextChargeAt.UTC()
 	s.CreatedAt = s.CreatedAt.UTC()
