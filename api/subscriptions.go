@@ -33,19 +33,21 @@ type paymentMethodRequest struct {
 }
 
 type createSubscriptionRequest struct {
-	CustomerID      string                 `json:"customer_id"`
-	Amount          int64                  `json:"amount"`
-	Currency        string                 `json:"currency"`
-	Interval        string                 `json:"interval"`
-	IntervalCount   *int                   `json:"interval_count"`
-	TimeZone        *string                `json:"timezone"`
-	BillingAnchor   *time.Time             `json:"billing_anchor"`
-	PaymentMethod   *paymentMethodRequest  `json:"payment_method"`
-	Description     string                 `json:"description"`
-	Metadata        map[string]string      `json:"metadata"`
-	Receipt         *subscriptions.Receipt `json:"receipt"`
-	TrialEnd        *time.Time             `json:"trial_end"`
-	TrialPeriodDays *int                   `json:"trial_period_days"`
+	CustomerID    string                 `json:"customer_id"`
+	Amount        int64                  `json:"amount"`
+	Currency      string                 `json:"currency"`
+	Interval      string                 `json:"interval"`
+	IntervalCount *int                   `json:"interval_count"`
+	TimeZone      *string                `json:"timezone"`
+	BillingAnchor *time.Time             `json:"billing_anchor"`
+	PaymentMethod *paymentMethodRequest  `json:"payment_method"`
+	Description   string                 `json:"description"`
+	Metadata      map[string]string      `json:"metadata"`
+	Receipt       *subscriptions.Receipt `json:"receipt"`
+
+	// A trial: one of the two, never with BillingAnchor.
+	TrialEnd        *time.Time `json:"trial_end"`
+	TrialPeriodDays *int       `json:"trial_period_days"`
 }
 
 func (pm paymentMethodRequest) domain() rebilltype.PaymentMethod {

@@ -59,13 +59,15 @@ func (w *ScanWorker) Timeout(*river.Job[ScanArgs]) time.Duration { return w.Rene
 
 // ScanResult counts what one scan did.
 type ScanResult struct {
-	Cancelled   int
-	Resumed     int
-	TrialsEnded int
+	Cancelled int
+	Resumed   int
 	Enqueued  int
 	Retries   int
 	ToReview  int
 	Notices   int
+
+	// TrialsEnded counts the trials ended, each with its first period.
+	TrialsEnded int
 }
 
 // Scan does everything that is due at now, in batches of BatchSize rows,

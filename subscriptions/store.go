@@ -177,8 +177,8 @@ type FirstBilling func(sub Subscription) (*Advance, SendWith, error)
 type SendWith func(ctx context.Context, tx pgx.Tx, batch *pgx.Batch) error
 
 // Create inserts an active subscription whose first period starts at the
-// billing anchor (a trialing one whose first period starts at its trial's
-// end, which is its anchor), logs its creation and publishes it. bill, when not nil,
+// billing anchor (a trialing one, whose anchor is its trial's end), logs
+// its creation and publishes it. bill, when not nil,
 // bills the periods due at once: the row is inserted already advanced past
 // them and bill's writes follow it in the same round trip. An insert and a
 // later advance would write the row twice, and that second write is never
