@@ -40,8 +40,8 @@ func TestAPIGuideCheckCatchesDrift(t *testing.T) {
 	for guide, want := range map[string]string{
 		"`GET /v1/invoices` lists invoices.":                      "GET /v1/invoices",
 		"`POST /v1/subscriptions/{id}` updates one.":              "POST /v1/subscriptions/{id}",
-		"A subscription has a `trial_end`.":                       "trial_end",
-		"`status` may be `trialing`.":                             "trialing",
+		"A subscription has a `coupon`.":                          "coupon",
+		"`status` may be `incomplete_expired`.":                   "incomplete_expired",
 		"Send `Authorization: Token <key>`.":                      "Authorization: Token <key>",
 		"Refunds are still to come.":                              "still to come",
 		"See `info.summary.text`.":                                "info.summary.text",
