@@ -149,3 +149,27 @@ func TestCancelDuringTrialChargesNothing(t *testing.T) {
 	require.WithinDuration(t, *atEnd.TrialEnd, *b.get(t, atEnd).CancelledAt, 0, "as of the trial's end")
 	require.Equal(t, []string{"created:system", "cancel_scheduled:system", "cancelled:system"}, b.eventTypes(t, atEnd))
 }
+
+// The self-audit finds a trial still on after its end (its first period
+// would otherwise be charged zero times) until the scan ends it; a trial
+// set to cancel at its end owes nothing.
+func TestTrialLeftAfterItsEndIsOverdue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	sub := b.createTrial(t, 2)
+	cancelling := b.createTrial(t, 2)
+	b.inTx(t, func(tx pgx.Tx) error {
+		_, _, err := b.subs.Cancel(ctx, tx, cancelling.ID, true, subscriptions.System)
+		return err
+	})
+	from := b.clock.Now()
+	b.clock.Advance(3 * 24 * time.Hour)
+	overdue, err := subscriptions.Overdue(ctx, b.pool, from, b.clock.Now())
+	require.NoError(t, err)
+	require.Equal(t, []subscriptions.OverduePeriod{{SubscriptionID: sub.ID, Start: *sub.TrialEnd}}, overdue)
+	b.scan(t)
+	overdue, err = subscriptions.Overdue(ctx, b.pool, from, b.clock.Now())
+	require.NoError(t, err)
+	require.Empty(t, overdue)
+}
