@@ -2,6 +2,7 @@ package usecases_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
@@ -159,5 +161,59 @@ func TestCancelDuringTrialUseCases(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, subscriptions.Cancelled, got.Status)
 		require.Empty(t, periodKeys(t, svc, sub.ID))
+	}
+}
+
+// Ending trials now while scans end the same trials, whose end has come:
+// whichever wins, each trial ends once and its first period is charged
+// once.
+func TestEndTrialRacingTheScanChargesOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	svc, clk := trialService(t)
+	staff := usecases.Caller{Actor: subscriptions.Actor{ID: "key-1", Role: "support"}}
+	days := 1
+	subs := make([]subscriptions.Subscription, 6)
+	for i := range subs {
+		var err error
+		subs[i], err = trialCall(t, svc, func(tx pgx.Tx) (subscriptions.Subscription, error) {
+			return svc.CreateSubscription(ctx, tx, staff, subscriptions.New{CustomerID: "cust-1", Amount: 1500, Currency: "USD",
+				Interval: period.Month, IntervalCount: 1, TimeZone: "UTC", TrialPeriodDays: &days,
+				PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 12, ExpYear: 2035}})
+		})
+		require.NoError(t, err)
+	}
+	clk.Advance(25 * time.Hour)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, sub := range subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := trialCall(t, svc, func(tx pgx.Tx) (subscriptions.Subscription, error) { return svc.EndTrial(ctx, tx, staff, sub.ID) })
+			assert.NoError(t, err)
+		}()
+	}
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := svc.Renewals.Scan(ctx, clk.Now())
+			assert.NoError(t, err)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for _, sub := range subs {
+		require.Len(t, periodKeys(t, svc, sub.ID), 1, "one charge of the first period")
+		events, err := svc.Events(ctx, staff, sub.ID, 0, 10)
+		require.NoError(t, err)
+		require.Len(t, events, 2, "created and trial_ended, once")
+		got, err := svc.Subscription(ctx, staff, sub.ID)
+		require.NoError(t, err)
+		require.Equal(t, subscriptions.Active, got.Status)
+		require.Equal(t, 1, got.NextPeriodIndex)
 	}
 }
