@@ -20,6 +20,9 @@ import (
 // subscriptionOffers is what the subscription page offers.
 type subscriptionOffers struct {
 	Pause, Resume, CancelNow, CancelAtPeriodEnd bool
+	// EndTrial: a trial not set to cancel at its end (ending it would
+	// charge a subscription set to end with its trial).
+	EndTrial bool
 }
 
 func offersFor(s subscriptions.Subscription) subscriptionOffers {
@@ -28,6 +31,7 @@ func offersFor(s subscriptions.Subscription) subscriptionOffers {
 		Resume:            s.Status == subscriptions.Paused,
 		CancelNow:         s.Status != subscriptions.Cancelled,
 		CancelAtPeriodEnd: s.Status != subscriptions.Cancelled && !s.CancelAtPeriodEnd,
+		EndTrial:          s.Status == subscriptions.Trialing && !s.CancelAtPeriodEnd,
 	}
 }
 

@@ -53,7 +53,8 @@ func TestSubscriptionPageFitsItsState(t *testing.T) {
 	t.Parallel()
 	buttons := func(html string) []string {
 		var out []string
-		for _, label := range []string{">Pause</button>", ">Resume</button>", "Cancel now…", ">Cancel at period end</button>"} {
+		for _, label := range []string{">Pause</button>", ">Resume</button>", ">End trial now</button>", "Cancel now…",
+			">Cancel at period end</button>"} {
 			if strings.Contains(html, label) {
 				out = append(out, label)
 			}
@@ -92,7 +93,7 @@ func TestSubscriptionPageFitsItsState(t *testing.T) {
 	trial := testSubscription(subscriptions.Trialing)
 	trial.TrialEnd, trial.BillingAnchor, trial.NextChargeAt = &nextDay, nextDay, nextDay
 	trialing := renderTest(t, "subscription", subscriptionData{Sub: trial})
-	require.Equal(t, []string{"Cancel now…", ">Cancel at period end</button>"}, buttons(trialing))
+	require.Equal(t, []string{">End trial now</button>", "Cancel now…", ">Cancel at period end</button>"}, buttons(trialing))
 	require.Contains(t, trialing, `<dd id="status">trialing</dd>`)
 	require.Contains(t, trialing, `<dt>Trial end</dt><dd id="trial-end"><time datetime="2027-04-01T09:00:00Z">`)
 	require.Contains(t, trialing, `<dd id="next-charge"><time datetime="2027-04-01T09:00:00Z">`)
