@@ -179,17 +179,7 @@ func (r *Renewals) endTrials(ctx context.Context, now time.Time) (int, error) {
 			return 0, err
 		}
 		for _, sub := range subs {
-			if sub.CancelAtPeriodEnd {
-				if err := r.cancelScheduled(ctx, tx, sub); err != nil {
-					return 0, err
-				}
-				continue
-			}
-			ended, _, err := r.Subscriptions.EndTrial(ctx, tx, sub.ID, *sub.TrialEnd, subscriptions.System)
-			if err != nil {
-				return 0, fmt.Errorf("end trial of %s: %w", sub.ID, err)
-			}
-			if _, err := r.Due(ctx, tx, ended); err != nil {
+			if _, err := r.Due(ctx, tx, sub); err != nil {
 				return 0, err
 			}
 		}

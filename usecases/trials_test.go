@@ -217,3 +217,44 @@ func TestEndTrialRacingTheScanChargesOnce(t *testing.T) {
 		require.Equal(t, 1, got.NextPeriodIndex)
 	}
 }
+
+// A trial whose end has come, which no scan has reached yet, is not a
+// trial any more: a pause or a cancel at period end first ends it as of
+// its end and charges its first period, which is owed, as a period the
+// scan had not reached before a pause is.
+func TestTrialPastItsEndEndsBeforeAPauseOrACancelAtPeriodEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	svc, clk := trialService(t)
+	staff := usecases.Caller{Actor: subscriptions.Actor{ID: "key-1", Role: "support"}}
+	days := 3
+	create := func() subscriptions.Subscription {
+		sub, err := trialCall(t, svc, func(tx pgx.Tx) (subscriptions.Subscription, error) {
+			return svc.CreateSubscription(ctx, tx, staff, subscriptions.New{CustomerID: "cust-1", Amount: 1500, Currency: "USD",
+				Interval: period.Month, IntervalCount: 1, TimeZone: "UTC", TrialPeriodDays: &days,
+				PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 12, ExpYear: 2035}})
+		})
+		require.NoError(t, err)
+		return sub
+	}
+	paused, cancelling := create(), create()
+	clk.Advance(4 * 24 * time.Hour)
+
+	got, err := trialCall(t, svc, func(tx pgx.Tx) (subscriptions.Subscription, error) { return svc.Pause(ctx, tx, staff, paused.ID, nil) })
+	require.NoError(t, err)
+	require.Equal(t, subscriptions.Paused, got.Status)
+	require.Equal(t, []string{"2026-12-04"}, periodKeys(t, svc, paused.ID))
+
+	got, err = trialCall(t, svc, func(tx pgx.Tx) (subscriptions.Subscription, error) {
+		return svc.Cancel(ctx, tx, staff, cancelling.ID, true)
+	})
+	require.NoError(t, err)
+	require.Equal(t, subscriptions.Active, got.Status)
+	require.True(t, got.CancelAtPeriodEnd, "at the end of the first period")
+	require.Equal(t, *cancelling.TrialEnd, got.BillingAnchor, "the trial ended at its end")
+	require.Equal(t, []string{"2026-12-04"}, periodKeys(t, svc, cancelling.ID))
+	events, err := svc.Events(ctx, staff, cancelling.ID, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, "trial_ended", events[1].Type)
+	require.Equal(t, "system", events[1].Actor.ID)
+}
