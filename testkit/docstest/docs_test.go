@@ -223,6 +223,7 @@ var runnable = map[string][]string{
 	"docs/operations.md":  nil,
 	"docs/security.md":    nil,
 	"docs/refunds.md":     nil,
+	"docs/trials.md":      nil,
 }
 
 // The pages run one after the other: each has a node, and the suite shares
