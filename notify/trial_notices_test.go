@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/notify"
@@ -85,7 +86,7 @@ func TestTrialWillEndNoticeOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			_, err := newNotices().SendNotices(ctx, clk.Now())
-			require.NoError(t, err)
+			assert.NoError(t, err)
 		}()
 	}
 	wg.Wait()

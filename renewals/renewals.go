@@ -61,8 +61,9 @@ type Notifier interface {
 
 // Create creates the subscription n describes, in tx, charged for the
 // periods due at once (the first one, unless the billing anchor is in the
-// future or a trial comes first): it is inserted already advanced past them, their charges are
-// written in the same round trip, and their authorize jobs are enqueued.
+// future or a trial comes first): it is inserted already advanced past
+// them, their charges are written in the same round trip, and their
+// authorize jobs are enqueued.
 // The periods are those due at the subscription's creation time.
 func (r *Renewals) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, actor subscriptions.Actor) (subscriptions.Subscription, error) {
 	var created []charges.Charge

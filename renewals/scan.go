@@ -66,7 +66,8 @@ type ScanResult struct {
 	ToReview  int
 	Notices   int
 
-	// TrialsEnded counts the trials ended, each with its first period.
+	// TrialsEnded counts the trials whose end came: ended with their
+	// first period charged, or cancelled at their end.
 	TrialsEnded int
 }
 
