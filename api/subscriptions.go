@@ -44,6 +44,10 @@ type createSubscriptionRequest struct {
 	Description   string                 `json:"description"`
 	Metadata      map[string]string      `json:"metadata"`
 	Receipt       *subscriptions.Receipt `json:"receipt"`
+
+	// A trial: one of the two, never with BillingAnchor.
+	TrialEnd        *time.Time `json:"trial_end"`
+	TrialPeriodDays *int       `json:"trial_period_days"`
 }
 
 func (pm paymentMethodRequest) domain() rebilltype.PaymentMethod {
@@ -57,7 +61,8 @@ func (pm paymentMethodRequest) domain() rebilltype.PaymentMethod {
 func (req createSubscriptionRequest) domain() subscriptions.New {
 	n := subscriptions.New{CustomerID: req.CustomerID, Amount: req.Amount, Currency: req.Currency,
 		Interval: period.Interval(req.Interval), IntervalCount: 1, TimeZone: "UTC", BillingAnchor: req.BillingAnchor,
-		Description: req.Description, Metadata: req.Metadata, Receipt: req.Receipt}
+		Description: req.Description, Metadata: req.Metadata, Receipt: req.Receipt,
+		TrialEnd: req.TrialEnd, TrialPeriodDays: req.TrialPeriodDays}
 	if req.IntervalCount != nil {
 		n.IntervalCount = *req.IntervalCount
 	}
@@ -110,7 +115,7 @@ func listFilters(r *http.Request) (subscriptions.ListParams, error) {
 	if st := r.URL.Query().Get("status"); st != "" {
 		status, ok := subscriptions.ParseStatus(st)
 		if !ok {
-			errs.Add("status", "must be one of active, paused, past_due, unpaid, cancelled")
+			errs.Add("status", "must be one of trialing, active, paused, past_due, unpaid, cancelled")
 		}
 		p.Status = status
 	}

@@ -60,6 +60,8 @@ type Subscription struct {
 	CreatedAt         time.Time         `json:"created_at"`
 	UpdatedAt         time.Time         `json:"updated_at"`
 	CancelledAt       *time.Time        `json:"cancelled_at"`
+	// TrialEnd is when its trial ends (or ended); null without a trial.
+	TrialEnd *time.Time `json:"trial_end"`
 	// Receipt is the 54-FZ fiscal receipt its payments carry; null when none.
 	Receipt *subscriptions.Receipt `json:"receipt"`
 	// Experiments are the experiment arms it was assigned, by experiment
@@ -136,6 +138,7 @@ func FromSubscription(s subscriptions.Subscription) Subscription {
 		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, CancelledAt: UTCPtr(s.CancelledAt), Receipt: s.Receipt,
 		Experiments:   record(s.Experiments),
 		PendingUpdate: FromPendingUpdate(s.PendingUpdate), CreditBalance: s.CreditBalance,
+		TrialEnd: UTCPtr(s.TrialEnd),
 	}
 	if s.Status != subscriptions.Cancelled && s.Status != subscriptions.Paused && s.Status != subscriptions.Unpaid {
 		next := s.NextChargeAt

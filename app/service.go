@@ -268,7 +268,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	declines := newDeclineLimit(limiter, pool)
 	pipe.Declines = declines
 	renewer.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
-		BatchSize: cfg.ScanBatch, Experiments: exps}
+		TrialWillEnd: cfg.TrialNotice, BatchSize: cfg.ScanBatch, Experiments: exps}
 	idem := idempotency.NewStore(pool, cfg.IdempotencyLease)
 	policy := notify.URLPolicy{AllowPrivate: cfg.Dev || cfg.WebhookAllowPrivate}
 	ops, err := buildOps(ctx, cfg, svc, pool, gateways, poster, jobs, chargeStore, log)

@@ -83,6 +83,14 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+func (h *Handler) endTrial(w http.ResponseWriter, r *http.Request) {
+	id, _ := pathUUID(r, "id")
+	h.subscriptionAction(w, r, "subscription.end_trial", func(ctx context.Context, tx pgx.Tx, c usecases.Caller) (string, error) {
+		sub, err := h.opts.Billing.EndTrial(ctx, tx, c, id)
+		return "Trial ended: the subscription is " + string(sub.Status) + " and its first period is charged.", err
+	})
+}
+
 // cancelPage is the second step of Cancel now: what cancelling ends, and
 // the button that does it (a page of its own, so it needs no script).
 func (h *Handler) cancelPage(w http.ResponseWriter, r *http.Request) {

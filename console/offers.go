@@ -23,6 +23,9 @@ type subscriptionOffers struct {
 	// Change: a cancelled subscription's terms no longer matter.
 	// RemovePending: only a change that waits can be removed.
 	Change, RemovePending bool
+	// EndTrial: a trial not set to cancel at its end (ending it would
+	// charge a subscription set to end with its trial).
+	EndTrial bool
 }
 
 func offersFor(s subscriptions.Subscription) subscriptionOffers {
@@ -33,6 +36,7 @@ func offersFor(s subscriptions.Subscription) subscriptionOffers {
 		CancelAtPeriodEnd: s.Status != subscriptions.Cancelled && !s.CancelAtPeriodEnd,
 		Change:            s.Status != subscriptions.Cancelled,
 		RemovePending:     s.Status != subscriptions.Cancelled && s.PendingUpdate != nil,
+		EndTrial:          s.Status == subscriptions.Trialing && !s.CancelAtPeriodEnd,
 	}
 }
 

@@ -53,7 +53,8 @@ func TestSubscriptionPageFitsItsState(t *testing.T) {
 	t.Parallel()
 	buttons := func(html string) []string {
 		var out []string
-		for _, label := range []string{">Pause</button>", ">Resume</button>", "Cancel now…", ">Cancel at period end</button>"} {
+		for _, label := range []string{">Pause</button>", ">Resume</button>", ">End trial now</button>", "Cancel now…",
+			">Cancel at period end</button>"} {
 			if strings.Contains(html, label) {
 				out = append(out, label)
 			}
@@ -86,6 +87,16 @@ func TestSubscriptionPageFitsItsState(t *testing.T) {
 
 	cancelled := renderTest(t, "subscription", subscriptionData{Sub: testSubscription(subscriptions.Cancelled)})
 	require.Empty(t, buttons(cancelled))
+
+	// A trial cannot be paused: only the cancels are offered, and the page
+	// says when the trial ends and the first charge falls.
+	trial := testSubscription(subscriptions.Trialing)
+	trial.TrialEnd, trial.BillingAnchor, trial.NextChargeAt = &nextDay, nextDay, nextDay
+	trialing := renderTest(t, "subscription", subscriptionData{Sub: trial})
+	require.Equal(t, []string{">End trial now</button>", "Cancel now…", ">Cancel at period end</button>"}, buttons(trialing))
+	require.Contains(t, trialing, `<dd id="status">trialing</dd>`)
+	require.Contains(t, trialing, `<dt>Trial end</dt><dd id="trial-end"><time datetime="2027-04-01T09:00:00Z">`)
+	require.Contains(t, trialing, `<dd id="next-charge"><time datetime="2027-04-01T09:00:00Z">`)
 }
 
 // Cancel now's second step says what it ends and looks destructive.

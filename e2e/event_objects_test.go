@@ -203,6 +203,10 @@ func TestEventObjectsAreTheObjectsAsTheAPIAnswers(t *testing.T) {
 			t.Parallel()
 			testRefundEventObjects(t, eventObjects{b: setup(t, 1, nil), coverage: coverage})
 		})
+		t.Run("trial", func(t *testing.T) {
+			t.Parallel()
+			testTrialEventObjects(t, eventObjects{b: setup(t, 1, nil), coverage: coverage})
+		})
 	})
 	if t.Failed() {
 		return
@@ -232,6 +236,24 @@ func TestEventObjectsAreTheObjectsAsTheAPIAnswers(t *testing.T) {
 	}
 	sort.Strings(missing)
 	require.Empty(t, missing, "event types whose objects no test compared")
+}
+
+// A trial's notice and its end, both the scan's work, show the
+// subscription as a GET answers after them: the end with its first period
+// charged.
+func testTrialEventObjects(t *testing.T, o eventObjects) {
+	b := o.b
+	body := subscriptionBody("tok_ok", "month")
+	body["trial_period_days"] = 7
+	sub := o.request(t, http.MethodPost, "/v1/subscriptions", body, o.subscription(t), "subscription.created")["id"].(string)
+	b.advance(t, "100h")
+	o.settled(t, "subscription.trial_will_end", sub, o.subscription(t))
+	b.advance(t, "72h")
+	b.waitCharges(t, sub, 1, "succeeded")
+	o.settled(t, "subscription.trial_ended", sub, o.subscription(t), func(event, got map[string]any) {
+		require.Equal(t, "active", event["status"])
+		require.NotEqual(t, event["trial_end"], event["next_charge_at"], "shown with its first period charged")
+	})
 }
 
 func testSubscriptionEventObjects(t *testing.T, o eventObjects) {

@@ -33,6 +33,7 @@ import (
 const (
 	TypeChargeUpcoming        = "charge.upcoming"
 	TypePaymentMethodExpiring = "payment_method.expiring"
+	TypeTrialWillEnd          = "subscription.trial_will_end"
 	subscriptionPrefix        = "subscription."
 	chargePrefix              = "charge."
 	refundPrefix              = "refund."
@@ -45,6 +46,7 @@ var Types = []string{
 	"subscription.cancel_scheduled", "subscription.cancelled", "subscription.past_due", "subscription.unpaid",
 	"subscription.payment_method_updated",
 	"subscription.updated", "subscription.update_scheduled", "subscription.update_removed",
+	"subscription.trial_ended", TypeTrialWillEnd,
 	"charge.succeeded", "charge.declined", "charge.failed", "charge.requires_review", "charge.resolved", "charge.voided",
 	TypeChargeUpcoming, TypePaymentMethodExpiring,
 	"enrollment.created", "enrollment.paused", "enrollment.resumed", "enrollment.cancelled",

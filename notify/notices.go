@@ -18,7 +18,8 @@ import (
 // Notices publishes the customer notices the scan finds due at the
 // service clock's now: charge.upcoming Upcoming before each renewal (late,
 // once, when a clock jump passed the notice time while the renewal is
-// still ahead) and payment_method.expiring once per card in its last
+// still ahead), subscription.trial_will_end TrialWillEnd before a trial
+// ends (likewise), and payment_method.expiring once per card in its last
 // valid month (UTC). Each event carries a notice key (the unique column
 // events.notice_key), so that concurrent scans, several nodes, restarts
 // and clock moves publish each notice once. Both carry the subscription.
@@ -27,7 +28,10 @@ type Notices struct {
 	Recorder      *Recorder
 	Subscriptions *subscriptions.Store
 	Upcoming      time.Duration // REBILL_UPCOMING_NOTICE
-	BatchSize     int
+	// TrialWillEnd is how long before a trial's end its notice is
+	// published (REBILL_TRIAL_NOTICE); no experiment changes it.
+	TrialWillEnd time.Duration
+	BatchSize    int
 	// Experiments give the subscriptions in a running notice_lead_time
 	// arm that arm's lead instead of Upcoming (nil: none).
 	Experiments *experiments.Set
@@ -74,6 +78,18 @@ func (n *Notices) SendNotices(ctx context.Context, now time.Time) (int, error) {
 	if err != nil {
 		return up, err
 	}
+	// Once per subscription: a trial ends once. A trial that ended early
+	// or was cancelled is no longer trialing, and one with a cancel
+	// scheduled at its end will charge nothing, so none is told.
+	trial, err := n.each(ctx, now, TypeTrialWillEnd, `SELECT id, 'subscription.trial_will_end:' || id
+		FROM subscriptions s
+		WHERE status = $3 AND NOT cancel_at_period_end
+		  AND trial_end > $1 AND trial_end <= $1 + make_interval(secs => $2)
+		  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.notice_key = 'subscription.trial_will_end:' || s.id)
+		ORDER BY trial_end, id LIMIT $4`, n.TrialWillEnd.Seconds(), string(subscriptions.Trialing))
+	if err != nil {
+		return up + trial, err
+	}
 	utc := now.UTC()
 	exp, err := n.each(ctx, now, TypePaymentMethodExpiring, `SELECT id, k FROM (
 			SELECT id, 'payment_method.expiring:' || id || ':' || encode(sha256(convert_to(pm_gateway || ':' || pm_token, 'UTF8')), 'hex')
@@ -82,7 +98,7 @@ func (n *Notices) SendNotices(ctx context.Context, now time.Time) (int, error) {
 			WHERE status <> $4 AND pm_exp_year = $2 AND pm_exp_month = $3 AND $1::timestamptz IS NOT NULL) c
 		WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.notice_key = c.k)
 		ORDER BY id LIMIT $5`, utc.Year(), int(utc.Month()), string(subscriptions.Cancelled))
-	return up + exp, err
+	return up + trial + exp, err
 }
 
 // each runs query ($1 now, then args, then the batch size) for (id,

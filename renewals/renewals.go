@@ -2,6 +2,7 @@ package renewals
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -60,13 +61,17 @@ type Notifier interface {
 
 // Create creates the subscription n describes, in tx, charged for the
 // periods due at once (the first one, unless the billing anchor is in the
-// future): it is inserted already advanced past them, their charges are
-// written in the same round trip, and their authorize jobs are enqueued.
+// future or a trial comes first): it is inserted already advanced past
+// them, their charges are written in the same round trip, and their
+// authorize jobs are enqueued.
 // The periods are those due at the subscription's creation time.
 func (r *Renewals) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, actor subscriptions.Actor) (subscriptions.Subscription, error) {
 	var created []charges.Charge
 	sub, err := r.Subscriptions.Create(ctx, tx, n, actor,
 		func(sub subscriptions.Subscription) (*subscriptions.Advance, subscriptions.SendWith, error) {
+			if sub.Status == subscriptions.Trialing {
+				return nil, nil, nil // nothing is charged before the trial ends
+			}
 			now := sub.CreatedAt
 			sched := sub.Schedule()
 			last := sched.IndexAt(now)
@@ -95,10 +100,17 @@ func (r *Renewals) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, a
 
 // Due charges every period of sub that is due now, in tx: the API calls it
 // after resuming a subscription, and before pausing or cancelling one, so
-// that a period due at once is enqueued in the same transaction. Returns
-// the updated subscription.
+// that a period due at once is enqueued in the same transaction. A trial
+// whose end has come, which the scan has not reached yet, ends first, as
+// the scan would end it. Returns the updated subscription.
 func (r *Renewals) Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) (subscriptions.Subscription, error) {
 	now := r.Clock.Now()
+	if sub.Status == subscriptions.Trialing && !sub.NextChargeAt.After(now) {
+		var err error
+		if sub, err = r.endTrial(ctx, tx, sub); err != nil {
+			return subscriptions.Subscription{}, err
+		}
+	}
 	if sub.NextChargeAt.After(now) || (sub.Status != subscriptions.Active && sub.Status != subscriptions.PastDue) {
 		return sub, nil
 	}
@@ -120,6 +132,24 @@ func (r *Renewals) Due(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscri
 	// transaction wrote of sub before the advance (a resume's) shows it.
 	sub.NextPeriodIndex, sub.NextChargeAt, sub.UpdatedAt = advanced[0].NextPeriodIndex, advanced[0].NextChargeAt, now
 	return sub, r.Subscriptions.Stored(ctx, tx, sub)
+}
+
+// endTrial ends the locked trialing sub as of its end, which has come: it
+// becomes active, its first period beginning at the trial's end. A trial
+// with a cancel scheduled at its end is cancelled then instead, nothing
+// charged.
+func (r *Renewals) endTrial(ctx context.Context, tx pgx.Tx, sub subscriptions.Subscription) (subscriptions.Subscription, error) {
+	if sub.CancelAtPeriodEnd {
+		if err := r.cancelScheduled(ctx, tx, sub); err != nil {
+			return subscriptions.Subscription{}, err
+		}
+		return r.Subscriptions.Get(ctx, tx, sub.ID)
+	}
+	ended, _, err := r.Subscriptions.EndTrial(ctx, tx, sub.ID, *sub.TrialEnd, subscriptions.System)
+	if err != nil {
+		return subscriptions.Subscription{}, fmt.Errorf("end the trial of subscription %s: %w", sub.ID, err)
+	}
+	return ended, nil
 }
 
 // dueBefore charges, in tx, the periods of the locked subscription sub that

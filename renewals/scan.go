@@ -65,11 +65,16 @@ type ScanResult struct {
 	Retries   int
 	ToReview  int
 	Notices   int
+
+	// TrialsEnded counts the trials whose end came: ended with their
+	// first period charged, or cancelled at their end.
+	TrialsEnded int
 }
 
 // Scan does everything that is due at now, in batches of BatchSize rows,
 // each batch its own short transaction: cancels scheduled at a period end
-// that passed while paused or unpaid, scheduled resumes, due periods,
+// that passed while paused or unpaid, scheduled resumes, trials that
+// ended (with their first periods), due periods,
 // dunning retries, the dead-letter sweep, and the customer notices. Safe
 // to run concurrently and on several nodes: rows are claimed with FOR
 // UPDATE SKIP LOCKED and every charge is created under its unique period
@@ -82,6 +87,9 @@ func (r *Renewals) Scan(ctx context.Context, now time.Time) (ScanResult, error) 
 		return res, err
 	}
 	if res.Resumed, err = r.resumeDue(ctx, now); err != nil {
+		return res, err
+	}
+	if res.TrialsEnded, err = r.endTrials(ctx, now); err != nil {
 		return res, err
 	}
 	if res.Enqueued, err = r.chargeDue(ctx, now); err != nil {
@@ -153,6 +161,26 @@ func (r *Renewals) resumeDue(ctx context.Context, now time.Time) (int, error) {
 		}
 		for _, sub := range subs {
 			if _, _, err := r.Subscriptions.ResumeAt(ctx, tx, sub.ID, *sub.ResumeAt, subscriptions.System); err != nil {
+				return 0, err
+			}
+		}
+		return len(subs), nil
+	})
+}
+
+// endTrials ends the trials whose end has come, as of their end: each
+// subscription becomes active and its first period, which begins at the
+// trial's end, is charged in the same transaction, so a trial ends once
+// and its period is charged once whichever scan claims it. A trial with a
+// cancel scheduled at its end is cancelled then instead, nothing charged.
+func (r *Renewals) endTrials(ctx context.Context, now time.Time) (int, error) {
+	return r.inBatches(ctx, "trials ended", func(tx pgx.Tx) (int, error) {
+		subs, err := r.Subscriptions.LockTrialsEnded(ctx, tx, now, r.BatchSize)
+		if err != nil {
+			return 0, err
+		}
+		for _, sub := range subs {
+			if _, err := r.Due(ctx, tx, sub); err != nil {
 				return 0, err
 			}
 		}

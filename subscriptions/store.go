@@ -89,6 +89,28 @@ type New struct {
 	Description   string
 	Metadata      map[string]string
 	Receipt       *Receipt // nil: the payments carry no fiscal receipt
+	// TrialEnd, or TrialPeriodDays from the creation, starts the
+	// subscription trialing: nothing is charged before the trial ends, and
+	// its first period begins then (it is the billing anchor). At most one
+	// is given, and never with BillingAnchor.
+	TrialEnd        *time.Time
+	TrialPeriodDays *int
+}
+
+// TrialEndAt is when the trial of a subscription created at now ends: its
+// TrialEnd, or TrialPeriodDays calendar days after now in the
+// subscription's time zone (the same wall-clock time, across a DST
+// change). Nil without a trial.
+func (n New) TrialEndAt(now time.Time) *time.Time {
+	switch {
+	case n.TrialEnd != nil:
+		end := n.TrialEnd.UTC()
+		return &end
+	case n.TrialPeriodDays != nil:
+		end := now.In(location(n.TimeZone)).AddDate(0, 0, *n.TrialPeriodDays).UTC()
+		return &end
+	}
+	return nil
 }
 
 const columns = `id, customer_id, status, amount, currency, interval, interval_count, timezone,
@@ -132,6 +154,10 @@ func scan(row pgx.Row) (Subscription, error) {
 		left := time.Duration(*leftUS) * time.Microsecond
 		s.PausedTimeLeft = &left
 	}
+	if s.TrialEnd != nil {
+		end := s.TrialEnd.UTC()
+		s.TrialEnd = &end
+	}
 	s.BillingAnchor = s.BillingAnchor.UTC()
 	s.NextChargeAt = s.NextChargeAt.UTC()
 	s.CreatedAt = s.CreatedAt.UTC()
@@ -151,16 +177,22 @@ type FirstBilling func(sub Subscription) (*Advance, SendWith, error)
 type SendWith func(ctx context.Context, tx pgx.Tx, batch *pgx.Batch) error
 
 // Create inserts an active subscription whose first period starts at the
-// billing anchor, logs its creation and publishes it. bill, when not nil,
+// billing anchor (a trialing one, whose anchor is its trial's end), logs
+// its creation and publishes it. bill, when not nil,
 // bills the periods due at once: the row is inserted already advanced past
 // them and bill's writes follow it in the same round trip. An insert and a
 // later advance would write the row twice, and that second write is never
 // a HOT update (next_charge_at is indexed).
 func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill FirstBilling) (Subscription, error) {
 	now := st.clock.Now()
-	anchor := now
+	status, anchor := Active, now
 	if n.BillingAnchor != nil {
 		anchor = n.BillingAnchor.UTC()
+	}
+	trialEnd := n.TrialEndAt(now)
+	if trialEnd != nil {
+		*trialEnd = trialEnd.Truncate(time.Microsecond)
+		status, anchor = Trialing, *trialEnd
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -182,11 +214,11 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill
 	}
 	// The row as it will be stored (timestamps keep microseconds), for
 	// bill to compute its periods from before it exists.
-	draft := Subscription{ID: id, CustomerID: n.CustomerID, Status: Active, Amount: n.Amount, Currency: n.Currency,
+	draft := Subscription{ID: id, CustomerID: n.CustomerID, Status: status, Amount: n.Amount, Currency: n.Currency,
 		Interval: n.Interval, IntervalCount: n.IntervalCount, TimeZone: n.TimeZone,
 		BillingAnchor: anchor.Truncate(time.Microsecond), NextChargeAt: anchor.Truncate(time.Microsecond),
 		PaymentMethod: n.PaymentMethod, Description: n.Description, Metadata: meta, CreatedAt: now, UpdatedAt: now,
-		Receipt: n.Receipt}
+		Receipt: n.Receipt, TrialEnd: trialEnd}
 	send := func(ctx context.Context, tx pgx.Tx, batch *pgx.Batch) error { return tx.SendBatch(ctx, batch).Close() }
 	if bill != nil {
 		adv, with, err := bill(draft)
@@ -207,19 +239,20 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill
 	batch.Queue(`WITH s AS (
 			INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval, interval_count,
 				timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token, pm_brand, pm_last4,
-				pm_exp_month, pm_exp_year, description, metadata, created_at, updated_at, receipt, experiments)
-			VALUES ($1, $2, `+fsm.Quoted(Active)+`, $3, $4, $5, $6, $7, $8, $22, $23, $9, $10, nullif($11, ''), nullif($12, ''), $13, $14,
-				nullif($15, ''), $16, $17, $17, $21, $24)
+				pm_exp_month, pm_exp_year, description, metadata, created_at, updated_at, receipt, experiments, trial_end)
+			VALUES ($1, $2, $25, $3, $4, $5, $6, $7, $8, $22, $23, $9, $10, nullif($11, ''), nullif($12, ''), $13, $14,
+				nullif($15, ''), $16, $17, $17, $21, $24, $26)
 			RETURNING *
 		), e AS (
 			INSERT INTO subscription_events (subscription_id, type, from_status, to_status, actor_id, actor_role, at)
-			SELECT id, $18, NULL, `+fsm.Quoted(Active)+`, $19, $20, $17 FROM s
+			SELECT id, $18, NULL, status, $19, $20, $17 FROM s
 		)
 		SELECT `+columns+` FROM s`,
 		id, n.CustomerID, n.Amount, n.Currency, n.Interval, n.IntervalCount, n.TimeZone, draft.BillingAnchor,
 		n.PaymentMethod.Gateway, n.PaymentMethod.Token, n.PaymentMethod.Brand, n.PaymentMethod.Last4,
 		n.PaymentMethod.ExpMonth, n.PaymentMethod.ExpYear, n.Description, metaJSON, now,
 		EventCreated, actor.ID, actor.Role, receiptJSON, draft.NextPeriodIndex, draft.NextChargeAt, recordJSON(draft.Experiments),
+		status, trialEnd,
 	).QueryRow(func(row pgx.Row) error {
 		sub, err = scan(row)
 		return err
@@ -363,6 +396,15 @@ func (st *Store) LockScheduledCancels(ctx context.Context, tx pgx.Tx, now time.T
 func (st *Store) LockResumes(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Subscription, error) {
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM subscriptions
 		WHERE status = `+fsm.Quoted(Paused)+` AND resume_at <= $1 ORDER BY resume_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
+	return collect(rows, err)
+}
+
+// LockTrialsEnded claims up to limit trialing subscriptions whose trial
+// has ended by now, oldest trial end first, skipping rows another scan or
+// request holds: each trial is ended by whoever holds it.
+func (st *Store) LockTrialsEnded(ctx context.Context, tx pgx.Tx, now time.Time, limit int) ([]Subscription, error) {
+	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM subscriptions
+		WHERE status = `+fsm.Quoted(Trialing)+` AND trial_end <= $1 ORDER BY trial_end, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
 	return collect(rows, err)
 }
 

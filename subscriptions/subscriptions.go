@@ -71,6 +71,9 @@ const (
 	EventPastDue              = "past_due"
 	EventUnpaid               = "unpaid"
 	EventReactivated          = "reactivated"
+	// EventTrialEnded: trialing -> active, at trial_end (actor system) or
+	// ended early by a person.
+	EventTrialEnded = "trial_ended"
 )
 
 // transitions lists, for every status, the statuses it may move to. It

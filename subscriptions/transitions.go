@@ -35,6 +35,11 @@ func (st *Store) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID, resumeAt *t
 	if err != nil {
 		return Subscription{}, false, err
 	}
+	if sub.Status == Trialing {
+		// There is nothing to stop: the table has no such move, and the
+		// refusal says what to do instead.
+		return sub, false, Machine.Refuse(Trialing, Paused, "a trial charges nothing; cancel it or end it")
+	}
 	if sub.Status == Paused {
 		return st.repause(ctx, tx, sub, onResume, actor)
 	}
@@ -179,9 +184,11 @@ func (st *Store) ResumeAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.
 }
 
 // Cancel ends the subscription now, or, with atPeriodEnd, when its current
-// period ends: for an active or past-due subscription, or a paused one
-// whose period has not ended (a pause that continues its period ends it
-// after the resume). Cancelling twice changes nothing; an
+// period ends: for an active or past-due subscription, a paused one whose
+// period has not ended (a pause that continues its period ends it after
+// the resume), or a trialing one, whose trial's end is that end (as for a
+// first anchor in the future: nothing is charged). Cancelling twice
+// changes nothing; an
 // immediate cancel after a scheduled one cancels now.
 func (st *Store) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID, atPeriodEnd bool, actor Actor) (Subscription, bool, error) {
 	now := st.clock.Now()
@@ -193,7 +200,7 @@ func (st *Store) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID, atPeriodEn
 		if sub.Status == Cancelled || sub.CancelAtPeriodEnd {
 			return sub, false, nil
 		}
-		if sub.Status == Active || sub.Status == PastDue || (sub.Status == Paused && !sub.periodEnded(now)) {
+		if sub.Status == Active || sub.Status == PastDue || sub.Status == Trialing || (sub.Status == Paused && !sub.periodEnded(now)) {
 			sub, err = scan(tx.QueryRow(ctx, `UPDATE subscriptions SET cancel_at_period_end = true, updated_at = $2
 				WHERE id = $1 RETURNING `+columns, id, now))
 			if err != nil {
@@ -206,6 +213,30 @@ func (st *Store) Cancel(ctx context.Context, tx pgx.Tx, id uuid.UUID, atPeriodEn
 		}
 	}
 	return st.CancelAt(ctx, tx, id, now, actor)
+}
+
+// EndTrial ends a trial as of at: the subscription becomes active and its
+// first period begins at at, which becomes its billing anchor and its
+// trial_end (earlier than planned when a person ends the trial now). The
+// caller charges the period. An active subscription is returned
+// unchanged, so ending a trial twice converges. Refused (a
+// *fsm.TransitionError): any other status, and a trial with a cancel
+// scheduled at its end, which cancels it then with nothing charged.
+func (st *Store) EndTrial(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time, actor Actor) (Subscription, bool, error) {
+	sub, err := st.GetForUpdate(ctx, tx, id)
+	switch {
+	case err != nil:
+		return Subscription{}, false, err
+	case sub.Status == Active:
+		return sub, false, nil
+	case sub.Status != Trialing:
+		return sub, false, Machine.Refuse(sub.Status, Active, "only a trial can end")
+	case sub.CancelAtPeriodEnd:
+		return sub, false, Machine.Refuse(Trialing, Active,
+			"a cancel is scheduled at the trial's end: the subscription is cancelled then, and nothing is charged")
+	}
+	return st.move(ctx, tx, id, Active, EventTrialEnded, actor, nil,
+		`trial_end = $3, billing_anchor = $3, next_period_index = 0, next_charge_at = $3`, at.UTC().Truncate(time.Microsecond))
 }
 
 // CancelAt cancels the subscription as of at: now for a request, the end

@@ -17,6 +17,8 @@ const (
 	maxMetadataValue = 500
 	maxAmount        = 999_999_999_999 // minor units; far above any real charge
 	maxIntervalCount = 365
+	// MaxTrialPeriodDays bounds trial_period_days (two years, Stripe's).
+	MaxTrialPeriodDays = 730
 	// AnchorHorizonYears bounds how far ahead of the service clock an
 	// anchor may be: further is a typo, and near year 9999 the periods
 	// cannot be written as RFC 3339 at all.
@@ -53,6 +55,7 @@ func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 	case n.BillingAnchor.After(now.AddDate(AnchorHorizonYears, 0, 0)):
 		errs.Add("billing_anchor", "must be at most %d years ahead (now is %s)", AnchorHorizonYears, now.Format(time.RFC3339))
 	}
+	n.validateTrial(&errs, now)
 	if n.PaymentMethod == (rebilltype.PaymentMethod{}) {
 		errs.Add("payment_method", "is required")
 	} else {
@@ -76,6 +79,28 @@ func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 		}
 	}
 	return errs.Err()
+}
+
+// validateTrial checks a trial: one of trial_end and trial_period_days,
+// never with billing_anchor, which the trial's end sets.
+func (n New) validateTrial(errs *rebilltype.Errors, now time.Time) {
+	if n.TrialEnd != nil && n.TrialPeriodDays != nil {
+		errs.Add("trial_end", "give trial_end or trial_period_days, not both")
+		errs.Add("trial_period_days", "give trial_end or trial_period_days, not both")
+	}
+	if (n.TrialEnd != nil || n.TrialPeriodDays != nil) && n.BillingAnchor != nil {
+		errs.Add("billing_anchor", "must be left out with a trial: a trial sets the first billing anchor (its end)")
+	}
+	switch {
+	case n.TrialEnd == nil:
+	case !n.TrialEnd.After(now):
+		errs.Add("trial_end", "must be in the future (now is %s)", now.Format(time.RFC3339))
+	case n.TrialEnd.After(now.AddDate(AnchorHorizonYears, 0, 0)):
+		errs.Add("trial_end", "must be at most %d years ahead (now is %s)", AnchorHorizonYears, now.Format(time.RFC3339))
+	}
+	if n.TrialPeriodDays != nil && (*n.TrialPeriodDays < 1 || *n.TrialPeriodDays > MaxTrialPeriodDays) {
+		errs.Add("trial_period_days", "must be 1..%d", MaxTrialPeriodDays)
+	}
 }
 
 // ParseStatus reads a status filter. ok is false for anything that is not

@@ -86,7 +86,8 @@ func (s *Service) Pause(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.U
 // before now while it was billed and that the scan has not reached yet,
 // before a pause or a cancel at period end stops billing them: they are
 // owed (and with a cancel scheduled whose period ended, the cancel takes
-// effect as the scan would carry it out).
+// effect as the scan would carry it out). A trial whose end has come ends
+// first, its first period begun.
 func (s *Service) billBegun(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	sub, err := s.Subscriptions.GetForUpdate(ctx, tx, id)
 	if err != nil {
@@ -238,7 +239,20 @@ func (s *Service) RemovePendingUpdate(ctx context.Context, tx pgx.Tx, caller Cal
 }
 
 // EndTrial ends a visible subscription's trial now: its first period
-// begins and is charged at once.
+// begins and is charged at once (enqueued in tx). A trial whose end has
+// come ended then, as the scan ends it. Ending the trial of an active
+// subscription returns it unchanged; any other status, or a trial with a
+// cancel scheduled at its end, is a *fsm.TransitionError.
 func (s *Service) EndTrial(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (subscriptions.Subscription, error) {
-	return subscriptions.Subscription{}, ErrNotBuilt
+	if _, err := s.visible(ctx, tx, caller, id); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	if err := s.billBegun(ctx, tx, id); err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	sub, changed, err := s.Subscriptions.EndTrial(ctx, tx, id, s.Clock.Now(), caller.Actor)
+	if err != nil || !changed {
+		return sub, err
+	}
+	return s.Renewals.Due(ctx, tx, sub)
 }

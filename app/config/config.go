@@ -70,6 +70,7 @@ type Config struct {
 	// subscription change (none, charge_now, credit_next): customers do
 	// not choose it, so none picks whichever is cheaper.
 	CustomerProration string
+	TrialNotice       time.Duration
 	// EventsRetention: events older than this are deleted (0: kept forever).
 	EventsRetention time.Duration
 	// MetricsAddr, when set, serves /metrics there instead of on Addr.
@@ -275,6 +276,8 @@ var variables = []variable{
 			}
 			return errors.New("want none, charge_now or credit_next")
 		}},
+	{"REBILL_TRIAL_NOTICE", "72h", "subscription.trial_will_end is published this long before a trial ends",
+		durationInto(func(c *Config) *time.Duration { return &c.TrialNotice })},
 	{"REBILL_EVENTS_RETENTION", "", "events (GET /v1/events) older than this by the service clock are deleted with their webhook delivery attempts, hourly; a Go duration or days (400d), at least 396d (13 months, 9504h); an event whose delivery is not over is kept; empty or 0: events are kept forever (docs/operations.md, Events retention)",
 		func(c *Config, v string) (err error) { c.EventsRetention, err = parseRetention(v); return }},
 	{"REBILL_METRICS_ADDR", "", "listen address of /metrics (e.g. 127.0.0.1:9090); when set, REBILL_ADDR no longer serves /metrics, so it need not be public. The experiments' series (rebill_experiment_*) are served only here: set it in production (docs/operations.md, Metrics listener)",
@@ -421,7 +424,7 @@ func Load(getenv func(string) string) (Config, error) {
 		DunningMax:      720 * time.Hour,
 		BreakerOpenFor:  5 * time.Second, UnavailableFor: 24 * time.Hour,
 		ShutdownTimeout: 30 * time.Second, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: time.Second,
-		DBMaxConns: 25, WebhookRetryBase: 5 * time.Second, WebhookWorkers: 20, UpcomingNotice: 72 * time.Hour,
+		DBMaxConns: 25, WebhookRetryBase: 5 * time.Second, WebhookWorkers: 20, UpcomingNotice: 72 * time.Hour, TrialNotice: 72 * time.Hour,
 		CustomerProration: "charge_now",
 		InspectInterval:   time.Minute, InspectUnknownAfter: time.Hour, InspectHoldWarn: 72 * time.Hour, ReconcileDays: 7,
 		VelocityCreationsPerHour: 20, VelocityCardChangesPerDay: 10, VelocityDeclinesPerDay: 5,

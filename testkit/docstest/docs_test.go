@@ -224,6 +224,7 @@ var runnable = map[string][]string{
 	"docs/security.md":             nil,
 	"docs/refunds.md":              nil,
 	"docs/subscription-changes.md": nil,
+	"docs/trials.md":               nil,
 }
 
 // The pages run one after the other: each has a node, and the suite shares
