@@ -402,7 +402,12 @@ const (
 	SubscriptionPaymentMethodUpdated EventType = "subscription.payment_method_updated"
 	SubscriptionReactivated          EventType = "subscription.reactivated"
 	SubscriptionResumed              EventType = "subscription.resumed"
+	SubscriptionTrialEnded           EventType = "subscription.trial_ended"
+	SubscriptionTrialWillEnd         EventType = "subscription.trial_will_end"
 	SubscriptionUnpaid               EventType = "subscription.unpaid"
+	SubscriptionUpdateRemoved        EventType = "subscription.update_removed"
+	SubscriptionUpdateScheduled      EventType = "subscription.update_scheduled"
+	SubscriptionUpdated              EventType = "subscription.updated"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -476,7 +481,17 @@ func (e EventType) Valid() bool {
 		return true
 	case SubscriptionResumed:
 		return true
+	case SubscriptionTrialEnded:
+		return true
+	case SubscriptionTrialWillEnd:
+		return true
 	case SubscriptionUnpaid:
+		return true
+	case SubscriptionUpdateRemoved:
+		return true
+	case SubscriptionUpdateScheduled:
+		return true
+	case SubscriptionUpdated:
 		return true
 	default:
 		return false
@@ -783,6 +798,42 @@ func (e LedgerEntryStatus) Valid() bool {
 	}
 }
 
+// Defines values for PauseOnResume.
+const (
+	PauseOnResumeContinuePeriod PauseOnResume = "continue_period"
+	PauseOnResumeStartNewPeriod PauseOnResume = "start_new_period"
+)
+
+// Valid indicates whether the value is a known member of the PauseOnResume enum.
+func (e PauseOnResume) Valid() bool {
+	switch e {
+	case PauseOnResumeContinuePeriod:
+		return true
+	case PauseOnResumeStartNewPeriod:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PauseRequestOnResume.
+const (
+	PauseRequestOnResumeContinuePeriod PauseRequestOnResume = "continue_period"
+	PauseRequestOnResumeStartNewPeriod PauseRequestOnResume = "start_new_period"
+)
+
+// Valid indicates whether the value is a known member of the PauseRequestOnResume enum.
+func (e PauseRequestOnResume) Valid() bool {
+	switch e {
+	case PauseRequestOnResumeContinuePeriod:
+		return true
+	case PauseRequestOnResumeStartNewPeriod:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReconciliationStatus.
 const (
 	ReconciliationStatusDiscrepancies ReconciliationStatus = "discrepancies"
@@ -979,7 +1030,11 @@ const (
 	SubscriptionEventTypePaymentMethodUpdated SubscriptionEventType = "payment_method_updated"
 	SubscriptionEventTypeReactivated          SubscriptionEventType = "reactivated"
 	SubscriptionEventTypeResumed              SubscriptionEventType = "resumed"
+	SubscriptionEventTypeTrialEnded           SubscriptionEventType = "trial_ended"
 	SubscriptionEventTypeUnpaid               SubscriptionEventType = "unpaid"
+	SubscriptionEventTypeUpdateRemoved        SubscriptionEventType = "update_removed"
+	SubscriptionEventTypeUpdateScheduled      SubscriptionEventType = "update_scheduled"
+	SubscriptionEventTypeUpdated              SubscriptionEventType = "updated"
 )
 
 // Valid indicates whether the value is a known member of the SubscriptionEventType enum.
@@ -1001,7 +1056,15 @@ func (e SubscriptionEventType) Valid() bool {
 		return true
 	case SubscriptionEventTypeResumed:
 		return true
+	case SubscriptionEventTypeTrialEnded:
+		return true
 	case SubscriptionEventTypeUnpaid:
+		return true
+	case SubscriptionEventTypeUpdateRemoved:
+		return true
+	case SubscriptionEventTypeUpdateScheduled:
+		return true
+	case SubscriptionEventTypeUpdated:
 		return true
 	default:
 		return false
@@ -1014,6 +1077,7 @@ const (
 	SubscriptionStatusCancelled SubscriptionStatus = "cancelled"
 	SubscriptionStatusPastDue   SubscriptionStatus = "past_due"
 	SubscriptionStatusPaused    SubscriptionStatus = "paused"
+	SubscriptionStatusTrialing  SubscriptionStatus = "trialing"
 	SubscriptionStatusUnpaid    SubscriptionStatus = "unpaid"
 )
 
@@ -1028,7 +1092,63 @@ func (e SubscriptionStatus) Valid() bool {
 		return true
 	case SubscriptionStatusPaused:
 		return true
+	case SubscriptionStatusTrialing:
+		return true
 	case SubscriptionStatusUnpaid:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SubscriptionUpdateEffective.
+const (
+	EffectiveNow       SubscriptionUpdateEffective = "now"
+	EffectivePeriodEnd SubscriptionUpdateEffective = "period_end"
+)
+
+// Valid indicates whether the value is a known member of the SubscriptionUpdateEffective enum.
+func (e SubscriptionUpdateEffective) Valid() bool {
+	switch e {
+	case EffectiveNow:
+		return true
+	case EffectivePeriodEnd:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SubscriptionUpdateProration.
+const (
+	ProrationChargeNow  SubscriptionUpdateProration = "charge_now"
+	ProrationCreditNext SubscriptionUpdateProration = "credit_next"
+	ProrationNone       SubscriptionUpdateProration = "none"
+)
+
+// Valid indicates whether the value is a known member of the SubscriptionUpdateProration enum.
+func (e SubscriptionUpdateProration) Valid() bool {
+	switch e {
+	case ProrationChargeNow:
+		return true
+	case ProrationCreditNext:
+		return true
+	case ProrationNone:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SubscriptionUpdateTrialEnd.
+const (
+	TrialEndNow SubscriptionUpdateTrialEnd = "now"
+)
+
+// Valid indicates whether the value is a known member of the SubscriptionUpdateTrialEnd enum.
+func (e SubscriptionUpdateTrialEnd) Valid() bool {
+	switch e {
+	case TrialEndNow:
 		return true
 	default:
 		return false
@@ -1576,7 +1696,7 @@ type EnrollmentList struct {
 // EnrollmentStatus `active`: bills are paid as they fall due; `paused`: bills are kept `pending`; `cancelled` (final): nothing is charged.
 type EnrollmentStatus string
 
-// Event One entry of a subscription's events log. `created` has `from_status` null and `to_status` `active`; `cancel_scheduled` and `payment_method_updated` may keep the status.
+// Event One entry of a subscription's events log. `created` has `from_status` null and `to_status` `active`; `cancel_scheduled`, `payment_method_updated`, `updated`, `update_scheduled` and `update_removed` may keep the status.
 type Event struct {
 	// Actor Who caused the change: an API key and its role, or `{"id": "system", "role": "system"}` for changes rebill makes on its own (dunning, scheduled resume, cancel at period end).
 	Actor Actor     `json:"actor"`
@@ -1588,10 +1708,10 @@ type Event struct {
 	// Id Increasing within the log.
 	Id int64 `json:"id"`
 
-	// ToStatus `active`; `paused` (periods while paused are not owed); `past_due` (a period is unpaid, dunning is retrying); `unpaid` (dunning exhausted: no new periods are charged until the payment method changes; periods that start while unpaid are not owed, like paused ones, and charges already created for them are voided); `cancelled` (final).
+	// ToStatus `trialing` (a trial: nothing is charged until `trial_end`, when the first period begins; decision 38); `active`; `paused` (periods while paused are not owed); `past_due` (a period is unpaid, dunning is retrying); `unpaid` (dunning exhausted: no new periods are charged until the payment method changes; periods that start while unpaid are not owed, like paused ones, and charges already created for them are voided); `cancelled` (final).
 	ToStatus SubscriptionStatus `json:"to_status"`
 
-	// Type The type of an entry of a subscription's events log. `reactivated`: `past_due`/`unpaid` -> `active` after a paid charge.
+	// Type The type of an entry of a subscription's events log. `reactivated`: `past_due`/`unpaid` -> `active` after a paid charge. `updated`: its terms changed (at once, or a pending update applied at its period boundary); `update_scheduled`: a change waits for the period end (`pending_update`); `update_removed`: that change was removed. These keep the status. `created` has `to_status` `trialing` for a subscription created with a trial; `trial_ended`: `trialing` -> `active` when the trial ends (actor `system`) or is ended early (decision 38).
 	Type SubscriptionEventType `json:"type"`
 }
 
@@ -1603,7 +1723,7 @@ type EventList struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
-// EventType A published event type. `subscription.*` carry the subscription, `charge.*` (but `charge.upcoming`) the charge, `charge.upcoming` and `payment_method.expiring` the subscription. `charge.resolved` replaces `succeeded`/`failed` when a person resolves a charge in review. `enrollment.*` carry the enrollment, `bill.*` the bill (its `amount_due` as of the event). `charge.refunded` carries the charge once its whole capture is refunded (it stays `succeeded`); `refund.*` carry the refund (decision 36).
+// EventType A published event type. `subscription.*` carry the subscription, `charge.*` (but `charge.upcoming`) the charge, `charge.upcoming`, `payment_method.expiring` and `subscription.trial_will_end` (a notice `REBILL_TRIAL_NOTICE`, 72 h by default, before a trial ends; decision 38) the subscription. `charge.resolved` replaces `succeeded`/`failed` when a person resolves a charge in review. `enrollment.*` carry the enrollment, `bill.*` the bill (its `amount_due` as of the event). `charge.refunded` carries the charge once its whole capture is refunded (it stays `succeeded`); `refund.*` carry the refund (decision 36).
 type EventType string
 
 // Experiment A billing-policy experiment as `REBILL_EXPERIMENTS_FILE` configures it, with its results computed when it is read, from the records alone (decision 35).
@@ -2009,7 +2129,7 @@ type NotificationEvent struct {
 	// Id `evt_<uuid>`; stable: a redelivery carries the same id.
 	Id string `json:"id"`
 
-	// Type A published event type. `subscription.*` carry the subscription, `charge.*` (but `charge.upcoming`) the charge, `charge.upcoming` and `payment_method.expiring` the subscription. `charge.resolved` replaces `succeeded`/`failed` when a person resolves a charge in review. `enrollment.*` carry the enrollment, `bill.*` the bill (its `amount_due` as of the event). `charge.refunded` carries the charge once its whole capture is refunded (it stays `succeeded`); `refund.*` carry the refund (decision 36).
+	// Type A published event type. `subscription.*` carry the subscription, `charge.*` (but `charge.upcoming`) the charge, `charge.upcoming`, `payment_method.expiring` and `subscription.trial_will_end` (a notice `REBILL_TRIAL_NOTICE`, 72 h by default, before a trial ends; decision 38) the subscription. `charge.resolved` replaces `succeeded`/`failed` when a person resolves a charge in review. `enrollment.*` carry the enrollment, `bill.*` the bill (its `amount_due` as of the event). `charge.refunded` carries the charge once its whole capture is refunded (it stays `succeeded`); `refund.*` carry the refund (decision 36).
 	Type EventType `json:"type"`
 }
 
@@ -2026,19 +2146,30 @@ type NotificationEventList struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
-// Pause defines model for Pause.
+// Pause Examples: {"on_resume":"continue_period","paused_at":"2026-12-11T00:00:00Z","resume_at":null}
 type Pause struct {
-	PausedAt time.Time `json:"paused_at"`
+	// OnResume What the resume does: `start_new_period` starts a new period at the resume, charged then; `continue_period` charges next exactly the time that was left until the next charge at the pause after the resume (decision 5).
+	OnResume PauseOnResume `json:"on_resume"`
+	PausedAt time.Time     `json:"paused_at"`
 
 	// ResumeAt When the subscription resumes on its own; null: paused until resumed through the API.
 	ResumeAt *time.Time `json:"resume_at"`
 }
 
-// PauseRequest defines model for PauseRequest.
+// PauseOnResume What the resume does: `start_new_period` starts a new period at the resume, charged then; `continue_period` charges next exactly the time that was left until the next charge at the pause after the resume (decision 5).
+type PauseOnResume string
+
+// PauseRequest Examples: {"on_resume":"continue_period","resume_at":"2027-02-01T00:00:00Z"}
 type PauseRequest struct {
+	// OnResume What the resume does (decision 4). `start_new_period` (the default for a new pause): a new period starts at the resume and is charged then. `continue_period`: the time left until the next charge is kept; the resume restarts billing so that the next charge falls exactly that long after it, and nothing is charged at the resume. Omitted on a `paused` subscription: its pause's is kept; another value than the pause's replaces it. Any other value: 400 naming `on_resume`.
+	OnResume *PauseRequestOnResume `json:"on_resume,omitempty"`
+
 	// ResumeAt Resume automatically at this time; must be later than now and at most 10 years ahead (else 400). Omitted: paused until resumed.
 	ResumeAt *time.Time `json:"resume_at,omitempty"`
 }
+
+// PauseRequestOnResume What the resume does (decision 4). `start_new_period` (the default for a new pause): a new period starts at the resume and is charged then. `continue_period`: the time left until the next charge is kept; the resume restarts billing so that the next charge falls exactly that long after it, and nothing is charged at the resume. Omitted on a `paused` subscription: its pause's is kept; another value than the pause's replaces it. Any other value: 400 naming `on_resume`.
+type PauseRequestOnResume string
 
 // PaymentMethod The payment method as shown: the token is write-only and never returned or logged.
 type PaymentMethod struct {
@@ -2083,6 +2214,36 @@ type PaymentMethodInput struct {
 	//
 	// Examples: tok_ok_visa
 	Token *string `json:"token,omitempty"`
+}
+
+// PendingUpdate A change of a subscription's terms that applies at `effective_at`, the end of the current period. A null field is a term the change leaves as it is.
+//
+// Examples: {"amount":29900,"created_at":"2026-12-10T12:00:00Z","description":"Gym, monthly (basic)","effective_at":"2027-01-01T00:00:00Z","id":"0193a5c2-9a4b-7c11-8e2f-5b6c7d8e9f01","interval":null,"interval_count":null,"metadata":null,"receipt":{"customer":{"email":"user@example.com"},"items":[{"amount":29900,"description":"Gym, monthly (basic)","payment_mode":"full_payment","payment_subject":"service","quantity":"1","vat_code":1}]}}
+type PendingUpdate struct {
+	// Amount The new amount; null: unchanged.
+	Amount    *Amount   `json:"amount"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Description The new description; null: unchanged.
+	Description *string `json:"description"`
+
+	// EffectiveAt When it applies: the end of the current period.
+	EffectiveAt time.Time `json:"effective_at"`
+
+	// Id The change's id.
+	Id openapi_types.UUID `json:"id"`
+
+	// Interval The new interval; null: unchanged.
+	Interval *Interval `json:"interval"`
+
+	// IntervalCount The new number of intervals per period; null: unchanged.
+	IntervalCount *int `json:"interval_count"`
+
+	// Metadata The new metadata, replacing the whole object; null: unchanged.
+	Metadata *Metadata `json:"metadata"`
+
+	// Receipt The new receipt (its items add up to the new amount); null: unchanged.
+	Receipt *Receipt `json:"receipt"`
 }
 
 // Period A billing period: the last period that started, or the first one when none has started yet (`billing_anchor` in the future).
@@ -2372,22 +2533,25 @@ type RollWebhookSecretRequest struct {
 	ExpiresIn *string `json:"expires_in,omitempty"`
 }
 
-// Subscription Examples: {"amount":49900,"billing_anchor":"2026-12-01T00:00:00Z","cancel_at_period_end":false,"cancelled_at":null,"created_at":"2026-12-01T00:00:00Z","currency":"RUB","current_period":{"end":"2027-01-01T00:00:00Z","key":"2026-12-01","start":"2026-12-01T00:00:00Z"},"customer_id":"cust-42","description":"Gym, monthly","experiments":{},"id":"0193a5c2-7f1e-7d3a-9c1b-2f4e6a8b0c1d","interval":"month","interval_count":1,"metadata":{"k":"v"},"next_charge_at":"2027-01-01T00:00:00Z","pause":null,"payment_method":{"brand":"visa","exp_month":12,"exp_year":2030,"gateway":"sim1","last4":"4242"},"receipt":{"customer":{"email":"user@example.com"},"items":[{"amount":49900,"description":"Gym, monthly","payment_mode":"full_payment","payment_subject":"service","quantity":"1","vat_code":1}]},"status":"active","timezone":"Europe/Moscow","updated_at":"2026-12-01T00:00:00Z"}
+// Subscription Examples: {"amount":49900,"billing_anchor":"2026-12-01T00:00:00Z","cancel_at_period_end":false,"cancelled_at":null,"created_at":"2026-12-01T00:00:00Z","credit_balance":0,"currency":"RUB","current_period":{"end":"2027-01-01T00:00:00Z","key":"2026-12-01","start":"2026-12-01T00:00:00Z"},"customer_id":"cust-42","description":"Gym, monthly","experiments":{},"id":"0193a5c2-7f1e-7d3a-9c1b-2f4e6a8b0c1d","interval":"month","interval_count":1,"metadata":{"k":"v"},"next_charge_at":"2027-01-01T00:00:00Z","pause":null,"payment_method":{"brand":"visa","exp_month":12,"exp_year":2030,"gateway":"sim1","last4":"4242"},"pending_update":null,"receipt":{"customer":{"email":"user@example.com"},"items":[{"amount":49900,"description":"Gym, monthly","payment_mode":"full_payment","payment_subject":"service","quantity":"1","vat_code":1}]},"status":"active","timezone":"Europe/Moscow","trial_end":null,"updated_at":"2026-12-01T00:00:00Z"}, {"amount":49900,"billing_anchor":"2026-12-15T00:00:00Z","cancel_at_period_end":false,"cancelled_at":null,"created_at":"2026-12-01T00:00:00Z","credit_balance":0,"currency":"RUB","current_period":{"end":"2027-01-15T00:00:00Z","key":"2026-12-15","start":"2026-12-15T00:00:00Z"},"customer_id":"cust-42","description":"Gym, monthly, two weeks free","experiments":{},"id":"0193a5c2-7f1e-7d3a-9c1b-2f4e6a8b0c2e","interval":"month","interval_count":1,"metadata":{"k":"v"},"next_charge_at":"2026-12-15T00:00:00Z","pause":null,"payment_method":{"brand":"visa","exp_month":12,"exp_year":2030,"gateway":"sim1","last4":"4242"},"pending_update":null,"receipt":{"customer":{"email":"user@example.com"},"items":[{"amount":49900,"description":"Gym, monthly","payment_mode":"full_payment","payment_subject":"service","quantity":"1","vat_code":1}]},"status":"trialing","timezone":"Europe/Moscow","trial_end":"2026-12-15T00:00:00Z","updated_at":"2026-12-01T00:00:00Z"}
 type Subscription struct {
 	// Amount Integer amount in minor units (kopecks, cents), 1..999999999999.
 	//
 	// Examples: 49900
 	Amount Amount `json:"amount"`
 
-	// BillingAnchor Start of the first period. A resume after billing has begun moves it to the resume time; a resume before it keeps it.
+	// BillingAnchor Start of the first period. A resume after billing has begun moves it to the resume time; a resume before it keeps it. The resume of a pause with `on_resume: continue_period` moves it to the resume plus the time the pause kept. An interval change effective now moves it to the change. With a trial, it is `trial_end` (or when the trial was ended early).
 	BillingAnchor time.Time `json:"billing_anchor"`
 
-	// CancelAtPeriodEnd True when a cancel with `at_period_end` is scheduled: the subscription becomes `cancelled` when the current period ends and no period that starts after it is charged. It survives pause and resume; if the period end passes while the subscription is paused, the cancel takes effect then.
+	// CancelAtPeriodEnd True when a cancel with `at_period_end` is scheduled: the subscription becomes `cancelled` when the current period ends and no period that starts after it is charged. It survives pause and resume; if the period end passes while the subscription is paused, the cancel takes effect then, unless the pause continues its period (`pause.on_resume: continue_period`): then it takes effect at the end of the time kept, after the resume.
 	CancelAtPeriodEnd bool `json:"cancel_at_period_end"`
 
 	// CancelledAt Set exactly when `status` is `cancelled`.
 	CancelledAt *time.Time `json:"cancelled_at"`
 	CreatedAt   time.Time  `json:"created_at"`
+
+	// CreditBalance Credit in minor units of `currency` that reduces the next charges (left by a downgrade prorated with `credit_next`, never more than the unused share of what was captured for the period). A period fully covered by credit is not charged. 0 when none.
+	CreditBalance int64 `json:"credit_balance"`
 
 	// Currency ISO 4217 currency code, upper case.
 	//
@@ -2420,7 +2584,7 @@ type Subscription struct {
 	// Examples: {"k":"v"}
 	Metadata Metadata `json:"metadata"`
 
-	// NextChargeAt When the next period is due to be charged; null when no further charge is scheduled (`paused`, `unpaid`, `cancelled`).
+	// NextChargeAt When the next period is due to be charged; null when no further charge is scheduled (`paused`, `unpaid`, `cancelled`). While `trialing`, `trial_end`: the first period's charge.
 	NextChargeAt *time.Time `json:"next_charge_at"`
 
 	// Pause Null unless `status` is `paused`.
@@ -2429,27 +2593,33 @@ type Subscription struct {
 	// PaymentMethod The payment method as shown: the token is write-only and never returned or logged.
 	PaymentMethod PaymentMethod `json:"payment_method"`
 
+	// PendingUpdate The change waiting for the current period's end (`POST /v1/subscriptions/{id}/update` with `effective: period_end`); null when none waits. It applies exactly at `effective_at`: the period that begins then is charged at its terms. A later change at period end replaces it; `POST /v1/subscriptions/{id}/pending_update/remove` removes it.
+	PendingUpdate *PendingUpdate `json:"pending_update"`
+
 	// Receipt The fiscal receipt its payments carry; null when none.
 	Receipt *Receipt `json:"receipt"`
 
-	// Status `active`; `paused` (periods while paused are not owed); `past_due` (a period is unpaid, dunning is retrying); `unpaid` (dunning exhausted: no new periods are charged until the payment method changes; periods that start while unpaid are not owed, like paused ones, and charges already created for them are voided); `cancelled` (final).
+	// Status `trialing` (a trial: nothing is charged until `trial_end`, when the first period begins; decision 38); `active`; `paused` (periods while paused are not owed); `past_due` (a period is unpaid, dunning is retrying); `unpaid` (dunning exhausted: no new periods are charged until the payment method changes; periods that start while unpaid are not owed, like paused ones, and charges already created for them are voided); `cancelled` (final).
 	Status SubscriptionStatus `json:"status"`
 
 	// Timezone IANA time zone; period starts keep the anchor's local wall-clock time in it and period keys are dates in it.
 	//
 	// Examples: Europe/Moscow
-	Timezone  string    `json:"timezone"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Timezone string `json:"timezone"`
+
+	// TrialEnd When its trial ends (while `trialing`) or ended (the first period began then; earlier than first planned when the trial was ended early); null for a subscription created without a trial. Decision 38.
+	TrialEnd  *time.Time `json:"trial_end"`
+	UpdatedAt time.Time  `json:"updated_at"`
 }
 
-// SubscriptionCreate Examples: {"amount":49900,"billing_anchor":"2026-12-01T00:00:00Z","currency":"RUB","customer_id":"cust-42","description":"Gym, monthly","interval":"month","metadata":{"k":"v"},"payment_method":{"brand":"visa","exp_month":12,"exp_year":2030,"gateway":"sim1","last4":"4242","token":"tok_ok_visa"},"timezone":"Europe/Moscow"}
+// SubscriptionCreate Examples: {"amount":49900,"billing_anchor":"2026-12-01T00:00:00Z","currency":"RUB","customer_id":"cust-42","description":"Gym, monthly","interval":"month","metadata":{"k":"v"},"payment_method":{"brand":"visa","exp_month":12,"exp_year":2030,"gateway":"sim1","last4":"4242","token":"tok_ok_visa"},"timezone":"Europe/Moscow"}, {"amount":49900,"currency":"RUB","customer_id":"cust-42","description":"Gym, monthly, two weeks free","interval":"month","payment_method":{"brand":"visa","exp_month":12,"exp_year":2030,"gateway":"sim1","last4":"4242","token":"tok_ok_visa"},"timezone":"Europe/Moscow","trial_period_days":14}
 type SubscriptionCreate struct {
 	// Amount Integer amount in minor units (kopecks, cents), 1..999999999999.
 	//
 	// Examples: 49900
 	Amount Amount `json:"amount"`
 
-	// BillingAnchor Start of the first period, charged at that time. Default: now. Earlier than now is 400 ("billing_anchor must not be in the past"); later than now + 10 years is 400. A cancel scheduled before the anchor means the first period is never charged.
+	// BillingAnchor Start of the first period, charged at that time. Default: now. Earlier than now is 400 ("billing_anchor must not be in the past"); later than now + 10 years is 400. A cancel scheduled before the anchor means the first period is never charged. Not with a trial (`trial_end` or `trial_period_days`): 400 naming `billing_anchor`, since a trial sets the first billing anchor.
 	BillingAnchor *time.Time `json:"billing_anchor,omitempty"`
 
 	// Currency ISO 4217 currency code, upper case.
@@ -2484,9 +2654,15 @@ type SubscriptionCreate struct {
 	//
 	// Examples: Europe/Moscow
 	Timezone *string `json:"timezone,omitempty"`
+
+	// TrialEnd Starts the subscription `trialing` until this instant: nothing is charged before it, and the first period begins at it (it is the `billing_anchor`) and is charged then. Must be later than now and at most 10 years ahead, like `billing_anchor` (else 400). Not with `trial_period_days` (400 naming both) nor `billing_anchor` (400 naming `billing_anchor`). Decision 38.
+	TrialEnd *time.Time `json:"trial_end,omitempty"`
+
+	// TrialPeriodDays A trial of this many calendar days from now in the subscription's `timezone` (the same wall-clock time; its end is `trial_end`). Not with `trial_end` (400 naming both) nor `billing_anchor` (400 naming `billing_anchor`). Decision 38.
+	TrialPeriodDays *int `json:"trial_period_days,omitempty"`
 }
 
-// SubscriptionEventType The type of an entry of a subscription's events log. `reactivated`: `past_due`/`unpaid` -> `active` after a paid charge.
+// SubscriptionEventType The type of an entry of a subscription's events log. `reactivated`: `past_due`/`unpaid` -> `active` after a paid charge. `updated`: its terms changed (at once, or a pending update applied at its period boundary); `update_scheduled`: a change waits for the period end (`pending_update`); `update_removed`: that change was removed. These keep the status. `created` has `to_status` `trialing` for a subscription created with a trial; `trial_ended`: `trialing` -> `active` when the trial ends (actor `system`) or is ended early (decision 38).
 type SubscriptionEventType string
 
 // SubscriptionList Subscriptions, newest first by creation.
@@ -2497,8 +2673,56 @@ type SubscriptionList struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
-// SubscriptionStatus `active`; `paused` (periods while paused are not owed); `past_due` (a period is unpaid, dunning is retrying); `unpaid` (dunning exhausted: no new periods are charged until the payment method changes; periods that start while unpaid are not owed, like paused ones, and charges already created for them are voided); `cancelled` (final).
+// SubscriptionStatus `trialing` (a trial: nothing is charged until `trial_end`, when the first period begins; decision 38); `active`; `paused` (periods while paused are not owed); `past_due` (a period is unpaid, dunning is retrying); `unpaid` (dunning exhausted: no new periods are charged until the payment method changes; periods that start while unpaid are not owed, like paused ones, and charges already created for them are voided); `cancelled` (final).
 type SubscriptionStatus string
+
+// SubscriptionUpdate A change of the subscription's terms. Every field is optional, and a field left out (or null) keeps its value; at least one of `amount`, `currency`, `interval`, `interval_count`, `description`, `metadata`, `receipt`, `trial_end` must be sent (else 400 with `field` `""`). `currency` may only be the subscription's own.
+//
+// Examples: {"amount":99900,"effective":"now","proration":"charge_now","receipt":{"customer":{"email":"user@example.com"},"items":[{"amount":99900,"description":"Gym, monthly (premium)","payment_mode":"full_payment","payment_subject":"service","quantity":"1","vat_code":1}]}}, {"amount":29900,"effective":"period_end"}, {"trial_end":"now"}
+type SubscriptionUpdate struct {
+	// Amount The new amount per period. A subscription with a `receipt` needs the new `receipt` with it (its items must add up to the new amount, else 400 naming `receipt.items`).
+	//
+	// Examples: 49900
+	Amount *Amount `json:"amount,omitempty"`
+
+	// Currency A currency never changes: it may be sent only equal to the subscription's own (else 400 naming `currency`).
+	//
+	// Examples: RUB
+	Currency    *Currency `json:"currency,omitempty"`
+	Description *string   `json:"description,omitempty"`
+
+	// Effective `now`: the change applies at once (prorated by `proration`). `period_end`: it becomes the subscription's `pending_update`, replacing an earlier one, and applies exactly at the current period's end; the next period is charged at the new terms.
+	Effective *SubscriptionUpdateEffective `json:"effective,omitempty"`
+
+	// Interval The new interval. An interval change effective now starts a new period at the change (its `billing_anchor` moves to it), the unused time of the old one prorated as `proration` says.
+	Interval      *Interval `json:"interval,omitempty"`
+	IntervalCount *int      `json:"interval_count,omitempty"`
+
+	// Metadata Replaces the whole metadata object.
+	//
+	// Examples: {"k":"v"}
+	Metadata *Metadata `json:"metadata,omitempty"`
+
+	// Proration What a change effective now does about the unused part of the current period: `none`, the new price from the next period; `charge_now`, an upgrade's unused difference is charged at once as an adjustment charge; `credit_next`, a downgrade's unused difference becomes `credit_balance` and reduces the next charges. Support and admin keys choose (left out: the configured default); a customer key always gets the configured default, and sending another value is 400 naming `proration`. With `effective: period_end` there is nothing unused to prorate: sending it is 400 naming `proration`.
+	Proration *SubscriptionUpdateProration `json:"proration,omitempty"`
+
+	// Receipt A 54-FZ fiscal receipt, sent with the hold and the capture of every charge of the subscription by gateways that fiscalize (YooKassa); others ignore it. The items must add up to the subscription's `amount` (the sum of `quantity` x `amount`), see decision 31.
+	//
+	// Examples: {"customer":{"email":"user@example.com"},"items":[{"amount":49900,"description":"Gym, monthly","payment_mode":"full_payment","payment_subject":"service","quantity":"1","vat_code":1}]}
+	Receipt *Receipt `json:"receipt,omitempty"`
+
+	// TrialEnd `now` ends a `trialing` subscription's trial at once: its first period begins and is charged now. Sent with other changes, the trial ends first and the changes then apply to the first period; either both happen or neither (a refused change leaves the trial running).
+	TrialEnd *SubscriptionUpdateTrialEnd `json:"trial_end,omitempty"`
+}
+
+// SubscriptionUpdateEffective `now`: the change applies at once (prorated by `proration`). `period_end`: it becomes the subscription's `pending_update`, replacing an earlier one, and applies exactly at the current period's end; the next period is charged at the new terms.
+type SubscriptionUpdateEffective string
+
+// SubscriptionUpdateProration What a change effective now does about the unused part of the current period: `none`, the new price from the next period; `charge_now`, an upgrade's unused difference is charged at once as an adjustment charge; `credit_next`, a downgrade's unused difference becomes `credit_balance` and reduces the next charges. Support and admin keys choose (left out: the configured default); a customer key always gets the configured default, and sending another value is 400 naming `proration`. With `effective: period_end` there is nothing unused to prorate: sending it is 400 naming `proration`.
+type SubscriptionUpdateProration string
+
+// SubscriptionUpdateTrialEnd `now` ends a `trialing` subscription's trial at once: its first period begins and is charged now. Sent with other changes, the trial ends first and the changes then apply to the first period; either both happen or neither (a refused change leaves the trial running).
+type SubscriptionUpdateTrialEnd string
 
 // WebhookEndpoint A webhook endpoint. Its signing secret is shown once, in the first answer to its creation or to a roll of its secret.
 type WebhookEndpoint struct {
@@ -2583,7 +2807,7 @@ type Limit = int
 // RegistryGateway defines model for RegistryGateway.
 type RegistryGateway = string
 
-// StatusFilter `active`; `paused` (periods while paused are not owed); `past_due` (a period is unpaid, dunning is retrying); `unpaid` (dunning exhausted: no new periods are charged until the payment method changes; periods that start while unpaid are not owed, like paused ones, and charges already created for them are voided); `cancelled` (final).
+// StatusFilter `trialing` (a trial: nothing is charged until `trial_end`, when the first period begins; decision 38); `active`; `paused` (periods while paused are not owed); `past_due` (a period is unpaid, dunning is retrying); `unpaid` (dunning exhausted: no new periods are charged until the payment method changes; periods that start while unpaid are not owed, like paused ones, and charges already created for them are voided); `cancelled` (final).
 type StatusFilter = SubscriptionStatus
 
 // SubscriptionId defines model for SubscriptionId.
@@ -2889,8 +3113,20 @@ type UpdatePaymentMethodParams struct {
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
 
+// RemovePendingUpdateParams defines parameters for RemovePendingUpdate.
+type RemovePendingUpdateParams struct {
+	// IdempotencyKey Required on every POST. 1..255 printable ASCII characters, not only spaces, case-sensitive; a quoted structured-field string (`"abc"`) and the bare token (`abc`) are the same key. Missing: 400 `idempotency-key-missing`; empty, only spaces, longer than 255, non-printable or sent twice: 400 `idempotency-key-invalid`; a key that looks like a card number: 400 `card-number-refused`. Scoped to the authenticated API key's principal. See the Idempotency section of the API description.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
 // ResumeSubscriptionParams defines parameters for ResumeSubscription.
 type ResumeSubscriptionParams struct {
+	// IdempotencyKey Required on every POST. 1..255 printable ASCII characters, not only spaces, case-sensitive; a quoted structured-field string (`"abc"`) and the bare token (`abc`) are the same key. Missing: 400 `idempotency-key-missing`; empty, only spaces, longer than 255, non-printable or sent twice: 400 `idempotency-key-invalid`; a key that looks like a card number: 400 `card-number-refused`. Scoped to the authenticated API key's principal. See the Idempotency section of the API description.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// UpdateSubscriptionParams defines parameters for UpdateSubscription.
+type UpdateSubscriptionParams struct {
 	// IdempotencyKey Required on every POST. 1..255 printable ASCII characters, not only spaces, case-sensitive; a quoted structured-field string (`"abc"`) and the bare token (`abc`) are the same key. Missing: 400 `idempotency-key-missing`; empty, only spaces, longer than 255, non-printable or sent twice: 400 `idempotency-key-invalid`; a key that looks like a card number: 400 `card-number-refused`. Scoped to the authenticated API key's principal. See the Idempotency section of the API description.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
@@ -3006,8 +3242,14 @@ type PauseSubscriptionJSONRequestBody = PauseRequest
 // UpdatePaymentMethodJSONRequestBody defines body for UpdatePaymentMethod for application/json ContentType.
 type UpdatePaymentMethodJSONRequestBody = PaymentMethodInput
 
+// RemovePendingUpdateJSONRequestBody defines body for RemovePendingUpdate for application/json ContentType.
+type RemovePendingUpdateJSONRequestBody = EmptyRequest
+
 // ResumeSubscriptionJSONRequestBody defines body for ResumeSubscription for application/json ContentType.
 type ResumeSubscriptionJSONRequestBody = ResumeRequest
+
+// UpdateSubscriptionJSONRequestBody defines body for UpdateSubscription for application/json ContentType.
+type UpdateSubscriptionJSONRequestBody = SubscriptionUpdate
 
 // CreateWebhookEndpointJSONRequestBody defines body for CreateWebhookEndpoint for application/json ContentType.
 type CreateWebhookEndpointJSONRequestBody = WebhookEndpointCreate
@@ -3879,7 +4121,7 @@ type ClientInterface interface {
 
 	// CreateSubscriptionWithBody Create a subscription
 	//
-	// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. An expired card is 400. The `amount` and `currency` cannot be changed later through this API.
+	// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. With `trial_end` or `trial_period_days` it is created `trialing`: nothing is charged until the trial ends, when its first period begins and is charged (decision 38). An expired card is 400. The `currency` never changes; the amount, interval, description, metadata and receipt change with `POST /v1/subscriptions/{id}/update`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3888,7 +4130,7 @@ type ClientInterface interface {
 
 	// CreateSubscription Create a subscription
 	//
-	// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. An expired card is 400. The `amount` and `currency` cannot be changed later through this API.
+	// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. With `trial_end` or `trial_period_days` it is created `trialing`: nothing is charged until the trial ends, when its first period begins and is charged (decision 38). An expired card is 400. The `currency` never changes; the amount, interval, description, metadata and receipt change with `POST /v1/subscriptions/{id}/update`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3904,7 +4146,7 @@ type ClientInterface interface {
 
 	// CancelSubscriptionWithBody Cancel a subscription
 	//
-	// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty.
+	// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty. During a trial (`trialing`) nothing is charged: an immediate cancel cancels now, and `at_period_end: true` schedules the cancel at `trial_end`, when the subscription becomes `cancelled` instead of charging its first period (decision 38).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3913,7 +4155,7 @@ type ClientInterface interface {
 
 	// CancelSubscription Cancel a subscription
 	//
-	// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty.
+	// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty. During a trial (`trialing`) nothing is charged: an immediate cancel cancels now, and `at_period_end: true` schedules the cancel at `trial_end`, when the subscription becomes `cancelled` instead of charging its first period (decision 38).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3936,7 +4178,7 @@ type ClientInterface interface {
 
 	// PauseSubscriptionWithBody Pause a subscription
 	//
-	// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed). `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`. `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused, the cancel takes effect then.
+	// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. `on_resume` says what the resume does: `start_new_period` (the default) starts a new period charged at the resume; `continue_period` keeps the time left until the next charge, which then falls exactly that long after the resume (decision 4). Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed), unless `on_resume` is given and differs from the pause's: then the pause takes it (the time kept is the time left when the pause began) and `subscription.paused` is recorded again; with a cancel scheduled whose period end has passed, that change is 409. `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`; `trialing` too ("a trial charges nothing; cancel it or end it"). `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused with `start_new_period`, the cancel takes effect then; with `continue_period` it takes effect at the end of the time kept, after the resume.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3945,7 +4187,7 @@ type ClientInterface interface {
 
 	// PauseSubscription Pause a subscription
 	//
-	// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed). `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`. `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused, the cancel takes effect then.
+	// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. `on_resume` says what the resume does: `start_new_period` (the default) starts a new period charged at the resume; `continue_period` keeps the time left until the next charge, which then falls exactly that long after the resume (decision 4). Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed), unless `on_resume` is given and differs from the pause's: then the pause takes it (the time kept is the time left when the pause began) and `subscription.paused` is recorded again; with a cancel scheduled whose period end has passed, that change is 409. `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`; `trialing` too ("a trial charges nothing; cancel it or end it"). `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused with `start_new_period`, the cancel takes effect then; with `continue_period` it takes effect at the end of the time kept, after the resume.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3970,9 +4212,27 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/subscriptions/{id}/payment-method (the `UpdatePaymentMethod` operationId).
 	UpdatePaymentMethod(ctx context.Context, id SubscriptionId, params *UpdatePaymentMethodParams, body UpdatePaymentMethodJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// RemovePendingUpdateWithBody Remove a subscription's pending update
+	//
+	// Owner, support, admin (a customer key on another customer's subscription: 404). Removes the change waiting for the period's end (`pending_update`), event and webhook `subscription.update_removed`: the next period is charged at the current terms. Idempotent: without a pending update, 200 with the subscription unchanged (no event). A POST (with `Idempotency-Key`, like every change) rather than a DELETE, so that it is stored and replayed like every other change. The body may be empty.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/subscriptions/{id}/pending_update/remove (the `RemovePendingUpdate` operationId).
+	RemovePendingUpdateWithBody(ctx context.Context, id SubscriptionId, params *RemovePendingUpdateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RemovePendingUpdate Remove a subscription's pending update
+	//
+	// Owner, support, admin (a customer key on another customer's subscription: 404). Removes the change waiting for the period's end (`pending_update`), event and webhook `subscription.update_removed`: the next period is charged at the current terms. Idempotent: without a pending update, 200 with the subscription unchanged (no event). A POST (with `Idempotency-Key`, like every change) rather than a DELETE, so that it is stored and replayed like every other change. The body may be empty.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/subscriptions/{id}/pending_update/remove (the `RemovePendingUpdate` operationId).
+	RemovePendingUpdate(ctx context.Context, id SubscriptionId, params *RemovePendingUpdateParams, body RemovePendingUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ResumeSubscriptionWithBody Resume a subscription
 	//
-	// Owner, support, admin. Allowed only from `paused`. Once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
+	// Owner, support, admin. Allowed only from `paused`. A pause with `on_resume: continue_period` restarts billing at the resume plus the time it kept: `billing_anchor` and `next_charge_at` move there and nothing is charged at the resume (decision 5). Otherwise, once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `trialing`, `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3981,12 +4241,30 @@ type ClientInterface interface {
 
 	// ResumeSubscription Resume a subscription
 	//
-	// Owner, support, admin. Allowed only from `paused`. Once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
+	// Owner, support, admin. Allowed only from `paused`. A pause with `on_resume: continue_period` restarts billing at the resume plus the time it kept: `billing_anchor` and `next_charge_at` move there and nothing is charged at the resume (decision 5). Otherwise, once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `trialing`, `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/subscriptions/{id}/resume (the `ResumeSubscription` operationId).
 	ResumeSubscription(ctx context.Context, id SubscriptionId, params *ResumeSubscriptionParams, body ResumeSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateSubscriptionWithBody Change a subscription's terms
+	//
+	// Owner, support, admin (a customer key on another customer's subscription: 404, nothing changed). Changes `amount`, `interval`, `interval_count`, `description`, `metadata` and `receipt`; the `currency` never changes (another one is 400 naming `currency`). `effective: now` (the default) applies the change at once, the unused part of the current period prorated by `proration` (staff choose it; a customer key gets the configured default and another value is 400 naming `proration`): an upgrade with `charge_now` creates one adjustment charge for the difference, a downgrade with `credit_next` adds to `credit_balance`. `effective: period_end` makes the change the `pending_update` (replacing an earlier one) that applies exactly at the period's end. `trial_end: "now"` ends a trial at once (the first period begins and is charged), before the other changes of the same request. Events and webhooks: `subscription.updated` for a change applied, `subscription.update_scheduled` for a pending update. A change the subscription's status does not allow (`cancelled`, a `trial_end` of a subscription that is not `trialing`, ...) or that races another change of the same subscription is 409 `invalid-transition`, nothing changed. Unknown fields, wrong types and an empty body are 400.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/subscriptions/{id}/update (the `UpdateSubscription` operationId).
+	UpdateSubscriptionWithBody(ctx context.Context, id SubscriptionId, params *UpdateSubscriptionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateSubscription Change a subscription's terms
+	//
+	// Owner, support, admin (a customer key on another customer's subscription: 404, nothing changed). Changes `amount`, `interval`, `interval_count`, `description`, `metadata` and `receipt`; the `currency` never changes (another one is 400 naming `currency`). `effective: now` (the default) applies the change at once, the unused part of the current period prorated by `proration` (staff choose it; a customer key gets the configured default and another value is 400 naming `proration`): an upgrade with `charge_now` creates one adjustment charge for the difference, a downgrade with `credit_next` adds to `credit_balance`. `effective: period_end` makes the change the `pending_update` (replacing an earlier one) that applies exactly at the period's end. `trial_end: "now"` ends a trial at once (the first period begins and is charged), before the other changes of the same request. Events and webhooks: `subscription.updated` for a change applied, `subscription.update_scheduled` for a pending update. A change the subscription's status does not allow (`cancelled`, a `trial_end` of a subscription that is not `trialing`, ...) or that races another change of the same subscription is 409 `invalid-transition`, nothing changed. Unknown fields, wrong types and an empty body are 400.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/subscriptions/{id}/update (the `UpdateSubscription` operationId).
+	UpdateSubscription(ctx context.Context, id SubscriptionId, params *UpdateSubscriptionParams, body UpdateSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWebhookEndpoints List webhook endpoints
 	//
@@ -5139,7 +5417,7 @@ func (c *RawClient) ListSubscriptions(ctx context.Context, params *ListSubscript
 
 // CreateSubscriptionWithBody Create a subscription
 //
-// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. An expired card is 400. The `amount` and `currency` cannot be changed later through this API.
+// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. With `trial_end` or `trial_period_days` it is created `trialing`: nothing is charged until the trial ends, when its first period begins and is charged (decision 38). An expired card is 400. The `currency` never changes; the amount, interval, description, metadata and receipt change with `POST /v1/subscriptions/{id}/update`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -5158,7 +5436,7 @@ func (c *RawClient) CreateSubscriptionWithBody(ctx context.Context, params *Crea
 
 // CreateSubscription Create a subscription
 //
-// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. An expired card is 400. The `amount` and `currency` cannot be changed later through this API.
+// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. With `trial_end` or `trial_period_days` it is created `trialing`: nothing is charged until the trial ends, when its first period begins and is charged (decision 38). An expired card is 400. The `currency` never changes; the amount, interval, description, metadata and receipt change with `POST /v1/subscriptions/{id}/update`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5194,7 +5472,7 @@ func (c *RawClient) GetSubscription(ctx context.Context, id SubscriptionId, reqE
 
 // CancelSubscriptionWithBody Cancel a subscription
 //
-// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty.
+// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty. During a trial (`trialing`) nothing is charged: an immediate cancel cancels now, and `at_period_end: true` schedules the cancel at `trial_end`, when the subscription becomes `cancelled` instead of charging its first period (decision 38).
 //
 // Takes any type of body and a specified content type.
 //
@@ -5213,7 +5491,7 @@ func (c *RawClient) CancelSubscriptionWithBody(ctx context.Context, id Subscript
 
 // CancelSubscription Cancel a subscription
 //
-// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty.
+// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty. During a trial (`trialing`) nothing is charged: an immediate cancel cancels now, and `at_period_end: true` schedules the cancel at `trial_end`, when the subscription becomes `cancelled` instead of charging its first period (decision 38).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5266,7 +5544,7 @@ func (c *RawClient) ListSubscriptionEvents(ctx context.Context, id SubscriptionI
 
 // PauseSubscriptionWithBody Pause a subscription
 //
-// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed). `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`. `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused, the cancel takes effect then.
+// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. `on_resume` says what the resume does: `start_new_period` (the default) starts a new period charged at the resume; `continue_period` keeps the time left until the next charge, which then falls exactly that long after the resume (decision 4). Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed), unless `on_resume` is given and differs from the pause's: then the pause takes it (the time kept is the time left when the pause began) and `subscription.paused` is recorded again; with a cancel scheduled whose period end has passed, that change is 409. `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`; `trialing` too ("a trial charges nothing; cancel it or end it"). `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused with `start_new_period`, the cancel takes effect then; with `continue_period` it takes effect at the end of the time kept, after the resume.
 //
 // Takes any type of body and a specified content type.
 //
@@ -5285,7 +5563,7 @@ func (c *RawClient) PauseSubscriptionWithBody(ctx context.Context, id Subscripti
 
 // PauseSubscription Pause a subscription
 //
-// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed). `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`. `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused, the cancel takes effect then.
+// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. `on_resume` says what the resume does: `start_new_period` (the default) starts a new period charged at the resume; `continue_period` keeps the time left until the next charge, which then falls exactly that long after the resume (decision 4). Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed), unless `on_resume` is given and differs from the pause's: then the pause takes it (the time kept is the time left when the pause began) and `subscription.paused` is recorded again; with a cancel scheduled whose period end has passed, that change is 409. `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`; `trialing` too ("a trial charges nothing; cancel it or end it"). `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused with `start_new_period`, the cancel takes effect then; with `continue_period` it takes effect at the end of the time kept, after the resume.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5340,9 +5618,47 @@ func (c *RawClient) UpdatePaymentMethod(ctx context.Context, id SubscriptionId, 
 	return c.Client.Do(req)
 }
 
+// RemovePendingUpdateWithBody Remove a subscription's pending update
+//
+// Owner, support, admin (a customer key on another customer's subscription: 404). Removes the change waiting for the period's end (`pending_update`), event and webhook `subscription.update_removed`: the next period is charged at the current terms. Idempotent: without a pending update, 200 with the subscription unchanged (no event). A POST (with `Idempotency-Key`, like every change) rather than a DELETE, so that it is stored and replayed like every other change. The body may be empty.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/subscriptions/{id}/pending_update/remove (the `RemovePendingUpdate` operationId).
+func (c *RawClient) RemovePendingUpdateWithBody(ctx context.Context, id SubscriptionId, params *RemovePendingUpdateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRemovePendingUpdateRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RemovePendingUpdate Remove a subscription's pending update
+//
+// Owner, support, admin (a customer key on another customer's subscription: 404). Removes the change waiting for the period's end (`pending_update`), event and webhook `subscription.update_removed`: the next period is charged at the current terms. Idempotent: without a pending update, 200 with the subscription unchanged (no event). A POST (with `Idempotency-Key`, like every change) rather than a DELETE, so that it is stored and replayed like every other change. The body may be empty.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/subscriptions/{id}/pending_update/remove (the `RemovePendingUpdate` operationId).
+func (c *RawClient) RemovePendingUpdate(ctx context.Context, id SubscriptionId, params *RemovePendingUpdateParams, body RemovePendingUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRemovePendingUpdateRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ResumeSubscriptionWithBody Resume a subscription
 //
-// Owner, support, admin. Allowed only from `paused`. Once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
+// Owner, support, admin. Allowed only from `paused`. A pause with `on_resume: continue_period` restarts billing at the resume plus the time it kept: `billing_anchor` and `next_charge_at` move there and nothing is charged at the resume (decision 5). Otherwise, once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `trialing`, `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -5361,13 +5677,51 @@ func (c *RawClient) ResumeSubscriptionWithBody(ctx context.Context, id Subscript
 
 // ResumeSubscription Resume a subscription
 //
-// Owner, support, admin. Allowed only from `paused`. Once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
+// Owner, support, admin. Allowed only from `paused`. A pause with `on_resume: continue_period` restarts billing at the resume plus the time it kept: `billing_anchor` and `next_charge_at` move there and nothing is charged at the resume (decision 5). Otherwise, once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `trialing`, `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/subscriptions/{id}/resume (the `ResumeSubscription` operationId).
 func (c *RawClient) ResumeSubscription(ctx context.Context, id SubscriptionId, params *ResumeSubscriptionParams, body ResumeSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewResumeSubscriptionRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateSubscriptionWithBody Change a subscription's terms
+//
+// Owner, support, admin (a customer key on another customer's subscription: 404, nothing changed). Changes `amount`, `interval`, `interval_count`, `description`, `metadata` and `receipt`; the `currency` never changes (another one is 400 naming `currency`). `effective: now` (the default) applies the change at once, the unused part of the current period prorated by `proration` (staff choose it; a customer key gets the configured default and another value is 400 naming `proration`): an upgrade with `charge_now` creates one adjustment charge for the difference, a downgrade with `credit_next` adds to `credit_balance`. `effective: period_end` makes the change the `pending_update` (replacing an earlier one) that applies exactly at the period's end. `trial_end: "now"` ends a trial at once (the first period begins and is charged), before the other changes of the same request. Events and webhooks: `subscription.updated` for a change applied, `subscription.update_scheduled` for a pending update. A change the subscription's status does not allow (`cancelled`, a `trial_end` of a subscription that is not `trialing`, ...) or that races another change of the same subscription is 409 `invalid-transition`, nothing changed. Unknown fields, wrong types and an empty body are 400.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/subscriptions/{id}/update (the `UpdateSubscription` operationId).
+func (c *RawClient) UpdateSubscriptionWithBody(ctx context.Context, id SubscriptionId, params *UpdateSubscriptionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateSubscriptionRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateSubscription Change a subscription's terms
+//
+// Owner, support, admin (a customer key on another customer's subscription: 404, nothing changed). Changes `amount`, `interval`, `interval_count`, `description`, `metadata` and `receipt`; the `currency` never changes (another one is 400 naming `currency`). `effective: now` (the default) applies the change at once, the unused part of the current period prorated by `proration` (staff choose it; a customer key gets the configured default and another value is 400 naming `proration`): an upgrade with `charge_now` creates one adjustment charge for the difference, a downgrade with `credit_next` adds to `credit_balance`. `effective: period_end` makes the change the `pending_update` (replacing an earlier one) that applies exactly at the period's end. `trial_end: "now"` ends a trial at once (the first period begins and is charged), before the other changes of the same request. Events and webhooks: `subscription.updated` for a change applied, `subscription.update_scheduled` for a pending update. A change the subscription's status does not allow (`cancelled`, a `trial_end` of a subscription that is not `trialing`, ...) or that races another change of the same subscription is 409 `invalid-transition`, nothing changed. Unknown fields, wrong types and an empty body are 400.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/subscriptions/{id}/update (the `UpdateSubscription` operationId).
+func (c *RawClient) UpdateSubscription(ctx context.Context, id SubscriptionId, params *UpdateSubscriptionParams, body UpdateSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateSubscriptionRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -8173,6 +8527,66 @@ func NewUpdatePaymentMethodRequestWithBody(server string, id SubscriptionId, par
 	return req, nil
 }
 
+// NewRemovePendingUpdateRequest calls the generic RemovePendingUpdate builder with application/json body
+func NewRemovePendingUpdateRequest(server string, id SubscriptionId, params *RemovePendingUpdateParams, body RemovePendingUpdateJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRemovePendingUpdateRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewRemovePendingUpdateRequestWithBody constructs an http.Request for the RemovePendingUpdate method, with any body, and a specified content type
+func NewRemovePendingUpdateRequestWithBody(server string, id SubscriptionId, params *RemovePendingUpdateParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/subscriptions/%s/pending_update/remove", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
 // NewResumeSubscriptionRequest calls the generic ResumeSubscription builder with application/json body
 func NewResumeSubscriptionRequest(server string, id SubscriptionId, params *ResumeSubscriptionParams, body ResumeSubscriptionJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -8201,6 +8615,66 @@ func NewResumeSubscriptionRequestWithBody(server string, id SubscriptionId, para
 	}
 
 	operationPath := fmt.Sprintf("/v1/subscriptions/%s/resume", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewUpdateSubscriptionRequest calls the generic UpdateSubscription builder with application/json body
+func NewUpdateSubscriptionRequest(server string, id SubscriptionId, params *UpdateSubscriptionParams, body UpdateSubscriptionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateSubscriptionRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewUpdateSubscriptionRequestWithBody constructs an http.Request for the UpdateSubscription method, with any body, and a specified content type
+func NewUpdateSubscriptionRequestWithBody(server string, id SubscriptionId, params *UpdateSubscriptionParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/subscriptions/%s/update", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -9258,7 +9732,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateSubscriptionWithBodyWithResponse Create a subscription
 	//
-	// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. An expired card is 400. The `amount` and `currency` cannot be changed later through this API.
+	// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. With `trial_end` or `trial_period_days` it is created `trialing`: nothing is charged until the trial ends, when its first period begins and is charged (decision 38). An expired card is 400. The `currency` never changes; the amount, interval, description, metadata and receipt change with `POST /v1/subscriptions/{id}/update`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9267,7 +9741,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateSubscriptionWithResponse Create a subscription
 	//
-	// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. An expired card is 400. The `amount` and `currency` cannot be changed later through this API.
+	// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. With `trial_end` or `trial_period_days` it is created `trialing`: nothing is charged until the trial ends, when its first period begins and is charged (decision 38). An expired card is 400. The `currency` never changes; the amount, interval, description, metadata and receipt change with `POST /v1/subscriptions/{id}/update`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9285,7 +9759,7 @@ type ClientWithResponsesInterface interface {
 
 	// CancelSubscriptionWithBodyWithResponse Cancel a subscription
 	//
-	// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty.
+	// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty. During a trial (`trialing`) nothing is charged: an immediate cancel cancels now, and `at_period_end: true` schedules the cancel at `trial_end`, when the subscription becomes `cancelled` instead of charging its first period (decision 38).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9294,7 +9768,7 @@ type ClientWithResponsesInterface interface {
 
 	// CancelSubscriptionWithResponse Cancel a subscription
 	//
-	// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty.
+	// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty. During a trial (`trialing`) nothing is charged: an immediate cancel cancels now, and `at_period_end: true` schedules the cancel at `trial_end`, when the subscription becomes `cancelled` instead of charging its first period (decision 38).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9321,7 +9795,7 @@ type ClientWithResponsesInterface interface {
 
 	// PauseSubscriptionWithBodyWithResponse Pause a subscription
 	//
-	// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed). `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`. `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused, the cancel takes effect then.
+	// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. `on_resume` says what the resume does: `start_new_period` (the default) starts a new period charged at the resume; `continue_period` keeps the time left until the next charge, which then falls exactly that long after the resume (decision 4). Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed), unless `on_resume` is given and differs from the pause's: then the pause takes it (the time kept is the time left when the pause began) and `subscription.paused` is recorded again; with a cancel scheduled whose period end has passed, that change is 409. `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`; `trialing` too ("a trial charges nothing; cancel it or end it"). `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused with `start_new_period`, the cancel takes effect then; with `continue_period` it takes effect at the end of the time kept, after the resume.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9330,7 +9804,7 @@ type ClientWithResponsesInterface interface {
 
 	// PauseSubscriptionWithResponse Pause a subscription
 	//
-	// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed). `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`. `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused, the cancel takes effect then.
+	// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. `on_resume` says what the resume does: `start_new_period` (the default) starts a new period charged at the resume; `continue_period` keeps the time left until the next charge, which then falls exactly that long after the resume (decision 4). Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed), unless `on_resume` is given and differs from the pause's: then the pause takes it (the time kept is the time left when the pause began) and `subscription.paused` is recorded again; with a cancel scheduled whose period end has passed, that change is 409. `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`; `trialing` too ("a trial charges nothing; cancel it or end it"). `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused with `start_new_period`, the cancel takes effect then; with `continue_period` it takes effect at the end of the time kept, after the resume.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9355,9 +9829,27 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/subscriptions/{id}/payment-method (the `UpdatePaymentMethod` operationId).
 	UpdatePaymentMethodWithResponse(ctx context.Context, id SubscriptionId, params *UpdatePaymentMethodParams, body UpdatePaymentMethodJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdatePaymentMethodResponse, error)
 
+	// RemovePendingUpdateWithBodyWithResponse Remove a subscription's pending update
+	//
+	// Owner, support, admin (a customer key on another customer's subscription: 404). Removes the change waiting for the period's end (`pending_update`), event and webhook `subscription.update_removed`: the next period is charged at the current terms. Idempotent: without a pending update, 200 with the subscription unchanged (no event). A POST (with `Idempotency-Key`, like every change) rather than a DELETE, so that it is stored and replayed like every other change. The body may be empty.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/subscriptions/{id}/pending_update/remove (the `RemovePendingUpdate` operationId).
+	RemovePendingUpdateWithBodyWithResponse(ctx context.Context, id SubscriptionId, params *RemovePendingUpdateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RemovePendingUpdateResponse, error)
+
+	// RemovePendingUpdateWithResponse Remove a subscription's pending update
+	//
+	// Owner, support, admin (a customer key on another customer's subscription: 404). Removes the change waiting for the period's end (`pending_update`), event and webhook `subscription.update_removed`: the next period is charged at the current terms. Idempotent: without a pending update, 200 with the subscription unchanged (no event). A POST (with `Idempotency-Key`, like every change) rather than a DELETE, so that it is stored and replayed like every other change. The body may be empty.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/subscriptions/{id}/pending_update/remove (the `RemovePendingUpdate` operationId).
+	RemovePendingUpdateWithResponse(ctx context.Context, id SubscriptionId, params *RemovePendingUpdateParams, body RemovePendingUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*RemovePendingUpdateResponse, error)
+
 	// ResumeSubscriptionWithBodyWithResponse Resume a subscription
 	//
-	// Owner, support, admin. Allowed only from `paused`. Once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
+	// Owner, support, admin. Allowed only from `paused`. A pause with `on_resume: continue_period` restarts billing at the resume plus the time it kept: `billing_anchor` and `next_charge_at` move there and nothing is charged at the resume (decision 5). Otherwise, once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `trialing`, `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9366,12 +9858,30 @@ type ClientWithResponsesInterface interface {
 
 	// ResumeSubscriptionWithResponse Resume a subscription
 	//
-	// Owner, support, admin. Allowed only from `paused`. Once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
+	// Owner, support, admin. Allowed only from `paused`. A pause with `on_resume: continue_period` restarts billing at the resume plus the time it kept: `billing_anchor` and `next_charge_at` move there and nothing is charged at the resume (decision 5). Otherwise, once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `trialing`, `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/subscriptions/{id}/resume (the `ResumeSubscription` operationId).
 	ResumeSubscriptionWithResponse(ctx context.Context, id SubscriptionId, params *ResumeSubscriptionParams, body ResumeSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeSubscriptionResponse, error)
+
+	// UpdateSubscriptionWithBodyWithResponse Change a subscription's terms
+	//
+	// Owner, support, admin (a customer key on another customer's subscription: 404, nothing changed). Changes `amount`, `interval`, `interval_count`, `description`, `metadata` and `receipt`; the `currency` never changes (another one is 400 naming `currency`). `effective: now` (the default) applies the change at once, the unused part of the current period prorated by `proration` (staff choose it; a customer key gets the configured default and another value is 400 naming `proration`): an upgrade with `charge_now` creates one adjustment charge for the difference, a downgrade with `credit_next` adds to `credit_balance`. `effective: period_end` makes the change the `pending_update` (replacing an earlier one) that applies exactly at the period's end. `trial_end: "now"` ends a trial at once (the first period begins and is charged), before the other changes of the same request. Events and webhooks: `subscription.updated` for a change applied, `subscription.update_scheduled` for a pending update. A change the subscription's status does not allow (`cancelled`, a `trial_end` of a subscription that is not `trialing`, ...) or that races another change of the same subscription is 409 `invalid-transition`, nothing changed. Unknown fields, wrong types and an empty body are 400.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/subscriptions/{id}/update (the `UpdateSubscription` operationId).
+	UpdateSubscriptionWithBodyWithResponse(ctx context.Context, id SubscriptionId, params *UpdateSubscriptionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateSubscriptionResponse, error)
+
+	// UpdateSubscriptionWithResponse Change a subscription's terms
+	//
+	// Owner, support, admin (a customer key on another customer's subscription: 404, nothing changed). Changes `amount`, `interval`, `interval_count`, `description`, `metadata` and `receipt`; the `currency` never changes (another one is 400 naming `currency`). `effective: now` (the default) applies the change at once, the unused part of the current period prorated by `proration` (staff choose it; a customer key gets the configured default and another value is 400 naming `proration`): an upgrade with `charge_now` creates one adjustment charge for the difference, a downgrade with `credit_next` adds to `credit_balance`. `effective: period_end` makes the change the `pending_update` (replacing an earlier one) that applies exactly at the period's end. `trial_end: "now"` ends a trial at once (the first period begins and is charged), before the other changes of the same request. Events and webhooks: `subscription.updated` for a change applied, `subscription.update_scheduled` for a pending update. A change the subscription's status does not allow (`cancelled`, a `trial_end` of a subscription that is not `trialing`, ...) or that races another change of the same subscription is 409 `invalid-transition`, nothing changed. Unknown fields, wrong types and an empty body are 400.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/subscriptions/{id}/update (the `UpdateSubscription` operationId).
+	UpdateSubscriptionWithResponse(ctx context.Context, id SubscriptionId, params *UpdateSubscriptionParams, body UpdateSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateSubscriptionResponse, error)
 
 	// ListWebhookEndpointsWithResponse List webhook endpoints
 	//
@@ -14214,6 +14724,125 @@ func (r UpdatePaymentMethodResponse) ContentType() string {
 	return ""
 }
 
+// RemovePendingUpdateResponse200Headers the declared response headers of an HTTP 200 response for RemovePendingUpdate
+type RemovePendingUpdateResponse200Headers struct {
+	IdempotentReplayed *string
+}
+
+// RemovePendingUpdateResponse409Headers the declared response headers of an HTTP 409 response for RemovePendingUpdate
+type RemovePendingUpdateResponse409Headers struct {
+	IdempotentReplayed *string
+	RetryAfter         *int
+}
+
+// RemovePendingUpdateResponse503Headers the declared response headers of an HTTP 503 response for RemovePendingUpdate
+type RemovePendingUpdateResponse503Headers struct {
+	RetryAfter int
+}
+
+type RemovePendingUpdateResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Subscription
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyMismatch
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *RemovePendingUpdateResponse200Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RemovePendingUpdateResponse409Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RemovePendingUpdateResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RemovePendingUpdateResponse) GetJSON200() *Subscription {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RemovePendingUpdateResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RemovePendingUpdateResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RemovePendingUpdateResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RemovePendingUpdateResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RemovePendingUpdateResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RemovePendingUpdateResponse) GetApplicationproblemJSON422() *IdempotencyKeyMismatch {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RemovePendingUpdateResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RemovePendingUpdateResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RemovePendingUpdateResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RemovePendingUpdateResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RemovePendingUpdateResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RemovePendingUpdateResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ResumeSubscriptionResponse200Headers the declared response headers of an HTTP 200 response for ResumeSubscription
 type ResumeSubscriptionResponse200Headers struct {
 	IdempotentReplayed *string
@@ -14327,6 +14956,125 @@ func (r ResumeSubscriptionResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ResumeSubscriptionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// UpdateSubscriptionResponse200Headers the declared response headers of an HTTP 200 response for UpdateSubscription
+type UpdateSubscriptionResponse200Headers struct {
+	IdempotentReplayed *string
+}
+
+// UpdateSubscriptionResponse409Headers the declared response headers of an HTTP 409 response for UpdateSubscription
+type UpdateSubscriptionResponse409Headers struct {
+	IdempotentReplayed *string
+	RetryAfter         *int
+}
+
+// UpdateSubscriptionResponse503Headers the declared response headers of an HTTP 503 response for UpdateSubscription
+type UpdateSubscriptionResponse503Headers struct {
+	RetryAfter int
+}
+
+type UpdateSubscriptionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Subscription
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyMismatch
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *UpdateSubscriptionResponse200Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *UpdateSubscriptionResponse409Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *UpdateSubscriptionResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateSubscriptionResponse) GetJSON200() *Subscription {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpdateSubscriptionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateSubscriptionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UpdateSubscriptionResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r UpdateSubscriptionResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r UpdateSubscriptionResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r UpdateSubscriptionResponse) GetApplicationproblemJSON422() *IdempotencyKeyMismatch {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r UpdateSubscriptionResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r UpdateSubscriptionResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateSubscriptionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateSubscriptionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateSubscriptionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateSubscriptionResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -16072,7 +16820,7 @@ func (c *ClientWithResponses) ListSubscriptionsWithResponse(ctx context.Context,
 
 // CreateSubscriptionWithBodyWithResponse Create a subscription
 //
-// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. An expired card is 400. The `amount` and `currency` cannot be changed later through this API.
+// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. With `trial_end` or `trial_period_days` it is created `trialing`: nothing is charged until the trial ends, when its first period begins and is charged (decision 38). An expired card is 400. The `currency` never changes; the amount, interval, description, metadata and receipt change with `POST /v1/subscriptions/{id}/update`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16087,7 +16835,7 @@ func (c *ClientWithResponses) CreateSubscriptionWithBodyWithResponse(ctx context
 
 // CreateSubscriptionWithResponse Create a subscription
 //
-// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. An expired card is 400. The `amount` and `currency` cannot be changed later through this API.
+// Customer (own `customer_id` only, else 403), support, admin. 201 with the subscription and `Location: /v1/subscriptions/{id}`. The first period is charged at `billing_anchor` (default: now; earlier than now, or later than now + 10 years, is 400); when it is due at once, its charge is enqueued in the same transaction as the subscription. With `trial_end` or `trial_period_days` it is created `trialing`: nothing is charged until the trial ends, when its first period begins and is charged (decision 38). An expired card is 400. The `currency` never changes; the amount, interval, description, metadata and receipt change with `POST /v1/subscriptions/{id}/update`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16117,7 +16865,7 @@ func (c *ClientWithResponses) GetSubscriptionWithResponse(ctx context.Context, i
 
 // CancelSubscriptionWithBodyWithResponse Cancel a subscription
 //
-// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty.
+// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty. During a trial (`trialing`) nothing is charged: an immediate cancel cancels now, and `at_period_end: true` schedules the cancel at `trial_end`, when the subscription becomes `cancelled` instead of charging its first period (decision 38).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16132,7 +16880,7 @@ func (c *ClientWithResponses) CancelSubscriptionWithBodyWithResponse(ctx context
 
 // CancelSubscriptionWithResponse Cancel a subscription
 //
-// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty.
+// Owner, support, admin. Immediate by default, from any status that is not `cancelled`; a repeated cancel returns the subscription unchanged (200, no event). With `at_period_end: true` on an `active` (or `past_due`) subscription, `cancel_at_period_end` is set (event `cancel_scheduled`) and the subscription becomes `cancelled` when the current period ends, without charging the next period; repeating it returns the subscription unchanged, and an immediate cancel afterwards cancels now. A scheduled cancel survives pause and resume; no period that starts after it is charged (nor a first period whose anchor lies after it); if the period end passes while the subscription is paused, the cancel takes effect then. `at_period_end: true` on a `paused` or `unpaid` subscription cancels at once. Cancelling voids what was not captured (charges not yet sent, and holds already placed). The body may be empty. During a trial (`trialing`) nothing is charged: an immediate cancel cancels now, and `at_period_end: true` schedules the cancel at `trial_end`, when the subscription becomes `cancelled` instead of charging its first period (decision 38).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16177,7 +16925,7 @@ func (c *ClientWithResponses) ListSubscriptionEventsWithResponse(ctx context.Con
 
 // PauseSubscriptionWithBodyWithResponse Pause a subscription
 //
-// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed). `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`. `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused, the cancel takes effect then.
+// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. `on_resume` says what the resume does: `start_new_period` (the default) starts a new period charged at the resume; `continue_period` keeps the time left until the next charge, which then falls exactly that long after the resume (decision 4). Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed), unless `on_resume` is given and differs from the pause's: then the pause takes it (the time kept is the time left when the pause began) and `subscription.paused` is recorded again; with a cancel scheduled whose period end has passed, that change is 409. `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`; `trialing` too ("a trial charges nothing; cancel it or end it"). `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused with `start_new_period`, the cancel takes effect then; with `continue_period` it takes effect at the end of the time kept, after the resume.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16192,7 +16940,7 @@ func (c *ClientWithResponses) PauseSubscriptionWithBodyWithResponse(ctx context.
 
 // PauseSubscriptionWithResponse Pause a subscription
 //
-// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed). `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`. `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused, the cancel takes effect then.
+// Owner, support, admin. Allowed only from `active`: periods while paused are skipped, not owed. `on_resume` says what the resume does: `start_new_period` (the default) starts a new period charged at the resume; `continue_period` keeps the time left until the next charge, which then falls exactly that long after the resume (decision 4). Pausing a `paused` subscription returns it unchanged (200, no event; `resume_at` is not changed), unless `on_resume` is given and differs from the pause's: then the pause takes it (the time kept is the time left when the pause began) and `subscription.paused` is recorded again; with a cancel scheduled whose period end has passed, that change is 409. `past_due`, `unpaid`, `cancelled`: 409 `invalid-transition`; `trialing` too ("a trial charges nothing; cancel it or end it"). `resume_at`, when given, must be later than now (400); the subscription then resumes on its own at that time. The body may be empty. A scheduled cancel (`cancel_at_period_end`) is kept: if the current period ends while the subscription is paused with `start_new_period`, the cancel takes effect then; with `continue_period` it takes effect at the end of the time kept, after the resume.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16235,9 +16983,39 @@ func (c *ClientWithResponses) UpdatePaymentMethodWithResponse(ctx context.Contex
 	return ParseUpdatePaymentMethodResponse(rsp)
 }
 
+// RemovePendingUpdateWithBodyWithResponse Remove a subscription's pending update
+//
+// Owner, support, admin (a customer key on another customer's subscription: 404). Removes the change waiting for the period's end (`pending_update`), event and webhook `subscription.update_removed`: the next period is charged at the current terms. Idempotent: without a pending update, 200 with the subscription unchanged (no event). A POST (with `Idempotency-Key`, like every change) rather than a DELETE, so that it is stored and replayed like every other change. The body may be empty.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/subscriptions/{id}/pending_update/remove (the `RemovePendingUpdate` operationId).
+func (c *ClientWithResponses) RemovePendingUpdateWithBodyWithResponse(ctx context.Context, id SubscriptionId, params *RemovePendingUpdateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RemovePendingUpdateResponse, error) {
+	rsp, err := c.RemovePendingUpdateWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRemovePendingUpdateResponse(rsp)
+}
+
+// RemovePendingUpdateWithResponse Remove a subscription's pending update
+//
+// Owner, support, admin (a customer key on another customer's subscription: 404). Removes the change waiting for the period's end (`pending_update`), event and webhook `subscription.update_removed`: the next period is charged at the current terms. Idempotent: without a pending update, 200 with the subscription unchanged (no event). A POST (with `Idempotency-Key`, like every change) rather than a DELETE, so that it is stored and replayed like every other change. The body may be empty.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/subscriptions/{id}/pending_update/remove (the `RemovePendingUpdate` operationId).
+func (c *ClientWithResponses) RemovePendingUpdateWithResponse(ctx context.Context, id SubscriptionId, params *RemovePendingUpdateParams, body RemovePendingUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*RemovePendingUpdateResponse, error) {
+	rsp, err := c.RemovePendingUpdate(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRemovePendingUpdateResponse(rsp)
+}
+
 // ResumeSubscriptionWithBodyWithResponse Resume a subscription
 //
-// Owner, support, admin. Allowed only from `paused`. Once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
+// Owner, support, admin. Allowed only from `paused`. A pause with `on_resume: continue_period` restarts billing at the resume plus the time it kept: `billing_anchor` and `next_charge_at` move there and nothing is charged at the resume (decision 5). Otherwise, once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `trialing`, `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16252,7 +17030,7 @@ func (c *ClientWithResponses) ResumeSubscriptionWithBodyWithResponse(ctx context
 
 // ResumeSubscriptionWithResponse Resume a subscription
 //
-// Owner, support, admin. Allowed only from `paused`. Once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
+// Owner, support, admin. Allowed only from `paused`. A pause with `on_resume: continue_period` restarts billing at the resume plus the time it kept: `billing_anchor` and `next_charge_at` move there and nothing is charged at the resume (decision 5). Otherwise, once billing has begun, a new period starts at the resume and is charged then (`billing_anchor` moves to the resume); resuming before the first billing anchor (a trial, an anchor in the future) keeps the anchor, and nothing is charged until it. A scheduled cancel (`cancel_at_period_end`) survives pause and resume, and no period that starts after it is charged. Resuming an `active` subscription returns it unchanged (200, no event). `trialing`, `past_due`, `unpaid`, `cancelled` (also a subscription whose scheduled cancel took effect while it was paused): 409 `invalid-transition`. The body may be empty or `{}`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16263,6 +17041,36 @@ func (c *ClientWithResponses) ResumeSubscriptionWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseResumeSubscriptionResponse(rsp)
+}
+
+// UpdateSubscriptionWithBodyWithResponse Change a subscription's terms
+//
+// Owner, support, admin (a customer key on another customer's subscription: 404, nothing changed). Changes `amount`, `interval`, `interval_count`, `description`, `metadata` and `receipt`; the `currency` never changes (another one is 400 naming `currency`). `effective: now` (the default) applies the change at once, the unused part of the current period prorated by `proration` (staff choose it; a customer key gets the configured default and another value is 400 naming `proration`): an upgrade with `charge_now` creates one adjustment charge for the difference, a downgrade with `credit_next` adds to `credit_balance`. `effective: period_end` makes the change the `pending_update` (replacing an earlier one) that applies exactly at the period's end. `trial_end: "now"` ends a trial at once (the first period begins and is charged), before the other changes of the same request. Events and webhooks: `subscription.updated` for a change applied, `subscription.update_scheduled` for a pending update. A change the subscription's status does not allow (`cancelled`, a `trial_end` of a subscription that is not `trialing`, ...) or that races another change of the same subscription is 409 `invalid-transition`, nothing changed. Unknown fields, wrong types and an empty body are 400.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/subscriptions/{id}/update (the `UpdateSubscription` operationId).
+func (c *ClientWithResponses) UpdateSubscriptionWithBodyWithResponse(ctx context.Context, id SubscriptionId, params *UpdateSubscriptionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateSubscriptionResponse, error) {
+	rsp, err := c.UpdateSubscriptionWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateSubscriptionResponse(rsp)
+}
+
+// UpdateSubscriptionWithResponse Change a subscription's terms
+//
+// Owner, support, admin (a customer key on another customer's subscription: 404, nothing changed). Changes `amount`, `interval`, `interval_count`, `description`, `metadata` and `receipt`; the `currency` never changes (another one is 400 naming `currency`). `effective: now` (the default) applies the change at once, the unused part of the current period prorated by `proration` (staff choose it; a customer key gets the configured default and another value is 400 naming `proration`): an upgrade with `charge_now` creates one adjustment charge for the difference, a downgrade with `credit_next` adds to `credit_balance`. `effective: period_end` makes the change the `pending_update` (replacing an earlier one) that applies exactly at the period's end. `trial_end: "now"` ends a trial at once (the first period begins and is charged), before the other changes of the same request. Events and webhooks: `subscription.updated` for a change applied, `subscription.update_scheduled` for a pending update. A change the subscription's status does not allow (`cancelled`, a `trial_end` of a subscription that is not `trialing`, ...) or that races another change of the same subscription is 409 `invalid-transition`, nothing changed. Unknown fields, wrong types and an empty body are 400.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/subscriptions/{id}/update (the `UpdateSubscription` operationId).
+func (c *ClientWithResponses) UpdateSubscriptionWithResponse(ctx context.Context, id SubscriptionId, params *UpdateSubscriptionParams, body UpdateSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateSubscriptionResponse, error) {
+	rsp, err := c.UpdateSubscription(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateSubscriptionResponse(rsp)
 }
 
 // ListWebhookEndpointsWithResponse List webhook endpoints
@@ -20991,6 +21799,128 @@ func ParseUpdatePaymentMethodResponse(rsp *http.Response) (*UpdatePaymentMethodR
 	return response, nil
 }
 
+// ParseRemovePendingUpdateResponse parses an HTTP response from a RemovePendingUpdateWithResponse call
+func ParseRemovePendingUpdateResponse(rsp *http.Response) (*RemovePendingUpdateResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RemovePendingUpdateResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Subscription
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers RemovePendingUpdateResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 409:
+		var headers RemovePendingUpdateResponse409Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 503:
+		var headers RemovePendingUpdateResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseResumeSubscriptionResponse parses an HTTP response from a ResumeSubscriptionWithResponse call
 func ParseResumeSubscriptionResponse(rsp *http.Response) (*ResumeSubscriptionResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -21100,6 +22030,128 @@ func ParseResumeSubscriptionResponse(rsp *http.Response) (*ResumeSubscriptionRes
 		response.Headers409 = &headers
 	case rsp.StatusCode == 503:
 		var headers ResumeSubscriptionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseUpdateSubscriptionResponse parses an HTTP response from a UpdateSubscriptionWithResponse call
+func ParseUpdateSubscriptionResponse(rsp *http.Response) (*UpdateSubscriptionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateSubscriptionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Subscription
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers UpdateSubscriptionResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 409:
+		var headers UpdateSubscriptionResponse409Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 503:
+		var headers UpdateSubscriptionResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

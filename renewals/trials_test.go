@@ -32,13 +32,6 @@ func (b testBundle) createTrial(t *testing.T, days int) subscriptions.Subscripti
 	return sub
 }
 
-func (b testBundle) get(t *testing.T, sub subscriptions.Subscription) subscriptions.Subscription {
-	t.Helper()
-	got, err := b.subs.Get(context.Background(), b.pool, sub.ID)
-	require.NoError(t, err)
-	return got
-}
-
 func (b testBundle) eventTypes(t *testing.T, sub subscriptions.Subscription) []string {
 	t.Helper()
 	events, err := b.subs.Events(context.Background(), b.pool, sub.ID, 0, 100)

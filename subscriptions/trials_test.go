@@ -24,8 +24,6 @@ func trialNew(mod func(n *subscriptions.New)) subscriptions.New {
 	return n
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // A trial is trial_end or trial_period_days, never both and never with
 // billing_anchor, which the trial sets; each refusal names its fields.
 func TestTrialValidation(t *testing.T) {
@@ -112,7 +110,7 @@ func TestTrialTransitions(t *testing.T) {
 	require.Equal(t, end, sub.NextChargeAt)
 
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, _, err := b.store.Pause(ctx, tx, sub.ID, nil, actor)
+		_, _, err := b.store.Pause(ctx, tx, sub.ID, nil, "", actor)
 		return err
 	})
 	var te *fsm.TransitionError

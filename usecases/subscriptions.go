@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
-	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/velocity"
@@ -190,10 +189,6 @@ func (s *Service) Events(ctx context.Context, caller Caller, id uuid.UUID, after
 	}
 	return s.Subscriptions.Events(ctx, s.Pool, id, after, limit)
 }
-
-// ErrNotBuilt is answered by the verbs of subscription changes while they
-// are being built.
-var ErrNotBuilt = fault.New(fault.Conflict, "not available yet")
 
 // UpdateSubscription changes a visible subscription's terms now or at its
 // period end (subscriptions.Store.Update and renewals.Renewals.Update say

@@ -110,7 +110,7 @@ func TestEndTrialNowChargesOnceAndIsIdempotent(t *testing.T) {
 	require.Zero(t, res.TrialsEnded)
 	require.Zero(t, res.Enqueued)
 
-	_, err = trialCall(t, svc, func(tx pgx.Tx) (subscriptions.Subscription, error) { return svc.Pause(ctx, tx, staff, sub.ID, nil) })
+	_, err = trialCall(t, svc, func(tx pgx.Tx) (subscriptions.Subscription, error) { return svc.Pause(ctx, tx, staff, sub.ID, nil, "") })
 	require.NoError(t, err)
 	_, err = trialCall(t, svc, func(tx pgx.Tx) (subscriptions.Subscription, error) { return svc.EndTrial(ctx, tx, staff, sub.ID) })
 	var te *fsm.TransitionError
@@ -138,7 +138,7 @@ func TestCancelDuringTrialUseCases(t *testing.T) {
 	}
 	now, atEnd := create(), create()
 
-	_, err := trialCall(t, svc, func(tx pgx.Tx) (subscriptions.Subscription, error) { return svc.Pause(ctx, tx, staff, now.ID, nil) })
+	_, err := trialCall(t, svc, func(tx pgx.Tx) (subscriptions.Subscription, error) { return svc.Pause(ctx, tx, staff, now.ID, nil, "") })
 	var te *fsm.TransitionError
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, "a trial charges nothing; cancel it or end it", te.Reason)
@@ -240,7 +240,9 @@ func TestTrialPastItsEndEndsBeforeAPauseOrACancelAtPeriodEnd(t *testing.T) {
 	paused, cancelling := create(), create()
 	clk.Advance(4 * 24 * time.Hour)
 
-	got, err := trialCall(t, svc, func(tx pgx.Tx) (subscriptions.Subscription, error) { return svc.Pause(ctx, tx, staff, paused.ID, nil) })
+	got, err := trialCall(t, svc, func(tx pgx.Tx) (subscriptions.Subscription, error) {
+		return svc.Pause(ctx, tx, staff, paused.ID, nil, "")
+	})
 	require.NoError(t, err)
 	require.Equal(t, subscriptions.Paused, got.Status)
 	require.Equal(t, []string{"2026-12-04"}, periodKeys(t, svc, paused.ID))
