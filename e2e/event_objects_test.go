@@ -169,10 +169,6 @@ func cardExp(token string, month, year int) map[string]any {
 var eventObjectExemptions = map[string]string{
 	"bill.awaiting_registry": "needs a production node without a payment registry: TestFineWaitsForARegistryThenIsPaidOnce " +
 		"compares its object with the push's response",
-	// No route causes these yet: the update's route compares them once it exists.
-	"subscription.updated":          "no route causes it yet",
-	"subscription.update_scheduled": "no route causes it yet",
-	"subscription.update_removed":   "no route causes it yet",
 }
 
 // Every event shows its object as the object's GET answered it when the
@@ -206,6 +202,10 @@ func TestEventObjectsAreTheObjectsAsTheAPIAnswers(t *testing.T) {
 		t.Run("trial", func(t *testing.T) {
 			t.Parallel()
 			testTrialEventObjects(t, eventObjects{b: setup(t, 1, nil), coverage: coverage})
+		})
+		t.Run("update", func(t *testing.T) {
+			t.Parallel()
+			testUpdateEventObjects(t, eventObjects{b: setup(t, 1, nil), coverage: coverage})
 		})
 	})
 	if t.Failed() {
@@ -253,6 +253,33 @@ func testTrialEventObjects(t *testing.T, o eventObjects) {
 	o.settled(t, "subscription.trial_ended", sub, o.subscription(t), func(event, got map[string]any) {
 		require.Equal(t, "active", event["status"])
 		require.NotEqual(t, event["trial_end"], event["next_charge_at"], "shown with its first period charged")
+	})
+}
+
+// An upgrade now shows the new price with its adjustment charge created;
+// a change at period end shows it pending, its removal shows none, and a
+// pending change applied by the scan shows the new terms with the
+// boundary's period charged.
+func testUpdateEventObjects(t *testing.T, o eventObjects) {
+	b := o.b
+	sub := o.request(t, http.MethodPost, "/v1/subscriptions", subscriptionBody("tok_ok", "month"), o.subscription(t),
+		"subscription.created")["id"].(string)
+	b.waitCharges(t, sub, 1, "succeeded")
+	b.advance(t, "240h")
+	o.request(t, http.MethodPost, "/v1/subscriptions/"+sub+"/update",
+		map[string]any{"amount": 3000, "proration": "charge_now"}, o.subscription(t), "subscription.updated")
+	o.request(t, http.MethodPost, "/v1/subscriptions/"+sub+"/update",
+		map[string]any{"amount": 2000, "effective": "period_end"}, o.subscription(t), "subscription.update_scheduled")
+	o.request(t, http.MethodPost, "/v1/subscriptions/"+sub+"/pending_update/remove", map[string]any{}, o.subscription(t),
+		"subscription.update_removed")
+	o.request(t, http.MethodPost, "/v1/subscriptions/"+sub+"/update",
+		map[string]any{"amount": 2500, "effective": "period_end"}, o.subscription(t), "subscription.update_scheduled")
+	b.advance(t, "600h")
+	require.Eventually(t, func() bool { return b.subscription(t, sub)["amount"] == float64(2500) }, 30*time.Second, 20*time.Millisecond,
+		"the scan applies the pending change at the boundary")
+	o.settled(t, "subscription.updated", sub, o.subscription(t), func(event, got map[string]any) {
+		require.EqualValues(t, 2500, event["amount"], "the pending change applied")
+		require.Nil(t, event["pending_update"])
 	})
 }
 

@@ -26,6 +26,7 @@ func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptio
 	var (
 		due      dueCharges
 		advanced []subscriptions.Advance
+		applied  []subscriptions.Subscription // whose pending update applied: its event shows the row before the advance
 	)
 	for _, sub := range subs {
 		sched := sub.Schedule()
@@ -58,6 +59,7 @@ func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptio
 			}
 			sched, from = sub.Schedule(), sub.NextPeriodIndex
 			last = sched.IndexAt(upTo)
+			applied = append(applied, sub)
 		}
 		adv, err := r.periodsDue(ctx, &due, sub, sched, from, last, now, &credit, renewalPolicies...)
 		if err != nil {
@@ -74,6 +76,17 @@ func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptio
 	}
 	if err := r.Subscriptions.AdvanceAll(ctx, tx, advanced, now); err != nil {
 		return 0, nil, err
+	}
+	for _, sub := range applied {
+		// The updated event was written before the advance: restate it
+		// with the row as the transaction leaves it (decision 21).
+		after, err := r.Subscriptions.Get(ctx, tx, sub.ID)
+		if err != nil {
+			return 0, nil, err
+		}
+		if err := r.Subscriptions.Stored(ctx, tx, after); err != nil {
+			return 0, nil, err
+		}
 	}
 	metrics.PeriodsEnqueued.Add(float64(len(created)))
 	metrics.ChargeTransitions.WithLabelValues(string(charges.Scheduled)).Add(float64(len(created)))
