@@ -17,14 +17,20 @@ import (
 func EventsMatchTransitions(d *Data) []Violation {
 	var out []Violation
 	allowed := map[string]func(from, to string) bool{
-		"created": func(f, t string) bool { return f == "" && t == "active" },
-		"paused":  func(f, t string) bool { return f == "active" && t == "paused" },
-		"resumed": func(f, t string) bool { return f == "paused" && t == "active" },
+		"created":     func(f, t string) bool { return f == "" && (t == "active" || t == "trialing") },
+		"trial_ended": func(f, t string) bool { return f == "trialing" && t == "active" },
+		"updated":     func(f, t string) bool { return f == t && f != "cancelled" && f != "" },
+		"update_scheduled": func(f, t string) bool {
+			return f == t && f != "cancelled" && f != ""
+		},
+		"update_removed": func(f, t string) bool { return f == t && f != "" },
+		"paused":         func(f, t string) bool { return f == "active" && t == "paused" },
+		"resumed":        func(f, t string) bool { return f == "paused" && t == "active" },
 		"cancelled": func(f, t string) bool {
 			return f != "cancelled" && f != "" && t == "cancelled"
 		},
 		"cancel_scheduled": func(f, t string) bool {
-			return f == t && (f == "active" || f == "past_due" || f == "paused")
+			return f == t && (f == "active" || f == "past_due" || f == "paused" || f == "trialing")
 		},
 		"payment_method_updated": func(f, t string) bool {
 			return (f == t && f != "cancelled" && f != "") || (f == "unpaid" && t == "past_due")
