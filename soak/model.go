@@ -151,7 +151,9 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 				c.gridStart = true
 			}
 		case "paused":
-			lastPause = e.At
+			if e.From != "paused" { // another mode for the same pause keeps its start
+				lastPause = e.At
+			}
 		case "trial_ended":
 			cur := &tl.segments[len(tl.segments)-1]
 			if e.System() {
@@ -215,14 +217,19 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 			// and when its first period could be charged, are the first
 			// resume's.
 			keep := cancelScheduled || !cur.grid.Anchor.Before(eff)
-			// A pause that continues its period keeps the paid time left
-			// at the pause: the next period begins that long after the
-			// resume (whatever is scheduled; a scheduled cancel falls
-			// then). Before billing began nothing was paid: as any resume.
+			// A pause that continues its period keeps the time left at
+			// the pause, until the period's end (or, before billing began,
+			// until the first anchor): the next period begins that long
+			// after the resume, whatever is scheduled (a scheduled cancel
+			// falls then).
 			anchorAt := eff
-			if pausedOnResume(obs, lastPause) == "continue_period" && !lastPause.Before(cur.grid.Anchor) {
+			if pausedOnResume(obs, lastPause) == "continue_period" {
 				keep = false
-				anchorAt = eff.Add(cur.grid.periodEnd(lastPause).Sub(lastPause))
+				end := cur.grid.Anchor
+				if !lastPause.Before(end) {
+					end = cur.grid.periodEnd(lastPause)
+				}
+				anchorAt = eff.Add(end.Sub(lastPause))
 			}
 			switch {
 			case keep:
@@ -304,18 +311,19 @@ func appliedChanges(changes []Change) []Change {
 	return out
 }
 
-// pausedOnResume is what the pause made at service time at said its
-// resume would do ("" when it was not observed).
+// pausedOnResume is what the pause that began at service time at said
+// its resume would do, as last asked ("" when it was not observed).
 func pausedOnResume(obs *ObservedSubscription, at time.Time) string {
 	if obs == nil {
 		return ""
 	}
+	mode := "" // the last one asked for the pause that began at at
 	for _, p := range obs.Pauses {
 		if p.At.Equal(at) {
-			return p.OnResume
+			mode = p.OnResume
 		}
 	}
-	return ""
+	return mode
 }
 
 // trialEndAnswered is when the person's end of a trial at service time
