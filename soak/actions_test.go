@@ -325,7 +325,7 @@ func (r *runner) change(step soak.Step) {
 			body["proration"] = step.Proration
 		}
 	case soak.KindRemovePending:
-		method, path, body = http.MethodDelete, "/v1/subscriptions/"+id+"/pending_update", nil
+		path = "/v1/subscriptions/" + id + "/pending_update/remove"
 	case soak.KindEndTrial:
 		body["trial_end"] = "now"
 	}

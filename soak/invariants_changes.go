@@ -103,8 +103,8 @@ func describePrices(prices []int64) string {
 
 // AdjustmentsMatchTheirChanges: an immediate change's adjustment is the
 // contract's formula — the difference of the prices times the unused
-// share of the period (its seconds left over its length, in exact
-// instants), rounded half to even; an interval change credits the old
+// share of the period (its whole seconds left over its whole seconds),
+// rounded half to even; an interval change credits the old
 // price's unused share — charged only when the change asked charge_now
 // and the price went up, and otherwise credited or nothing; each charged
 // adjustment is exactly one charge of that amount under the change's id,
@@ -208,11 +208,12 @@ func (tl *Timeline) periodAround(t time.Time) (start, end time.Time, ok bool) {
 	return time.Time{}, time.Time{}, false
 }
 
-// unusedShare is amount times (end - at) / (end - start), rounded half to
-// even, in exact microseconds.
+// unusedShare is amount times (end - at) / (end - start), each counted in
+// whole seconds (the part of a second dropped), rounded half to even: the
+// contract's formula.
 func unusedShare(amount int64, start, end, at time.Time) int64 {
-	left := end.Sub(at).Microseconds()
-	length := end.Sub(start).Microseconds()
+	left := int64(end.Sub(at) / time.Second)
+	length := int64(end.Sub(start) / time.Second)
 	if length <= 0 || left <= 0 {
 		return 0
 	}
