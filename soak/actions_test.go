@@ -91,6 +91,8 @@ func (r *runner) run(step soak.Step) {
 		r.create(step)
 	case soak.KindPause, soak.KindResume, soak.KindCancel, soak.KindCard:
 		r.subscriptionAction(step)
+	case soak.KindUpdate, soak.KindRemovePending, soak.KindEndTrial:
+		r.change(step)
 	case soak.KindClock:
 		r.advance(step.Node, step.Advance, r.idem(step, ""))
 	case soak.KindFault:
@@ -184,6 +186,9 @@ func (r *runner) create(step soak.Step) {
 		"interval": step.Interval, "interval_count": step.Count, "timezone": step.Zone,
 		"payment_method": cardBody(*step.Card),
 	}
+	if step.TrialDays > 0 {
+		body["trial_period_days"] = step.TrialDays
+	}
 	if step.AnchorIn != "" {
 		d, _ := time.ParseDuration(step.AnchorIn)
 		anchor := now.Add(d)
@@ -231,6 +236,9 @@ func (r *runner) subscriptionAction(step soak.Step) {
 			body["resume_at"] = r.devNow.Add(d).UTC().Format(time.RFC3339)
 			r.obsMu.Unlock()
 		}
+		if step.OnResume != "" {
+			body["on_resume"] = step.OnResume
+		}
 	case soak.KindResume:
 		path = "/resume"
 	case soak.KindCancel:
@@ -276,7 +284,11 @@ func (r *runner) subscriptionAction(step soak.Step) {
 	switch step.Kind {
 	case soak.KindPause:
 		if sub.Pause != nil {
-			o.Pauses = append(o.Pauses, soak.ObservedPause{When: when, At: sub.Pause.PausedAt, ResumeAt: sub.Pause.ResumeAt})
+			onResume := step.OnResume
+			if onResume == "" {
+				onResume = "start_new_period"
+			}
+			o.Pauses = append(o.Pauses, soak.ObservedPause{When: when, At: sub.Pause.PausedAt, ResumeAt: sub.Pause.ResumeAt, OnResume: onResume})
 		}
 	case soak.KindResume:
 		o.Resumes = append(o.Resumes, soak.ObservedResume{When: when, BillingAnchor: sub.BillingAnchor})
@@ -289,6 +301,73 @@ func (r *runner) subscriptionAction(step soak.Step) {
 		o.Cards = append(o.Cards, soak.ObservedCard{Gateway: step.Card.Gateway, Token: step.Card.Token,
 			Last4: soak.Last4(step.Card.Token), Good: soak.GoodToken(step.Card.Token), Same: same, When: when, StatusAfter: sub.Status})
 		r.cards[step.Sub] = *step.Card
+	}
+}
+
+// change updates a subscription's terms, removes its pending update, or
+// ends its trial, and records what answered 200.
+func (r *runner) change(step soak.Step) {
+	id, ok := r.subID(step)
+	if !ok {
+		return // its create did not succeed
+	}
+	method, path, body := http.MethodPost, "/v1/subscriptions/"+id+"/update", map[string]any{}
+	switch step.Kind {
+	case soak.KindUpdate:
+		if step.NewAmount > 0 {
+			body["amount"] = step.NewAmount
+		}
+		if step.NewInterval != "" {
+			body["interval"], body["interval_count"] = step.NewInterval, step.NewCount
+		}
+		body["effective"] = step.Effective
+		if step.Proration != "" {
+			body["proration"] = step.Proration
+		}
+	case soak.KindRemovePending:
+		path = "/v1/subscriptions/" + id + "/pending_update/remove"
+	case soak.KindEndTrial:
+		body["trial_end"] = "now"
+	}
+	r.obsMu.Lock()
+	clock := r.devNow
+	r.obsMu.Unlock()
+	sent := time.Now()
+	a, ok := r.send(step, method, path, body)
+	when := soak.Interval{Sent: sent, Answered: time.Now()}
+	if !ok {
+		r.note("step %d: %s %s: no definite answer (%d %s)", step.N, step.Kind, id, a.status, a.body)
+		return
+	}
+	if a.status != http.StatusOK {
+		return // a business refusal (409, 400): nothing happened
+	}
+	var sub struct {
+		Amount        int64     `json:"amount"`
+		Interval      string    `json:"interval"`
+		BillingAnchor time.Time `json:"billing_anchor"`
+		Pending       *struct {
+			EffectiveAt time.Time `json:"effective_at"`
+		} `json:"pending_update"`
+	}
+	if err := a.decode(&sub); err != nil {
+		r.note("step %d: %s: %v", step.N, step.Kind, err)
+		return
+	}
+	r.obsMu.Lock()
+	defer r.obsMu.Unlock()
+	o := r.observed(id)
+	switch step.Kind {
+	case soak.KindUpdate:
+		u := soak.ObservedUpdate{When: when, Clock: clock, Effective: step.Effective, Proration: step.Proration,
+			Amount: step.NewAmount, Interval: step.NewInterval, Count: step.NewCount, AmountAfter: sub.Amount, IntervalAfter: sub.Interval}
+		if sub.Pending != nil {
+			at := sub.Pending.EffectiveAt
+			u.PendingAt = &at
+		}
+		o.Updates = append(o.Updates, u)
+	case soak.KindEndTrial:
+		o.TrialEnds = append(o.TrialEnds, soak.ObservedTrialEnd{When: when, Clock: clock, BillingAnchor: sub.BillingAnchor})
 	}
 }
 

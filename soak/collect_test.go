@@ -112,13 +112,14 @@ func (r *runner) collect() *soak.Data {
 			CancelAtPeriodEnd bool       `json:"cancel_at_period_end"`
 			CancelledAt       *time.Time `json:"cancelled_at"`
 			CreatedAt         time.Time  `json:"created_at"`
+			TrialEnd          *time.Time `json:"trial_end"`
 		}
 		if !ok || a.status != 200 || a.decode(&s) != nil {
 			t.Fatalf("read subscription %s: %d %s", id, a.status, a.body)
 		}
 		sub := soak.Subscription{ID: s.ID, CustomerID: s.CustomerID, Status: s.Status, Amount: s.Amount, Currency: s.Currency,
 			Interval: s.Interval, IntervalCount: s.IntervalCount, TimeZone: s.TimeZone, BillingAnchor: s.BillingAnchor,
-			CancelAtPeriodEnd: s.CancelAtPeriodEnd, CancelledAt: s.CancelledAt, CreatedAt: s.CreatedAt}
+			CancelAtPeriodEnd: s.CancelAtPeriodEnd, CancelledAt: s.CancelledAt, CreatedAt: s.CreatedAt, TrialEnd: s.TrialEnd}
 		cursor := ""
 		for {
 			path := "/v1/subscriptions/" + id + "/events?limit=100"
@@ -185,6 +186,7 @@ func (r *runner) collect() *soak.Data {
 	if err := rows.Err(); err != nil {
 		t.Fatalf("read charges: %v", err)
 	}
+	r.collectChanges(byID)
 	refunds, err := r.db.Query(r.ctx, `SELECT id::text, charge_id::text, n, gateway_key, amount, currency, status
 		FROM refunds ORDER BY gateway_key`)
 	if err != nil {
@@ -235,4 +237,44 @@ func (r *runner) collect() *soak.Data {
 		}
 	}
 	return d
+}
+
+// collectChanges reads the changes of the subscriptions' terms and their
+// credit ledgers from the database.
+func (r *runner) collectChanges(byID map[string]*soak.Subscription) {
+	t := r.t
+	changes, err := r.db.Query(r.ctx, `SELECT id::text, subscription_id::text, effective, proration, amount_before, amount_after,
+			interval_before, interval_after, interval_count_before, interval_count_after, coalesce(period_key, ''), adjustment,
+			created_at, applied_at
+		FROM subscription_changes ORDER BY created_at, id`)
+	if err != nil {
+		t.Fatalf("read subscription changes: %v", err)
+	}
+	var c soak.Change
+	var sub string
+	if _, err := pgx.ForEachRow(changes, []any{&c.ID, &sub, &c.Effective, &c.Proration, &c.AmountBefore, &c.AmountAfter,
+		&c.IntervalBefore, &c.IntervalAfter, &c.CountBefore, &c.CountAfter, &c.PeriodKey, &c.Adjustment, &c.CreatedAt, &c.AppliedAt},
+		func() error {
+			if s := byID[sub]; s != nil {
+				s.Changes = append(s.Changes, c)
+			}
+			return nil
+		}); err != nil {
+		t.Fatalf("read subscription changes: %v", err)
+	}
+	credits, err := r.db.Query(r.ctx, `SELECT subscription_id::text, coalesce(change_id::text, ''), coalesce(period_key, ''),
+			period_start, amount, created_at
+		FROM subscription_credits ORDER BY created_at, amount DESC`)
+	if err != nil {
+		t.Fatalf("read subscription credits: %v", err)
+	}
+	var cr soak.Credit
+	if _, err := pgx.ForEachRow(credits, []any{&sub, &cr.ChangeID, &cr.PeriodKey, &cr.PeriodStart, &cr.Amount, &cr.At}, func() error {
+		if s := byID[sub]; s != nil {
+			s.Credits = append(s.Credits, cr)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("read subscription credits: %v", err)
+	}
 }

@@ -123,8 +123,48 @@ type Subscription struct {
 	CancelAtPeriodEnd bool
 	CancelledAt       *time.Time
 	CreatedAt         time.Time
-	Events            []Event
-	Charges           []Charge
+	// TrialEnd is when its trial ends (nil without one).
+	TrialEnd *time.Time
+	Events   []Event
+	// Charges are its charges: one per period, and the adjustment
+	// charges of its changes (Charge.Adjustment).
+	Charges []Charge
+	// Changes are the changes of its terms rebill recorded, oldest first,
+	// and Credits its credit ledger.
+	Changes []Change
+	Credits []Credit
+}
+
+// Change is one change of a subscription's terms as rebill recorded it.
+type Change struct {
+	ID                            string
+	Effective, Proration          string
+	AmountBefore, AmountAfter     int64
+	IntervalBefore, IntervalAfter string
+	CountBefore, CountAfter       int
+	// PeriodKey is the period whose unused time was prorated.
+	PeriodKey string
+	// Adjustment: more than 0 charged now, less than 0 credited.
+	Adjustment int64
+	// CreatedAt is the service clock of the request; AppliedAt when the
+	// new terms took effect (nil while pending, or when removed).
+	CreatedAt time.Time
+	AppliedAt *time.Time
+}
+
+// IntervalChanged reports whether the change restarted the schedule.
+func (c Change) IntervalChanged() bool {
+	return c.IntervalAfter != c.IntervalBefore || c.CountAfter != c.CountBefore
+}
+
+// Credit is one entry of a subscription's credit ledger: granted by a
+// change (Amount > 0) or used by a period's charge (Amount < 0).
+type Credit struct {
+	ChangeID    string
+	PeriodKey   string
+	PeriodStart *time.Time // of the period that used it
+	Amount      int64
+	At          time.Time
 }
 
 // Event is one entry of a subscription's events log.
@@ -160,6 +200,24 @@ type Charge struct {
 	UnknownPhase   string
 	Resolution     string // succeeded or failed when a person resolved it
 }
+
+// Adjustment reports whether the charge is a change's adjustment rather
+// than a period's charge; ChangeID names that change.
+func (c Charge) Adjustment() bool { return strings.Contains(c.PeriodKey, adjMark) }
+
+// ChangeID is the change an adjustment charge belongs to ("" for a
+// period's charge).
+func (c Charge) ChangeID() string {
+	_, id, ok := strings.Cut(c.PeriodKey, adjMark)
+	if !ok {
+		return ""
+	}
+	return id
+}
+
+// adjMark separates an adjustment charge's period key from its change id:
+// <period key>:adj:<change id>.
+const adjMark = ":adj:"
 
 // LedgerOp is one operation a gateway recorded
 // (GET /v1/dev/gateways/{name}/ledger).
@@ -236,6 +294,35 @@ type ObservedSubscription struct {
 	UnpaidSince []time.Time
 	// Resolves are the resolutions a person made that answered 200.
 	Resolves []ObservedResolve
+	// Updates are the updates that answered 200, and TrialEnds the trials
+	// a person ended.
+	Updates   []ObservedUpdate
+	TrialEnds []ObservedTrialEnd
+}
+
+// ObservedUpdate is an update that answered 200: what was asked, the
+// service clock meanwhile (the dev clock stands still between its moves,
+// which run alone), and the terms the answer showed.
+type ObservedUpdate struct {
+	When      Interval
+	Clock     time.Time
+	Effective string
+	Proration string
+	// Amount and Interval asked (zero: unchanged).
+	Amount   int64
+	Interval string
+	Count    int
+	// Answered terms, and the pending update's effective_at (nil: none).
+	AmountAfter   int64
+	IntervalAfter string
+	PendingAt     *time.Time
+}
+
+// ObservedTrialEnd is a person's end of a trial that answered 200.
+type ObservedTrialEnd struct {
+	When          Interval
+	Clock         time.Time
+	BillingAnchor time.Time
 }
 
 // ObservedResolve is a person's resolution of a charge in review.
@@ -266,6 +353,9 @@ type ObservedPause struct {
 	When     Interval
 	At       time.Time // the service clock: paused_at from the answer
 	ResumeAt *time.Time
+	// OnResume is what the resume does: start_new_period or
+	// continue_period.
+	OnResume string
 }
 
 // ObservedResume is a resume's answer.

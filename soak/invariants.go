@@ -75,6 +75,9 @@ var Invariants = []Invariant{
 	{RefundOnceAtGateway, RefundKeyOnceOnLedger},
 	{RefundAtGateway, EverySucceededRefundAtGateway},
 	{NoRefundOfFine, NoRefundOfAFine},
+	{PricesInForce, PeriodsChargedAtThePriceInForce},
+	{AdjustmentsExact, AdjustmentsMatchTheirChanges},
+	{CreditsWithinCaptured, CreditsNeverBeyondWhatWasCaptured},
 }
 
 // CheckAll runs every invariant and returns their violations.
@@ -94,6 +97,12 @@ type Coverage struct {
 	Refunds, LedgerRefunds                     int
 	OwedPeriods, NotOwedPeriods, UnsurePeriods int
 	CardChanges, Cancels                       int
+	// Changes are the changes of terms judged (applied ones among them),
+	// Adjustments their adjustment charges, Credits the credits granted;
+	// Trials the subscriptions created with a trial and ContinuedPauses
+	// the pauses that kept their paid time.
+	Changes, AppliedChanges, Adjustments, Credits int
+	Trials, ContinuedPauses                       int
 }
 
 // Measure counts what d gives the invariants to judge.
@@ -117,7 +126,29 @@ func Measure(d *Data) Coverage {
 	for _, s := range d.Subscriptions {
 		c.Events += len(s.Events)
 		c.Charges += len(s.Charges)
+		c.Changes += len(s.Changes)
+		c.AppliedChanges += len(appliedChanges(s.Changes))
+		for _, ch := range s.Charges {
+			if ch.Adjustment() {
+				c.Adjustments++
+			}
+		}
+		for _, cr := range s.Credits {
+			if cr.Amount > 0 {
+				c.Credits++
+			}
+		}
+		if len(s.Events) > 0 && s.Events[0].To == "trialing" {
+			c.Trials++
+		}
 		obs := observed(d, s.ID)
+		if obs != nil {
+			for _, p := range obs.Pauses {
+				if p.OnResume == "continue_period" {
+					c.ContinuedPauses++
+				}
+			}
+		}
 		if obs != nil && len(obs.Cards) > 0 {
 			c.CardChanges += len(obs.Cards) - 1
 			c.Cancels += len(obs.Cancels)
@@ -219,7 +250,8 @@ func sortViolations(vs []Violation) {
 // and the earlier one's charge is judged for both.
 func sameDayPeriod(cs []Charge, p Period) bool {
 	for _, c := range cs {
-		if c.PeriodKey == p.Key && c.PeriodStart.Before(p.Start) {
+		// A key after an interval change ends in that change's suffix.
+		if !c.Adjustment() && strings.HasPrefix(c.PeriodKey, p.Key) && c.PeriodStart.Before(p.Start) {
 			return true
 		}
 	}

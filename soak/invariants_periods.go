@@ -20,6 +20,9 @@ func AtMostOneCapturePerPeriod(d *Data) []Violation {
 	for _, s := range d.Subscriptions {
 		starts := map[time.Time]string{}
 		for _, c := range s.Charges {
+			if c.Adjustment() {
+				continue // a change's adjustment shares its period's start
+			}
 			if other, ok := starts[c.PeriodStart.UTC()]; ok {
 				out = append(out, viol("at-most-one-capture", s.ID, c.Key,
 					fmt.Sprintf("two charges for the period starting %s: %s and %s", fmtT(c.PeriodStart), other, c.Key)))
@@ -92,7 +95,15 @@ func OwedPeriodsSettled(d *Data) []Violation {
 		}
 		byStart := map[time.Time]*Charge{}
 		for i := range s.Charges {
-			byStart[s.Charges[i].PeriodStart.UTC()] = &s.Charges[i]
+			if !s.Charges[i].Adjustment() {
+				byStart[s.Charges[i].PeriodStart.UTC()] = &s.Charges[i]
+			}
+		}
+		covered := map[time.Time]bool{} // periods paid by credit alone
+		for _, cr := range s.Credits {
+			if cr.Amount < 0 && cr.PeriodStart != nil {
+				covered[cr.PeriodStart.UTC()] = true
+			}
 		}
 		onGrid := map[time.Time]bool{}
 		for _, p := range tl.Periods(d.Now, moves) {
@@ -125,6 +136,9 @@ func OwedPeriodsSettled(d *Data) []Violation {
 					v("captured %d times", caps)
 				}
 			case IsOwed:
+				if c == nil && covered[p.Start] {
+					continue // credit paid it all: prices-in-force judges the amount
+				}
 				if c == nil {
 					if tl.CancelledAfter(p.Start) && tl.cancelledSoonAfter(p.DueFrom) {
 						continue // cancelled before its charge was created: nothing to collect
@@ -163,7 +177,7 @@ func OwedPeriodsSettled(d *Data) []Violation {
 			if c.Status == "failed" && c.Resolution != "failed" {
 				out = append(out, failedForGood(s, c, l, obs)...)
 			}
-			if !onGrid[c.PeriodStart.UTC()] && len(l.captures(c.Key)) > 0 {
+			if !c.Adjustment() && !onGrid[c.PeriodStart.UTC()] && len(l.captures(c.Key)) > 0 {
 				out = append(out, viol("owed-periods-settled", s.ID, c.Key,
 					fmt.Sprintf("captured a period starting %s that is on none of the subscription's grids", fmtT(c.PeriodStart))))
 			}

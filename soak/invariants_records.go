@@ -17,7 +17,13 @@ import (
 func EventsMatchTransitions(d *Data) []Violation {
 	var out []Violation
 	allowed := map[string]func(from, to string) bool{
-		"created": func(f, t string) bool { return f == "" && t == "active" },
+		"created":     func(f, t string) bool { return f == "" && (t == "active" || t == "trialing") },
+		"trial_ended": func(f, t string) bool { return f == "trialing" && t == "active" },
+		"updated":     func(f, t string) bool { return f == t && f != "cancelled" && f != "" },
+		"update_scheduled": func(f, t string) bool {
+			return f == t && f != "cancelled" && f != ""
+		},
+		"update_removed": func(f, t string) bool { return f == t && f != "" },
 		// A paused subscription logs paused again when its pause takes
 		// another on_resume (decision 4).
 		"paused":  func(f, t string) bool { return (f == "active" || f == "paused") && t == "paused" },
@@ -26,7 +32,7 @@ func EventsMatchTransitions(d *Data) []Violation {
 			return f != "cancelled" && f != "" && t == "cancelled"
 		},
 		"cancel_scheduled": func(f, t string) bool {
-			return f == t && (f == "active" || f == "past_due" || f == "paused")
+			return f == t && (f == "active" || f == "past_due" || f == "paused" || f == "trialing")
 		},
 		"payment_method_updated": func(f, t string) bool {
 			return (f == t && f != "cancelled" && f != "") || (f == "unpaid" && t == "past_due")

@@ -117,7 +117,14 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 	if obs != nil && !obs.Anchor.IsZero() {
 		anchor, createdReal = obs.Anchor, obs.Created.Sent
 	}
-	g, err := NewGrid(anchor, sub.TimeZone, sub.Interval, sub.IntervalCount)
+	// The first grid bills at the interval asked at creation: the first
+	// change that restarted the schedule says which it was.
+	interval, count := sub.Interval, sub.IntervalCount
+	for _, ch := range appliedChanges(sub.Changes) {
+		interval, count = ch.IntervalBefore, ch.CountBefore
+		break
+	}
+	g, err := NewGrid(anchor, sub.TimeZone, interval, count)
 	if err != nil {
 		tl.Problems = append(tl.Problems, "grid: "+err.Error())
 		return tl
@@ -126,6 +133,9 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 
 	status := ""
 	cancelScheduled := false
+	applied := appliedChanges(sub.Changes)
+	updatedIdx := 0
+	var lastPause time.Time      // the service time of the last pause
 	lastChangeAt := events[0].At // when the last status change was logged
 	lastLeftUnpaid := events[0].At
 	pauseIdx := 0
@@ -141,6 +151,54 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 				c.gridStart = true
 			}
 		case "paused":
+			if e.From != "paused" { // another mode for the same pause keeps its start
+				lastPause = e.At
+			}
+		case "trial_ended":
+			cur := &tl.segments[len(tl.segments)-1]
+			if e.System() {
+				// The trial ended as of trial_end, the anchor: its first
+				// period begins after the change, in the same instant.
+				c.lo, c.hi = cur.grid.Anchor, cur.grid.Anchor
+				c.gridStart = true
+				break
+			}
+			// A person ended it: the first period begins now.
+			ng := cur.grid
+			ng.Anchor = e.At
+			cur.until, cur.hasUntil = e.At, true
+			tl.segments = append(tl.segments, segment{grid: ng, from: e.At, real: trialEndAnswered(obs, e.At)})
+			c.gridStart = true
+			c.segment = len(tl.segments) - 1
+		case "updated":
+			if updatedIdx >= len(applied) {
+				tl.Problems = append(tl.Problems, fmt.Sprintf("event %d: updated, but no change of the terms was recorded as applied", e.ID))
+				break
+			}
+			ch := applied[updatedIdx]
+			updatedIdx++
+			if !ch.IntervalChanged() {
+				break
+			}
+			// A new interval restarts the grid where the change applied.
+			eff := *ch.AppliedAt
+			ng, err := NewGrid(eff, sub.TimeZone, ch.IntervalAfter, ch.CountAfter)
+			if err != nil {
+				tl.Problems = append(tl.Problems, fmt.Sprintf("event %d: change %s: %v", e.ID, ch.ID, err))
+				break
+			}
+			cur := &tl.segments[len(tl.segments)-1]
+			cur.until, cur.hasUntil = eff, true
+			real := clockReached(moves, eff)
+			if ch.Effective == "now" {
+				real = updateAnswered(obs, eff)
+			}
+			tl.segments = append(tl.segments, segment{grid: ng, from: eff, real: real})
+			c.lo, c.hi = eff, eff
+			c.gridStart = true
+			c.segment = len(tl.segments) - 1
+			tl.changes = append(tl.changes, c)
+			continue
 		case "resumed":
 			eff, known := e.At, true
 			if e.System() {
@@ -159,16 +217,30 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 			// and when its first period could be charged, are the first
 			// resume's.
 			keep := cancelScheduled || !cur.grid.Anchor.Before(eff)
+			// A pause that continues its period keeps the time left at
+			// the pause, until the period's end (or, before billing began,
+			// until the first anchor): the next period begins that long
+			// after the resume, whatever is scheduled (a scheduled cancel
+			// falls then).
+			anchorAt := eff
+			if pausedOnResume(obs, lastPause) == "continue_period" {
+				keep = false
+				end := cur.grid.Anchor
+				if !lastPause.Before(end) {
+					end = cur.grid.periodEnd(lastPause)
+				}
+				anchorAt = eff.Add(end.Sub(lastPause))
+			}
 			switch {
 			case keep:
 			case known:
 				ng := cur.grid
-				ng.Anchor = eff
+				ng.Anchor = anchorAt
 				var real time.Time
 				if e.System() {
 					real = clockReached(moves, eff)
 				} else {
-					real = tl.resumeAnswered(obs, eff, &resumeIdx)
+					real = tl.resumeAnswered(obs, anchorAt, &resumeIdx)
 				}
 				cur.until, cur.hasUntil = eff, true
 				tl.segments = append(tl.segments, segment{grid: ng, from: eff, real: real})
@@ -179,8 +251,8 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 			}
 			// A resume in the very instant of the anchor answers the same
 			// anchor whether it kept it or moved it there: nothing to tell.
-			if !e.System() && obs != nil && !cur.grid.Anchor.Equal(eff) {
-				tl.checkResumeAnswer(obs, e, keep, eff)
+			if !e.System() && obs != nil && !cur.grid.Anchor.Equal(anchorAt) {
+				tl.checkResumeAnswer(obs, e, keep, anchorAt)
 			}
 		case "cancel_scheduled":
 			cancelScheduled = true
@@ -224,6 +296,73 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 		tl.changes = append(tl.changes, c)
 	}
 	return tl
+}
+
+// appliedChanges are the changes whose terms took effect, in the order
+// they did.
+func appliedChanges(changes []Change) []Change {
+	var out []Change
+	for _, c := range changes {
+		if c.AppliedAt != nil {
+			out = append(out, c)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].AppliedAt.Before(*out[j].AppliedAt) })
+	return out
+}
+
+// pausedOnResume is what the pause that began at service time at said
+// its resume would do, as last asked ("" when it was not observed).
+func pausedOnResume(obs *ObservedSubscription, at time.Time) string {
+	if obs == nil {
+		return ""
+	}
+	mode := "" // the last one asked for the pause that began at at
+	for _, p := range obs.Pauses {
+		if p.At.Equal(at) {
+			mode = p.OnResume
+		}
+	}
+	return mode
+}
+
+// trialEndAnswered is when the person's end of a trial at service time
+// at was sent (zero when not observed).
+func trialEndAnswered(obs *ObservedSubscription, at time.Time) time.Time {
+	if obs == nil {
+		return time.Time{}
+	}
+	for _, t := range obs.TrialEnds {
+		if t.Clock.Equal(at) {
+			return t.When.Sent
+		}
+	}
+	return time.Time{}
+}
+
+// updateAnswered is when the immediate update made at service time at
+// was sent (zero when not observed).
+func updateAnswered(obs *ObservedSubscription, at time.Time) time.Time {
+	if obs == nil {
+		return time.Time{}
+	}
+	for _, u := range obs.Updates {
+		if u.Effective == "now" && u.Clock.Equal(at) {
+			return u.When.Sent
+		}
+	}
+	return time.Time{}
+}
+
+// GridAt is the grid in force at service time t: the last one that took
+// over at or before it.
+func (tl *Timeline) GridAt(t time.Time) (Grid, bool) {
+	for i := len(tl.segments) - 1; i >= 0; i-- {
+		if !tl.segments[i].from.After(t) {
+			return tl.segments[i].grid, true
+		}
+	}
+	return Grid{}, false
 }
 
 // resumeAtBefore finds the resume_at of the pause that a scheduled resume

@@ -85,3 +85,20 @@ func (g Grid) Starts(to, until time.Time) []time.Time {
 		}
 	}
 }
+
+// Index is the period containing t: the largest n with Start(n) <= t, or
+// -1 before the anchor.
+func (g Grid) Index(t time.Time) int {
+	if t.Before(g.Anchor) {
+		return -1
+	}
+	n := 0
+	for !g.Start(n + 1).After(t) {
+		n++
+	}
+	return n
+}
+
+// periodEnd is the end of the period containing t (t at or after the
+// anchor).
+func (g Grid) periodEnd(t time.Time) time.Time { return g.Start(g.Index(t) + 1) }

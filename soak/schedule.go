@@ -30,6 +30,13 @@ const (
 	// that is left) for Reason; Twice: two people ask at once, one on
 	// each node, under two Idempotency-Keys.
 	KindRefund = "refund"
+	// KindUpdate: change Sub's terms (Amount and/or Interval, Count),
+	// Effective now or at period_end, with Proration (now only).
+	KindUpdate = "update"
+	// KindRemovePending: remove the update waiting for Sub's period end.
+	KindRemovePending = "remove_pending"
+	// KindEndTrial: end Sub's trial now (its first period is charged).
+	KindEndTrial = "end_trial"
 )
 
 // Card is a payment method the schedule gives.
@@ -57,12 +64,24 @@ type Step struct {
 	Zone     string `json:"zone,omitempty"`
 	AnchorIn string `json:"anchor_in,omitempty"` // the first billing anchor this long after now ("" = now)
 	MonthEnd bool   `json:"month_end,omitempty"` // the anchor on the last day of a month, at least AnchorIn ahead
-	Amount   int64  `json:"amount,omitempty"`
-	Card     *Card  `json:"card,omitempty"` // create and card
+	// TrialDays: a trial of that many days (trial_period_days), no anchor.
+	TrialDays int   `json:"trial_days,omitempty"`
+	Amount    int64 `json:"amount,omitempty"`
+	Card      *Card `json:"card,omitempty"` // create and card
 
 	// pause, cancel
 	ResumeIn    string `json:"resume_in,omitempty"`
 	AtPeriodEnd bool   `json:"at_period_end,omitempty"`
+	// OnResume is the pause's on_resume ("" for the default).
+	OnResume string `json:"on_resume,omitempty"`
+
+	// update: the new terms (zero values: unchanged), when, and how the
+	// unused time is settled.
+	NewAmount   int64  `json:"new_amount,omitempty"`
+	NewInterval string `json:"new_interval,omitempty"`
+	NewCount    int    `json:"new_count,omitempty"`
+	Effective   string `json:"effective,omitempty"`
+	Proration   string `json:"proration,omitempty"`
 
 	// clock
 	Advance string `json:"advance,omitempty"`
@@ -111,13 +130,37 @@ func (s Step) String() string {
 		if s.MonthEnd {
 			anchor = "last day of the month from " + anchor
 		}
+		if s.TrialDays > 0 {
+			anchor = fmt.Sprintf("after a %d-day trial", s.TrialDays)
+		}
 		return fmt.Sprintf("%s create every %d %s in %s, anchor %s, amount %d, card %s %s%s", sub, s.Count, s.Interval,
 			s.Zone, anchor, s.Amount, s.Card.Gateway, s.Card.Token, via)
 	case KindPause:
-		if s.ResumeIn != "" {
-			return fmt.Sprintf("%s pause, resume_at now+%s%s", sub, s.ResumeIn, via)
+		mode := ""
+		if s.OnResume != "" {
+			mode = ", on_resume " + s.OnResume
 		}
-		return sub + " pause" + via
+		if s.ResumeIn != "" {
+			return fmt.Sprintf("%s pause, resume_at now+%s%s%s", sub, s.ResumeIn, mode, via)
+		}
+		return sub + " pause" + mode + via
+	case KindUpdate:
+		var parts []string
+		if s.NewAmount > 0 {
+			parts = append(parts, fmt.Sprintf("amount %d", s.NewAmount))
+		}
+		if s.NewInterval != "" {
+			parts = append(parts, fmt.Sprintf("every %d %s", s.NewCount, s.NewInterval))
+		}
+		how := s.Effective
+		if s.Proration != "" {
+			how += ", proration " + s.Proration
+		}
+		return fmt.Sprintf("%s update to %s, %s%s", sub, strings.Join(parts, " "), how, via)
+	case KindRemovePending:
+		return sub + " remove its pending update" + via
+	case KindEndTrial:
+		return sub + " end its trial now" + via
 	case KindResume:
 		return sub + " resume" + via
 	case KindCancel:
@@ -264,6 +307,10 @@ type GeneratorConfig struct {
 type genSub struct {
 	paused, cancelled bool
 	card              Card
+	// amount is the price last asked for; trialing and pending what the
+	// generator believes of a trial and a waiting update.
+	amount            int64
+	trialing, pending bool
 }
 
 // NewGenerator returns the generator of seed.
@@ -378,7 +425,8 @@ func (g *Generator) Next() Step {
 	for {
 		if s := g.choose(Step{N: g.n, Node: g.rng.IntN(2)}); s.Kind != "" {
 			switch s.Kind {
-			case KindCreate, KindPause, KindResume, KindCancel, KindCard, KindEnrol, KindBill, KindEnrolAction, KindEnrolCard:
+			case KindCreate, KindPause, KindResume, KindCancel, KindCard, KindEnrol, KindBill, KindEnrolAction, KindEnrolCard,
+				KindUpdate, KindRemovePending, KindEndTrial:
 				s.Twice = g.chance(0.1)
 			}
 			return s
@@ -416,6 +464,9 @@ func (g *Generator) choose(s Step) Step {
 			} else {
 				s.ResumeIn = g.duration(30*time.Hour, 50*24*time.Hour)
 			}
+		}
+		if g.chance(0.35) {
+			s.OnResume = "continue_period"
 		}
 		g.subs[s.Sub-1].paused = true
 		return s
@@ -482,6 +533,16 @@ func (g *Generator) choose(s Step) Step {
 		return s
 	case r < 69:
 		return g.refund(s)
+	case r < 73:
+		return g.update(s)
+	case r < 74:
+		s.Kind, s.Sub = KindRemovePending, g.pickSub(func(x genSub) bool { return x.pending && !x.cancelled })
+		g.subs[s.Sub-1].pending = false
+		return s
+	case r < 74.7:
+		s.Kind, s.Sub = KindEndTrial, g.pickSub(func(x genSub) bool { return x.trialing && !x.cancelled })
+		g.subs[s.Sub-1].trialing = false
+		return s
 	default:
 		if (g.down[0] || g.down[1]) && g.chance(0.1) {
 			return g.restart(s)
@@ -525,6 +586,9 @@ func (g *Generator) create(s Step) Step {
 	zones := []string{"UTC", "UTC", "UTC", "Europe/Moscow", "America/New_York"}
 	s.Zone = zones[g.rng.IntN(len(zones))]
 	switch {
+	case g.chance(0.12):
+		s.TrialDays = 1 + g.rng.IntN(20)
+		g.subs[s.Sub-1].trialing = true
 	case g.chance(0.1):
 		s.MonthEnd = true
 		s.AnchorIn = g.duration(time.Minute, 40*24*time.Hour)
@@ -532,9 +596,34 @@ func (g *Generator) create(s Step) Step {
 		s.AnchorIn = g.duration(time.Minute, 40*24*time.Hour)
 	}
 	s.Amount = int64(100 + g.rng.IntN(100000))
+	g.subs[s.Sub-1].amount = s.Amount
 	c := g.card(false)
 	s.Card = &c
 	g.subs[s.Sub-1].card = c
+	return s
+}
+
+// update changes a subscription's price (down to 60 %, up to 160 %), its
+// interval, or both, now with one of the prorations or at period end.
+func (g *Generator) update(s Step) Step {
+	s.Kind, s.Sub = KindUpdate, g.pickSub(func(x genSub) bool { return !x.cancelled })
+	sub := &g.subs[s.Sub-1]
+	what := g.rng.IntN(20)
+	if what < 15 {
+		s.NewAmount = max(1, sub.amount*int64(60+g.rng.IntN(101))/100)
+		sub.amount = s.NewAmount
+	}
+	if what >= 12 {
+		iv := []string{"day", "week", "month", "month", "quarter", "year"}
+		s.NewInterval, s.NewCount = iv[g.rng.IntN(len(iv))], 1
+	}
+	s.Effective = "now"
+	if g.chance(0.45) {
+		s.Effective = "period_end"
+		sub.pending = true
+	} else {
+		s.Proration = []string{"none", "charge_now", "credit_next"}[g.rng.IntN(3)]
+	}
 	return s
 }
 

@@ -423,8 +423,13 @@ func (r *runner) request(node int, method, path, idemKey string, body any, limit
 // post sends a step's POST, twice at once to both nodes when the step
 // says so; both tries must end with the same answer, byte for byte.
 func (r *runner) post(step soak.Step, path string, body any) (answer, bool) {
+	return r.send(step, http.MethodPost, path, body)
+}
+
+// send is post with another method.
+func (r *runner) send(step soak.Step, method, path string, body any) (answer, bool) {
 	if !step.Twice {
-		return r.request(step.Node, http.MethodPost, path, r.idem(step, ""), body, 120*time.Second)
+		return r.request(step.Node, method, path, r.idem(step, ""), body, 120*time.Second)
 	}
 	var wg sync.WaitGroup
 	var answers [2]answer
@@ -433,7 +438,7 @@ func (r *runner) post(step soak.Step, path string, body any) (answer, bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[i], oks[i] = r.request(step.Node+i, http.MethodPost, path, r.idem(step, ""), body, 120*time.Second)
+			answers[i], oks[i] = r.request(step.Node+i, method, path, r.idem(step, ""), body, 120*time.Second)
 		}()
 	}
 	wg.Wait()

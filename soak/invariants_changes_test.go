@@ -1,0 +1,143 @@
+package soak
+
+import (
+	"testing"
+	"time"
+)
+
+// upgraded is a monthly subscription of 500 paid for January 10..February
+// 10 and raised to 800 on day 10 with charge_now: 300 for 21 of the
+// period's 31 days.
+func upgraded() (*record, *Change) {
+	r := newRecord(day(40))
+	r.paid(t0, 100, "0001")
+	at := day(10)
+	ch := Change{ID: "chg1", Effective: "now", Proration: "charge_now", AmountBefore: 500, AmountAfter: 800,
+		IntervalBefore: "month", IntervalAfter: "month", CountBefore: 1, CountAfter: 1, PeriodKey: t0.Format("2006-01-02"),
+		Adjustment: 203, CreatedAt: at, AppliedAt: &at} // 300 * 21/31 = 203.2
+	r.sub.Changes = append(r.sub.Changes, ch)
+	r.event("updated", "active", "active", at, false)
+	adj := r.charge(t0, "succeeded", 1)
+	adj.PeriodKey += ":adj:chg1"
+	adj.Key, adj.ID, adj.Amount = subID+":"+adj.PeriodKey, subID+":"+adj.PeriodKey, 203
+	r.op(adj, 1, "authorize", "succeeded", 200, "0001")
+	r.op(adj, 1, "capture", "succeeded", 205, "0001")
+	r.d.Ledger[len(r.d.Ledger)-1].Amount, r.d.Ledger[len(r.d.Ledger)-2].Amount = 203, 203
+	next := r.paid(t0.AddDate(0, 1, 0), 300, "0001")
+	next.Amount = 800
+	r.d.Ledger[len(r.d.Ledger)-1].Amount, r.d.Ledger[len(r.d.Ledger)-2].Amount = 800, 800
+	r.sub.Amount = 800
+	return r, &r.sub.Changes[0]
+}
+
+func TestUpgradeChargedTheFormulaOnceAndTheNextPeriodAtTheNewPrice(t *testing.T) {
+	r, _ := upgraded()
+	expect(t, CheckAll(r.d))
+}
+
+func TestAdjustmentOffTheFormulaIsCaught(t *testing.T) {
+	r, ch := upgraded()
+	ch.Adjustment = 204
+	r.sub.Charges[1].Amount = 204
+	expect(t, AdjustmentsMatchTheirChanges(r.d), AdjustmentsExact)
+}
+
+func TestAdjustmentChargedTwiceIsCaught(t *testing.T) {
+	r, _ := upgraded()
+	dup := r.sub.Charges[1]
+	dup.PeriodKey = t0.Format("2006-01-02") + ":adj:chg1"
+	dup.ID = "other"
+	r.sub.Charges = append(r.sub.Charges, dup)
+	expect(t, AdjustmentsMatchTheirChanges(r.d), AdjustmentsExact)
+}
+
+func TestPeriodAtTheOldPriceAfterAChangeIsCaught(t *testing.T) {
+	r, _ := upgraded()
+	r.sub.Charges[2].Amount = 500
+	expect(t, PeriodsChargedAtThePriceInForce(r.d), PricesInForce)
+}
+
+func TestPendingUpdateAppliesFromItsBoundary(t *testing.T) {
+	r := newRecord(day(40))
+	r.paid(t0, 100, "0001")
+	boundary := t0.AddDate(0, 1, 0)
+	ch := Change{ID: "chg2", Effective: "period_end", Proration: "none", AmountBefore: 500, AmountAfter: 300,
+		IntervalBefore: "month", IntervalAfter: "month", CountBefore: 1, CountAfter: 1, CreatedAt: day(3), AppliedAt: &boundary}
+	r.sub.Changes = append(r.sub.Changes, ch)
+	r.event("updated", "active", "active", boundary.Add(time.Second), true)
+	next := r.paid(boundary, 300, "0001")
+	next.Amount = 300
+	r.sub.Amount = 300
+	expect(t, CheckAll(r.d))
+	next.Amount = 500
+	expect(t, PeriodsChargedAtThePriceInForce(r.d), PricesInForce)
+}
+
+// A downgrade's credit is capped by what was captured: nothing when the
+// period's charge never paid.
+func TestCreditBeyondWhatWasCapturedIsCaught(t *testing.T) {
+	r := newRecord(day(20))
+	r.charge(t0, "failed", 1)
+	at := day(10)
+	ch := Change{ID: "chg3", Effective: "now", Proration: "credit_next", AmountBefore: 500, AmountAfter: 200,
+		IntervalBefore: "month", IntervalAfter: "month", CountBefore: 1, CountAfter: 1, PeriodKey: t0.Format("2006-01-02"),
+		Adjustment: -203, CreatedAt: at, AppliedAt: &at} // 300 * 21/31, but nothing was captured
+	r.sub.Changes = append(r.sub.Changes, ch)
+	r.sub.Credits = append(r.sub.Credits, Credit{ChangeID: "chg3", Amount: 203, At: at})
+	r.event("updated", "active", "active", at, false)
+	expect(t, CreditsNeverBeyondWhatWasCaptured(r.d), CreditsWithinCaptured)
+	r.sub.Changes[0].Adjustment, r.sub.Credits[0].Amount = 0, 0
+	expect(t, CreditsNeverBeyondWhatWasCaptured(r.d))
+}
+
+// An interval change restarts the grid at the change: its first period
+// begins then at the new price, and the old period's unused share is the
+// credit, used by that first period.
+func TestIntervalChangeRestartsTheGridWithCredit(t *testing.T) {
+	r := newRecord(day(12))
+	r.paid(t0, 100, "0001")
+	at := day(10)
+	ch := Change{ID: "chg4", Effective: "now", Proration: "charge_now", AmountBefore: 500, AmountAfter: 100,
+		IntervalBefore: "month", IntervalAfter: "week", CountBefore: 1, CountAfter: 1, PeriodKey: t0.Format("2006-01-02"),
+		Adjustment: -339, CreatedAt: at, AppliedAt: &at} // 500 * 21/31 = 338.7
+	r.sub.Changes = append(r.sub.Changes, ch)
+	r.sub.Credits = append(r.sub.Credits, Credit{ChangeID: "chg4", Amount: 339, At: at},
+		Credit{PeriodKey: at.Format("2006-01-02") + "~chg4", PeriodStart: &at, Amount: -100, At: at})
+	r.sub.Interval, r.sub.Amount, r.sub.BillingAnchor = "week", 100, at
+	r.event("updated", "active", "active", at, false)
+	expect(t, CheckAll(r.d))
+	// The first period of the new grid left uncharged and unpaid by credit
+	// is a period never charged.
+	r.sub.Credits = r.sub.Credits[:1]
+	expect(t, OwedPeriodsSettled(r.d), "owed-periods-settled")
+}
+
+// A pause that continues its period: the next period begins the paid
+// time left after the resume, not at the resume.
+func TestContinuedPauseMovesTheAnchorByThePaidTimeLeft(t *testing.T) {
+	r := newRecord(day(70))
+	r.paid(t0, 100, "0001")
+	pause, resume := day(10), day(40)
+	r.event("paused", "active", "paused", pause, false)
+	r.obs.Pauses = append(r.obs.Pauses, ObservedPause{When: Interval{rt(200), rt(210)}, At: pause, OnResume: "continue_period"})
+	r.event("resumed", "paused", "active", resume, false)
+	next := resume.Add(t0.AddDate(0, 1, 0).Sub(pause)) // 21 days after the resume
+	r.obs.Resumes = append(r.obs.Resumes, ObservedResume{When: Interval{rt(300), rt(310)}, BillingAnchor: next})
+	r.paid(next, 400, "0001")
+	expect(t, CheckAll(r.d))
+	// A resume that charged at once (a new period at the resume) is caught.
+	r.obs.Resumes[0].BillingAnchor = resume
+	expect(t, OwedPeriodsSettled(r.d), "owed-periods-settled")
+}
+
+// A trial: nothing before trial_end, the first period at trial_end once
+// the scan ended it.
+func TestTrialEndsIntoItsFirstPeriod(t *testing.T) {
+	r := newRecord(day(20))
+	end := day(14)
+	r.sub.Events[0].To = "trialing"
+	r.sub.BillingAnchor, r.obs.Anchor, r.sub.TrialEnd = end, end, &end
+	r.event("trial_ended", "trialing", "active", end.Add(2*time.Second), true)
+	r.paid(end, 100, "0001")
+	expect(t, CheckAll(r.d))
+}
