@@ -2,6 +2,8 @@ package charges_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"testing"
 
@@ -22,23 +24,39 @@ type declineSlots struct {
 	slots *velocity.Slots
 }
 
-func (d declineSlots) Reserve(ctx context.Context, customerID, holder string, mayHaveSent bool) (charges.SlotAnswer, error) {
-	a, err := d.slots.Reserve(ctx, customerID, holder, mayHaveSent)
+func (d declineSlots) Reserve(ctx context.Context, customerID string, card charges.Card, holder string, mayHaveSent bool) (charges.SlotAnswer, error) {
+	a, err := d.slots.Reserve(ctx, customerID, cardDigest(card), holder, mayHaveSent)
+	return answerOf(a), err
+}
+
+func (d declineSlots) Wait(ctx context.Context, tx pgx.Tx, customerID string, card charges.Card, holder string, job int64) (charges.SlotAnswer, error) {
+	a, err := d.slots.Wait(ctx, tx, customerID, cardDigest(card), holder, job)
+	return answerOf(a), err
+}
+
+func answerOf(a velocity.Answer) charges.SlotAnswer {
 	verdict := map[velocity.Verdict]charges.SlotVerdict{velocity.Granted: charges.SlotGranted,
 		velocity.InFlight: charges.SlotsInFlight, velocity.Reached: charges.DeclinesReached}[a.Verdict]
-	return charges.SlotAnswer{Verdict: verdict, DayLeft: a.WindowLeft}, err
+	return charges.SlotAnswer{Verdict: verdict, DayLeft: a.WindowLeft}
 }
 
-func (d declineSlots) Release(ctx context.Context, customerID, holder string) error {
-	return d.slots.Release(ctx, customerID, holder)
+func (d declineSlots) Release(ctx context.Context, customerID string, card charges.Card, holder string, approved bool) error {
+	return d.slots.Release(ctx, customerID, cardDigest(card), holder, approved)
 }
 
-func (d declineSlots) ReleaseTx(ctx context.Context, tx pgx.Tx, customerID, holder string) error {
-	return d.slots.ReleaseTx(ctx, tx, customerID, holder)
+func (d declineSlots) ReleaseTx(ctx context.Context, tx pgx.Tx, customerID string, card charges.Card, holder string, approved bool) error {
+	return d.slots.ReleaseTx(ctx, tx, customerID, cardDigest(card), holder, approved)
 }
 
-func (d declineSlots) Count(ctx context.Context, tx pgx.Tx, customerID, holder string) error {
-	return d.lim.Count(ctx, tx, customerID, velocity.Declines, holder)
+func (d declineSlots) Count(ctx context.Context, tx pgx.Tx, customerID string, card charges.Card, holder string) error {
+	return d.slots.Decline(ctx, tx, customerID, cardDigest(card), holder)
+}
+
+// cardDigest names a card as the service does, with no key: the tests'
+// tokens are no secret.
+func cardDigest(c charges.Card) string {
+	sum := sha256.Sum256([]byte(c.Gateway + "\x00" + c.Token))
+	return hex.EncodeToString(sum[:])
 }
 
 // withDeclineLimit sets a declines limit of max a day on b's pipeline.
@@ -56,7 +74,7 @@ func holder(c charges.Charge) string { return c.ID.String() + "/" + strconv.Itoa
 // reserveFor gives c's attempt a slot, as its authorize step takes one.
 func (d declineSlots) reserveFor(t *testing.T, c charges.Charge) {
 	t.Helper()
-	a, err := d.Reserve(t.Context(), c.CustomerID, holder(c), false)
+	a, err := d.Reserve(t.Context(), c.CustomerID, charges.Card{}, holder(c), false)
 	require.NoError(t, err)
 	require.Equal(t, charges.SlotGranted, a.Verdict)
 }
@@ -64,7 +82,7 @@ func (d declineSlots) reserveFor(t *testing.T, c charges.Charge) {
 // verdictFor is what another charge of the customer would be told.
 func (d declineSlots) verdictFor(t *testing.T, h string) charges.SlotVerdict {
 	t.Helper()
-	a, err := d.Reserve(t.Context(), "cus_1", h, false)
+	a, err := d.Reserve(t.Context(), "cus_1", charges.Card{}, h, false)
 	require.NoError(t, err)
 	return a.Verdict
 }
@@ -211,9 +229,9 @@ func TestSweepSettlesSlotsOfEndedAttempts(t *testing.T) {
 		d.reserveFor(t, c)
 	}
 	replaced := charge("2026-05", charges.Authorizing, 2) // attempt 1's slot, attempt 2 running
-	_, err := d.Reserve(ctx, "cus_1", replaced.ID.String()+"/1", false)
+	_, err := d.Reserve(ctx, "cus_1", charges.Card{}, replaced.ID.String()+"/1", false)
 	require.NoError(t, err)
-	_, err = d.Reserve(ctx, "cus_1", "not-a-charge", false)
+	_, err = d.Reserve(ctx, "cus_1", charges.Card{}, "not-a-charge", false)
 	require.NoError(t, err)
 
 	n, err := d.slots.Sweep(ctx, b.pool, func(ctx context.Context, tx pgx.Tx, holders []string) ([]string, error) {
