@@ -205,9 +205,10 @@ func (s *Slots) reserveBatch(ctx context.Context, batch []*slotCall) error {
 
 // reserveIn reserves the slots of batch in one statement on db. Per
 // customer, the calls that may already have been made come first (they
-// are granted anyway), then those on approved cards, then the others, each
-// in the order they asked: every grant meets its rule (see Slots) at its
-// place in that order. The statement locks the counters in the order of
+// are granted anyway), then those on approved cards from their pool, then
+// the others, with those of approved cards the pool had no room for, from
+// the pool of every card, each in the order they asked: every grant meets
+// its rule (see Slots) at its place in that order. The statement locks the counters in the order of
 // their customers, so two batches sharing customers wait for each other
 // and never deadlock, and a counter locked by another transaction is read
 // again at its latest version once that one ends: of the calls of every
@@ -254,18 +255,19 @@ func (s *Slots) reserveIn(ctx context.Context, db batchDB, batch []*slotCall) er
 					CASE WHEN v.window_start >= excluded.window_start THEN v.approved_slots ELSE '{}' END AS fheld,
 					CASE WHEN v.window_start >= excluded.window_start THEN v.count ELSE 0 END AS recorded) w
 				LEFT JOIN LATERAL (
-					SELECT n.holder, n.i, n.fast, n.forced
-						OR (n.fast AND w.recorded + n.s1 - n.f1 < $7 AND n.f1 + n.k <= $8)
-						OR (NOT n.fast AND w.recorded + n.s1 + n.k
-							+ CASE WHEN w.recorded + n.s1 - n.f1 < $7 THEN least(greatest($8 - n.f1, 0), n.mf) ELSE 0 END <= $7) AS granted
-					FROM (SELECT c.*, row_number() OVER (PARTITION BY c.forced, c.fast ORDER BY c.i) AS k,
-							cardinality(w.held) + count(*) FILTER (WHERE c.forced) OVER () AS s1,
-							cardinality(w.fheld) + count(*) FILTER (WHERE c.forced AND c.fast) OVER () AS f1,
-							count(*) FILTER (WHERE NOT c.forced AND c.fast) OVER () AS mf
-						FROM (SELECT u.holder, u.i, u.i <= p.forced AS forced,
-								$8 > 0 AND coalesce((v.approved ->> u.card)::timestamptz > $9, false) AS fast
-							FROM unnest(p.wanted, p.cards) WITH ORDINALITY AS u(holder, card, i)
-							WHERE u.holder <> ALL(w.held)) c) n) g ON true
+					SELECT m.holder, m.i, m.fast_granted OR (m.forced AND m.fast) AS fast, m.forced OR m.fast_granted
+						OR (NOT m.forced AND NOT m.fast_granted AND w.recorded + m.s1 + m.gf
+							+ row_number() OVER (PARTITION BY m.forced OR m.fast_granted ORDER BY m.i) <= $7) AS granted
+					FROM (SELECT n.*, count(*) FILTER (WHERE n.fast_granted) OVER () AS gf
+						FROM (SELECT c.*, cardinality(w.held) + count(*) FILTER (WHERE c.forced) OVER () AS s1,
+								NOT c.forced AND c.fast AND w.recorded + cardinality(w.held) + count(*) FILTER (WHERE c.forced) OVER ()
+									- cardinality(w.fheld) - count(*) FILTER (WHERE c.forced AND c.fast) OVER () < $7
+								AND cardinality(w.fheld) + count(*) FILTER (WHERE c.forced AND c.fast) OVER ()
+									+ row_number() OVER (PARTITION BY c.forced, c.fast ORDER BY c.i) <= $8 AS fast_granted
+							FROM (SELECT u.holder, u.i, u.i <= p.forced AS forced,
+									$8 > 0 AND coalesce((v.approved ->> u.card)::timestamptz > $9, false) AS fast
+								FROM unnest(p.wanted, p.cards) WITH ORDINALITY AS u(holder, card, i)
+								WHERE u.holder <> ALL(w.held)) c) n) m) g ON true
 				WHERE p.customer_id = excluded.customer_id
 				GROUP BY w.held, w.fheld),
 			window_start = greatest(v.window_start, excluded.window_start)
