@@ -64,19 +64,23 @@ type Answer struct {
 // customer's many calls on a good card are not held to the maximum. A
 // declined call clears its card's approval, in the statement that counts
 // the decline: from then on the card is held as a new one. With M the
-// maximum and A ApprovedInFlight, a slot is granted, under the counter's
-// row lock, to
-//   - a call on a card not approved: while recorded + held < M;
-//   - a call on an approved card: while recorded + held on cards not
-//     approved < M, and held on approved cards < A;
+// maximum, A ApprovedInFlight, R the window's recorded events, S the
+// slots held and F those of them from the approved pool, a slot is
+// granted, under the counter's row lock,
+//   - from the approved pool, to a call on an approved card, while
+//     R + S − F < M and F < A;
+//   - from the maximum, to any call (one on an approved card whose pool
+//     is full too), while R + S < M.
 //
-// so that, in one window, the calls made on cards not approved that turn
-// into events number at most M, and all of them at most M − 1 + A: at
-// the last grant of the window, recorded plus the slots held are at most
-// M (a grant of the first kind) or M − 1 + A (of the second), and every
-// event after it is one of those slots. Twenty calls at once on an
-// approved card that all decline: max(M, min(20, A)) are made, the rest
-// wait and then find the maximum reached.
+// The calls granted from the maximum that turn into events number at
+// most M in a window (each grant leaves those events plus S − F at most
+// M, and F's slots are not among them), so card testing, which needs new
+// cards, still meets the maximum. All the window's events from calls
+// granted number at most M − 1 + A: at the last grant, R + S is at most M
+// (a grant from the maximum) or M − 1 + A (from the approved pool), and
+// every event after it is one of those S slots. Twenty calls at once on
+// an approved card that all decline: max(M, min(20, A)) are made, the
+// rest wait and then find the maximum reached.
 //
 // # Waiting
 //
