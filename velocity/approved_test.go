@@ -240,7 +240,18 @@ func TestFreedSlotWakesTheOldestWaiter(t *testing.T) {
 	_, err := pool.Exec(t.Context(), `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, dead)
 	require.NoError(t, err)
 
+	listener, err := pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(t.Context(), `LISTEN river_insert`)
+	require.NoError(t, err)
+
 	require.NoError(t, s.Release(t.Context(), "c1", "x", "a/1", true))
+	notified, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	n, err := listener.Conn().WaitForNotification(notified)
+	require.NoError(t, err, "the nodes are told to fetch the woken job now")
+	require.JSONEq(t, `{"queue": "default"}`, n.Payload)
 	state, due := jobState(t, pool, first)
 	require.Equal(t, rivertype.JobStateAvailable, state)
 	require.True(t, due, "woken now, not at its own time")

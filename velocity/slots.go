@@ -376,6 +376,9 @@ func (s *Slots) wake(ctx context.Context, tx pgx.Tx, customers []string) error {
 // (a job snoozed by a transaction that committed meanwhile is woken). A
 // waiter whose job is running (it went on by itself, or is asking
 // again) is kept: it leaves the waiters when it no longer waits. The
+// woken jobs' queues get River's notification of jobs inserted, at
+// commit, so that the nodes fetch them now rather than at their next
+// poll (REBILL_FETCH_POLL_INTERVAL). The
 // slots free are a hint, not a grant: a waiter woken asks again and
 // waits again if another call took the slot first.
 func (s *Slots) queueWake(b *pgx.Batch, customers []string) {
@@ -405,7 +408,7 @@ func (s *Slots) queueWake(b *pgx.Batch, customers []string) {
 		), woken AS (
 			UPDATE river_job SET state = 'available', scheduled_at = least(scheduled_at, now())
 			WHERE id IN (SELECT job FROM chosen) AND state IN ('scheduled', 'available')
-			RETURNING id
+			RETURNING id, queue
 		), kept AS (
 			UPDATE velocity_counters v SET waiters = ARRAY(SELECT w.job FROM waiting w
 				WHERE w.customer_id = v.customer_id AND w.state IN ('scheduled', 'available', 'running', 'retryable', 'pending')
@@ -414,7 +417,8 @@ func (s *Slots) queueWake(b *pgx.Batch, customers []string) {
 			FROM locked l WHERE v.customer_id = l.customer_id AND v.name = $1
 			RETURNING v.customer_id
 		)
-		SELECT (SELECT count(*) FROM woken), (SELECT count(*) FROM kept)`,
+		SELECT (SELECT count(*) FROM kept), (SELECT count(pg_notify('river_insert', json_build_object('queue', q.queue)::text))
+			FROM (SELECT DISTINCT queue FROM woken) q)`,
 		s.limit.Name, customers, s.lim.Max[s.limit], s.ApprovedInFlight, start, now.Add(-ApprovalLasts))
 }
 
