@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/rebill/rebill/platform/metrics"
 )
@@ -265,9 +266,9 @@ func snoozeJob(ctx context.Context, tx pgx.Tx, id int64, delay time.Duration) er
 	if id == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now() + $2::interval, attempt = attempt - 1,
+	_, err := tx.Exec(ctx, `UPDATE river_job SET state = $3::text::river_job_state, scheduled_at = now() + $2::interval, attempt = attempt - 1,
 			metadata = metadata || jsonb_build_object('snoozes', coalesce((metadata ->> 'snoozes')::int, 0) + 1)
-		WHERE id = $1 AND state = 'running'`, id, delay)
+		WHERE id = $1 AND state::text = $4`, id, delay, string(rivertype.JobStateAvailable), string(rivertype.JobStateRunning))
 	if err != nil {
 		return fmt.Errorf("snooze job %d: %w", id, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/rs/zerolog"
 
 	"github.com/rebill/rebill/platform/groupcommit"
@@ -400,18 +401,18 @@ func (s *Slots) queueWake(b *pgx.Batch, customers []string) {
 			ORDER BY c.customer_id FOR UPDATE OF c
 		), waiting AS (
 			SELECT l.customer_id, w.job, w.i, l.free, j.state::text AS state,
-				row_number() OVER (PARTITION BY l.customer_id, j.state::text IN ('scheduled', 'available') ORDER BY w.i) AS r
+				row_number() OVER (PARTITION BY l.customer_id, j.state::text = ANY($7) ORDER BY w.i) AS r
 			FROM locked l CROSS JOIN LATERAL unnest(l.waiters) WITH ORDINALITY AS w(job, i)
 			LEFT JOIN river_job j ON j.id = w.job
 		), chosen AS (
-			SELECT job FROM waiting WHERE state IN ('scheduled', 'available') AND r <= free
+			SELECT job FROM waiting WHERE state = ANY($7) AND r <= free
 		), woken AS (
-			UPDATE river_job SET state = 'available', scheduled_at = least(scheduled_at, now())
-			WHERE id IN (SELECT job FROM chosen) AND state IN ('scheduled', 'available')
+			UPDATE river_job SET state = $9::text::river_job_state, scheduled_at = least(scheduled_at, now())
+			WHERE id IN (SELECT job FROM chosen) AND state::text = ANY($7)
 			RETURNING id, queue
 		), kept AS (
 			UPDATE velocity_counters v SET waiters = ARRAY(SELECT w.job FROM waiting w
-				WHERE w.customer_id = v.customer_id AND w.state IN ('scheduled', 'available', 'running', 'retryable', 'pending')
+				WHERE w.customer_id = v.customer_id AND w.state = ANY($8)
 					AND w.job NOT IN (SELECT job FROM chosen)
 				ORDER BY w.i)
 			FROM locked l WHERE v.customer_id = l.customer_id AND v.name = $1
@@ -419,7 +420,25 @@ func (s *Slots) queueWake(b *pgx.Batch, customers []string) {
 		)
 		SELECT (SELECT count(*) FROM kept), (SELECT count(pg_notify('river_insert', json_build_object('queue', q.queue)::text))
 			FROM (SELECT DISTINCT queue FROM woken) q)`,
-		s.limit.Name, customers, s.lim.Max[s.limit], s.ApprovedInFlight, start, now.Add(-ApprovalLasts))
+		s.limit.Name, customers, s.lim.Max[s.limit], s.ApprovedInFlight, start, now.Add(-ApprovalLasts),
+		jobStates(waitingJob), jobStates(liveJob), string(rivertype.JobStateAvailable))
+}
+
+// waitingJob are the states of a waiter's job that waits (snoozed: River
+// makes a short snooze available with its time ahead); liveJob those of
+// one that has not ended.
+var (
+	waitingJob = []rivertype.JobState{rivertype.JobStateScheduled, rivertype.JobStateAvailable}
+	liveJob    = []rivertype.JobState{rivertype.JobStateScheduled, rivertype.JobStateAvailable, rivertype.JobStateRunning,
+		rivertype.JobStateRetryable, rivertype.JobStatePending}
+)
+
+func jobStates(states []rivertype.JobState) []string {
+	out := make([]string, len(states))
+	for i, st := range states {
+		out[i] = string(st)
+	}
+	return out
 }
 
 // batchDB is a pool or a transaction: what sends a batch of statements.
