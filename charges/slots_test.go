@@ -6,14 +6,18 @@ import (
 	"encoding/hex"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/testkit/gatewaytest"
+	"github.com/rebill/rebill/testkit/dbtest"
 	"github.com/rebill/rebill/velocity"
 )
 
@@ -242,4 +246,41 @@ func TestSweepSettlesSlotsOfEndedAttempts(t *testing.T) {
 	count, slots := b.counter(t)
 	require.Zero(t, count)
 	require.ElementsMatch(t, []string{holder(inFlight), holder(unknown)}, slots)
+}
+
+// A step that waits for a slot snoozes its job in its own transaction as
+// River would (available with its time ahead, the attempt given back, one
+// snooze more); a job no longer running is left alone, as River's own
+// snooze, which Work still returns, leaves it.
+func TestWaitingStepSnoozesItsJobInItsTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	res, err := client.Insert(ctx, charges.AuthorizeArgs{ChargeID: uuid.New(), Attempt: 1}, nil)
+	require.NoError(t, err)
+	id := res.Job.ID
+	_, err = pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return charges.SnoozeJob(ctx, tx, id, time.Minute) }))
+	var state string
+	var attempt, snoozes int
+	var ahead time.Duration
+	read := func() {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT state, attempt, (metadata ->> 'snoozes')::int,
+			extract(epoch FROM scheduled_at - now())::float8 * interval '1 second' FROM river_job WHERE id = $1`, id).
+			Scan(&state, &attempt, &snoozes, &ahead))
+	}
+	read()
+	require.Equal(t, "available", state)
+	require.Zero(t, attempt, "a snooze gives its attempt back")
+	require.Equal(t, 1, snoozes)
+	require.InDelta(t, time.Minute.Seconds(), ahead.Seconds(), 10)
+
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return charges.SnoozeJob(ctx, tx, id, time.Hour) }))
+	read()
+	require.InDelta(t, time.Minute.Seconds(), ahead.Seconds(), 10, "a job no longer running is left alone")
+	require.Equal(t, 1, snoozes)
 }
