@@ -29,7 +29,9 @@
 // the call's outcome was settled elsewhere) is given back by a periodic
 // sweep ([Slots.Sweep]) that asks the callers' owner which calls are
 // still in flight, so it does not hold the customer back until the
-// window ends.
+// window ends. Calls on a card approved lately take their slots from a
+// pool of their own until the card declines, and a call waiting for a
+// slot is woken when one is given back (see [Slots]).
 package velocity
 
 import (
