@@ -284,3 +284,55 @@ func TestWaitingStepSnoozesItsJobInItsTransaction(t *testing.T) {
 	require.InDelta(t, time.Minute.Seconds(), ahead.Seconds(), 10, "a job no longer running is left alone")
 	require.Equal(t, 1, snoozes)
 }
+
+// The pipeline names the card alike when an approval approves it and when
+// a decline clears it: once a first attempt on the card is approved, the
+// customer's first attempts on it take the approved pool, past the limit;
+// once one of them declines, the card is held to the limit again at once.
+func TestApprovalAndDeclineOfACardThroughThePipeline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := withDeclineLimit(b, 2)
+	d.slots.ApprovedInFlight = 5
+	charge := func(key string) charges.Charge {
+		var created []charges.Charge
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			var err error
+			created, err = b.pipeline.Store.Create(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
+				PeriodKey: key, PeriodStart: periodStart, Amount: 1999, Currency: "EUR", Gateway: b.gateway.Name(),
+				Token: currentCard}}, b.clock.Now())
+			if err != nil {
+				return err
+			}
+			return dropJobs(ctx, tx, created)
+		}))
+		return created[0]
+	}
+	card := charges.Card{Gateway: b.gateway.Name(), Token: currentCard}
+	verdict := func(h string) charges.SlotVerdict {
+		a, err := d.Reserve(ctx, "cus_1", card, h, false)
+		require.NoError(t, err)
+		return a.Verdict
+	}
+	w := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+
+	approved := charge("2026-01")
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+	_, err := w.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: approved.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	for _, h := range []string{"x/1", "y/1", "z/1"} {
+		require.Equal(t, charges.SlotGranted, verdict(h), "the approved card is not held to the limit of 2")
+	}
+
+	declining := charge("2026-02")
+	require.Equal(t, charges.SlotGranted, verdict(holder(declining)))
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(softDecline, nil)
+	_, err = w.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: declining.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Declined, b.get(ctx, t, declining.ID).Status)
+	count, slots := b.counter(t)
+	require.Equal(t, 1, count)
+	require.ElementsMatch(t, []string{"x/1", "y/1", "z/1"}, slots, "the decline took its slot's place")
+	require.Equal(t, charges.SlotsInFlight, verdict("next/1"), "the card declined: held to the limit again")
+}
