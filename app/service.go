@@ -265,7 +265,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 		pipe.Postings, pipe.Outside = poster, poster
 	}
 	limiter := newLimiter(cfg, svc.Clock)
-	declines := newDeclineLimit(limiter, pool)
+	declines := newDeclineLimit(cfg, limiter, pool, keys)
 	pipe.Declines = declines
 	renewer.Notices = &notify.Notices{Pool: pool, Recorder: recorder, Subscriptions: subs, Upcoming: cfg.UpcomingNotice,
 		TrialWillEnd: cfg.TrialNotice, BatchSize: cfg.ScanBatch, Experiments: exps}

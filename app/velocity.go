@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/hex"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,6 +12,7 @@ import (
 	"github.com/rebill/rebill/app/config"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/platform/clock"
+	"github.com/rebill/rebill/platform/secrets"
 	"github.com/rebill/rebill/velocity"
 )
 
@@ -27,17 +29,42 @@ func newLimiter(cfg config.Config, clk clock.Clock) *velocity.Limiter {
 type declineLimit struct {
 	limiter *velocity.Limiter
 	slots   *velocity.Slots
+	keys    *secrets.Keyring
 }
 
-func newDeclineLimit(limiter *velocity.Limiter, pool *pgxpool.Pool) declineLimit {
-	return declineLimit{limiter: limiter, slots: velocity.NewSlots(limiter, velocity.Declines, pool)}
+func newDeclineLimit(cfg config.Config, limiter *velocity.Limiter, pool *pgxpool.Pool, keys *secrets.Keyring) declineLimit {
+	slots := velocity.NewSlots(limiter, velocity.Declines, pool)
+	slots.ApprovedInFlight = cfg.VelocityApprovedInFlight
+	return declineLimit{limiter: limiter, slots: slots, keys: keys}
 }
 
-func (d declineLimit) Reserve(ctx context.Context, customerID, holder string, mayHaveSent bool) (charges.SlotAnswer, error) {
-	a, err := d.slots.Reserve(ctx, customerID, holder, mayHaveSent)
+// card names a card to the limit: an HMAC of its gateway and token (a
+// vault reference, or a token in clear from before the vault) under a key
+// derived from the current encryption key, so the counters hold no token
+// and no value that leads to one. A rotation of the key renames every
+// card, which forgets their approvals: they are held as new cards until
+// approved again, the safe side.
+func (d declineLimit) card(c charges.Card) string {
+	return hex.EncodeToString(d.keys.Fingerprint(d.keys.Current(), []byte("velocity card\x00"+c.Gateway+"\x00"+c.Token))[:16])
+}
+
+func (d declineLimit) Reserve(ctx context.Context, customerID string, card charges.Card, holder string, mayHaveSent bool) (charges.SlotAnswer, error) {
+	a, err := d.slots.Reserve(ctx, customerID, d.card(card), holder, mayHaveSent)
 	if err != nil {
 		return charges.SlotAnswer{}, err
 	}
+	return slotAnswer(a), nil
+}
+
+func (d declineLimit) Wait(ctx context.Context, tx pgx.Tx, customerID string, card charges.Card, holder string, job int64) (charges.SlotAnswer, error) {
+	a, err := d.slots.Wait(ctx, tx, customerID, d.card(card), holder, job)
+	if err != nil {
+		return charges.SlotAnswer{}, err
+	}
+	return slotAnswer(a), nil
+}
+
+func slotAnswer(a velocity.Answer) charges.SlotAnswer {
 	verdict := charges.SlotsInFlight
 	switch a.Verdict {
 	case velocity.Granted:
@@ -45,19 +72,19 @@ func (d declineLimit) Reserve(ctx context.Context, customerID, holder string, ma
 	case velocity.Reached:
 		verdict = charges.DeclinesReached
 	}
-	return charges.SlotAnswer{Verdict: verdict, DayLeft: a.WindowLeft}, nil
+	return charges.SlotAnswer{Verdict: verdict, DayLeft: a.WindowLeft}
 }
 
-func (d declineLimit) Release(ctx context.Context, customerID, holder string) error {
-	return d.slots.Release(ctx, customerID, holder)
+func (d declineLimit) Release(ctx context.Context, customerID string, card charges.Card, holder string, approved bool) error {
+	return d.slots.Release(ctx, customerID, d.card(card), holder, approved)
 }
 
-func (d declineLimit) ReleaseTx(ctx context.Context, tx pgx.Tx, customerID, holder string) error {
-	return d.slots.ReleaseTx(ctx, tx, customerID, holder)
+func (d declineLimit) ReleaseTx(ctx context.Context, tx pgx.Tx, customerID string, card charges.Card, holder string, approved bool) error {
+	return d.slots.ReleaseTx(ctx, tx, customerID, d.card(card), holder, approved)
 }
 
-func (d declineLimit) Count(ctx context.Context, tx pgx.Tx, customerID, holder string) error {
-	return d.limiter.Count(ctx, tx, customerID, velocity.Declines, holder)
+func (d declineLimit) Count(ctx context.Context, tx pgx.Tx, customerID string, card charges.Card, holder string) error {
+	return d.slots.Decline(ctx, tx, customerID, d.card(card), holder)
 }
 
 // slotSweepInterval is how often River's leader gives back the declines

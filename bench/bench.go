@@ -33,8 +33,11 @@ type Options struct {
 	ServerURL     string // any database on the server; Database is created beside it
 	Database      string // default rebill_bench
 	Subscriptions int
-	NoopJobs      int
-	Workers       int
+	// Payers own the subscriptions, spread evenly (0: one payer each); a
+	// payer's subscriptions share its card.
+	Payers   int
+	NoopJobs int
+	Workers  int
 	// Conns sizes each node's pool (REBILL_DB_MAX_CONNS).
 	Conns int
 	// Nodes bill the same subscriptions, each with its River client,
@@ -79,6 +82,9 @@ type BillingResult struct {
 	// event) were all received DeliveredIn after the scan started.
 	Deliveries  int
 	DeliveredIn time.Duration
+	// SlotWaits are the snoozes of the authorize jobs: the times charges
+	// waited for a declines-limit slot (or for a gateway that did nothing).
+	SlotWaits int
 }
 
 // Exactness counts, once no charge is in flight, what must hold for
@@ -132,8 +138,12 @@ func Run(ctx context.Context, o Options) error {
 	if o.Nodes > 1 {
 		nodes = fmt.Sprintf("%d nodes, each ", o.Nodes)
 	}
-	fmt.Fprintf(o.Out, "rebill-bench: %d subscriptions, %d no-op jobs, %s%d workers, %d connections, GOMAXPROCS %d\n",
-		o.Subscriptions, o.NoopJobs, nodes, o.Workers, o.Conns, runtime.GOMAXPROCS(0))
+	payers := ""
+	if o.Payers > 0 {
+		payers = fmt.Sprintf(" of %d payers", o.Payers)
+	}
+	fmt.Fprintf(o.Out, "rebill-bench: %d subscriptions%s, %d no-op jobs, %s%d workers, %d connections, GOMAXPROCS %d\n",
+		o.Subscriptions, payers, o.NoopJobs, nodes, o.Workers, o.Conns, runtime.GOMAXPROCS(0))
 	if o.History != (History{}) {
 		if err := Fill(ctx, pool, o.History, time.Now(), o.Out); err != nil {
 			return err
@@ -213,6 +223,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(o.Out, "exactly once:            yes (%d periods, %d charges, %d succeeded captures at the gateway, one per charge)\n",
 		res.Charges, e.Charges, e.Captures)
+	if o.Payers > 0 {
+		fmt.Fprintf(o.Out, "authorize snoozes:       %8d (waits for a declines-limit slot, or for a gateway that did nothing)\n", res.SlotWaits)
+	}
 	if len(res.NodeShares) > 0 {
 		parts := make([]string, len(res.NodeShares))
 		for i, c := range res.NodeShares {
@@ -362,8 +375,10 @@ const RunCustomerPrefix = "bench-"
 
 // InsertSubscriptions writes n active monthly subscriptions whose first
 // period starts at anchor, in batches, straight into the table: the API is
-// measured elsewhere, and the billing figures should not wait on it.
-func InsertSubscriptions(ctx context.Context, pool *pgxpool.Pool, n int, anchor time.Time) error {
+// measured elsewhere, and the billing figures should not wait on it. They
+// belong to payers customers in turn (0: one customer each), all on the
+// same card.
+func InsertSubscriptions(ctx context.Context, pool *pgxpool.Pool, n, payers int, anchor time.Time) error {
 	const batch = 10_000
 	for done := 0; done < n; done += batch {
 		size := min(batch, n-done)
@@ -375,7 +390,11 @@ func InsertSubscriptions(ctx context.Context, pool *pgxpool.Pool, n int, anchor 
 				return err
 			}
 			ids[i] = id
-			customers[i] = fmt.Sprintf("%s%d", RunCustomerPrefix, done+i)
+			customer := done + i
+			if payers > 0 {
+				customer %= payers
+			}
+			customers[i] = fmt.Sprintf("%s%d", RunCustomerPrefix, customer)
 		}
 		_, err := pool.Exec(ctx, `INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval,
 				interval_count, timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token,

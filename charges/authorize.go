@@ -113,7 +113,7 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 			if err != nil {
 				return fmt.Errorf("%s: record outcome: %w", s.stage, err)
 			}
-			p.releaseSlot(ctx, c)
+			p.releaseSlot(ctx, c, true)
 			return p.captureInline(ctx, s, capturing)
 		}
 		var capturing Charge // set when this run goes on to capture
@@ -125,7 +125,7 @@ func (p *Pipeline) afterAuthorize(ctx context.Context, s stageRun, c Charge, fro
 				return err
 			}
 			p.transitioned(next, "")
-			if err := p.releaseSlotTx(ctx, tx, c); err != nil {
+			if err := p.releaseSlotTx(ctx, tx, c, true); err != nil {
 				return err
 			}
 			client := river.ClientFromContext[pgx.Tx](ctx)

@@ -18,3 +18,7 @@ func (s *Store) Start(ctx context.Context, tx pgx.Tx, cs []Charge) error { retur
 func (s *Store) SettleRefund(ctx context.Context, tx pgx.Tx, id uuid.UUID, to RefundStatus, now time.Time) (Refund, bool, error) {
 	return s.moveRefund(ctx, tx, id, refundMove{from: RefundMachine.From(to), to: to}, now)
 }
+
+// SnoozeJob is snoozeJob, for the test of the snooze a waiting step makes
+// in its transaction.
+var SnoozeJob = snoozeJob

@@ -94,6 +94,7 @@ func (p *Pipeline) batched() *pipelineBatches {
 // and what River will do if it fails.
 type stageRun struct {
 	stage     string
+	job       int64 // the River job's id
 	chargeID  uuid.UUID
 	attempt   int
 	run       int       // how many times the job has run: River's attempt plus its snoozes
@@ -103,7 +104,7 @@ type stageRun struct {
 }
 
 func newStep[T river.JobArgs](stage string, job *river.Job[T], chargeID uuid.UUID, attempt int) stageRun {
-	return stageRun{stage: stage, chargeID: chargeID, attempt: attempt, run: job.Attempt + snoozes(job.Metadata),
+	return stageRun{stage: stage, job: job.ID, chargeID: chargeID, attempt: attempt, run: job.Attempt + snoozes(job.Metadata),
 		final: job.Attempt >= job.MaxAttempts, created: job.CreatedAt}
 }
 
@@ -341,7 +342,7 @@ func (p *Pipeline) technicalFailure(ctx context.Context, s stageRun, c Charge, o
 // does not: the outcome it looks for is still unknown).
 func (p *Pipeline) waitForGateway(ctx context.Context, s stageRun, c Charge, op gateway.Op, callErr error) error {
 	if op == gateway.OpAuthorize && !s.lookingUp {
-		p.releaseSlot(ctx, c)
+		p.releaseSlot(ctx, c, false)
 	}
 	reason := metrics.RetryGatewayUnavailable
 	delay := p.retry(c).Delay(max(s.run, 1))
@@ -398,7 +399,7 @@ func (p *Pipeline) review(ctx context.Context, s stageRun, c Charge, code Review
 		// The attempt is no longer in flight: a person settles it now.
 		// Its slot goes back, or the customer's other charges would wait
 		// on it until the day ends.
-		if err := p.releaseSlotTx(ctx, tx, c); err != nil {
+		if err := p.releaseSlotTx(ctx, tx, c, false); err != nil {
 			return err
 		}
 		if !in(c.Status, mayHoldMoney) {

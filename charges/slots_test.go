@@ -2,16 +2,22 @@ package charges_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/testkit/gatewaytest"
+	"github.com/rebill/rebill/testkit/dbtest"
 	"github.com/rebill/rebill/velocity"
 )
 
@@ -22,23 +28,39 @@ type declineSlots struct {
 	slots *velocity.Slots
 }
 
-func (d declineSlots) Reserve(ctx context.Context, customerID, holder string, mayHaveSent bool) (charges.SlotAnswer, error) {
-	a, err := d.slots.Reserve(ctx, customerID, holder, mayHaveSent)
+func (d declineSlots) Reserve(ctx context.Context, customerID string, card charges.Card, holder string, mayHaveSent bool) (charges.SlotAnswer, error) {
+	a, err := d.slots.Reserve(ctx, customerID, cardDigest(card), holder, mayHaveSent)
+	return answerOf(a), err
+}
+
+func (d declineSlots) Wait(ctx context.Context, tx pgx.Tx, customerID string, card charges.Card, holder string, job int64) (charges.SlotAnswer, error) {
+	a, err := d.slots.Wait(ctx, tx, customerID, cardDigest(card), holder, job)
+	return answerOf(a), err
+}
+
+func answerOf(a velocity.Answer) charges.SlotAnswer {
 	verdict := map[velocity.Verdict]charges.SlotVerdict{velocity.Granted: charges.SlotGranted,
 		velocity.InFlight: charges.SlotsInFlight, velocity.Reached: charges.DeclinesReached}[a.Verdict]
-	return charges.SlotAnswer{Verdict: verdict, DayLeft: a.WindowLeft}, err
+	return charges.SlotAnswer{Verdict: verdict, DayLeft: a.WindowLeft}
 }
 
-func (d declineSlots) Release(ctx context.Context, customerID, holder string) error {
-	return d.slots.Release(ctx, customerID, holder)
+func (d declineSlots) Release(ctx context.Context, customerID string, card charges.Card, holder string, approved bool) error {
+	return d.slots.Release(ctx, customerID, cardDigest(card), holder, approved)
 }
 
-func (d declineSlots) ReleaseTx(ctx context.Context, tx pgx.Tx, customerID, holder string) error {
-	return d.slots.ReleaseTx(ctx, tx, customerID, holder)
+func (d declineSlots) ReleaseTx(ctx context.Context, tx pgx.Tx, customerID string, card charges.Card, holder string, approved bool) error {
+	return d.slots.ReleaseTx(ctx, tx, customerID, cardDigest(card), holder, approved)
 }
 
-func (d declineSlots) Count(ctx context.Context, tx pgx.Tx, customerID, holder string) error {
-	return d.lim.Count(ctx, tx, customerID, velocity.Declines, holder)
+func (d declineSlots) Count(ctx context.Context, tx pgx.Tx, customerID string, card charges.Card, holder string) error {
+	return d.slots.Decline(ctx, tx, customerID, cardDigest(card), holder)
+}
+
+// cardDigest names a card as the service does, with no key: the tests'
+// tokens are no secret.
+func cardDigest(c charges.Card) string {
+	sum := sha256.Sum256([]byte(c.Gateway + "\x00" + c.Token))
+	return hex.EncodeToString(sum[:])
 }
 
 // withDeclineLimit sets a declines limit of max a day on b's pipeline.
@@ -56,7 +78,7 @@ func holder(c charges.Charge) string { return c.ID.String() + "/" + strconv.Itoa
 // reserveFor gives c's attempt a slot, as its authorize step takes one.
 func (d declineSlots) reserveFor(t *testing.T, c charges.Charge) {
 	t.Helper()
-	a, err := d.Reserve(t.Context(), c.CustomerID, holder(c), false)
+	a, err := d.Reserve(t.Context(), c.CustomerID, charges.Card{}, holder(c), false)
 	require.NoError(t, err)
 	require.Equal(t, charges.SlotGranted, a.Verdict)
 }
@@ -64,7 +86,7 @@ func (d declineSlots) reserveFor(t *testing.T, c charges.Charge) {
 // verdictFor is what another charge of the customer would be told.
 func (d declineSlots) verdictFor(t *testing.T, h string) charges.SlotVerdict {
 	t.Helper()
-	a, err := d.Reserve(t.Context(), "cus_1", h, false)
+	a, err := d.Reserve(t.Context(), "cus_1", charges.Card{}, h, false)
 	require.NoError(t, err)
 	return a.Verdict
 }
@@ -211,9 +233,9 @@ func TestSweepSettlesSlotsOfEndedAttempts(t *testing.T) {
 		d.reserveFor(t, c)
 	}
 	replaced := charge("2026-05", charges.Authorizing, 2) // attempt 1's slot, attempt 2 running
-	_, err := d.Reserve(ctx, "cus_1", replaced.ID.String()+"/1", false)
+	_, err := d.Reserve(ctx, "cus_1", charges.Card{}, replaced.ID.String()+"/1", false)
 	require.NoError(t, err)
-	_, err = d.Reserve(ctx, "cus_1", "not-a-charge", false)
+	_, err = d.Reserve(ctx, "cus_1", charges.Card{}, "not-a-charge", false)
 	require.NoError(t, err)
 
 	n, err := d.slots.Sweep(ctx, b.pool, func(ctx context.Context, tx pgx.Tx, holders []string) ([]string, error) {
@@ -224,4 +246,93 @@ func TestSweepSettlesSlotsOfEndedAttempts(t *testing.T) {
 	count, slots := b.counter(t)
 	require.Zero(t, count)
 	require.ElementsMatch(t, []string{holder(inFlight), holder(unknown)}, slots)
+}
+
+// A step that waits for a slot snoozes its job in its own transaction as
+// River would (available with its time ahead, the attempt given back, one
+// snooze more); a job no longer running is left alone, as River's own
+// snooze, which Work still returns, leaves it.
+func TestWaitingStepSnoozesItsJobInItsTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	res, err := client.Insert(ctx, charges.AuthorizeArgs{ChargeID: uuid.New(), Attempt: 1}, nil)
+	require.NoError(t, err)
+	id := res.Job.ID
+	_, err = pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return charges.SnoozeJob(ctx, tx, id, time.Minute) }))
+	var state string
+	var attempt, snoozes int
+	var ahead time.Duration
+	read := func() {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT state, attempt, (metadata ->> 'snoozes')::int,
+			extract(epoch FROM scheduled_at - now())::float8 * interval '1 second' FROM river_job WHERE id = $1`, id).
+			Scan(&state, &attempt, &snoozes, &ahead))
+	}
+	read()
+	require.Equal(t, "available", state)
+	require.Zero(t, attempt, "a snooze gives its attempt back")
+	require.Equal(t, 1, snoozes)
+	require.InDelta(t, time.Minute.Seconds(), ahead.Seconds(), 10)
+
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return charges.SnoozeJob(ctx, tx, id, time.Hour) }))
+	read()
+	require.InDelta(t, time.Minute.Seconds(), ahead.Seconds(), 10, "a job no longer running is left alone")
+	require.Equal(t, 1, snoozes)
+}
+
+// The pipeline names the card alike when an approval approves it and when
+// a decline clears it: once a first attempt on the card is approved, the
+// customer's first attempts on it take the approved pool, past the limit;
+// once one of them declines, the card is held to the limit again at once.
+func TestApprovalAndDeclineOfACardThroughThePipeline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	d := withDeclineLimit(b, 2)
+	d.slots.ApprovedInFlight = 5
+	charge := func(key string) charges.Charge {
+		var created []charges.Charge
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			var err error
+			created, err = b.pipeline.Store.Create(ctx, tx, []charges.New{{SubscriptionID: b.subscriptionID, CustomerID: "cus_1",
+				PeriodKey: key, PeriodStart: periodStart, Amount: 1999, Currency: "EUR", Gateway: b.gateway.Name(),
+				Token: currentCard}}, b.clock.Now())
+			if err != nil {
+				return err
+			}
+			return dropJobs(ctx, tx, created)
+		}))
+		return created[0]
+	}
+	card := charges.Card{Gateway: b.gateway.Name(), Token: currentCard}
+	verdict := func(h string) charges.SlotVerdict {
+		a, err := d.Reserve(ctx, "cus_1", card, h, false)
+		require.NoError(t, err)
+		return a.Verdict
+	}
+	w := newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline})
+
+	approved := charge("2026-01")
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(succeeded, nil)
+	_, err := w.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: approved.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	for _, h := range []string{"x/1", "y/1", "z/1"} {
+		require.Equal(t, charges.SlotGranted, verdict(h), "the approved card is not held to the limit of 2")
+	}
+
+	declining := charge("2026-02")
+	require.Equal(t, charges.SlotGranted, verdict(holder(declining)))
+	b.gateway.AuthorizeFunc = gatewaytest.Answer(softDecline, nil)
+	_, err = w.Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: declining.ID, Attempt: 1}, nil)
+	require.NoError(t, err)
+	require.Equal(t, charges.Declined, b.get(ctx, t, declining.ID).Status)
+	count, slots := b.counter(t)
+	require.Equal(t, 1, count)
+	require.ElementsMatch(t, []string{"x/1", "y/1", "z/1"}, slots, "the decline took its slot's place")
+	require.Equal(t, charges.SlotsInFlight, verdict("next/1"), "the card declined: held to the limit again")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/rebill/rebill/platform/metrics"
 )
@@ -19,22 +20,42 @@ import (
 // charge it guards reserves a slot of its customer's day before its
 // authorize is sent: declines recorded plus authorizes in flight never
 // exceed the limit, however many charges run at once on however many
-// nodes. A slot is tied to the charge's attempt (see slotHolder).
+// nodes, except that a card an earlier first attempt of the customer
+// approved (lately) takes its slots from a larger pool of its own until
+// it declines. A slot is tied to the charge's attempt (see slotHolder).
 type DeclineLimit interface {
-	// Reserve asks for a slot for holder before its authorize is sent.
-	// mayHaveSent grants it whatever the count: the attempt may already
-	// have been sent, which holding it back would not undo.
-	Reserve(ctx context.Context, customerID, holder string, mayHaveSent bool) (SlotAnswer, error)
-	// Release gives the slot of an approved attempt back, in a statement
-	// shared with other runs'; one that holds none changes nothing.
-	Release(ctx context.Context, customerID, holder string) error
-	// ReleaseTx is Release in the transaction that records the approval.
-	ReleaseTx(ctx context.Context, tx pgx.Tx, customerID, holder string) error
-	// Count records one decline, in the transaction that records it, so
-	// that a stale rerun of the step counts nothing; the attempt's slot,
-	// if it holds one, becomes the decline.
-	Count(ctx context.Context, tx pgx.Tx, customerID, holder string) error
+	// Reserve asks for a slot for holder before its authorize is sent
+	// with card. mayHaveSent grants it whatever the count: the attempt may
+	// already have been sent, which holding it back would not undo.
+	Reserve(ctx context.Context, customerID string, card Card, holder string, mayHaveSent bool) (SlotAnswer, error)
+	// Wait asks again, in tx, for a slot Reserve found in flight, and when
+	// there is still none makes job (the attempt's River job, which tx
+	// snoozes) wait for one: a slot given back wakes it.
+	Wait(ctx context.Context, tx pgx.Tx, customerID string, card Card, holder string, job int64) (SlotAnswer, error)
+	// Release gives the slot of an attempt that did not decline back, in
+	// a statement shared with other runs'; one that holds none changes
+	// nothing. approved: the gateway approved it, so card is known good.
+	Release(ctx context.Context, customerID string, card Card, holder string, approved bool) error
+	// ReleaseTx is Release in the transaction that records the outcome.
+	ReleaseTx(ctx context.Context, tx pgx.Tx, customerID string, card Card, holder string, approved bool) error
+	// Count records one decline of card, in the transaction that records
+	// it, so that a stale rerun of the step counts nothing; the attempt's
+	// slot, if it holds one, becomes the decline, and card is no longer
+	// known good.
+	Count(ctx context.Context, tx pgx.Tx, customerID string, card Card, holder string) error
 }
+
+// Card is the card an attempt is sent with, as the declines limit tells
+// cards apart: its gateway and its token as the charge stores it (a vault
+// reference, or a token in clear written before the vault). The limit
+// keeps a keyed digest of it, never the token.
+type Card struct {
+	Gateway string
+	Token   string
+}
+
+// cardOf is the card of c's current attempt.
+func cardOf(c Charge) Card { return Card{Gateway: c.Gateway, Token: c.token} }
 
 // SlotVerdict answers a charge's request for a slot.
 type SlotVerdict int
@@ -77,32 +98,32 @@ func (p *Pipeline) countDecline(ctx context.Context, tx pgx.Tx, c Charge) error 
 	if p.Declines == nil {
 		return nil
 	}
-	if err := p.Declines.Count(ctx, tx, c.CustomerID, slotHolder(c)); err != nil {
+	if err := p.Declines.Count(ctx, tx, c.CustomerID, cardOf(c), slotHolder(c)); err != nil {
 		return fmt.Errorf("count decline of charge %s: %w", c.ID, err)
 	}
 	return nil
 }
 
-// releaseSlot gives back the slot of c's approved attempt, on its own
-// (the approval is already recorded). A failure only logs: the slot is
-// then held until the day ends, which delays the customer's other charges
-// but never charges anyone.
-func (p *Pipeline) releaseSlot(ctx context.Context, c Charge) {
+// releaseSlot gives back the slot of c's attempt, on its own (its
+// outcome is already recorded); approved: the gateway approved it. A
+// failure only logs: the slot is then held until the sweep gives it back,
+// which delays the customer's other charges but never charges anyone.
+func (p *Pipeline) releaseSlot(ctx context.Context, c Charge, approved bool) {
 	if !p.guarded(c) {
 		return
 	}
-	if err := p.Declines.Release(ctx, c.CustomerID, slotHolder(c)); err != nil {
+	if err := p.Declines.Release(ctx, c.CustomerID, cardOf(c), slotHolder(c), approved); err != nil {
 		p.Logger.Warn().Err(err).Str("charge_id", c.ID.String()).Msg("declines slot not given back: held until the day ends")
 	}
 }
 
-// releaseSlotTx gives back the slot of c's approved attempt in tx, which
-// records the approval.
-func (p *Pipeline) releaseSlotTx(ctx context.Context, tx pgx.Tx, c Charge) error {
+// releaseSlotTx gives back the slot of c's attempt in tx, which records
+// its outcome; approved: the gateway approved it.
+func (p *Pipeline) releaseSlotTx(ctx context.Context, tx pgx.Tx, c Charge, approved bool) error {
 	if !p.guarded(c) {
 		return nil
 	}
-	if err := p.Declines.ReleaseTx(ctx, tx, c.CustomerID, slotHolder(c)); err != nil {
+	if err := p.Declines.ReleaseTx(ctx, tx, c.CustomerID, cardOf(c), slotHolder(c), approved); err != nil {
 		return fmt.Errorf("give back the declines slot of charge %s: %w", c.ID, err)
 	}
 	return nil
@@ -160,14 +181,11 @@ func (p *Pipeline) AttemptEnded(ctx context.Context, tx pgx.Tx, c Charge, outcom
 	if outcome == Failed && c.ReviewCode != ReviewDeclinesLimit {
 		return p.countDecline(ctx, tx, c)
 	}
-	return p.releaseSlotTx(ctx, tx, c)
+	return p.releaseSlotTx(ctx, tx, c, false)
 }
 
 // reasonSlotsInFlight is the failure_code of a charge waiting for a slot.
 const reasonSlotsInFlight = string(metrics.RetrySlotsInFlight)
-
-// slotWaitMax bounds one wait for a slot.
-const slotWaitMax = 30 * time.Second
 
 // takeSlot reserves a slot of the declines limit for c's attempt, right
 // before its authorize is sent, and reports whether the step may send it.
@@ -181,35 +199,80 @@ func (p *Pipeline) takeSlot(ctx context.Context, s stageRun, c Charge, mayHaveSe
 	if !p.guarded(c) || c.Status != Authorizing {
 		return true, nil
 	}
-	answer, err := p.Declines.Reserve(ctx, c.CustomerID, slotHolder(c), mayHaveSent)
+	answer, err := p.Declines.Reserve(ctx, c.CustomerID, cardOf(c), slotHolder(c), mayHaveSent)
 	if err != nil {
 		return false, fmt.Errorf("%s: reserve a declines slot for charge %s: %w", s.stage, c.ID, err)
+	}
+	if answer.Verdict == SlotsInFlight {
+		return p.waitForSlot(ctx, s, c)
+	}
+	if answer.Verdict == SlotGranted {
+		return true, nil
+	}
+	return false, p.heldForDeclines(ctx, s, c)
+}
+
+// slotWaitMax bounds one wait for a slot.
+const slotWaitMax = 30 * time.Second
+
+// waitForSlot makes c's attempt wait for a slot: in one transaction it
+// asks again (a slot may have freed since), joins the customer's waiters,
+// marks the charge waiting and snoozes the step's job, so that a slot
+// given back after it wakes the job at once (a wake-up that met the job
+// still running would be lost). The job's own wake-up time is a fallback
+// for a waker that died: it grows from about a second to slotWaitMax,
+// jittered, and never outlasts the day, whose end drops the slots.
+// Reports whether the step may send the attempt after all.
+func (p *Pipeline) waitForSlot(ctx context.Context, s stageRun, c Charge) (bool, error) {
+	ceiling := min(slotWaitMax, time.Second<<min(max(s.run-1, 0), 5))
+	delay := ceiling/2 + time.Duration(rand.Int64N(int64(ceiling/2)+1))
+	var answer SlotAnswer
+	err := pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
+		var err error
+		if answer, err = p.Declines.Wait(ctx, tx, c.CustomerID, cardOf(c), slotHolder(c), s.job); err != nil || answer.Verdict != SlotsInFlight {
+			return err
+		}
+		delay = max(min(delay, answer.DayLeft), time.Millisecond)
+		now := p.Clock.Now()
+		if err := markWaiting(ctx, tx, c.ID, c.AttemptCount, c.Status, now.Add(delay), reasonSlotsInFlight, now); err != nil {
+			return err
+		}
+		return snoozeJob(ctx, tx, s.job, delay)
+	})
+	if err != nil {
+		return false, fmt.Errorf("%s: wait for a declines slot for charge %s: %w", s.stage, c.ID, err)
 	}
 	switch answer.Verdict {
 	case SlotGranted:
 		return true, nil
 	case SlotsInFlight:
-		return false, p.waitForSlot(ctx, s, c, answer.DayLeft)
+		metrics.Retry(s.stage, metrics.RetrySlotsInFlight)
+		return false, river.JobSnooze(delay)
 	default:
 		return false, p.heldForDeclines(ctx, s, c)
 	}
 }
 
-// waitForSlot snoozes a step whose customer's slots are all held by
-// authorizes in flight; the charge shows next_attempt_at and why. The
-// waits grow from about a second (an authorize takes about that long) to
-// slotWaitMax, jittered so that waiting charges do not come back
-// together, and never outlast the day, whose end drops the slots.
-func (p *Pipeline) waitForSlot(ctx context.Context, s stageRun, c Charge, dayLeft time.Duration) error {
-	ceiling := min(slotWaitMax, time.Second<<min(max(s.run-1, 0), 5))
-	delay := ceiling/2 + time.Duration(rand.Int64N(int64(ceiling/2)+1))
-	delay = max(min(delay, dayLeft), time.Millisecond)
-	metrics.Retry(s.stage, metrics.RetrySlotsInFlight)
-	now := p.Clock.Now()
-	if err := markWaiting(ctx, p.Pool, c.ID, c.AttemptCount, c.Status, now.Add(delay), reasonSlotsInFlight, now); err != nil {
-		return err
+// snoozeJob snoozes the running job id for delay in tx, as River snoozes
+// a job whose Work returns river.JobSnooze (the attempt given back, one
+// snooze more in its metadata), but in the transaction that makes it a
+// waiter. It is made available at once with its time ahead, which River
+// fetches once the time comes, so that no scheduler run stands between.
+// The step then returns river.JobSnooze(delay) all the same: River's own
+// snooze finds the job no longer running and only writes the same count
+// of snoozes again. A job that is not running (a test worker's) is left
+// to River's snooze.
+func snoozeJob(ctx context.Context, tx pgx.Tx, id int64, delay time.Duration) error {
+	if id == 0 {
+		return nil
 	}
-	return river.JobSnooze(delay)
+	_, err := tx.Exec(ctx, `UPDATE river_job SET state = $3::text::river_job_state, scheduled_at = now() + $2::interval, attempt = attempt - 1,
+			metadata = metadata || jsonb_build_object('snoozes', coalesce((metadata ->> 'snoozes')::int, 0) + 1)
+		WHERE id = $1 AND state::text = $4`, id, delay, string(rivertype.JobStateAvailable), string(rivertype.JobStateRunning))
+	if err != nil {
+		return fmt.Errorf("snooze job %d: %w", id, err)
+	}
+	return nil
 }
 
 // heldForDeclines sends a charge to review instead of the gateway: its

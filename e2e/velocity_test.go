@@ -264,6 +264,12 @@ func TestVelocityWaitingChargeProceedsWhenSlotFrees(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the second charge waits for the slot")
 	require.Equal(t, "authorizing", waiting["status"])
 	require.NotNil(t, waiting["next_attempt_at"])
+	var job int64
+	var waiters []int64
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT j.id, v.waiters FROM river_job j, velocity_counters v
+		WHERE j.kind = 'charge_authorize' AND j.args ->> 'charge_id' = $1 AND v.customer_id = 'cust-e2e' AND v.name = 'declines'`,
+		waiting["id"]).Scan(&job, &waiters))
+	require.Equal(t, []int64{job}, waiters, "its job waits among the customer's waiters, to be woken when the slot frees")
 
 	b.waitCharges(t, first, 1, "succeeded")
 	cs := b.waitCharges(t, second, 1, "succeeded")
@@ -348,6 +354,39 @@ func TestVelocitySlotIsGivenBackAfterReviewAndRetry(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT coalesce((metadata ->> 'snoozes')::int, 0) FROM river_job
 		WHERE kind = 'charge_authorize' AND args ->> 'charge_id' = $1`, cs[0]["id"]).Scan(&snoozes))
 	require.Zero(t, snoozes, "the next charge went to the gateway without waiting for a slot")
+	var slots []string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT slots FROM velocity_counters
+		WHERE customer_id = 'cust-e2e' AND name = 'declines'`).Scan(&slots))
+	require.Empty(t, slots)
+}
+
+// authorizeSnoozes sums the snoozes of the authorize jobs of the charges
+// of subs: how many times their first attempts waited.
+func (b testBundle) authorizeSnoozes(t *testing.T, subs []string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT coalesce(sum(coalesce((j.metadata ->> 'snoozes')::int, 0)), 0)
+		FROM river_job j JOIN charges c ON c.id = (j.args ->> 'charge_id')::uuid
+		WHERE j.kind = 'charge_authorize' AND c.subscription_id = ANY($1::uuid[])`, subs).Scan(&n))
+	return n
+}
+
+// A payer whose card a first charge approved is not held to the declines
+// limit's slots: the first charges of two hundred subscriptions due at
+// once, over two nodes, all go to the gateway without one of them waiting
+// for a slot (the approved pool, REBILL_VELOCITY_APPROVED_IN_FLIGHT, is
+// 200), and their approvals leave no slot held.
+func TestVelocityApprovedCardIsNotHeldBySlots(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, nil) // the default limit: 5 declines a day
+	first := b.createSubscription(t, "tok_ok", "month")
+	b.waitCharges(t, first, 1, "succeeded")
+	subs := b.burstSubscriptions(t, 200, "tok_ok")
+	for _, sub := range subs {
+		b.waitCharges(t, sub, 1, "succeeded")
+	}
+	require.Zero(t, b.authorizeSnoozes(t, subs), "no first charge waited for a slot")
+	require.Equal(t, 201, authorizesSent(b.ledger(t, "sim1")))
 	var slots []string
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT slots FROM velocity_counters
 		WHERE customer_id = 'cust-e2e' AND name = 'declines'`).Scan(&slots))

@@ -29,7 +29,9 @@
 // the call's outcome was settled elsewhere) is given back by a periodic
 // sweep ([Slots.Sweep]) that asks the callers' owner which calls are
 // still in flight, so it does not hold the customer back until the
-// window ends.
+// window ends. Calls on a card approved lately take their slots from a
+// pool of their own until the card declines, and a call waiting for a
+// slot is woken when one is given back (see [Slots]).
 package velocity
 
 import (
@@ -107,7 +109,7 @@ func (lim *Limiter) Take(ctx context.Context, tx pg.DBTX, customerID string, l L
 	}
 	now := lim.Clock.Now()
 	start, end := window(l, now)
-	count, err := count(ctx, tx, customerID, l, start, "")
+	count, err := count(ctx, tx, customerID, l, start, "", "")
 	if err != nil {
 		return err
 	}
@@ -118,31 +120,21 @@ func (lim *Limiter) Take(ctx context.Context, tx pg.DBTX, customerID string, l L
 	return nil
 }
 
-// Count records one event of customerID against l (a decline) without
-// refusing anything. The event turns holder's slot, if it holds one in
-// the window, into the count (see [Slots]); holder "" holds none.
-func (lim *Limiter) Count(ctx context.Context, tx pg.DBTX, customerID string, l Limit, holder string) error {
-	if lim.Max[l] <= 0 {
-		return nil
-	}
-	start, _ := window(l, lim.Clock.Now())
-	_, err := count(ctx, tx, customerID, l, start, holder)
-	return err
-}
-
 // count adds one to the counter of the window opening at start, drops
-// holder's slot from it, and returns the new count. A row of an older
-// window starts over, its slots dropped; one of a later window (a node
-// whose clock ran ahead) keeps counting there.
-func count(ctx context.Context, db pg.DBTX, customerID string, l Limit, start time.Time, holder string) (int, error) {
+// holder's slot from it and card's approval (see Slots), and returns the
+// new count. A row of an older window starts over, its slots dropped; one
+// of a later window (a node whose clock ran ahead) keeps counting there.
+func count(ctx context.Context, db pg.DBTX, customerID string, l Limit, start time.Time, holder, card string) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, `INSERT INTO velocity_counters AS v (customer_id, name, window_start, count)
 		VALUES ($1, $2, $3, 1)
 		ON CONFLICT (customer_id, name) DO UPDATE
 		SET count = CASE WHEN v.window_start >= excluded.window_start THEN v.count + 1 ELSE 1 END,
 			slots = CASE WHEN v.window_start >= excluded.window_start THEN array_remove(v.slots, $4) ELSE '{}' END,
+			approved_slots = CASE WHEN v.window_start >= excluded.window_start THEN array_remove(v.approved_slots, $4) ELSE '{}' END,
+			approved = v.approved - $5::text,
 			window_start = greatest(v.window_start, excluded.window_start)
-		RETURNING count`, customerID, l.Name, start, holder).Scan(&n)
+		RETURNING count`, customerID, l.Name, start, holder, card).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count velocity %s: %w", l.Name, err)
 	}

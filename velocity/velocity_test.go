@@ -79,7 +79,7 @@ func slotsOf(t *testing.T, pool *pgxpool.Pool, customer string, l velocity.Limit
 
 func reserve(t *testing.T, s *velocity.Slots, customer, holder string, force bool) velocity.Verdict {
 	t.Helper()
-	a, err := s.Reserve(t.Context(), customer, holder, force)
+	a, err := s.Reserve(t.Context(), customer, "", holder, force)
 	require.NoError(t, err)
 	return a.Verdict
 }
@@ -102,7 +102,7 @@ func TestSlotsGrantAtMostTheMaximumAcrossNodes(t *testing.T) {
 			if i%4 == 3 {
 				customer = "c2" // another customer in the same statements
 			}
-			a, err := nodes[i%2].Reserve(t.Context(), customer, fmt.Sprintf("charge-%d/1", i), false)
+			a, err := nodes[i%2].Reserve(t.Context(), customer, "", fmt.Sprintf("charge-%d/1", i), false)
 			if err == nil {
 				verdicts[i] = a.Verdict
 			}
@@ -141,7 +141,7 @@ func TestSlotsReleaseConvertAndReach(t *testing.T) {
 	s := velocity.NewSlots(lim, velocity.Declines, pool)
 	decline := func(holder string) {
 		require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
-			return lim.Count(t.Context(), tx, "c1", velocity.Declines, holder)
+			return s.Decline(t.Context(), tx, "c1", "", holder)
 		}))
 	}
 
@@ -153,14 +153,14 @@ func TestSlotsReleaseConvertAndReach(t *testing.T) {
 	_, slots := slotsOf(t, pool, "c1", velocity.Declines)
 	require.Equal(t, []string{"a/1", "b/1"}, slots)
 
-	require.NoError(t, s.Release(t.Context(), "c1", "a/1"))
-	require.NoError(t, s.Release(t.Context(), "c1", "a/1"), "a second release changes nothing")
+	require.NoError(t, s.Release(t.Context(), "c1", "", "a/1", false))
+	require.NoError(t, s.Release(t.Context(), "c1", "", "a/1", false), "a second release changes nothing")
 	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "c/1", false), "the approval freed a slot")
 
 	t.Run("a release rolled back gives nothing back", func(t *testing.T) {
 		tx, err := pool.Begin(t.Context())
 		require.NoError(t, err)
-		require.NoError(t, s.ReleaseTx(t.Context(), tx, "c1", "c/1"))
+		require.NoError(t, s.ReleaseTx(t.Context(), tx, "c1", "", "c/1", false))
 		require.NoError(t, tx.Rollback(t.Context()))
 		_, slots := slotsOf(t, pool, "c1", velocity.Declines)
 		require.Equal(t, []string{"b/1", "c/1"}, slots)
@@ -191,7 +191,7 @@ func TestSlotsOfPastDaysAreDropped(t *testing.T) {
 	s := velocity.NewSlots(lim, velocity.Declines, pool)
 	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "dead/1", false)) // its caller dies here
 	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "late/1", false))
-	a, err := s.Reserve(t.Context(), "c1", "waiting/1", false)
+	a, err := s.Reserve(t.Context(), "c1", "", "waiting/1", false)
 	require.NoError(t, err)
 	require.Equal(t, velocity.InFlight, a.Verdict)
 	require.Equal(t, time.Hour, a.WindowLeft, "a wait need not outlast the day")
@@ -201,9 +201,9 @@ func TestSlotsOfPastDaysAreDropped(t *testing.T) {
 	_, slots := slotsOf(t, pool, "c1", velocity.Declines)
 	require.Equal(t, []string{"waiting/1"}, slots, "yesterday's slots were dropped")
 	require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
-		return lim.Count(t.Context(), tx, "c1", velocity.Declines, "late/1")
+		return s.Decline(t.Context(), tx, "c1", "", "late/1")
 	}))
-	require.NoError(t, s.Release(t.Context(), "c1", "dead/1"))
+	require.NoError(t, s.Release(t.Context(), "c1", "", "dead/1", false))
 	n, slots := slotsOf(t, pool, "c1", velocity.Declines)
 	require.Equal(t, 1, n, "a decline counts in the day it is recorded")
 	require.Equal(t, []string{"waiting/1"}, slots)
@@ -219,7 +219,7 @@ func TestSlotsUnlimited(t *testing.T) {
 	for i := range 10 {
 		require.Equal(t, velocity.Granted, reserve(t, s, "c1", fmt.Sprintf("x/%d", i), false))
 	}
-	require.NoError(t, s.Release(t.Context(), "c1", "x/1"))
+	require.NoError(t, s.Release(t.Context(), "c1", "", "x/1", false))
 	n, slots := slotsOf(t, pool, "c1", velocity.Declines)
 	require.Zero(t, n)
 	require.Empty(t, slots)
@@ -237,7 +237,7 @@ func TestSweepGivesBackSlotsOfEndedCalls(t *testing.T) {
 	require.Equal(t, velocity.Granted, reserve(t, s, "c1", "ended", false))
 	require.Equal(t, velocity.Granted, reserve(t, s, "c2", "ended-too", false))
 	require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
-		return lim.Count(t.Context(), tx, "c1", velocity.Declines, "")
+		return s.Decline(t.Context(), tx, "c1", "", "")
 	}))
 	require.Equal(t, velocity.InFlight, reserve(t, s, "c1", "waiting", false), "one decline and two slots: none left")
 
@@ -290,7 +290,7 @@ func TestSweepOrdersWithReservations(t *testing.T) {
 	<-asking
 	reserved := make(chan velocity.Verdict, 1)
 	go func() {
-		a, err := s.Reserve(context.Background(), "c1", "next", false)
+		a, err := s.Reserve(context.Background(), "c1", "", "next", false)
 		if err != nil {
 			a.Verdict = 0
 		}

@@ -89,6 +89,10 @@ type Config struct {
 	VelocityCreationsPerHour  int
 	VelocityCardChangesPerDay int
 	VelocityDeclinesPerDay    int
+	// VelocityApprovedInFlight bounds a customer's first attempts in
+	// flight on cards approved within 30 days, which the declines limit
+	// does not hold to VelocityDeclinesPerDay until they decline.
+	VelocityApprovedInFlight int
 	// EncryptionOldKeys still decrypt secrets sealed before a rotation.
 	EncryptionOldKeys [][]byte
 	// The support console's sessions: idle timeout, and whether a proxy's
@@ -302,6 +306,8 @@ var variables = []variable{
 		countInto(func(c *Config) *int { return &c.VelocityCardChangesPerDay })},
 	{"REBILL_VELOCITY_DECLINES_PER_DAY", "5", "declined charges of a customer per UTC day past which its new subscription charges go to review instead of the gateway (0: no limit)",
 		countInto(func(c *Config) *int { return &c.VelocityDeclinesPerDay })},
+	{"REBILL_VELOCITY_APPROVED_IN_FLIGHT", "200", "first attempts of a customer in flight at once on cards a first attempt of the customer approved within 30 days, which REBILL_VELOCITY_DECLINES_PER_DAY does not hold until the card declines (0: such cards are held as new ones)",
+		countInto(func(c *Config) *int { return &c.VelocityApprovedInFlight })},
 	{"REBILL_ENCRYPTION_OLD_KEYS", "", "previous REBILL_ENCRYPTION_KEYs, comma separated: they still decrypt until `rebill secrets rotate` (or the hourly job) has sealed everything under the current key",
 		func(c *Config, v string) error {
 			c.EncryptionOldKeys = nil
@@ -428,7 +434,8 @@ func Load(getenv func(string) string) (Config, error) {
 		CustomerProration: "charge_now",
 		InspectInterval:   time.Minute, InspectUnknownAfter: time.Hour, InspectHoldWarn: 72 * time.Hour, ReconcileDays: 7,
 		VelocityCreationsPerHour: 20, VelocityCardChangesPerDay: 10, VelocityDeclinesPerDay: 5,
-		ConsoleIdleTimeout: 30 * time.Minute, StartupRetryFor: time.Minute, SimLedger: SimLedgerPostgres,
+		VelocityApprovedInFlight: 200,
+		ConsoleIdleTimeout:       30 * time.Minute, StartupRetryFor: time.Minute, SimLedger: SimLedgerPostgres,
 	}
 	for _, v := range variables {
 		value := getenv(v.name)

@@ -40,6 +40,7 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		"Measures River's bare throughput and billing end to end in database rebill_bench\n"+
 		"(created and dropped) on DATABASE_URL's server, or on 127.0.0.1:5432.")
 	n := fs.Int("n", 20_000, "subscriptions due at the same moment")
+	payers := fs.Int("payers", 0, "payers the subscriptions belong to, in turn, all on one card (0: one payer each); -payers 1 is one payer with all of them due at once")
 	noop := fs.Int("noop", 100_000, "no-op jobs for River's bare throughput")
 	workers := fs.Int("workers", 0, "charge workers (0: REBILL_WORKERS, by default sized by Little's law)")
 	conns := fs.Int("conns", cfg.DBMaxConns, "connections of the service's pool (REBILL_DB_MAX_CONNS)")
@@ -108,11 +109,11 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	}
 	return bench.Run(ctx, bench.Options{
 		ServerURL: server, Database: *database, Subscriptions: *n, NoopJobs: *noop, Workers: cfg.Workers, Conns: *conns,
-		Baseline: *baseline, History: past, Template: *template, Out: stdout, Log: log, Nodes: *nodes,
+		Baseline: *baseline, History: past, Template: *template, Out: stdout, Log: log, Nodes: *nodes, Payers: *payers,
 		Billing: func(ctx context.Context, pool *pgxpool.Pool, n int) (bench.BillingResult, error) {
 			cfg.ScanBatch = *scanBatch
 			return benchBilling(ctx, cfg, server, *database, pool, n, billingOptions{latency: *latency,
-				memoryLedger: *simLedger == "memory", scanOnly: *scanOnly, webhook: *webhook, nodes: *nodes}, log)
+				memoryLedger: *simLedger == "memory", scanOnly: *scanOnly, webhook: *webhook, nodes: *nodes, payers: *payers}, log)
 		},
 	})
 }
@@ -197,7 +198,7 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 	svc := nodes[0]
 
 	due := time.Now()
-	if err := bench.InsertSubscriptions(ctx, pool, n, due); err != nil {
+	if err := bench.InsertSubscriptions(ctx, pool, n, o.payers, due); err != nil {
 		return bench.BillingResult{}, err
 	}
 	// The seeded rows hold their token in clear: seal it now, not in the
@@ -269,6 +270,10 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 	}
 	for _, at := range settled {
 		res.SettledBy = append(res.SettledBy, at.Sub(start))
+	}
+	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(coalesce((metadata ->> 'snoozes')::int, 0)), 0) FROM river_job
+		WHERE kind = $1`, charges.AuthorizeArgs{}.Kind()).Scan(&res.SlotWaits); err != nil {
+		return res, fmt.Errorf("count waits for a slot: %w", err)
 	}
 	exact, err := checkExactlyOnce(ctx, pool, books, n)
 	if err != nil {
@@ -446,6 +451,7 @@ type billingOptions struct {
 	scanOnly     bool
 	webhook      bool
 	nodes        int
+	payers       int // 0: one payer per subscription
 }
 
 // benchSim starts the simulated gateway sim1 with its ledger in a database
