@@ -339,6 +339,9 @@ func (r *runner) change(step soak.Step) {
 		r.note("step %d: %s %s: no definite answer (%d %s)", step.N, step.Kind, id, a.status, a.body)
 		return
 	}
+	r.obsMu.Lock()
+	r.changeAnswers[fmt.Sprintf("%s %d %s", step.Kind, a.status, a.problemType())]++
+	r.obsMu.Unlock()
 	if a.status != http.StatusOK {
 		return // a business refusal (409, 400): nothing happened
 	}

@@ -143,8 +143,11 @@ type runner struct {
 	cards        map[int]soak.Card // each subscription's card, as rebill last confirmed it
 	devNow       time.Time
 
-	notes            []string // what the driver could not do, for the report
-	counts           map[string]int
+	notes  []string // what the driver could not do, for the report
+	counts map[string]int
+	// changeAnswers counts the answers to updates, removals and ends of
+	// trials by status and problem type: how many of them the run tried.
+	changeAnswers    map[string]int
 	driverViolations []soak.Violation // what the driver saw break (idempotent replays)
 }
 
@@ -200,8 +203,8 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		},
 		subIDs: map[int]string{}, enrIDs: map[int]string{}, enrSteps: map[int]soak.Step{}, enrolled: map[string]*enrolledAccount{},
 		cards:  map[int]soak.Card{},
-		counts: map[string]int{},
-		obs:    soak.Observations{Subscriptions: map[string]*soak.ObservedSubscription{}},
+		counts: map[string]int{}, changeAnswers: map[string]int{},
+		obs: soak.Observations{Subscriptions: map[string]*soak.ObservedSubscription{}},
 	}
 	// Billing runs under experiments, so that the invariants hold for
 	// charges in treatment arms too: a shorter dunning schedule with its
@@ -293,6 +296,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		"clock_moves": len(r.obs.ClockMoves), "dev_days": d.Now.Sub(clock.Now).Hours() / 24, "notes": r.notes,
 		"autopay": billCounts(bills), "clock_moves_at_bills": r.clockTargets, "paid_elsewhere": fineCounts(d.Fines),
 		"registry_postings":         r.postingCounts(),
+		"change_answers":            r.changeAnswers,
 		"charges_in_treatment_arms": treated,
 	}
 	line, _ := json.Marshal(summary)
