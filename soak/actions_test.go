@@ -340,7 +340,11 @@ func (r *runner) change(step soak.Step) {
 		return
 	}
 	r.obsMu.Lock()
-	r.changeAnswers[fmt.Sprintf("%s %d %s", step.Kind, a.status, a.problemType())]++
+	what := string(step.Kind)
+	if step.Kind == soak.KindUpdate {
+		what += " " + step.Effective + " " + step.Proration
+	}
+	r.changeAnswers[fmt.Sprintf("%s %d %s", what, a.status, a.problemType())]++
 	r.obsMu.Unlock()
 	if a.status != http.StatusOK {
 		return // a business refusal (409, 400): nothing happened

@@ -533,13 +533,13 @@ func (g *Generator) choose(s Step) Step {
 		return s
 	case r < 69:
 		return g.refund(s)
-	case r < 73:
+	case r < 76:
 		return g.update(s)
-	case r < 74:
+	case r < 77:
 		s.Kind, s.Sub = KindRemovePending, g.pickSub(func(x genSub) bool { return x.pending && !x.cancelled })
 		g.subs[s.Sub-1].pending = false
 		return s
-	case r < 74.7:
+	case r < 77.7:
 		s.Kind, s.Sub = KindEndTrial, g.pickSub(func(x genSub) bool { return x.trialing && !x.cancelled })
 		g.subs[s.Sub-1].trialing = false
 		return s
