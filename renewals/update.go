@@ -14,9 +14,9 @@ import (
 )
 
 // Update changes the subscription's terms in tx (subscriptions.Store.Update
-// says how) and creates what the change charges: the periods begun
-// before it that no scan reached are charged first, at the terms in force
-// at their start; a proration's upgrade gets its adjustment charge; the
+// says how) and creates what the change charges: a scheduled resume whose
+// time came is carried out, and the periods begun before the change that
+// no scan reached are charged first, at the terms in force at their start; a proration's upgrade gets its adjustment charge; the
 // new period an interval change starts is charged at once, its credit
 // used. Returns the errors of subscriptions.Store.Update.
 func (r *Renewals) Update(ctx context.Context, tx pgx.Tx, id uuid.UUID, u subscriptions.Update, pr subscriptions.Proration,
@@ -24,6 +24,13 @@ func (r *Renewals) Update(ctx context.Context, tx pgx.Tx, id uuid.UUID, u subscr
 	sub, err := r.Subscriptions.GetForUpdate(ctx, tx, id)
 	if err != nil {
 		return subscriptions.Subscription{}, subscriptions.Change{}, err
+	}
+	if sub.Status == subscriptions.Paused && sub.ResumeAt != nil && !sub.ResumeAt.After(r.Clock.Now()) {
+		// The pause ended at its resume_at, which no scan carried out yet:
+		// the period it began was in force before this change.
+		if sub, _, err = r.Subscriptions.ResumeAt(ctx, tx, id, *sub.ResumeAt, subscriptions.System); err != nil {
+			return subscriptions.Subscription{}, subscriptions.Change{}, err
+		}
 	}
 	if _, err := r.Due(ctx, tx, sub); err != nil {
 		return subscriptions.Subscription{}, subscriptions.Change{}, err

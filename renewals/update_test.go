@@ -531,3 +531,55 @@ func TestUpdateRacesAPause(t *testing.T) {
 		}
 	}
 }
+
+// A pause whose resume_at passed before any scan carried it out: a change
+// then finds the period the resume began already under way, so that
+// period is charged at the price in force when it began and the change
+// applies from the next.
+func TestUpdateAfterAnOverdueResumeKeepsTheResumedPeriodsPrice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.create(t, period.Month, nil)
+	b.scan(t)
+	resumeAt := time.Date(2027, 1, 20, 0, 0, 0, 0, time.UTC)
+	b.inTx(t, func(tx pgx.Tx) error {
+		_, _, err := b.subs.Pause(context.Background(), tx, sub.ID, &resumeAt, "", subscriptions.System)
+		return err
+	})
+	b.clock.Set(resumeAt.Add(72 * time.Hour)) // no scan meanwhile
+	got, _, err := b.update(t, sub, subscriptions.Update{Amount: ptr(int64(900))}, subscriptions.ProrationNone)
+	require.NoError(t, err)
+	require.Equal(t, subscriptions.Active, got.Status, "resumed as of its resume_at")
+	require.Equal(t, int64(900), got.Amount)
+	c, ok := b.charges(t, sub)["2027-01-20"]
+	require.True(t, ok, "the period the resume began is charged: %v", b.charges(t, sub))
+	require.Equal(t, sub.Amount, c.Amount, "at the price in force when it began")
+}
+
+// A cancel drops the pending update: it would apply at a period that
+// never begins, and removing it afterwards writes nothing after the
+// cancel.
+func TestCancelDropsThePendingUpdate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.create(t, period.Month, nil)
+	b.scan(t)
+	_, _, err := b.update(t, sub, subscriptions.Update{Amount: ptr(int64(700)), Effective: subscriptions.EffectivePeriodEnd}, subscriptions.ProrationNone)
+	require.NoError(t, err)
+	b.inTx(t, func(tx pgx.Tx) error {
+		_, _, err := b.subs.CancelAt(context.Background(), tx, sub.ID, b.clock.Now(), subscriptions.System)
+		return err
+	})
+	got := b.get(t, sub)
+	require.Nil(t, got.PendingUpdate)
+	var changed bool
+	b.inTx(t, func(tx pgx.Tx) error {
+		_, changed, err = b.subs.RemovePendingUpdate(context.Background(), tx, sub.ID, subscriptions.System)
+		return err
+	})
+	require.False(t, changed, "nothing waits any more")
+	var removed int
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM subscription_changes WHERE subscription_id = $1 AND removed_at IS NOT NULL`, sub.ID).Scan(&removed))
+	require.Equal(t, 1, removed, "the change's ledger row says it never applied")
+}

@@ -141,3 +141,20 @@ func TestTrialEndsIntoItsFirstPeriod(t *testing.T) {
 	r.paid(end, 100, "0001")
 	expect(t, CheckAll(r.d))
 }
+
+// An interval change before the grid's first period began (a future
+// anchor, the time a continued pause kept) keeps that anchor.
+func TestIntervalChangeBeforeTheAnchorKeepsIt(t *testing.T) {
+	anchor := day(20)
+	r := newRecord(day(30))
+	r.sub.BillingAnchor, r.obs.Anchor = anchor, anchor
+	at := day(5)
+	ch := Change{ID: "chg5", Effective: "now", Proration: "charge_now", AmountBefore: 500, AmountAfter: 500,
+		IntervalBefore: "month", IntervalAfter: "week", CountBefore: 1, CountAfter: 1, CreatedAt: at, AppliedAt: &at}
+	r.sub.Changes = append(r.sub.Changes, ch)
+	r.sub.Interval = "week"
+	r.event("updated", "active", "active", at, false)
+	r.paid(anchor, 100, "0001")
+	r.paid(anchor.AddDate(0, 0, 7), 200, "0001")
+	expect(t, CheckAll(r.d))
+}

@@ -180,14 +180,19 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 			if !ch.IntervalChanged() {
 				break
 			}
-			// A new interval restarts the grid where the change applied.
+			// A new interval restarts the grid where the change applied;
+			// before the grid's first period began, at that anchor.
 			eff := *ch.AppliedAt
-			ng, err := NewGrid(eff, sub.TimeZone, ch.IntervalAfter, ch.CountAfter)
+			cur := &tl.segments[len(tl.segments)-1]
+			anchorAt := eff
+			if cur.grid.Anchor.After(eff) {
+				anchorAt = cur.grid.Anchor
+			}
+			ng, err := NewGrid(anchorAt, sub.TimeZone, ch.IntervalAfter, ch.CountAfter)
 			if err != nil {
 				tl.Problems = append(tl.Problems, fmt.Sprintf("event %d: change %s: %v", e.ID, ch.ID, err))
 				break
 			}
-			cur := &tl.segments[len(tl.segments)-1]
 			cur.until, cur.hasUntil = eff, true
 			real := clockReached(moves, eff)
 			if ch.Effective == "now" {

@@ -241,9 +241,17 @@ func (st *Store) EndTrial(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.
 
 // CancelAt cancels the subscription as of at: now for a request, the end
 // of the period for a cancel scheduled at period end.
+// A pending update goes with the cancel: it would apply at a period that
+// never begins, and a cancelled subscription shows nothing waiting.
 func (st *Store) CancelAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, at time.Time, actor Actor) (Subscription, bool, error) {
-	return st.move(ctx, tx, id, Cancelled, EventCancelled, actor, nil,
-		`cancelled_at = $3, paused_at = NULL, resume_at = NULL, paused_time_left_us = NULL, cancel_at_period_end = false`, at.UTC())
+	sub, changed, err := st.move(ctx, tx, id, Cancelled, EventCancelled, actor, func(sub Subscription) error {
+		if sub.PendingUpdate == nil {
+			return nil
+		}
+		return st.removeChange(ctx, tx, sub.PendingUpdate.ID, st.clock.Now())
+	}, `cancelled_at = $3, paused_at = NULL, resume_at = NULL, paused_time_left_us = NULL, cancel_at_period_end = false,
+		pending_update = NULL`, at.UTC())
+	return sub, changed, err
 }
 
 // ChangePaymentMethod replaces the card. Setting the same card again
