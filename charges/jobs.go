@@ -1,6 +1,9 @@
 package charges
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 
@@ -111,4 +114,16 @@ func (RefundLookupArgs) Kind() string { return "refund_lookup" }
 // InsertOpts makes the job unique per refund.
 func (RefundLookupArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{UniqueOpts: riverjob.UniqueForever()}
+}
+
+// AuthorizeSnoozes counts the waits of every authorize job so far (River's
+// snoozes): how often a charge waited for a declines slot or for its
+// gateway. The benchmark reports it beside its throughput.
+func AuthorizeSnoozes(ctx context.Context, db DBTX) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, `SELECT coalesce(sum(coalesce((metadata ->> 'snoozes')::int, 0)), 0) FROM river_job
+		WHERE kind = $1`, AuthorizeArgs{}.Kind()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count authorize snoozes: %w", err)
+	}
+	return n, nil
 }

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -157,4 +158,30 @@ func TestIntervalChangeBeforeTheAnchorKeepsIt(t *testing.T) {
 	r.paid(anchor, 100, "0001")
 	r.paid(anchor.AddDate(0, 0, 7), 200, "0001")
 	expect(t, CheckAll(r.d))
+}
+
+// A charge resolved as failed while, in the same instant of the service
+// clock, another charge's dunning ended as of an earlier due time: the
+// subscription is unpaid as of either, so a period that began between
+// them is judged unsure (at most one capture), not owed.
+func TestUnpaidByAResolutionOrAnEarlierDunningEndIsUnsureBetween(t *testing.T) {
+	r := newRecord(day(45))
+	r.sub.Interval = "week"
+	r.d.Subscriptions[0].Interval = "week"
+	for n := 0; n < 6; n++ {
+		r.charge(t0.AddDate(0, 0, 7*n), "failed", 2)
+	}
+	r.sub.Charges[4].Status, r.sub.Charges[4].FailureCode = "voided", "subscription_unpaid"
+	r.event("past_due", "active", "past_due", day(0.1), true)
+	at := day(40)
+	r.event("unpaid", "past_due", "unpaid", at, true)
+	r.obs.UnpaidSince = []time.Time{day(27)}
+	r.obs.Resolves = []ObservedResolve{{ChargeID: "x", Outcome: "failed", Clock: at}}
+	for _, v := range OwedPeriodsSettled(r.d) {
+		if strings.Contains(v.Detail, "voided") {
+			t.Errorf("the period between the two ends was judged owed: %s", v)
+		}
+	}
+	r.obs.UnpaidSince = nil
+	expect(t, OwedPeriodsSettled(r.d), "voided")
 }

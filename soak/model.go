@@ -279,12 +279,19 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 			// log does not show: observed in the database when it could
 			// be, else somewhere since the last change.
 			c.lo = lastChangeAt
-			if s, ok := unpaidSample(obs, lastLeftUnpaid, e.At, usedUnpaid); ok {
+			s, sampled := unpaidSample(obs, lastLeftUnpaid, e.At, usedUnpaid)
+			if sampled {
 				c.lo, c.hi = s, s
 			}
 			if resolvedFailedAt(obs, e.At) {
-				// A person resolved a charge as failed: unpaid from then.
+				// A person resolved a charge as failed: unpaid from then,
+				// unless another charge's dunning ended in the same instant
+				// of the service clock, as of an earlier due time (the
+				// sample shows it): the record cannot tell which came first.
 				c.lo, c.hi = e.At, e.At
+				if sampled && s.Before(e.At) && dunningFailedAny(sub) {
+					c.lo = s
+				}
 			}
 		}
 		if e.Type != "created" && e.From == e.To {
@@ -301,6 +308,17 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 		tl.changes = append(tl.changes, c)
 	}
 	return tl
+}
+
+// dunningFailedAny reports whether a charge of sub failed by the end of
+// its own dunning (failed, and no person resolved it).
+func dunningFailedAny(sub Subscription) bool {
+	for _, c := range sub.Charges {
+		if c.Status == "failed" && c.Resolution == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // appliedChanges are the changes whose terms took effect, in the order

@@ -271,10 +271,11 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 	for _, at := range settled {
 		res.SettledBy = append(res.SettledBy, at.Sub(start))
 	}
-	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(coalesce((metadata ->> 'snoozes')::int, 0)), 0) FROM river_job
-		WHERE kind = $1`, charges.AuthorizeArgs{}.Kind()).Scan(&res.SlotWaits); err != nil {
-		return res, fmt.Errorf("count waits for a slot: %w", err)
+	waits, err := charges.AuthorizeSnoozes(ctx, pool)
+	if err != nil {
+		return res, err
 	}
+	res.SlotWaits = int(waits)
 	exact, err := checkExactlyOnce(ctx, pool, books, n)
 	if err != nil {
 		return res, err
