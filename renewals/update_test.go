@@ -583,3 +583,28 @@ func TestCancelDropsThePendingUpdate(t *testing.T) {
 		`SELECT count(*) FROM subscription_changes WHERE subscription_id = $1 AND removed_at IS NOT NULL`, sub.ID).Scan(&removed))
 	require.Equal(t, 1, removed, "the change's ledger row says it never applied")
 }
+
+// A pending change of the interval alone, with the price changed now
+// meanwhile: at the boundary the interval changes and the price stays the
+// one changed now; the ledger row of the pending change records the terms
+// as they were when it applied, so the price in force can be read from
+// the ledger alone.
+func TestPendingIntervalChangeKeepsAPriceChangedMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.paidMonth(t)
+	week := period.Week
+	pending, _, err := b.update(t, sub, subscriptions.Update{Interval: &week, Effective: subscriptions.EffectivePeriodEnd}, subscriptions.ProrationNone)
+	require.NoError(t, err)
+	_, _, err = b.update(t, sub, subscriptions.Update{Amount: ptr(int64(900))}, subscriptions.ProrationNone)
+	require.NoError(t, err)
+	b.clock.Set(time.Date(2027, 1, 1, 9, 0, 0, 0, time.UTC))
+	b.scan(t)
+	require.Equal(t, int64(900), b.charges(t, sub)["2027-01-01"].Amount, "the boundary's period at the price changed meanwhile")
+	got := b.get(t, sub)
+	require.Equal(t, period.Week, got.Interval)
+	var before, after int64
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT amount_before, amount_after FROM subscription_changes
+		WHERE id = $1`, pending.PendingUpdate.ID).Scan(&before, &after))
+	require.Equal(t, [2]int64{900, 900}, [2]int64{before, after}, "the applied change's row shows the terms it applied to")
+}

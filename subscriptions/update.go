@@ -427,8 +427,14 @@ func (st *Store) ApplyPending(ctx context.Context, tx pgx.Tx, sub Subscription, 
 	if err != nil {
 		return Subscription{}, fmt.Errorf("apply pending update: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE subscription_changes SET applied_at = $2 WHERE id = $1 AND applied_at IS NULL AND removed_at IS NULL`,
-		pu.ID, at); err != nil {
+	// The ledger row says what the change did when it applied: a change
+	// made now meanwhile moved the terms it was scheduled against, and a
+	// term the pending update leaves alone keeps that change's value.
+	if _, err := tx.Exec(ctx, `UPDATE subscription_changes SET applied_at = $2,
+			amount_before = $3, amount_after = $4, interval_before = $5, interval_after = $6,
+			interval_count_before = $7, interval_count_after = $8
+		WHERE id = $1 AND applied_at IS NULL AND removed_at IS NULL`,
+		pu.ID, at, sub.Amount, t.amount, sub.Interval, t.interval, sub.IntervalCount, t.count); err != nil {
 		return Subscription{}, fmt.Errorf("mark change %s applied: %w", pu.ID, err)
 	}
 	if err := st.changed(ctx, tx, updated, EventUpdated, sub.Status, sub.Status, System, now); err != nil {
