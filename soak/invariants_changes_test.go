@@ -185,3 +185,20 @@ func TestUnpaidByAResolutionOrAnEarlierDunningEndIsUnsureBetween(t *testing.T) {
 	r.obs.UnpaidSince = nil
 	expect(t, OwedPeriodsSettled(r.d), "voided")
 }
+
+// A pause that continues its period, made and resumed in the very instant
+// its period began (created, paused, resumed, the clock not moved): the
+// period is charged once and the next begins one whole period later.
+func TestContinuedPauseInThePeriodsFirstInstant(t *testing.T) {
+	r := newRecord(day(100))
+	r.paid(t0, 100, "0001")
+	r.event("paused", "active", "paused", t0, false)
+	r.obs.Pauses = append(r.obs.Pauses, ObservedPause{When: Interval{rt(200), rt(210)}, At: t0, OnResume: "continue_period"})
+	r.event("resumed", "paused", "active", t0, false)
+	next := t0.AddDate(0, 1, 0)
+	r.obs.Resumes = append(r.obs.Resumes, ObservedResume{When: Interval{rt(300), rt(310)}, BillingAnchor: next})
+	r.paid(next, 400, "0001")
+	r.paid(next.AddDate(0, 1, 0), 500, "0001")
+	r.paid(next.AddDate(0, 2, 0), 600, "0001")
+	expect(t, CheckAll(r.d))
+}

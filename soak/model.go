@@ -227,9 +227,11 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 			// until the first anchor): the next period begins that long
 			// after the resume, whatever is scheduled (a scheduled cancel
 			// falls then).
-			anchorAt := eff
+			anchorAt, until := eff, eff
 			if pausedOnResume(obs, lastPause) == "continue_period" {
-				keep = false
+				// The old grid ends with the period the pause interrupted
+				// (one that began in the pause's instant included).
+				keep, until = false, lastPause.Add(time.Nanosecond)
 				end := cur.grid.Anchor
 				if !lastPause.Before(end) {
 					end = cur.grid.periodEnd(lastPause)
@@ -247,7 +249,7 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 				} else {
 					real = tl.resumeAnswered(obs, anchorAt, &resumeIdx)
 				}
-				cur.until, cur.hasUntil = eff, true
+				cur.until, cur.hasUntil = until, true
 				tl.segments = append(tl.segments, segment{grid: ng, from: eff, real: real})
 				c.gridStart = true
 				c.segment = len(tl.segments) - 1
