@@ -180,7 +180,7 @@ func AdjustmentsMatchTheirChanges(d *Data) []Violation {
 // 0 to charge, less than 0 to credit. ok is false when no period was in
 // use (before the first anchor).
 func (tl *Timeline) prorated(ch Change) (int64, bool) {
-	start, end, ok := tl.periodAround(ch.CreatedAt)
+	start, end, ok := tl.periodOf(ch)
 	if !ok {
 		return 0, false
 	}
@@ -189,6 +189,23 @@ func (tl *Timeline) prorated(ch Change) (int64, bool) {
 		diff = -ch.AmountBefore // the old period's unused time, credited
 	}
 	return unusedShare(diff, start, end, ch.CreatedAt), true
+}
+
+// periodOf is the period an immediate change prorated: the one in use
+// when it applied, on the grid in force then (a resume in the same
+// instant of the clock included, the grid the change itself started
+// not).
+func (tl *Timeline) periodOf(ch Change) (start, end time.Time, ok bool) {
+	i, known := tl.gridBefore[ch.ID]
+	if !known {
+		return tl.periodAround(ch.CreatedAt)
+	}
+	g := tl.segments[i].grid
+	n := g.Index(ch.CreatedAt)
+	if n < 0 {
+		return time.Time{}, time.Time{}, false
+	}
+	return g.Start(n), g.Start(n + 1), true
 }
 
 // periodAround is the period in use at service time t on the grid in
@@ -283,7 +300,7 @@ func CreditsNeverBeyondWhatWasCaptured(d *Data) []Violation {
 			}
 			net := captured - credited[ch.PeriodKey]
 			limit := int64(0)
-			if start, end, ok := tl.periodAround(ch.CreatedAt); ok && net > 0 {
+			if start, end, ok := tl.periodOf(ch); ok && net > 0 {
 				limit = unusedShare(net, start, end, ch.CreatedAt)
 			}
 			if credit > limit {

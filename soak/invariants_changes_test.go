@@ -202,3 +202,27 @@ func TestContinuedPauseInThePeriodsFirstInstant(t *testing.T) {
 	r.paid(next.AddDate(0, 2, 0), 600, "0001")
 	expect(t, CheckAll(r.d))
 }
+
+// A change in the same instant as a resume that began a new period (on
+// the paid period's day, decision 5: that period, paid once) prorates the
+// resumed period, all of it unused.
+func TestChangeInTheInstantOfAResumeProratesTheResumedPeriod(t *testing.T) {
+	r := newRecord(day(3))
+	r.paid(t0, 100, "0001")
+	pause, resume := t0.Add(time.Hour), t0.Add(2*time.Hour)
+	r.event("paused", "active", "paused", pause, false)
+	r.obs.Pauses = append(r.obs.Pauses, ObservedPause{When: Interval{rt(200), rt(210)}, At: pause, OnResume: "start_new_period"})
+	r.event("resumed", "paused", "active", resume, false)
+	r.obs.Resumes = append(r.obs.Resumes, ObservedResume{When: Interval{rt(300), rt(310)}, BillingAnchor: resume})
+	ch := Change{ID: "chg6", Effective: "now", Proration: "charge_now", AmountBefore: 500, AmountAfter: 500,
+		IntervalBefore: "month", IntervalAfter: "week", CountBefore: 1, CountAfter: 1, PeriodKey: t0.Format("2006-01-02"),
+		Adjustment: -500, CreatedAt: resume, AppliedAt: &resume}
+	r.sub.Changes = append(r.sub.Changes, ch)
+	r.sub.Credits = append(r.sub.Credits, Credit{ChangeID: "chg6", Amount: 500, At: resume},
+		Credit{PeriodKey: resume.Format("2006-01-02") + "~chg6", PeriodStart: &resume, Amount: -500, At: resume})
+	r.sub.Interval = "week"
+	r.event("updated", "active", "active", resume, false)
+	for _, v := range append(AdjustmentsMatchTheirChanges(r.d), CreditsNeverBeyondWhatWasCaptured(r.d)...) {
+		t.Errorf("unexpected: %s", v)
+	}
+}

@@ -87,6 +87,9 @@ type Timeline struct {
 	Sub      Subscription
 	changes  []change
 	segments []segment
+	// gridBefore is, for each applied change, the grid in force when it
+	// applied (before any grid it started): the grid of its proration.
+	gridBefore map[string]int
 	// cancelEff is when the cancel took effect (cancelled_at), if any;
 	// cancelBySystem: a cancel scheduled at period end took effect.
 	cancelEff      *time.Time
@@ -177,6 +180,10 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 			}
 			ch := applied[updatedIdx]
 			updatedIdx++
+			if tl.gridBefore == nil {
+				tl.gridBefore = map[string]int{}
+			}
+			tl.gridBefore[ch.ID] = len(tl.segments) - 1
 			if !ch.IntervalChanged() {
 				break
 			}
