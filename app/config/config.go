@@ -68,7 +68,7 @@ type Config struct {
 	UpcomingNotice      time.Duration
 	// CustomerProration is the proration of a customer key's immediate
 	// subscription change (none, charge_now, credit_next): customers do
-	// not choose it, so none picks whichever is cheaper.
+	// not choose it, so that none picks whichever is cheaper for them.
 	CustomerProration string
 	TrialNotice       time.Duration
 	// EventsRetention: events older than this are deleted (0: kept forever).
