@@ -157,6 +157,15 @@ func (c Change) IntervalChanged() bool {
 	return c.IntervalAfter != c.IntervalBefore || c.CountAfter != c.CountBefore
 }
 
+// RestartSuffix is the period key suffix of the schedule an immediate
+// interval change restarted ("" for any other change).
+func (c Change) RestartSuffix() string {
+	if c.Effective != "now" || !c.IntervalChanged() || len(c.ID) < 8 {
+		return ""
+	}
+	return "~" + c.ID[len(c.ID)-8:]
+}
+
 // Credit is one entry of a subscription's credit ledger: granted by a
 // change (Amount > 0) or used by a period's charge (Amount < 0).
 type Credit struct {

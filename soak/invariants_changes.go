@@ -40,7 +40,7 @@ func PeriodsChargedAtThePriceInForce(d *Data) []Violation {
 				continue
 			}
 			charged[c.PeriodKey] = true
-			prices := pricesAt(s, applied, c.PeriodStart)
+			prices := pricesAt(s, applied, c.PeriodStart, c.PeriodKey)
 			if got := c.Amount + used[c.PeriodKey]; !containsPrice(prices, got) {
 				out = append(out, viol(PricesInForce, s.ID, c.Key, fmt.Sprintf(
 					"period starting %s charged %d with %d of credit (%d), but the price in force then was %s",
@@ -51,7 +51,7 @@ func PeriodsChargedAtThePriceInForce(d *Data) []Violation {
 			if cr.Amount >= 0 || charged[cr.PeriodKey] || cr.PeriodStart == nil {
 				continue
 			}
-			prices := pricesAt(s, applied, *cr.PeriodStart)
+			prices := pricesAt(s, applied, *cr.PeriodStart, cr.PeriodKey)
 			if !containsPrice(prices, used[cr.PeriodKey]) {
 				out = append(out, viol(PricesInForce, s.ID, s.ID+":"+cr.PeriodKey, fmt.Sprintf(
 					"period starting %s has no charge and used %d of credit, but its price was %s",
@@ -63,8 +63,12 @@ func PeriodsChargedAtThePriceInForce(d *Data) []Violation {
 	return out
 }
 
-// pricesAt are the prices that may have been in force at t.
-func pricesAt(s Subscription, applied []Change, t time.Time) []int64 {
+// pricesAt are the prices that may have been in force at t for the
+// period with key. An immediate interval change in the instant a period of
+// the old schedule began (a resume's, say) leaves that period, when it was
+// already charged, at the old price: its key lacks the suffix of the
+// schedule the change started.
+func pricesAt(s Subscription, applied []Change, t time.Time, key string) []int64 {
 	price := s.Amount
 	if len(applied) > 0 {
 		price = applied[0].AmountBefore
@@ -75,6 +79,8 @@ func pricesAt(s Subscription, applied []Change, t time.Time) []int64 {
 		switch {
 		case at.Before(t):
 			price = ch.AmountAfter
+		case at.Equal(t) && ch.RestartSuffix() != "" && !strings.HasSuffix(key, ch.RestartSuffix()):
+			also = append(also, ch.AmountAfter)
 		case at.Equal(t) && (ch.Effective != "now" || ch.IntervalChanged()):
 			price = ch.AmountAfter
 		case at.Equal(t):

@@ -226,3 +226,102 @@ func TestChangeInTheInstantOfAResumeProratesTheResumedPeriod(t *testing.T) {
 		t.Errorf("unexpected: %s", v)
 	}
 }
+
+// paidAs adds a succeeded charge of amount for the period starting at
+// start whose key ends with suffix (a restarted schedule's).
+func (r *record) paidAs(start time.Time, suffix string, amount int64, ms int) *Charge {
+	pk := start.Format("2006-01-02") + suffix
+	key := subID + ":" + pk
+	r.sub.Charges = append(r.sub.Charges, Charge{ID: key, SubscriptionID: subID, PeriodKey: pk,
+		PeriodStart: start, Key: key, Amount: amount, Currency: "USD", Gateway: "sim1", Status: "succeeded", AttemptCount: 1})
+	c := &r.sub.Charges[len(r.sub.Charges)-1]
+	r.op(c, 1, "authorize", "succeeded", ms, "0001")
+	r.op(c, 1, "capture", "succeeded", ms+5, "0001")
+	r.d.Ledger[len(r.d.Ledger)-1].Amount, r.d.Ledger[len(r.d.Ledger)-2].Amount = amount, amount
+	return c
+}
+
+// An interval change made now, without proration, in the instant a
+// resume began a period that was charged at once: that period keeps its
+// charge at the old price, and the schedule the change started charges
+// its first period, which begins in the same instant, under the change's
+// suffix at the new price. Two charges of one start are two periods here;
+// anywhere else they are one period charged twice.
+func TestIntervalChangeInTheInstantAChargedPeriodBegan(t *testing.T) {
+	r := newRecord(day(9))
+	r.paid(t0, 100, "0001")
+	pause, resume := t0.Add(time.Hour), day(1)
+	r.event("paused", "active", "paused", pause, false)
+	r.obs.Pauses = append(r.obs.Pauses, ObservedPause{When: Interval{rt(200), rt(210)}, At: pause, OnResume: "start_new_period"})
+	r.event("resumed", "paused", "active", resume, false)
+	r.obs.Resumes = append(r.obs.Resumes, ObservedResume{When: Interval{rt(300), rt(310)}, BillingAnchor: resume})
+	r.paidAs(resume, "", 500, 320)
+	ch := Change{ID: "01a2438b-0000-7000-8000-00007c065427", Effective: "now", Proration: "none", AmountBefore: 500, AmountAfter: 900,
+		IntervalBefore: "month", IntervalAfter: "week", CountBefore: 1, CountAfter: 1, CreatedAt: resume, AppliedAt: &resume}
+	r.sub.Changes = append(r.sub.Changes, ch)
+	r.sub.Interval, r.sub.Amount, r.sub.BillingAnchor = "week", 900, resume
+	r.event("updated", "active", "active", resume, false)
+	first := r.paidAs(resume, "~7c065427", 900, 400)
+	r.paidAs(resume.AddDate(0, 0, 7), "~7c065427", 900, 500)
+	expect(t, CheckAll(r.d))
+
+	first.Amount = 500
+	expect(t, PeriodsChargedAtThePriceInForce(r.d), PricesInForce)
+	first.Amount = 900
+	r.paidAs(resume.AddDate(0, 0, 7), "", 900, 600)
+	expect(t, AtMostOneCapturePerPeriod(r.d), "two charges for the period starting")
+}
+
+// Separate pauses begun and ended in one instant of the clock, the first
+// starting a new period at its resume and the second continuing its
+// period: the answers' paused_at cannot tell them apart, the resumes'
+// anchors do.
+func TestPausesOfOneInstantInBothModes(t *testing.T) {
+	r := newRecord(day(50))
+	r.paid(t0, 100, "0001")
+	at := t0.Add(2 * time.Hour)
+	r.event("paused", "active", "paused", at, false)
+	r.event("resumed", "paused", "active", at, false)
+	r.event("paused", "active", "paused", at, false)
+	r.event("resumed", "paused", "active", at, false)
+	r.obs.Pauses = append(r.obs.Pauses,
+		ObservedPause{When: Interval{rt(200), rt(210)}, At: at, OnResume: "start_new_period"},
+		ObservedPause{When: Interval{rt(300), rt(310)}, At: at, OnResume: "continue_period"})
+	next := at.AddDate(0, 1, 0) // the period the first resume began, kept whole
+	r.obs.Resumes = append(r.obs.Resumes,
+		ObservedResume{When: Interval{rt(250), rt(260)}, BillingAnchor: at},
+		ObservedResume{When: Interval{rt(350), rt(360)}, BillingAnchor: next})
+	r.paid(next, 400, "0001")
+	expect(t, CheckAll(r.d))
+	// The continued pause's next period left uncharged is caught.
+	r.sub.Charges = r.sub.Charges[:1]
+	expect(t, OwedPeriodsSettled(r.d), "never charged")
+}
+
+// A pause that continues its period keeps the time left at the pause,
+// on the grid in force then, even when an interval change while paused
+// restarted the schedule: the next period begins that long after the
+// resume.
+func TestContinuedPauseKeepsItsTimeThroughAnIntervalChange(t *testing.T) {
+	r := newRecord(day(70))
+	r.paid(t0, 100, "0001")
+	pause, change, resume := day(10), day(20), day(40)
+	r.event("paused", "active", "paused", pause, false)
+	r.obs.Pauses = append(r.obs.Pauses, ObservedPause{When: Interval{rt(200), rt(210)}, At: pause, OnResume: "continue_period"})
+	ch := Change{ID: "01a2438b-0000-7000-8000-0000000c4a2e", Effective: "now", Proration: "none", AmountBefore: 500, AmountAfter: 500,
+		IntervalBefore: "month", IntervalAfter: "week", CountBefore: 1, CountAfter: 1, CreatedAt: change, AppliedAt: &change}
+	r.sub.Changes = append(r.sub.Changes, ch)
+	r.sub.Interval = "week"
+	r.event("updated", "paused", "paused", change, false)
+	r.event("resumed", "paused", "active", resume, false)
+	next := resume.Add(t0.AddDate(0, 1, 0).Sub(pause)) // 21 days after the resume
+	r.sub.BillingAnchor = next
+	r.obs.Resumes = append(r.obs.Resumes, ObservedResume{When: Interval{rt(300), rt(310)}, BillingAnchor: next})
+	r.paidAs(next, "~000c4a2e", 500, 400)
+	r.paidAs(next.AddDate(0, 0, 7), "~000c4a2e", 500, 500)
+	expect(t, CheckAll(r.d))
+	// The time kept read from the grid the change started (the pause
+	// keeping nothing of the old period) is caught.
+	r.obs.Resumes[0].BillingAnchor = resume
+	expect(t, OwedPeriodsSettled(r.d), "owed-periods-settled")
+}

@@ -23,7 +23,7 @@ func AtMostOneCapturePerPeriod(d *Data) []Violation {
 			if c.Adjustment() {
 				continue // a change's adjustment shares its period's start
 			}
-			if other, ok := starts[c.PeriodStart.UTC()]; ok {
+			if other, ok := starts[c.PeriodStart.UTC()]; ok && !restartedAt(s, c.PeriodStart, other, c.Key) {
 				out = append(out, viol("at-most-one-capture", s.ID, c.Key,
 					fmt.Sprintf("two charges for the period starting %s: %s and %s", fmtT(c.PeriodStart), other, c.Key)))
 			}
@@ -32,6 +32,23 @@ func AtMostOneCapturePerPeriod(d *Data) []Violation {
 	}
 	sortViolations(out)
 	return out
+}
+
+// restartedAt reports whether charges a and b of one start are the
+// periods of two schedules: one charged before an immediate interval change
+// made in the instant it began, and the first of the schedule that change
+// started (its key with the change's suffix, the other's without).
+func restartedAt(s Subscription, start time.Time, a, b string) bool {
+	for _, ch := range appliedChanges(s.Changes) {
+		suf := ch.RestartSuffix()
+		if suf == "" || !ch.AppliedAt.Equal(start) {
+			continue
+		}
+		if strings.HasSuffix(a, suf) != strings.HasSuffix(b, suf) {
+			return true
+		}
+	}
+	return false
 }
 
 // NoCaptureWithoutAuthorization: every capture and void acts on a

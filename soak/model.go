@@ -139,6 +139,7 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 	applied := appliedChanges(sub.Changes)
 	updatedIdx := 0
 	var lastPause time.Time      // the service time of the last pause
+	var pauseGrid Grid           // the grid in force at that pause
 	lastChangeAt := events[0].At // when the last status change was logged
 	lastLeftUnpaid := events[0].At
 	pauseIdx := 0
@@ -156,6 +157,7 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 		case "paused":
 			if e.From != "paused" { // another mode for the same pause keeps its start
 				lastPause = e.At
+				pauseGrid = tl.segments[len(tl.segments)-1].grid
 			}
 		case "trial_ended":
 			cur := &tl.segments[len(tl.segments)-1]
@@ -235,15 +237,19 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 			// after the resume, whatever is scheduled (a scheduled cancel
 			// falls then).
 			anchorAt, until := eff, eff
-			if pausedOnResume(obs, lastPause) == "continue_period" {
-				// The old grid ends with the period the pause interrupted
-				// (one that began in the pause's instant included).
+			// The old grid ends with the period the pause interrupted
+			// (one that began in the pause's instant included). The time
+			// kept is what was left at the pause on the grid in force
+			// then, even when an interval change while paused restarted
+			// the grid since.
+			end := pauseGrid.Anchor
+			if !lastPause.Before(end) {
+				end = pauseGrid.periodEnd(lastPause)
+			}
+			continued := eff.Add(end.Sub(lastPause))
+			if tl.continuedPause(obs, e, lastPause, continued, resumeIdx) {
 				keep, until = false, lastPause.Add(time.Nanosecond)
-				end := cur.grid.Anchor
-				if !lastPause.Before(end) {
-					end = cur.grid.periodEnd(lastPause)
-				}
-				anchorAt = eff.Add(end.Sub(lastPause))
+				anchorAt = continued
 			}
 			switch {
 			case keep:
@@ -356,6 +362,37 @@ func pausedOnResume(obs *ObservedSubscription, at time.Time) string {
 		}
 	}
 	return mode
+}
+
+// continuedPause reports whether the pause that began at service time
+// pausedAt, which resume e ended, kept its period's time. Pauses that began
+// in one instant of the clock, separate pauses each ended by a resume in
+// that instant, cannot be told apart by their answers' paused_at: when they
+// asked for both modes, a person's resume tells which by the anchor it
+// answered (continued, the resume plus the time kept; else not).
+func (tl *Timeline) continuedPause(obs *ObservedSubscription, e Event, pausedAt, continued time.Time, resumeIdx int) bool {
+	if obs == nil {
+		return false
+	}
+	modes := map[string]bool{}
+	for _, p := range obs.Pauses {
+		if p.At.Equal(pausedAt) {
+			modes[p.OnResume] = true
+		}
+	}
+	last := pausedOnResume(obs, pausedAt) == "continue_period"
+	if len(modes) < 2 || e.System() {
+		return last
+	}
+	for i := resumeIdx; i < len(obs.Resumes); i++ {
+		if obs.Resumes[i].BillingAnchor.Equal(continued) {
+			return true
+		}
+		if obs.Resumes[i].BillingAnchor.Equal(e.At) {
+			return false
+		}
+	}
+	return last
 }
 
 // trialEndAnswered is when the person's end of a trial at service time
