@@ -138,54 +138,76 @@ func TestHousingBillWithABadIdentifierIsRefusedAndNotStored(t *testing.T) {
 	require.Equal(t, serviceID, stored.ServiceID)
 }
 
-// Copies of one bill, with and without its payment document and under
-// two bill ids, pushed to two enrollments and pulled from the source all
-// at once, are paid by exactly one charge.
+// Copies of one bill pushed to three enrollments and pulled from the
+// source all at once are paid by exactly one charge: copies of one
+// account's bill id with and without its payment document, and copies
+// of one payment document under several bill ids.
 func TestConcurrentCopiesOfAHousingBillMakeOneCharge(t *testing.T) {
 	t.Parallel()
-	s := setupSource(t, 0, 50)
-	s.autopay.Sources = map[enrollments.Kind]autopay.BillSource{enrollments.Housing: s.autopay.Sources[enrollments.Fines]}
-	first := s.enrol(t, housingOf("cus_1", els, 0, 1000000))
-	second := s.enrol(t, housingOf("cus_2", els, 0, 1000000))
-	third := s.enrol(t, housingOf("cus_3", els, 0, 1000000))
-	s.fake.Publish(billsource.Bill{BillID: "H-1", Account: billsource.Account{ELS: els}, Amount: housingBill,
-		IssuedAt: start, DueDate: housingDue, PaymentDocumentID: paymentDoc})
-
-	pushes := []struct {
-		e  enrollments.Enrollment
-		in enrollments.BillInput
+	type copyOf struct {
+		enrollment int
+		in         func(*testing.T, string) enrollments.BillInput
+		billID     string
+	}
+	for _, tc := range []struct {
+		name      string
+		published billsource.Bill
+		pushes    []copyOf
 	}{
-		{first, plain(t, "H-1")}, {second, withDocument(t, "H-1")}, {third, plain(t, "H-1")},
-		{first, withDocument(t, "ЕПД-1")}, {second, withDocument(t, "ЕПД-2")}, {third, withDocument(t, "ЕПД-3")},
+		{"one bill id, with and without the document",
+			billsource.Bill{BillID: "H-1", Account: billsource.Account{ELS: els}, Amount: housingBill, IssuedAt: start,
+				DueDate: housingDue, PaymentDocumentID: paymentDoc},
+			[]copyOf{{0, plain, "H-1"}, {1, withDocument, "H-1"}, {2, plain, "H-1"}, {1, plain, "H-1"}}},
+		{"one bill id, the source without the document",
+			billsource.Bill{BillID: "H-1", Account: billsource.Account{ELS: els}, Amount: housingBill, IssuedAt: start,
+				DueDate: housingDue},
+			[]copyOf{{0, withDocument, "H-1"}, {1, withDocument, "H-1"}, {2, plain, "H-1"}}},
+		{"one document, several bill ids",
+			billsource.Bill{BillID: "H-1", Account: billsource.Account{ELS: els}, Amount: housingBill, IssuedAt: start,
+				DueDate: housingDue, PaymentDocumentID: paymentDoc},
+			[]copyOf{{0, withDocument, "ЕПД-1"}, {1, withDocument, "ЕПД-2"}, {2, withDocument, "ЕПД-3"}, {1, withDocument, "H-1"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := setupSource(t, 0, 50)
+			s.autopay.Sources = map[enrollments.Kind]autopay.BillSource{enrollments.Housing: s.autopay.Sources[enrollments.Fines]}
+			var enrolled []enrollments.Enrollment
+			for _, c := range []string{"cus_1", "cus_2", "cus_3"} {
+				enrolled = append(enrolled, s.enrol(t, housingOf(c, els, 0, 1000000)))
+			}
+			s.fake.Publish(tc.published)
+			var wg sync.WaitGroup
+			errs := make(chan error, 4*len(tc.pushes)+4)
+			for range 4 {
+				for _, p := range tc.pushes {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						errs <- pgx.BeginFunc(context.Background(), s.pool, func(tx pgx.Tx) error {
+							_, _, err := s.autopay.Push(context.Background(), tx, enrolled[p.enrollment].ID, p.in(t, p.billID))
+							return err
+						})
+					}()
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := s.autopay.Pull(context.Background())
+					errs <- err
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			s.scan(t)
+			var bills int
+			require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT count(*) FROM bills`).Scan(&bills))
+			paying, duplicates, charged := s.housingOutcome(t)
+			require.Equal(t, 1, charged, "exactly one charge")
+			require.Equal(t, 1, paying)
+			require.Equal(t, bills-1, duplicates, "every other copy is a duplicate")
+		})
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 4*len(pushes)+4)
-	for range 4 {
-		for _, p := range pushes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs <- pgx.BeginFunc(context.Background(), s.pool, func(tx pgx.Tx) error {
-					_, _, err := s.autopay.Push(context.Background(), tx, p.e.ID, p.in)
-					return err
-				})
-			}()
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := s.autopay.Pull(context.Background())
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	s.scan(t)
-	paying, duplicates, charged := s.housingOutcome(t)
-	require.Equal(t, 1, charged, "exactly one charge")
-	require.Equal(t, 1, paying)
-	require.Equal(t, 5, duplicates, "every other copy (H-1 of three enrollments, ЕПД-1..3) is a duplicate")
 }
