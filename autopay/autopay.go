@@ -107,9 +107,21 @@ func (a *Autopay) Push(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, i
 
 // byIdentity orders bills by their identities: a transaction that claims
 // several claims them in this order, so that two cannot deadlock on the
-// identity index.
+// identity index. A bill with a payment document is ordered by its
+// document's identity, which its copies under other bill ids share, so
+// that two transactions claiming copies of it meet there first. (A
+// charge's two claims are checked in the indexes' order, not this one: a
+// deadlock that ordering leaves possible, across two documents each
+// claimed in both transactions, is broken by PostgreSQL failing one
+// transaction, whose work is done again.)
 func byIdentity(bills []enrollments.Bill) {
-	slices.SortStableFunc(bills, func(x, y enrollments.Bill) int { return strings.Compare(x.Identity, y.Identity) })
+	key := func(b enrollments.Bill) string {
+		if b.DocumentIdentity != "" {
+			return b.DocumentIdentity
+		}
+		return b.Identity
+	}
+	slices.SortStableFunc(bills, func(x, y enrollments.Bill) int { return strings.Compare(key(x), key(y)) })
 }
 
 // ChargeIfDue creates the charge of a scheduled bill whose pay_at has come
