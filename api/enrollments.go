@@ -293,12 +293,21 @@ type billRequest struct {
 	DueDate          string     `json:"due_date"`
 	DiscountDeadline *string    `json:"discount_deadline"`
 	DiscountedAmount *int64     `json:"discounted_amount"`
+	// A housing bill's GIS ZhKKh identifiers and supplier, each optional.
+	PaymentDocumentID string `json:"payment_document_id"`
+	ServiceID         string `json:"service_id"`
+	Period            string `json:"period"`
+	SupplierINN       string `json:"supplier_inn"`
+	SupplierKPP       string `json:"supplier_kpp"`
+	SupplierName      string `json:"supplier_name"`
 }
 
 // domain parses the dates. Returns rebilltype.Errors for a date that is
 // not YYYY-MM-DD (the other fields are the use case's to check).
 func (req billRequest) domain() (enrollments.BillInput, error) {
-	in := enrollments.BillInput{BillID: req.BillID, Amount: req.Amount, DiscountedAmount: req.DiscountedAmount}
+	in := enrollments.BillInput{BillID: req.BillID, Amount: req.Amount, DiscountedAmount: req.DiscountedAmount,
+		PaymentDocumentID: req.PaymentDocumentID, ServiceID: req.ServiceID, Period: req.Period,
+		Supplier: enrollments.Supplier{INN: req.SupplierINN, KPP: req.SupplierKPP, Name: req.SupplierName}}
 	if req.IssuedAt != nil {
 		in.IssuedAt = *req.IssuedAt
 	}
@@ -444,7 +453,8 @@ func (s *Server) publishDevBill(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var billErrs rebilltype.Errors
-	if err := in.Validate(kind, s.now()); errors.As(err, &billErrs) {
+	in = in.Canonical()
+	if err := in.ValidateFor(kind, ref, s.now()); errors.As(err, &billErrs) {
 		errs = append(errs, billErrs...)
 	}
 	if err := errs.Err(); err != nil {

@@ -80,6 +80,22 @@ type Bill struct {
 	// PaidByEnrollmentID: on a duplicate, the enrollment whose copy is
 	// paid; set for staff only (FromBill leaves it out).
 	PaidByEnrollmentID *uuid.UUID `json:"paid_by_enrollment_id,omitempty"`
+	// A housing bill's GIS ZhKKh identifiers and supplier as first
+	// stored; null when not given.
+	PaymentDocumentID *string `json:"payment_document_id"`
+	ServiceID         *string `json:"service_id"`
+	Period            *string `json:"period"`
+	SupplierINN       *string `json:"supplier_inn"`
+	SupplierKPP       *string `json:"supplier_kpp"`
+	SupplierName      *string `json:"supplier_name"`
+}
+
+// orNull is s, nil when empty.
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // FromBill is b as read at now: amount_due is what a capture at now (or
@@ -92,7 +108,9 @@ func FromBill(b enrollments.Bill, now time.Time) Bill {
 	out := Bill{ID: b.ID, EnrollmentID: b.EnrollmentID, BillID: b.BillID, Amount: b.Amount, DiscountedAmount: b.DiscountedAmount,
 		IssuedAt: b.IssuedAt, DueDate: b.DueDate.String(), Status: string(b.Status), PayAt: b.PayAt, AmountDue: b.AmountDue(at),
 		ExpiresAt: b.ExpiresAt, ChargeID: b.ChargeID, PaidAt: UTCPtr(b.PaidAt), ConfirmedAt: UTCPtr(b.ConfirmedAt),
-		ConfirmedAmount: b.ConfirmedAmount, PaidElsewhereAmount: b.PaidOutside, ReceivedAt: b.ReceivedAt, UpdatedAt: b.UpdatedAt}
+		ConfirmedAmount: b.ConfirmedAmount, PaidElsewhereAmount: b.PaidOutside, ReceivedAt: b.ReceivedAt, UpdatedAt: b.UpdatedAt,
+		PaymentDocumentID: orNull(b.PaymentDocumentID), ServiceID: orNull(b.ServiceID), Period: orNull(b.Period),
+		SupplierINN: orNull(b.Supplier.INN), SupplierKPP: orNull(b.Supplier.KPP), SupplierName: orNull(b.Supplier.Name)}
 	if b.DiscountDeadline != nil {
 		d := b.DiscountDeadline.String()
 		out.DiscountDeadline = &d

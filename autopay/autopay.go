@@ -84,13 +84,14 @@ func (a *Autopay) Push(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, i
 	if err != nil {
 		return enrollments.Bill{}, false, err
 	}
+	in = in.Canonical()
 	// A bill already stored is answered from the store before the bill is
 	// validated: one accepted under an older rule (a UIN check digit
 	// computed differently) replays instead of turning into a 400.
 	_, err = a.Enrollments.GetBill(ctx, tx, e.ID, in.BillID)
 	switch {
 	case errors.Is(err, enrollments.ErrBillNotFound):
-		if err := in.Validate(e.Kind, a.Clock.Now()); err != nil {
+		if err := in.ValidateFor(e.Kind, e.AccountRef, a.Clock.Now()); err != nil {
 			return enrollments.Bill{}, false, err
 		}
 	case err != nil:
@@ -106,9 +107,21 @@ func (a *Autopay) Push(ctx context.Context, tx pgx.Tx, enrollmentID uuid.UUID, i
 
 // byIdentity orders bills by their identities: a transaction that claims
 // several claims them in this order, so that two cannot deadlock on the
-// identity index.
+// identity index. A bill with a payment document is ordered by its
+// document's identity, which its copies under other bill ids share, so
+// that two transactions claiming copies of it meet there first. (A
+// charge's two claims are checked in the indexes' order, not this one: a
+// deadlock that ordering leaves possible, across two documents each
+// claimed in both transactions, is broken by PostgreSQL failing one
+// transaction, whose work is done again.)
 func byIdentity(bills []enrollments.Bill) {
-	slices.SortStableFunc(bills, func(x, y enrollments.Bill) int { return strings.Compare(x.Identity, y.Identity) })
+	key := func(b enrollments.Bill) string {
+		if b.DocumentIdentity != "" {
+			return b.DocumentIdentity
+		}
+		return b.Identity
+	}
+	slices.SortStableFunc(bills, func(x, y enrollments.Bill) int { return strings.Compare(key(x), key(y)) })
 }
 
 // ChargeIfDue creates the charge of a scheduled bill whose pay_at has come
@@ -129,7 +142,7 @@ func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollmen
 	n := charges.NewBillCharge{EnrollmentID: e.ID, CustomerID: e.CustomerID, BillID: b.BillID, Due: b.PayAt,
 		Amount: b.Amount, Currency: e.Currency, Gateway: e.PaymentMethod.Gateway, Token: e.PaymentMethod.Token,
 		MaxAmount: e.MaxAmount, PayUntil: a.Rules.LastStart(b.ExpiresAt),
-		Identity: b.Identity}
+		Identity: b.Identity, DocumentIdentity: b.DocumentIdentity}
 	if b.ConfirmedAmount != nil {
 		n.ConfirmedAmount = *b.ConfirmedAmount
 	}
@@ -217,15 +230,30 @@ func (a *Autopay) sourceReported(ctx context.Context, tx pgx.Tx, b enrollments.B
 }
 
 // sourcePaid records what a housing bill's source reports paid against it
-// outside rebill (paid, more than recorded so far), in tx with the
-// enrollment locked: in full, the bill is paid elsewhere and its waiting
-// charge voided; in part, its charge's next attempt is for the rest. A
-// bill whose charge may hold money (a hold or a capture under way) is
-// left as it is: what the source reports may be that very payment, and a
-// later pull reports it again.
-func (a *Autopay) sourcePaid(ctx context.Context, tx pgx.Tx, b enrollments.Bill, paid int64) error {
+// (reported), in tx with the enrollment locked. The report comes back
+// through the source with rebill's own payments in it, so what was paid
+// outside rebill is reported less what rebill's charges of the bill's
+// copies (every enrollment's) captured; above what is recorded so far: in
+// full, the bill is paid elsewhere and its waiting charge voided; in
+// part, its charge's next attempt is for the rest. A bill one of whose
+// copies' charges may hold money (a hold or a capture under way) is left
+// as it is: what the source reports may be that very payment, and a later
+// pull reports it again.
+func (a *Autopay) sourcePaid(ctx context.Context, tx pgx.Tx, b enrollments.Bill, reported int64) error {
 	switch b.Status {
 	case enrollments.BillPaid, enrollments.BillPaidElsewhere, enrollments.BillWithdrawn, enrollments.BillExpired:
+		return nil
+	}
+	copies, err := a.Enrollments.CopyCharges(ctx, tx, b.Identities())
+	if err != nil {
+		return err
+	}
+	own, inFlight, err := charges.OwnPayments(ctx, tx, copies)
+	if err != nil || inFlight {
+		return err
+	}
+	paid := reported - own
+	if paid <= b.PaidOutside {
 		return nil
 	}
 	var c *charges.Charge

@@ -66,7 +66,8 @@ func (a *Autopay) releaseIdentities(ctx context.Context, now time.Time, batch in
 		for _, r := range due {
 			released := false
 			err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) (err error) {
-				held := enrollments.Released{ChargeID: r.ChargeID, EnrollmentID: r.EnrollmentID, Identity: r.Identity}
+				held := enrollments.Released{ChargeID: r.ChargeID, EnrollmentID: r.EnrollmentID, Identity: r.Identity,
+					DocumentIdentity: r.DocumentIdentity}
 				_, released, err = a.Enrollments.ReleaseIdentity(ctx, tx, held, a.Charges.ReleaseIdentity, now)
 				return err
 			})

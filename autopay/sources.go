@@ -109,6 +109,13 @@ type devBill struct {
 	STS              string     `json:"sts,omitempty"`
 	DriverLicense    string     `json:"driver_license,omitempty"`
 	Received         *time.Time `json:"-"`
+	// A housing bill's GIS ZhKKh identifiers and supplier.
+	PaymentDocumentID string `json:"payment_document_id,omitempty"`
+	ServiceID         string `json:"service_id,omitempty"`
+	Period            string `json:"period,omitempty"`
+	SupplierINN       string `json:"supplier_inn,omitempty"`
+	SupplierKPP       string `json:"supplier_kpp,omitempty"`
+	SupplierName      string `json:"supplier_name,omitempty"`
 }
 
 // accountKey is the account a published bill is filed under.
@@ -126,7 +133,9 @@ func accountKey(ref enrollments.AccountRef) string {
 // id again for the same account keeps the first (returns false).
 func (s DevSource) Publish(ctx context.Context, tx pgx.Tx, b SourcedBill, now time.Time) (bool, error) {
 	row := devBill{BillID: b.Bill.BillID, Amount: b.Bill.Amount, IssuedAt: b.Bill.IssuedAt, DueDate: b.Bill.DueDate.String(),
-		DiscountedAmount: b.Bill.DiscountedAmount, ELS: b.Account.ELS, STS: b.Account.STS, DriverLicense: b.Account.DriverLicense}
+		DiscountedAmount: b.Bill.DiscountedAmount, ELS: b.Account.ELS, STS: b.Account.STS, DriverLicense: b.Account.DriverLicense,
+		PaymentDocumentID: b.Bill.PaymentDocumentID, ServiceID: b.Bill.ServiceID, Period: b.Bill.Period,
+		SupplierINN: b.Bill.Supplier.INN, SupplierKPP: b.Bill.Supplier.KPP, SupplierName: b.Bill.Supplier.Name}
 	if b.Bill.DiscountDeadline != nil {
 		d := b.Bill.DiscountDeadline.String()
 		row.DiscountDeadline = &d
@@ -212,7 +221,8 @@ func decodeDevBill(raw []byte) (SourcedBill, string, error) {
 	}
 	b := SourcedBill{Account: enrollments.AccountRef{ELS: row.ELS, STS: row.STS, DriverLicense: row.DriverLicense},
 		Bill: enrollments.BillInput{BillID: row.BillID, Amount: row.Amount, IssuedAt: row.IssuedAt, DueDate: due,
-			DiscountedAmount: row.DiscountedAmount}}
+			DiscountedAmount: row.DiscountedAmount, PaymentDocumentID: row.PaymentDocumentID, ServiceID: row.ServiceID,
+			Period: row.Period, Supplier: enrollments.Supplier{INN: row.SupplierINN, KPP: row.SupplierKPP, Name: row.SupplierName}}}
 	if row.DiscountDeadline != nil {
 		d, err := enrollments.ParseDate(*row.DiscountDeadline)
 		if err != nil {

@@ -91,6 +91,9 @@ type NewBillCharge struct {
 	// enrollment carries it: the charge claims it on insert, and no other
 	// charge may hold it until it is released.
 	Identity string
+	// DocumentIdentity, when set, is the bill's second identity (its
+	// payment document), claimed and released with Identity.
+	DocumentIdentity string
 }
 
 // ErrIdentityHeld: another enrollment's charge holds the bill's identity
@@ -113,7 +116,8 @@ func (e *IdentityHeldError) Unwrap() error { return ErrIdentityHeld }
 
 // CreateForBill creates the charge of a bill, or returns the one it has
 // (created false): one charge per enrollment and bill id, whoever asks.
-// A new charge claims n.Identity: when another charge holds it, nothing
+// A new charge claims n.Identity (and n.DocumentIdentity, when set): when
+// another charge holds either, nothing
 // is created and the error is a *IdentityHeldError. Two transactions
 // inserting one identity serialise on the unique index (the second waits
 // for the first to commit, then finds it); callers inserting several
@@ -158,13 +162,14 @@ func createForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Tim
 	// identity both insert nothing, and which one it was is looked up.
 	c, err := scan(tx.QueryRow(ctx, `INSERT INTO charges (id, enrollment_id, customer_id, period_key, period_start, amount,
 			currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, full_amount, discount_until,
-			registry_uin, max_amount, confirmed_amount, pay_until, bill_identity, identity_held, paid_outside, source_paid)
+			registry_uin, max_amount, confirmed_amount, pay_until, bill_identity, identity_held, paid_outside, source_paid,
+			document_identity)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, ARRAY[$11::timestamptz], $12, $13, $14, $15, $16, $17,
-			$18::text, $18::text IS NOT NULL, $19, $20)
+			$18::text, $18::text IS NOT NULL, $19, $20, NULLIF($21, ''))
 		ON CONFLICT DO NOTHING
 		RETURNING `+columns, id, n.EnrollmentID, n.CustomerID, n.BillID, n.Due, n.Amount, n.Currency, n.Gateway, n.Token,
 		string(Scheduled), now, full, n.DiscountUntil, uin, nonZero(n.MaxAmount), nonZero(n.ConfirmedAmount), payUntil(n.PayUntil),
-		identity, n.PaidOutside, n.SourcePaid))
+		identity, n.PaidOutside, n.SourcePaid, n.DocumentIdentity))
 	if errors.Is(err, ErrNotFound) {
 		existing, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM charges WHERE enrollment_id = $1 AND period_key = $2`,
 			n.EnrollmentID, n.BillID))
@@ -172,8 +177,9 @@ func createForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Tim
 			return existing, false, err
 		}
 		held := &IdentityHeldError{}
-		err = tx.QueryRow(ctx, `SELECT id, enrollment_id FROM charges WHERE bill_identity = $1 AND identity_held`, n.Identity).
-			Scan(&held.ChargeID, &held.EnrollmentID)
+		err = tx.QueryRow(ctx, `SELECT id, enrollment_id FROM charges
+			WHERE (bill_identity = $1 OR document_identity = NULLIF($2, '')) AND identity_held ORDER BY id LIMIT 1`,
+			n.Identity, n.DocumentIdentity).Scan(&held.ChargeID, &held.EnrollmentID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return Charge{}, false, errIdentityReleased
 		}

@@ -48,10 +48,14 @@ type HeldIdentity struct {
 	ChargeID     uuid.UUID
 	EnrollmentID uuid.UUID
 	Identity     string
+	// DocumentIdentity is the second identity the charge holds with
+	// Identity (NewBillCharge.DocumentIdentity), "" for none.
+	DocumentIdentity string
 }
 
-// CopiesWaiting tells which of identities have a copy of their bill
-// waiting to be paid by another enrollment: the bills' owner answers.
+// CopiesWaiting tells which of identities (bill and document identities)
+// have a copy of their bill waiting to be paid by another enrollment: the
+// bills' owner answers.
 type CopiesWaiting func(ctx context.Context, identities []string) (map[string]bool, error)
 
 // Releasable lists up to limit identities, in identity order, whose
@@ -65,7 +69,8 @@ func Releasable(ctx context.Context, db DBTX, limit int, waiting CopiesWaiting) 
 	var out []HeldIdentity
 	after := ""
 	for len(out) < limit {
-		rows, err := db.Query(ctx, `SELECT c.id, c.enrollment_id, c.bill_identity, c.status = $3 FROM charges c
+		rows, err := db.Query(ctx, `SELECT c.id, c.enrollment_id, c.bill_identity, coalesce(c.document_identity, ''),
+				c.status = $3 FROM charges c
 			WHERE `+releasableSQL("true")+` AND c.bill_identity > $1 ORDER BY c.bill_identity LIMIT $2`,
 			after, limit, Failed)
 		if err != nil {
@@ -77,7 +82,7 @@ func Releasable(ctx context.Context, db DBTX, limit int, waiting CopiesWaiting) 
 		}
 		page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (candidate, error) {
 			var c candidate
-			err := row.Scan(&c.ChargeID, &c.EnrollmentID, &c.Identity, &c.failed)
+			err := row.Scan(&c.ChargeID, &c.EnrollmentID, &c.Identity, &c.DocumentIdentity, &c.failed)
 			return c, err
 		})
 		if err != nil {
@@ -90,6 +95,9 @@ func Releasable(ctx context.Context, db DBTX, limit int, waiting CopiesWaiting) 
 		for _, c := range page {
 			if c.failed {
 				failed = append(failed, c.Identity)
+				if c.DocumentIdentity != "" {
+					failed = append(failed, c.DocumentIdentity)
+				}
 			}
 		}
 		copies := map[string]bool{}
@@ -99,7 +107,7 @@ func Releasable(ctx context.Context, db DBTX, limit int, waiting CopiesWaiting) 
 			}
 		}
 		for _, c := range page {
-			if (!c.failed || copies[c.Identity]) && len(out) < limit {
+			if (!c.failed || copies[c.Identity] || copies[c.DocumentIdentity]) && len(out) < limit {
 				out = append(out, c.HeldIdentity)
 			}
 		}

@@ -252,3 +252,21 @@ func (s *Store) RepriceOutside(ctx context.Context, tx pgx.Tx, id uuid.UUID, pai
 	}
 	return nil
 }
+
+// OwnPayments tells what rebill itself paid through the charges ids (the
+// charges of every copy of one bill, across enrollments): captured is what
+// the succeeded ones captured, and inFlight whether one may hold money
+// whose fate is not settled (a hold, a capture under way, an unknown
+// outcome, a review). A housing source's paid_amount reports what the
+// supplier received, rebill's own payments included: what was paid
+// outside rebill is the rest.
+func OwnPayments(ctx context.Context, db DBTX, ids []uuid.UUID) (captured int64, inFlight bool, err error) {
+	err = db.QueryRow(ctx, `SELECT coalesce(sum(amount) FILTER (WHERE status = $2), 0)::bigint,
+			coalesce(bool_or(NOT (status = ANY($3))), false)
+		FROM charges WHERE id = ANY($1)`,
+		ids, string(Succeeded), texts([]Status{Scheduled, Declined, Failed, Voided, Succeeded})).Scan(&captured, &inFlight)
+	if err != nil {
+		return 0, false, fmt.Errorf("rebill's own payments of a bill: %w", err)
+	}
+	return captured, inFlight, nil
+}

@@ -3,9 +3,12 @@ package enrollments
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/rebill/rebill/platform/pg"
 )
 
 // PaidOutside records what the check before a hold of the charge
@@ -67,12 +70,14 @@ func (st *Store) SourceReported(ctx context.Context, tx pgx.Tx, b Bill, paid int
 		b.ID, paid, texts(open...)))
 }
 
-// CopiesPaidElsewhere marks the copies of identity that never had a
-// charge (duplicates) paid elsewhere, as paid, when the copy that was
-// being paid was found paid outside rebill: it is one bill.
-func (st *Store) CopiesPaidElsewhere(ctx context.Context, tx pgx.Tx, identity string, paid int64) error {
-	copies, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills WHERE identity = $1 AND status = $2
-		AND charge_id IS NULL ORDER BY id`, identity, string(BillDuplicate)))
+// CopiesPaidElsewhere marks the copies of identities (a bill's Identity
+// and DocumentIdentity) that never had a charge (duplicates) paid
+// elsewhere, as paid, when the copy that was being paid was found paid
+// outside rebill: it is one bill.
+func (st *Store) CopiesPaidElsewhere(ctx context.Context, tx pgx.Tx, identities []string, paid int64) error {
+	copies, err := collectBills(tx.Query(ctx, `SELECT `+billColumns+` FROM bills
+		WHERE (identity = ANY($1) OR document_identity = ANY($1)) AND status = $2
+		AND charge_id IS NULL ORDER BY id`, identities, string(BillDuplicate)))
 	if err != nil {
 		return err
 	}
@@ -83,4 +88,20 @@ func (st *Store) CopiesPaidElsewhere(ctx context.Context, tx pgx.Tx, identity st
 		}
 	}
 	return nil
+}
+
+// CopyCharges returns the charges of every copy of the bill with
+// identities (its Identity and DocumentIdentity), across enrollments: what
+// rebill itself may have paid of it (charges.OwnPayments).
+func (st *Store) CopyCharges(ctx context.Context, db pg.DBTX, identities []string) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, `SELECT charge_id FROM bills WHERE identity = ANY($1) AND charge_id IS NOT NULL
+		UNION SELECT charge_id FROM bills WHERE document_identity = ANY($1) AND charge_id IS NOT NULL`, identities)
+	if err != nil {
+		return nil, fmt.Errorf("charges of a bill's copies: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("charges of a bill's copies: %w", err)
+	}
+	return ids, nil
 }

@@ -126,6 +126,19 @@ func Identity(kind Kind, ref AccountRef, billID string) string {
 	return "els:" + ref.ELS + ":" + billID
 }
 
+// DocumentIdentity is the second identity of a housing bill that names
+// its payment document (canonical ИПД): the document is paid once across
+// the service, whichever account and bill id its copies came under. ""
+// without one. A bill's charge claims both identities, so a copy of the
+// bill without the document (same account and bill id) and a copy under
+// another bill id with the document each find one of them held.
+func DocumentIdentity(paymentDocumentID string) string {
+	if paymentDocumentID == "" {
+		return ""
+	}
+	return "ipd:" + paymentDocumentID
+}
+
 // Bill is one amount owed by an enrollment's payer.
 type Bill struct {
 	ID               uuid.UUID
@@ -162,6 +175,24 @@ type Bill struct {
 	// SourcePaid is what a fine's source last reported paid against it
 	// (SourceReported): never counted, it only has the registry asked.
 	SourcePaid int64
+	// PaymentDocumentID, ServiceID, Period and Supplier are a housing
+	// bill's GIS ZhKKh identifiers as first stored ("" when not given).
+	PaymentDocumentID string
+	ServiceID         string
+	Period            string
+	Supplier          Supplier
+	// DocumentIdentity is the bill's second identity (DocumentIdentity),
+	// "" without a payment document.
+	DocumentIdentity string
+}
+
+// Identities are the identities b claims: its Identity, and its
+// DocumentIdentity when it names a payment document.
+func (b Bill) Identities() []string {
+	if b.DocumentIdentity == "" {
+		return []string{b.Identity}
+	}
+	return []string{b.Identity, b.DocumentIdentity}
 }
 
 // DiscountEnds is the end of the discount deadline's day, nil without a
@@ -202,14 +233,22 @@ func (b Bill) overCap(e Enrollment, t time.Time) bool {
 func (b Bill) sameContent(in BillInput) bool {
 	sameDate := func(a, c *Date) bool { return (a == nil) == (c == nil) && (a == nil || a.String() == c.String()) }
 	sameAmount := func(a, c *int64) bool { return (a == nil) == (c == nil) && (a == nil || *a == *c) }
+	// An identifier that one of the two leaves out is no difference: a
+	// copy of the bill with or without its GIS ZhKKh identifiers is the
+	// bill, and the first copy's stand.
+	sameText := func(a, c string) bool { return a == "" || c == "" || a == c }
 	return b.Amount == in.Amount && b.IssuedAt.Equal(in.IssuedAt.Truncate(time.Microsecond)) &&
 		b.DueDate.String() == in.DueDate.String() && sameDate(b.DiscountDeadline, in.DiscountDeadline) &&
-		sameAmount(b.DiscountedAmount, in.DiscountedAmount)
+		sameAmount(b.DiscountedAmount, in.DiscountedAmount) && sameText(b.PaymentDocumentID, in.PaymentDocumentID) &&
+		sameText(b.ServiceID, in.ServiceID) && sameText(b.Period, in.Period) && sameText(b.Supplier.INN, in.Supplier.INN) &&
+		sameText(b.Supplier.KPP, in.Supplier.KPP) && sameText(b.Supplier.Name, in.Supplier.Name)
 }
 
 const billColumns = `id, enrollment_id, customer_id, bill_id, amount, discounted_amount, discount_deadline, issued_at, due_date,
 	status, pay_at, expires_at, confirmed_at, charge_id, paid_at, received_at, updated_at, confirmed_amount, paid_amount,
-	identity, paid_by_enrollment_id, paid_outside, source_paid`
+	identity, paid_by_enrollment_id, paid_outside, source_paid, coalesce(payment_document_id, ''), coalesce(service_id, ''),
+	coalesce(period, ''), coalesce(supplier_inn, ''), coalesce(supplier_kpp, ''), coalesce(supplier_name, ''),
+	coalesce(document_identity, '')`
 
 func scanBill(row pgx.Row) (Bill, error) {
 	var b Bill
@@ -217,7 +256,8 @@ func scanBill(row pgx.Row) (Bill, error) {
 	var due time.Time
 	err := row.Scan(&b.ID, &b.EnrollmentID, &b.CustomerID, &b.BillID, &b.Amount, &b.DiscountedAmount, &deadline, &b.IssuedAt,
 		&due, &b.Status, &b.PayAt, &b.ExpiresAt, &b.ConfirmedAt, &b.ChargeID, &b.PaidAt, &b.ReceivedAt, &b.UpdatedAt,
-		&b.ConfirmedAmount, &b.PaidAmount, &b.Identity, &b.PaidByEnrollmentID, &b.PaidOutside, &b.SourcePaid)
+		&b.ConfirmedAmount, &b.PaidAmount, &b.Identity, &b.PaidByEnrollmentID, &b.PaidOutside, &b.SourcePaid,
+		&b.PaymentDocumentID, &b.ServiceID, &b.Period, &b.Supplier.INN, &b.Supplier.KPP, &b.Supplier.Name, &b.DocumentIdentity)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Bill{}, ErrBillNotFound
 	}
@@ -302,11 +342,15 @@ func (st *Store) Push(ctx context.Context, tx pgx.Tx, e Enrollment, in BillInput
 		return Bill{}, false, fmt.Errorf("new bill id: %w", err)
 	}
 	b, err := scanBill(tx.QueryRow(ctx, `INSERT INTO bills (id, enrollment_id, customer_id, bill_id, amount, discounted_amount,
-			discount_deadline, issued_at, due_date, status, pay_at, expires_at, received_at, updated_at, identity)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13, $14)
+			discount_deadline, issued_at, due_date, status, pay_at, expires_at, received_at, updated_at, identity,
+			payment_document_id, service_id, period, supplier_inn, supplier_kpp, supplier_name, document_identity)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13, $14,
+			NULLIF($15, ''), NULLIF($16, ''), NULLIF($17, ''), NULLIF($18, ''), NULLIF($19, ''), NULLIF($20, ''), NULLIF($21, ''))
 		ON CONFLICT (enrollment_id, bill_id) DO NOTHING
 		RETURNING `+billColumns, id, e.ID, e.CustomerID, in.BillID, in.Amount, in.DiscountedAmount, dateOrNil(in.DiscountDeadline),
-		in.IssuedAt, in.DueDate.Time(), status, plan.PayAt, plan.ExpiresAt, now, Identity(e.Kind, e.AccountRef, in.BillID)))
+		in.IssuedAt, in.DueDate.Time(), status, plan.PayAt, plan.ExpiresAt, now, Identity(e.Kind, e.AccountRef, in.BillID),
+		in.PaymentDocumentID, in.ServiceID, in.Period, in.Supplier.INN, in.Supplier.KPP, in.Supplier.Name,
+		DocumentIdentity(in.PaymentDocumentID)))
 	if err != nil {
 		return Bill{}, false, fmt.Errorf("insert bill: %w", err)
 	}

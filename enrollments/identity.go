@@ -65,17 +65,30 @@ type Released struct {
 	ChargeID     uuid.UUID
 	EnrollmentID uuid.UUID
 	Identity     string
+	// DocumentIdentity is the charge's second identity (DocumentIdentity),
+	// "" for none.
+	DocumentIdentity string
 }
 
-// CopiesWaiting tells which of identities have a copy of their bill
-// waiting to be paid: a duplicate that never had a charge, of an
-// enrollment not cancelled. A failed charge lets go of its bill's
-// identity only to such a copy (charges.Releasable asks it): otherwise a
-// fine another enrollment would pay stays unpaid behind a card that
-// cannot pay it.
+// identities are the identities r's charge holds.
+func (r Released) identities() []string {
+	if r.DocumentIdentity == "" {
+		return []string{r.Identity}
+	}
+	return []string{r.Identity, r.DocumentIdentity}
+}
+
+// CopiesWaiting tells which of identities (a bill's Identity or its
+// DocumentIdentity) have a copy of their bill waiting to be paid: a
+// duplicate that never had a charge, of an enrollment not cancelled. A
+// failed charge lets go of its bill's identity only to such a copy
+// (charges.Releasable asks it): otherwise a fine another enrollment would
+// pay stays unpaid behind a card that cannot pay it.
 func (st *Store) CopiesWaiting(ctx context.Context, db pg.DBTX, identities []string) (map[string]bool, error) {
-	rows, err := db.Query(ctx, `SELECT DISTINCT o.identity FROM bills o JOIN enrollments oe ON oe.id = o.enrollment_id
-		WHERE o.identity = ANY($1) AND o.status = $2 AND o.charge_id IS NULL AND oe.status <> $3`,
+	rows, err := db.Query(ctx, `SELECT o.identity FROM bills o JOIN enrollments oe ON oe.id = o.enrollment_id
+		WHERE o.identity = ANY($1) AND o.status = $2 AND o.charge_id IS NULL AND oe.status <> $3
+		UNION SELECT o.document_identity FROM bills o JOIN enrollments oe ON oe.id = o.enrollment_id
+		WHERE o.document_identity = ANY($1) AND o.status = $2 AND o.charge_id IS NULL AND oe.status <> $3`,
 		identities, string(BillDuplicate), string(Cancelled))
 	if err != nil {
 		return nil, fmt.Errorf("copies of bills waiting to pay: %w", err)
@@ -108,7 +121,7 @@ type LetGo func(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, copyWaiting 
 // every change of a bill does. Returns the promoted copy (nil for none)
 // and whether the identity was released.
 func (st *Store) ReleaseIdentity(ctx context.Context, tx pgx.Tx, r Released, letGo LetGo, now time.Time) (*Bill, bool, error) {
-	next, err := st.nextCopy(ctx, tx, r.Identity, now)
+	next, err := st.nextCopy(ctx, tx, r.identities(), now)
 	if err != nil {
 		return nil, false, err
 	}
@@ -127,11 +140,11 @@ func (st *Store) ReleaseIdentity(ctx context.Context, tx pgx.Tx, r Released, let
 		}
 		locked[id] = e
 	}
-	copies, err := st.CopiesWaiting(ctx, tx, []string{r.Identity})
+	copies, err := st.CopiesWaiting(ctx, tx, r.identities())
 	if err != nil {
 		return nil, false, err
 	}
-	released, err := letGo(ctx, tx, r.ChargeID, copies[r.Identity], now)
+	released, err := letGo(ctx, tx, r.ChargeID, copies[r.Identity] || copies[r.DocumentIdentity], now)
 	if err != nil || !released {
 		return nil, false, err
 	}
@@ -142,7 +155,7 @@ func (st *Store) ReleaseIdentity(ctx context.Context, tx pgx.Tx, r Released, let
 		return nil, false, err
 	case bill.Status == BillPaidElsewhere:
 		// The bill was paid outside rebill: so were its other copies.
-		return nil, true, st.CopiesPaidElsewhere(ctx, tx, bill.Identity, bill.PaidOutside)
+		return nil, true, st.CopiesPaidElsewhere(ctx, tx, bill.Identities(), bill.PaidOutside)
 	default:
 		_, err = st.moveBill(ctx, tx, bill.ID, []BillStatus{BillScheduled, BillPaying, BillFailed}, BillDuplicate,
 			BillEventDuplicate, `paid_by_enrollment_id = NULL`)
@@ -173,13 +186,14 @@ func (st *Store) ReleaseIdentity(ctx context.Context, tx pgx.Tx, r Released, let
 	return &promoted, true, nil
 }
 
-// nextCopy is the oldest copy of identity that never had a charge and may
-// still be paid at now, or nil.
-func (st *Store) nextCopy(ctx context.Context, tx pgx.Tx, identity string, now time.Time) (*Bill, error) {
+// nextCopy is the oldest copy, of one of identities (a bill's Identity
+// or DocumentIdentity), that never had a charge and may still be paid at
+// now, or nil.
+func (st *Store) nextCopy(ctx context.Context, tx pgx.Tx, identities []string, now time.Time) (*Bill, error) {
 	b, err := scanBill(tx.QueryRow(ctx, `SELECT `+billColumns+` FROM bills b
-		WHERE identity = $1 AND status = $2 AND charge_id IS NULL AND expires_at > $3
+		WHERE (identity = ANY($1) OR document_identity = ANY($1)) AND status = $2 AND charge_id IS NULL AND expires_at > $3
 		  AND EXISTS (SELECT 1 FROM enrollments e WHERE e.id = b.enrollment_id AND e.status <> $4)
-		ORDER BY received_at, id LIMIT 1`, identity, string(BillDuplicate), now, string(Cancelled)))
+		ORDER BY received_at, id LIMIT 1`, identities, string(BillDuplicate), now, string(Cancelled)))
 	if errors.Is(err, ErrBillNotFound) {
 		return nil, nil
 	}

@@ -347,6 +347,13 @@ type BillInput struct {
 	DueDate          Date
 	DiscountDeadline *Date
 	DiscountedAmount *int64
+	// PaymentDocumentID (ИПД), ServiceID (ИЖКУ), Period (YYYY-MM) and
+	// Supplier are a housing bill's GIS ZhKKh identifiers (housing.go),
+	// each optional.
+	PaymentDocumentID string
+	ServiceID         string
+	Period            string
+	Supplier          Supplier
 }
 
 // Validate checks a bill for an enrollment of kind at now. Returns nil or
@@ -395,5 +402,6 @@ func (b BillInput) Validate(kind Kind, now time.Time) error {
 			errs.Add("discount_deadline", "must not be after due_date")
 		}
 	}
+	b.validateHousing(&errs, kind, now)
 	return errs.Err()
 }

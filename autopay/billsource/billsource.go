@@ -135,8 +135,19 @@ type Bill struct {
 	DiscountDeadline *string   `json:"discount_deadline,omitempty"`
 	IssuedAt         time.Time `json:"issued_at"`
 	DueDate          string    `json:"due_date"`
-	// PaidAmount is what the source knows was paid outside rebill.
+	// PaidAmount is what the source knows was paid against the bill. It
+	// may include rebill's own payments (the supplier reports every
+	// payment back): rebill subtracts its own captures of a housing bill
+	// and never counts a fine's figure by itself.
 	PaidAmount int64 `json:"paid_amount,omitempty"`
+	// A housing bill's GIS ZhKKh identifiers and supplier, each optional
+	// (enrollments.BillInput).
+	PaymentDocumentID string `json:"payment_document_id,omitempty"`
+	ServiceID         string `json:"service_id,omitempty"`
+	Period            string `json:"period,omitempty"`
+	SupplierINN       string `json:"supplier_inn,omitempty"`
+	SupplierKPP       string `json:"supplier_kpp,omitempty"`
+	SupplierName      string `json:"supplier_name,omitempty"`
 }
 
 // QueryResponse is the body of a 200 answer.
@@ -321,7 +332,8 @@ func toSourced(b Bill) (autopay.SourcedBill, error) {
 		errs = append(errs, fmt.Errorf("due_date: %w", err))
 	}
 	in := enrollments.BillInput{BillID: b.BillID, Amount: b.Amount, IssuedAt: b.IssuedAt, DueDate: due,
-		DiscountedAmount: b.DiscountedAmount}
+		DiscountedAmount: b.DiscountedAmount, PaymentDocumentID: b.PaymentDocumentID, ServiceID: b.ServiceID, Period: b.Period,
+		Supplier: enrollments.Supplier{INN: b.SupplierINN, KPP: b.SupplierKPP, Name: b.SupplierName}}
 	if b.DiscountDeadline != nil {
 		d, err := enrollments.ParseDate(*b.DiscountDeadline)
 		if err != nil {
