@@ -293,7 +293,7 @@ type billRequest struct {
 	DueDate          string     `json:"due_date"`
 	DiscountDeadline *string    `json:"discount_deadline"`
 	DiscountedAmount *int64     `json:"discounted_amount"`
-	// A housing bill's GIS ZhKKh identifiers and supplier, each optional.
+	// A housing bill's GIS ZhKH identifiers and supplier, each optional.
 	PaymentDocumentID string `json:"payment_document_id"`
 	ServiceID         string `json:"service_id"`
 	Period            string `json:"period"`

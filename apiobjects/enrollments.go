@@ -80,7 +80,7 @@ type Bill struct {
 	// PaidByEnrollmentID: on a duplicate, the enrollment whose copy is
 	// paid; set for staff only (FromBill leaves it out).
 	PaidByEnrollmentID *uuid.UUID `json:"paid_by_enrollment_id,omitempty"`
-	// A housing bill's GIS ZhKKh identifiers and supplier as first
+	// A housing bill's GIS ZhKH identifiers and supplier as first
 	// stored; null when not given.
 	PaymentDocumentID *string `json:"payment_document_id"`
 	ServiceID         *string `json:"service_id"`

@@ -23,7 +23,7 @@ const (
 )
 
 // withDocument is the housing bill id with its payment document and the
-// rest of its GIS ZhKKh identifiers.
+// rest of its GIS ZhKH identifiers.
 func withDocument(t *testing.T, id string) enrollments.BillInput {
 	in := housing(t, id, housingBill, housingDue)
 	in.PaymentDocumentID, in.ServiceID, in.Period = paymentDoc, serviceID, "2027-02"

@@ -71,7 +71,7 @@ type SourceInfo struct {
 	RereadWindow time.Duration
 }
 
-// BillSource is where one kind's bills are published (GIS ZhKKh for
+// BillSource is where one kind's bills are published (GIS ZhKH for
 // housing, GIS GMP for fines). Each published bill has a sequence number
 // that grows with publication; rebill keeps a cursor over it per source
 // (see Autopay.Pull) and stores each bill once however often it is read,
@@ -109,7 +109,7 @@ type devBill struct {
 	STS              string     `json:"sts,omitempty"`
 	DriverLicense    string     `json:"driver_license,omitempty"`
 	Received         *time.Time `json:"-"`
-	// A housing bill's GIS ZhKKh identifiers and supplier.
+	// A housing bill's GIS ZhKH identifiers and supplier.
 	PaymentDocumentID string `json:"payment_document_id,omitempty"`
 	ServiceID         string `json:"service_id,omitempty"`
 	Period            string `json:"period,omitempty"`

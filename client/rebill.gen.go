@@ -1191,7 +1191,7 @@ func (e GetDailyReportParamsFormat) Valid() bool {
 	}
 }
 
-// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
+// AccountRef Housing: the single personal account number (ELS) of GIS ZhKH, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
 type AccountRef struct {
 	union json.RawMessage
 }
@@ -1284,12 +1284,30 @@ type Bill struct {
 	PaidElsewhereAmount int `json:"paid_elsewhere_amount"`
 
 	// PayAt When the bill is (or would be) charged.
-	PayAt      time.Time `json:"pay_at"`
+	PayAt time.Time `json:"pay_at"`
+
+	// PaymentDocumentId The payment document identifier (ИПД) the bill was first stored with, in its canonical spelling; null without one (`BillPush`).
+	PaymentDocumentId *string `json:"payment_document_id"`
+
+	// Period The month billed, `YYYY-MM`; null when not given.
+	Period     *string   `json:"period"`
 	ReceivedAt time.Time `json:"received_at"`
 
+	// ServiceId The housing-and-utility service identifier (ИЖКУ); null without one.
+	ServiceId *string `json:"service_id"`
+
 	// Status `pending`: arrived while the enrollment was paused; `awaiting_confirmation`: `amount_due` above the enrollment's `max_amount`, waiting for the customer's confirm; `awaiting_registry`: a fine waiting for a state payment registry to be configured (decision 26); `scheduled`: charged at `pay_at`; `paying`: its charge is being collected (hold, capture, dunning); `paid` (final); `failed`: its charge failed (a payment-method change retries it while payable); `withdrawn` (final): annulled by the issuer, never charged; `expired` (final): its last payable day passed unpaid; `duplicate`: a copy of a bill another enrollment's copy pays (the same fine, or the same account's bill, enrolled twice: decision 23), never charged here; a copy that never had a charge is scheduled again if that payment is released; `paid_elsewhere` (final): paid in full outside rebill (at a bank, a kiosk, another app), as the state payment registry (fines) or the bill's source (housing) reports; never charged here (decision 34).
-	Status    BillStatus `json:"status"`
-	UpdatedAt time.Time  `json:"updated_at"`
+	Status BillStatus `json:"status"`
+
+	// SupplierInn The supplier's INN; null when not given.
+	SupplierInn *string `json:"supplier_inn"`
+
+	// SupplierKpp The supplier's KPP; null when not given.
+	SupplierKpp *string `json:"supplier_kpp"`
+
+	// SupplierName The supplier's name; null when not given.
+	SupplierName *string   `json:"supplier_name"`
+	UpdatedAt    time.Time `json:"updated_at"`
 }
 
 // BillList defines model for BillList.
@@ -1314,6 +1332,24 @@ type BillPush struct {
 	// DueDate YYYY-MM-DD, Europe/Moscow.
 	DueDate  openapi_types.Date `json:"due_date"`
 	IssuedAt time.Time          `json:"issued_at"`
+
+	// PaymentDocumentId Housing only, optional: the payment document identifier (ИПД) GIS ZhKH gave the bill, 18 characters, the first 10 the account's ELS (Latin look-alike letters read as Cyrillic, e.g. `75ДА533315-01-6011`). A bill that names it is paid once per payment document across every enrollment, and also once per (ELS, `bill_id`): a copy of it without the ИПД is the same bill. A value that does not fit is 400 naming the field and why; leaving it out never blocks a payment. docs/autopay.md names the sources and what is unverified.
+	PaymentDocumentId *string `json:"payment_document_id,omitempty"`
+
+	// Period Housing only, optional: the month billed, `YYYY-MM` (e.g. `2026-11`), within 5 years of now.
+	Period *string `json:"period,omitempty"`
+
+	// ServiceId Housing only, optional: the housing-and-utility service identifier (ИЖКУ), the ELS, `-` and two digits (e.g. `75ДА533315-01`); its ELS must be the enrollment's (400 otherwise).
+	ServiceId *string `json:"service_id,omitempty"`
+
+	// SupplierInn Housing only, optional: the supplier's INN, 10 digits (an organisation) or 12 (an individual entrepreneur) with valid check digits.
+	SupplierInn *string `json:"supplier_inn,omitempty"`
+
+	// SupplierKpp Housing only, optional, with `supplier_inn` of 10 digits: the supplier's KPP, 9 characters: four digits, two digits or capital Latin letters, three digits.
+	SupplierKpp *string `json:"supplier_kpp,omitempty"`
+
+	// SupplierName Housing only, optional: the supplier's name, 1..255 printable characters.
+	SupplierName *string `json:"supplier_name,omitempty"`
 }
 
 // BillStatus `pending`: arrived while the enrollment was paused; `awaiting_confirmation`: `amount_due` above the enrollment's `max_amount`, waiting for the customer's confirm; `awaiting_registry`: a fine waiting for a state payment registry to be configured (decision 26); `scheduled`: charged at `pay_at`; `paying`: its charge is being collected (hold, capture, dunning); `paid` (final); `failed`: its charge failed (a payment-method change retries it while payable); `withdrawn` (final): annulled by the issuer, never charged; `expired` (final): its last payable day passed unpaid; `duplicate`: a copy of a bill another enrollment's copy pays (the same fine, or the same account's bill, enrolled twice: decision 23), never charged here; a copy that never had a charge is scheduled again if that payment is released; `paid_elsewhere` (final): paid in full outside rebill (at a bank, a kiosk, another app), as the state payment registry (fines) or the bill's source (housing) reports; never charged here (decision 34).
@@ -1559,7 +1595,7 @@ type DeliveryList struct {
 
 // DevBillPublish A bill as the simulated source publishes it: the push body plus the account it is for (the enrollment's `account_ref` shape; fines: exactly one of `sts` and `driver_license`).
 type DevBillPublish struct {
-	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
+	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKH, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
 	AccountRef AccountRef `json:"account_ref"`
 	Amount     int        `json:"amount"`
 
@@ -1575,6 +1611,24 @@ type DevBillPublish struct {
 	// DueDate YYYY-MM-DD, Europe/Moscow.
 	DueDate  openapi_types.Date `json:"due_date"`
 	IssuedAt time.Time          `json:"issued_at"`
+
+	// PaymentDocumentId Housing only, optional: the payment document identifier (ИПД) GIS ZhKH gave the bill, 18 characters, the first 10 the account's ELS (Latin look-alike letters read as Cyrillic, e.g. `75ДА533315-01-6011`). A bill that names it is paid once per payment document across every enrollment, and also once per (ELS, `bill_id`): a copy of it without the ИПД is the same bill. A value that does not fit is 400 naming the field and why; leaving it out never blocks a payment. docs/autopay.md names the sources and what is unverified.
+	PaymentDocumentId *string `json:"payment_document_id,omitempty"`
+
+	// Period Housing only, optional: the month billed, `YYYY-MM` (e.g. `2026-11`), within 5 years of now.
+	Period *string `json:"period,omitempty"`
+
+	// ServiceId Housing only, optional: the housing-and-utility service identifier (ИЖКУ), the ELS, `-` and two digits (e.g. `75ДА533315-01`); its ELS must be the enrollment's (400 otherwise).
+	ServiceId *string `json:"service_id,omitempty"`
+
+	// SupplierInn Housing only, optional: the supplier's INN, 10 digits (an organisation) or 12 (an individual entrepreneur) with valid check digits.
+	SupplierInn *string `json:"supplier_inn,omitempty"`
+
+	// SupplierKpp Housing only, optional, with `supplier_inn` of 10 digits: the supplier's KPP, 9 characters: four digits, two digits or capital Latin letters, three digits.
+	SupplierKpp *string `json:"supplier_kpp,omitempty"`
+
+	// SupplierName Housing only, optional: the supplier's name, 1..255 printable characters.
+	SupplierName *string `json:"supplier_name,omitempty"`
 }
 
 // DevBillPublished defines model for DevBillPublished.
@@ -1610,7 +1664,7 @@ type EmptyRequest = map[string]interface{}
 
 // Enrollment An autopay enrollment: a customer's consent to pay one kind of bill (housing bills or traffic fines) automatically, up to `max_amount` per bill without asking.
 type Enrollment struct {
-	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
+	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKH, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
 	AccountRef  AccountRef         `json:"account_ref"`
 	CancelledAt *time.Time         `json:"cancelled_at"`
 	CreatedAt   time.Time          `json:"created_at"`
@@ -1653,7 +1707,7 @@ type EnrollmentKind string
 
 // EnrollmentCreate defines model for EnrollmentCreate.
 type EnrollmentCreate struct {
-	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKKh, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
+	// AccountRef Housing: the single personal account number (ELS) of GIS ZhKH, 10 characters: two digits, two Cyrillic letters, six digits (e.g. `75ДА533315`). Lower case and the Latin capitals drawn like Cyrillic ones (A B E K M H O P C T X Y) are read as the Cyrillic capital and the canonical form is stored and echoed; any other Latin letter is 400 saying why. Fines: an object with `sts` and/or `driver_license`: the vehicle registration certificate (e.g. `77УА123456`) and the driving licence (`77АВ123456` before March 2011, ten digits since), 10 digits and letters once spaces are dropped, stored and echoed in one spelling (capitals; Cyrillic when every letter is Cyrillic or a Latin look-alike; decision 23).
 	AccountRef AccountRef `json:"account_ref"`
 
 	// Currency RUB only (anything else: 400).

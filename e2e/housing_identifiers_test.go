@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// housingBill is a housing bill issued at issued, with its GIS ZhKKh
+// housingBill is a housing bill issued at issued, with its GIS ZhKH
 // identifiers.
 func housingBill(id string, issued time.Time) map[string]any {
 	return map[string]any{"bill_id": id, "amount": 250000, "issued_at": issued.Format(time.RFC3339), "due_date": "2027-03-25",

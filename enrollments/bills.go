@@ -176,7 +176,7 @@ type Bill struct {
 	// (SourceReported): never counted, it only has the registry asked.
 	SourcePaid int64
 	// PaymentDocumentID, ServiceID, Period and Supplier are a housing
-	// bill's GIS ZhKKh identifiers as first stored ("" when not given).
+	// bill's GIS ZhKH identifiers as first stored ("" when not given).
 	PaymentDocumentID string
 	ServiceID         string
 	Period            string
@@ -234,7 +234,7 @@ func (b Bill) sameContent(in BillInput) bool {
 	sameDate := func(a, c *Date) bool { return (a == nil) == (c == nil) && (a == nil || a.String() == c.String()) }
 	sameAmount := func(a, c *int64) bool { return (a == nil) == (c == nil) && (a == nil || *a == *c) }
 	// An identifier that one of the two leaves out is no difference: a
-	// copy of the bill with or without its GIS ZhKKh identifiers is the
+	// copy of the bill with or without its GIS ZhKH identifiers is the
 	// bill, and the first copy's stand.
 	sameText := func(a, c string) bool { return a == "" || c == "" || a == c }
 	return b.Amount == in.Amount && b.IssuedAt.Equal(in.IssuedAt.Truncate(time.Microsecond)) &&

@@ -65,7 +65,7 @@ import (
 type Kind string
 
 const (
-	// Housing pays housing and utility bills (GIS ZhKKh) by the payer's
+	// Housing pays housing and utility bills (GIS ZhKH) by the payer's
 	// single personal account number (ELS).
 	Housing Kind = "housing"
 	// Fines pays traffic fines (GIS GMP) found by the vehicle registration

@@ -85,7 +85,7 @@ func TestCanonicalELS(t *testing.T) {
 
 func TestAccountReferences(t *testing.T) {
 	t.Parallel()
-	require.True(t, enrollments.ValidELS("75ДА533315"), "as GIS ZhKKh issues it")
+	require.True(t, enrollments.ValidELS("75ДА533315"), "as GIS ZhKH issues it")
 	require.False(t, enrollments.ValidELS("75da533315"), "canonical only in capitals")
 	require.False(t, enrollments.ValidELS("12345ABCDE"))
 	require.False(t, enrollments.ValidELS("123456789"))

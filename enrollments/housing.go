@@ -11,11 +11,11 @@ import (
 	"github.com/rebill/rebill/rebilltype"
 )
 
-// The identifiers GIS ZhKKh gives a housing bill, as payers and banks
+// The identifiers GIS ZhKH gives a housing bill, as payers and banks
 // write them, and the supplier it is paid to. Sources:
 //
 //   - The order of Minkomsvyaz No. 589 / Minstroy No. 944/pr of 28.12.2015
-//     sets what identifies a housing payment for GIS ZhKKh; banks passed it
+//     sets what identifies a housing payment for GIS ZhKH; banks passed it
 //     on to payers: the supplier's INN and KPP, and one of the payment
 //     identifiers (kmbank.ru/about/news/news_4.html, 21.09.2016); the
 //     payment document identifier (ИПД) and/or the personal account with
@@ -25,7 +25,7 @@ import (
 //     N ИН-04-45/12 (garant.ru/hotlaw/federal/1184774) recommends the same
 //     details in the payment's purpose.
 //   - ИЖКУ: the ELS, "-", and the two-digit number of the service,
-//     "ЦЦББЦЦЦЦЦЦ-ЦЦ", e.g. 75ДА533315-01 (GIS ZhKKh's coding of the
+//     "ЦЦББЦЦЦЦЦЦ-ЦЦ", e.g. 75ДА533315-01 (GIS ZhKH's coding of the
 //     identifiers, quoted at ow5.ru, "Идентификатор жилищно-коммунальных
 //     услуг").
 //   - ИПД: 18 characters, the first 10 the ELS (128gb.ru, "Платёжные
@@ -33,7 +33,7 @@ import (
 //     source). What characters 11 to 18 are (that page calls 11-13 the
 //     service and 14-18 the payment's number) is unverified in a primary
 //     source: they are only required to be digits, letters or "-".
-//   - The GIS ZhKKh integration schemas carry the same fields:
+//   - The GIS ZhKH integration schemas carry the same fields:
 //     PaymentDocumentID (bills-base), ServiceID (account-base), Year and
 //     Month (base).
 //   - INN: 10 digits for an organisation, 12 for an individual
@@ -42,7 +42,7 @@ import (
 //     four digits (the tax office), two digits or capital Latin letters
 //     (the reason), three digits; only an organisation has one.
 
-// Lengths of a housing bill's GIS ZhKKh identifiers.
+// Lengths of a housing bill's GIS ZhKH identifiers.
 const (
 	paymentDocumentLength = 18
 	serviceIDLength       = refLength + 3
@@ -84,7 +84,7 @@ func canonicalLetters(s string) string {
 // (ИПД) s writes, in the spelling of CanonicalELS, or problem saying why
 // s is none.
 func CanonicalPaymentDocumentID(s string) (canonical string, problem string) {
-	shape := fmt.Sprintf("must be the payment document identifier (ИПД) of GIS ZhKKh: %d characters, the first 10 the ELS "+
+	shape := fmt.Sprintf("must be the payment document identifier (ИПД) of GIS ZhKH: %d characters, the first 10 the ELS "+
 		"(two digits, two Cyrillic letters, six digits), then digits, letters or \"-\", e.g. %s", paymentDocumentLength,
 		ExamplePaymentDocumentID)
 	if !utf8.ValidString(s) || utf8.RuneCountInString(s) != paymentDocumentLength {
@@ -110,7 +110,7 @@ func CanonicalPaymentDocumentID(s string) (canonical string, problem string) {
 // (ИЖКУ) s writes, its ELS in the spelling of CanonicalELS, or problem
 // saying why s is none.
 func CanonicalServiceID(s string) (canonical string, problem string) {
-	shape := "must be the housing-and-utility service identifier (ИЖКУ) of GIS ZhKKh: the ELS, \"-\" and the service's " +
+	shape := "must be the housing-and-utility service identifier (ИЖКУ) of GIS ZhKH: the ELS, \"-\" and the service's " +
 		"two digits, e.g. " + ExampleServiceID
 	if !utf8.ValidString(s) || utf8.RuneCountInString(s) != serviceIDLength {
 		return "", shape
@@ -188,7 +188,7 @@ func ValidKPP(s string) bool {
 	return true
 }
 
-// Canonical is b with its GIS ZhKKh identifiers in their one spelling
+// Canonical is b with its GIS ZhKH identifiers in their one spelling
 // (those that are none are left for Validate to refuse), so that one
 // payment document is one identity however it was typed.
 func (b BillInput) Canonical() BillInput {
@@ -202,7 +202,7 @@ func (b BillInput) Canonical() BillInput {
 	return b
 }
 
-// validateHousing adds to errs what is wrong with b's GIS ZhKKh
+// validateHousing adds to errs what is wrong with b's GIS ZhKH
 // identifiers and supplier, for an enrollment of kind at now. None is
 // required: a bill without them is paid as before.
 func (b BillInput) validateHousing(errs *rebilltype.Errors, kind Kind, now time.Time) {

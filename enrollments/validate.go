@@ -120,7 +120,7 @@ func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 	return errs.Err()
 }
 
-// ExampleELS is an ELS as GIS ZhKKh prints it.
+// ExampleELS is an ELS as GIS ZhKH prints it.
 const ExampleELS = "75ДА533315"
 
 // latinTwins are the Latin capitals drawn exactly like a Cyrillic one: an
@@ -130,9 +130,9 @@ var latinTwins = map[rune]rune{'A': 'А', 'B': 'В', 'E': 'Е', 'K': 'К', 'M': 
 	'T': 'Т', 'X': 'Х', 'Y': 'У'}
 
 // CanonicalELS returns the single personal account number (ELS) of GIS
-// ZhKKh that s writes, as GIS ZhKKh writes it, or problem saying why s is
+// ZhKH that s writes, as GIS ZhKH writes it, or problem saying why s is
 // none. An ELS is 10 characters: two digits, two Cyrillic capital letters,
-// six digits (GIS ZhKKh's coding of identifiers, "ЦЦББЦЦЦЦЦЦ", e.g.
+// six digits (GIS ZhKH's coding of identifiers, "ЦЦББЦЦЦЦЦЦ", e.g.
 // 75ДА533315, the ELS inside its housing-service identifier
 // 75ДА533315-01; open-condo's billing validates the same shape with
 // /^\d{2}[А-Я]{2}\d{6}$/i). Letters of either case are read as capitals,
@@ -141,7 +141,7 @@ var latinTwins = map[rune]rune{'A': 'А', 'B': 'В', 'E': 'Е', 'K': 'К', 'M': 
 // spelling, so that it cannot be enrolled twice under two. Ё is not taken:
 // the issuer's alphabet for the two letters is А..Я.
 func CanonicalELS(s string) (canonical string, problem string) {
-	const shape = "must be the single personal account number (ELS) of GIS ZhKKh: 10 characters, two digits, " +
+	const shape = "must be the single personal account number (ELS) of GIS ZhKH: 10 characters, two digits, " +
 		"two Cyrillic letters, six digits, e.g. " + ExampleELS
 	if !utf8.ValidString(s) || utf8.RuneCountInString(s) != refLength {
 		return "", shape
@@ -171,7 +171,7 @@ func CanonicalELS(s string) (canonical string, problem string) {
 	return string(out), ""
 }
 
-// ValidELS reports whether s is an ELS as GIS ZhKKh writes it (see
+// ValidELS reports whether s is an ELS as GIS ZhKH writes it (see
 // CanonicalELS).
 func ValidELS(s string) bool {
 	c, problem := CanonicalELS(s)
@@ -348,7 +348,7 @@ type BillInput struct {
 	DiscountDeadline *Date
 	DiscountedAmount *int64
 	// PaymentDocumentID (ИПД), ServiceID (ИЖКУ), Period (YYYY-MM) and
-	// Supplier are a housing bill's GIS ZhKKh identifiers (housing.go),
+	// Supplier are a housing bill's GIS ZhKH identifiers (housing.go),
 	// each optional.
 	PaymentDocumentID string
 	ServiceID         string

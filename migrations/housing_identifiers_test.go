@@ -49,7 +49,7 @@ INSERT INTO charges (id, enrollment_id, customer_id, period_key, period_start, a
 `)
 	require.NoError(t, err)
 
-	_, err = provider.UpTo(ctx, 43)
+	_, err = provider.UpTo(ctx, 47)
 	require.NoError(t, err, "the migration does not fail on stored bills")
 
 	store := enrollments.NewStore(clock.Wall{})
@@ -84,7 +84,7 @@ INSERT INTO charges (id, enrollment_id, customer_id, period_key, period_start, a
 	require.NoError(t, err)
 	_, err = provider.DownTo(ctx, 40)
 	require.NoError(t, err)
-	_, err = provider.UpTo(ctx, 43)
+	_, err = provider.UpTo(ctx, 47)
 	require.NoError(t, err)
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM bills WHERE document_identity IS NULL`).Scan(&n))

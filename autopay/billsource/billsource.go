@@ -1,5 +1,5 @@
 // Package billsource pulls bills over HTTP from a production bill source
-// (a bridge to GIS ZhKKh for housing, to GIS GMP through the bank for
+// (a bridge to GIS ZhKH for housing, to GIS GMP through the bank for
 // fines), as an [autopay.BillSource].
 //
 // # Protocol
@@ -140,7 +140,7 @@ type Bill struct {
 	// payment back): rebill subtracts its own captures of a housing bill
 	// and never counts a fine's figure by itself.
 	PaidAmount int64 `json:"paid_amount,omitempty"`
-	// A housing bill's GIS ZhKKh identifiers and supplier, each optional
+	// A housing bill's GIS ZhKH identifiers and supplier, each optional
 	// (enrollments.BillInput).
 	PaymentDocumentID string `json:"payment_document_id,omitempty"`
 	ServiceID         string `json:"service_id,omitempty"`

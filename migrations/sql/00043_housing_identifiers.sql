@@ -1,5 +1,5 @@
 -- +goose Up
--- A housing bill may carry the identifiers GIS ZhKKh gives it: its payment
+-- A housing bill may carry the identifiers GIS ZhKH gives it: its payment
 -- document (ИПД), its housing-and-utility service (ИЖКУ), the month it
 -- bills, and its supplier. All are optional: bills stored before keep
 -- them NULL and stay valid. A bill with a payment document is paid once
@@ -17,15 +17,11 @@ ALTER TABLE bills
     ADD COLUMN document_identity text,
     ADD CONSTRAINT bills_document_identity_check
         CHECK ((payment_document_id IS NULL) = (document_identity IS NULL));
-CREATE INDEX bills_document_identity_idx ON bills (document_identity, received_at, id) WHERE document_identity IS NOT NULL;
-
 ALTER TABLE charges ADD COLUMN document_identity text;
-CREATE UNIQUE INDEX charges_document_identity ON charges (document_identity) WHERE identity_held AND document_identity IS NOT NULL;
+-- Their indexes come in 00047, built CONCURRENTLY.
 
 -- +goose Down
-DROP INDEX charges_document_identity;
 ALTER TABLE charges DROP COLUMN document_identity;
-DROP INDEX bills_document_identity_idx;
 ALTER TABLE bills DROP CONSTRAINT bills_document_identity_check,
     DROP COLUMN document_identity, DROP COLUMN supplier_name, DROP COLUMN supplier_kpp, DROP COLUMN supplier_inn,
     DROP COLUMN period, DROP COLUMN service_id, DROP COLUMN payment_document_id;
