@@ -2,7 +2,6 @@ package charges
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -197,8 +196,8 @@ func (p *Pipeline) refundRequest(c Charge, r Refund) gateway.Request {
 	req := gateway.Request{IdempotencyKey: r.GatewayKey, Amount: r.Amount, Currency: r.Currency, ChargeKey: c.Key(),
 		AuthorizationID: c.AuthorizationRef, RefundReason: string(r.Reason)}
 	if c.receipt != nil {
-		var paid gateway.Receipt
-		if err := json.Unmarshal(c.receipt, &paid); err != nil {
+		paid, err := c.fiscalReceipt()
+		if err != nil {
 			p.Logger.Error().Err(err).Str("charge_id", c.ID.String()).Msg("unreadable fiscal receipt: refund sent without it")
 		} else {
 			req.Receipt = RefundReceipt(paid, r.Amount, c.Amount)
