@@ -55,8 +55,9 @@ func TestReceiptGoesWithTheHoldAndTheCapture(t *testing.T) {
 // A bill's receipt, one item with the payment agent's attributes, goes
 // with the hold and the capture priced at what the attempt takes: a fine
 // whose discount ended before its first hold is held at the full price,
-// and so is its receipt's item. A rerun of the capture sends the same
-// receipt under the same key.
+// and so is its receipt's item. A capture sent again (the gateway did
+// nothing the first time) carries the same receipt under the same key,
+// which a gateway performs, and fiscalizes, once.
 func TestBillReceiptIsPricedAtTheAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -91,20 +92,26 @@ func TestBillReceiptIsPricedAtTheAttempt(t *testing.T) {
 	}
 	b.gateway.CaptureFunc = func(_ context.Context, req gateway.Request) (gateway.Result, error) {
 		sent = append(sent, req)
+		if len(sent) == 2 {
+			return gateway.Result{}, gateway.ErrUnavailable // did nothing: the capture is sent again
+		}
 		return gateway.Result{Status: gateway.StatusSucceeded, Reference: "cap_1"}, nil
 	}
 	_, err = newWorker(t, b, &charges.AuthorizeWorker{Pipeline: b.pipeline}).
 		Work(ctx, t, b.tx, charges.AuthorizeArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
 	capture := newWorker(t, b, &charges.CaptureWorker{Pipeline: b.pipeline})
+	_, _ = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	_, err = capture.Work(ctx, t, b.tx, charges.CaptureArgs{ChargeID: c.ID, Attempt: 1}, nil)
 	require.NoError(t, err)
+	require.Equal(t, charges.Succeeded, b.get(ctx, t, c.ID).Status)
 	full := item
 	full.Amount = 1000
 	want := &gateway.Receipt{Customer: gateway.ReceiptCustomer{Email: "user@example.com"}, Items: []gateway.ReceiptItem{full}}
-	require.Len(t, sent, 2, "the hold and its capture")
+	require.Len(t, sent, 3, "the hold, its capture and the capture sent again")
 	for _, req := range sent {
 		require.EqualValues(t, 1000, req.Amount)
 		require.Equal(t, want, req.Receipt)
 	}
+	require.Equal(t, sent[1].IdempotencyKey, sent[2].IdempotencyKey, "the same capture, receipt and all, under its key")
 }
