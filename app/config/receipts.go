@@ -118,7 +118,7 @@ func parseSupplier(v string) (Supplier, error) {
 		value = strings.TrimSpace(value)
 		switch {
 		case !ok:
-			return Supplier{}, fmt.Errorf("%q: want inn=...;phone=...;name=...", field)
+			return Supplier{}, fmt.Errorf("%q: want fields as inn=7701234567;phone=74951234567;name=ООО УК Дом", field)
 		case key == "inn" && innPattern.MatchString(value):
 			s.INN = value
 		case key == "inn":
