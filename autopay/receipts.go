@@ -20,7 +20,7 @@ type BillReceipts struct {
 	// Kinds are the kinds of bill whose receipts rebill sends.
 	Kinds map[enrollments.Kind]bool
 	// AgentType is rebill's operator's agent type (54-FZ tags
-	// 1057/1222), one of gateway.AgentTypes.
+	// 1057/1222), one of the gateway.Agent* names.
 	AgentType string
 	// VATCode is the items' VAT code in YooKassa's table
 	// (https://yookassa.ru/developers/54fz/parameters-values#vat-codes):

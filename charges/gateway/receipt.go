@@ -29,8 +29,8 @@ type ReceiptItem struct {
 	PaymentSubject string `json:"payment_subject,omitempty"`
 	PaymentMode    string `json:"payment_mode,omitempty"`
 	// AgentType is the 54-FZ agent attribute (tags 1057/1222) of an item
-	// sold on someone else's behalf, in YooKassa's terms (AgentPayment,
-	// ...); empty for an item the merchant sells itself.
+	// sold on someone else's behalf, one of the Agent* names; empty for an
+	// item the merchant sells itself.
 	AgentType string `json:"agent_type,omitempty"`
 	// Supplier is on whose behalf an agent's item is sold (tag 1224); nil
 	// for an item the merchant sells itself.
@@ -50,10 +50,6 @@ const (
 	AgentCommissioner    = "commissioner"             // комиссионер
 	AgentOther           = "agent"                    // иной агент
 )
-
-// AgentTypes lists every agent type a receipt item may carry.
-var AgentTypes = []string{AgentBankingPayment, AgentBankingSubagent, AgentPayment, AgentPaymentSubagent, AgentAttorney,
-	AgentCommissioner, AgentOther}
 
 // ReceiptSupplier is the supplier of an item sold by an agent, as 54-FZ
 // requires it on the receipt from format 1.1 on: its name (tag 1225), INN
