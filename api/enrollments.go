@@ -20,6 +20,7 @@ import (
 	registrysim "github.com/rebill/rebill/charges/registry/sim"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/rebilltype"
+	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
 )
 
@@ -208,6 +209,9 @@ type createEnrollmentRequest struct {
 	PayDay        *int                  `json:"pay_day"`
 	Description   string                `json:"description"`
 	Metadata      map[string]string     `json:"metadata"`
+	// ReceiptCustomer is where the 54-FZ receipts of the enrollment's
+	// payments go (decision 31).
+	ReceiptCustomer *subscriptions.ReceiptCustomer `json:"receipt_customer"`
 }
 
 // domain is the request as the use case validates it. A fines
@@ -215,7 +219,7 @@ type createEnrollmentRequest struct {
 // refused by that validation: the shape does not match the kind.
 func (req createEnrollmentRequest) domain() enrollments.New {
 	n := enrollments.New{CustomerID: req.CustomerID, Kind: enrollments.Kind(req.Kind), Currency: req.Currency,
-		MaxAmount: req.MaxAmount, Description: req.Description, Metadata: req.Metadata}
+		MaxAmount: req.MaxAmount, Description: req.Description, Metadata: req.Metadata, ReceiptCustomer: req.ReceiptCustomer}
 	if req.AccountRef != nil {
 		n.AccountRef = req.AccountRef.ref
 	}

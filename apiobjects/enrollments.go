@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/subscriptions"
 )
 
 // VehicleDocuments is a fines enrollment's account: the STS and/or the
@@ -32,6 +33,8 @@ type Enrollment struct {
 	CreatedAt     time.Time         `json:"created_at"`
 	UpdatedAt     time.Time         `json:"updated_at"`
 	CancelledAt   *time.Time        `json:"cancelled_at"`
+	// ReceiptCustomer is where its payments' 54-FZ receipts are sent.
+	ReceiptCustomer *subscriptions.ReceiptCustomer `json:"receipt_customer"`
 }
 
 // FromEnrollment is e as its GET returns it.
@@ -41,7 +44,7 @@ func FromEnrollment(e enrollments.Enrollment) Enrollment {
 		PaymentMethod: PaymentMethod{Gateway: e.PaymentMethod.Gateway, Brand: Optional(e.PaymentMethod.Brand),
 			Last4: Optional(e.PaymentMethod.Last4), ExpMonth: e.PaymentMethod.ExpMonth, ExpYear: e.PaymentMethod.ExpYear},
 		Description: Optional(e.Description), Metadata: e.Metadata, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
-		CancelledAt: UTCPtr(e.CancelledAt)}
+		CancelledAt: UTCPtr(e.CancelledAt), ReceiptCustomer: e.ReceiptCustomer}
 	if e.Kind == enrollments.Housing {
 		out.AccountRef = e.AccountRef.ELS
 	} else {

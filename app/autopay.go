@@ -17,6 +17,7 @@ import (
 	"github.com/rebill/rebill/autopay"
 	"github.com/rebill/rebill/autopay/billsource"
 	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway"
 	"github.com/rebill/rebill/charges/gateway/fleet"
 	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/charges/registry/agentapi"
@@ -46,7 +47,26 @@ func buildAutopay(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, record
 	a := &autopay.Autopay{Pool: pool, Enrollments: store, Clock: clk, Rules: rules, BatchSize: cfg.ScanBatch,
 		Logger: log.With().Str("component", "autopay").Logger()}
 	a.Sources = billSources(cfg, pool, log)
+	a.Receipts = billReceipts(cfg.BillReceipts)
 	return a, autopay.Outcomes{Enrollments: store, Rules: rules}
+}
+
+// billReceipts is REBILL_BILL_RECEIPTS and its settings as autopay sends
+// receipts by them.
+func billReceipts(c config.BillReceipts) autopay.BillReceipts {
+	r := autopay.BillReceipts{Kinds: map[enrollments.Kind]bool{}, AgentType: c.AgentType, VATCode: c.VATCode,
+		TaxSystemCode: c.TaxSystemCode, PaymentSubject: map[enrollments.Kind]string{},
+		Suppliers: map[enrollments.Kind]gateway.ReceiptSupplier{}}
+	for kind, on := range c.ByRebill {
+		r.Kinds[enrollments.Kind(kind)] = on
+	}
+	for kind, subject := range c.PaymentSubjects {
+		r.PaymentSubject[enrollments.Kind(kind)] = subject
+	}
+	for kind, s := range c.Suppliers {
+		r.Suppliers[enrollments.Kind(kind)] = gateway.ReceiptSupplier{Name: s.Name, Phone: s.Phone, INN: s.INN}
+	}
+	return r
 }
 
 // billSources are REBILL_BILL_SOURCES_FILE's sources or, without it, dev

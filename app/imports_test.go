@@ -57,7 +57,7 @@ var allowedImports = map[string][]string{
 	"charges/gateway/testkit/gatewaytest":    {"charges/gateway"},
 	"charges/gateway/testkit/stripetest":     nil,
 	"enrollments":                            {"charges/registry", "subscriptions", "vault"},
-	"autopay":                                {"charges", "enrollments", "subscriptions"},
+	"autopay":                                {"charges", "charges/gateway", "enrollments", "subscriptions"},
 	"autopay/billsource":                     {"autopay", "enrollments"},
 	"autopay/billsource/testkit/sourcefake":  {"autopay/billsource"},
 	"autopay/billsource/testkit/conformance": {"autopay", "enrollments"},

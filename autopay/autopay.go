@@ -58,6 +58,8 @@ type Autopay struct {
 	// Postings tells whether a payment of rebill's for a fine may stand
 	// at the registry (charges.Poster); set with Registry.
 	Postings OwnPostings
+	// Receipts sends the 54-FZ receipts of the kinds of bill it names.
+	Receipts BillReceipts
 	Logger   zerolog.Logger
 }
 
@@ -162,6 +164,16 @@ func (a *Autopay) charge(ctx context.Context, tx pgx.Tx, e enrollments.Enrollmen
 		n.PaidOutside, n.Amount = b.PaidOutside, n.Amount-b.PaidOutside
 		if n.DiscountUntil != nil {
 			n.FullAmount -= b.PaidOutside
+		}
+	}
+	if a.Receipts.Kinds[e.Kind] && e.ReceiptCustomer == nil {
+		a.Logger.Warn().Str("enrollment_id", e.ID.String()).Str("bill_id", b.BillID).
+			Msg("the enrollment names no receipt_customer: its payment carries no receipt of rebill's")
+	}
+	if in, ok := a.Receipts.Input(e, b, n.Amount); ok {
+		var err error
+		if n.Receipt, err = a.Receipts.Receipt(in); err != nil {
+			return enrollments.Bill{}, err
 		}
 	}
 	c, _, err := a.Charges.CreateForBill(ctx, tx, n, now)

@@ -94,6 +94,10 @@ type NewBillCharge struct {
 	// DocumentIdentity, when set, is the bill's second identity (its
 	// payment document), claimed and released with Identity.
 	DocumentIdentity string
+	// Receipt, when set, is the bill's fiscal receipt (gateway.Receipt as
+	// JSON) with its one item, the bill: its hold and capture carry it,
+	// priced at the attempt's amount, and a refund its refund receipt.
+	Receipt []byte
 }
 
 // ErrIdentityHeld: another enrollment's charge holds the bill's identity
@@ -163,13 +167,13 @@ func createForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Tim
 	c, err := scan(tx.QueryRow(ctx, `INSERT INTO charges (id, enrollment_id, customer_id, period_key, period_start, amount,
 			currency, gateway, pm_token, status, created_at, updated_at, attempt_due_at, attempt_times, full_amount, discount_until,
 			registry_uin, max_amount, confirmed_amount, pay_until, bill_identity, identity_held, paid_outside, source_paid,
-			document_identity)
+			document_identity, receipt)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, ARRAY[$11::timestamptz], $12, $13, $14, $15, $16, $17,
-			$18::text, $18::text IS NOT NULL, $19, $20, NULLIF($21, ''))
+			$18::text, $18::text IS NOT NULL, $19, $20, NULLIF($21, ''), $22::text::jsonb)
 		ON CONFLICT DO NOTHING
 		RETURNING `+columns, id, n.EnrollmentID, n.CustomerID, n.BillID, n.Due, n.Amount, n.Currency, n.Gateway, n.Token,
 		string(Scheduled), now, full, n.DiscountUntil, uin, nonZero(n.MaxAmount), nonZero(n.ConfirmedAmount), payUntil(n.PayUntil),
-		identity, n.PaidOutside, n.SourcePaid, n.DocumentIdentity))
+		identity, n.PaidOutside, n.SourcePaid, n.DocumentIdentity, receiptText(n.Receipt)))
 	if errors.Is(err, ErrNotFound) {
 		existing, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM charges WHERE enrollment_id = $1 AND period_key = $2`,
 			n.EnrollmentID, n.BillID))
@@ -192,6 +196,14 @@ func createForBill(ctx context.Context, tx pgx.Tx, n NewBillCharge, now time.Tim
 		return Charge{}, false, fmt.Errorf("insert bill charge: %w", err)
 	}
 	return c, true, nil
+}
+
+// receiptText is a receipt as an insert takes it: NULL when none.
+func receiptText(r []byte) *string {
+	if r == nil {
+		return nil
+	}
+	return new(string(r))
 }
 
 func nonZero(v int64) *int64 {

@@ -285,14 +285,33 @@ func (p *Pipeline) request(c Charge, op gateway.Op) gateway.Request {
 		req.Token, req.Sealed = c.token, c.sealed
 	}
 	if c.receipt != nil && (op == gateway.OpAuthorize || op == gateway.OpCapture) {
-		var r gateway.Receipt
-		if err := json.Unmarshal(c.receipt, &r); err != nil {
+		r, err := c.FiscalReceipt()
+		if err != nil {
 			p.Logger.Error().Err(err).Str("charge_id", c.ID.String()).Msg("unreadable fiscal receipt: sent without it")
 		} else {
-			req.Receipt = &r
+			req.Receipt = r
 		}
 	}
 	return req
+}
+
+// FiscalReceipt is the receipt c's hold and capture carry; nil when none.
+// A bill's receipt has one item, the bill, priced at what its attempt
+// takes: a fine's price rises when its discount ends, and what was paid
+// outside rebill comes off it, after the charge (and its receipt) was
+// created.
+func (c Charge) FiscalReceipt() (*gateway.Receipt, error) {
+	if c.receipt == nil {
+		return nil, nil
+	}
+	var r gateway.Receipt
+	if err := json.Unmarshal(c.receipt, &r); err != nil {
+		return nil, fmt.Errorf("fiscal receipt of charge %s: %w", c.ID, err)
+	}
+	if c.EnrollmentID != uuid.Nil && len(r.Items) == 1 {
+		r.Items[0].Quantity, r.Items[0].Amount = "1", c.Amount
+	}
+	return &r, nil
 }
 
 // lookup asks g what became of c's current attempt's op; mayReplay: see

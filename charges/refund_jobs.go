@@ -2,7 +2,6 @@ package charges
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -196,13 +195,12 @@ func (p *Pipeline) refundGateway(ctx context.Context, r Refund) (Charge, gateway
 func (p *Pipeline) refundRequest(c Charge, r Refund) gateway.Request {
 	req := gateway.Request{IdempotencyKey: r.GatewayKey, Amount: r.Amount, Currency: r.Currency, ChargeKey: c.Key(),
 		AuthorizationID: c.AuthorizationRef, RefundReason: string(r.Reason)}
-	if c.receipt != nil {
-		var paid gateway.Receipt
-		if err := json.Unmarshal(c.receipt, &paid); err != nil {
-			p.Logger.Error().Err(err).Str("charge_id", c.ID.String()).Msg("unreadable fiscal receipt: refund sent without it")
-		} else {
-			req.Receipt = RefundReceipt(paid, r.Amount, c.Amount)
-		}
+	paid, err := c.FiscalReceipt()
+	switch {
+	case err != nil:
+		p.Logger.Error().Err(err).Str("charge_id", c.ID.String()).Msg("unreadable fiscal receipt: refund sent without it")
+	case paid != nil:
+		req.Receipt = RefundReceipt(*paid, r.Amount, c.Amount)
 	}
 	return req
 }

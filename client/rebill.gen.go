@@ -1020,6 +1020,39 @@ func (e Role) Valid() bool {
 	}
 }
 
+// Defines values for SentReceiptItemAgentType.
+const (
+	AgentTypeAgent                  SentReceiptItemAgentType = "agent"
+	AgentTypeAttorney               SentReceiptItemAgentType = "attorney"
+	AgentTypeBankingPaymentAgent    SentReceiptItemAgentType = "banking_payment_agent"
+	AgentTypeBankingPaymentSubagent SentReceiptItemAgentType = "banking_payment_subagent"
+	AgentTypeCommissioner           SentReceiptItemAgentType = "commissioner"
+	AgentTypePaymentAgent           SentReceiptItemAgentType = "payment_agent"
+	AgentTypePaymentSubagent        SentReceiptItemAgentType = "payment_subagent"
+)
+
+// Valid indicates whether the value is a known member of the SentReceiptItemAgentType enum.
+func (e SentReceiptItemAgentType) Valid() bool {
+	switch e {
+	case AgentTypeAgent:
+		return true
+	case AgentTypeAttorney:
+		return true
+	case AgentTypeBankingPaymentAgent:
+		return true
+	case AgentTypeBankingPaymentSubagent:
+		return true
+	case AgentTypeCommissioner:
+		return true
+	case AgentTypePaymentAgent:
+		return true
+	case AgentTypePaymentSubagent:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SubscriptionEventType.
 const (
 	SubscriptionEventTypeCancelScheduled      SubscriptionEventType = "cancel_scheduled"
@@ -1694,6 +1727,9 @@ type Enrollment struct {
 	// PaymentMethod The payment method as shown: the token is write-only and never returned or logged.
 	PaymentMethod PaymentMethod `json:"payment_method"`
 
+	// ReceiptCustomer Where the 54-FZ receipts of the enrollment's bill payments are sent, when rebill sends them for its kind (`REBILL_BILL_RECEIPTS`, decision 31); null: none given, and rebill sends no receipt of its own for its payments. Given at creation only.
+	ReceiptCustomer *ReceiptCustomer `json:"receipt_customer"`
+
 	// Status `active`: bills are paid as they fall due; `paused`: bills are kept `pending`; `cancelled` (final): nothing is charged.
 	Status    EnrollmentStatus `json:"status"`
 	UpdatedAt time.Time        `json:"updated_at"`
@@ -1733,6 +1769,9 @@ type EnrollmentCreate struct {
 
 	// PaymentMethod A recurring payment token issued by `gateway`, with what may be shown of the card. An expired card (`exp_year`/`exp_month` before the current month) is 400 `validation-error`. An unknown gateway is 400.
 	PaymentMethod PaymentMethodInput `json:"payment_method"`
+
+	// ReceiptCustomer Where the tax service sends the receipt: `email`, `phone`, or both (at least one).
+	ReceiptCustomer *ReceiptCustomer `json:"receipt_customer,omitempty"`
 }
 
 // EnrollmentCreateCurrency RUB only (anything else: 400).
@@ -2143,6 +2182,9 @@ type LedgerEntry struct {
 	// IdempotencyKey The gateway idempotency key the operation was sent with.
 	IdempotencyKey string        `json:"idempotency_key"`
 	Op             LedgerEntryOp `json:"op"`
+
+	// Receipt A 54-FZ fiscal receipt as rebill sent it to a gateway with an operation (dev ledger): a subscription's receipt (decision 31), or a bill's, one item with the payment agent's `agent_type` and the `supplier`; absent from a ledger entry when none was sent. What a fiscalizing gateway (YooKassa) would have filed.
+	Receipt *SentReceipt `json:"receipt,omitempty"`
 
 	// ReceivedAt When the simulator recorded it in real time, whatever the dev clock shows; for harnesses that order operations against their own requests.
 	ReceivedAt time.Time `json:"received_at"`
@@ -2586,6 +2628,52 @@ type RollWebhookSecretRequest struct {
 	// Examples: 24h, 0s, 168h
 	ExpiresIn *string `json:"expires_in,omitempty"`
 }
+
+// SentReceipt A 54-FZ fiscal receipt as rebill sent it to a gateway with an operation (dev ledger): a subscription's receipt (decision 31), or a bill's, one item with the payment agent's `agent_type` and the `supplier`; absent from a ledger entry when none was sent. What a fiscalizing gateway (YooKassa) would have filed.
+type SentReceipt struct {
+	// Customer Where the tax service sends the receipt: `email`, `phone`, or both (at least one).
+	Customer      ReceiptCustomer   `json:"customer"`
+	Items         []SentReceiptItem `json:"items"`
+	TaxSystemCode *int              `json:"tax_system_code,omitempty"`
+}
+
+// SentReceiptItem defines model for SentReceiptItem.
+type SentReceiptItem struct {
+	// AgentType The payment agent's type (54-FZ tag 1222) of an item paid on a supplier's behalf (a bill), in YooKassa's names; absent otherwise.
+	AgentType *SentReceiptItemAgentType `json:"agent_type,omitempty"`
+
+	// Amount Price of one unit in minor units of the operation's currency.
+	//
+	// Examples: 49900
+	Amount      Amount `json:"amount"`
+	Description string `json:"description"`
+
+	// PaymentMode Fiscal payment mode, e.g. `full_payment`.
+	//
+	// Examples: full_payment
+	PaymentMode *string `json:"payment_mode,omitempty"`
+
+	// PaymentSubject Fiscal payment subject, e.g. `service`.
+	//
+	// Examples: service
+	PaymentSubject *string `json:"payment_subject,omitempty"`
+
+	// Quantity Units, a decimal string.
+	Quantity string `json:"quantity"`
+
+	// Supplier On whose behalf a bill is paid (54-FZ tags 1224: name 1225, INN 1226, phone 1171).
+	Supplier *struct {
+		Inn   *string `json:"inn,omitempty"`
+		Name  *string `json:"name,omitempty"`
+		Phone *string `json:"phone,omitempty"`
+	} `json:"supplier,omitempty"`
+
+	// VatCode The VAT code of the item (YooKassa's `vat_code`, 1..12).
+	VatCode int `json:"vat_code"`
+}
+
+// SentReceiptItemAgentType The payment agent's type (54-FZ tag 1222) of an item paid on a supplier's behalf (a bill), in YooKassa's names; absent otherwise.
+type SentReceiptItemAgentType string
 
 // Subscription Examples: {"amount":49900,"billing_anchor":"2026-12-01T00:00:00Z","cancel_at_period_end":false,"cancelled_at":null,"created_at":"2026-12-01T00:00:00Z","credit_balance":0,"currency":"RUB","current_period":{"end":"2027-01-01T00:00:00Z","key":"2026-12-01","start":"2026-12-01T00:00:00Z"},"customer_id":"cust-42","description":"Gym, monthly","experiments":{},"id":"0193a5c2-7f1e-7d3a-9c1b-2f4e6a8b0c1d","interval":"month","interval_count":1,"metadata":{"k":"v"},"next_charge_at":"2027-01-01T00:00:00Z","pause":null,"payment_method":{"brand":"visa","exp_month":12,"exp_year":2030,"gateway":"sim1","last4":"4242"},"pending_update":null,"receipt":{"customer":{"email":"user@example.com"},"items":[{"amount":49900,"description":"Gym, monthly","payment_mode":"full_payment","payment_subject":"service","quantity":"1","vat_code":1}]},"status":"active","timezone":"Europe/Moscow","trial_end":null,"updated_at":"2026-12-01T00:00:00Z"}, {"amount":49900,"billing_anchor":"2026-12-15T00:00:00Z","cancel_at_period_end":false,"cancelled_at":null,"created_at":"2026-12-01T00:00:00Z","credit_balance":0,"currency":"RUB","current_period":{"end":"2027-01-15T00:00:00Z","key":"2026-12-15","start":"2026-12-15T00:00:00Z"},"customer_id":"cust-42","description":"Gym, monthly, two weeks free","experiments":{},"id":"0193a5c2-7f1e-7d3a-9c1b-2f4e6a8b0c2e","interval":"month","interval_count":1,"metadata":{"k":"v"},"next_charge_at":"2026-12-15T00:00:00Z","pause":null,"payment_method":{"brand":"visa","exp_month":12,"exp_year":2030,"gateway":"sim1","last4":"4242"},"pending_update":null,"receipt":{"customer":{"email":"user@example.com"},"items":[{"amount":49900,"description":"Gym, monthly","payment_mode":"full_payment","payment_subject":"service","quantity":"1","vat_code":1}]},"status":"trialing","timezone":"Europe/Moscow","trial_end":"2026-12-15T00:00:00Z","updated_at":"2026-12-01T00:00:00Z"}
 type Subscription struct {

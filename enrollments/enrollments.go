@@ -59,6 +59,7 @@ import (
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/platform/fsm"
 	"github.com/rebill/rebill/rebilltype"
+	"github.com/rebill/rebill/subscriptions"
 )
 
 // Kind is what an enrollment pays.
@@ -137,9 +138,13 @@ type Enrollment struct {
 	PaymentMethod rebilltype.PaymentMethod
 	Description   string
 	Metadata      map[string]string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	CancelledAt   *time.Time
+	// ReceiptCustomer is where the 54-FZ receipts of its bill payments are
+	// sent, when rebill sends them (autopay.BillReceipts); nil: none
+	// given, and rebill sends none of its own.
+	ReceiptCustomer *subscriptions.ReceiptCustomer
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	CancelledAt     *time.Time
 }
 
 var (

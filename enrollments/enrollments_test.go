@@ -10,6 +10,7 @@ import (
 	"github.com/rebill/rebill/charges/registry"
 	"github.com/rebill/rebill/enrollments"
 	"github.com/rebill/rebill/rebilltype"
+	"github.com/rebill/rebill/subscriptions"
 )
 
 func TestValidUIN(t *testing.T) {
@@ -173,6 +174,19 @@ func TestNewValidateNamesEveryField(t *testing.T) {
 		Currency: "RUB", MaxAmount: 1, PayDay: 28,
 		PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 1, ExpYear: 2030}}
 	require.NoError(t, ok.Validate(now, known))
+
+	ok.ReceiptCustomer = &subscriptions.ReceiptCustomer{Phone: "79001234567"}
+	require.NoError(t, ok.Validate(now, known))
+	for contact, field := range map[subscriptions.ReceiptCustomer]string{
+		{}:                      "receipt_customer",
+		{Email: "anna at home"}: "receipt_customer.email",
+		{Phone: "8 900 123-45"}: "receipt_customer.phone",
+	} {
+		bad := ok
+		bad.ReceiptCustomer = &contact
+		require.ErrorAs(t, bad.Validate(now, known), &fields)
+		require.Equal(t, field, fields[0].Field)
+	}
 }
 
 func date(t *testing.T, s string) enrollments.Date {

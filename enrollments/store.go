@@ -55,7 +55,7 @@ func (st *Store) publish(ctx context.Context, tx pgx.Tx, typ string, e Enrollmen
 
 const columns = `id, customer_id, kind, coalesce(els, ''), coalesce(sts, ''), coalesce(driver_license, ''), status, currency,
 	max_amount, coalesce(pay_day, 0), pm_gateway, pm_token, coalesce(pm_brand, ''), coalesce(pm_last4, ''), pm_exp_month,
-	pm_exp_year, coalesce(description, ''), metadata, created_at, updated_at, cancelled_at`
+	pm_exp_year, coalesce(description, ''), metadata, created_at, updated_at, cancelled_at, receipt_customer`
 
 func scan(row pgx.Row) (Enrollment, error) {
 	var e Enrollment
@@ -63,7 +63,7 @@ func scan(row pgx.Row) (Enrollment, error) {
 	err := row.Scan(&e.ID, &e.CustomerID, &e.Kind, &e.AccountRef.ELS, &e.AccountRef.STS, &e.AccountRef.DriverLicense, &e.Status,
 		&e.Currency, &e.MaxAmount, &e.PayDay, &e.PaymentMethod.Gateway, &e.PaymentMethod.Token, &e.PaymentMethod.Brand,
 		&e.PaymentMethod.Last4, &e.PaymentMethod.ExpMonth, &e.PaymentMethod.ExpYear, &e.Description, &meta, &e.CreatedAt,
-		&e.UpdatedAt, &e.CancelledAt)
+		&e.UpdatedAt, &e.CancelledAt, &e.ReceiptCustomer)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Enrollment{}, ErrNotFound
 	}
@@ -117,11 +117,11 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New) (Enrollment, erro
 	pm := n.PaymentMethod
 	e, err := scan(tx.QueryRow(ctx, `INSERT INTO enrollments (id, customer_id, kind, els, sts, driver_license, status, currency,
 			max_amount, pay_day, pm_gateway, pm_token, pm_brand, pm_last4, pm_exp_month, pm_exp_year, description, metadata,
-			created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $19)
+			created_at, updated_at, receipt_customer)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $19, $20)
 		RETURNING `+columns, id, n.CustomerID, n.Kind, nullable(n.AccountRef.ELS), nullable(n.AccountRef.STS),
 		nullable(n.AccountRef.DriverLicense), Active, n.Currency, n.MaxAmount, payDay, pm.Gateway, pm.Token, nullable(pm.Brand),
-		nullable(pm.Last4), pm.ExpMonth, pm.ExpYear, nullable(n.Description), metaJSON, now))
+		nullable(pm.Last4), pm.ExpMonth, pm.ExpYear, nullable(n.Description), metaJSON, now, n.ReceiptCustomer))
 	if err != nil {
 		return Enrollment{}, fmt.Errorf("insert enrollment: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rebill/rebill/rebilltype"
+	"github.com/rebill/rebill/subscriptions"
 )
 
 // Limits on an enrollment and its bills.
@@ -35,6 +36,9 @@ type New struct {
 	PaymentMethod rebilltype.PaymentMethod
 	Description   string
 	Metadata      map[string]string
+	// ReceiptCustomer is where the 54-FZ receipts of the enrollment's
+	// payments are sent; nil: none given.
+	ReceiptCustomer *subscriptions.ReceiptCustomer
 }
 
 // Canonical is n with its account written in its one spelling: a housing
@@ -102,6 +106,9 @@ func (n New) Validate(now time.Time, knownGateway func(string) bool) error {
 		for _, f := range fields {
 			errs.Add("payment_method."+f.Field, "%s", f.Message)
 		}
+	}
+	if n.ReceiptCustomer != nil {
+		n.ReceiptCustomer.Validate(&errs, "receipt_customer")
 	}
 	if utf8.RuneCountInString(n.Description) > maxDescription {
 		errs.Add("description", "must be at most %d characters", maxDescription)

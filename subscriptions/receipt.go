@@ -60,17 +60,7 @@ var (
 // validate checks the receipt of a subscription of amount, naming every
 // field at fault under prefix: the items' sum must be the amount charged.
 func (r Receipt) validate(errs *rebilltype.Errors, prefix string, amount int64) {
-	if r.Customer.Email == "" && r.Customer.Phone == "" {
-		errs.Add(prefix+"customer", "needs an email or a phone, where the receipt is sent")
-	}
-	if e := r.Customer.Email; e != "" {
-		if addr, err := mail.ParseAddress(e); err != nil || addr.Address != e || len(e) > maxReceiptEmail {
-			errs.Add(prefix+"customer.email", "must be a plain e-mail address such as user@example.com")
-		}
-	}
-	if p := r.Customer.Phone; p != "" && !phonePattern.MatchString(p) {
-		errs.Add(prefix+"customer.phone", "must be an E.164 number, country code first, e.g. 79001234567")
-	}
+	r.Customer.Validate(errs, prefix+"customer")
 	if r.TaxSystemCode != 0 && (r.TaxSystemCode < 1 || r.TaxSystemCode > 6) {
 		errs.Add(prefix+"tax_system_code", "must be 1..6")
 	}
@@ -136,4 +126,20 @@ func (r Receipt) Repriced(amount int64) Receipt {
 		out.Items = []ReceiptItem{item}
 	}
 	return out
+}
+
+// Validate checks where a receipt is sent, naming every field at fault
+// under field: an e-mail address or an E.164 phone number is required.
+func (c ReceiptCustomer) Validate(errs *rebilltype.Errors, field string) {
+	if c.Email == "" && c.Phone == "" {
+		errs.Add(field, "needs an email or a phone, where the receipt is sent")
+	}
+	if e := c.Email; e != "" {
+		if addr, err := mail.ParseAddress(e); err != nil || addr.Address != e || len(e) > maxReceiptEmail {
+			errs.Add(field+".email", "must be a plain e-mail address such as user@example.com")
+		}
+	}
+	if p := c.Phone; p != "" && !phonePattern.MatchString(p) {
+		errs.Add(field+".phone", "must be an E.164 number, country code first, e.g. 79001234567")
+	}
 }

@@ -109,6 +109,8 @@ type Config struct {
 	// SimLedger is where a dev node's in-process simulated gateways keep
 	// their books: SimLedgerPostgres or SimLedgerMemory.
 	SimLedger string
+	// BillReceipts says who sends the 54-FZ receipts of bill payments.
+	BillReceipts BillReceipts
 }
 
 // Where a dev node's simulated gateways keep their ledger
@@ -242,6 +244,20 @@ var variables = []variable{
 		}},
 	{"REBILL_REGISTRY_FILE", "", "path of the registry file (JSON or YAML list, see docs/registry.md): the gateways to the state payment registry (GIS GMP) that fines are posted through, kind http (a bank or payment agent, mTLS and a bearer token) or sim (dev mode only), with priority, timeout and the payment identifier format; empty: dev mode's simulated gmp1 and gmp2, no registry outside dev mode (fines are refused)",
 		func(c *Config, v string) error { c.RegistryFile = v; return nil }},
+	{"REBILL_BILL_RECEIPTS", "housing=gateway,fines=gateway", "who sends the 54-FZ receipts of each kind of bill's payments: rebill (a receipt of one item, the bill, with the payment agent's attributes, sent through gateways that fiscalize: YooKassa; Stripe files none) or gateway (the gateway's own fiscalisation, or none); kind=who pairs, comma separated; a kind left out stays gateway. Sending any kind's needs REBILL_BILL_RECEIPT_AGENT_TYPE and that kind's REBILL_BILL_RECEIPT_SUPPLIER_*, else the start stops (docs/autopay.md, Receipts)",
+		setBillReceipts},
+	{"REBILL_BILL_RECEIPT_AGENT_TYPE", "", "the operator's payment agent type on rebill's bill receipts (54-FZ tag 1222), in YooKassa's names: banking_payment_agent, banking_payment_subagent, payment_agent, payment_subagent, attorney, commissioner or agent; required when REBILL_BILL_RECEIPTS names rebill",
+		setAgentType},
+	{"REBILL_BILL_RECEIPT_SUPPLIER_HOUSING", "", "the supplier rebill's housing bill receipts name while a bill names none: inn=...;phone=...;name=... (54-FZ tags 1226, 1171 in E.164, 1225; name last); required when REBILL_BILL_RECEIPTS sends housing receipts",
+		supplierSetter("housing")},
+	{"REBILL_BILL_RECEIPT_SUPPLIER_FINES", "", "the fines' administrator rebill's fine receipts name while a fine names none: inn=...;phone=...;name=... (as REBILL_BILL_RECEIPT_SUPPLIER_HOUSING); required when REBILL_BILL_RECEIPTS sends fines receipts",
+		supplierSetter("fines")},
+	{"REBILL_BILL_RECEIPT_VAT_CODE", "1", "VAT code of rebill's bill receipt items in YooKassa's table, 1..12 (1: без НДС, as a payment agent's receipt carries)",
+		codeSetter(func(c *Config) *int { return &c.BillReceipts.VATCode }, 1, 12)},
+	{"REBILL_BILL_RECEIPT_TAX_SYSTEM", "", "the operator's tax system code on rebill's bill receipts, 1..6; empty: the one set up at the gateway",
+		codeSetter(func(c *Config) *int { return &c.BillReceipts.TaxSystemCode }, 1, 6)},
+	{"REBILL_BILL_RECEIPT_PAYMENT_SUBJECTS", "housing=service,fines=payment", "payment subject (54-FZ tag 1212) of each kind's receipt item, in YooKassa's names: kind=subject pairs",
+		setPaymentSubjects},
 	{"REBILL_BILL_SOURCES_FILE", "", "path of the bill sources file (JSON or YAML; see docs/bill-sources.md): the HTTP sources autopay pulls housing bills and fines from, at most one per kind, with their URL, bearer token variable, TLS files, timeout, batch size, rate limit, re-read window and silence alert; unset: dev mode's simulated sources, none outside dev mode",
 		func(c *Config, v string) error { c.BillSourcesFile = v; return nil }},
 	{"REBILL_RESCUE_AFTER", "5m (30s in dev mode)", "a job running this long belonged to a crashed node: River runs it again (same gateway key)",
@@ -436,6 +452,8 @@ func Load(getenv func(string) string) (Config, error) {
 		VelocityCreationsPerHour: 20, VelocityCardChangesPerDay: 10, VelocityDeclinesPerDay: 5,
 		VelocityApprovedInFlight: 200,
 		ConsoleIdleTimeout:       30 * time.Minute, StartupRetryFor: time.Minute, SimLedger: SimLedgerPostgres,
+		BillReceipts: BillReceipts{ByRebill: map[string]bool{}, VATCode: 1, Suppliers: map[string]Supplier{},
+			PaymentSubjects: map[string]string{"housing": "service", "fines": "payment"}},
 	}
 	for _, v := range variables {
 		value := getenv(v.name)
@@ -448,6 +466,9 @@ func Load(getenv func(string) string) (Config, error) {
 			}
 			return Config{}, fmt.Errorf("%s=%q: %w", v.name, value, err)
 		}
+	}
+	if err := checkBillReceipts(c.BillReceipts); err != nil {
+		return Config{}, err
 	}
 	if c.SimLedger == SimLedgerMemory && !c.Dev {
 		return Config{}, errors.New("REBILL_SIM_LEDGER=memory: only a single dev node (REBILL_DEV=1) runs simulated gateways in process; unset it outside dev mode")

@@ -92,13 +92,20 @@ func (c *Client) Refund(ctx context.Context, req gateway.Request) (gateway.Resul
 }
 
 func (c *Client) operate(ctx context.Context, op gateway.Op, req gateway.Request) (gateway.Result, error) {
-	body, err := json.Marshal(opBody{
+	b := opBody{
 		Token:           req.Token,
 		Amount:          req.Amount,
 		Currency:        req.Currency,
 		ChargeKey:       req.ChargeKey,
 		AuthorizationID: req.AuthorizationID,
-	})
+	}
+	var err error
+	if req.Receipt != nil {
+		if b.Receipt, err = json.Marshal(req.Receipt); err != nil {
+			return gateway.Result{}, fmt.Errorf("gateway %s: %s %q: encode receipt: %w", c.name, op, req.IdempotencyKey, err)
+		}
+	}
+	body, err := json.Marshal(b)
 	if err != nil {
 		return gateway.Result{}, fmt.Errorf("gateway %s: %s %q: encode request: %w", c.name, op, req.IdempotencyKey, err)
 	}

@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -129,4 +130,40 @@ func TestRefundFaults(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, n, "a replay of a lost refund records nothing")
+}
+
+// TestReceiptsAreRecorded: the simulator keeps the fiscal receipt each
+// operation was sent with, as the first call under its key sent it, so
+// tests can see what a fiscalizing provider would have filed.
+func TestReceiptsAreRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.client("sim1", sim.ClientOptions{})
+	ctx := context.Background()
+	receipt := &gateway.Receipt{Customer: gateway.ReceiptCustomer{Email: "anna@example.com"}, Items: []gateway.ReceiptItem{{
+		Description: "Штраф ГИБДД, УИН 18810177230000000017", Quantity: "1", Amount: 3000, VATCode: 1,
+		PaymentSubject: "payment", PaymentMode: "full_payment", AgentType: gateway.AgentPayment,
+		Supplier: &gateway.ReceiptSupplier{Name: "УФК по г. Москве", Phone: "74956941000", INN: "7707089101"}}}}
+	req := authorizeReq("a1", tokOK, 3000)
+	req.Receipt = receipt
+	auth, err := c.Authorize(ctx, req)
+	require.NoError(t, err)
+	replay := req
+	replay.Receipt = nil
+	_, err = c.Authorize(ctx, replay)
+	require.NoError(t, err)
+	capture := settleReq("c1", auth)
+	capture.Receipt = receipt
+	_, err = c.Capture(ctx, capture)
+	require.NoError(t, err)
+	_, err = c.Void(ctx, settleReq("v1", auth))
+	require.NoError(t, err)
+
+	want, err := json.Marshal(receipt)
+	require.NoError(t, err)
+	entries := b.ledger(t, "sim1")
+	require.Len(t, entries, 3)
+	require.JSONEq(t, string(want), string(entries[0].Receipt), "the hold's receipt, as first sent")
+	require.JSONEq(t, string(want), string(entries[1].Receipt), "the capture's receipt")
+	require.Nil(t, entries[2].Receipt, "a call without a receipt records none")
 }

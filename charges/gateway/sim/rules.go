@@ -136,6 +136,7 @@ func verdict(req opRequest, kind tokenKind, auth *operation, settledBy gateway.O
 		Amount:          req.Amount,
 		Currency:        req.Currency,
 		Status:          gateway.StatusSucceeded,
+		Receipt:         req.Receipt,
 	}
 	fail := func(code string) operation {
 		o.Status, o.DeclineCode = gateway.StatusFailed, code

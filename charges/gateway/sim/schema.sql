@@ -96,3 +96,7 @@ CREATE TABLE IF NOT EXISTS gatewaysim.token_first_seen (
     first_at     timestamptz NOT NULL,
     PRIMARY KEY (gateway, token_sha256)
 );
+
+-- The fiscal receipt each operation was sent with (54-FZ), as sent: what a
+-- fiscalizing provider would have filed, for tests and the dev ledger.
+ALTER TABLE gatewaysim.operations ADD COLUMN IF NOT EXISTS receipt jsonb;

@@ -239,6 +239,7 @@ func decodeOpRequest(w http.ResponseWriter, r *http.Request, op gateway.Op) (opR
 		Currency:        b.Currency,
 		ChargeKey:       b.ChargeKey,
 		AuthorizationID: b.AuthorizationID,
+		Receipt:         b.Receipt,
 	}
 	switch {
 	case op == gateway.OpAuthorize && req.Token == "":

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -92,6 +93,9 @@ type LedgerEntry struct {
 	// ReceivedAt is the real time the sim recorded it, for harnesses that
 	// order operations against their own requests.
 	ReceivedAt time.Time `json:"received_at"`
+	// Receipt is the fiscal receipt the operation was sent with, as the
+	// first call under its key sent it; absent when none.
+	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 
 // opRequest is one operation call as the server received it.
@@ -103,6 +107,7 @@ type opRequest struct {
 	Currency        string
 	ChargeKey       string
 	AuthorizationID string
+	Receipt         json.RawMessage
 }
 
 // operation is one ledger row.
@@ -121,6 +126,7 @@ type operation struct {
 	Hard            bool
 	At              time.Time
 	ReceivedAt      time.Time
+	Receipt         json.RawMessage
 }
 
 // answers reports whether the stored operation is the one req asks for, so
@@ -152,17 +158,18 @@ func (o operation) ledgerEntry() LedgerEntry {
 		DeclineCode:    o.DeclineCode,
 		At:             o.At,
 		ReceivedAt:     o.ReceivedAt,
+		Receipt:        o.Receipt,
 	}
 }
 
 const operationColumns = `op, idempotency_key, reference, coalesce(authorization_id, ''),
-	token_last4, token_kind, charge_key, amount, currency, status, decline_code, hard, at, received_at`
+	token_last4, token_kind, charge_key, amount, currency, status, decline_code, hard, at, received_at, receipt`
 
 func scanOperation(row pgx.Row) (operation, error) {
 	var o operation
 	err := row.Scan(&o.Op, &o.IdempotencyKey, &o.Reference, &o.AuthorizationID,
 		&o.TokenLast4, &o.Kind, &o.ChargeKey, &o.Amount, &o.Currency,
-		&o.Status, &o.DeclineCode, &o.Hard, &o.At, &o.ReceivedAt)
+		&o.Status, &o.DeclineCode, &o.Hard, &o.At, &o.ReceivedAt, &o.Receipt)
 	o.At, o.ReceivedAt = o.At.UTC(), o.ReceivedAt.UTC()
 	return o, err
 }
@@ -343,13 +350,13 @@ func record(ctx context.Context, db pg.DBTX, gw string, o operation) (operation,
 	inserted, err := scanOperation(db.QueryRow(ctx, `
 		INSERT INTO gatewaysim.operations (gateway, op, idempotency_key, reference,
 			authorization_id, token_last4, token_kind, charge_key, amount, currency,
-			status, decline_code, hard, at)
+			status, decline_code, hard, at, receipt)
 		VALUES ($1, $2, $3, $1 || '_op_' || gen_random_uuid(), nullif($4, ''),
-			$5, $6, $7, $8, $9, $10, $11, $12, $13)
+			$5, $6, $7, $8, $9, $10, $11, $12, $13, $14::text::jsonb)
 		ON CONFLICT (gateway, idempotency_key) DO NOTHING
 		RETURNING `+operationColumns,
 		gw, o.Op, o.IdempotencyKey, o.AuthorizationID, o.TokenLast4, o.Kind,
-		o.ChargeKey, o.Amount, o.Currency, o.Status, o.DeclineCode, o.Hard, o.At))
+		o.ChargeKey, o.Amount, o.Currency, o.Status, o.DeclineCode, o.Hard, o.At, receiptText(o.Receipt)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return scanOperation(db.QueryRow(ctx, `SELECT `+operationColumns+` FROM gatewaysim.operations
 			WHERE gateway = $1 AND idempotency_key = $2`, gw, o.IdempotencyKey))
@@ -385,4 +392,12 @@ func decide(ctx context.Context, tx pgx.Tx, gw string, req opRequest, kind token
 		return operation{}, fmt.Errorf("read settlement of %q: %w", req.AuthorizationID, err)
 	}
 	return verdict(req, kind, &auth, settledBy, refunded), nil
+}
+
+// receiptText is a receipt as the insert takes it: NULL when none.
+func receiptText(r json.RawMessage) *string {
+	if r == nil {
+		return nil
+	}
+	return new(string(r))
 }

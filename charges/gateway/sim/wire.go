@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/rebill/rebill/charges/gateway"
@@ -27,6 +28,10 @@ type opBody struct {
 	Currency        string `json:"currency,omitempty"`
 	ChargeKey       string `json:"charge_key,omitempty"`
 	AuthorizationID string `json:"authorization_id,omitempty"`
+	// Receipt is the fiscal receipt sent with the operation, kept as sent
+	// so that tests and the dev ledger show what a fiscalizing provider
+	// would have filed.
+	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 
 // resultBody is an operation the gateway processed.

@@ -1,8 +1,14 @@
 package stripe_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,7 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rebill/rebill/charges/gateway"
+	"github.com/rebill/rebill/charges/gateway/stripe"
 	"github.com/rebill/rebill/charges/gateway/testkit/stripetest"
+	"github.com/rebill/rebill/testkit/testsupport"
 )
 
 // captured places a hold on token and captures it in full (1999 EUR);
@@ -299,4 +307,62 @@ func TestOperationsListsRefunds(t *testing.T) {
 		require.NotEqual(t, gateway.OpRefund, op.Op, "the payment's day lists no refund")
 	}
 	require.Len(t, ops, 2, "its hold and capture")
+}
+
+// TestReceiptIsNotSent: Stripe files no 54-FZ receipt. A bill's hold,
+// capture and refund that carry one succeed as without it, and nothing
+// of the receipt reaches Stripe.
+func TestReceiptIsNotSent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := testsupport.NewClock(start)
+	fake := stripetest.NewServer(t)
+	fake.Now = clk.Now
+	target, err := url.Parse(fake.URL)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var forms []string
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	recorder := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		require.NoError(t, err)
+		mu.Lock()
+		forms = append(forms, r.URL.Path+"?"+string(body))
+		mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(recorder.Close)
+	g, err := stripe.New(stripe.Config{Name: "stripe1", BaseURL: recorder.URL, APIKey: apiKey, Timeout: 2 * time.Second,
+		HTTPClient: oneShotClient(), Clock: clk})
+	require.NoError(t, err)
+	receipt := &gateway.Receipt{Customer: gateway.ReceiptCustomer{Email: "anna@example.com"}, Items: []gateway.ReceiptItem{{
+		Description: "ЖКУ, ЕЛС 75ДА533315, счёт H-1", Quantity: "1", Amount: 1999, VATCode: 1, PaymentSubject: "service",
+		PaymentMode: "full_payment", AgentType: gateway.AgentPayment,
+		Supplier: &gateway.ReceiptSupplier{Name: "ООО УК Дом", Phone: "74951234567", INN: "7701234567"}}}}
+
+	auth := request("a1:authorize", okCard)
+	auth.Receipt = receipt
+	held, err := g.Authorize(ctx, auth)
+	require.NoError(t, err)
+	require.Equal(t, gateway.StatusSucceeded, held.Status)
+	capture := request("a1:capture", "")
+	capture.AuthorizationID, capture.Receipt = held.Reference, receipt
+	res, err := g.Capture(ctx, capture)
+	require.NoError(t, err)
+	require.Equal(t, gateway.StatusSucceeded, res.Status)
+	refund := refundRequest("1", held.Reference, 1999)
+	refund.Receipt = receipt
+	res, err = g.Refund(ctx, refund)
+	require.NoError(t, err)
+	require.Equal(t, gateway.StatusSucceeded, res.Status)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, forms, 3)
+	for _, f := range forms {
+		for _, word := range []string{"receipt", "agent", "supplier", "7701234567", "anna"} {
+			require.NotContains(t, strings.ToLower(f), word, f)
+		}
+	}
 }

@@ -19,7 +19,10 @@
 // strings in major units, converted exactly from minor units for the
 // currencies of a fixed exponent table; any other currency is refused
 // before a call. A Request's fiscal receipt (54-FZ) is sent with the hold
-// and with the capture, its item prices converted the same way.
+// and with the capture, its item prices converted the same way; an item
+// paid on a supplier's behalf (a bill) carries the payment agent's
+// items[].agent_type and items[].supplier {name, phone, inn}
+// (https://yookassa.ru/developers/payment-acceptance/receipts/54fz/other-services/parameters-values#agent-type).
 //
 // Every POST carries an Idempotence-Key: a UUIDv5 of rebill's key ([IdempotenceKey]),
 // since YooKassa takes at most 64 characters and keeps a key 24 hours.

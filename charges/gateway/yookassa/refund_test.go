@@ -129,6 +129,30 @@ func TestRefundReceipt(t *testing.T) {
 	require.NotContains(t, string(sent["receipt"]), `"type"`)
 }
 
+// TestRefundReceiptOfAnAgentItem: the refund receipt of a bill paid on a
+// supplier's behalf keeps the agent's attributes of the item returned.
+func TestRefundReceiptOfAnAgentItem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	item := gateway.ReceiptItem{Description: "ЖКУ за 11.2026, ЛС 75ДА533315", Quantity: "1", Amount: 49900, VATCode: 1,
+		PaymentSubject: "service", PaymentMode: "full_payment", AgentType: gateway.AgentPayment,
+		Supplier: &gateway.ReceiptSupplier{Name: "ООО УК Дом", Phone: "74951234567", INN: "7701234567"}}
+	paid := &gateway.Receipt{Customer: gateway.ReceiptCustomer{Email: "anna@example.com"}, Items: []gateway.ReceiptItem{item}}
+	b := setup(t)
+	payment := b.captured(t, "pm_ok_1", paid)
+	req := refundRequest("1", payment, 49900)
+	req.Receipt = paid
+	res, err := b.gw.Refund(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, gateway.StatusSucceeded, res.Status)
+	refunds := b.fake.allRefunds()
+	require.Len(t, refunds, 1)
+	require.JSONEq(t, `{"customer":{"email":"anna@example.com"},"items":[{"description":"ЖКУ за 11.2026, ЛС 75ДА533315",
+		"quantity":1,"amount":{"value":"499.00","currency":"RUB"},"vat_code":1,"payment_subject":"service",
+		"payment_mode":"full_payment","agent_type":"payment_agent",
+		"supplier":{"name":"ООО УК Дом","phone":"74951234567","inn":"7701234567"}}]}`, string(refunds[0].receipt))
+}
+
 // TestRefundReplayIsOneRefund: a refund sent again under its key, in turn
 // or at once, gets the first answer and moves no more money.
 func TestRefundReplayIsOneRefund(t *testing.T) {

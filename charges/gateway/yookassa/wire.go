@@ -62,6 +62,18 @@ type receiptItem struct {
 	VATCode        int         `json:"vat_code"`
 	PaymentSubject string      `json:"payment_subject,omitempty"`
 	PaymentMode    string      `json:"payment_mode,omitempty"`
+	// AgentType and Supplier are the payment agent's attributes of an
+	// item paid on a supplier's behalf: items[].agent_type and
+	// items[].supplier {name, phone, inn}
+	// (https://yookassa.ru/developers/payment-acceptance/receipts/54fz/other-services/parameters-values#agent-type).
+	AgentType string           `json:"agent_type,omitempty"`
+	Supplier  *receiptSupplier `json:"supplier,omitempty"`
+}
+
+type receiptSupplier struct {
+	Name  string `json:"name,omitempty"`
+	Phone string `json:"phone,omitempty"`
+	INN   string `json:"inn,omitempty"`
 }
 
 type payment struct {
@@ -130,7 +142,10 @@ func toReceipt(r *gateway.Receipt, currency string) (*receipt, error) {
 		}
 		out.Items[i] = receiptItem{Description: it.Description, Quantity: json.Number(it.Quantity),
 			Amount: amount{Value: value, Currency: currency}, VATCode: it.VATCode,
-			PaymentSubject: it.PaymentSubject, PaymentMode: it.PaymentMode}
+			PaymentSubject: it.PaymentSubject, PaymentMode: it.PaymentMode, AgentType: it.AgentType}
+		if it.Supplier != nil {
+			out.Items[i].Supplier = (*receiptSupplier)(it.Supplier)
+		}
 	}
 	return out, nil
 }

@@ -664,6 +664,31 @@ func TestReceipt(t *testing.T) {
 		require.Equal(t, fakeAmount{Value: "499.00", Currency: "RUB"}, p.Amount)
 	})
 
+	t.Run("AgentItemCarriesAgentTypeAndSupplier", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		bill := &gateway.Receipt{Customer: gateway.ReceiptCustomer{Phone: "79001234567"}, Items: []gateway.ReceiptItem{{
+			Description: "ЖКУ за 11.2026, ЛС 75ДА533315", Quantity: "1", Amount: 49900, VATCode: 1,
+			PaymentSubject: "service", PaymentMode: "full_payment", AgentType: gateway.AgentPayment,
+			Supplier: &gateway.ReceiptSupplier{Name: "ООО УК Дом", Phone: "74951234567", INN: "7701234567"}}}}
+		auth := request(gateway.OpAuthorize, "pm_ok_1")
+		auth.Receipt = bill
+		res, err := b.gw.Authorize(ctx, auth)
+		require.NoError(t, err)
+		require.Equal(t, gateway.StatusSucceeded, res.Status)
+		capture := withPayment(request(gateway.OpCapture, ""), res.Reference)
+		capture.Receipt = bill
+		res, err = b.gw.Capture(ctx, capture)
+		require.NoError(t, err)
+		require.Equal(t, gateway.StatusSucceeded, res.Status)
+		want := `{"customer":{"phone":"79001234567"},"items":[{"description":"ЖКУ за 11.2026, ЛС 75ДА533315","quantity":1,
+			"amount":{"value":"499.00","currency":"RUB"},"vat_code":1,"payment_subject":"service","payment_mode":"full_payment",
+			"agent_type":"payment_agent","supplier":{"name":"ООО УК Дом","phone":"74951234567","inn":"7701234567"}}]}`
+		p := b.fake.payment(res.Reference)
+		require.JSONEq(t, want, string(p.holdReceipt))
+		require.JSONEq(t, want, string(p.captureReceipt))
+	})
+
 	t.Run("ItemsThatDoNotAddUpAreRefused", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
