@@ -231,7 +231,11 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	recorder := &notify.Recorder{Enqueue: jobs}
 	subs := subscriptions.NewStore(svc.Clock)
 	subs.SetEventSink(recorder)
-	chargeStore := &charges.Store{Events: recorder}
+	reports, err := buildZhkh(cfg, pool, svc.Clock, jobs, log)
+	if err != nil {
+		return nil, err
+	}
+	chargeStore := &charges.Store{Events: chargeEvents(recorder, reports)}
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
 	poster, registrySim, err := buildRegistry(cfg, pool, svc.Clock, breakers, retry, log)
 	if err != nil {
@@ -244,6 +248,9 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	}
 	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, log)
 	bills.Charges = chargeStore
+	if reports != nil {
+		billOutcomes.Reports = reports
+	}
 	bills.Registry = poster != nil
 	if poster != nil {
 		bills.Postings = poster
@@ -293,6 +300,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	ops.register(workers)
 	periodic := append(append(periodicJobs(cfg), autopayPeriodicJobs(cfg, poster != nil)...), ops.periodicJobs(cfg)...)
 	periodic = append(periodic, velocity.SweepJob(slotSweepInterval(cfg)))
+	periodic = append(periodic, registerZhkh(workers, reports, cfg)...)
 	return &pipeline{keys: keys, tokens: tokens, breakers: breakers, subs: subs, charges: pipe, renewals: renewer,
 		bills: bills, billOutcomes: billOutcomes, owners: owners, devRegistry: newDevRegistry(registrySim, poster), limiter: limiter, idem: idem,
 		policy: policy, ops: ops, retry: retry, workers: workers, periodic: periodic}, nil
