@@ -35,8 +35,10 @@ func (b testBundle) waitReport(t *testing.T, chargeID string, status zhkh.Status
 	t.Helper()
 	var r zhkh.Report
 	require.Eventually(t, func() bool {
-		var err error
-		r, err = zhkh.OfCharge(context.Background(), b.pool, uuid.MustParse(chargeID))
+		got, err := zhkh.OfCharge(context.Background(), b.pool, uuid.MustParse(chargeID))
+		if err == nil {
+			r = got
+		}
 		return err == nil && r.Status == status
 	}, 20*time.Second, 50*time.Millisecond, "report of charge %s in %s (last: %+v)", chargeID, status, r)
 	return r
