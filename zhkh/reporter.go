@@ -193,9 +193,17 @@ func (r *Reporter) report(ctx context.Context, reportID string, attempt int) err
 			return err
 		}
 	}
-	if _, err := r.Pool.Exec(ctx, `UPDATE zhkh_reports SET sent_at = coalesce(sent_at, $2) WHERE report_id = $1 AND status = $3`,
-		reportID, r.Clock.Now(), Pending); err != nil {
+	// Recorded under the status guard: a refund that moved the report on
+	// meanwhile stops the send, and one that comes after it finds the
+	// send's time (inFlight).
+	tag, err := r.Pool.Exec(ctx, `UPDATE zhkh_reports SET sent_at = $2 WHERE report_id = $1 AND status = $3`,
+		reportID, r.Clock.Now(), Pending)
+	if err != nil {
 		return fmt.Errorf("record GIS ZhKH report %s sent: %w", reportID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		metrics.ZhkhReportRuns.WithLabelValues("report", "stale").Inc()
+		return nil
 	}
 	name, err := r.Parties.Report(ctx, r.payment(rep))
 	if _, pending := party.Pending(err); errors.Is(err, party.ErrUnknownOutcome) && !pending {
@@ -330,8 +338,10 @@ func (r *Reporter) cancel(ctx context.Context, reportID string, attempt int) err
 	if err != nil {
 		return r.cancelWait(rep, err, attempt)
 	}
-	switch status {
-	case party.StatusCancelled, party.StatusNotFound, party.StatusRefused:
+	switch {
+	case status == party.StatusNotFound && r.inFlight(rep):
+		return r.cancelWait(rep, errors.New("the report's last send may still be on its way to the party: asking again once it cannot be"), attempt)
+	case status == party.StatusCancelled, status == party.StatusNotFound, status == party.StatusRefused:
 	default:
 		return r.cancelWait(rep, fmt.Errorf("the party holds the report %s after its annulment", status), attempt)
 	}
@@ -340,6 +350,14 @@ func (r *Reporter) cancel(ctx context.Context, reportID string, attempt int) err
 		Msg("a refunded housing payment's information annulled in GIS ZhKH")
 	_, err = move(ctx, r.Pool, reportID, []Status{CancelPending}, Cancelled, r.Clock.Now(), "last_error = NULL")
 	return err
+}
+
+// inFlight reports whether rep's last send may still reach the party: it
+// began less than two call timeouts ago. A party that holds nothing under
+// its id then may take it a moment later, so its annulment is not
+// recorded done until the send is surely over.
+func (r *Reporter) inFlight(rep Report) bool {
+	return rep.SentAt != nil && r.Clock.Now().Sub(*rep.SentAt) < 2*r.Parties.CallTimeout
 }
 
 func (r *Reporter) cancelWait(rep Report, cause error, attempt int) error {

@@ -116,8 +116,8 @@ type Report struct {
 	Status         Status
 	// DueAt is when the party must have what the status sends (DueBy).
 	DueAt time.Time
-	// SentAt is set once the report was sent (about to be); CancelSentAt
-	// once its annulment was.
+	// SentAt is when the report was last sent (about to be); nil: never.
+	// CancelSentAt is when its annulment was first sent.
 	SentAt       *time.Time
 	CancelSentAt *time.Time
 	Party        string

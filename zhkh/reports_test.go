@@ -399,3 +399,45 @@ func assertNoError(t *testing.T, err error) bool {
 	}
 	return true
 }
+
+// A refund that lands while a run is about to send the report stops the
+// send: the send is recorded under the report's status guard.
+func TestRefundBeforeTheSendStopsIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	c := b.capture(ctx, t)
+	id := party.ReportID(c.ChargeID.String())
+	rw := &zhkh.ReportWorker{Reporter: b.reporter}
+	b.fake.ReportFunc = partytest.Reports(party.ErrUnavailable)
+	work(ctx, t, b, rw, zhkh.ReportArgs{ReportID: id})
+	b.fake.LookupFunc = func(context.Context, string) (party.Status, string, error) {
+		b.refund(ctx, t, c, c.Amount) // between the run's read and its send
+		return party.StatusNotFound, "", nil
+	}
+	require.Equal(t, river.EventKindJobCompleted, work(ctx, t, b, rw, zhkh.ReportArgs{ReportID: id}))
+	require.Len(t, b.fake.CallsOf("report"), 1, "not sent again once refunded")
+	require.Equal(t, zhkh.CancelPending, b.report(ctx, t, c).Status)
+}
+
+// An annulment that finds nothing at the party while the report's last
+// send may still be on its way waits until it cannot be, then is done.
+func TestAnnulmentWaitsOutASendInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	c := b.capture(ctx, t)
+	id := party.ReportID(c.ChargeID.String())
+	b.fake.ReportFunc = partytest.Reports(party.ErrUnknownOutcome)
+	b.fake.LookupFunc = partytest.LooksUp("", "", party.ErrUnavailable)
+	work(ctx, t, b, &zhkh.ReportWorker{Reporter: b.reporter}, zhkh.ReportArgs{ReportID: id})
+	b.refund(ctx, t, c, c.Amount)
+	cw := &zhkh.CancelWorker{Reporter: b.reporter}
+	b.fake.CancelFunc = partytest.Cancels(nil)
+	b.fake.LookupFunc = partytest.LooksUp(party.StatusNotFound, "", nil)
+	require.Equal(t, river.EventKindJobSnoozed, work(ctx, t, b, cw, zhkh.CancelArgs{ReportID: id}))
+	require.Equal(t, zhkh.CancelPending, b.report(ctx, t, c).Status)
+	b.clock.Set(b.clock.Now().Add(11 * time.Second)) // past two call timeouts (5 s)
+	require.Equal(t, river.EventKindJobCompleted, work(ctx, t, b, cw, zhkh.CancelArgs{ReportID: id}))
+	require.Equal(t, zhkh.Cancelled, b.report(ctx, t, c).Status)
+}

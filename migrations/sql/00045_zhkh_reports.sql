@@ -28,7 +28,7 @@ CREATE TABLE zhkh_reports (
     captured_at         timestamptz NOT NULL,
     status              text NOT NULL CHECK (status IN ('pending', 'accepted', 'refused', 'cancel_pending', 'cancelled')),
     due_at              timestamptz NOT NULL,
-    sent_at             timestamptz,
+    sent_at             timestamptz, -- the last send: a look-up comes before the next
     cancel_sent_at      timestamptz,
     party               text,
     last_error          text,
