@@ -92,7 +92,7 @@ var allowedImports = map[string][]string{
 		"charges/gateway/fleet", "charges/gateway/sim", "charges/gateway/stripe", "charges/gateway/yookassa", "console",
 		"enrollments", "experiments", "app/config", "charges/registry", "charges/registry/agentapi", "charges/registry/sim", "charges/registry/testkit/agentfake", "inspector", "bench",
 		"platform/pgembed", "migrations", "notify", "books", "reports", "renewals", "subscriptions", "usecases", "vault", "velocity",
-		"zhkh", "zhkh/party", "zhkh/party/partyapi", "zhkh/party/sim"},
+		"zhkh", "zhkh/party", "zhkh/party/partyapi", "zhkh/party/sim", "zhkh/party/testkit/partyfake"},
 	"bench":            {"charges", "platform/pgembed", "migrations", "subscriptions"},
 	"app/config":       nil,
 	"cmd/rebill-bench": {"app", "app/config", "bench", "charges", "charges/gateway", "charges/gateway/sim", "notify", "platform/pgembed", "renewals"},
