@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/rs/zerolog"
 
+	"github.com/rebill/rebill/api"
 	"github.com/rebill/rebill/app/config"
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/notify"
@@ -106,4 +107,12 @@ func registerZhkh(workers *river.Workers, reports *zhkh.Reporter, cfg config.Con
 		return nil
 	}
 	return []*river.PeriodicJob{zhkh.SweepJob(cfg.ScanInterval)}
+}
+
+// zhkhAPI is the reports as the API reads them: none without reports.
+func zhkhAPI(reports *zhkh.Reporter) api.ZhkhReports {
+	if reports == nil {
+		return nil
+	}
+	return reports
 }

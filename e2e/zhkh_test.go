@@ -82,3 +82,37 @@ func TestHousingPaymentReportedToGISZhKHAndAnnulledOnRefund(t *testing.T) {
 	_, err := zhkh.OfCharge(context.Background(), b.pool, uuid.MustParse(fineCharge))
 	require.ErrorIs(t, err, zhkh.ErrNotFound)
 }
+
+// GIS ZhKH refuses a housing payment's information: the bill stays paid,
+// the charge captured, and the report waits in staff's review list with
+// the reason until a person marks it reviewed.
+func TestRefusedReportWaitsForAPersonWithTheMoneyCaptured(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	b.autopayStart(t)
+	reason := "ipd_unknown: payment document not found"
+	_, err := zhkhsim.Sim{Pool: b.pool}.SetFaults(context.Background(), "zhkh1", zhkhsim.FaultsPatch{Refuse: &reason})
+	require.NoError(t, err)
+	housing := b.createHousingEnrollment(t, "76ДЕ234599", 0, 1000000)
+	b.call(t, http.MethodPost, "/v1/enrollments/"+housing+"/bills", map[string]any{
+		"bill_id": "Z-2", "amount": 7000, "issued_at": b.clockNow(t).Format(time.RFC3339), "due_date": "2027-03-25"})
+	b.scanNow(t)
+	b.waitBill(t, housing, "Z-2", "paid")
+	charge := b.enrollmentCharges(t, housing)[0]
+	id := charge["id"].(string)
+	b.waitReport(t, id, zhkh.Refused)
+
+	report := b.call(t, http.MethodGet, "/v1/charges/"+id+"/zhkh-report", nil)
+	require.Equal(t, "refused", report["status"])
+	require.Contains(t, report["review_reason"], "payment document not found")
+	require.Equal(t, "succeeded", b.call(t, http.MethodGet, "/v1/charges/"+id, nil)["status"], "the money stays captured")
+	review := b.call(t, http.MethodGet, "/v1/zhkh-review", nil)["data"].([]any)
+	require.Len(t, review, 1)
+	require.Equal(t, id, review[0].(map[string]any)["charge_id"])
+
+	reviewed := b.call(t, http.MethodPost, "/v1/charges/"+id+"/zhkh-report/reviewed", nil)
+	require.NotNil(t, reviewed["reviewed_at"])
+	require.Empty(t, b.call(t, http.MethodGet, "/v1/zhkh-review", nil)["data"])
+	status, _ := b.callStatus(t, http.MethodPost, "/v1/charges/"+id+"/zhkh-report/reviewed", nil)
+	require.Equal(t, http.StatusNotFound, status, "nothing left to review")
+}

@@ -435,3 +435,25 @@ func Register(workers *river.Workers, r *Reporter) {
 	river.AddWorker(workers, &CancelWorker{Reporter: r})
 	river.AddWorker(workers, &SweepWorker{Reporter: r})
 }
+
+// ReportOf returns the report of charge chargeID's capture. Returns
+// ErrNotFound when it has none.
+func (r *Reporter) ReportOf(ctx context.Context, chargeID uuid.UUID) (Report, error) {
+	return OfCharge(ctx, r.Pool, chargeID)
+}
+
+// ReviewPage lists the reports awaiting a person after report id after.
+func (r *Reporter) ReviewPage(ctx context.Context, after string, limit int) ([]Report, error) {
+	return Review(ctx, r.Pool, after, limit)
+}
+
+// MarkReviewed records, in tx, that actor has seen to the report of
+// charge chargeID, and returns it. Returns ErrNotFound when it awaits no
+// review.
+func (r *Reporter) MarkReviewed(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, actor string) (Report, error) {
+	id := IDOf(chargeID)
+	if err := Reviewed(ctx, tx, id, actor, r.Clock.Now()); err != nil {
+		return Report{}, err
+	}
+	return Get(ctx, tx, id)
+}

@@ -46,8 +46,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/platform/fsm"
 	"github.com/rebill/rebill/platform/pg"
+	"github.com/rebill/rebill/zhkh/party"
 )
 
 // Status is where a report stands.
@@ -131,7 +133,7 @@ type Report struct {
 }
 
 // ErrNotFound: no report of that id (or charge).
-var ErrNotFound = errors.New("GIS ZhKH report not found")
+var ErrNotFound = fault.New(fault.NotFound, "GIS ZhKH report not found")
 
 const columns = `report_id, charge_id, enrollment_id, account, bill_id, coalesce(payment_document_id, ''),
 	coalesce(service_id, ''), coalesce(period, ''), coalesce(supplier_inn, ''), coalesce(supplier_kpp, ''),
@@ -167,11 +169,12 @@ func OfCharge(ctx context.Context, db pg.DBTX, chargeID uuid.UUID) (Report, erro
 	return scan(db.QueryRow(ctx, `SELECT `+columns+` FROM zhkh_reports WHERE charge_id = $1`, chargeID))
 }
 
-// Review lists the reports awaiting a person, oldest first: refused by
-// GIS ZhKH (last_error says why), or refunded in part.
-func Review(ctx context.Context, db pg.DBTX, limit int) ([]Report, error) {
+// Review lists the reports awaiting a person (refused by GIS ZhKH,
+// review_reason says why; or refunded in part), by report id, after the
+// report id after ("": from the first).
+func Review(ctx context.Context, db pg.DBTX, after string, limit int) ([]Report, error) {
 	rows, err := db.Query(ctx, `SELECT `+columns+` FROM zhkh_reports
-		WHERE review_reason IS NOT NULL AND reviewed_at IS NULL ORDER BY updated_at, report_id LIMIT $1`, limit)
+		WHERE review_reason IS NOT NULL AND reviewed_at IS NULL AND report_id > $1 ORDER BY report_id LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("GIS ZhKH reports in review: %w", err)
 	}
@@ -186,6 +189,9 @@ func Review(ctx context.Context, db pg.DBTX, limit int) ([]Report, error) {
 	}
 	return out, rows.Err()
 }
+
+// IDOf is the id of the report of charge chargeID's capture.
+func IDOf(chargeID uuid.UUID) string { return party.ReportID(chargeID.String()) }
 
 // Reviewed records that actor has seen to a report in review (told the
 // supplier, or the party, of the refused payment). Returns ErrNotFound

@@ -243,7 +243,7 @@ func TestRefusalGoesToReview(t *testing.T) {
 	r := b.report(ctx, t, c)
 	require.Equal(t, zhkh.Refused, r.Status)
 	require.Contains(t, r.ReviewReason, "payment document not found")
-	review, err := zhkh.Review(ctx, b.pool, 10)
+	review, err := zhkh.Review(ctx, b.pool, "", 10)
 	require.NoError(t, err)
 	require.Len(t, review, 1)
 	require.Equal(t, id, review[0].ReportID)
