@@ -100,9 +100,11 @@ func (r *Reporter) Refunded(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, 
 	}
 	now := r.Clock.Now()
 	if rep.AmountRefunded < rep.Capture.Amount {
+		// A refused report keeps its refusal as the reason it is in review.
 		_, err := tx.Exec(ctx, `UPDATE zhkh_reports SET review_reason = $2, reviewed_at = NULL, reviewed_by = NULL
-			WHERE report_id = $1`, rep.ReportID, fmt.Sprintf("refunded in part (%d of %d): GIS ZhKH's payment information "+
-			"is annulled whole; tell the supplier, or annul it and report the rest by hand", rep.AmountRefunded, rep.Capture.Amount))
+			WHERE report_id = $1 AND status = ANY($3)`, rep.ReportID, fmt.Sprintf("refunded in part (%d of %d): GIS ZhKH's payment information "+
+			"is annulled whole; tell the supplier, or annul it and report the rest by hand", rep.AmountRefunded, rep.Capture.Amount),
+			[]string{string(Pending), string(Accepted)})
 		if err != nil {
 			return fmt.Errorf("send GIS ZhKH report %s to review: %w", rep.ReportID, err)
 		}

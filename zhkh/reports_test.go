@@ -251,7 +251,9 @@ func TestRefusalGoesToReview(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), counts.InReview)
 
-	b.refund(ctx, t, c, c.Amount)
+	b.refund(ctx, t, c, 100)
+	require.Contains(t, b.report(ctx, t, c).ReviewReason, "payment document not found", "a refund in part keeps the refusal's reason")
+	b.refund(ctx, t, c, c.Amount-100)
 	require.Equal(t, zhkh.Refused, b.report(ctx, t, c).Status, "GIS ZhKH never held it: nothing to annul")
 	require.Empty(t, b.jobs(ctx, t, zhkh.CancelArgs{}.Kind()))
 	require.NoError(t, zhkh.Reviewed(ctx, b.pool, id, "support@example", b.clock.Now()))

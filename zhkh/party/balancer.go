@@ -111,19 +111,6 @@ func (b *Balancer) note(p Party, err error) {
 	}
 }
 
-// CircuitOpen reports whether every party failed within Cooldown: calls
-// would only find them down, so the jobs wait instead.
-func (b *Balancer) CircuitOpen() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, p := range b.parties {
-		if at, ok := b.failedAt[p.Name()]; !ok || b.Now().Sub(at) >= b.Cooldown {
-			return false
-		}
-	}
-	return len(b.parties) > 0
-}
-
 func (b *Balancer) each(ctx context.Context, fn func(ctx context.Context, p Party) error) (string, error) {
 	if len(b.parties) == 0 {
 		return "", fmt.Errorf("%w: no GIS ZhKH party configured", ErrUnavailable)
