@@ -18,6 +18,8 @@ import (
 	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/charges/gateway/sim"
 	"github.com/rebill/rebill/rebilltype"
+
+	"github.com/rebill/rebill/zhkh"
 )
 
 // The request/response validation of the whole test suite lives in
@@ -45,7 +47,7 @@ func loadOpenAPI(t *testing.T) openAPIDoc {
 // The served document and the router must list the same operations.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	t.Parallel()
-	s := NewServer(Deps{Dev: &Dev{}, RiverUI: http.NotFoundHandler()})
+	s := NewServer(Deps{Dev: &Dev{}, RiverUI: http.NotFoundHandler(), Zhkh: (*zhkh.Reporter)(nil)})
 	routes := map[string]bool{}
 	require.NoError(t, chi.Walk(s.mux, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		if route == "/riverui" || route == "/riverui/*" { // River UI: a browser application outside the document

@@ -122,6 +122,9 @@ type Deps struct {
 	// ExperimentSet picks the routing arm of a binding whose customer is
 	// named (nil: no experiments).
 	ExperimentSet *experiments.Set
+	// Zhkh is the GIS ZhKH reports' reads and reviews (nil: no party
+	// configured, the paths are left out).
+	Zhkh ZhkhReports
 	// Console is the support console, served under /console/ (nil leaves
 	// the path out). It authenticates with a session cookie of its own,
 	// which nothing else here accepts.
@@ -223,6 +226,7 @@ func (s *Server) routes() *chi.Mux {
 		staff.Post("/v1/charges/{id}/refunds", s.refundCharge)
 		r.Get("/v1/charges/{id}/refunds", s.listChargeRefunds)
 		s.enrollmentRoutes(r)
+		s.zhkhRoutes(staff)
 		staff.Get("/v1/gateways", s.listGateways)
 		staff.Get("/v1/experiments", s.listExperiments)
 		staff.Get("/v1/experiments/{key}", s.getExperiment)

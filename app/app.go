@@ -27,6 +27,8 @@ Usage:
   rebill gatewaysim [--addr ADDR]  run the simulated gateways sim1..sim5 standalone
   rebill registryfake [--addr ADDR] [--tls-cert FILE --tls-key FILE [--client-ca FILE]]
                                 run the conformance fake of a bank's registry gateway (docs/registry.md)
+  rebill zhkhfake [--addr ADDR] [--token TOKEN] [--tls-cert FILE --tls-key FILE [--client-ca FILE]]
+                                run the conformance fake of a GIS ZhKH reporting party (docs/registry.md)
   rebill secrets rotate         seal payment tokens and webhook secrets under the current key
   rebill version                print the module version and VCS commit
   rebill audit [--from DATE] [--to DATE] [--json]
@@ -87,6 +89,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	case "registryfake":
 		return registryfake(ctx, args[2:], stdout, stderr)
+	case "zhkhfake":
+		return zhkhfake(ctx, args[2:], stdout, stderr)
 	}
 	cfg, err := config.Load(getenv)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/rebill/rebill/platform/clock"
 	"github.com/rebill/rebill/platform/mtls"
 	"github.com/rebill/rebill/platform/startup"
+	"github.com/rebill/rebill/zhkh/party/testkit/partyfake"
 )
 
 func gatewaysim(ctx context.Context, cfg config.Config, log zerolog.Logger, args []string, stdout, stderr io.Writer) error {
@@ -142,6 +143,62 @@ func registryfake(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("registryfake: %w", err)
+	}
+	return nil
+}
+
+// zhkhfake serves the conformance fake of a GIS ZhKH reporting party
+// (zhkh/party/testkit/partyfake, in memory), so that a production node can
+// be tried without a bank: point an http entry of REBILL_ZHKH_PARTIES_FILE
+// at it. With --tls-cert and --tls-key it serves HTTPS, and with
+// --client-ca it requires a client certificate that CA signed. It needs no
+// database.
+func zhkhfake(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("zhkhfake", "Usage: rebill zhkhfake [--addr ADDR] [--token TOKEN] [--tls-cert FILE --tls-key FILE [--client-ca FILE]]\n\n"+
+		"Serves, in memory, the conformance fake of the GIS ZhKH reporting party that rebill's\n"+
+		"kind http speaks to (docs/registry.md): POST /reports, GET /reports/{id},\n"+
+		"POST /reports/{id}/cancellation; and, to drive it, GET /ledger, GET /faults, PUT /faults\n"+
+		"(replaces every switch: down, lose_answers, processing, refuse). Its ledger is lost when\n"+
+		"it stops. With --tls-cert and --tls-key it serves HTTPS; with --client-ca too it refuses\n"+
+		"a client without a certificate that CA signed.")
+	addr := fs.String("addr", "127.0.0.1:8093", "listen address")
+	token := fs.String("token", "", "the bearer token a request must carry; empty: none")
+	certFile := fs.String("tls-cert", "", "the server certificate (PEM, chain after it): serve HTTPS")
+	keyFile := fs.String("tls-key", "", "the server certificate's key (PEM)")
+	clientCA := fs.String("client-ca", "", "the CA (PEM) that must sign a client's certificate: require one")
+	if done, err := parseFlags(fs, args, stdout, stderr); done || err != nil {
+		return err
+	}
+	fake := partyfake.New()
+	fake.BearerToken = *token
+	var tlsConfig *tls.Config
+	if *certFile != "" || *keyFile != "" || *clientCA != "" {
+		var err error
+		if tlsConfig, err = (mtls.ServerFiles{CertFile: *certFile, KeyFile: *keyFile, ClientCAFile: *clientCA}).Config(); err != nil {
+			return fmt.Errorf("zhkhfake: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("zhkhfake: listen on %s: %w", *addr, err)
+	}
+	log := newLogger(stderr, "info")
+	srv := &http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig, ErrorLog: stdlog.New(log, "", 0)}
+	scheme := "http"
+	if tlsConfig != nil {
+		scheme = "https"
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+	log.Info().Str("addr", ln.Addr().String()).Str("scheme", scheme).Bool("client_certificate_required", *clientCA != "").
+		Msg("zhkhfake listening")
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("zhkhfake: %w", err)
 	}
 	return nil
 }

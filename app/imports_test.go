@@ -28,9 +28,11 @@ const module = "github.com/rebill/rebill/"
 // knows nothing of charges; it posts fines through the registry port
 // charges/registry, a leaf whose adapters and test kit import only it.
 // enrollments imports neither charges nor its postings: autopay hands
-// each the other's half of a bill identity's release.
+// each the other's half of a bill identity's release. zhkh reports
+// captured housing payments to GIS ZhKH through its port zhkh/party, a
+// leaf like charges/registry; autopay hands it each capture.
 var allowedImports = map[string][]string{
-	"api":                                    {"api/idempotency", "apikeys", "apiobjects", "autopay", "charges", "charges/gateway/fleet", "charges/gateway/sim", "charges/registry/sim", "enrollments", "experiments", "experiments/stats", "notify", "books", "reports", "subscriptions", "subscriptions/period", "usecases", "velocity"},
+	"api":                                    {"api/idempotency", "apikeys", "apiobjects", "autopay", "charges", "charges/gateway/fleet", "charges/gateway/sim", "charges/registry/sim", "enrollments", "experiments", "experiments/stats", "notify", "books", "reports", "subscriptions", "subscriptions/period", "usecases", "velocity", "zhkh"},
 	"api/idempotency":                        nil,
 	"api/openapitest":                        nil,
 	"apikeys":                                nil,
@@ -57,7 +59,7 @@ var allowedImports = map[string][]string{
 	"charges/gateway/testkit/gatewaytest":    {"charges/gateway"},
 	"charges/gateway/testkit/stripetest":     nil,
 	"enrollments":                            {"charges/registry", "subscriptions", "vault"},
-	"autopay":                                {"charges", "charges/gateway", "enrollments", "subscriptions"},
+	"autopay":                                {"charges", "charges/gateway", "enrollments", "subscriptions", "zhkh"},
 	"autopay/billsource":                     {"autopay", "enrollments"},
 	"autopay/billsource/testkit/sourcefake":  {"autopay/billsource"},
 	"autopay/billsource/testkit/conformance": {"autopay", "enrollments"},
@@ -66,6 +68,12 @@ var allowedImports = map[string][]string{
 	"charges/registry/sim":                   {"charges/registry"},
 	"charges/registry/testkit/agentfake":     nil,
 	"charges/registry/testkit/registrytest":  {"charges/registry"},
+	"zhkh":                                   {"zhkh/party"},
+	"zhkh/party":                             nil,
+	"zhkh/party/partyapi":                    {"zhkh/party"},
+	"zhkh/party/sim":                         {"zhkh/party"},
+	"zhkh/party/testkit/partyfake":           nil,
+	"zhkh/party/testkit/partytest":           {"zhkh/party"},
 	"audit":                                  {"audit/billcheck", "charges", "charges/gateway", "charges/registry", "enrollments", "subscriptions"},
 	"audit/billcheck":                        nil,
 	"books":                                  {"charges", "charges/gateway", "charges/registry"},
@@ -83,7 +91,8 @@ var allowedImports = map[string][]string{
 	"app": {"api", "api/idempotency", "apikeys", "audit", "autopay", "autopay/billsource", "charges", "charges/gateway",
 		"charges/gateway/fleet", "charges/gateway/sim", "charges/gateway/stripe", "charges/gateway/yookassa", "console",
 		"enrollments", "experiments", "app/config", "charges/registry", "charges/registry/agentapi", "charges/registry/sim", "charges/registry/testkit/agentfake", "inspector", "bench",
-		"platform/pgembed", "migrations", "notify", "books", "reports", "renewals", "subscriptions", "usecases", "vault", "velocity"},
+		"platform/pgembed", "migrations", "notify", "books", "reports", "renewals", "subscriptions", "usecases", "vault", "velocity",
+		"zhkh", "zhkh/party", "zhkh/party/partyapi", "zhkh/party/sim", "zhkh/party/testkit/partyfake"},
 	"bench":            {"charges", "platform/pgembed", "migrations", "subscriptions"},
 	"app/config":       nil,
 	"cmd/rebill-bench": {"app", "app/config", "bench", "charges", "charges/gateway", "charges/gateway/sim", "notify", "platform/pgembed", "renewals"},

@@ -35,6 +35,7 @@ import (
 	"github.com/rebill/rebill/usecases"
 	"github.com/rebill/rebill/vault"
 	"github.com/rebill/rebill/velocity"
+	"github.com/rebill/rebill/zhkh"
 )
 
 // Service is one rebill node over a migrated database: the HTTP handler
@@ -191,6 +192,7 @@ type pipeline struct {
 	billOutcomes autopay.Outcomes
 	owners       charges.Owners
 	devRegistry  api.DevRegistry
+	zhkh         *zhkh.Reporter
 	limiter      *velocity.Limiter
 	idem         *idempotency.Store
 	policy       notify.URLPolicy
@@ -231,7 +233,11 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	recorder := &notify.Recorder{Enqueue: jobs}
 	subs := subscriptions.NewStore(svc.Clock)
 	subs.SetEventSink(recorder)
-	chargeStore := &charges.Store{Events: recorder}
+	reports, err := buildZhkh(cfg, pool, svc.Clock, jobs, log)
+	if err != nil {
+		return nil, err
+	}
+	chargeStore := &charges.Store{Events: chargeEvents(recorder, reports)}
 	retry := charges.RetryPolicy{Base: cfg.RetryBase, Max: cfg.RetryMax, Now: clock.Wall{}.Now}
 	poster, registrySim, err := buildRegistry(cfg, pool, svc.Clock, breakers, retry, log)
 	if err != nil {
@@ -244,6 +250,9 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	}
 	bills, billOutcomes := buildAutopay(cfg, pool, svc.Clock, recorder, log)
 	bills.Charges = chargeStore
+	if reports != nil {
+		billOutcomes.Reports = reports
+	}
 	bills.Registry = poster != nil
 	if poster != nil {
 		bills.Postings = poster
@@ -293,8 +302,9 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	ops.register(workers)
 	periodic := append(append(periodicJobs(cfg), autopayPeriodicJobs(cfg, poster != nil)...), ops.periodicJobs(cfg)...)
 	periodic = append(periodic, velocity.SweepJob(slotSweepInterval(cfg)))
+	periodic = append(periodic, registerZhkh(workers, reports, cfg)...)
 	return &pipeline{keys: keys, tokens: tokens, breakers: breakers, subs: subs, charges: pipe, renewals: renewer,
-		bills: bills, billOutcomes: billOutcomes, owners: owners, devRegistry: newDevRegistry(registrySim, poster), limiter: limiter, idem: idem,
+		bills: bills, billOutcomes: billOutcomes, owners: owners, devRegistry: newDevRegistry(registrySim, poster), zhkh: reports, limiter: limiter, idem: idem,
 		policy: policy, ops: ops, retry: retry, workers: workers, periodic: periodic}, nil
 }
 
@@ -376,7 +386,7 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 		MetricsElsewhere: cfg.MetricsAddr != "",
 		Autopay:          uses, Clock: svc.Clock,
 		Reconciliation: p.ops.reconciliation, Reports: p.ops.reports,
-		RiverUI: ui, Experiments: exps, ExperimentSet: p.charges.Experiments,
+		RiverUI: ui, Experiments: exps, ExperimentSet: p.charges.Experiments, Zhkh: zhkhAPI(p.zhkh),
 		Console: console.New(console.Options{Pool: pool, Keys: apiKeys, Billing: uses, Autopay: uses, Gateways: p.breakers,
 			Reconciliation: p.ops.reconciliation, Reports: p.ops.reports, Experiments: exps, Clock: svc.Clock,
 			Logger: log.With().Str("component", "console").Logger(), IdleTimeout: cfg.ConsoleIdleTimeout,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/enrollments"
+	"github.com/rebill/rebill/zhkh"
 )
 
 var _ charges.BillOwner = Outcomes{}
@@ -19,6 +20,17 @@ var _ charges.BillOwner = Outcomes{}
 type Outcomes struct {
 	Enrollments *enrollments.Store
 	Rules       enrollments.Rules
+	// Reports is told of every captured housing payment, in the
+	// transaction that records the capture: GIS ZhKH hears of money that
+	// moved, never of a hold (zhkh). Nil: none is reported (no GIS ZhKH
+	// party configured).
+	Reports HousingReports
+}
+
+// HousingReports reports captured housing payments to GIS ZhKH
+// (zhkh.Reporter).
+type HousingReports interface {
+	Captured(ctx context.Context, tx pgx.Tx, c zhkh.Capture) error
 }
 
 // Lock locks the enrollment's row and returns what a charge outcome needs
@@ -61,9 +73,31 @@ func (o Outcomes) expiries(ctx context.Context, tx pgx.Tx, id uuid.UUID) (map[uu
 	return out, nil
 }
 
-// ChargePaid marks the charge's bill paid.
+// ChargePaid marks the charge's bill paid and, when its money was
+// captured for a housing bill, has the payment reported to GIS ZhKH. A
+// charge voided as not owed is reported to nobody.
 func (o Outcomes) ChargePaid(ctx context.Context, tx pgx.Tx, c charges.Charge, _ bool) (*time.Time, error) {
-	return nil, o.Enrollments.ChargeOutcome(ctx, tx, c.ID, true, c.Amount)
+	if err := o.Enrollments.ChargeOutcome(ctx, tx, c.ID, true, c.Amount); err != nil {
+		return nil, err
+	}
+	if o.Reports == nil || c.Status != charges.Succeeded {
+		return nil, nil
+	}
+	e, err := o.Enrollments.Get(ctx, tx, c.EnrollmentID)
+	if err != nil {
+		return nil, fmt.Errorf("enrollment of captured charge %s: %w", c.ID, err)
+	}
+	if e.Kind != enrollments.Housing {
+		return nil, nil
+	}
+	b, err := o.Enrollments.GetBill(ctx, tx, e.ID, c.PeriodKey)
+	if err != nil {
+		return nil, fmt.Errorf("bill %s of captured charge %s: %w", c.PeriodKey, c.ID, err)
+	}
+	return nil, o.Reports.Captured(ctx, tx, zhkh.Capture{ChargeID: c.ID, EnrollmentID: e.ID, Account: e.AccountRef.ELS,
+		BillID: c.PeriodKey, Amount: c.Amount, Currency: c.Currency, CapturedAt: c.UpdatedAt,
+		PaymentDocumentID: b.PaymentDocumentID, ServiceID: b.ServiceID, Period: b.Period,
+		SupplierINN: b.Supplier.INN, SupplierKPP: b.Supplier.KPP, SupplierName: b.Supplier.Name})
 }
 
 // ChargeDeclined changes nothing: the bill stays paying while dunning

@@ -899,19 +899,19 @@ func (e RefundStatus) Valid() bool {
 
 // Defines values for RegistryLedgerEntryStatus.
 const (
-	Accepted   RegistryLedgerEntryStatus = "accepted"
-	Annulled   RegistryLedgerEntryStatus = "annulled"
-	Processing RegistryLedgerEntryStatus = "processing"
+	RegistryLedgerEntryStatusAccepted   RegistryLedgerEntryStatus = "accepted"
+	RegistryLedgerEntryStatusAnnulled   RegistryLedgerEntryStatus = "annulled"
+	RegistryLedgerEntryStatusProcessing RegistryLedgerEntryStatus = "processing"
 )
 
 // Valid indicates whether the value is a known member of the RegistryLedgerEntryStatus enum.
 func (e RegistryLedgerEntryStatus) Valid() bool {
 	switch e {
-	case Accepted:
+	case RegistryLedgerEntryStatusAccepted:
 		return true
-	case Annulled:
+	case RegistryLedgerEntryStatusAnnulled:
 		return true
-	case Processing:
+	case RegistryLedgerEntryStatusProcessing:
 		return true
 	default:
 		return false
@@ -1200,6 +1200,33 @@ func (e WebhookEndpointStatus) Valid() bool {
 	case Disabled:
 		return true
 	case Enabled:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ZhkhReportStatus.
+const (
+	ZhkhReportStatusAccepted      ZhkhReportStatus = "accepted"
+	ZhkhReportStatusCancelPending ZhkhReportStatus = "cancel_pending"
+	ZhkhReportStatusCancelled     ZhkhReportStatus = "cancelled"
+	ZhkhReportStatusPending       ZhkhReportStatus = "pending"
+	ZhkhReportStatusRefused       ZhkhReportStatus = "refused"
+)
+
+// Valid indicates whether the value is a known member of the ZhkhReportStatus enum.
+func (e ZhkhReportStatus) Valid() bool {
+	switch e {
+	case ZhkhReportStatusAccepted:
+		return true
+	case ZhkhReportStatusCancelPending:
+		return true
+	case ZhkhReportStatusCancelled:
+		return true
+	case ZhkhReportStatusPending:
+		return true
+	case ZhkhReportStatusRefused:
 		return true
 	default:
 		return false
@@ -2911,6 +2938,71 @@ type WebhookEndpointList struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
+// ZhkhReport The report of a captured housing payment to GIS ZhKH through a reporting party (docs/registry.md, "A housing payment reported to GIS ZhKH").
+type ZhkhReport struct {
+	// Account The payer's single personal account number (ЕЛС).
+	Account string `json:"account"`
+
+	// Amount What was captured, in minor units.
+	Amount int64 `json:"amount"`
+
+	// AmountRefunded What succeeded refunds returned of it.
+	AmountRefunded int64              `json:"amount_refunded"`
+	BillId         string             `json:"bill_id"`
+	CapturedAt     time.Time          `json:"captured_at"`
+	ChargeId       openapi_types.UUID `json:"charge_id"`
+	CreatedAt      time.Time          `json:"created_at"`
+	Currency       string             `json:"currency"`
+
+	// DueAt When the party must have what the status sends: the end of the Moscow day after the capture (or the refund). Past it an open report is overdue.
+	DueAt        time.Time          `json:"due_at"`
+	EnrollmentId openapi_types.UUID `json:"enrollment_id"`
+
+	// LastError The party's last refusal or failure, GIS ZhKH's reason for a refused report.
+	LastError *string `json:"last_error"`
+
+	// Party The party that answered it.
+	Party *string `json:"party"`
+
+	// PaymentDocumentId The payment document's identifier (ИПД), when the bill carries it.
+	PaymentDocumentId *string `json:"payment_document_id"`
+
+	// Period The billing period, YYYY-MM, when the bill carries it.
+	Period *string `json:"period"`
+
+	// ReportId 32 hex digits derived from the charge alone: every retry of the report is a replay at the party.
+	ReportId string `json:"report_id"`
+
+	// ReviewReason Why a person must look at it (refused, or refunded in part); null: no review.
+	ReviewReason *string    `json:"review_reason"`
+	ReviewedAt   *time.Time `json:"reviewed_at"`
+	ReviewedBy   *string    `json:"reviewed_by"`
+
+	// SentAt When the report was last sent; null: never.
+	SentAt *time.Time `json:"sent_at"`
+
+	// ServiceId The housing-and-utility service's identifier (ИЖКУ), when the bill carries it.
+	ServiceId *string `json:"service_id"`
+
+	// Status `pending`: being reported; `accepted`: GIS ZhKH holds the payment information; `refused`: GIS ZhKH refused it, the money stays captured and the report awaits a person (final); `cancel_pending`: refunded in full, its annulment being sent; `cancelled`: annulled, or never held (final).
+	Status ZhkhReportStatus `json:"status"`
+
+	// SupplierInn The supplier's INN, when the bill carries it.
+	SupplierInn *string   `json:"supplier_inn"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// ZhkhReportStatus `pending`: being reported; `accepted`: GIS ZhKH holds the payment information; `refused`: GIS ZhKH refused it, the money stays captured and the report awaits a person (final); `cancel_pending`: refunded in full, its annulment being sent; `cancelled`: annulled, or never held (final).
+type ZhkhReportStatus string
+
+// ZhkhReportList GIS ZhKH reports, by report id.
+type ZhkhReportList struct {
+	Data []ZhkhReport `json:"data"`
+
+	// NextCursor Pass as `cursor` for the next page; null on the last page.
+	NextCursor *string `json:"next_cursor"`
+}
+
 // BillId defines model for BillId.
 type BillId = string
 
@@ -3026,6 +3118,15 @@ type ResolveChargeParams struct {
 
 // RetryChargeParams defines parameters for RetryCharge.
 type RetryChargeParams struct {
+	// IdempotencyKey Required on every POST. 1..255 printable ASCII characters, not only spaces, case-sensitive; a quoted structured-field string (`"abc"`) and the bare token (`abc`) are the same key. Missing: 400 `idempotency-key-missing`; empty, only spaces, longer than 255, non-printable or sent twice: 400 `idempotency-key-invalid`; a key that looks like a card number: 400 `card-number-refused`. Scoped to the authenticated API key's principal. See the Idempotency section of the API description.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// ReviewChargeZhkhReportJSONBody defines parameters for ReviewChargeZhkhReport.
+type ReviewChargeZhkhReportJSONBody = map[string]interface{}
+
+// ReviewChargeZhkhReportParams defines parameters for ReviewChargeZhkhReport.
+type ReviewChargeZhkhReportParams struct {
 	// IdempotencyKey Required on every POST. 1..255 printable ASCII characters, not only spaces, case-sensitive; a quoted structured-field string (`"abc"`) and the bare token (`abc`) are the same key. Missing: 400 `idempotency-key-missing`; empty, only spaces, longer than 255, non-printable or sent twice: 400 `idempotency-key-invalid`; a key that looks like a card number: 400 `card-number-refused`. Scoped to the authenticated API key's principal. See the Idempotency section of the API description.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
@@ -3321,6 +3422,15 @@ type RollWebhookSecretParams struct {
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
 
+// ListZhkhReviewParams defines parameters for ListZhkhReview.
+type ListZhkhReviewParams struct {
+	// Limit Page size, 1..100 (outside: 400).
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque `next_cursor` of the previous page. A malformed cursor is 400.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // CreateApiKeyJSONRequestBody defines body for CreateApiKey for application/json ContentType.
 type CreateApiKeyJSONRequestBody = ApiKeyCreate
 
@@ -3332,6 +3442,9 @@ type ResolveChargeJSONRequestBody = ResolveRequest
 
 // RetryChargeJSONRequestBody defines body for RetryCharge for application/json ContentType.
 type RetryChargeJSONRequestBody = RetryRequest
+
+// ReviewChargeZhkhReportJSONRequestBody defines body for ReviewChargeZhkhReport for application/json ContentType.
+type ReviewChargeZhkhReportJSONRequestBody = ReviewChargeZhkhReportJSONBody
 
 // PublishDevBillJSONRequestBody defines body for PublishDevBill for application/json ContentType.
 type PublishDevBillJSONRequestBody = DevBillPublish
@@ -3907,6 +4020,31 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/charges/{id}/retry (the `RetryCharge` operationId).
 	RetryCharge(ctx context.Context, id ChargeId, params *RetryChargeParams, body RetryChargeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetChargeZhkhReport Get a housing payment's GIS ZhKH report
+	//
+	// Support, admin (customer: 403). The report of a captured housing payment to GIS ZhKH (decision 26, NEW-zhkh). 404 when the charge has none: not a housing payment, not captured, or no GIS ZhKH party configured (then the path itself is absent).
+	//
+	// Corresponds with GET /v1/charges/{id}/zhkh-report (the `GetChargeZhkhReport` operationId).
+	GetChargeZhkhReport(ctx context.Context, id ChargeId, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReviewChargeZhkhReportWithBody Mark a GIS ZhKH report reviewed
+	//
+	// Support, admin (customer: 403). Records that a person has seen to a report awaiting review (GIS ZhKH refused it, or its payment was refunded in part): told the supplier, or reported it by hand. The money is not touched. 404 when the charge's report awaits no review. No body, or `{}`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/charges/{id}/zhkh-report/reviewed (the `ReviewChargeZhkhReport` operationId).
+	ReviewChargeZhkhReportWithBody(ctx context.Context, id ChargeId, params *ReviewChargeZhkhReportParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReviewChargeZhkhReport Mark a GIS ZhKH report reviewed
+	//
+	// Support, admin (customer: 403). Records that a person has seen to a report awaiting review (GIS ZhKH refused it, or its payment was refunded in part): told the supplier, or reported it by hand. The money is not touched. 404 when the charge's report awaits no review. No body, or `{}`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/charges/{id}/zhkh-report/reviewed (the `ReviewChargeZhkhReport` operationId).
+	ReviewChargeZhkhReport(ctx context.Context, id ChargeId, params *ReviewChargeZhkhReportParams, body ReviewChargeZhkhReportJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublishDevBillWithBody Publish a bill in a simulated bill source
 	//
@@ -4518,6 +4656,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/webhook-endpoints/{id}/roll-secret (the `RollWebhookSecret` operationId).
 	RollWebhookSecret(ctx context.Context, id WebhookEndpointId, params *RollWebhookSecretParams, body RollWebhookSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListZhkhReview List the GIS ZhKH reports awaiting a person
+	//
+	// Support, admin (customer: 403). Reports of captured housing payments that GIS ZhKH refused (its reason in `last_error` and `review_reason`; the money stays captured) or whose payment was refunded in part, not yet reviewed, by report id; `next_cursor` is null on the last page. Absent without a GIS ZhKH party.
+	//
+	// Corresponds with GET /v1/zhkh-review (the `ListZhkhReview` operationId).
+	ListZhkhReview(ctx context.Context, params *ListZhkhReviewParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // Healthz Liveness
@@ -4764,6 +4909,61 @@ func (c *RawClient) RetryChargeWithBody(ctx context.Context, id ChargeId, params
 // Corresponds with POST /v1/charges/{id}/retry (the `RetryCharge` operationId).
 func (c *RawClient) RetryCharge(ctx context.Context, id ChargeId, params *RetryChargeParams, body RetryChargeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRetryChargeRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetChargeZhkhReport Get a housing payment's GIS ZhKH report
+//
+// Support, admin (customer: 403). The report of a captured housing payment to GIS ZhKH (decision 26, NEW-zhkh). 404 when the charge has none: not a housing payment, not captured, or no GIS ZhKH party configured (then the path itself is absent).
+//
+// Corresponds with GET /v1/charges/{id}/zhkh-report (the `GetChargeZhkhReport` operationId).
+func (c *RawClient) GetChargeZhkhReport(ctx context.Context, id ChargeId, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetChargeZhkhReportRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReviewChargeZhkhReportWithBody Mark a GIS ZhKH report reviewed
+//
+// Support, admin (customer: 403). Records that a person has seen to a report awaiting review (GIS ZhKH refused it, or its payment was refunded in part): told the supplier, or reported it by hand. The money is not touched. 404 when the charge's report awaits no review. No body, or `{}`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/charges/{id}/zhkh-report/reviewed (the `ReviewChargeZhkhReport` operationId).
+func (c *RawClient) ReviewChargeZhkhReportWithBody(ctx context.Context, id ChargeId, params *ReviewChargeZhkhReportParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReviewChargeZhkhReportRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReviewChargeZhkhReport Mark a GIS ZhKH report reviewed
+//
+// Support, admin (customer: 403). Records that a person has seen to a report awaiting review (GIS ZhKH refused it, or its payment was refunded in part): told the supplier, or reported it by hand. The money is not touched. 404 when the charge's report awaits no review. No body, or `{}`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/charges/{id}/zhkh-report/reviewed (the `ReviewChargeZhkhReport` operationId).
+func (c *RawClient) ReviewChargeZhkhReport(ctx context.Context, id ChargeId, params *ReviewChargeZhkhReportParams, body ReviewChargeZhkhReportJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReviewChargeZhkhReportRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -6115,6 +6315,23 @@ func (c *RawClient) RollWebhookSecret(ctx context.Context, id WebhookEndpointId,
 	return c.Client.Do(req)
 }
 
+// ListZhkhReview List the GIS ZhKH reports awaiting a person
+//
+// Support, admin (customer: 403). Reports of captured housing payments that GIS ZhKH refused (its reason in `last_error` and `review_reason`; the money stays captured) or whose payment was refunded in part, not yet reviewed, by report id; `next_cursor` is null on the last page. Absent without a GIS ZhKH party.
+//
+// Corresponds with GET /v1/zhkh-review (the `ListZhkhReview` operationId).
+func (c *RawClient) ListZhkhReview(ctx context.Context, params *ListZhkhReviewParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListZhkhReviewRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // NewHealthzRequest constructs an http.Request for the Healthz method
 func NewHealthzRequest(server string) (*http.Request, error) {
 	var err error
@@ -6531,6 +6748,100 @@ func NewRetryChargeRequestWithBody(server string, id ChargeId, params *RetryChar
 	}
 
 	operationPath := fmt.Sprintf("/v1/charges/%s/retry", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewGetChargeZhkhReportRequest constructs an http.Request for the GetChargeZhkhReport method
+func NewGetChargeZhkhReportRequest(server string, id ChargeId) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/charges/%s/zhkh-report", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewReviewChargeZhkhReportRequest calls the generic ReviewChargeZhkhReport builder with application/json body
+func NewReviewChargeZhkhReportRequest(server string, id ChargeId, params *ReviewChargeZhkhReportParams, body ReviewChargeZhkhReportJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReviewChargeZhkhReportRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewReviewChargeZhkhReportRequestWithBody constructs an http.Request for the ReviewChargeZhkhReport method, with any body, and a specified content type
+func NewReviewChargeZhkhReportRequestWithBody(server string, id ChargeId, params *ReviewChargeZhkhReportParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/charges/%s/zhkh-report/reviewed", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -9315,6 +9626,72 @@ func NewRollWebhookSecretRequestWithBody(server string, id WebhookEndpointId, pa
 	return req, nil
 }
 
+// NewListZhkhReviewRequest constructs an http.Request for the ListZhkhReview method
+func NewListZhkhReviewRequest(server string, params *ListZhkhReviewParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/zhkh-review")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *RawClient) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -9484,6 +9861,33 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/charges/{id}/retry (the `RetryCharge` operationId).
 	RetryChargeWithResponse(ctx context.Context, id ChargeId, params *RetryChargeParams, body RetryChargeJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryChargeResponse, error)
+
+	// GetChargeZhkhReportWithResponse Get a housing payment's GIS ZhKH report
+	//
+	// Support, admin (customer: 403). The report of a captured housing payment to GIS ZhKH (decision 26, NEW-zhkh). 404 when the charge has none: not a housing payment, not captured, or no GIS ZhKH party configured (then the path itself is absent).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/charges/{id}/zhkh-report (the `GetChargeZhkhReport` operationId).
+	GetChargeZhkhReportWithResponse(ctx context.Context, id ChargeId, reqEditors ...RequestEditorFn) (*GetChargeZhkhReportResponse, error)
+
+	// ReviewChargeZhkhReportWithBodyWithResponse Mark a GIS ZhKH report reviewed
+	//
+	// Support, admin (customer: 403). Records that a person has seen to a report awaiting review (GIS ZhKH refused it, or its payment was refunded in part): told the supplier, or reported it by hand. The money is not touched. 404 when the charge's report awaits no review. No body, or `{}`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/charges/{id}/zhkh-report/reviewed (the `ReviewChargeZhkhReport` operationId).
+	ReviewChargeZhkhReportWithBodyWithResponse(ctx context.Context, id ChargeId, params *ReviewChargeZhkhReportParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReviewChargeZhkhReportResponse, error)
+
+	// ReviewChargeZhkhReportWithResponse Mark a GIS ZhKH report reviewed
+	//
+	// Support, admin (customer: 403). Records that a person has seen to a report awaiting review (GIS ZhKH refused it, or its payment was refunded in part): told the supplier, or reported it by hand. The money is not touched. 404 when the charge's report awaits no review. No body, or `{}`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/charges/{id}/zhkh-report/reviewed (the `ReviewChargeZhkhReport` operationId).
+	ReviewChargeZhkhReportWithResponse(ctx context.Context, id ChargeId, params *ReviewChargeZhkhReportParams, body ReviewChargeZhkhReportJSONRequestBody, reqEditors ...RequestEditorFn) (*ReviewChargeZhkhReportResponse, error)
 
 	// PublishDevBillWithBodyWithResponse Publish a bill in a simulated bill source
 	//
@@ -10141,6 +10545,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/webhook-endpoints/{id}/roll-secret (the `RollWebhookSecret` operationId).
 	RollWebhookSecretWithResponse(ctx context.Context, id WebhookEndpointId, params *RollWebhookSecretParams, body RollWebhookSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*RollWebhookSecretResponse, error)
+
+	// ListZhkhReviewWithResponse List the GIS ZhKH reports awaiting a person
+	//
+	// Support, admin (customer: 403). Reports of captured housing payments that GIS ZhKH refused (its reason in `last_error` and `review_reason`; the money stays captured) or whose payment was refunded in part, not yet reviewed, by report id; `next_cursor` is null on the last page. Absent without a GIS ZhKH party.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/zhkh-review (the `ListZhkhReview` operationId).
+	ListZhkhReviewWithResponse(ctx context.Context, params *ListZhkhReviewParams, reqEditors ...RequestEditorFn) (*ListZhkhReviewResponse, error)
 }
 
 type HealthzResponse struct {
@@ -10977,6 +11390,215 @@ func (r RetryChargeResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RetryChargeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetChargeZhkhReportResponse503Headers the declared response headers of an HTTP 503 response for GetChargeZhkhReport
+type GetChargeZhkhReportResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetChargeZhkhReportResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ZhkhReport
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetChargeZhkhReportResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetChargeZhkhReportResponse) GetJSON200() *ZhkhReport {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetChargeZhkhReportResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetChargeZhkhReportResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetChargeZhkhReportResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetChargeZhkhReportResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetChargeZhkhReportResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetChargeZhkhReportResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetChargeZhkhReportResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetChargeZhkhReportResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetChargeZhkhReportResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReviewChargeZhkhReportResponse200Headers the declared response headers of an HTTP 200 response for ReviewChargeZhkhReport
+type ReviewChargeZhkhReportResponse200Headers struct {
+	IdempotentReplayed *string
+}
+
+// ReviewChargeZhkhReportResponse409Headers the declared response headers of an HTTP 409 response for ReviewChargeZhkhReport
+type ReviewChargeZhkhReportResponse409Headers struct {
+	IdempotentReplayed *string
+	RetryAfter         *int
+}
+
+// ReviewChargeZhkhReportResponse503Headers the declared response headers of an HTTP 503 response for ReviewChargeZhkhReport
+type ReviewChargeZhkhReportResponse503Headers struct {
+	RetryAfter int
+}
+
+type ReviewChargeZhkhReportResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ZhkhReport
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyMismatch
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReviewChargeZhkhReportResponse200Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ReviewChargeZhkhReportResponse409Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReviewChargeZhkhReportResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReviewChargeZhkhReportResponse) GetJSON200() *ZhkhReport {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReviewChargeZhkhReportResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReviewChargeZhkhReportResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReviewChargeZhkhReportResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReviewChargeZhkhReportResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ReviewChargeZhkhReportResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ReviewChargeZhkhReportResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ReviewChargeZhkhReportResponse) GetApplicationproblemJSON422() *IdempotencyKeyMismatch {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReviewChargeZhkhReportResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReviewChargeZhkhReportResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReviewChargeZhkhReportResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReviewChargeZhkhReportResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReviewChargeZhkhReportResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReviewChargeZhkhReportResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -16105,6 +16727,89 @@ func (r RollWebhookSecretResponse) ContentType() string {
 	return ""
 }
 
+// ListZhkhReviewResponse503Headers the declared response headers of an HTTP 503 response for ListZhkhReview
+type ListZhkhReviewResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListZhkhReviewResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ZhkhReportList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadQuery
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListZhkhReviewResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListZhkhReviewResponse) GetJSON200() *ZhkhReportList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListZhkhReviewResponse) GetApplicationproblemJSON400() *BadQuery {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListZhkhReviewResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListZhkhReviewResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListZhkhReviewResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListZhkhReviewResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListZhkhReviewResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListZhkhReviewResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListZhkhReviewResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListZhkhReviewResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // HealthzWithResponse Liveness
 //
 // 200 while the process is up. Unauthenticated; the body is informational (`{"status": "ok"}`).
@@ -16313,6 +17018,51 @@ func (c *ClientWithResponses) RetryChargeWithResponse(ctx context.Context, id Ch
 		return nil, err
 	}
 	return ParseRetryChargeResponse(rsp)
+}
+
+// GetChargeZhkhReportWithResponse Get a housing payment's GIS ZhKH report
+//
+// Support, admin (customer: 403). The report of a captured housing payment to GIS ZhKH (decision 26, NEW-zhkh). 404 when the charge has none: not a housing payment, not captured, or no GIS ZhKH party configured (then the path itself is absent).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/charges/{id}/zhkh-report (the `GetChargeZhkhReport` operationId).
+func (c *ClientWithResponses) GetChargeZhkhReportWithResponse(ctx context.Context, id ChargeId, reqEditors ...RequestEditorFn) (*GetChargeZhkhReportResponse, error) {
+	rsp, err := c.GetChargeZhkhReport(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetChargeZhkhReportResponse(rsp)
+}
+
+// ReviewChargeZhkhReportWithBodyWithResponse Mark a GIS ZhKH report reviewed
+//
+// Support, admin (customer: 403). Records that a person has seen to a report awaiting review (GIS ZhKH refused it, or its payment was refunded in part): told the supplier, or reported it by hand. The money is not touched. 404 when the charge's report awaits no review. No body, or `{}`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/charges/{id}/zhkh-report/reviewed (the `ReviewChargeZhkhReport` operationId).
+func (c *ClientWithResponses) ReviewChargeZhkhReportWithBodyWithResponse(ctx context.Context, id ChargeId, params *ReviewChargeZhkhReportParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReviewChargeZhkhReportResponse, error) {
+	rsp, err := c.ReviewChargeZhkhReportWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReviewChargeZhkhReportResponse(rsp)
+}
+
+// ReviewChargeZhkhReportWithResponse Mark a GIS ZhKH report reviewed
+//
+// Support, admin (customer: 403). Records that a person has seen to a report awaiting review (GIS ZhKH refused it, or its payment was refunded in part): told the supplier, or reported it by hand. The money is not touched. 404 when the charge's report awaits no review. No body, or `{}`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/charges/{id}/zhkh-report/reviewed (the `ReviewChargeZhkhReport` operationId).
+func (c *ClientWithResponses) ReviewChargeZhkhReportWithResponse(ctx context.Context, id ChargeId, params *ReviewChargeZhkhReportParams, body ReviewChargeZhkhReportJSONRequestBody, reqEditors ...RequestEditorFn) (*ReviewChargeZhkhReportResponse, error) {
+	rsp, err := c.ReviewChargeZhkhReport(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReviewChargeZhkhReportResponse(rsp)
 }
 
 // PublishDevBillWithBodyWithResponse Publish a bill in a simulated bill source
@@ -17410,6 +18160,21 @@ func (c *ClientWithResponses) RollWebhookSecretWithResponse(ctx context.Context,
 	return ParseRollWebhookSecretResponse(rsp)
 }
 
+// ListZhkhReviewWithResponse List the GIS ZhKH reports awaiting a person
+//
+// Support, admin (customer: 403). Reports of captured housing payments that GIS ZhKH refused (its reason in `last_error` and `review_reason`; the money stays captured) or whose payment was refunded in part, not yet reviewed, by report id; `next_cursor` is null on the last page. Absent without a GIS ZhKH party.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/zhkh-review (the `ListZhkhReview` operationId).
+func (c *ClientWithResponses) ListZhkhReviewWithResponse(ctx context.Context, params *ListZhkhReviewParams, reqEditors ...RequestEditorFn) (*ListZhkhReviewResponse, error) {
+	rsp, err := c.ListZhkhReview(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListZhkhReviewResponse(rsp)
+}
+
 // ParseHealthzResponse parses an HTTP response from a HealthzWithResponse call
 func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -18171,6 +18936,209 @@ func ParseRetryChargeResponse(rsp *http.Response) (*RetryChargeResponse, error) 
 		response.Headers409 = &headers
 	case rsp.StatusCode == 503:
 		var headers RetryChargeResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetChargeZhkhReportResponse parses an HTTP response from a GetChargeZhkhReportWithResponse call
+func ParseGetChargeZhkhReportResponse(rsp *http.Response) (*GetChargeZhkhReportResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetChargeZhkhReportResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ZhkhReport
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetChargeZhkhReportResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReviewChargeZhkhReportResponse parses an HTTP response from a ReviewChargeZhkhReportWithResponse call
+func ParseReviewChargeZhkhReportResponse(rsp *http.Response) (*ReviewChargeZhkhReportResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReviewChargeZhkhReportResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ZhkhReport
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReviewChargeZhkhReportResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 409:
+		var headers ReviewChargeZhkhReportResponse409Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReviewChargeZhkhReportResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -23140,6 +24108,80 @@ func ParseRollWebhookSecretResponse(rsp *http.Response) (*RollWebhookSecretRespo
 		response.Headers409 = &headers
 	case rsp.StatusCode == 503:
 		var headers RollWebhookSecretResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListZhkhReviewResponse parses an HTTP response from a ListZhkhReviewWithResponse call
+func ParseListZhkhReviewResponse(rsp *http.Response) (*ListZhkhReviewResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListZhkhReviewResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ZhkhReportList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadQuery
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListZhkhReviewResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

@@ -51,6 +51,7 @@ func TestHelpOnEveryCommandDoesNothingElse(t *testing.T) {
 		{"apikey", "--help"}, {"apikey", "create", "--help"}, {"apikey", "create", "--role", "admin", "-h"},
 		{"gatewaysim", "--help"},
 		{"registryfake", "--help"},
+		{"zhkhfake", "--help"},
 		{"audit", "--help"},
 		{"secrets", "--help"}, {"secrets", "rotate", "--help"},
 		{"version", "--help"},

@@ -34,6 +34,7 @@ import (
 	"github.com/rebill/rebill/testkit/dbtest"
 	"github.com/rebill/rebill/vault"
 	"github.com/rebill/rebill/velocity"
+	"github.com/rebill/rebill/zhkh"
 )
 
 // The pins are what a refactoring must leave as it is, because something
@@ -72,6 +73,9 @@ var pinSamples = []river.JobArgs{
 	idempotency.CleanupArgs{},
 	vault.ResealArgs{},
 	velocity.SweepArgs{},
+	zhkh.ReportArgs{ReportID: "5f0c6e1a9b2d4c3e8f7a6b5c4d3e2f1a"},
+	zhkh.CancelArgs{ReportID: "5f0c6e1a9b2d4c3e8f7a6b5c4d3e2f1a"},
+	zhkh.SweepArgs{},
 }
 
 var pinUUID = uuid.MustParse("01890a5d-ac96-7b8e-9c3a-1f2e3d4c5b6a")

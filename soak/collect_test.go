@@ -18,6 +18,7 @@ import (
 	"github.com/rebill/rebill/soak"
 	"github.com/rebill/rebill/testkit/dbtest"
 	"github.com/rebill/rebill/testkit/testsupport"
+	"github.com/rebill/rebill/zhkh/party"
 )
 
 // The soak judges bills with the rules `rebill audit` judges them with,
@@ -201,6 +202,7 @@ func (r *runner) collect() *soak.Data {
 		}); err != nil {
 		t.Fatalf("read refunds: %v", err)
 	}
+	r.collectHousing(t, d)
 	slots, err := r.db.Query(r.ctx, `SELECT customer_id, unnest(slots) FROM velocity_counters WHERE name = 'declines' ORDER BY 1, 2`)
 	if err != nil {
 		t.Fatalf("read velocity slots: %v", err)
@@ -276,5 +278,42 @@ func (r *runner) collectChanges(byID map[string]*soak.Subscription) {
 		return nil
 	}); err != nil {
 		t.Fatalf("read subscription credits: %v", err)
+	}
+}
+
+// collectHousing reads the housing bills' charges and the simulated GIS
+// ZhKH party's ledger, each report matched to its charge by the report id
+// derived from the charge.
+func (r *runner) collectHousing(t *testing.T, d *soak.Data) {
+	t.Helper()
+	ledger, err := r.db.Query(r.ctx, `SELECT report_id, amount, status FROM dev_zhkh_ledger ORDER BY seq`)
+	if err != nil {
+		t.Fatalf("read the GIS ZhKH ledger: %v", err)
+	}
+	byID := map[string][]soak.ZhkhEntry{}
+	var e soak.ZhkhEntry
+	if _, err := pgx.ForEachRow(ledger, []any{&e.ReportID, &e.Amount, &e.Status}, func() error {
+		byID[e.ReportID] = append(byID[e.ReportID], e)
+		return nil
+	}); err != nil {
+		t.Fatalf("read the GIS ZhKH ledger: %v", err)
+	}
+	housing, err := r.db.Query(r.ctx, `SELECT c.id::text, c.status, c.amount, c.amount_refunded
+		FROM charges c JOIN enrollments e ON e.id = c.enrollment_id WHERE e.kind = 'housing' ORDER BY c.id`)
+	if err != nil {
+		t.Fatalf("read housing charges: %v", err)
+	}
+	var h soak.HousingPayment
+	if _, err := pgx.ForEachRow(housing, []any{&h.ChargeID, &h.Status, &h.Amount, &h.Refunded}, func() error {
+		id := party.ReportID(h.ChargeID)
+		h.Reports = byID[id]
+		delete(byID, id)
+		d.Housing = append(d.Housing, h)
+		return nil
+	}); err != nil {
+		t.Fatalf("read housing charges: %v", err)
+	}
+	for _, entries := range byID {
+		d.ZhkhStray = append(d.ZhkhStray, entries...)
 	}
 }

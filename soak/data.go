@@ -39,6 +39,11 @@ type Data struct {
 	// Refunds are rebill's refunds of the judged charges; the ledger's
 	// refund operations are judged against them.
 	Refunds []Refund
+	// Housing are the housing bills' charges with the simulated GIS ZhKH
+	// party's reports of them; ZhkhStray the party's reports of no
+	// housing charge. Nil when the run had no autopay.
+	Housing   []HousingPayment
+	ZhkhStray []ZhkhEntry
 }
 
 // Slot is one declines-limit slot: its customer and its holder, a

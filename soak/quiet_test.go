@@ -61,7 +61,8 @@ func (r *runner) drain() {
 // asking the registry), an accepted posting the
 // registry sweep must annul (the sweep's own condition), and the
 // registry's jobs; refunds not yet answered (pending, unknown) with their
-// jobs, counted with the postings.
+// jobs, and GIS ZhKH reports not yet settled with theirs, counted with the
+// postings.
 const openWorkSQL = `SELECT
 	(SELECT count(*) FROM charges WHERE status IN ('scheduled', 'authorizing', 'authorized', 'capturing', 'unknown')
 		AND NOT (status = 'scheduled' AND confirmation_required)),
@@ -69,7 +70,8 @@ const openWorkSQL = `SELECT
 	(SELECT count(*) FROM subscriptions WHERE next_charge_at <= (SELECT now FROM dev_clock)
 		AND (status IN ('active', 'past_due') OR (status = 'paused' AND cancel_at_period_end))),
 	(SELECT count(*) FROM subscriptions WHERE status = 'paused' AND resume_at <= (SELECT now FROM dev_clock)),
-	(SELECT count(*) FROM river_job WHERE (kind LIKE 'charge%' OR kind IN ('registry_post', 'registry_annul', 'refund_send', 'refund_lookup'))
+	(SELECT count(*) FROM river_job WHERE (kind LIKE 'charge%' OR kind IN ('registry_post', 'registry_annul', 'refund_send', 'refund_lookup',
+			'zhkh_report', 'zhkh_cancel'))
 		AND state IN ('available', 'running', 'retryable', 'scheduled', 'pending')),
 	(SELECT count(*) FROM bills b JOIN enrollments e ON e.id = b.enrollment_id
 		WHERE b.status = 'scheduled' AND b.pay_at <= (SELECT now FROM dev_clock) AND e.status = 'active'),
@@ -85,7 +87,8 @@ const openWorkSQL = `SELECT
 	(SELECT count(*) FROM bills WHERE status IN ('pending', 'awaiting_confirmation', 'awaiting_registry', 'scheduled', 'failed')
 		AND expires_at <= (SELECT now FROM dev_clock)),
 	(SELECT count(*) FROM registry_postings WHERE status IN ('posting', 'abandoned'))
-		+ (SELECT count(*) FROM refunds WHERE status IN ('pending', 'unknown')),
+		+ (SELECT count(*) FROM refunds WHERE status IN ('pending', 'unknown'))
+		+ (SELECT count(*) FROM zhkh_reports WHERE status IN ('pending', 'cancel_pending')),
 	(SELECT count(*) FROM registry_postings p JOIN charges c ON c.id = p.charge_id WHERE p.status = 'accepted'
 		AND (c.attempt_count > p.attempt OR c.status IN ('voided', 'declined')
 			OR (c.status IN ('requires_review', 'failed') AND c.hold_released_at IS NOT NULL))),

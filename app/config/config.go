@@ -106,6 +106,11 @@ type Config struct {
 	// mode's simulated ones, or no registry outside dev mode.
 	Registries   []Registry
 	RegistryFile string
+	// ZhkhParties are REBILL_ZHKH_PARTIES_FILE's parties that housing
+	// payments are reported to GIS ZhKH through; none: dev mode's
+	// simulated party, or no report outside dev mode (said at start).
+	ZhkhParties     []ZhkhParty
+	ZhkhPartiesFile string
 	// SimLedger is where a dev node's in-process simulated gateways keep
 	// their books: SimLedgerPostgres or SimLedgerMemory.
 	SimLedger string
@@ -258,6 +263,8 @@ var variables = []variable{
 		codeSetter(func(c *Config) *int { return &c.BillReceipts.TaxSystemCode }, 1, 6)},
 	{"REBILL_BILL_RECEIPT_PAYMENT_SUBJECTS", "housing=service,fines=payment", "payment subject (54-FZ tag 1212) of each kind's receipt item, in YooKassa's names: kind=subject pairs",
 		setPaymentSubjects},
+	{"REBILL_ZHKH_PARTIES_FILE", "", "path of the GIS ZhKH parties file (JSON or YAML list, see docs/registry.md): the banks or payment agents every captured housing payment is reported to GIS ZhKH through, kind http (mTLS and a bearer token) or sim (dev mode only), with priority and timeout; empty: dev mode's simulated party zhkh1, none outside dev mode (housing payments are captured but not reported, said at start)",
+		func(c *Config, v string) error { c.ZhkhPartiesFile = v; return nil }},
 	{"REBILL_BILL_SOURCES_FILE", "", "path of the bill sources file (JSON or YAML; see docs/bill-sources.md): the HTTP sources autopay pulls housing bills and fines from, at most one per kind, with their URL, bearer token variable, TLS files, timeout, batch size, rate limit, re-read window and silence alert; unset: dev mode's simulated sources, none outside dev mode",
 		func(c *Config, v string) error { c.BillSourcesFile = v; return nil }},
 	{"REBILL_RESCUE_AFTER", "5m (30s in dev mode)", "a job running this long belonged to a crashed node: River runs it again (same gateway key)",
@@ -495,6 +502,13 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if max := 14; len(c.DunningSchedule) > max { // decision 7: 15 attempts, the first and 14 retries
 		return Config{}, fmt.Errorf("REBILL_DUNNING_SCHEDULE: %d retries, but a charge may make at most 15 attempts (decision 7)", len(c.DunningSchedule))
+	}
+	if c.ZhkhPartiesFile != "" {
+		parties, err := LoadZhkhPartiesFile(c.ZhkhPartiesFile, getenv, c.Dev)
+		if err != nil {
+			return Config{}, PrefixLines("REBILL_ZHKH_PARTIES_FILE: ", err)
+		}
+		c.ZhkhParties = parties
 	}
 	if c.BillSourcesFile != "" {
 		sources, err := LoadBillSourcesFile(c.BillSourcesFile, getenv)

@@ -93,6 +93,18 @@ var (
 		Name: "rebill_registry_postings_abandoned_overdue",
 		Help: "Registry postings abandoned longer than REBILL_UNAVAILABLE_FOR (service clock), as of the last registry sweep on this node: RebillRegistryPostingAbandoned fires.",
 	})
+	ZhkhReportsOverdue = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "rebill_zhkh_reports_overdue",
+		Help: "Housing payments whose report to GIS ZhKH (or its cancellation after a refund) is past the deadline the rules set (the end of the Moscow day after the capture or refund), as of the last GIS ZhKH sweep on this node: RebillZhkhReportOverdue fires.",
+	})
+	ZhkhReportsInReview = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "rebill_zhkh_reports_in_review",
+		Help: "Housing payment reports awaiting a person (GIS ZhKH refused them, or their payment was refunded in part), as of the last GIS ZhKH sweep on this node: RebillZhkhReportRefused fires.",
+	})
+	ZhkhReportRuns = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rebill_zhkh_report_runs_total",
+		Help: "Runs of the GIS ZhKH report and cancellation jobs, by step (report, cancel) and outcome.",
+	}, []string{"step", "outcome"})
 )
 
 // RetryReason is why a job retries or waits instead of finishing: the
