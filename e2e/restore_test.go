@@ -115,3 +115,28 @@ func TestCreationKeyReusedAfterItsRecordExpiredIsRefused(t *testing.T) {
 	list := b.call(t, http.MethodGet, "/v1/subscriptions?customer_id=cust-e2e", nil)["data"].([]any)
 	require.Len(t, list, 1)
 }
+
+// The client's retry after the restore carries the card the customer
+// changed to meanwhile: the recreated charge asks for its hold under the
+// key the gateway answered, with another card. The gateway refuses the
+// key (the simulator as Stripe: other parameters), and the node settles
+// the charge from the key's operation, looked up by its key: the first
+// hold, captured once, no review.
+func TestRestoredChargeAskingWithAnotherCardIsTheKeysHold(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	key := "restore-card-" + t.Name()
+	status, created := b.postWithKey(t, "/v1/subscriptions", key, subscriptionBody("tok_ok_restore", "month"))
+	require.Equal(t, http.StatusCreated, status, "%v", created)
+	subID := created["id"].(string)
+	b.waitCharges(t, subID, 1, "succeeded")
+	chargeKey := subID + ":" + b.clockNow(t).UTC().Format("2006-01-02")
+
+	b.forgetSubscription(t, subID, key)
+	status, again := b.postWithKey(t, "/v1/subscriptions", key, subscriptionBody("tok_ok_other", "month"))
+	require.Equal(t, http.StatusCreated, status, "%v", again)
+	require.Equal(t, subID, again["id"])
+	b.waitCharges(t, subID, 1, "succeeded")
+	require.Equal(t, []string{"a1:authorize:succeeded:tore", "a1:capture:succeeded:tore"}, b.gatewayOps(t, "sim1", chargeKey),
+		"one hold, of the card the key held, captured once")
+}
