@@ -241,7 +241,9 @@ func (s *Server) createEnrollment(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	e, err := s.Autopay.CreateEnrollment(r.Context(), tx, callerFrom(r), req.domain())
+	n := req.domain()
+	n.ID = idempotency.CreationID(r.Context(), "enrollment")
+	e, err := s.Autopay.CreateEnrollment(r.Context(), tx, callerFrom(r), n)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -15,6 +15,7 @@ import (
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/platform/validate"
 	"github.com/rebill/rebill/rebilltype"
+	"github.com/rebill/rebill/subscriptions"
 )
 
 // problemBase prefixes every problem type URI.
@@ -153,6 +154,15 @@ func answerFor(err error) answer {
 				"driving licence) that is not cancelled: enrollment_id names it. Change that one, or cancel it first.")
 		p.EnrollmentID = exists.ID.String()
 		return answer{unstored: true, problem: p}
+	case errors.Is(err, subscriptions.ErrCreatedBefore), errors.Is(err, enrollments.ErrCreatedBefore),
+		errors.Is(err, subscriptions.ErrChangedBefore):
+		// The key's record has expired, and its creation is still there:
+		// the key is refused as one reused for another request. The
+		// insert that found the id taken aborted the transaction, so the
+		// refusal cannot be stored with it, and needs not be: the object
+		// that holds the id answers the same way to every retry.
+		return answer{unstored: true, problem: newProblem(http.StatusUnprocessableEntity, "idempotency-key-mismatch",
+			"Idempotency-Key reused", fault.Message(err)+". Nothing was done.")}
 	case errors.Is(err, enrollments.ErrBillConflict):
 		return answer{problem: newProblem(http.StatusConflict, "bill-conflict", "Bill conflict",
 			"A bill with this bill_id exists with a different amount or dates; the issuer must send a new bill_id.")}

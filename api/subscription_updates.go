@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/subscriptions/period"
@@ -97,6 +98,7 @@ func (s *Server) updateSubscription(w http.ResponseWriter, r *http.Request) {
 			return subscriptions.Subscription{}, err
 		}
 		ctx, caller := r.Context(), callerFrom(r)
+		u.ChangeID = idempotency.CreationID(ctx, "subscription_change:"+id.String())
 		if !endTrial {
 			return s.Billing.UpdateSubscription(ctx, tx, caller, id, u)
 		}

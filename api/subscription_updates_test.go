@@ -195,6 +195,9 @@ func TestUpdateHandsTheUseCaseWhatWasSent(t *testing.T) {
 	require.Equal(t, id, calls[0].id.String())
 
 	amount := int64(500)
+	require.NotEqual(t, uuid.Nil, calls[1].update.ChangeID, "the change id is derived from the request's key")
+	require.NotEqual(t, calls[0].update.ChangeID, calls[1].update.ChangeID)
+	calls[1].update.ChangeID = uuid.Nil
 	require.Equal(t, subscriptions.Update{Amount: &amount, Effective: subscriptions.EffectivePeriodEnd}, calls[1].update,
 		"what was left out stays nil, and no proration is chosen for the customer")
 	require.Equal(t, "cust-u2", calls[1].caller.CustomerID)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rebill/rebill/api/idempotency"
 	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
@@ -81,7 +82,9 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	sub, err := s.Billing.CreateSubscription(r.Context(), tx, callerFrom(r), req.domain())
+	n := req.domain()
+	n.ID = idempotency.CreationID(r.Context(), "subscription")
+	sub, err := s.Billing.CreateSubscription(r.Context(), tx, callerFrom(r), n)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -95,7 +95,7 @@ func TestHeldPassesOverAnIdentifierAnotherPostingHolds(t *testing.T) {
 	c, _ := b.heldFine(ctx, t, "18810162210739014395")
 	_, err := b.pool.Exec(ctx, `DELETE FROM registry_postings WHERE charge_id = $1`, c.ID)
 	require.NoError(t, err)
-	first := ids.ID(c.Key(), 1, 500, b.clock.Now(), 0)
+	first := ids.ID(c.Key(), 1, 500, c.PeriodStart, 0)
 	_, err = b.pool.Exec(ctx, `UPDATE registry_postings SET payment_id = $2 WHERE charge_id = $1`, b.charge.ID, first)
 	require.NoError(t, err)
 
@@ -104,16 +104,48 @@ func TestHeldPassesOverAnIdentifierAnotherPostingHolds(t *testing.T) {
 	poster := &charges.Poster{Pool: b.pool, Clock: b.clock, PaymentIDs: ids}
 	ctx = rivertest.WorkContext(ctx, client)
 	require.NoError(t, poster.Held(ctx, b.tx, c))
-	second := ids.ID(c.Key(), 1, 500, b.clock.Now(), 1)
+	second := ids.ID(c.Key(), 1, 500, c.PeriodStart, 1)
 	var stored string
 	require.NoError(t, b.tx.QueryRow(ctx, `SELECT payment_id FROM registry_postings WHERE charge_id = $1`, c.ID).Scan(&stored))
 	require.Equal(t, second, stored)
 	job := rivertest.RequireInsertedTx[*riverpgxv5.Driver](ctx, t, b.tx, charges.PostArgs{}, nil)
 	require.Equal(t, second, job.Args.PaymentID)
 
-	b.clock.Advance(48 * time.Hour) // another day: another first choice
+	b.clock.Advance(48 * time.Hour)
 	require.NoError(t, poster.Held(ctx, b.tx, c))
 	var n int
 	require.NoError(t, b.tx.QueryRow(ctx, `SELECT count(*) FROM registry_postings WHERE charge_id = $1`, c.ID).Scan(&n))
 	require.Equal(t, 1, n, "the stored posting is kept with its identifier")
+}
+
+// An attempt whose posting a database restore forgot, held again days
+// later, is given the identifier the registry already has: the registry
+// answers the post as a replay instead of taking a second payment.
+func TestHeldGivesARestoredAttemptItsFirstIdentifierOnAnotherDay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupPosting(ctx, t)
+	ids := registry.PaymentIDs{Format: registry.PaymentIDUIP, BIK: "044525225"}
+	c, _ := b.heldFine(ctx, t, "18810162210739014396")
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Logger: slog.New(slog.DiscardHandler), TestOnly: true})
+	require.NoError(t, err)
+	poster := &charges.Poster{Pool: b.pool, Clock: b.clock, PaymentIDs: ids}
+	ctx = rivertest.WorkContext(ctx, client)
+	stored := func() string {
+		var id string
+		require.NoError(t, b.tx.QueryRow(ctx, `SELECT payment_id FROM registry_postings WHERE charge_id = $1`, c.ID).Scan(&id))
+		return id
+	}
+	_, err = b.tx.Exec(ctx, `DELETE FROM registry_postings WHERE charge_id = $1`, c.ID)
+	require.NoError(t, err)
+	require.NoError(t, poster.Held(ctx, b.tx, c))
+	first := stored()
+
+	// The restore: the posting is gone, the hold is recorded again on
+	// another day (in Moscow too).
+	_, err = b.tx.Exec(ctx, `DELETE FROM registry_postings WHERE charge_id = $1`, c.ID)
+	require.NoError(t, err)
+	b.clock.Advance(3 * 24 * time.Hour)
+	require.NoError(t, poster.Held(ctx, b.tx, c))
+	require.Equal(t, first, stored(), "the same attempt is the same payment whatever the day")
 }

@@ -197,12 +197,13 @@ const maxPaymentIDTries = 8
 // Held stores the posting of c's hold and enqueues its job, in tx (the
 // transaction that records the hold). A posting of the attempt already
 // stored is kept with its identifier; an identifier another posting holds
-// is passed over for the next one derived.
+// is passed over for the next one derived. The identifier's day is the
+// charge's period start (a bill's due day), not the day of the hold.
 func (p *Poster) Held(ctx context.Context, tx pgx.Tx, c Charge) error {
 	now := p.Clock.Now()
 	var id string
 	for try := 0; id == "" && try < maxPaymentIDTries; try++ {
-		candidate := p.PaymentIDs.ID(c.Key(), c.AttemptCount, c.Amount, now, try)
+		candidate := p.PaymentIDs.ID(c.Key(), c.AttemptCount, c.Amount, c.PeriodStart, try)
 		if _, err := tx.Exec(ctx, `INSERT INTO registry_postings (payment_id, charge_id, attempt, uin, amount, status, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT DO NOTHING`,
 			candidate, c.ID, c.AttemptCount, c.RegistryUIN, c.Amount, PostingPosting, now); err != nil {

@@ -2970,7 +2970,7 @@ type ZhkhReport struct {
 	// Period The billing period, YYYY-MM, when the bill carries it.
 	Period *string `json:"period"`
 
-	// ReportId 32 hex digits derived from the charge alone: every retry of the report is a replay at the party.
+	// ReportId 32 hex digits derived from the bill's charge key (its enrollment and bill id): every retry of the report, also after a database restore re-created the charge, is a replay at the party.
 	ReportId string `json:"report_id"`
 
 	// ReviewReason Why a person must look at it (refused, or refunded in part); null: no review.

@@ -50,11 +50,21 @@ func (o eventObjects) newest(t *testing.T) string {
 // after, oldest first.
 func (o eventObjects) eventsOf(t *testing.T, object, after string) []map[string]any {
 	t.Helper()
+	// Event ids are derived from their facts, not in creation order: the
+	// log, newest first, says which came after.
+	newer := map[string]bool{}
+	for _, e := range o.b.call(t, http.MethodGet, "/v1/events?limit=100", nil)["data"].([]any) {
+		id := e.(map[string]any)["id"].(string)
+		if id == after {
+			break
+		}
+		newer[id] = true
+	}
 	data := o.b.call(t, http.MethodGet, "/v1/events?limit=100&object_id="+object, nil)["data"].([]any)
 	var out []map[string]any
 	for i := len(data) - 1; i >= 0; i-- {
 		e := data[i].(map[string]any)
-		if e["id"].(string) > after { // UUIDv7: id order is creation order
+		if newer[e["id"].(string)] {
 			out = append(out, e)
 		}
 	}

@@ -14,13 +14,13 @@ import (
 	zhkhsim "github.com/rebill/rebill/zhkh/party/sim"
 )
 
-// zhkhLedger is the simulated GIS ZhKH party's ledger entry of a charge's
-// report, if it holds one.
-func (b testBundle) zhkhLedger(t *testing.T, chargeID string) []zhkhsim.LedgerEntry {
+// zhkhLedger is the simulated GIS ZhKH party's ledger entry of the report
+// of a bill's payment, if it holds one.
+func (b testBundle) zhkhLedger(t *testing.T, enrollment, billID string) []zhkhsim.LedgerEntry {
 	t.Helper()
 	ledger, err := zhkhsim.Sim{Pool: b.pool}.Ledger(context.Background())
 	require.NoError(t, err)
-	id := party.ReportID(chargeID)
+	id := party.ReportID(enrollment + ":" + billID)
 	var out []zhkhsim.LedgerEntry
 	for _, e := range ledger {
 		if e.ReportID == id {
@@ -60,7 +60,7 @@ func TestHousingPaymentReportedToGISZhKHAndAnnulledOnRefund(t *testing.T) {
 	id := charge["id"].(string)
 	r := b.waitReport(t, id, zhkh.Accepted)
 	require.Equal(t, "76ДЕ234599", r.Capture.Account)
-	ledger := b.zhkhLedger(t, id)
+	ledger := b.zhkhLedger(t, housing, "Z-1")
 	require.Len(t, ledger, 1, "reported once")
 	require.Equal(t, "accepted", ledger[0].Status)
 	require.Equal(t, "Z-1", ledger[0].BillID)
@@ -69,7 +69,7 @@ func TestHousingPaymentReportedToGISZhKHAndAnnulledOnRefund(t *testing.T) {
 	b.call(t, http.MethodPost, "/v1/charges/"+id+"/refunds", map[string]any{"reason": "duplicate"})
 	b.waitRefunds(t, id, 1, "succeeded")
 	b.waitReport(t, id, zhkh.Cancelled)
-	ledger = b.zhkhLedger(t, id)
+	ledger = b.zhkhLedger(t, housing, "Z-1")
 	require.Len(t, ledger, 1)
 	require.Equal(t, "cancelled", ledger[0].Status)
 
@@ -78,7 +78,7 @@ func TestHousingPaymentReportedToGISZhKHAndAnnulledOnRefund(t *testing.T) {
 	b.call(t, http.MethodPost, "/v1/enrollments/"+fines+"/bills", fine(fineID, 100000, 50000, start, "2027-03-20", "2027-05-09"))
 	b.waitBill(t, fines, fineID, "paid")
 	fineCharge := b.enrollmentCharges(t, fines)[0]["id"].(string)
-	require.Empty(t, b.zhkhLedger(t, fineCharge), "a fine goes to GIS GMP")
+	require.Empty(t, b.zhkhLedger(t, fines, fineID), "a fine goes to GIS GMP")
 	_, err := zhkh.OfCharge(context.Background(), b.pool, uuid.MustParse(fineCharge))
 	require.ErrorIs(t, err, zhkh.ErrNotFound)
 }

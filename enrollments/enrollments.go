@@ -155,4 +155,8 @@ var (
 	// ErrBillConflict: a bill with this bill_id exists with other content
 	// (amount or dates): the issuer must use a new id.
 	ErrBillConflict = fault.New(fault.Conflict, "a bill with this bill_id exists with different content")
+	// ErrCreatedBefore: the id a creation derives from its request
+	// (New.ID) is already an enrollment's: the request's Idempotency-Key
+	// created it, and the key's stored response has expired since.
+	ErrCreatedBefore = fault.New(fault.Conflict, "this Idempotency-Key already created an enrollment, and its stored response has expired: use a new key to create another")
 )

@@ -393,3 +393,27 @@ func TestEnrollmentSetStatus(t *testing.T) {
 	require.Equal(t, cancelled, after)
 	require.Empty(t, b.sink.take())
 }
+
+// An enrollment created under an id its request derived is created under
+// it (its bills' charges then carry keys made of it); the id taken already
+// (the request's key created it, and its stored response has expired
+// since) is ErrCreatedBefore, not a second enrollment.
+func TestCreateUnderAGivenID(t *testing.T) {
+	t.Parallel()
+	b := newStore(t)
+	ctx := context.Background()
+	n := enrollments.New{CustomerID: "cus_1", Kind: enrollments.Housing, AccountRef: enrollments.AccountRef{ELS: "75ДА533315"},
+		Currency: "RUB", MaxAmount: 100000, ID: uuid.NewSHA1(uuid.NameSpaceURL, []byte("client\x00key\x00enrollment")),
+		PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_ok", ExpMonth: 12, ExpYear: 2030}}
+	var e enrollments.Enrollment
+	b.inTx(t, func(tx pgx.Tx) (err error) {
+		e, err = b.store.Create(ctx, tx, n)
+		return err
+	})
+	require.Equal(t, n.ID, e.ID)
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := b.store.Create(ctx, tx, n)
+		return err
+	})
+	require.ErrorIs(t, err, enrollments.ErrCreatedBefore)
+}

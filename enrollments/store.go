@@ -96,11 +96,15 @@ func nullable(s string) *string {
 }
 
 // Create inserts an active enrollment and publishes enrollment.created.
+// Returns ErrCreatedBefore when n.ID is already an enrollment's.
 func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New) (Enrollment, error) {
 	now := st.clock.Now()
-	id, err := uuid.NewV7()
-	if err != nil {
-		return Enrollment{}, fmt.Errorf("new enrollment id: %w", err)
+	id := n.ID
+	if id == uuid.Nil {
+		var err error
+		if id, err = uuid.NewV7(); err != nil {
+			return Enrollment{}, fmt.Errorf("new enrollment id: %w", err)
+		}
 	}
 	meta := n.Metadata
 	if meta == nil {
@@ -122,6 +126,9 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New) (Enrollment, erro
 		RETURNING `+columns, id, n.CustomerID, n.Kind, nullable(n.AccountRef.ELS), nullable(n.AccountRef.STS),
 		nullable(n.AccountRef.DriverLicense), Active, n.Currency, n.MaxAmount, payDay, pm.Gateway, pm.Token, nullable(pm.Brand),
 		nullable(pm.Last4), pm.ExpMonth, pm.ExpYear, nullable(n.Description), metaJSON, now, n.ReceiptCustomer))
+	if pg.UniqueViolation(err, "enrollments_pkey") {
+		return Enrollment{}, fmt.Errorf("%w: enrollment %s", ErrCreatedBefore, id)
+	}
 	if err != nil {
 		return Enrollment{}, fmt.Errorf("insert enrollment: %w", err)
 	}
@@ -147,14 +154,18 @@ type ListParams struct {
 	Limit      int
 }
 
-// List returns enrollments newest first.
+// List returns enrollments newest first: by creation time, then id, the
+// keyset the cursor (the last id listed) continues. Not by id alone: an
+// id derived from a request's Idempotency-Key is not in creation order.
 func (st *Store) List(ctx context.Context, db pg.DBTX, p ListParams) ([]Enrollment, error) {
 	var before *uuid.UUID
 	if p.Before != uuid.Nil {
 		before = &p.Before
 	}
 	return collect(db.Query(ctx, `SELECT `+columns+` FROM enrollments
-		WHERE ($1 = '' OR customer_id = $1) AND ($2::uuid IS NULL OR id < $2) ORDER BY id DESC LIMIT $3`,
+		WHERE ($1 = '' OR customer_id = $1)
+		  AND ($2::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM enrollments WHERE id = $2))
+		ORDER BY created_at DESC, id DESC LIMIT $3`,
 		p.CustomerID, before, p.Limit))
 }
 

@@ -7,6 +7,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
 )
@@ -39,6 +41,12 @@ type New struct {
 	// ReceiptCustomer is where the 54-FZ receipts of the enrollment's
 	// payments are sent; nil: none given.
 	ReceiptCustomer *subscriptions.ReceiptCustomer
+	// ID, when not nil, is the id the enrollment is created under: one
+	// derived from the request (its client and Idempotency-Key), so that
+	// the request run again after a database restore forgot it creates
+	// the same enrollment, whose bills' charges then carry the gateway
+	// keys the gateway already knows. Nil: a new random UUIDv7.
+	ID uuid.UUID
 }
 
 // Canonical is n with its account written in its one spelling: a housing

@@ -147,7 +147,7 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		return river.JobSnooze(time.Second)
 	}
 	defer w.release(job.Args.EndpointID)
-	event, err := GetEvent(ctx, w.Pool, job.Args.EventID, "")
+	event, err := eventByRowID(ctx, w.Pool, job.Args.EventID)
 	if errors.Is(err, ErrNotFound) {
 		// The retention deleted it in the instant between a redelivery's
 		// check and its commit: there is nothing left to send.

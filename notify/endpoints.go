@@ -188,9 +188,12 @@ func (w *Webhooks) Attempts(ctx context.Context, id uuid.UUID, before int64, lim
 	if _, err := w.Endpoint(ctx, id); err != nil {
 		return nil, err
 	}
-	rows, err := w.Pool.Query(ctx, `SELECT id, event_id, attempt, outcome, status_code, coalesce(error, ''), duration_ms, at,
-			next_attempt_at
-		FROM webhook_attempts WHERE endpoint_id = $1 AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3`, id, before, limit)
+	// An attempt names its event by the event's public id, the one the
+	// delivery carried.
+	rows, err := w.Pool.Query(ctx, `SELECT a.id, coalesce(e.public_id, a.event_id), a.attempt, a.outcome, a.status_code,
+			coalesce(a.error, ''), a.duration_ms, a.at, a.next_attempt_at
+		FROM webhook_attempts a LEFT JOIN events e ON e.id = a.event_id
+		WHERE a.endpoint_id = $1 AND ($2 = 0 OR a.id < $2) ORDER BY a.id DESC LIMIT $3`, id, before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
@@ -221,13 +224,14 @@ func (w *Webhooks) Redeliver(ctx context.Context, tx pgx.Tx, id, eventID uuid.UU
 	if err != nil {
 		return err
 	}
-	if _, err := GetEvent(ctx, tx, eventID, ""); err != nil {
+	e, err := GetEvent(ctx, tx, eventID, "")
+	if err != nil {
 		return err
 	}
 	if ep.Status != Enabled {
 		return ErrEndpointDisabled
 	}
-	if _, err := w.Enqueue.InsertManyTx(ctx, tx, []river.InsertManyParams{{Args: DeliverArgs{EventID: eventID, EndpointID: id}}}); err != nil {
+	if _, err := w.Enqueue.InsertManyTx(ctx, tx, []river.InsertManyParams{{Args: DeliverArgs{EventID: e.ID, EndpointID: id}}}); err != nil {
 		return fmt.Errorf("queue redelivery: %w", err)
 	}
 	return nil

@@ -26,7 +26,10 @@ func (r *Recorder) EnrollmentChanged(ctx context.Context, tx pgx.Tx, eventType s
 // enrollment.
 func (r *Recorder) BillChanged(ctx context.Context, tx pgx.Tx, eventType string, b enrollments.Bill, at time.Time) error {
 	parent := b.EnrollmentID
-	_, err := r.Record(ctx, tx, billPrefix+eventType, b.ID, &parent, b.CustomerID, apiobjects.FromBill(b, at), at, "")
+	// Its fact is the enrollment and the issuer's bill id, not the row's
+	// id: a bill a restore forgot is received again under a new one.
+	_, err := r.record(ctx, tx, billPrefix+eventType, b.EnrollmentID.String()+":"+b.BillID, b.ID, &parent, b.CustomerID,
+		apiobjects.FromBill(b, at), at, "")
 	return err
 }
 

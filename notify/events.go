@@ -71,7 +71,10 @@ var ErrNotFound = fault.New(fault.NotFound, "event not found")
 
 // Event is one row of the log.
 type Event struct {
+	// ID is the row's UUIDv7, in creation order; Public, when not nil, is
+	// the id the API and webhooks show (see Recorder.Record).
 	ID         uuid.UUID
+	Public     uuid.UUID
 	Type       string
 	ObjectID   uuid.UUID
 	ParentID   *uuid.UUID
@@ -80,8 +83,18 @@ type Event struct {
 	Object     json.RawMessage // as the object's GET returned it
 }
 
-// PublicID is the event's id as the API shows it.
-func (e Event) PublicID() string { return FormatID(e.ID) }
+// PublicID is the event's id as the API and webhooks show it: the one
+// derived from its fact, or the row's id for an event written before
+// events had one.
+func (e Event) PublicID() string { return FormatID(e.PublicUUID()) }
+
+// PublicUUID is the uuid of PublicID.
+func (e Event) PublicUUID() uuid.UUID {
+	if e.Public != uuid.Nil {
+		return e.Public
+	}
+	return e.ID
+}
 
 // FormatID is evt_<uuid>.
 func FormatID(id uuid.UUID) string { return idPrefix + id.String() }
@@ -135,26 +148,56 @@ func (r *Recorder) SubscriptionStored(ctx context.Context, tx pgx.Tx, sub subscr
 }
 
 // ChargeChanged records charge.<eventType>; its parent is the charge's
-// subscription or enrollment.
+// subscription or enrollment. Its fact is the charge's key and attempt,
+// not its id: a charge a restore forgot is made again under a new id and
+// the same key.
 func (r *Recorder) ChargeChanged(ctx context.Context, tx pgx.Tx, eventType string, c charges.Charge, at time.Time) error {
 	parent := c.OwnerID()
-	_, err := r.Record(ctx, tx, chargePrefix+eventType, c.ID, &parent, c.CustomerID, apiobjects.FromCharge(c), at, "")
+	fact := fmt.Sprintf("%s:a%d", c.Key(), c.AttemptCount)
+	_, err := r.record(ctx, tx, chargePrefix+eventType, fact, c.ID, &parent, c.CustomerID, apiobjects.FromCharge(c), at, "")
 	return err
 }
 
 // RefundChanged records a refund's event (refund.created, .succeeded,
-// .failed), its parent the refunded charge.
+// .failed), its parent the refunded charge. Its fact is the refund's
+// gateway key (its charge's key and its number), not its id.
 func (r *Recorder) RefundChanged(ctx context.Context, tx pgx.Tx, eventType string, rf charges.Refund, at time.Time) error {
 	parent := rf.ChargeID
-	_, err := r.Record(ctx, tx, refundPrefix+eventType, rf.ID, &parent, rf.CustomerID, apiobjects.FromRefund(rf), at, "")
+	_, err := r.record(ctx, tx, refundPrefix+eventType, rf.GatewayKey, rf.ID, &parent, rf.CustomerID, apiobjects.FromRefund(rf),
+		at, "")
 	return err
 }
 
 // Record appends an event with object encoded as its data.object and
 // queues its deliveries, all in tx. A non-empty noticeKey makes the event
 // happen once: a second event with the same key is not written (recorded
-// false).
+// false). The event's fact is its notice key, else its object's id.
 func (r *Recorder) Record(ctx context.Context, tx pgx.Tx, typ string, objectID uuid.UUID, parentID *uuid.UUID,
+	customerID string, object any, at time.Time, noticeKey string) (recorded bool, err error) {
+	fact := noticeKey
+	if fact == "" {
+		fact = objectID.String()
+	}
+	return r.record(ctx, tx, typ, fact, objectID, parentID, customerID, object, at, noticeKey)
+}
+
+// publicIDSQL derives an event's public id in SQL from $2 (its type), $9
+// (its fact) and n (how many events of that type about that fact are
+// kept): a UUIDv8 (RFC 9562) of the first 16 bytes of a SHA-256 of the
+// three. Derived from what the event says, not from when it was written,
+// so that the same fact published again after a database restore forgot
+// the first (the restored charge captured under the key the gateway
+// answered before, the subscription created again under its key) carries
+// the id the receivers already saw, and they drop it as a repeat; the
+// count tells apart a later event of the same type about the same fact (a
+// subscription paused twice).
+const publicIDSQL = `(SELECT substr(encode(set_byte(set_byte(h, 6, (get_byte(h, 6) & 15) | 128), 8, (get_byte(h, 8) & 63) | 128),
+		'hex'), 1, 32)::uuid
+	FROM (SELECT sha256(convert_to($2 || chr(1) || $9 || chr(1) ||
+		(SELECT count(*) FROM events WHERE fact = $9 AND type = $2)::text, 'UTF8')) AS h) AS digest)`
+
+// record is Record under a fact of the caller's.
+func (r *Recorder) record(ctx context.Context, tx pgx.Tx, typ, fact string, objectID uuid.UUID, parentID *uuid.UUID,
 	customerID string, object any, at time.Time, noticeKey string) (recorded bool, err error) {
 	data, err := json.Marshal(object)
 	if err != nil {
@@ -177,13 +220,13 @@ func (r *Recorder) Record(ctx context.Context, tx pgx.Tx, typ string, objectID u
 	err = tx.QueryRow(ctx, `WITH earlier AS (
 			UPDATE events SET data = $7 WHERE object_id = $3 AND `+writtenByThisTransaction+`
 		), e AS (
-			INSERT INTO events (id, type, object_id, parent_id, customer_id, created_at, data, notice_key)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (notice_key) DO NOTHING RETURNING id
+			INSERT INTO events (id, public_id, fact, type, object_id, parent_id, customer_id, created_at, data, notice_key)
+			VALUES ($1, `+publicIDSQL+`, $9, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING id
 		)
 		SELECT `+endpointsSQL+` FROM e`,
-		id, typ, objectID, parentID, customerID, at.UTC(), string(data), key).Scan(&endpoints)
+		id, typ, objectID, parentID, customerID, at.UTC(), string(data), key, fact).Scan(&endpoints)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil // another event with the same notice key was written
+		return false, nil // the event is there already, under its public id or its notice key
 	}
 	if err != nil {
 		return false, fmt.Errorf("insert %s event: %w", typ, err)
@@ -220,12 +263,13 @@ func (r *Recorder) Restate(ctx context.Context, tx pgx.Tx, objectID uuid.UUID, o
 	return nil
 }
 
-const eventColumns = `id, type, object_id, parent_id, customer_id, created_at, data::text`
+const eventColumns = `id, coalesce(public_id, '00000000-0000-0000-0000-000000000000'), type, object_id, parent_id,
+	customer_id, created_at, data::text`
 
 func scanEvent(row pgx.Row) (Event, error) {
 	var e Event
 	var data string
-	err := row.Scan(&e.ID, &e.Type, &e.ObjectID, &e.ParentID, &e.CustomerID, &e.CreatedAt, &data)
+	err := row.Scan(&e.ID, &e.Public, &e.Type, &e.ObjectID, &e.ParentID, &e.CustomerID, &e.CreatedAt, &data)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Event{}, ErrNotFound
 	}
@@ -237,11 +281,20 @@ func scanEvent(row pgx.Row) (Event, error) {
 	return e, nil
 }
 
-// GetEvent returns one event; a non-empty customerID must own it
-// (ErrNotFound otherwise).
+// byPublicID matches the event whose public id is $1: its derived one, or
+// its row id when it has none.
+const byPublicID = `(public_id = $1 OR (public_id IS NULL AND id = $1))`
+
+// GetEvent returns the event whose public id is id; a non-empty
+// customerID must own it (ErrNotFound otherwise).
 func GetEvent(ctx context.Context, db pg.DBTX, id uuid.UUID, customerID string) (Event, error) {
-	return scanEvent(db.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1 AND ($2 = '' OR customer_id = $2)`,
+	return scanEvent(db.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE `+byPublicID+` AND ($2 = '' OR customer_id = $2)`,
 		id, customerID))
+}
+
+// eventByRowID returns the event whose row id is id (a delivery job's).
+func eventByRowID(ctx context.Context, db pg.DBTX, id uuid.UUID) (Event, error) {
+	return scanEvent(db.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1`, id))
 }
 
 // ListParams filters and pages the log. Empty filters match everything;
@@ -266,7 +319,8 @@ func ListEvents(ctx context.Context, db pg.DBTX, p ListParams) ([]Event, error) 
 	}
 	rows, err := db.Query(ctx, `SELECT `+eventColumns+` FROM events
 		WHERE ($1 = '' OR type = $1) AND ($2::uuid IS NULL OR object_id = $2 OR parent_id = $2)
-		  AND ($3 = '' OR customer_id = $3) AND ($4::uuid IS NULL OR id < $4)
+		  AND ($3 = '' OR customer_id = $3)
+		  AND ($4::uuid IS NULL OR id < (SELECT id FROM events WHERE public_id = $4 OR (public_id IS NULL AND id = $4)))
 		ORDER BY id DESC LIMIT $5`, p.Type, object, p.CustomerID, before, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)

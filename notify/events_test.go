@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/notify"
 	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions"
@@ -101,10 +103,10 @@ func TestSubscriptionTransitionsPublishOnce(t *testing.T) {
 	require.Equal(t, "past_due", object.Status)
 
 	// The event's id is stable and readable; another customer's is not.
-	got, err := notify.GetEvent(ctx, pool, events[0].ID, "cust-1")
+	got, err := notify.GetEvent(ctx, pool, events[0].PublicUUID(), "cust-1")
 	require.NoError(t, err)
 	require.Equal(t, events[0].PublicID(), got.PublicID())
-	_, err = notify.GetEvent(ctx, pool, events[0].ID, "cust-2")
+	_, err = notify.GetEvent(ctx, pool, events[0].PublicUUID(), "cust-2")
 	require.ErrorIs(t, err, notify.ErrNotFound)
 }
 
@@ -125,4 +127,48 @@ func TestNoEventWithoutItsChange(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n))
 	require.Zero(t, n)
+}
+
+// An event's public id is derived from its fact: a charge's event from
+// the charge's key and attempt, not from the charge's row id, so the same
+// fact published again after a restore forgot it (the charge made again
+// under a new id, the same key) carries the id receivers saw; another
+// attempt, another type or a later event of the same type is another id.
+func TestEventPublicIDsAreTheFacts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	rec := &notify.Recorder{}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	sub := uuid.New()
+	charge := func(attempt int) charges.Charge {
+		return charges.Charge{ID: uuid.Must(uuid.NewV7()), SubscriptionID: sub, CustomerID: "cust-1", PeriodKey: "2026-12-01",
+			Amount: 100, Currency: "RUB", Status: charges.Succeeded, AttemptCount: attempt}
+	}
+	publish := func(typ string, c charges.Charge) uuid.UUID {
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return rec.ChargeChanged(ctx, tx, typ, c, at) }))
+		var id uuid.UUID
+		require.NoError(t, pool.QueryRow(ctx, `SELECT public_id FROM events WHERE object_id = $1 AND type = $2
+			ORDER BY id DESC LIMIT 1`, c.ID, "charge."+typ).Scan(&id))
+		return id
+	}
+	first := publish("succeeded", charge(1))
+	_, err := pool.Exec(ctx, `DELETE FROM events`) // the restore
+	require.NoError(t, err)
+	at = at.Add(3 * time.Hour)
+	again := publish("succeeded", charge(1))
+	require.Equal(t, first, again, "the same fact, published again, is the same event")
+
+	c := charge(1)
+	require.NotEqual(t, first, publish("requires_review", c), "another type")
+	require.NotEqual(t, first, publish("succeeded", charge(2)), "another attempt")
+	later := publish("requires_review", c)
+	require.NotEqual(t, first, later)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(DISTINCT public_id) FROM events`).Scan(&n))
+	require.Equal(t, 4, n, "a later event of the same type about the same fact is another event")
+
+	e, err := notify.GetEvent(ctx, pool, again, "")
+	require.NoError(t, err)
+	require.Equal(t, notify.FormatID(again), e.Body().ID, "the API and webhooks show the derived id")
 }

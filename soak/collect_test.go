@@ -298,14 +298,16 @@ func (r *runner) collectHousing(t *testing.T, d *soak.Data) {
 	}); err != nil {
 		t.Fatalf("read the GIS ZhKH ledger: %v", err)
 	}
-	housing, err := r.db.Query(r.ctx, `SELECT c.id::text, c.status, c.amount, c.amount_refunded
+	housing, err := r.db.Query(r.ctx, `SELECT c.id::text, c.enrollment_id::text || ':' || c.period_key, c.status, c.amount,
+			c.amount_refunded
 		FROM charges c JOIN enrollments e ON e.id = c.enrollment_id WHERE e.kind = 'housing' ORDER BY c.id`)
 	if err != nil {
 		t.Fatalf("read housing charges: %v", err)
 	}
 	var h soak.HousingPayment
-	if _, err := pgx.ForEachRow(housing, []any{&h.ChargeID, &h.Status, &h.Amount, &h.Refunded}, func() error {
-		id := party.ReportID(h.ChargeID)
+	var key string
+	if _, err := pgx.ForEachRow(housing, []any{&h.ChargeID, &key, &h.Status, &h.Amount, &h.Refunded}, func() error {
+		id := party.ReportID(key)
 		h.Reports = byID[id]
 		delete(byID, id)
 		d.Housing = append(d.Housing, h)

@@ -95,6 +95,12 @@ type New struct {
 	// is given, and never with BillingAnchor.
 	TrialEnd        *time.Time
 	TrialPeriodDays *int
+	// ID, when not nil, is the id the subscription is created under: one
+	// derived from the request (its client and Idempotency-Key), so that
+	// the request run again after a database restore forgot it creates
+	// the same subscription, whose charges then carry the gateway keys
+	// the gateway already knows. Nil: a new random UUIDv7.
+	ID uuid.UUID
 }
 
 // TrialEndAt is when the trial of a subscription created at now ends: its
@@ -182,7 +188,8 @@ type SendWith func(ctx context.Context, tx pgx.Tx, batch *pgx.Batch) error
 // bills the periods due at once: the row is inserted already advanced past
 // them and bill's writes follow it in the same round trip. An insert and a
 // later advance would write the row twice, and that second write is never
-// a HOT update (next_charge_at is indexed).
+// a HOT update (next_charge_at is indexed). Returns ErrCreatedBefore when
+// n.ID is already a subscription's.
 func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill FirstBilling) (Subscription, error) {
 	now := st.clock.Now()
 	status, anchor := Active, now
@@ -194,9 +201,12 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill
 		*trialEnd = trialEnd.Truncate(time.Microsecond)
 		status, anchor = Trialing, *trialEnd
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return Subscription{}, fmt.Errorf("new subscription id: %w", err)
+	id := n.ID
+	if id == uuid.Nil {
+		var err error
+		if id, err = uuid.NewV7(); err != nil {
+			return Subscription{}, fmt.Errorf("new subscription id: %w", err)
+		}
 	}
 	meta := n.Metadata
 	if meta == nil {
@@ -258,6 +268,9 @@ func (st *Store) Create(ctx context.Context, tx pgx.Tx, n New, actor Actor, bill
 		return err
 	})
 	if err := send(ctx, tx, batch); err != nil {
+		if pg.UniqueViolation(err, "subscriptions_pkey") {
+			return Subscription{}, fmt.Errorf("%w: subscription %s", ErrCreatedBefore, id)
+		}
 		return Subscription{}, fmt.Errorf("insert subscription: %w", err)
 	}
 	if err := st.publish(ctx, tx, sub, EventCreated, now); err != nil {
@@ -293,13 +306,14 @@ type ListParams struct {
 	Limit      int
 }
 
-// List returns subscriptions newest first. Ids are UUIDv7, so id order is
-// creation order and makes a stable keyset cursor.
+// List returns subscriptions newest first: by creation time, then id, the
+// keyset the cursor (the last id listed) continues. Not by id alone: an
+// id derived from a request's Idempotency-Key is not in creation order.
 func (st *Store) List(ctx context.Context, db pg.DBTX, p ListParams) ([]Subscription, error) {
 	rows, err := db.Query(ctx, `SELECT `+columns+` FROM subscriptions
 		WHERE ($1 = '' OR customer_id = $1) AND ($2 = '' OR status = $2)
-		  AND ($3::uuid IS NULL OR id < $3)
-		ORDER BY id DESC LIMIT $4`,
+		  AND ($3::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM subscriptions WHERE id = $3))
+		ORDER BY created_at DESC, id DESC LIMIT $4`,
 		p.CustomerID, string(p.Status), nullUUID(p.Before), p.Limit)
 	return collect(rows, err)
 }

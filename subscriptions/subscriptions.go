@@ -99,6 +99,10 @@ func CanTransition(from, to Status) bool { return Machine.Can(from, to) }
 var (
 	// ErrNotFound: no subscription with that id.
 	ErrNotFound = fault.New(fault.NotFound, "subscription not found")
+	// ErrCreatedBefore: the id a creation derives from its request
+	// (New.ID) is already a subscription's: the request's Idempotency-Key
+	// created it, and the key's stored response has expired since.
+	ErrCreatedBefore = fault.New(fault.Conflict, "this Idempotency-Key already created a subscription, and its stored response has expired: use a new key to create another")
 )
 
 // Subscription is a fixed amount charged every period.

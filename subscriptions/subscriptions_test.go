@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -225,4 +226,29 @@ func TestPaymentMethodChange(t *testing.T) {
 	require.NoError(t, err)
 	last = events[len(events)-1]
 	require.Equal(t, [2]subscriptions.Status{subscriptions.PastDue, subscriptions.PastDue}, [2]subscriptions.Status{last.From, last.To})
+}
+
+// A subscription created under an id its request derived is created under
+// that id; the id taken already (the request's key created it, and its
+// stored response has expired since) is ErrCreatedBefore, not a second
+// subscription or an internal error.
+func TestCreateUnderAGivenID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := uuid.NewSHA1(uuid.NameSpaceURL, []byte("client\x00key\x00subscription"))
+	n := subscriptions.New{CustomerID: "cust-1", Amount: 49900, Currency: "RUB", Interval: period.Month, IntervalCount: 1,
+		TimeZone: "Europe/Moscow", ID: id,
+		PaymentMethod: rebilltype.PaymentMethod{Gateway: "sim1", Token: "tok_ok_1", Last4: "4242", ExpMonth: 12, ExpYear: 2030}}
+	var sub subscriptions.Subscription
+	b.inTx(t, func(tx pgx.Tx) (err error) {
+		sub, err = b.store.Create(ctx, tx, n, actor, nil)
+		return err
+	})
+	require.Equal(t, id, sub.ID)
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := b.store.Create(ctx, tx, n, actor, nil)
+		return err
+	})
+	require.ErrorIs(t, err, subscriptions.ErrCreatedBefore)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/fault"
+	"github.com/rebill/rebill/platform/pg"
 	"github.com/rebill/rebill/rebilltype"
 	"github.com/rebill/rebill/subscriptions/period"
 	"github.com/rebill/rebill/subscriptions/proration"
@@ -66,6 +67,11 @@ const (
 // or without proration, or at period end.
 var ErrChargeInFlight = fault.New(fault.Conflict, "a charge of the current period is in flight")
 
+// ErrChangedBefore: the id a change derives from its request
+// (Update.ChangeID) is already a change's: the request's Idempotency-Key
+// made it, and the key's stored response has expired since.
+var ErrChangedBefore = fault.New(fault.Conflict, "this Idempotency-Key already changed the subscription, and its stored response has expired: use a new key to change it again")
+
 // Update is a requested change of a subscription's terms. Nil fields keep
 // the current value.
 type Update struct {
@@ -80,6 +86,12 @@ type Update struct {
 	// Proration is the staff's choice; empty for a customer key, which
 	// gets the configured default.
 	Proration Proration
+	// ChangeID, when not nil, is the id of the change: one derived from
+	// the request (its client and Idempotency-Key), so that the request
+	// run again after a database restore forgot it makes the same change,
+	// whose adjustment charge and restarted periods then carry the keys
+	// the gateway already knows. Nil: a new random UUIDv7.
+	ChangeID uuid.UUID
 }
 
 // Change is what an update did: the row of the changes ledger.
@@ -214,7 +226,8 @@ func (t terms) differs(s Subscription) bool {
 // charge is returned in the Change (the caller creates its charge in tx);
 // a credit is granted here. Returns rebilltype.Errors, ErrNotFound,
 // a *fsm.TransitionError (cancelled; paused or unpaid with a proration),
-// or an error wrapping ErrChargeInFlight.
+// an error wrapping ErrChargeInFlight, or one wrapping ErrChangedBefore
+// when u.ChangeID is already a change's.
 func (st *Store) Update(ctx context.Context, tx pgx.Tx, id uuid.UUID, u Update, pr Proration, actor Actor, paid PeriodPaid) (Subscription, Change, error) {
 	now := st.clock.Now()
 	sub, err := st.GetForUpdate(ctx, tx, id)
@@ -232,9 +245,11 @@ func (st *Store) Update(ctx context.Context, tx pgx.Tx, id uuid.UUID, u Update, 
 	if sub.Status == Cancelled {
 		return sub, Change{}, Machine.Refuse(Cancelled, Cancelled, "the subscription is cancelled: its terms no longer change")
 	}
-	changeID, err := uuid.NewV7()
-	if err != nil {
-		return Subscription{}, Change{}, fmt.Errorf("new change id: %w", err)
+	changeID := u.ChangeID
+	if changeID == uuid.Nil {
+		if changeID, err = uuid.NewV7(); err != nil {
+			return Subscription{}, Change{}, fmt.Errorf("new change id: %w", err)
+		}
 	}
 	if effective == EffectivePeriodEnd {
 		return st.schedule(ctx, tx, sub, u, t, changeID, actor, now)
@@ -310,7 +325,7 @@ func (st *Store) Update(ctx context.Context, tx pgx.Tx, id uuid.UUID, u Update, 
 // keySuffix is the period key suffix of a schedule restarted by change id.
 func keySuffix(changeID uuid.UUID) string {
 	hex := changeID.String()
-	return "~" + hex[len(hex)-8:] // the random end of a UUIDv7, not its clock
+	return "~" + hex[len(hex)-8:] // the random (or hashed) end, never a UUIDv7's clock
 }
 
 // args are the arguments $2..$9 of an UPDATE setting t, credit and now.
@@ -465,6 +480,9 @@ func (st *Store) record(ctx context.Context, tx pgx.Tx, sub Subscription, t term
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
 		ch.ID, sub.ID, ch.Effective, ch.Proration, sub.Amount, t.amount, sub.Interval, t.interval, sub.IntervalCount, t.count,
 		periodKey, ch.Fraction.Num, den, ch.Adjustment, now, applied, actor.ID, actor.Role)
+	if pg.UniqueViolation(err, "subscription_changes_pkey") {
+		return fmt.Errorf("%w: change %s", ErrChangedBefore, ch.ID)
+	}
 	if err != nil {
 		return fmt.Errorf("record change: %w", err)
 	}

@@ -219,3 +219,23 @@ func TestPausedSubscriptionRefusesOnlyAProratedChange(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(100), got.Amount)
 }
+
+// A change made under an id its request derived keeps that id (which its
+// adjustment charge's key and a restarted schedule's period keys carry):
+// the request run again after a restore forgot it makes the same change.
+// The id taken already (the request's key made the change, and its stored
+// response has expired since) is ErrChangedBefore.
+func TestUpdateUnderAGivenChangeID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.create(t)
+	changeID := uuid.NewSHA1(uuid.NameSpaceURL, []byte("client\x00key\x00subscription_change"))
+	u := subscriptions.Update{Interval: ptr(period.Year), ChangeID: changeID}
+	got, ch, err := b.update(t, sub.ID, u, subscriptions.ProrationNone)
+	require.NoError(t, err)
+	require.Equal(t, changeID, ch.ID)
+	require.Equal(t, period.Year, got.Interval)
+
+	_, _, err = b.update(t, sub.ID, subscriptions.Update{Interval: ptr(period.Month), ChangeID: changeID}, subscriptions.ProrationNone)
+	require.ErrorIs(t, err, subscriptions.ErrChangedBefore)
+}

@@ -57,7 +57,7 @@ func (r *Reporter) queue(ctx context.Context) (Queue, error) {
 // exists if and only if the capture does. A capture already reported is
 // left as it is.
 func (r *Reporter) Captured(ctx context.Context, tx pgx.Tx, c Capture) error {
-	id := party.ReportID(c.ChargeID.String())
+	id := IDOf(c)
 	now := r.Clock.Now()
 	tag, err := tx.Exec(ctx, `INSERT INTO zhkh_reports (report_id, charge_id, enrollment_id, account, bill_id,
 			payment_document_id, service_id, period, supplier_inn, supplier_kpp, supplier_name, amount, currency, captured_at,
@@ -453,9 +453,12 @@ func (r *Reporter) ReviewPage(ctx context.Context, after string, limit int) ([]R
 // charge chargeID, and returns it. Returns ErrNotFound when it awaits no
 // review.
 func (r *Reporter) MarkReviewed(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, actor string) (Report, error) {
-	id := IDOf(chargeID)
-	if err := Reviewed(ctx, tx, id, actor, r.Clock.Now()); err != nil {
+	rep, err := OfCharge(ctx, tx, chargeID)
+	if err != nil {
 		return Report{}, err
 	}
-	return Get(ctx, tx, id)
+	if err := Reviewed(ctx, tx, rep.ReportID, actor, r.Clock.Now()); err != nil {
+		return Report{}, err
+	}
+	return Get(ctx, tx, rep.ReportID)
 }

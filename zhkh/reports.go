@@ -190,8 +190,9 @@ func Review(ctx context.Context, db pg.DBTX, after string, limit int) ([]Report,
 	return out, rows.Err()
 }
 
-// IDOf is the id of the report of charge chargeID's capture.
-func IDOf(chargeID uuid.UUID) string { return party.ReportID(chargeID.String()) }
+// IDOf is the id of the report of capture c: of its charge's key, not its
+// id (party.ReportID).
+func IDOf(c Capture) string { return party.ReportID(c.EnrollmentID.String() + ":" + c.BillID) }
 
 // Reviewed records that actor has seen to a report in review (told the
 // supplier, or the party, of the refused payment). Returns ErrNotFound

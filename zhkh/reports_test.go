@@ -154,7 +154,7 @@ func TestLostAnswerIsLookedUpNotResent(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	c := b.capture(ctx, t)
-	id := party.ReportID(c.ChargeID.String())
+	id := zhkh.IDOf(c)
 	b.fake.ReportFunc = partytest.Reports(party.ErrUnknownOutcome)
 	b.fake.LookupFunc = partytest.LooksUp(party.StatusAccepted, "", nil)
 	rw := &zhkh.ReportWorker{Reporter: b.reporter}
@@ -178,7 +178,7 @@ func TestRerunAfterALostAnswerLooksUpBeforeAnyResend(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	c := b.capture(ctx, t)
-	id := party.ReportID(c.ChargeID.String())
+	id := zhkh.IDOf(c)
 	rw := &zhkh.ReportWorker{Reporter: b.reporter}
 	b.fake.ReportFunc = partytest.Reports(party.ErrUnknownOutcome)
 	b.fake.LookupFunc = partytest.LooksUp("", "", party.ErrUnavailable)
@@ -199,7 +199,7 @@ func TestReportNotFoundIsSentAgainUnderTheSameID(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	c := b.capture(ctx, t)
-	id := party.ReportID(c.ChargeID.String())
+	id := zhkh.IDOf(c)
 	rw := &zhkh.ReportWorker{Reporter: b.reporter}
 	b.fake.ReportFunc = partytest.Reports(party.ErrUnavailable)
 	require.Equal(t, river.EventKindJobSnoozed, work(ctx, t, b, rw, zhkh.ReportArgs{ReportID: id}), "an outage waits")
@@ -236,7 +236,7 @@ func TestRefusalGoesToReview(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	c := b.capture(ctx, t)
-	id := party.ReportID(c.ChargeID.String())
+	id := zhkh.IDOf(c)
 	b.fake.ReportFunc = partytest.Reports(&party.RefusedError{Party: "bank1", Reason: "payment document not found"})
 	rw := &zhkh.ReportWorker{Reporter: b.reporter}
 	require.Equal(t, river.EventKindJobCompleted, work(ctx, t, b, rw, zhkh.ReportArgs{ReportID: id}))
@@ -270,7 +270,7 @@ func TestRefundAnnulsOnce(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	c := b.capture(ctx, t)
-	id := party.ReportID(c.ChargeID.String())
+	id := zhkh.IDOf(c)
 	b.fake.ReportFunc = partytest.Reports(nil)
 	rw, cw := &zhkh.ReportWorker{Reporter: b.reporter}, &zhkh.CancelWorker{Reporter: b.reporter}
 	work(ctx, t, b, rw, zhkh.ReportArgs{ReportID: id})
@@ -302,7 +302,7 @@ func TestAnnulmentIsConfirmedByLookup(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	c := b.capture(ctx, t)
-	id := party.ReportID(c.ChargeID.String())
+	id := zhkh.IDOf(c)
 	b.fake.ReportFunc = partytest.Reports(nil)
 	work(ctx, t, b, &zhkh.ReportWorker{Reporter: b.reporter}, zhkh.ReportArgs{ReportID: id})
 	b.refund(ctx, t, c, c.Amount)
@@ -322,7 +322,7 @@ func TestRefundedBeforeReportedIsNeverSent(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	c := b.capture(ctx, t)
-	id := party.ReportID(c.ChargeID.String())
+	id := zhkh.IDOf(c)
 	b.refund(ctx, t, c, c.Amount)
 	work(ctx, t, b, &zhkh.CancelWorker{Reporter: b.reporter}, zhkh.CancelArgs{ReportID: id})
 	work(ctx, t, b, &zhkh.ReportWorker{Reporter: b.reporter}, zhkh.ReportArgs{ReportID: id})
@@ -347,7 +347,7 @@ func TestOverdueReportsAreCounted(t *testing.T) {
 	require.Zero(t, count(due.Add(-time.Second)))
 	require.Equal(t, int64(1), count(due))
 	b.fake.ReportFunc = partytest.Reports(nil)
-	work(ctx, t, b, &zhkh.ReportWorker{Reporter: b.reporter}, zhkh.ReportArgs{ReportID: party.ReportID(c.ChargeID.String())})
+	work(ctx, t, b, &zhkh.ReportWorker{Reporter: b.reporter}, zhkh.ReportArgs{ReportID: zhkh.IDOf(c)})
 	require.Zero(t, count(due.Add(time.Hour)))
 }
 
@@ -362,7 +362,7 @@ func TestTwoNodesReportOnce(t *testing.T) {
 	_, err := s.SetFaults(ctx, "twonodes", sim.FaultsPatch{LoseResponse: &lose})
 	require.NoError(t, err)
 	c := b.capture(ctx, t)
-	id := party.ReportID(c.ChargeID.String())
+	id := zhkh.IDOf(c)
 	var wg sync.WaitGroup
 	for range 2 {
 		node := newReporter(b.pool, b.clock, s.Parties()...)
@@ -409,7 +409,7 @@ func TestRefundBeforeTheSendStopsIt(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	c := b.capture(ctx, t)
-	id := party.ReportID(c.ChargeID.String())
+	id := zhkh.IDOf(c)
 	rw := &zhkh.ReportWorker{Reporter: b.reporter}
 	b.fake.ReportFunc = partytest.Reports(party.ErrUnavailable)
 	work(ctx, t, b, rw, zhkh.ReportArgs{ReportID: id})
@@ -429,7 +429,7 @@ func TestAnnulmentWaitsOutASendInFlight(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	c := b.capture(ctx, t)
-	id := party.ReportID(c.ChargeID.String())
+	id := zhkh.IDOf(c)
 	b.fake.ReportFunc = partytest.Reports(party.ErrUnknownOutcome)
 	b.fake.LookupFunc = partytest.LooksUp("", "", party.ErrUnavailable)
 	work(ctx, t, b, &zhkh.ReportWorker{Reporter: b.reporter}, zhkh.ReportArgs{ReportID: id})
@@ -442,4 +442,26 @@ func TestAnnulmentWaitsOutASendInFlight(t *testing.T) {
 	b.clock.Set(b.clock.Now().Add(11 * time.Second)) // past two call timeouts (5 s)
 	require.Equal(t, river.EventKindJobCompleted, work(ctx, t, b, cw, zhkh.CancelArgs{ReportID: id}))
 	require.Equal(t, zhkh.Cancelled, b.report(ctx, t, c).Status)
+}
+
+// A database restored from before a report forgot it and the charge: the
+// charge re-created under another id is reported under the id the party
+// already holds (of the bill's charge key), so the party takes it as a
+// replay, not a second payment.
+func TestReportOfAChargeRecreatedAfterARestoreKeepsItsID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	c := b.capture(ctx, t)
+	first, err := zhkh.OfCharge(ctx, b.pool, c.ChargeID)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `DELETE FROM zhkh_reports WHERE charge_id = $1`, c.ChargeID)
+	require.NoError(t, err)
+
+	again := c
+	again.ChargeID = uuid.New()
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return b.reporter.Captured(ctx, tx, again) }))
+	second, err := zhkh.OfCharge(ctx, b.pool, again.ChargeID)
+	require.NoError(t, err)
+	require.Equal(t, first.ReportID, second.ReportID)
 }

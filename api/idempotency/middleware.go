@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
@@ -30,6 +31,9 @@ type execution struct {
 	// unstored: the response is a refusal that depends on state another
 	// request may change; it is neither stored nor replayed.
 	unstored bool
+	// scope and key name the request: the authenticated client and its
+	// Idempotency-Key.
+	scope, key string
 }
 
 type executionKey struct{}
@@ -88,6 +92,30 @@ func AfterCommit(ctx context.Context, fn func(context.Context)) {
 	fn(ctx)
 }
 
+// creationSpace is the namespace of [CreationID]'s name-based UUIDs. It
+// never changes: every id derived under it would change with it.
+var creationSpace = uuid.MustParse("0e6f3c1a-8d5b-4f2e-b7a9-3c41d2e5f607")
+
+// CreationID is the id of the object of the given kind ("subscription",
+// "enrollment", "subscription_change") that the current request creates:
+// a UUIDv5 of the authenticated client, the Idempotency-Key and kind, so
+// that the same request creates the same id however often it runs. The
+// stored response makes a retry a replay while the key's record lives;
+// the id covers the case the record does not: a database restored from a
+// backup, or a failover that lost its last commits, forgets both the
+// object and the record, while the gateway remembers the charge keys
+// derived from the object's id, so the client's retry must recreate the
+// object under the same id and its charges under the same keys. Outside
+// the middleware (no key) it is uuid.Nil: the caller draws a random id,
+// and such a creation has no protection against being repeated.
+func CreationID(ctx context.Context, kind string) uuid.UUID {
+	e, ok := executionFrom(ctx)
+	if !ok {
+		return uuid.Nil
+	}
+	return uuid.NewSHA1(creationSpace, []byte(e.scope+"\x00"+e.key+"\x00"+kind))
+}
+
 // Problems are the responses the middleware writes itself, supplied by the
 // HTTP layer so that every error has its one problem+json shape.
 type Problems struct {
@@ -137,7 +165,7 @@ func Middleware(store *Store, scope func(*http.Request) string, problems Problem
 				return
 			}
 			if outcome == Execute {
-				rec := execute(r, next, store, claim, problems, log)
+				rec := execute(r, next, store, claim, client, key, problems, log)
 				if rec != nil {
 					rec.flush(w)
 					return
@@ -177,9 +205,9 @@ func Middleware(store *Store, scope func(*http.Request) string, problems Problem
 // its response with its effects or rolls both back, storing nothing. It
 // returns the response to send, or nil when another request completed the
 // key meanwhile.
-func execute(r *http.Request, next http.Handler, store *Store, claim *Claim, problems Problems, log zerolog.Logger) *recorder {
+func execute(r *http.Request, next http.Handler, store *Store, claim *Claim, scope, key string, problems Problems, log zerolog.Logger) *recorder {
 	ctx := r.Context()
-	exec := &execution{tx: claim.Tx()}
+	exec := &execution{tx: claim.Tx(), scope: scope, key: key}
 	r = r.WithContext(context.WithValue(ctx, executionKey{}, exec))
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
 	defer claim.Rollback(ctx) // a panic; nothing once the claim has ended

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -82,4 +83,50 @@ func TestFailedHandlerStoresNothingAndRetryExecutes(t *testing.T) {
 	require.EqualValues(t, 2, runs.Load(), "a replay does not run the handler")
 	require.Equal(t, 1, count(`SELECT count(*) FROM effects`))
 	require.Equal(t, 1, count(`SELECT count(*) FROM idempotency_keys WHERE status = 'completed'`))
+}
+
+// A creation's id is derived from the client, the key and the kind of
+// object: the request executed again once its record is gone (a database
+// restored to before it) creates under the id it created under before;
+// another key, another client or another kind is another id; outside the
+// middleware there is none.
+func TestCreationIDIsTheRequestsOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	var got []uuid.UUID
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, idempotency.CreationID(r.Context(), "subscription"), idempotency.CreationID(r.Context(), "enrollment"))
+		w.WriteHeader(http.StatusCreated)
+	})
+	problems := idempotency.Problems{
+		Write:          func(w http.ResponseWriter, status int, _, _, _ string) { w.WriteHeader(status) },
+		BodyTooLarge:   func(w http.ResponseWriter) { w.WriteHeader(http.StatusRequestEntityTooLarge) },
+		Unavailable:    func(w http.ResponseWriter) { w.WriteHeader(http.StatusServiceUnavailable) },
+		InternalFailed: func(w http.ResponseWriter) { w.WriteHeader(http.StatusInternalServerError) },
+	}
+	mw := idempotency.Middleware(idempotency.NewStore(pool, time.Minute),
+		func(r *http.Request) string { return r.Header.Get("X-Client") }, problems, zerolog.Nop())(handler)
+	post := func(client, key string) {
+		req := httptest.NewRequest(http.MethodPost, "/things", bytes.NewBufferString(`{}`))
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("X-Client", client)
+		rec := httptest.NewRecorder()
+		mw.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusCreated, rec.Code)
+	}
+
+	post("a", "k")
+	_, err := pool.Exec(ctx, `DELETE FROM idempotency_keys`) // the restore
+	require.NoError(t, err)
+	post("a", "k")
+	post("a", "k2")
+	post("b", "k")
+	require.Len(t, got, 8)
+	require.Equal(t, got[0], got[2], "the same request creates under the same id")
+	require.Equal(t, got[1], got[3])
+	require.NotEqual(t, got[0], got[1], "another kind")
+	require.NotEqual(t, got[0], got[4], "another key")
+	require.NotEqual(t, got[0], got[6], "another client")
+	require.Equal(t, uuid.Nil, idempotency.CreationID(ctx, "subscription"), "no key, no derived id")
 }

@@ -56,6 +56,13 @@ var (
 	// passed). Neither "done" nor "not done" may be assumed: a person
 	// decides.
 	ErrUnprovable = errors.New("gateway cannot prove whether the operation happened")
+	// ErrKeyReused: the provider refused the call because its idempotency
+	// key was first sent with other parameters, and what the key did,
+	// looked up, is not what this call asks (another amount): money moved
+	// that rebill did not ask for in this form, which a person settles. An
+	// adapter answers a refusal whose key's operation is the one asked
+	// with that operation's result instead.
+	ErrKeyReused = errors.New("gateway idempotency key first used with other parameters")
 )
 
 // Request is one operation to perform. Capture and Void name the hold

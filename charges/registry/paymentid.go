@@ -16,7 +16,7 @@ const (
 	// itself and takes rebill's only as its own reference.
 	PaymentIDHex = "hex"
 	// PaymentIDUIP is the 32-digit identifier a credit institution gives a
-	// payment it accepts (УИП): "1", the BIK, the branch, the day, and a
+	// payment it accepts (УИП): "1", the BIK, the branch, a day, and a
 	// number unique within the day. See docs/registry.md.
 	PaymentIDUIP = "uip"
 )
@@ -38,12 +38,16 @@ type PaymentIDs struct {
 // Moscow has kept UTC+3 since 2014, and it spares a time zone database.
 var moscow = time.FixedZone("MSK", 3*60*60)
 
-// ID is the identifier of one attempt of a charge at one amount whose
-// money was held at at: the same for every retry of that posting, new for
-// a new attempt or a new amount. try 0 is the first choice; a further try
-// is another identifier for the same posting, for when the first is
-// already another posting's (a uip's number has 8 digits only).
-func (f PaymentIDs) ID(chargeKey string, attempt int, amount int64, at time.Time, try int) string {
+// ID is the identifier of one attempt of a charge at one amount: the same
+// for every retry of that posting, new for a new attempt or a new amount.
+// day is a day that belongs to the charge itself (its period's or its
+// bill's, never the clock's), so that an attempt held again on another
+// day — after a database restore forgot the first posting while the
+// registry kept it — gets the identifier the registry already has and is
+// not posted twice. try 0 is the first choice; a further try is another
+// identifier for the same posting, for when the first is already another
+// posting's (a uip's number has 8 digits only).
+func (f PaymentIDs) ID(chargeKey string, attempt int, amount int64, day time.Time, try int) string {
 	if f.Format != PaymentIDUIP {
 		if try == 0 {
 			return PaymentID(chargeKey, attempt, amount)
@@ -57,5 +61,5 @@ func (f PaymentIDs) ID(chargeKey string, attempt int, amount int64, at time.Time
 	if len(branch) < 6 {
 		branch = strings.Repeat("0", 6-len(branch)) + branch
 	}
-	return fmt.Sprintf("1%s%s%s%08d", f.BIK, branch, at.In(moscow).Format("02012006"), number)
+	return fmt.Sprintf("1%s%s%s%08d", f.BIK, branch, day.In(moscow).Format("02012006"), number)
 }

@@ -14,8 +14,8 @@ import (
 )
 
 // A uip is 32 digits: "1", the BIK, the branch padded to 6, the Moscow day
-// of the hold (DDMMYYYY) and an 8-digit number; the same posting gets the
-// same one, another attempt or amount another.
+// given (DDMMYYYY, the charge's own) and an 8-digit number; the same
+// posting gets the same one, another attempt or amount another.
 func TestUIPIsWellFormedAndPerAttemptAndAmount(t *testing.T) {
 	t.Parallel()
 	ids := registry.PaymentIDs{Format: registry.PaymentIDUIP, BIK: "044525225", Branch: "17"}

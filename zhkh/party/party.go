@@ -15,8 +15,8 @@
 //
 // # Exactly once at the party
 //
-// A report's id is derived from the charge alone (ReportID): a capture
-// happens once per charge, so every retry of its report (a timeout, a
+// A report's id is derived from the bill's charge key alone (ReportID): a
+// capture happens once per charge, and a bill has one charge, so every retry of its report (a timeout, a
 // crash, another party, another node) is a replay the party recognises and
 // records nothing new for; the day the report is sent plays no part, so a
 // retry past midnight is the same report.
@@ -154,10 +154,12 @@ func Pending(err error) (*PendingError, bool) {
 	return pe, ok
 }
 
-// ReportID derives the report identifier of the capture of charge
-// chargeID: 32 hexadecimal digits, the same on every node, every retry
-// and every day.
-func ReportID(chargeID string) string {
-	sum := sha256.Sum256([]byte("zhkh-report:" + chargeID))
+// ReportID derives the report identifier of the payment of the bill
+// charge with key (its enrollment and bill id, "<enrollment>:<bill_id>"):
+// 32 hexadecimal digits, the same on every node, every retry and every
+// day, and after a database restore that re-created the charge under
+// another id, so that the party takes the report again as a replay.
+func ReportID(key string) string {
+	sum := sha256.Sum256([]byte("zhkh-report:" + key))
 	return hex.EncodeToString(sum[:16])
 }

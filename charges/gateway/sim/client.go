@@ -110,10 +110,35 @@ func (c *Client) operate(ctx context.Context, op gateway.Op, req gateway.Request
 		return gateway.Result{}, fmt.Errorf("gateway %s: %s %q: encode request: %w", c.name, op, req.IdempotencyKey, err)
 	}
 	var out resultBody
-	if err := c.call(ctx, http.MethodPost, "/"+string(op), req.IdempotencyKey, body, &out); err != nil {
+	err = c.call(ctx, http.MethodPost, "/"+string(op), req.IdempotencyKey, body, &out)
+	if ae := (*answerError)(nil); errors.As(err, &ae) && ae.Status == http.StatusConflict && ae.Code == codeKeyReused {
+		return c.keyReused(ctx, op, req)
+	}
+	if err != nil {
 		return gateway.Result{}, fmt.Errorf("gateway %s: %s %q: %w", c.name, op, req.IdempotencyKey, err)
 	}
 	return out.result(), nil
+}
+
+// keyReused answers a call the simulator refused because its key's first
+// request had other parameters, as a replay after a database restore does
+// when the restored charge asks with another card: the key's operation,
+// looked up by the key, is what the key did, and is the answer when it is
+// the same operation on the same hold for the same money. Otherwise the
+// key moved other money than this call asks, which a person must settle:
+// an error, never an unknown outcome that would resend under the key.
+func (c *Client) keyReused(ctx context.Context, op gateway.Op, req gateway.Request) (gateway.Result, error) {
+	found, err := c.Lookup(ctx, gateway.LookupRequest{Op: op, Request: req})
+	if err != nil {
+		return gateway.Result{}, fmt.Errorf("gateway %s: %s %q: key first used with other parameters, and its look-up failed: %w",
+			c.name, op, req.IdempotencyKey, err)
+	}
+	// A void records its hold's amount, whatever the call said.
+	if found.Op != op || (op != gateway.OpVoid && (found.Amount != req.Amount || found.Currency != req.Currency)) {
+		return gateway.Result{}, fmt.Errorf("gateway %s: %s %q: the key's operation is a %s of %d %s, not this call's %d %s: %w",
+			c.name, op, req.IdempotencyKey, found.Op, found.Amount, found.Currency, req.Amount, req.Currency, gateway.ErrKeyReused)
+	}
+	return found, nil
 }
 
 // Lookup reports the operation sent with req's idempotency key: the

@@ -41,7 +41,12 @@
 // client's base URL (root + "/" + name) can be checked with [Client.Health].
 // A replayed idempotency key returns the stored result and records nothing,
 // also when concurrent calls race with one key. Reusing a key for a
-// different operation or amount is refused with 409.
+// different operation or amount, or for a hold of another card, is
+// refused with 409 idempotency_key_reused, as Stripe refuses a key sent
+// again with other parameters; [Client] then answers with the key's
+// operation, looked up by the key, when it is the one asked (the same op
+// on the same hold for the same money), and with gateway.ErrKeyReused
+// when it is not.
 //
 // # Test tokens
 //

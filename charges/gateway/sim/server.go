@@ -167,7 +167,7 @@ func (s *server) handleOperation(op gateway.Op) func(http.ResponseWriter, *http.
 		}
 		o, err := s.store.perform(ctx, gw, req, kind)
 		if errors.Is(err, errKeyReused) {
-			writeError(w, http.StatusConflict, "idempotency_key_reused", err.Error())
+			writeError(w, http.StatusConflict, codeKeyReused, err.Error())
 			return
 		}
 		if err != nil {

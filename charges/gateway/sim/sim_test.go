@@ -167,13 +167,33 @@ func TestIdempotency(t *testing.T) {
 		require.NoError(t, err)
 
 		_, err = c.Authorize(ctx, authorizeReq("k1", tokOK, 200))
-		require.ErrorContains(t, err, "409 idempotency_key_reused")
+		require.ErrorIs(t, err, gateway.ErrKeyReused)
 		require.NotErrorIs(t, err, gateway.ErrUnavailable)
 		require.NotErrorIs(t, err, gateway.ErrUnknownOutcome)
 		requireNoToken(t, err.Error())
 
 		_, err = c.Capture(ctx, settleReq("k1", auth))
-		require.ErrorContains(t, err, "409 idempotency_key_reused")
+		require.ErrorIs(t, err, gateway.ErrKeyReused)
+		require.Len(t, b.ledger(t, "sim1"), 1)
+	})
+
+	// A hold asked again under its key with another card (a charge
+	// restored from a backup after its customer changed cards) is refused
+	// by the simulator as Stripe refuses it, and the client answers with
+	// what the key did, looked up by the key: the one hold, never unknown.
+	t.Run("KeyReusedWithAnotherCardAnswersTheKeysHold", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		c := b.client("sim1", sim.ClientOptions{})
+		ctx := context.Background()
+
+		first, err := c.Authorize(ctx, authorizeReq("k1", tokOK, 100))
+		require.NoError(t, err)
+		again, err := c.Authorize(ctx, authorizeReq("k1", "tok_ok_secret5555", 100))
+		require.NoError(t, err)
+		require.Equal(t, first.Reference, again.Reference)
+		require.Equal(t, gateway.StatusSucceeded, again.Status)
+
 		require.Len(t, b.ledger(t, "sim1"), 1)
 	})
 

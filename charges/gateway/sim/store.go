@@ -135,6 +135,11 @@ func (o operation) answers(req opRequest) bool {
 	if o.Op != req.Op || o.AuthorizationID != req.AuthorizationID {
 		return false
 	}
+	// Like Stripe, which compares every parameter of a key's requests: a
+	// hold asked again of another card is another request.
+	if o.Op == gateway.OpAuthorize && o.TokenLast4 != last4(req.Token) {
+		return false
+	}
 	// A void records the authorization's amount, whatever the call said.
 	return o.Op == gateway.OpVoid || (o.Amount == req.Amount && o.Currency == req.Currency)
 }

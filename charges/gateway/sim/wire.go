@@ -19,6 +19,7 @@ const idempotencyHeader = "Idempotency-Key"
 const (
 	codeUnavailable       = "unavailable"
 	codeOperationNotFound = "operation_not_found"
+	codeKeyReused         = "idempotency_key_reused"
 )
 
 // opBody is the body of authorize, capture and void.

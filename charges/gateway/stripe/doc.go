@@ -46,6 +46,16 @@
 // sends neither without one): ErrNotFound. A PaymentIntent whose metadata
 // names another charge settles nothing (an error, not a verdict).
 //
+// A key Stripe refuses because its first request had other parameters
+// (400 idempotency_error: a charge restored from a backup asks for its
+// hold with the card the customer changed to since, or captures another
+// amount) is not an unknown outcome. For a hold, the customer's
+// PaymentIntents are listed (GET /v1/payment_intents?customer=…, lists
+// being consistent with Stripe's writes) and the one carrying the key in
+// rebill_authorize_key answers, read as a look-up reads it; for a capture
+// or void, the PaymentIntent it names does. One that holds or captured
+// other money than asked, or none, is gateway.ErrKeyReused, for a person.
+//
 // Go's transport itself sends a request again when a reused keep-alive
 // connection dies before any answer: the Idempotency-Key header makes
 // net/http deem it safe, and it is, since Stripe replays the first answer.
@@ -62,7 +72,7 @@
 //	  authentication_required                     failed, authentication_required (needs the customer)
 //	400, 404 invalid_request_error                failed, with Stripe's code (retrying cannot help)
 //	400 idempotency_error (key reused with
-//	  other parameters)                           ErrUnknownOutcome
+//	  other parameters)                           what the key did (below); never unknown
 //	401, 403 (API key refused)                    ErrUnavailable: nothing done; charges wait for a fixed key
 //	409 idempotency_key_in_use                    ErrUnknownOutcome: the first send is still running
 //	429 (rate limit, lock_timeout)                ErrUnavailable

@@ -141,7 +141,7 @@ func classify(err error) error {
 		d := describe(se)
 		switch {
 		case se.Type == stripeapi.ErrorTypeIdempotency || se.Code == stripeapi.ErrorCodeIdempotencyKeyInUse:
-			return fmt.Errorf("%w: %s: the key's first request is running or differs from this one", gateway.ErrUnknownOutcome, d)
+			return fmt.Errorf("%w: %s: the key's first request is still running", gateway.ErrUnknownOutcome, d)
 		case se.HTTPStatusCode == http.StatusUnauthorized || se.HTTPStatusCode == http.StatusForbidden:
 			return fmt.Errorf("%w: %s: Stripe refused the API key", gateway.ErrUnavailable, d)
 		case se.HTTPStatusCode == http.StatusTooManyRequests || se.HTTPStatusCode == http.StatusServiceUnavailable:

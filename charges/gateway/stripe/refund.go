@@ -64,8 +64,7 @@ func (g *Gateway) refund(ctx context.Context, req gateway.Request) (gateway.Resu
 		re, err = g.client.V1Refunds.Create(ctx, params)
 		return err
 	})
-	var se *stripeapi.Error
-	if errors.As(err, &se) && se.Type == stripeapi.ErrorTypeIdempotency && se.Code != stripeapi.ErrorCodeIdempotencyKeyInUse {
+	if se := keyReusedError(err); se != nil {
 		return g.keyReused(ctx, req, se)
 	}
 	if err != nil {

@@ -151,10 +151,97 @@ func (g *Gateway) authorize(ctx context.Context, req gateway.Request) (gateway.R
 		pi, err = g.client.V1PaymentIntents.Create(ctx, params)
 		return err
 	})
+	if se := keyReusedError(err); se != nil {
+		return g.authorizeKeyReused(ctx, req, customer, se)
+	}
 	if err != nil {
 		return g.answerError(gateway.OpAuthorize, req, err)
 	}
 	return fromIntent(gateway.OpAuthorize, req.IdempotencyKey, pi, g.clock.Now())
+}
+
+// keyReusedError is Stripe's refusal of a key first sent with other
+// parameters (400 idempotency_error), or nil: not the 409 of a key whose
+// first request is still running, which is an unknown outcome.
+func keyReusedError(err error) *stripeapi.Error {
+	var se *stripeapi.Error
+	if errors.As(err, &se) && se.Type == stripeapi.ErrorTypeIdempotency && se.Code != stripeapi.ErrorCodeIdempotencyKeyInUse {
+		return se
+	}
+	return nil
+}
+
+// authorizeKeyReused answers a hold Stripe refused because its key was
+// first sent with other parameters: a charge restored from a backup that
+// asks again with another card, after the customer changed it. That is
+// not an unknown outcome: the key's first request made a PaymentIntent
+// carrying the key in its metadata, which the customer's PaymentIntents
+// list (consistent with Stripe's writes, unlike Search) shows. It is the
+// answer when it holds the money asked; one of another amount is money
+// rebill did not ask for in this form, and none means the key held
+// nothing yet cannot be sent again: both are gateway.ErrKeyReused, for a
+// person.
+func (g *Gateway) authorizeKeyReused(ctx context.Context, req gateway.Request, customer string, se *stripeapi.Error) (gateway.Result, error) {
+	found, err := g.intentsByKey(ctx, customer, req.IdempotencyKey)
+	if err != nil {
+		return gateway.Result{}, fmt.Errorf("%s, and the customer's PaymentIntents could not be read: %w", describe(se), err)
+	}
+	switch len(found) {
+	case 0:
+		return gateway.Result{}, fmt.Errorf("%s, and no PaymentIntent of the customer carries the key: %w", describe(se), gateway.ErrKeyReused)
+	case 1:
+		pi := found[0]
+		if pi.Amount != req.Amount || !strings.EqualFold(string(pi.Currency), req.Currency) {
+			return gateway.Result{}, fmt.Errorf("%s: the key's PaymentIntent %s is of %d %s, not %d %s: %w", describe(se), pi.ID,
+				pi.Amount, strings.ToUpper(string(pi.Currency)), req.Amount, req.Currency, gateway.ErrKeyReused)
+		}
+		return fromIntent(gateway.OpAuthorize, req.IdempotencyKey, pi, time.Time{})
+	}
+	return gateway.Result{}, fmt.Errorf("%s, and %d PaymentIntents carry the key: %w", describe(se), len(found), gateway.ErrUnprovable)
+}
+
+// intentsByKey lists customer's PaymentIntents (all pages) and keeps those
+// whose hold was sent under key.
+func (g *Gateway) intentsByKey(ctx context.Context, customer, key string) ([]*stripeapi.PaymentIntent, error) {
+	params := &stripeapi.PaymentIntentListParams{Customer: stripeapi.String(customer)}
+	params.Limit = stripeapi.Int64(100)
+	ctx, cancel := context.WithTimeout(ctx, listCalls*g.timeout)
+	defer cancel()
+	var found []*stripeapi.PaymentIntent
+	err := traced(ctx, func(ctx context.Context) error {
+		for pi, err := range g.client.V1PaymentIntents.List(ctx, params) {
+			if err != nil {
+				return err
+			}
+			if pi.Metadata[metaAuthorizeKey] == key {
+				found = append(found, pi)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("PaymentIntents of the customer: %w", classify(err))
+	}
+	return found, nil
+}
+
+// settleKeyReused answers a capture or void Stripe refused because its
+// key was first sent with other parameters (another amount to capture):
+// the PaymentIntent the call names says what the key did. Its op done for
+// the money asked is the answer; anything else is gateway.ErrKeyReused.
+func (g *Gateway) settleKeyReused(ctx context.Context, op gateway.Op, req gateway.Request, se *stripeapi.Error) (gateway.Result, error) {
+	res, err := g.lookup(ctx, gateway.LookupRequest{Op: op, Request: req})
+	if errors.Is(err, gateway.ErrNotFound) {
+		return gateway.Result{}, fmt.Errorf("%s, and %w: %w", describe(se), err, gateway.ErrKeyReused)
+	}
+	if err != nil {
+		return gateway.Result{}, fmt.Errorf("%s, and the PaymentIntent could not be read: %w", describe(se), err)
+	}
+	if op == gateway.OpCapture && res.Amount != req.Amount {
+		return gateway.Result{}, fmt.Errorf("%s: PaymentIntent %s captured %d, not %d: %w", describe(se), res.Reference,
+			res.Amount, req.Amount, gateway.ErrKeyReused)
+	}
+	return res, nil
 }
 
 // Capture collects the hold named by req.AuthorizationID, for req.Amount.
@@ -172,7 +259,12 @@ func (g *Gateway) Capture(ctx context.Context, req gateway.Request) (gateway.Res
 		pi, err = g.client.V1PaymentIntents.Capture(ctx, req.AuthorizationID, params)
 		return err
 	})
-	res, err := g.settle(gateway.OpCapture, req, pi, err)
+	var res gateway.Result
+	if se := keyReusedError(err); se != nil {
+		res, err = g.settleKeyReused(ctx, gateway.OpCapture, req, se)
+	} else {
+		res, err = g.settle(gateway.OpCapture, req, pi, err)
+	}
 	if err != nil {
 		return gateway.Result{}, fmt.Errorf("stripe gateway %s: capture %q of %s: %w", g.name, req.IdempotencyKey, req.AuthorizationID, err)
 	}
@@ -193,7 +285,12 @@ func (g *Gateway) Void(ctx context.Context, req gateway.Request) (gateway.Result
 		pi, err = g.client.V1PaymentIntents.Cancel(ctx, req.AuthorizationID, params)
 		return err
 	})
-	res, err := g.settle(gateway.OpVoid, req, pi, err)
+	var res gateway.Result
+	if se := keyReusedError(err); se != nil {
+		res, err = g.settleKeyReused(ctx, gateway.OpVoid, req, se)
+	} else {
+		res, err = g.settle(gateway.OpVoid, req, pi, err)
+	}
 	if err != nil {
 		return gateway.Result{}, fmt.Errorf("stripe gateway %s: void %q of %s: %w", g.name, req.IdempotencyKey, req.AuthorizationID, err)
 	}

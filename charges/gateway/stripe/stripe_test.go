@@ -480,17 +480,46 @@ func TestLookupRefusesAnotherChargesPaymentIntent(t *testing.T) {
 	require.NotErrorIs(t, err, gateway.ErrNotFound)
 }
 
-// TestKeyReusedWithOtherParametersIsUnknown: Stripe refuses a key sent
-// again with other parameters; what the first send did is not known.
-func TestKeyReusedWithOtherParametersIsUnknown(t *testing.T) {
+// TestKeyReusedWithAnotherCardAnswersTheKeysHold: a charge restored from a
+// backup asks for its hold again under its key, with the card the
+// customer changed to since; Stripe refuses the key (400
+// idempotency_error), and the adapter finds the key's PaymentIntent among
+// the customer's: the one hold, not an unknown outcome.
+func TestKeyReusedWithAnotherCardAnswersTheKeysHold(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.hold(t, "a1:authorize")
+	b.hold(t, "a2:authorize") // another hold of the customer, under another key
+	again, err := b.gateway.Authorize(context.Background(), request("a1:authorize", customer+"/pm_card_mastercard"))
+	require.NoError(t, err)
+	require.Equal(t, first.Reference, again.Reference)
+	require.Equal(t, gateway.StatusSucceeded, again.Status)
+	require.Len(t, b.fake.Intents(), 2)
+}
+
+// TestKeyReusedForOtherMoneyIsForAPerson: the key's PaymentIntent holds
+// another amount, or its capture took another amount: money moved that
+// this call does not ask for, which a person settles; never unknown,
+// which would send it again under the key.
+func TestKeyReusedForOtherMoneyIsForAPerson(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	first := b.hold(t, "a1:authorize")
 	other := request("a1:authorize", okCard)
 	other.Amount = 2999
 	_, err := b.gateway.Authorize(context.Background(), other)
-	require.ErrorIs(t, err, gateway.ErrUnknownOutcome)
+	require.ErrorIs(t, err, gateway.ErrKeyReused)
+	require.NotErrorIs(t, err, gateway.ErrUnknownOutcome)
 	require.ErrorContains(t, err, "idempotency_error")
+
+	capture := gateway.Request{IdempotencyKey: "sub_1:2026-12-01:a1:capture", Amount: 1999, Currency: "EUR",
+		ChargeKey: "sub_1:2026-12-01", AuthorizationID: first.Reference}
+	_, err = b.gateway.Capture(context.Background(), capture)
+	require.NoError(t, err)
+	capture.Amount = 999
+	_, err = b.gateway.Capture(context.Background(), capture)
+	require.ErrorIs(t, err, gateway.ErrKeyReused)
+	require.NotErrorIs(t, err, gateway.ErrUnknownOutcome)
 	intents := b.fake.Intents()
 	require.Len(t, intents, 1)
 	require.Equal(t, first.Reference, intents[0].ID)

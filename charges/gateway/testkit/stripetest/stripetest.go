@@ -407,7 +407,7 @@ func (s *Server) list(r *http.Request) (int, any) {
 			started = id == after
 			continue
 		}
-		if pi.Created < gte || pi.Created >= lt {
+		if pi.Created < gte || pi.Created >= lt || (q.Get("customer") != "" && pi.Customer != q.Get("customer")) {
 			continue
 		}
 		if len(data) == limit {
