@@ -75,7 +75,9 @@ func TestReviewReasonIsSetOnlyWithItsCode(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && (d.Name() == ".git" || d.Name() == "client") {
+		// zhkh's reports keep a review reason of their own, in their own
+		// table, with no code.
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "client" || path == filepath.Join("..", "zhkh")) {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") ||
