@@ -30,9 +30,9 @@ func TestPostingTransitions(t *testing.T) {
 }
 
 // No SQL names a posting's status: conditions are built from the
-// constants. The simulated registry and GIS ZhKH party keep their own
-// ledgers, with statuses of their own.
+// constants. The simulated registry keeps its own ledger, with statuses
+// of its own.
 func TestNoPostingStatusLiteral(t *testing.T) {
 	t.Parallel()
-	fsmtest.RequireNoLiterals(t, charges.PostingStatuses, "charges/registry/sim/sim.go", "zhkh/party/sim/sim.go")
+	fsmtest.RequireNoLiterals(t, charges.PostingStatuses, "charges/registry/sim/sim.go")
 }

@@ -197,9 +197,10 @@ func (p simParty) Report(ctx context.Context, pay party.Payment) error {
 func (p simParty) look(ctx context.Context, reportID string) (string, string, error) {
 	var status, reason string
 	err := p.pool.QueryRow(ctx, `UPDATE dev_zhkh_ledger SET looks_left = greatest(looks_left - 1, 0),
-			status = CASE WHEN status <> 'processing' OR looks_left > 0 THEN status
-				WHEN reason IS NOT NULL THEN 'refused' ELSE 'accepted' END
-		WHERE report_id = $1 RETURNING status, coalesce(reason, '')`, reportID).Scan(&status, &reason)
+			status = CASE WHEN status <> $2 OR looks_left > 0 THEN status
+				WHEN reason IS NOT NULL THEN $3 ELSE $4 END
+		WHERE report_id = $1 RETURNING status, coalesce(reason, '')`, reportID, party.StatusProcessing, party.StatusRefused,
+		party.StatusAccepted).Scan(&status, &reason)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", "", nil
 	}
@@ -218,9 +219,9 @@ func (p simParty) Cancel(ctx context.Context, reportID string) error {
 	}
 	var processing bool
 	if err := p.pool.QueryRow(context.WithoutCancel(ctx), `WITH cancelled AS (
-			UPDATE dev_zhkh_ledger SET status = 'cancelled', cancelled_at = $2 WHERE report_id = $1 AND status = 'accepted')
-		SELECT EXISTS (SELECT 1 FROM dev_zhkh_ledger WHERE report_id = $1 AND status = 'processing')`,
-		reportID, p.clock.Now().UTC()).Scan(&processing); err != nil {
+			UPDATE dev_zhkh_ledger SET status = $3, cancelled_at = $2 WHERE report_id = $1 AND status = $4)
+		SELECT EXISTS (SELECT 1 FROM dev_zhkh_ledger WHERE report_id = $1 AND status = $5)`,
+		reportID, p.clock.Now().UTC(), party.StatusCancelled, party.StatusAccepted, party.StatusProcessing).Scan(&processing); err != nil {
 		return fmt.Errorf("%w: %s: %w", party.ErrUnknownOutcome, p.name, err)
 	}
 	if f.LoseResponse {
