@@ -1,0 +1,770 @@
+package drill_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/rebill/rebill/charges"
+	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/platform/pgembed"
+	"github.com/rebill/rebill/testkit/dbtest"
+	"github.com/rebill/rebill/testkit/proctest"
+)
+
+var (
+	longFlag   = flag.Bool("drill.long", false, "run the long failover drill: more subscriptions, three seeds per replication mode")
+	reportFlag = flag.String("drill.report", "", "append each run's figures (one JSON line) to this file")
+)
+
+func TestMain(m *testing.M) { proctest.Main(m) }
+
+const (
+	adminKey      = "drill-admin-key-0123456789abcdefghij"
+	encryptionKey = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=" // 32 bytes, base64
+	gatewayName   = "ext1"
+)
+
+// TestFailoverDrillShort is the drill small enough for the normal suite:
+// 30 subscriptions, each replication mode once.
+func TestFailoverDrillShort(t *testing.T) {
+	for _, mode := range []string{"async", "sync"} {
+		t.Run(mode, func(t *testing.T) {
+			runDrill(t, drillPlan{sync: mode == "sync", subs: 30, seed: 1})
+		})
+	}
+}
+
+// TestFailoverDrillLong is the drill by hand (-drill.long): more
+// subscriptions, three seeds per replication mode.
+func TestFailoverDrillLong(t *testing.T) {
+	if !*longFlag {
+		t.Skip("the long failover drill runs with -drill.long (docs/testing.md)")
+	}
+	for _, mode := range []string{"async", "sync"} {
+		for _, seed := range []int{11, 12, 13} {
+			t.Run(fmt.Sprintf("%s/seed%d", mode, seed), func(t *testing.T) {
+				runDrill(t, drillPlan{sync: mode == "sync", subs: 120, seed: seed})
+			})
+		}
+	}
+}
+
+// drillPlan is one run: the replication mode, how many subscriptions are
+// due at once, and the seed that varies the card mix and the moment of
+// the kill.
+type drillPlan struct {
+	sync bool
+	subs int
+	seed int
+}
+
+// figures are what a run measured, for SOAK.md.
+type figures struct {
+	Mode           string `json:"mode"`
+	Seed           int    `json:"seed"`
+	Subscriptions  int    `json:"subscriptions"`
+	InFlightAtKill int    `json:"charges_in_flight_at_kill"`
+	CapturesAtKill int    `json:"gateway_captures_at_kill"`
+	WALBytesLost   int64  `json:"wal_bytes_not_replayed"`
+	ChargesLost    int    `json:"charge_rows_lost"`
+	// CapturesUnknown are the gateway's captures the promoted database
+	// does not hold as succeeded: those in flight at the kill, and with
+	// asynchronous replication those whose commits were lost.
+	CapturesUnknown    int    `json:"captures_unknown_to_the_promoted_database"`
+	Lookups            int64  `json:"gateway_lookups_after_kill"`
+	Replays            int64  `json:"gateway_replays_after_kill"`
+	Reconnected        string `json:"nodes_answering_after_promotion"`
+	Reviews            int    `json:"reviews"`
+	ReviewReasons      []string
+	GatewayCaptures    int `json:"gateway_captures"`
+	DoubleCaptures     int `json:"double_captures"`
+	AuditDiscrepancies int `json:"audit_discrepancies"`
+	Violations         int `json:"violations"`
+}
+
+// mirrorClock stamps the gateway's operations: the test sets it to the
+// nodes' dev clock before it moves theirs, so the gateway's book keeps the
+// days rebill keeps.
+type mirrorClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *mirrorClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *mirrorClock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.now) {
+		c.now = t
+	}
+}
+
+// counter sits between the nodes and the gateway and counts the calls
+// that matter after a failover: look-ups by key, and operations sent again
+// with a key the gateway already holds.
+type counter struct {
+	// delay is added to every operation, so that a burst of charges is
+	// still in flight when the primary dies.
+	delay   time.Duration
+	on      atomic.Bool
+	lookups atomic.Int64
+	replays atomic.Int64
+	mu      sync.Mutex
+	seen    map[string]bool
+}
+
+func (c *counter) wrap(target *url.URL) http.Handler {
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	// A call cut short by its caller's timeout is the caller's business.
+	proxy.ErrorLog = log.New(io.Discard, "", 0)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		switch {
+		case r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/operations/"):
+			if c.on.Load() {
+				c.lookups.Add(1)
+			}
+		case r.Method == http.MethodPost && key != "":
+			time.Sleep(c.delay)
+			c.mu.Lock()
+			again := c.seen[key]
+			c.seen[key] = true
+			c.mu.Unlock()
+			if again && c.on.Load() {
+				c.replays.Add(1)
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	})
+}
+
+type drill struct {
+	t        *testing.T
+	ctx      context.Context
+	plan     drillPlan
+	primary  *pgembed.Member
+	replica  *pgembed.Member
+	book     *pgxpool.Pool
+	clk      *mirrorClock
+	env      map[string]string
+	nodes    []*proctest.Process
+	calls    *counter
+	fig      figures
+	failures []string
+}
+
+func runDrill(t *testing.T, plan drillPlan) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	d := &drill{t: t, ctx: ctx, plan: plan, clk: &mirrorClock{}, calls: &counter{seen: map[string]bool{}, delay: 40 * time.Millisecond}}
+	d.fig.Mode, d.fig.Seed, d.fig.Subscriptions = map[bool]string{true: "sync", false: "async"}[plan.sync], plan.seed, plan.subs
+	began := time.Now()
+	phase := func(name string) { t.Logf("%6.1fs %s", time.Since(began).Seconds(), name) }
+	d.startDatabases()
+	d.startGateway()
+	d.startNodes()
+	phase("primary, replica, gateway and nodes started")
+
+	now := d.devNow()
+	d.clk.set(now)
+	anchor := now.Add(time.Hour)
+	subs := d.createSubscriptions(anchor)
+	phase("subscriptions created")
+	// Three daily periods of every subscription fall due at once.
+	d.failover(anchor.Add(48 * time.Hour))
+	phase("failed over")
+	d.settle(subs)
+	phase("settled")
+	d.judge(subs, anchor)
+	phase("judged")
+	d.report()
+}
+
+func (d *drill) fatalf(format string, args ...any) {
+	d.t.Helper()
+	d.dumpLogs()
+	d.t.Fatalf(format, args...)
+}
+
+// startDatabases starts the primary and its replica in folders the
+// postgres user can reach (the tests may run as root).
+func (d *drill) startDatabases() {
+	dir, err := os.MkdirTemp("", "rebill-drill-")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		d.t.Fatal(err)
+	}
+	ports := make([]int, 2)
+	for i := range ports {
+		if ports[i], err = proctest.FreePort(); err != nil {
+			d.t.Fatal(err)
+		}
+	}
+	d.primary, err = pgembed.StartPrimary(d.ctx, pgembed.ReplicationOptions{DataDir: filepath.Join(dir, "primary"), Port: ports[0]})
+	if errors.Is(err, pgembed.ErrNoBinaries) {
+		d.t.Skipf("the failover drill needs PostgreSQL's server programs (initdb, pg_ctl, postgres, pg_basebackup): %v", err)
+	}
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { _ = d.primary.Stop(context.Background()) })
+	d.replica, err = d.primary.StartReplica(d.ctx, pgembed.ReplicationOptions{DataDir: filepath.Join(dir, "replica"), Port: ports[1]}, d.plan.sync)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { _ = d.replica.Stop(context.Background()) })
+	conn, err := pgx.Connect(d.ctx, d.primary.TCPURL("postgres"))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer conn.Close(d.ctx)
+	if _, err := conn.Exec(d.ctx, `CREATE DATABASE rebill`); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// startGateway runs the simulated gateway with its book in a database of
+// the shared test server, outside the pair that fails, behind the
+// counting proxy.
+func (d *drill) startGateway() {
+	d.book = dbtest.Pool(d.t)
+	base, stop, err := sim.StartOnClock(d.ctx, d.book, d.clk, []string{"sim1"}, zerolog.Nop())
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { _ = stop(context.Background()) })
+	target, err := url.Parse(base)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	proxy := httptest.NewServer(d.calls.wrap(target))
+	d.t.Cleanup(proxy.Close)
+	d.env = map[string]string{
+		"DATABASE_URL":            pgembed.MultiHostURL("rebill", d.primary, d.replica),
+		"REBILL_DEV":              "1",
+		"REBILL_ADMIN_KEY":        adminKey,
+		"REBILL_ENCRYPTION_KEY":   encryptionKey,
+		"REBILL_GATEWAYS":         gatewayName + "=" + proxy.URL + "/sim1",
+		"REBILL_GATEWAY_TIMEOUT":  "400ms",
+		"REBILL_RETRY_BASE":       "50ms",
+		"REBILL_RETRY_MAX":        "500ms",
+		"REBILL_SCAN_INTERVAL":    "200ms",
+		"REBILL_RESCUE_AFTER":     "12s",
+		"REBILL_BREAKER_OPEN_FOR": "1s",
+		"REBILL_CATCH_UP_WINDOW":  "87600h",
+		"REBILL_DUNNING_SCHEDULE": "24h,48h",
+		"REBILL_SHUTDOWN_TIMEOUT": "5s",
+		"REBILL_LOG_LEVEL":        "warn",
+		"REBILL_DB_MAX_CONNS":     "8",
+	}
+}
+
+func (d *drill) startNodes() {
+	dir := d.t.TempDir()
+	for i := range 2 {
+		p, err := proctest.Start(fmt.Sprintf("node %c", 'A'+i), proctest.Options{Dir: dir, Env: d.env})
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		d.nodes = append(d.nodes, p)
+		d.t.Cleanup(func() {
+			if !p.Exited() {
+				_, _ = p.Terminate(10 * time.Second)
+			}
+		})
+		if err := p.WaitReady(90 * time.Second); err != nil {
+			d.fatalf("%s: %v", p.Name, err)
+		}
+	}
+}
+
+// call sends one request to node i (the other when i does not answer) and
+// repeats it with the same Idempotency-Key until rebill answers
+// definitely: a failover makes answers fail for a while.
+func (d *drill) call(i int, method, path, idemKey string, body any, out any) int {
+	var data []byte
+	if body != nil {
+		data, _ = json.Marshal(body)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for attempt := 0; ; attempt++ {
+		p := d.nodes[(i+attempt)%len(d.nodes)]
+		req, _ := http.NewRequestWithContext(d.ctx, method, p.URL+path, bytes.NewReader(data))
+		req.Header.Set("Authorization", "Bearer "+adminKey)
+		req.Header.Set("Content-Type", "application/json")
+		if idemKey != "" {
+			req.Header.Set("Idempotency-Key", idemKey)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode < 500 && res.StatusCode != http.StatusConflict {
+				if out != nil && res.StatusCode < 300 {
+					if err := json.Unmarshal(b, out); err != nil {
+						d.fatalf("%s %s: decode %s: %v", method, path, b, err)
+					}
+				}
+				if res.StatusCode >= 300 {
+					d.fatalf("%s %s: %d %s", method, path, res.StatusCode, b)
+				}
+				return res.StatusCode
+			}
+		}
+		if time.Now().After(deadline) {
+			d.fatalf("%s %s: no definite answer in 90 s (last error %v)", method, path, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (d *drill) devNow() time.Time {
+	var c struct {
+		Now time.Time `json:"now"`
+	}
+	d.call(0, http.MethodGet, "/v1/dev/clock", "", nil, &c)
+	return c.Now
+}
+
+// moveClock moves the gateway's clock, then the nodes'.
+func (d *drill) moveClock(to time.Time) {
+	d.clk.set(to)
+	d.call(0, http.MethodPost, "/v1/dev/clock", fmt.Sprintf("drill-clock-%d", to.Unix()), map[string]any{"now": to.Format(time.RFC3339)}, nil)
+}
+
+// card is a subscription's test card: most pay, one in five declines for
+// good (dunning runs out), one in five declines until a day has passed
+// (dunning recovers it).
+type card struct {
+	token string
+	kind  string
+}
+
+func (d *drill) cardOf(i int) card {
+	switch (i + d.plan.seed) % 5 {
+	case 0:
+		return card{fmt.Sprintf("tok_decline_funds_%d", i), "declines"}
+	case 1:
+		return card{fmt.Sprintf("tok_funds_after_1d_%d", i), "recovers"}
+	}
+	return card{fmt.Sprintf("tok_ok_%d", i), "pays"}
+}
+
+type sub struct {
+	id   uuid.UUID
+	card card
+}
+
+func (d *drill) createSubscriptions(anchor time.Time) []sub {
+	subs := make([]sub, d.plan.subs)
+	for i := range subs {
+		c := d.cardOf(i)
+		body := map[string]any{
+			"customer_id": fmt.Sprintf("drill-%d", i), "amount": 1000 + i, "currency": "USD", "interval": "day", "timezone": "UTC",
+			"billing_anchor": anchor.Format(time.RFC3339),
+			"payment_method": map[string]any{"gateway": gatewayName, "token": c.token, "exp_month": 12, "exp_year": 2035},
+		}
+		var out struct {
+			ID uuid.UUID `json:"id"`
+		}
+		d.call(i, http.MethodPost, "/v1/subscriptions", fmt.Sprintf("drill-sub-%d-%d", d.plan.seed, i), body, &out)
+		subs[i] = sub{id: out.ID, card: c}
+	}
+	return subs
+}
+
+// bookCaptures counts the gateway's successful captures.
+func (d *drill) bookCaptures() int {
+	var n int
+	if err := d.book.QueryRow(d.ctx, `SELECT count(*) FROM gatewaysim.operations WHERE op = 'capture' AND status = 'succeeded'`).Scan(&n); err != nil {
+		d.fatalf("read the gateway's book: %v", err)
+	}
+	return n
+}
+
+// failover moves the clock so billing starts, and in asynchronous mode
+// cuts the replica off once it holds the move, so that what the primary
+// commits from then on never reaches it (a lagging replica); it kills the
+// primary once a part of the paying periods is captured, and promotes the
+// replica.
+func (d *drill) failover(to time.Time) {
+	d.moveClock(to)
+	if !d.plan.sync {
+		d.waitFor("the replica to hold the clock's move", 30*time.Second, func() bool {
+			var now time.Time
+			d.replicaQuery(`SELECT now FROM dev_clock`, &now)
+			return !now.Before(to)
+		})
+		d.replicaExec(`ALTER SYSTEM SET primary_conninfo = ''`)
+		d.replicaExec(`SELECT pg_reload_conf()`)
+	}
+	owed := 3 * d.plan.subs * 3 / 5 // the paying cards' periods
+	threshold := owed/3 + d.plan.seed%5
+	d.waitFor("a third of the paying periods captured", 60*time.Second, func() bool { return d.bookCaptures() >= threshold })
+	var lsn string
+	conn, err := pgx.Connect(d.ctx, d.primary.TCPURL("rebill"))
+	if err != nil {
+		d.fatalf("connect to the primary: %v", err)
+	}
+	var chargesBefore int
+	if err := conn.QueryRow(d.ctx, `SELECT count(*) FILTER (WHERE in_flight), count(*), pg_current_wal_lsn()::text FROM charges`).
+		Scan(&d.fig.InFlightAtKill, &chargesBefore, &lsn); err != nil {
+		d.fatalf("read the primary before the kill: %v", err)
+	}
+	_ = conn.Close(d.ctx)
+	d.calls.on.Store(true)
+	if err := d.primary.Kill(d.ctx); err != nil {
+		d.fatalf("%v", err)
+	}
+	d.fig.CapturesAtKill = d.bookCaptures()
+	d.t.Logf("primary killed with %d charges in flight, %d captured at the gateway", d.fig.InFlightAtKill, d.fig.CapturesAtKill)
+
+	var replayed string
+	d.replicaQuery(`SELECT pg_last_wal_replay_lsn()::text`, &replayed)
+	d.replicaQuery(fmt.Sprintf(`SELECT greatest(0, pg_wal_lsn_diff('%s', '%s'))::bigint`, lsn, replayed), &d.fig.WALBytesLost)
+	// The replica still answers reads: once it has replayed all it
+	// received, it shows what a promotion keeps.
+	d.waitFor("the replica to replay what it received", 30*time.Second, func() bool {
+		var caught bool
+		d.replicaQuery(`SELECT pg_last_wal_replay_lsn() >= coalesce(pg_last_wal_receive_lsn(), '0/0')`, &caught)
+		return caught
+	})
+	var chargesKept int
+	d.replicaQuery(`SELECT count(*) FROM charges`, &chargesKept)
+	d.fig.ChargesLost = max(0, chargesBefore-chargesKept)
+	d.fig.CapturesUnknown = d.forgotten()
+	promoted := time.Now()
+	if err := d.replica.Promote(d.ctx); err != nil {
+		d.fatalf("%v", err)
+	}
+	// Every node answers a request that reads the database again.
+	for i := range d.nodes {
+		d.call(i, http.MethodGet, "/v1/dev/clock", "", nil, nil)
+	}
+	d.fig.Reconnected = time.Since(promoted).Round(10 * time.Millisecond).String()
+	if d.plan.sync && d.fig.ChargesLost > 0 {
+		d.failures = append(d.failures, fmt.Sprintf("synchronous replication lost commits: %d charge rows", d.fig.ChargesLost))
+	}
+}
+
+// forgotten counts the charges the gateway captured that the promoted
+// database does not hold as succeeded: the commits the failover lost.
+func (d *drill) forgotten() int {
+	captured := d.capturedKeys()
+	held := map[string]bool{}
+	for _, c := range d.chargeRows() {
+		if c.status == "succeeded" {
+			held[c.key] = true
+		}
+	}
+	n := 0
+	for key := range captured {
+		if !held[key] {
+			n++
+		}
+	}
+	return n
+}
+
+// capturedKeys maps each charge key to the gateway's successful captures
+// of it.
+func (d *drill) capturedKeys() map[string]int {
+	rows, err := d.book.Query(d.ctx, `SELECT idempotency_key FROM gatewaysim.operations WHERE op = 'capture' AND status = 'succeeded'`)
+	if err != nil {
+		d.fatalf("read the gateway's book: %v", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		d.fatalf("read the gateway's book: %v", err)
+	}
+	out := map[string]int{}
+	for _, k := range keys {
+		chargeKey, _, _, ok := charges.ParseGatewayKey(k)
+		if !ok {
+			d.failures = append(d.failures, fmt.Sprintf("gateway capture with a key rebill does not make: %q", k))
+			continue
+		}
+		out[chargeKey]++
+	}
+	return out
+}
+
+type chargeRow struct {
+	sub    uuid.UUID
+	period string
+	key    string
+	status string
+	reason string
+}
+
+func (d *drill) chargeRows() []chargeRow {
+	conn, err := pgx.Connect(d.ctx, d.replica.TCPURL("rebill"))
+	if err != nil {
+		d.fatalf("connect to the promoted replica: %v", err)
+	}
+	defer conn.Close(d.ctx)
+	rows, err := conn.Query(d.ctx, `SELECT subscription_id, period_key, status, coalesce(review_reason, '') FROM charges WHERE subscription_id IS NOT NULL`)
+	if err != nil {
+		d.fatalf("read charges: %v", err)
+	}
+	var out []chargeRow
+	for rows.Next() {
+		var c chargeRow
+		if err := rows.Scan(&c.sub, &c.period, &c.status, &c.reason); err != nil {
+			d.fatalf("read charges: %v", err)
+		}
+		c.key = charges.Key(c.sub, c.period)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		d.fatalf("read charges: %v", err)
+	}
+	return out
+}
+
+func (d *drill) replicaExec(sql string) {
+	conn, err := pgx.Connect(d.ctx, d.replica.TCPURL("postgres"))
+	if err != nil {
+		d.fatalf("connect to the replica: %v", err)
+	}
+	defer conn.Close(d.ctx)
+	if _, err := conn.Exec(d.ctx, sql); err != nil {
+		d.fatalf("%s: %v", sql, err)
+	}
+}
+
+func (d *drill) replicaQuery(sql string, dest any) { d.replicaQuery2(sql, dest) }
+
+func (d *drill) replicaQuery2(sql string, dest any, args ...any) {
+	conn, err := pgx.Connect(d.ctx, d.replica.TCPURL("rebill"))
+	if err != nil {
+		d.fatalf("connect to the replica: %v", err)
+	}
+	defer conn.Close(d.ctx)
+	if err := conn.QueryRow(d.ctx, sql, args...).Scan(dest); err != nil {
+		d.fatalf("%s: %v", sql, err)
+	}
+}
+
+// settle lets the nodes bill what is due and finish what was in flight,
+// then moves the clock a day at a time so dunning runs its course
+// (retries at 24 h and 48 h), each day billed and settled before the next.
+func (d *drill) settle(subs []sub) {
+	d.waitBilled(subs, d.devNow())
+	d.waitQuiet()
+	for range 3 {
+		to := d.devNow().Add(24 * time.Hour)
+		d.moveClock(to)
+		d.waitBilled(subs, to)
+		d.waitQuiet()
+	}
+}
+
+// waitBilled waits until every subscription whose card can pay has a
+// charge for the period that began at at (periods begin on the anchor's
+// time of day, which the clock moves keep).
+func (d *drill) waitBilled(subs []sub, at time.Time) {
+	key := at.UTC().Format(time.DateOnly)
+	var ids []uuid.UUID
+	for _, s := range subs {
+		if s.card.kind != "declines" {
+			ids = append(ids, s.id)
+		}
+	}
+	d.waitForOr("every paying subscription charged for its period of "+key, 120*time.Second, func() bool {
+		var n int
+		d.replicaQuery2(`SELECT count(DISTINCT subscription_id) FROM charges WHERE period_key = $1 AND subscription_id = ANY($2)`, &n, key, ids)
+		return n == len(ids)
+	}, d.inFlight)
+}
+
+// waitQuiet waits until no charge is in flight.
+func (d *drill) waitQuiet() {
+	d.waitForOr("no charge in flight", 120*time.Second, func() bool {
+		var n int
+		d.replicaQuery(`SELECT count(*) FROM charges WHERE in_flight`, &n)
+		return n == 0
+	}, d.inFlight)
+}
+
+// inFlight describes the charges in flight and their jobs, for a drill
+// that does not settle.
+func (d *drill) inFlight() string {
+	var b strings.Builder
+	conn, err := pgx.Connect(d.ctx, d.replica.TCPURL("rebill"))
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close(d.ctx)
+	rows, err := conn.Query(d.ctx, `SELECT c.id::text, c.period_key, c.status, c.attempt_count, c.updated_at::text,
+		coalesce((SELECT string_agg(j.kind || ':' || j.state || ':' || j.attempt || ':' || coalesce(j.scheduled_at::text, ''), ' ')
+			FROM river_job j WHERE j.args ->> 'charge_id' = c.id::text), 'no job')
+		FROM charges c WHERE c.in_flight ORDER BY c.updated_at LIMIT 20`)
+	if err != nil {
+		return err.Error()
+	}
+	for rows.Next() {
+		var id, period, status, updated, jobs string
+		var attempt int
+		if err := rows.Scan(&id, &period, &status, &attempt, &updated, &jobs); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "  charge %s period %s %s attempt %d updated %s; jobs %s\n", id, period, status, attempt, updated, jobs)
+	}
+	return b.String()
+}
+
+func (d *drill) waitFor(what string, limit time.Duration, ok func() bool) {
+	d.waitForOr(what, limit, ok, func() string { return "" })
+}
+
+// waitForOr is waitFor that, on timeout, says what describe finds.
+func (d *drill) waitForOr(what string, limit time.Duration, ok func() bool, describe func() string) {
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			d.fatalf("waited %s for %s\n%s", limit, what, describe())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// judge holds the gateway's book against what each card owes: a paying or
+// recovering card has every period that began captured exactly once, a
+// declining one none; nothing is in flight; every review has a reason;
+// rebill audit agrees.
+func (d *drill) judge(subs []sub, anchor time.Time) {
+	now := d.devNow()
+	captured := d.capturedKeys()
+	rows := d.chargeRows()
+	bySub := map[uuid.UUID][]chargeRow{}
+	for _, c := range rows {
+		bySub[c.sub] = append(bySub[c.sub], c)
+		switch c.status {
+		case "scheduled", "authorizing", "authorized", "capturing", "unknown":
+			d.failures = append(d.failures, fmt.Sprintf("charge %s of %s still %s after settling", c.period, c.sub, c.status))
+		case "requires_review":
+			d.fig.Reviews++
+			d.fig.ReviewReasons = append(d.fig.ReviewReasons, c.reason)
+			if c.reason == "" {
+				d.failures = append(d.failures, fmt.Sprintf("charge %s of %s in review without a reason", c.period, c.sub))
+			}
+		}
+		if c.status == "succeeded" && captured[c.key] == 0 {
+			d.failures = append(d.failures, fmt.Sprintf("charge %s of %s succeeded with no capture at the gateway", c.period, c.sub))
+		}
+	}
+	for key, n := range captured {
+		d.fig.GatewayCaptures += n
+		if n > 1 {
+			d.fig.DoubleCaptures++
+			d.failures = append(d.failures, fmt.Sprintf("charge %s captured %d times at the gateway", key, n))
+		}
+	}
+	periods := int(now.Sub(anchor)/(24*time.Hour)) + 1
+	for _, s := range subs {
+		got := 0
+		for _, c := range bySub[s.id] {
+			if captured[c.key] > 0 {
+				got++
+			}
+		}
+		switch s.card.kind {
+		case "declines":
+			if got != 0 {
+				d.failures = append(d.failures, fmt.Sprintf("subscription %s (declining card) has %d captured periods", s.id, got))
+			}
+		default:
+			reviewed := 0
+			for _, c := range bySub[s.id] {
+				if c.status == "requires_review" {
+					reviewed++
+				}
+			}
+			if got+reviewed != periods {
+				d.failures = append(d.failures, fmt.Sprintf("subscription %s (%s) owes %d periods, %d captured and %d in review", s.id, s.card.kind, periods, got, reviewed))
+			}
+		}
+	}
+	d.audit()
+	d.fig.Lookups, d.fig.Replays = d.calls.lookups.Load(), d.calls.replays.Load()
+	d.fig.Violations = len(d.failures)
+}
+
+// audit runs `rebill audit --json` on the promoted database.
+func (d *drill) audit() {
+	env := os.Environ()
+	for k, v := range d.env {
+		env = append(env, k+"="+v)
+	}
+	env = append(env, "DATABASE_URL="+d.replica.TCPURL("rebill"))
+	cmd := exec.CommandContext(d.ctx, proctest.Binary(d.t), "audit", "--json")
+	cmd.Env = env
+	cmd.Dir = d.t.TempDir()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	var report struct {
+		Discrepancies []json.RawMessage `json:"discrepancies"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &report); err != nil {
+		d.failures = append(d.failures, fmt.Sprintf("rebill audit: %v (%v)\n%s", err, runErr, stderr.String()))
+		return
+	}
+	d.fig.AuditDiscrepancies = len(report.Discrepancies)
+	for _, x := range report.Discrepancies {
+		d.failures = append(d.failures, "audit: "+string(x))
+	}
+}
+
+func (d *drill) report() {
+	line, _ := json.Marshal(d.fig)
+	d.t.Logf("figures: %s", line)
+	if *reportFlag != "" {
+		if f, err := os.OpenFile(*reportFlag, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			fmt.Fprintf(f, "%s\n", line)
+			f.Close()
+		}
+	}
+	if len(d.failures) > 0 {
+		d.dumpLogs()
+		d.t.Errorf("%s replication, seed %d: %d violations:\n  %s", d.fig.Mode, d.plan.seed, len(d.failures), strings.Join(d.failures, "\n  "))
+	}
+}
+
+func (d *drill) dumpLogs() {
+	for _, p := range d.nodes {
+		d.t.Logf("==== %s\n%s", p.Name, proctest.Tail(p.Output(), 200<<10))
+	}
+}
