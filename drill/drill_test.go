@@ -93,14 +93,31 @@ type figures struct {
 	// CapturesUnknown are the gateway's captures the promoted database
 	// does not hold as succeeded: those in flight at the kill, and with
 	// asynchronous replication those whose commits were lost.
-	CapturesUnknown    int    `json:"captures_unknown_to_the_promoted_database"`
-	Lookups            int64  `json:"gateway_lookups_after_kill"`
-	Replays            int64  `json:"gateway_replays_after_kill"`
-	Reconnected        string `json:"nodes_answering_after_promotion"`
-	Reviews            int    `json:"reviews"`
-	ReviewReasons      []string
-	GatewayCaptures    int `json:"gateway_captures"`
-	DoubleCaptures     int `json:"double_captures"`
+	CapturesUnknown int    `json:"captures_unknown_to_the_promoted_database"`
+	Lookups         int64  `json:"gateway_lookups_after_kill"`
+	Replays         int64  `json:"gateway_replays_after_kill"`
+	Reconnected     string `json:"nodes_answering_after_promotion"`
+	// Nudges are the two-minute moves of the clock the settling needed
+	// for the inspector to kick charges left in flight with no live job.
+	Nudges int `json:"clock_nudges"`
+	// OrphanJobs are the River jobs the promoted replica held as running:
+	// each waits for River's rescuer (REBILL_RESCUE_AFTER, then the
+	// rescuer's round) before it runs again, a billing scan's included.
+	OrphanJobs int `json:"river_jobs_running_at_promotion"`
+	// SettledAfter is how long after the promotion the periods due at
+	// the kill were all charged and none was in flight.
+	SettledAfter    string   `json:"settled_after_promotion"`
+	Reviews         int      `json:"reviews"`
+	ReviewReasons   []string `json:"review_reasons,omitempty"`
+	GatewayCaptures int      `json:"gateway_captures"`
+	DoubleCaptures  int      `json:"double_captures"`
+	RefundsAsked    int      `json:"refunds_asked_before_kill"`
+	RefundsResent   int      `json:"refunds_resent_after_promotion"`
+	GatewayRefunds  int      `json:"gateway_refunds"`
+	// ChargeIDsChanged are periods whose charge the primary held under one
+	// id and the promoted database, after settling, under another: the
+	// charge was created again after its commit was lost.
+	ChargeIDsChanged   int `json:"charge_ids_changed"`
 	AuditDiscrepancies int `json:"audit_discrepancies"`
 	Violations         int `json:"violations"`
 }
@@ -179,12 +196,24 @@ type drill struct {
 	calls    *counter
 	fig      figures
 	failures []string
+	refunds  []refundAsked
+	// idsAtKill are the primary's charge ids by charge key just before
+	// the kill, to count those a lost commit made rebill create anew.
+	idsAtKill map[string]uuid.UUID
+	promoted  time.Time
+}
+
+// refundAsked is a refund the drill's client asked for before the kill.
+type refundAsked struct {
+	sub    uuid.UUID
+	period string
+	idem   string
 }
 
 func runDrill(t *testing.T, plan drillPlan) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	d := &drill{t: t, ctx: ctx, plan: plan, clk: &mirrorClock{}, calls: &counter{seen: map[string]bool{}, delay: 40 * time.Millisecond}}
+	d := &drill{t: t, ctx: ctx, plan: plan, clk: &mirrorClock{}, calls: &counter{seen: map[string]bool{}, delay: 80 * time.Millisecond}}
 	d.fig.Mode, d.fig.Seed, d.fig.Subscriptions = map[bool]string{true: "sync", false: "async"}[plan.sync], plan.seed, plan.subs
 	began := time.Now()
 	phase := func(name string) { t.Logf("%6.1fs %s", time.Since(began).Seconds(), name) }
@@ -201,7 +230,8 @@ func runDrill(t *testing.T, plan drillPlan) {
 	// Three daily periods of every subscription fall due at once.
 	d.failover(anchor.Add(48 * time.Hour))
 	phase("failed over")
-	d.settle(subs)
+	d.settle(subs, anchor)
+	d.resendRefunds()
 	phase("settled")
 	d.judge(subs, anchor)
 	phase("judged")
@@ -287,6 +317,7 @@ func (d *drill) startGateway() {
 		"REBILL_SHUTDOWN_TIMEOUT": "5s",
 		"REBILL_LOG_LEVEL":        "warn",
 		"REBILL_DB_MAX_CONNS":     "8",
+		"REBILL_INSPECT_INTERVAL": "1s",
 	}
 }
 
@@ -432,6 +463,7 @@ func (d *drill) failover(to time.Time) {
 	owed := 3 * d.plan.subs * 3 / 5 // the paying cards' periods
 	threshold := owed/3 + d.plan.seed%5
 	d.waitFor("a third of the paying periods captured", 60*time.Second, func() bool { return d.bookCaptures() >= threshold })
+	d.refundSome()
 	var lsn string
 	conn, err := pgx.Connect(d.ctx, d.primary.TCPURL("rebill"))
 	if err != nil {
@@ -442,6 +474,7 @@ func (d *drill) failover(to time.Time) {
 		Scan(&d.fig.InFlightAtKill, &chargesBefore, &lsn); err != nil {
 		d.fatalf("read the primary before the kill: %v", err)
 	}
+	d.idsAtKill = d.chargeIDs(conn)
 	_ = conn.Close(d.ctx)
 	d.calls.on.Store(true)
 	if err := d.primary.Kill(d.ctx); err != nil {
@@ -464,10 +497,14 @@ func (d *drill) failover(to time.Time) {
 	d.replicaQuery(`SELECT count(*) FROM charges`, &chargesKept)
 	d.fig.ChargesLost = max(0, chargesBefore-chargesKept)
 	d.fig.CapturesUnknown = d.forgotten()
+	// River jobs the replica holds as running belonged to the dead
+	// primary's sessions: none of them is running any more.
+	d.replicaQuery(`SELECT count(*) FROM river_job WHERE state = 'running'`, &d.fig.OrphanJobs)
 	promoted := time.Now()
 	if err := d.replica.Promote(d.ctx); err != nil {
 		d.fatalf("%v", err)
 	}
+	d.promoted = promoted
 	// Every node answers a request that reads the database again.
 	for i := range d.nodes {
 		d.call(i, http.MethodGet, "/v1/dev/clock", "", nil, nil)
@@ -521,6 +558,7 @@ func (d *drill) capturedKeys() map[string]int {
 }
 
 type chargeRow struct {
+	id     uuid.UUID
 	sub    uuid.UUID
 	period string
 	key    string
@@ -534,14 +572,14 @@ func (d *drill) chargeRows() []chargeRow {
 		d.fatalf("connect to the promoted replica: %v", err)
 	}
 	defer conn.Close(d.ctx)
-	rows, err := conn.Query(d.ctx, `SELECT subscription_id, period_key, status, coalesce(review_reason, '') FROM charges WHERE subscription_id IS NOT NULL`)
+	rows, err := conn.Query(d.ctx, `SELECT id, subscription_id, period_key, status, coalesce(review_reason, '') FROM charges WHERE subscription_id IS NOT NULL`)
 	if err != nil {
 		d.fatalf("read charges: %v", err)
 	}
 	var out []chargeRow
 	for rows.Next() {
 		var c chargeRow
-		if err := rows.Scan(&c.sub, &c.period, &c.status, &c.reason); err != nil {
+		if err := rows.Scan(&c.id, &c.sub, &c.period, &c.status, &c.reason); err != nil {
 			d.fatalf("read charges: %v", err)
 		}
 		c.key = charges.Key(c.sub, c.period)
@@ -580,20 +618,25 @@ func (d *drill) replicaQuery2(sql string, dest any, args ...any) {
 // settle lets the nodes bill what is due and finish what was in flight,
 // then moves the clock a day at a time so dunning runs its course
 // (retries at 24 h and 48 h), each day billed and settled before the next.
-func (d *drill) settle(subs []sub) {
-	d.waitBilled(subs, d.devNow())
+func (d *drill) settle(subs []sub, anchor time.Time) {
+	d.waitBilled(subs, anchor.Add(48*time.Hour))
 	d.waitQuiet()
-	for range 3 {
-		to := d.devNow().Add(24 * time.Hour)
+	d.fig.SettledAfter = time.Since(d.promoted).Round(100 * time.Millisecond).String()
+	for day := 3; day <= 5; day++ {
+		start := anchor.Add(time.Duration(day) * 24 * time.Hour)
+		// Nudges may have moved the clock a few minutes past the start.
+		to := start
+		if now := d.devNow(); now.After(to) {
+			to = now
+		}
 		d.moveClock(to)
-		d.waitBilled(subs, to)
+		d.waitBilled(subs, start)
 		d.waitQuiet()
 	}
 }
 
 // waitBilled waits until every subscription whose card can pay has a
-// charge for the period that began at at (periods begin on the anchor's
-// time of day, which the clock moves keep).
+// charge for the period that began at at.
 func (d *drill) waitBilled(subs []sub, at time.Time) {
 	key := at.UTC().Format(time.DateOnly)
 	var ids []uuid.UUID
@@ -609,13 +652,30 @@ func (d *drill) waitBilled(subs []sub, at time.Time) {
 	}, d.inFlight)
 }
 
-// waitQuiet waits until no charge is in flight.
+// waitQuiet waits until no charge is in flight. The inspector, which
+// kicks a charge left in flight with no live job (its job's completion
+// can outlive the commits a failover lost), judges age by the service
+// clock, which in dev mode stands still: while charges stay in flight the
+// clock is nudged two minutes every few seconds, as time would pass.
 func (d *drill) waitQuiet() {
-	d.waitForOr("no charge in flight", 120*time.Second, func() bool {
+	deadline := time.Now().Add(120 * time.Second)
+	nudge := time.Now().Add(4 * time.Second)
+	for {
 		var n int
 		d.replicaQuery(`SELECT count(*) FROM charges WHERE in_flight`, &n)
-		return n == 0
-	}, d.inFlight)
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.fatalf("waited 120s for no charge in flight\n%s", d.inFlight())
+		}
+		if time.Now().After(nudge) {
+			d.fig.Nudges++
+			d.moveClock(d.devNow().Add(2 * time.Minute))
+			nudge = time.Now().Add(4 * time.Second)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // inFlight describes the charges in flight and their jobs, for a drill
@@ -717,9 +777,142 @@ func (d *drill) judge(subs []sub, anchor time.Time) {
 			}
 		}
 	}
+	d.judgeRefunds()
 	d.audit()
 	d.fig.Lookups, d.fig.Replays = d.calls.lookups.Load(), d.calls.replays.Load()
 	d.fig.Violations = len(d.failures)
+}
+
+// refundSome refunds 100 of one in six subscriptions' first captured
+// period through the API, while the primary lives: with asynchronous
+// replication their commits are lost with it.
+func (d *drill) refundSome() {
+	conn, err := pgx.Connect(d.ctx, d.primary.TCPURL("rebill"))
+	if err != nil {
+		d.fatalf("connect to the primary: %v", err)
+	}
+	rows, err := conn.Query(d.ctx, `SELECT DISTINCT ON (subscription_id) id, subscription_id, period_key FROM charges
+		WHERE status = 'succeeded' AND subscription_id IS NOT NULL ORDER BY subscription_id, period_key LIMIT $1`, max(1, d.plan.subs/6))
+	if err != nil {
+		d.fatalf("find captured charges: %v", err)
+	}
+	type target struct {
+		id uuid.UUID
+		refundAsked
+	}
+	var targets []target
+	for rows.Next() {
+		var t target
+		if err := rows.Scan(&t.id, &t.sub, &t.period); err != nil {
+			d.fatalf("find captured charges: %v", err)
+		}
+		t.idem = fmt.Sprintf("drill-refund-%s-%s", t.sub, t.period)
+		targets = append(targets, t)
+	}
+	_ = conn.Close(d.ctx)
+	for i, t := range targets {
+		d.call(i, http.MethodPost, "/v1/charges/"+t.id.String()+"/refunds", t.idem,
+			map[string]any{"amount": 100, "reason": "requested_by_customer"}, nil)
+		d.refunds = append(d.refunds, t.refundAsked)
+	}
+	d.fig.RefundsAsked = len(d.refunds)
+}
+
+// resendRefunds is the client finding, after the failover, a refund it
+// was answered 201 for missing from its period's charge: it sends it
+// again with the same Idempotency-Key (the record of which was lost too)
+// on the charge the period has now. Then it waits for every refund to
+// settle.
+func (d *drill) resendRefunds() {
+	for i, r := range d.refunds {
+		var n int
+		d.replicaQuery2(`SELECT count(*) FROM refunds f JOIN charges c ON c.id = f.charge_id
+			WHERE c.subscription_id = $1 AND c.period_key = $2`, &n, r.sub, r.period)
+		if n > 0 {
+			continue
+		}
+		var id uuid.UUID
+		d.replicaQuery2(`SELECT id FROM charges WHERE subscription_id = $1 AND period_key = $2 AND status = 'succeeded'`, &id, r.sub, r.period)
+		d.call(i, http.MethodPost, "/v1/charges/"+id.String()+"/refunds", r.idem,
+			map[string]any{"amount": 100, "reason": "requested_by_customer"}, nil)
+		d.fig.RefundsResent++
+	}
+	d.waitFor("every refund settled", 60*time.Second, func() bool {
+		var n int
+		d.replicaQuery(`SELECT count(*) FROM refunds WHERE status IN ('pending', 'unknown')`, &n)
+		return n == 0
+	})
+}
+
+// chargeIDs maps each subscription charge's key to its id.
+func (d *drill) chargeIDs(conn *pgx.Conn) map[string]uuid.UUID {
+	rows, err := conn.Query(d.ctx, `SELECT id, subscription_id, period_key FROM charges WHERE subscription_id IS NOT NULL`)
+	if err != nil {
+		d.fatalf("read charge ids: %v", err)
+	}
+	defer rows.Close()
+	out := map[string]uuid.UUID{}
+	for rows.Next() {
+		var id, sub uuid.UUID
+		var period string
+		if err := rows.Scan(&id, &sub, &period); err != nil {
+			d.fatalf("read charge ids: %v", err)
+		}
+		out[charges.Key(sub, period)] = id
+	}
+	return out
+}
+
+// judgeRefunds holds the gateway's refunds against the client's: each
+// asked refund of 100 performed once, under one key, and none other; and
+// the promoted database holds each as succeeded.
+func (d *drill) judgeRefunds() {
+	rows, err := d.book.Query(d.ctx, `SELECT idempotency_key, amount FROM gatewaysim.operations WHERE op = 'refund' AND status = 'succeeded'`)
+	if err != nil {
+		d.fatalf("read the gateway's refunds: %v", err)
+	}
+	refunded := map[string][]int64{}
+	for rows.Next() {
+		var key string
+		var amount int64
+		if err := rows.Scan(&key, &amount); err != nil {
+			d.fatalf("read the gateway's refunds: %v", err)
+		}
+		chargeKey, _, ok := charges.ParseRefundKey(key)
+		if !ok {
+			d.failures = append(d.failures, fmt.Sprintf("gateway refund with a key rebill does not make: %q", key))
+			continue
+		}
+		refunded[chargeKey] = append(refunded[chargeKey], amount)
+		d.fig.GatewayRefunds++
+	}
+	if err := rows.Err(); err != nil {
+		d.fatalf("read the gateway's refunds: %v", err)
+	}
+	asked := map[string]bool{}
+	for _, r := range d.refunds {
+		key := charges.Key(r.sub, r.period)
+		asked[key] = true
+		if got := refunded[key]; len(got) != 1 || got[0] != 100 {
+			d.failures = append(d.failures, fmt.Sprintf("refund of 100 asked on %s: the gateway refunded %v", key, got))
+		}
+		var n int
+		d.replicaQuery2(`SELECT count(*) FROM refunds f JOIN charges c ON c.id = f.charge_id
+			WHERE c.subscription_id = $1 AND c.period_key = $2 AND f.status = 'succeeded'`, &n, r.sub, r.period)
+		if n != 1 {
+			d.failures = append(d.failures, fmt.Sprintf("refund asked on %s: %d succeeded refunds in the database", key, n))
+		}
+	}
+	for key, got := range refunded {
+		if !asked[key] {
+			d.failures = append(d.failures, fmt.Sprintf("the gateway refunded %v on %s, which no one asked", got, key))
+		}
+	}
+	for _, c := range d.chargeRows() {
+		if id, ok := d.idsAtKill[c.key]; ok && id != c.id {
+			d.fig.ChargeIDsChanged++
+		}
+	}
 }
 
 // audit runs `rebill audit --json` on the promoted database.
