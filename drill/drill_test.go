@@ -48,10 +48,12 @@ const (
 )
 
 // TestFailoverDrillShort is the drill small enough for the normal suite:
-// 30 subscriptions, each replication mode once.
+// 30 subscriptions, each replication mode once, side by side (the
+// asynchronous run spends most of its time waiting for River's rescuer).
 func TestFailoverDrillShort(t *testing.T) {
 	for _, mode := range []string{"async", "sync"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			runDrill(t, drillPlan{sync: mode == "sync", subs: 30, seed: 1})
 		})
 	}
@@ -447,8 +449,8 @@ func (d *drill) bookCaptures() int {
 // failover moves the clock so billing starts, and in asynchronous mode
 // cuts the replica off once it holds the move, so that what the primary
 // commits from then on never reaches it (a lagging replica); it kills the
-// primary once a part of the paying periods is captured, and promotes the
-// replica.
+// primary once the first captures are in (and some refunded), and
+// promotes the replica.
 func (d *drill) failover(to time.Time) {
 	d.moveClock(to)
 	if !d.plan.sync {
@@ -460,9 +462,9 @@ func (d *drill) failover(to time.Time) {
 		d.replicaExec(`ALTER SYSTEM SET primary_conninfo = ''`)
 		d.replicaExec(`SELECT pg_reload_conf()`)
 	}
-	owed := 3 * d.plan.subs * 3 / 5 // the paying cards' periods
-	threshold := owed/3 + d.plan.seed%5
-	d.waitFor("a third of the paying periods captured", 60*time.Second, func() bool { return d.bookCaptures() >= threshold })
+	// Enough captures to refund some, and most of the burst still to come.
+	threshold := d.plan.subs/6 + d.plan.seed%5
+	d.waitFor("the first captures", 60*time.Second, func() bool { return d.bookCaptures() >= threshold })
 	d.refundSome()
 	var lsn string
 	conn, err := pgx.Connect(d.ctx, d.primary.TCPURL("rebill"))
