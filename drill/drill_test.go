@@ -115,7 +115,10 @@ type figures struct {
 	DoubleCaptures  int      `json:"double_captures"`
 	RefundsAsked    int      `json:"refunds_asked_before_kill"`
 	RefundsResent   int      `json:"refunds_resent_after_promotion"`
-	GatewayRefunds  int      `json:"gateway_refunds"`
+	// AuditFlaggedLostRefunds are the audit's refund_unknown_at_rebill
+	// findings before the client re-sent the refunds the database lost.
+	AuditFlaggedLostRefunds int `json:"audit_flagged_lost_refunds"`
+	GatewayRefunds          int `json:"gateway_refunds"`
 	// ChargeIDsChanged are periods whose charge the primary held under one
 	// id and the promoted database, after settling, under another: the
 	// charge was created again after its commit was lost.
@@ -826,13 +829,41 @@ func (d *drill) refundSome() {
 // on the charge the period has now. Then it waits for every refund to
 // settle.
 func (d *drill) resendRefunds() {
+	var missing []int
 	for i, r := range d.refunds {
 		var n int
 		d.replicaQuery2(`SELECT count(*) FROM refunds f JOIN charges c ON c.id = f.charge_id
 			WHERE c.subscription_id = $1 AND c.period_key = $2`, &n, r.sub, r.period)
-		if n > 0 {
-			continue
+		if n == 0 {
+			missing = append(missing, i)
 		}
+	}
+	if len(missing) > 0 {
+		// A refund the gateway made and the database lost is not lost
+		// silently: the audit reports it.
+		found, _ := d.runAudit()
+		for _, x := range found {
+			if x.Kind == "refund_unknown_at_rebill" {
+				d.fig.AuditFlaggedLostRefunds++
+			}
+		}
+		gatewayMade := 0
+		for _, i := range missing {
+			r := d.refunds[i]
+			var n int
+			if err := d.book.QueryRow(d.ctx, `SELECT count(*) FROM gatewaysim.operations WHERE op = 'refund' AND status = 'succeeded'
+				AND idempotency_key LIKE $1 || ':r%'`, charges.Key(r.sub, r.period)).Scan(&n); err != nil {
+				d.fatalf("read the gateway's refunds: %v", err)
+			}
+			gatewayMade += n
+		}
+		if d.fig.AuditFlaggedLostRefunds < gatewayMade {
+			d.failures = append(d.failures, fmt.Sprintf("%d refunds made at the gateway and lost by the database, %d reported by rebill audit",
+				gatewayMade, d.fig.AuditFlaggedLostRefunds))
+		}
+	}
+	for _, i := range missing {
+		r := d.refunds[i]
 		var id uuid.UUID
 		d.replicaQuery2(`SELECT id FROM charges WHERE subscription_id = $1 AND period_key = $2 AND status = 'succeeded'`, &id, r.sub, r.period)
 		d.call(i, http.MethodPost, "/v1/charges/"+id.String()+"/refunds", r.idem,
@@ -919,6 +950,25 @@ func (d *drill) judgeRefunds() {
 
 // audit runs `rebill audit --json` on the promoted database.
 func (d *drill) audit() {
+	found, ok := d.runAudit()
+	if !ok {
+		return
+	}
+	d.fig.AuditDiscrepancies = len(found)
+	for _, x := range found {
+		d.failures = append(d.failures, "audit: "+string(x.raw))
+	}
+}
+
+type discrepancy struct {
+	Kind string `json:"kind"`
+	raw  json.RawMessage
+}
+
+// runAudit runs `rebill audit --json` on the promoted database and
+// returns its discrepancies; ok is false (a failure noted) when it gave
+// no report.
+func (d *drill) runAudit() ([]discrepancy, bool) {
 	env := os.Environ()
 	for k, v := range d.env {
 		env = append(env, k+"="+v)
@@ -935,12 +985,16 @@ func (d *drill) audit() {
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &report); err != nil {
 		d.failures = append(d.failures, fmt.Sprintf("rebill audit: %v (%v)\n%s", err, runErr, stderr.String()))
-		return
+		return nil, false
 	}
-	d.fig.AuditDiscrepancies = len(report.Discrepancies)
-	for _, x := range report.Discrepancies {
-		d.failures = append(d.failures, "audit: "+string(x))
+	out := make([]discrepancy, len(report.Discrepancies))
+	for i, raw := range report.Discrepancies {
+		out[i].raw = raw
+		if err := json.Unmarshal(raw, &out[i]); err != nil {
+			d.failures = append(d.failures, fmt.Sprintf("rebill audit: discrepancy %s: %v", raw, err))
+		}
 	}
+	return out, true
 }
 
 func (d *drill) report() {
