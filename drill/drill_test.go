@@ -449,22 +449,17 @@ func (d *drill) bookCaptures() int {
 	return n
 }
 
-// failover moves the clock so billing starts, and in asynchronous mode
-// cuts the replica off once it holds the move, so that what the primary
-// commits from then on never reaches it (a lagging replica); it kills the
-// primary once the first captures are in (and some refunded), and
+// failover, in asynchronous mode, first cuts the replica off, so that
+// nothing the primary commits from then on reaches it (a replica lagging
+// behind the whole burst); moves the clock so billing starts; kills the
+// primary once the first captures are in (and some refunded); and
 // promotes the replica.
 func (d *drill) failover(to time.Time) {
-	d.moveClock(to)
 	if !d.plan.sync {
-		d.waitFor("the replica to hold the clock's move", 30*time.Second, func() bool {
-			var now time.Time
-			d.replicaQuery(`SELECT now FROM dev_clock`, &now)
-			return !now.Before(to)
-		})
 		d.replicaExec(`ALTER SYSTEM SET primary_conninfo = ''`)
 		d.replicaExec(`SELECT pg_reload_conf()`)
 	}
+	d.moveClock(to)
 	// Enough captures to refund some, and most of the burst still to come.
 	threshold := d.plan.subs/6 + d.plan.seed%5
 	d.waitFor("the first captures", 60*time.Second, func() bool { return d.bookCaptures() >= threshold })
@@ -515,6 +510,11 @@ func (d *drill) failover(to time.Time) {
 		d.call(i, http.MethodGet, "/v1/dev/clock", "", nil, nil)
 	}
 	d.fig.Reconnected = time.Since(promoted).Round(10 * time.Millisecond).String()
+	if !d.plan.sync {
+		// The clock's move was lost with the rest: the operator moves it
+		// again (the nodes never saw it go back).
+		d.moveClock(to)
+	}
 	if d.plan.sync && d.fig.ChargesLost > 0 {
 		d.failures = append(d.failures, fmt.Sprintf("synchronous replication lost commits: %d charge rows", d.fig.ChargesLost))
 	}
@@ -796,8 +796,17 @@ func (d *drill) refundSome() {
 	if err != nil {
 		d.fatalf("connect to the primary: %v", err)
 	}
+	want := max(1, d.plan.subs/6)
+	// The gateway's captures come before the database records them.
+	d.waitFor("captured charges to refund", 30*time.Second, func() bool {
+		var n int
+		if err := conn.QueryRow(d.ctx, `SELECT count(DISTINCT subscription_id) FROM charges WHERE status = 'succeeded'`).Scan(&n); err != nil {
+			d.fatalf("count captured charges: %v", err)
+		}
+		return n >= want
+	})
 	rows, err := conn.Query(d.ctx, `SELECT DISTINCT ON (subscription_id) id, subscription_id, period_key FROM charges
-		WHERE status = 'succeeded' AND subscription_id IS NOT NULL ORDER BY subscription_id, period_key LIMIT $1`, max(1, d.plan.subs/6))
+		WHERE status = 'succeeded' AND subscription_id IS NOT NULL ORDER BY subscription_id, period_key LIMIT $1`, want)
 	if err != nil {
 		d.fatalf("find captured charges: %v", err)
 	}

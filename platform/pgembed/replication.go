@@ -196,9 +196,9 @@ func (m *Member) Stop(ctx context.Context) error {
 func (m *Member) Port() int { return m.port }
 
 // TCPURL is a connection string for database dbname on the member's
-// loopback port.
+// loopback port, whether it accepts writes or not.
 func (m *Member) TCPURL(dbname string) string {
-	return MultiHostURL(dbname, m)
+	return "postgres://postgres@127.0.0.1:" + strconv.Itoa(m.port) + "/" + dbname + "?sslmode=disable&connect_timeout=2"
 }
 
 // MultiHostURL is a connection string naming every member in order, with
