@@ -182,12 +182,13 @@ func (m *Member) Promote(ctx context.Context) error {
 		`SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'`)
 }
 
-// Stop shuts the member down if it is running.
+// Stop shuts the member down if it is running, and removes its socket
+// folder (a killed member's too).
 func (m *Member) Stop(ctx context.Context) error {
-	if !m.started {
-		return nil
+	var err error
+	if m.started {
+		err = m.stop(ctx)
 	}
-	err := m.stop(ctx)
 	_ = os.Remove(m.sockDir)
 	return err
 }
