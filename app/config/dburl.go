@@ -4,10 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// DefaultConnectTimeout bounds each host's connection attempt when the URL
+// sets no connect_timeout (nor PGCONNECT_TIMEOUT). Without a bound, a host
+// that does not answer at all, a primary whose machine is gone, holds every
+// new connection for the operating system's connect timeout (about two
+// minutes on Linux) before the next host of a multi-host URL is tried,
+// so the nodes would reach the promoted replica only that late. Five
+// seconds is many times a connection's start on a loaded server.
+const DefaultConnectTimeout = 5 * time.Second
 
 // checkPostgresURL refuses, at start, a DATABASE_URL or REBILL_REPLICA_URL
 // that the pool could not be opened with.
@@ -24,10 +34,14 @@ func checkPostgresURL(v string) error {
 // "password = secret", the keyword/value form with spaces around '=' that
 // libpq accepts. So its error is never passed on: the one returned holds
 // the driver's fixed reason and rebill's hint, no part of the value, and
-// wraps nothing that does. The caller names the setting.
+// wraps nothing that does. The caller names the setting. A value that
+// sets no connect_timeout gets DefaultConnectTimeout.
 func ParsePoolConfig(v string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(v)
 	if err == nil {
+		if cfg.ConnConfig.ConnectTimeout == 0 && !strings.Contains(v, "connect_timeout") {
+			cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+		}
 		return cfg, nil
 	}
 	var pce *pgconn.ParseConfigError

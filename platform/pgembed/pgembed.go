@@ -65,6 +65,11 @@ type Cluster struct {
 	// stopping it.
 	started  bool
 	settings []string
+	// port is the server's port: on loopback TCP when tcp is set (a
+	// replication pair's members reach each other there), else only the
+	// socket file's name.
+	port int
+	tcp  bool
 }
 
 // Start initialises (first time) and starts the cluster, or attaches to it
@@ -136,7 +141,7 @@ func locate(ctx context.Context, opts Options, logf func(string, ...any)) (*Clus
 	if dataDir != requested {
 		logf("%s is not reachable by the postgres user (a parent folder is closed to it); keeping the cluster in %s instead", requested, dataDir)
 	}
-	return &Cluster{bin: bin, dataDir: dataDir, sockDir: socketDir(dataDir), runAs: runAs}, nil
+	return &Cluster{bin: bin, dataDir: dataDir, sockDir: socketDir(dataDir), runAs: runAs, port: port}, nil
 }
 
 // Stop shuts down the cluster of opts.DataDir whichever process started
@@ -168,7 +173,7 @@ func (c *Cluster) URL(dbname string) string {
 	q := url.Values{}
 	q.Set("host", c.sockDir)
 	// Explicit, so a PGPORT in the environment cannot point pgx elsewhere.
-	q.Set("port", strconv.Itoa(port))
+	q.Set("port", strconv.Itoa(c.port))
 	q.Set("sslmode", "disable")
 	u := url.URL{Scheme: "postgres", User: url.User("postgres"), Path: "/" + dbname, RawQuery: q.Encode()}
 	return u.String()
@@ -278,7 +283,11 @@ func (c *Cluster) ping(ctx context.Context) error {
 func (c *Cluster) start(ctx context.Context) error {
 	logFile := filepath.Join(c.dataDir, logName)
 	// pg_ctl hands -o to postgres through /bin/sh, hence the quoting.
-	serverOpts := fmt.Sprintf("-c listen_addresses='' -k %s -p %d -c max_connections=200", shellQuote(c.sockDir), port)
+	listen := "''"
+	if c.tcp {
+		listen = "127.0.0.1"
+	}
+	serverOpts := fmt.Sprintf("-c listen_addresses=%s -k %s -p %d -c max_connections=200", listen, shellQuote(c.sockDir), c.port)
 	for _, setting := range c.settings {
 		serverOpts += " -c " + shellQuote(setting)
 	}
