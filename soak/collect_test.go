@@ -298,13 +298,16 @@ func (r *runner) collectHousing(t *testing.T, d *soak.Data) {
 	}); err != nil {
 		t.Fatalf("read the GIS ZhKH ledger: %v", err)
 	}
-	housing, err := r.db.Query(r.ctx, `SELECT c.id::text, c.status, c.amount, c.amount_refunded
-		FROM charges c JOIN enrollments e ON e.id = c.enrollment_id WHERE e.kind = 'housing' ORDER BY c.id`)
+	housing, err := r.db.Query(r.ctx, `SELECT c.id::text, c.enrollment_id::text || ':' || c.period_key, c.status, c.amount,
+			c.amount_refunded, coalesce(b.document_identity, '')
+		FROM charges c JOIN enrollments e ON e.id = c.enrollment_id
+			LEFT JOIN bills b ON b.enrollment_id = c.enrollment_id AND b.bill_id = c.period_key
+		WHERE e.kind = 'housing' ORDER BY c.id`)
 	if err != nil {
 		t.Fatalf("read housing charges: %v", err)
 	}
 	var h soak.HousingPayment
-	if _, err := pgx.ForEachRow(housing, []any{&h.ChargeID, &h.Status, &h.Amount, &h.Refunded}, func() error {
+	if _, err := pgx.ForEachRow(housing, []any{&h.ChargeID, &h.Key, &h.Status, &h.Amount, &h.Refunded, &h.Document}, func() error {
 		id := party.ReportID(h.ChargeID)
 		h.Reports = byID[id]
 		delete(byID, id)
