@@ -320,3 +320,26 @@ func (r *runner) collectHousing(t *testing.T, d *soak.Data) {
 		d.ZhkhStray = append(d.ZhkhStray, entries...)
 	}
 }
+
+// zhkhCounts is how the housing bills named payment documents and how
+// their reports ended, for a schedule's summary: the bills with an ИПД,
+// their copies left duplicate, the charges of them, and the reports by
+// rebill's status and by the party's ledger's.
+func (r *runner) zhkhCounts() map[string]int {
+	out := map[string]int{}
+	rows, err := r.db.Query(r.ctx, `SELECT 'bills_with_document', count(*) FROM bills WHERE document_identity IS NOT NULL
+		UNION ALL SELECT 'duplicates_with_document', count(*) FROM bills WHERE document_identity IS NOT NULL AND status = 'duplicate'
+		UNION ALL SELECT 'charges_with_document', count(*) FROM charges WHERE document_identity IS NOT NULL
+		UNION ALL SELECT 'reports_' || status, count(*) FROM zhkh_reports GROUP BY status
+		UNION ALL SELECT 'ledger_' || status, count(*) FROM dev_zhkh_ledger GROUP BY status`)
+	if err != nil {
+		r.t.Errorf("count GIS ZhKH reports: %v", err)
+		return out
+	}
+	var k string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { out[k] = n; return nil }); err != nil {
+		r.t.Errorf("count GIS ZhKH reports: %v", err)
+	}
+	return out
+}
