@@ -71,6 +71,8 @@ func (s *Server) enrollmentRoutes(r chi.Router) {
 		staff.Get("/v1/dev/registry/ledger", s.registryLedger)
 		staff.Post("/v1/dev/registry/{gateway}/faults", s.registryFaults)
 		staff.Post("/v1/dev/registry/paid", s.registryPaidOutside)
+		staff.Get("/v1/dev/zhkh/ledger", s.zhkhLedger)
+		staff.Post("/v1/dev/zhkh/{party}/faults", s.zhkhFaults)
 	}
 }
 

@@ -48,6 +48,8 @@ type Dev struct {
 	BillSources *DevBillSources
 	// Registry is the simulated state payment registry (nil: none).
 	Registry DevRegistry
+	// Zhkh is the simulated GIS ZhKH party (nil: none).
+	Zhkh DevZhkh
 }
 
 // Billing is the use cases the HTTP layer calls: one per request, the

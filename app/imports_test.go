@@ -32,7 +32,7 @@ const module = "github.com/rebill/rebill/"
 // captured housing payments to GIS ZhKH through its port zhkh/party, a
 // leaf like charges/registry; autopay hands it each capture.
 var allowedImports = map[string][]string{
-	"api":                                    {"api/idempotency", "apikeys", "apiobjects", "autopay", "charges", "charges/gateway/fleet", "charges/gateway/sim", "charges/registry/sim", "enrollments", "experiments", "experiments/stats", "notify", "books", "reports", "subscriptions", "subscriptions/period", "usecases", "velocity", "zhkh"},
+	"api":                                    {"api/idempotency", "apikeys", "apiobjects", "autopay", "charges", "charges/gateway/fleet", "charges/gateway/sim", "charges/registry/sim", "enrollments", "experiments", "experiments/stats", "notify", "books", "reports", "subscriptions", "subscriptions/period", "usecases", "velocity", "zhkh", "zhkh/party/sim"},
 	"api/idempotency":                        nil,
 	"api/openapitest":                        nil,
 	"apikeys":                                nil,

@@ -192,6 +192,7 @@ type pipeline struct {
 	billOutcomes autopay.Outcomes
 	owners       charges.Owners
 	devRegistry  api.DevRegistry
+	devZhkh      api.DevZhkh
 	zhkh         *zhkh.Reporter
 	limiter      *velocity.Limiter
 	idem         *idempotency.Store
@@ -233,7 +234,7 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	recorder := &notify.Recorder{Enqueue: jobs}
 	subs := subscriptions.NewStore(svc.Clock)
 	subs.SetEventSink(recorder)
-	reports, err := buildZhkh(cfg, pool, svc.Clock, jobs, log)
+	reports, zhkhSim, err := buildZhkh(cfg, pool, svc.Clock, jobs, log)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +305,8 @@ func (svc *Service) buildPipeline(ctx context.Context, cfg config.Config, pool *
 	periodic = append(periodic, velocity.SweepJob(slotSweepInterval(cfg)))
 	periodic = append(periodic, registerZhkh(workers, reports, cfg)...)
 	return &pipeline{keys: keys, tokens: tokens, breakers: breakers, subs: subs, charges: pipe, renewals: renewer,
-		bills: bills, billOutcomes: billOutcomes, owners: owners, devRegistry: newDevRegistry(registrySim, poster), zhkh: reports, limiter: limiter, idem: idem,
+		bills: bills, billOutcomes: billOutcomes, owners: owners, devRegistry: newDevRegistry(registrySim, poster),
+		devZhkh: newDevZhkh(zhkhSim), zhkh: reports, limiter: limiter, idem: idem,
 		policy: policy, ops: ops, retry: retry, workers: workers, periodic: periodic}, nil
 }
 
@@ -352,7 +354,7 @@ func (svc *Service) buildHTTP(ctx context.Context, cfg config.Config, pool *pgxp
 	dev *devSetup, log zerolog.Logger) (http.Handler, error) {
 	var devAPI *api.Dev
 	if dev != nil {
-		devAPI = &api.Dev{Clock: dev.clock, Gateways: dev.books, Registry: p.devRegistry,
+		devAPI = &api.Dev{Clock: dev.clock, Gateways: dev.books, Registry: p.devRegistry, Zhkh: p.devZhkh,
 			BillSources: devBillSources(p.bills, jobs, log),
 			ClockMoved: func(ctx context.Context) {
 				if _, err := jobs.Insert(ctx, renewals.ScanArgs{}, nil); err != nil {

@@ -24,9 +24,12 @@ import (
 // buildZhkh is the reporter of captured housing payments to GIS ZhKH,
 // balanced over REBILL_ZHKH_PARTIES_FILE's parties; without the file, in
 // dev mode through the simulated party zhkh1, and nil outside it (housing
-// payments are then captured and not reported: warned at start).
-func buildZhkh(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, jobs *river.Client[pgx.Tx], log zerolog.Logger) (*zhkh.Reporter, error) {
+// payments are then captured and not reported: warned at start). The
+// simulated party is returned too when a party is simulated, for dev
+// mode's endpoints.
+func buildZhkh(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, jobs *river.Client[pgx.Tx], log zerolog.Logger) (*zhkh.Reporter, *zhkhsim.Sim, error) {
 	var parties []party.Party
+	var sim *zhkhsim.Sim
 	switch {
 	case len(cfg.ZhkhParties) > 0:
 		var simNames []string
@@ -34,6 +37,9 @@ func buildZhkh(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, jobs *riv
 			if e.Kind == config.RegistrySim {
 				simNames = append(simNames, e.Name)
 			}
+		}
+		if len(simNames) > 0 {
+			sim = &zhkhsim.Sim{Pool: pool, Clock: clk, Names: simNames}
 		}
 		sims := map[string]party.Party{}
 		for _, p := range (zhkhsim.Sim{Pool: pool, Clock: clk, Names: simNames}).Parties() {
@@ -48,23 +54,62 @@ func buildZhkh(cfg config.Config, pool *pgxpool.Pool, clk clock.Clock, jobs *riv
 				client, err := partyapi.New(partyapi.Options{Name: e.Name, BaseURL: e.BaseURL, TLS: e.TLS,
 					BearerToken: e.Secrets[config.RegistryBearerCredential]})
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				p = client
 			default:
-				return nil, fmt.Errorf("GIS ZhKH party %s: kind %q has no adapter", e.Name, e.Kind)
+				return nil, nil, fmt.Errorf("GIS ZhKH party %s: kind %q has no adapter", e.Name, e.Kind)
 			}
 			parties = append(parties, party.WithSettings(p, party.Settings{Priority: e.Priority, Timeout: e.Timeout}))
 		}
 	case cfg.Dev:
-		parties = zhkhsim.Sim{Pool: pool, Clock: clk}.Parties()
+		sim = &zhkhsim.Sim{Pool: pool, Clock: clk}
+		parties = sim.Parties()
 	default:
 		log.Warn().Msg("no GIS ZhKH party is configured (REBILL_ZHKH_PARTIES_FILE): housing payments are captured " +
 			"but not reported to GIS ZhKH, as 209-FZ requires of whoever accepts them")
-		return nil, nil
+		return nil, nil, nil
 	}
 	return &zhkh.Reporter{Pool: pool, Parties: party.NewBalancer(parties, cfg.GatewayTimeout), Clock: clk, Queue: jobs,
-		RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax, Logger: log.With().Str("component", "zhkh").Logger()}, nil
+		RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax, Logger: log.With().Str("component", "zhkh").Logger()}, sim, nil
+}
+
+// devZhkh is the simulated GIS ZhKH party as dev mode's endpoints reach
+// it: its ledger with the charge each of rebill's reports is of.
+type devZhkh struct {
+	*zhkhsim.Sim
+}
+
+// Ledger lists the simulated ledger, each report named by its charge.
+func (d devZhkh) Ledger(ctx context.Context) ([]api.ZhkhLedgerEntry, error) {
+	entries, err := d.Sim.Ledger(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.ReportID
+	}
+	charges, err := zhkh.ChargesOf(ctx, d.Pool, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.ZhkhLedgerEntry, len(entries))
+	for i, e := range entries {
+		out[i] = api.ZhkhLedgerEntry{LedgerEntry: e}
+		if c, ok := charges[e.ReportID]; ok {
+			out[i].ChargeID = c.String()
+		}
+	}
+	return out, nil
+}
+
+// newDevZhkh is nil without a simulated party.
+func newDevZhkh(sim *zhkhsim.Sim) api.DevZhkh {
+	if sim == nil {
+		return nil
+	}
+	return devZhkh{Sim: sim}
 }
 
 // reportedRefunds is the charges' event sink with the GIS ZhKH reports

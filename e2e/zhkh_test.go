@@ -2,7 +2,9 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,4 +117,57 @@ func TestRefusedReportWaitsForAPersonWithTheMoneyCaptured(t *testing.T) {
 	require.Empty(t, b.call(t, http.MethodGet, "/v1/zhkh-review", nil)["data"])
 	status, _ := b.callStatus(t, http.MethodPost, "/v1/charges/"+id+"/zhkh-report/reviewed", nil)
 	require.Equal(t, http.StatusNotFound, status, "nothing left to review")
+}
+
+// Dev mode's endpoints of the simulated GIS ZhKH party on a node as
+// `rebill serve` builds it: a customer key may neither read the ledger nor
+// switch faults; with the party down (switched through the API) a captured
+// housing payment's report waits, and the ledger holds nothing of it; once
+// the party is back the API's ledger shows the one report, named by its
+// charge, with the payment document's identifiers and the supplier.
+func TestDevZhkhLedgerAndFaultsOverTheAPI(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	b.autopayStart(t)
+	customer := b.newKey(t, "customer", "cust-auto")
+	status, _ := b.callAs(t, customer, http.MethodGet, "/v1/dev/zhkh/ledger", nil)
+	require.Equal(t, http.StatusForbidden, status)
+	status, _ = b.callAs(t, customer, http.MethodPost, "/v1/dev/zhkh/zhkh1/faults", map[string]any{"down": true})
+	require.Equal(t, http.StatusForbidden, status)
+	status, out := b.callStatus(t, http.MethodPost, "/v1/dev/zhkh/zhkh1/faults", map[string]any{"error_rate": 2})
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, fmt.Sprint(out), "error_rate")
+
+	b.call(t, http.MethodPost, "/v1/dev/zhkh/zhkh1/faults", map[string]any{"down": true})
+	housing := b.createHousingEnrollment(t, "76ДЕ234577", 0, 1000000)
+	b.call(t, http.MethodPost, "/v1/enrollments/"+housing+"/bills", map[string]any{
+		"bill_id": "Z-7", "amount": 7300, "issued_at": b.clockNow(t).Format(time.RFC3339), "due_date": "2027-03-25",
+		"payment_document_id": "76ДЕ234577-01-6011", "service_id": "76ДЕ234577-01", "period": "2027-02",
+		"supplier_inn": "7707083893"})
+	b.scanNow(t)
+	b.waitBill(t, housing, "Z-7", "paid")
+	id := b.enrollmentCharges(t, housing)[0]["id"].(string)
+	require.Eventually(t, func() bool {
+		r, err := zhkh.OfCharge(context.Background(), b.pool, uuid.MustParse(id))
+		return err == nil && r.Status == zhkh.Pending && strings.Contains(r.LastError, "down")
+	}, 20*time.Second, 50*time.Millisecond, "the report waits for the party")
+	require.Empty(t, b.zhkhLedger(t, id), "a party that is down holds nothing")
+
+	b.call(t, http.MethodPost, "/v1/dev/zhkh/zhkh1/faults", map[string]any{"down": false})
+	b.waitReport(t, id, zhkh.Accepted)
+	var mine []map[string]any
+	for _, e := range b.call(t, http.MethodGet, "/v1/dev/zhkh/ledger", nil)["data"].([]any) {
+		if e := e.(map[string]any); e["charge_id"] == id {
+			mine = append(mine, e)
+		}
+	}
+	require.Len(t, mine, 1, "reported once")
+	e := mine[0]
+	require.Equal(t, party.ReportID(id), e["report_id"])
+	require.Equal(t, "accepted", e["status"])
+	require.Equal(t, "76ДЕ234577-01-6011", e["payment_document_id"])
+	require.Equal(t, "76ДЕ234577-01", e["service_id"])
+	require.Equal(t, "2027-02", e["period"])
+	require.Equal(t, "7707083893", e["supplier_inn"])
+	require.EqualValues(t, 7300, e["amount"])
 }

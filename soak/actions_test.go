@@ -150,8 +150,8 @@ func (r *runner) run(step soak.Step) {
 		r.refund(step)
 	case soak.KindSettle:
 		r.waitQuiet(90 * time.Second)
-	case soak.KindEnrol, soak.KindBill, soak.KindWithdraw, soak.KindEnrolAction, soak.KindEnrolCard, soak.KindRegistryFault, soak.KindClockTo,
-		soak.KindPaidElsewhere:
+	case soak.KindEnrol, soak.KindBill, soak.KindWithdraw, soak.KindEnrolAction, soak.KindEnrolCard, soak.KindRegistryFault,
+		soak.KindZhkhFault, soak.KindClockTo, soak.KindPaidElsewhere:
 		r.runAutopay(step)
 	}
 }

@@ -17,6 +17,7 @@ const (
 	KindEnrolCard     = "enrol-card"     // give Enr the payment method Card
 	KindRegistryFault = "registry-fault" // the registry gateway Gateway: Down, ErrorRate (posts and annulments), LoseResponse, Processing, AnnulUnanswered
 	KindPaidElsewhere = "paid-elsewhere" // PaidAmount of fine BillID (of Enr) is paid outside rebill, at a bank
+	KindZhkhFault     = "zhkh-fault"     // the simulated GIS ZhKH party Gateway: Down, ErrorRate, LoseResponse, Processing
 	// KindClockTo moves the dev clock to a moment of bill BillID of Enr,
 	// plus Offset seconds (a barrier, like KindClock): Target
 	// TargetDiscount (the end of its discount, read from rebill) or
@@ -50,6 +51,13 @@ type AutopayStep struct {
 	Pull       bool   `json:"pull,omitempty"`        // published to the dev bill source, not pushed
 	IssuedAgo  int    `json:"issued_ago,omitempty"`  // days since the bill (ruling) was issued
 
+	// A housing bill's GIS ZhKH identifiers (ИПД, ИЖКУ, YYYY-MM) and its
+	// supplier's INN, when it names them.
+	PaymentDocumentID string `json:"payment_document_id,omitempty"`
+	ServiceID         string `json:"service_id,omitempty"`
+	Period            string `json:"period,omitempty"`
+	SupplierINN       string `json:"supplier_inn,omitempty"`
+
 	Target string `json:"target,omitempty"` // clock-to
 	Offset int    `json:"offset,omitempty"` // clock-to: seconds after the target (negative: before)
 
@@ -81,6 +89,20 @@ type genFine struct {
 	enr                int
 	amount, discounted int64
 }
+
+// genDoc is a housing bill the generator sent naming its payment
+// document, for copies of it.
+type genDoc struct {
+	enr           int
+	account, bill string
+	ipd, period   string
+	amount        int64
+	dueIn         int
+}
+
+// SupplierINN is the INN the generator's housing bills name: a real
+// organisation's (its check digit agrees), as a bill would carry.
+const SupplierINN = "7707083893"
 
 type genEnrollment struct {
 	kind, account string
@@ -134,6 +156,11 @@ func (g *Generator) autopay(s Step) Step {
 	case len(g.enrs) < 2 || (r < 18 && len(g.enrs) < g.cfg.MaxEnrollments):
 		return g.enrol(s)
 	case r < 46:
+		if g.chance(0.2) {
+			if c := g.housingCopy(s); c.Kind != "" {
+				return c
+			}
+		}
 		return g.bill(s)
 	case r < 51:
 		return g.paidElsewhere(s)
@@ -170,8 +197,107 @@ func (g *Generator) autopay(s Step) Step {
 		g.enrs[s.Enr-1].card = c
 		return s
 	default:
+		if g.chance(0.35) {
+			return g.zhkhFault(s)
+		}
 		return g.registryFault(s)
 	}
+}
+
+// zhkhFault switches one of the simulated GIS ZhKH party's faults: down,
+// an error rate or lost answers (reports, annulments, look-ups), or
+// reports that stay processing for a few looks. Refusals are not among
+// them: a refused report is final by design (decision 41), which the
+// soak's checks of reports would count against rebill.
+func (g *Generator) zhkhFault(s Step) Step {
+	s.Kind, s.Gateway = KindZhkhFault, "zhkh1"
+	key := s.Gateway + ":"
+	switch g.rng.IntN(4) {
+	case 0:
+		on := !g.regFault[key+"error"] && g.chance(0.7)
+		g.regFault[key+"error"] = on
+		rate := 0.0
+		if on {
+			rate = []float64{0.3, 0.6, 0.9, 1}[g.rng.IntN(4)]
+		}
+		s.ErrorRate = &rate
+	case 1:
+		on := !g.regFault[key+"lose"] && g.chance(0.7)
+		g.regFault[key+"lose"] = on
+		s.LoseResponse = &on
+	case 2:
+		on := !g.regFault[key+"processing"] && g.chance(0.7)
+		g.regFault[key+"processing"] = on
+		looks := 0
+		if on {
+			looks = 1 + g.rng.IntN(6)
+		}
+		s.Processing = &looks
+	default:
+		down := !g.regDown[s.Gateway] && g.chance(0.7)
+		g.regDown[s.Gateway] = down
+		s.Down = &down
+	}
+	return s
+}
+
+// housingCopy sends a copy of a housing bill that names its payment
+// document (decision 23: a bill with an ИПД is paid once per account and
+// bill id and once per ИПД): the same account and bill id without the
+// ИПД, pushed to an enrollment of that account; the same ИПД under
+// another bill id, pushed to another enrollment (of any account); or a
+// new bill pushed first without its ИПД and then with it. Zero Step when
+// there is nothing to copy.
+func (g *Generator) housingCopy(s Step) Step {
+	if len(g.docs) == 0 {
+		return Step{}
+	}
+	d := g.docs[g.rng.IntN(len(g.docs))]
+	var sameAccount, others []int
+	for i, e := range g.enrs {
+		switch {
+		case e.kind != "housing":
+		case e.account == d.account:
+			sameAccount = append(sameAccount, i+1)
+		default:
+			others = append(others, i+1)
+		}
+	}
+	pick := func(enrs []int) int {
+		if len(enrs) == 0 {
+			return d.enr
+		}
+		return enrs[g.rng.IntN(len(enrs))]
+	}
+	s.Kind, s.BillAmount, s.DueIn, s.IssuedAgo = KindBill, d.amount, d.dueIn, 2
+	switch g.rng.IntN(3) {
+	case 0:
+		s.Enr, s.BillID = pick(sameAccount), d.bill
+	case 1:
+		g.bills++
+		s.Enr, s.BillID = pick(others), fmt.Sprintf("%s:%d", d.period, g.bills)
+		s.PaymentDocumentID, s.Period = d.ipd, d.period
+		s.Pull = g.chance(0.3)
+	default:
+		first := g.billOf(s, d.enr)
+		first.Pull, first.PaymentDocumentID, first.ServiceID, first.Period, first.SupplierINN = false, "", "", "", ""
+		g.recordBill(first)
+		with := g.billOf(Step{Node: g.rng.IntN(2)}, pick(sameAccount))
+		with.BillID, with.BillAmount, with.DueIn, with.Pull = first.BillID, first.BillAmount, first.DueIn, false
+		with.PaymentDocumentID, with.ServiceID, with.Period, with.SupplierINN = g.document(g.enrs[d.enr-1].account, first.BillID)
+		g.recordBill(with)
+		g.queue = append(g.queue, with)
+		return first
+	}
+	g.recordBill(s)
+	return s
+}
+
+// document is a housing bill's GIS ZhKH identifiers for account's bill
+// billID (YYYY-MM:n): an ИПД of the account, an ИЖКУ and the period.
+func (g *Generator) document(account, billID string) (ipd, service, period, inn string) {
+	period = billID[:len("2026-01")]
+	return fmt.Sprintf("%s-01-%04d", account, g.bills%10000), account + "-01", period, SupplierINN
 }
 
 // registryFault switches one of a registry gateway's faults: down (every
@@ -509,6 +635,9 @@ func (g *Generator) billOf(s Step, enr int) Step {
 		s.BillAmount = int64(1000 + g.rng.IntN(200000))
 		s.DueIn = []int{-9, 0, 1, 3, 10, 25}[g.rng.IntN(6)]
 		s.IssuedAgo = 2
+		if g.chance(0.5) {
+			s.PaymentDocumentID, s.ServiceID, s.Period, s.SupplierINN = g.document(e.account, s.BillID)
+		}
 	}
 	return s
 }
@@ -529,6 +658,10 @@ func (g *Generator) recordBill(s Step) {
 	if e.kind == "fines" {
 		g.fines = append(g.fines, genFine{uin: s.BillID, enr: s.Enr, amount: s.BillAmount, discounted: s.Discounted})
 	}
+	if s.PaymentDocumentID != "" && s.ServiceID != "" {
+		g.docs = append(g.docs, genDoc{enr: s.Enr, account: e.account, bill: s.BillID, ipd: s.PaymentDocumentID,
+			period: s.Period, amount: s.BillAmount, dueIn: s.DueIn})
+	}
 }
 
 func (s Step) autopayString() string {
@@ -542,15 +675,19 @@ func (s Step) autopayString() string {
 		if s.Pull {
 			how = "publish to the source"
 		}
-		return fmt.Sprintf("%s bill %s %s %d (discounted %d in %dd) due in %dd issued %dd ago", enr, how, s.BillID, s.BillAmount,
-			s.Discounted, s.DiscountIn, s.DueIn, s.IssuedAgo)
+		doc := ""
+		if s.PaymentDocumentID != "" {
+			doc = " ИПД " + s.PaymentDocumentID
+		}
+		return fmt.Sprintf("%s bill %s %s%s %d (discounted %d in %dd) due in %dd issued %dd ago", enr, how, s.BillID, doc,
+			s.BillAmount, s.Discounted, s.DiscountIn, s.DueIn, s.IssuedAgo)
 	case KindWithdraw:
 		return fmt.Sprintf("%s withdraw bill %s", enr, s.BillID)
 	case KindEnrolAction:
 		return strings.TrimSpace(fmt.Sprintf("%s %s %s", enr, s.Action, s.BillID))
 	case KindEnrolCard:
 		return fmt.Sprintf("%s card %s %s", enr, s.Card.Gateway, s.Card.Token)
-	case KindRegistryFault:
+	case KindRegistryFault, KindZhkhFault:
 		var parts []string
 		if s.Down != nil {
 			parts = append(parts, fmt.Sprintf("down=%t", *s.Down))
@@ -566,6 +703,9 @@ func (s Step) autopayString() string {
 		}
 		if s.AnnulUnanswered != nil {
 			parts = append(parts, fmt.Sprintf("annul_unanswered=%t", *s.AnnulUnanswered))
+		}
+		if s.Kind == KindZhkhFault {
+			return fmt.Sprintf("GIS ZhKH party %s %s", s.Gateway, strings.Join(parts, " "))
 		}
 		return fmt.Sprintf("registry %s %s", s.Gateway, strings.Join(parts, " "))
 	case KindPaidElsewhere:

@@ -1,6 +1,7 @@
 package soak_test
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -158,4 +159,74 @@ func TestGenPaidElsewhereAtEveryMoment(t *testing.T) {
 			t.Errorf("no registry fault %s: %v", f, regFaults)
 		}
 	}
+}
+
+// Housing bills name their payment documents (ИПД) half the time, and
+// copies of them are sent as decision 23 has them paid once: the same
+// account and bill id without the ИПД after it, and with it after a copy
+// without it, and the same ИПД under another enrollment; the simulated GIS
+// ZhKH party goes down, fails at a rate, loses answers and keeps reports
+// processing, each switched back off.
+func TestGenHousingDocumentsAndZhkhFaults(t *testing.T) {
+	g := soak.NewGenerator(13, soak.GeneratorConfig{MaxSubscriptions: 40, LiveSubscriptions: 20, Chaos: true, Autopay: 0.3,
+		MaxEnrollments: 60})
+	enrs := map[int]string{} // enrollment -> account
+	type copyOf struct{ account, bill string }
+	withDoc := map[copyOf]bool{}
+	withoutDoc := map[copyOf]bool{}
+	docEnrs := map[string]map[int]bool{}
+	seen := map[string]int{}
+	for range 8000 {
+		s := g.Next()
+		switch s.Kind {
+		case soak.KindEnrol:
+			enrs[s.Enr] = soak.Cyrillic(s.Account)
+		case soak.KindBill:
+			k := copyOf{enrs[s.Enr], s.BillID}
+			if s.PaymentDocumentID == "" {
+				if withDoc[k] {
+					seen["copy without the ИПД after it"]++
+				}
+				withoutDoc[k] = true
+				continue
+			}
+			seen["bills with an ИПД"]++
+			if withoutDoc[k] {
+				seen["copy with the ИПД after one without"]++
+			}
+			withDoc[k] = true
+			if docEnrs[s.PaymentDocumentID] == nil {
+				docEnrs[s.PaymentDocumentID] = map[int]bool{}
+			}
+			if len(docEnrs[s.PaymentDocumentID]) > 0 && !docEnrs[s.PaymentDocumentID][s.Enr] {
+				seen["one ИПД under two enrollments"]++
+			}
+			docEnrs[s.PaymentDocumentID][s.Enr] = true
+			if len([]rune(s.PaymentDocumentID)) != 18 || s.Period != s.BillID[:7] {
+				t.Errorf("step %d: %s", s.N, s)
+			}
+		case soak.KindZhkhFault:
+			if s.Gateway != "zhkh1" {
+				t.Fatalf("step %d: %s", s.N, s)
+			}
+			switch {
+			case s.Down != nil:
+				seen[fmt.Sprintf("down=%t", *s.Down)]++
+			case s.ErrorRate != nil:
+				seen[fmt.Sprintf("error_rate>0=%t", *s.ErrorRate > 0)]++
+			case s.LoseResponse != nil:
+				seen[fmt.Sprintf("lose_response=%t", *s.LoseResponse)]++
+			case s.Processing != nil:
+				seen[fmt.Sprintf("processing>0=%t", *s.Processing > 0)]++
+			}
+		}
+	}
+	for _, want := range []string{"bills with an ИПД", "copy without the ИПД after it", "copy with the ИПД after one without",
+		"one ИПД under two enrollments", "down=true", "down=false", "error_rate>0=true", "error_rate>0=false",
+		"lose_response=true", "lose_response=false", "processing>0=true", "processing>0=false"} {
+		if seen[want] == 0 {
+			t.Errorf("no %s: %v", want, seen)
+		}
+	}
+	t.Logf("housing documents and GIS ZhKH faults: %v", seen)
 }

@@ -21,7 +21,8 @@ func (r *runner) runAutopay(step soak.Step) {
 	}
 	enr := r.enrSteps[step.Enr]
 	r.obsMu.Unlock()
-	if step.Kind != soak.KindEnrol && step.Kind != soak.KindRegistryFault && step.Kind != soak.KindPaidElsewhere && id == "" {
+	if step.Kind != soak.KindEnrol && step.Kind != soak.KindRegistryFault && step.Kind != soak.KindZhkhFault &&
+		step.Kind != soak.KindPaidElsewhere && id == "" {
 		return // its enrollment was not created
 	}
 	var a answer
@@ -39,6 +40,12 @@ func (r *runner) runAutopay(step soak.Step) {
 			"due_date":  moscowDate(now, step.DueIn)}
 		if step.Discounted > 0 {
 			body["discounted_amount"], body["discount_deadline"] = step.Discounted, moscowDate(now, step.DiscountIn)
+		}
+		for field, v := range map[string]string{"payment_document_id": step.PaymentDocumentID, "service_id": step.ServiceID,
+			"period": step.Period, "supplier_inn": step.SupplierINN} {
+			if v != "" {
+				body[field] = v
+			}
 		}
 		path := "/v1/enrollments/" + id + "/bills"
 		if step.Pull {
@@ -67,7 +74,7 @@ func (r *runner) runAutopay(step soak.Step) {
 		a, ok = r.post(step, path, map[string]any{})
 	case soak.KindEnrolCard:
 		a, ok = r.post(step, "/v1/enrollments/"+id+"/payment-method", cardBody(*step.Card))
-	case soak.KindRegistryFault:
+	case soak.KindRegistryFault, soak.KindZhkhFault:
 		body := map[string]any{}
 		if step.Down != nil {
 			body["down"] = *step.Down
@@ -84,7 +91,11 @@ func (r *runner) runAutopay(step soak.Step) {
 		if step.AnnulUnanswered != nil {
 			body["annul_unanswered"] = *step.AnnulUnanswered
 		}
-		a, ok = r.request(step.Node, http.MethodPost, "/v1/dev/registry/"+step.Gateway+"/faults", r.idem(step, ""), body, 60*time.Second)
+		path := "/v1/dev/registry/" + step.Gateway + "/faults"
+		if step.Kind == soak.KindZhkhFault {
+			path = "/v1/dev/zhkh/" + step.Gateway + "/faults"
+		}
+		a, ok = r.request(step.Node, http.MethodPost, path, r.idem(step, ""), body, 60*time.Second)
 	case soak.KindPaidElsewhere:
 		a, ok = r.post(step, "/v1/dev/registry/paid", map[string]any{"uin": step.BillID, "amount": step.PaidAmount})
 		if ok && a.status != http.StatusCreated {

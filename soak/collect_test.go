@@ -299,15 +299,16 @@ func (r *runner) collectHousing(t *testing.T, d *soak.Data) {
 		t.Fatalf("read the GIS ZhKH ledger: %v", err)
 	}
 	housing, err := r.db.Query(r.ctx, `SELECT c.id::text, c.enrollment_id::text || ':' || c.period_key, c.status, c.amount,
-			c.amount_refunded
-		FROM charges c JOIN enrollments e ON e.id = c.enrollment_id WHERE e.kind = 'housing' ORDER BY c.id`)
+			c.amount_refunded, coalesce(b.document_identity, '')
+		FROM charges c JOIN enrollments e ON e.id = c.enrollment_id
+			LEFT JOIN bills b ON b.enrollment_id = c.enrollment_id AND b.bill_id = c.period_key
+		WHERE e.kind = 'housing' ORDER BY c.id`)
 	if err != nil {
 		t.Fatalf("read housing charges: %v", err)
 	}
 	var h soak.HousingPayment
-	var key string
-	if _, err := pgx.ForEachRow(housing, []any{&h.ChargeID, &key, &h.Status, &h.Amount, &h.Refunded}, func() error {
-		id := party.ReportID(key)
+	if _, err := pgx.ForEachRow(housing, []any{&h.ChargeID, &h.Key, &h.Status, &h.Amount, &h.Refunded, &h.Document}, func() error {
+		id := party.ReportID(h.Key)
 		h.Reports = byID[id]
 		delete(byID, id)
 		d.Housing = append(d.Housing, h)
@@ -318,4 +319,27 @@ func (r *runner) collectHousing(t *testing.T, d *soak.Data) {
 	for _, entries := range byID {
 		d.ZhkhStray = append(d.ZhkhStray, entries...)
 	}
+}
+
+// zhkhCounts is how the housing bills named payment documents and how
+// their reports ended, for a schedule's summary: the bills with an ИПД,
+// their copies left duplicate, the charges of them, and the reports by
+// rebill's status and by the party's ledger's.
+func (r *runner) zhkhCounts() map[string]int {
+	out := map[string]int{}
+	rows, err := r.db.Query(r.ctx, `SELECT 'bills_with_document', count(*) FROM bills WHERE document_identity IS NOT NULL
+		UNION ALL SELECT 'duplicates_with_document', count(*) FROM bills WHERE document_identity IS NOT NULL AND status = 'duplicate'
+		UNION ALL SELECT 'charges_with_document', count(*) FROM charges WHERE document_identity IS NOT NULL
+		UNION ALL SELECT 'reports_' || status, count(*) FROM zhkh_reports GROUP BY status
+		UNION ALL SELECT 'ledger_' || status, count(*) FROM dev_zhkh_ledger GROUP BY status`)
+	if err != nil {
+		r.t.Errorf("count GIS ZhKH reports: %v", err)
+		return out
+	}
+	var k string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { out[k] = n; return nil }); err != nil {
+		r.t.Errorf("count GIS ZhKH reports: %v", err)
+	}
+	return out
 }

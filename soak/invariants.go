@@ -78,6 +78,7 @@ var Invariants = []Invariant{
 	{ZhkhReportedOnce, HousingReportedOnce},
 	{ZhkhRefundAnnulled, HousingRefundAnnulled},
 	{ZhkhNoReportNoCapture, HousingNoReportWithoutCapture},
+	{ZhkhDocumentPaidOnce, HousingDocumentPaidOnce},
 	{PricesInForce, PeriodsChargedAtThePriceInForce},
 	{AdjustmentsExact, AdjustmentsMatchTheirChanges},
 	{CreditsWithinCaptured, CreditsNeverBeyondWhatWasCaptured},

@@ -34,3 +34,20 @@ func TestHousingNoReportWithoutCapture(t *testing.T) {
 	expect(t, HousingNoReportWithoutCapture(&Data{ZhkhStray: []ZhkhEntry{{ReportID: "r9", Amount: 1, Status: "accepted"}}}),
 		"report r9")
 }
+
+func TestHousingDocumentPaidOnce(t *testing.T) {
+	const doc = "ipd:75ДА533315-01-6111"
+	one := HousingPayment{ChargeID: "c1", Key: "e1:2026-11", Status: "succeeded", Amount: 500, Document: doc}
+	declined := HousingPayment{ChargeID: "c2", Key: "e2:2026-11", Status: "declined", Amount: 500, Document: doc}
+	expect(t, HousingDocumentPaidOnce(housingData(one, declined)))
+	refunded := one
+	refunded.Refunded = 500
+	expect(t, HousingDocumentPaidOnce(housingData(refunded, HousingPayment{ChargeID: "c2", Key: "e2:x", Status: "succeeded",
+		Amount: 500, Document: doc})), "captured by 2 charges (c1, c2)")
+	// The gateway's capture counts whatever rebill recorded.
+	d := housingData(one, declined)
+	d.BillLedger = []LedgerOp{{Gateway: "sim1", Op: "capture", IdempotencyKey: "e2:2026-11:a1:capture", Status: "succeeded"}}
+	expect(t, HousingDocumentPaidOnce(d), "captured by 2 charges")
+	expect(t, HousingDocumentPaidOnce(housingData(HousingPayment{ChargeID: "c1", Key: "e1:a", Status: "succeeded"},
+		HousingPayment{ChargeID: "c2", Key: "e2:a", Status: "succeeded"})))
+}

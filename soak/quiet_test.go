@@ -22,6 +22,8 @@ func (r *runner) drain() {
 			map[string]any{"down": false, "error_rate": 0, "lose_response": false, "processing": 0, "annul_unanswered": false},
 			120*time.Second)
 	}
+	r.request(0, http.MethodPost, "/v1/dev/zhkh/zhkh1/faults", fmt.Sprintf("soak-%d-drain-zhkh1", r.seed),
+		map[string]any{"down": false, "error_rate": 0, "lose_response": false, "processing": 0}, 120*time.Second)
 	for i := range r.nodes {
 		r.nodesMu.Lock()
 		p := r.nodes[i]

@@ -212,7 +212,8 @@ func (s Step) String() string {
 		return "wait " + s.Wait
 	case KindSettle:
 		return "settle (wait until charging is quiet)"
-	case KindEnrol, KindBill, KindWithdraw, KindEnrolAction, KindEnrolCard, KindRegistryFault, KindClockTo, KindPaidElsewhere:
+	case KindEnrol, KindBill, KindWithdraw, KindEnrolAction, KindEnrolCard, KindRegistryFault, KindClockTo, KindPaidElsewhere,
+		KindZhkhFault:
 		return s.autopayString() + via
 	}
 	return s.Kind
@@ -287,6 +288,9 @@ type Generator struct {
 	regFault map[string]bool
 	// fines are the fines sent, for payments made outside rebill.
 	fines []genFine
+	// docs are the housing bills sent with a payment document, for
+	// copies of them.
+	docs []genDoc
 	// queue holds the rest of a sequence of steps chosen together.
 	queue []Step
 }

@@ -296,6 +296,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		"clock_moves": len(r.obs.ClockMoves), "dev_days": d.Now.Sub(clock.Now).Hours() / 24, "notes": r.notes,
 		"autopay": billCounts(bills), "clock_moves_at_bills": r.clockTargets, "paid_elsewhere": fineCounts(d.Fines),
 		"registry_postings":         r.postingCounts(),
+		"zhkh":                      r.zhkhCounts(),
 		"change_answers":            r.changeAnswers,
 		"charges_in_treatment_arms": treated,
 	}

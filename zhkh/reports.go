@@ -245,3 +245,23 @@ func DueBy(t time.Time) time.Time {
 	d := t.In(moscow)
 	return time.Date(d.Year(), d.Month(), d.Day()+2, 0, 0, 0, 0, moscow).UTC()
 }
+
+// ChargesOf maps the ids among reportIDs that are rebill's reports to
+// the charges whose captures they report.
+func ChargesOf(ctx context.Context, db pg.DBTX, reportIDs []string) (map[string]uuid.UUID, error) {
+	rows, err := db.Query(ctx, `SELECT report_id, charge_id FROM zhkh_reports WHERE report_id = ANY($1)`, reportIDs)
+	if err != nil {
+		return nil, fmt.Errorf("charges of GIS ZhKH reports: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]uuid.UUID{}
+	for rows.Next() {
+		var id string
+		var charge uuid.UUID
+		if err := rows.Scan(&id, &charge); err != nil {
+			return nil, fmt.Errorf("charges of GIS ZhKH reports: %w", err)
+		}
+		out[id] = charge
+	}
+	return out, rows.Err()
+}

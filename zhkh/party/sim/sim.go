@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -54,33 +55,47 @@ func (s Sim) Parties() []party.Party {
 // Known reports whether name is a simulated party.
 func (s Sim) Known(name string) bool { return slices.Contains(s.names(), name) }
 
-// LedgerEntry is one report in the simulated ledger.
+// LedgerEntry is one report in the simulated ledger: the payment
+// information as the party was given it, and what GIS ZhKH made of it.
 type LedgerEntry struct {
-	Party             string    `json:"party"`
-	ReportID          string    `json:"report_id"`
-	Account           string    `json:"account"`
-	BillID            string    `json:"bill_id"`
-	PaymentDocumentID string    `json:"payment_document_id,omitempty"`
-	Amount            int64     `json:"amount"`
-	Currency          string    `json:"currency"`
-	Status            string    `json:"status"`
-	Reason            string    `json:"reason,omitempty"`
-	At                time.Time `json:"at"`
+	Party             string `json:"party"`
+	ReportID          string `json:"report_id"`
+	Account           string `json:"account"`
+	BillID            string `json:"bill_id"`
+	PaymentDocumentID string `json:"payment_document_id,omitempty"`
+	ServiceID         string `json:"service_id,omitempty"`
+	Period            string `json:"period,omitempty"`
+	SupplierINN       string `json:"supplier_inn,omitempty"`
+	Amount            int64  `json:"amount"`
+	Currency          string `json:"currency"`
+	// Status is processing, accepted, refused or cancelled.
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+	// PaidAt is the payment's time as reported; At when the party first
+	// held the report; CancelledAt when it was annulled.
+	PaidAt      time.Time  `json:"paid_at"`
+	At          time.Time  `json:"at"`
+	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
 }
 
 // Ledger lists the ledger, oldest first.
 func (s Sim) Ledger(ctx context.Context) ([]LedgerEntry, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT party, report_id, account, bill_id, coalesce(payment_document_id, ''), amount, currency,
-			status, coalesce(reason, ''), at
+	rows, err := s.Pool.Query(ctx, `SELECT party, report_id, account, bill_id, coalesce(payment_document_id, ''),
+			coalesce(service_id, ''), coalesce(period, ''), coalesce(supplier_inn, ''), amount, currency,
+			status, coalesce(reason, ''), paid_at, at, cancelled_at
 		FROM dev_zhkh_ledger ORDER BY seq`)
 	if err != nil {
 		return nil, fmt.Errorf("zhkh ledger: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (LedgerEntry, error) {
 		var e LedgerEntry
-		err := row.Scan(&e.Party, &e.ReportID, &e.Account, &e.BillID, &e.PaymentDocumentID, &e.Amount, &e.Currency, &e.Status,
-			&e.Reason, &e.At)
-		e.At = e.At.UTC()
+		err := row.Scan(&e.Party, &e.ReportID, &e.Account, &e.BillID, &e.PaymentDocumentID, &e.ServiceID, &e.Period,
+			&e.SupplierINN, &e.Amount, &e.Currency, &e.Status, &e.Reason, &e.PaidAt, &e.At, &e.CancelledAt)
+		e.PaidAt, e.At = e.PaidAt.UTC(), e.At.UTC()
+		if e.CancelledAt != nil {
+			t := e.CancelledAt.UTC()
+			e.CancelledAt = &t
+		}
 		return e, err
 	})
 	if err != nil {
@@ -91,8 +106,12 @@ func (s Sim) Ledger(ctx context.Context) ([]LedgerEntry, error) {
 
 // Faults are a simulated party's switches.
 type Faults struct {
-	Down         bool `json:"down"`
-	LoseResponse bool `json:"lose_response"`
+	Down bool `json:"down"`
+	// ErrorRate is the share of calls (reports, annulments, look-ups)
+	// that fail before they reach the ledger, as if the party were out of
+	// reach: 0..1.
+	ErrorRate    float64 `json:"error_rate"`
+	LoseResponse bool    `json:"lose_response"`
 	// Processing is how many looks (the report, its replays and look-ups)
 	// a report made meanwhile answers "still processing" to before GIS
 	// ZhKH answers.
@@ -104,21 +123,23 @@ type Faults struct {
 
 // FaultsPatch changes the given switches.
 type FaultsPatch struct {
-	Down         *bool   `json:"down"`
-	LoseResponse *bool   `json:"lose_response"`
-	Processing   *int    `json:"processing"`
-	Refuse       *string `json:"refuse"`
+	Down         *bool    `json:"down"`
+	ErrorRate    *float64 `json:"error_rate"`
+	LoseResponse *bool    `json:"lose_response"`
+	Processing   *int     `json:"processing"`
+	Refuse       *string  `json:"refuse"`
 }
 
 // SetFaults applies patch to name's switches and returns them.
 func (s Sim) SetFaults(ctx context.Context, name string, patch FaultsPatch) (Faults, error) {
 	var f Faults
-	err := s.Pool.QueryRow(ctx, `INSERT INTO dev_zhkh_faults AS f (party, down, lose_response, processing, refuse)
-		VALUES ($1, coalesce($2, false), coalesce($3, false), coalesce($4, 0), coalesce($5, ''))
+	err := s.Pool.QueryRow(ctx, `INSERT INTO dev_zhkh_faults AS f (party, down, lose_response, processing, refuse, error_rate)
+		VALUES ($1, coalesce($2, false), coalesce($3, false), coalesce($4, 0), coalesce($5, ''), coalesce($6, 0))
 		ON CONFLICT (party) DO UPDATE SET down = coalesce($2, f.down), lose_response = coalesce($3, f.lose_response),
-			processing = coalesce($4, f.processing), refuse = coalesce($5, f.refuse)
-		RETURNING down, lose_response, processing, refuse`, name, patch.Down, patch.LoseResponse, patch.Processing, patch.Refuse).
-		Scan(&f.Down, &f.LoseResponse, &f.Processing, &f.Refuse)
+			processing = coalesce($4, f.processing), refuse = coalesce($5, f.refuse), error_rate = coalesce($6, f.error_rate)
+		RETURNING down, error_rate, lose_response, processing, refuse`,
+		name, patch.Down, patch.LoseResponse, patch.Processing, patch.Refuse, patch.ErrorRate).
+		Scan(&f.Down, &f.ErrorRate, &f.LoseResponse, &f.Processing, &f.Refuse)
 	if err != nil {
 		return Faults{}, fmt.Errorf("set zhkh party faults: %w", err)
 	}
@@ -135,13 +156,16 @@ func (p simParty) Name() string { return p.name }
 
 func (p simParty) faults(ctx context.Context) (Faults, error) {
 	var f Faults
-	err := p.pool.QueryRow(ctx, `SELECT down, lose_response, processing, refuse FROM dev_zhkh_faults WHERE party = $1`, p.name).
-		Scan(&f.Down, &f.LoseResponse, &f.Processing, &f.Refuse)
+	err := p.pool.QueryRow(ctx, `SELECT down, error_rate, lose_response, processing, refuse FROM dev_zhkh_faults WHERE party = $1`, p.name).
+		Scan(&f.Down, &f.ErrorRate, &f.LoseResponse, &f.Processing, &f.Refuse)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return Faults{}, fmt.Errorf("%w: %s: %w", party.ErrUnavailable, p.name, err)
 	}
 	if f.Down {
 		return Faults{}, fmt.Errorf("%w: %s is down", party.ErrUnavailable, p.name)
+	}
+	if f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
+		return Faults{}, fmt.Errorf("%w: %s failed (error rate %.2f)", party.ErrUnavailable, p.name, f.ErrorRate)
 	}
 	return f, nil
 }
