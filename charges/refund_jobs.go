@@ -36,8 +36,22 @@ func (p *Pipeline) SendRefund(ctx context.Context, job *river.Job[RefundSendArgs
 	return p.sendRefund(ctx, r, false, lastTry)
 }
 
-// LookUpRefund runs a refund_lookup job.
+// LookUpRefund runs a refund_lookup job. It is a refund's last job, and
+// nothing enqueues another: so a gateway that does not answer (down, a
+// timeout, the answer to a resend lost) is waited for, the job snoozed
+// with a growing wait that spends none of River's attempts, however long
+// it takes. A look-up given up would leave the refund open with no job.
 func (p *Pipeline) LookUpRefund(ctx context.Context, job *river.Job[RefundLookupArgs]) error {
+	err := p.lookUpRefund(ctx, job)
+	if ctx.Err() == nil && (errors.Is(err, gateway.ErrUnavailable) || errors.Is(err, gateway.ErrUnknownOutcome) ||
+		errors.Is(err, context.DeadlineExceeded)) {
+		p.Logger.Warn().Err(err).Str("refund_id", job.Args.RefundID.String()).Msg("refund look-up waits for its gateway")
+		return river.JobSnooze(p.holdCheckWait(stageRun{run: job.Attempt + snoozes(job.Metadata)}, err))
+	}
+	return err
+}
+
+func (p *Pipeline) lookUpRefund(ctx context.Context, job *river.Job[RefundLookupArgs]) error {
 	r, err := GetRefund(ctx, p.Pool, job.Args.RefundID)
 	if err != nil {
 		return err
@@ -118,7 +132,7 @@ func (p *Pipeline) sendRefund(ctx context.Context, r Refund, lookingUp, lastTry 
 			if err2 != nil {
 				return err2
 			}
-			return fmt.Errorf("refund %s: sent again, no answer: %w", r.ID, err) // River runs this look-up again
+			return fmt.Errorf("refund %s: sent again, no answer: %w", r.ID, err) // the look-up waits and runs again
 		}
 		return pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
 			_, ok, err := p.Store.moveRefund(ctx, tx, r.ID, refundMove{from: []RefundStatus{RefundPending}, to: RefundUnknown},

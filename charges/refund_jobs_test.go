@@ -3,6 +3,7 @@ package charges_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -143,6 +144,41 @@ func TestLastSendTryWithoutAnswerIsLookedUp(t *testing.T) {
 	require.Equal(t, 1, b.lookupJobs(ctx, t, r))
 }
 
+// A look-up is a refund's last job: a gateway down for longer than
+// River's attempts would last is waited for, each run snoozed (no attempt
+// spent), never given up with the refund left open and no job.
+func TestRefundLookUpWaitsOutItsGateway(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, r := b.pendingRefund(ctx, t)
+	b.gateway.RefundFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnknownOutcome)
+	require.NoError(t, b.send(ctx, r))
+	b.gateway.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrNotFound)
+	b.gateway.RefundFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnavailable)
+	for run := 1; run <= 3; run++ { // fewer calls than open the circuit
+		job := &river.Job[charges.RefundLookupArgs]{Args: charges.RefundLookupArgs{RefundID: r.ID},
+			JobRow: &rivertype.JobRow{Attempt: 1, MaxAttempts: 5, Metadata: []byte(fmt.Sprintf(`{"snoozes": %d}`, run-1))}}
+		var snooze *rivertype.JobSnoozeError
+		require.ErrorAs(t, b.pipeline.LookUpRefund(ctx, job), &snooze, "run %d waits, spending no attempt", run)
+		require.Positive(t, snooze.Duration)
+	}
+	b.gateway.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrUnavailable)
+	var snooze *rivertype.JobSnoozeError
+	require.ErrorAs(t, b.lookUp(ctx, r), &snooze, "a look-up the gateway does not answer waits too")
+	require.Equal(t, charges.RefundPending, b.refund(ctx, t, r.ID).Status, "sent again with no verdict: still the look-up's")
+
+	b.gateway.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrNotFound)
+	b.gateway.RefundFunc = gatewaytest.Answer(refunded("re_3"), nil)
+	require.NoError(t, b.lookUp(ctx, r))
+	require.Equal(t, charges.RefundSucceeded, b.refund(ctx, t, r.ID).Status)
+	keys := b.gateway.Keys(gateway.OpRefund)
+	require.NotEmpty(t, keys)
+	for _, k := range keys {
+		require.Equal(t, r.GatewayKey, k, "only ever under its own key")
+	}
+}
+
 func TestLostRefundAnswer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -178,8 +214,10 @@ func TestLostRefundAnswer(t *testing.T) {
 		b.gateway.RefundFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnknownOutcome)
 		require.NoError(t, b.send(ctx, r))
 		b.gateway.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, gateway.ErrNotFound)
-		// The resend loses its answer too: it stays with the look-up.
-		require.ErrorIs(t, b.lookUp(ctx, r), gateway.ErrUnknownOutcome)
+		// The resend loses its answer too: it stays with the look-up, which
+		// waits without spending an attempt.
+		var snooze *rivertype.JobSnoozeError
+		require.ErrorAs(t, b.lookUp(ctx, r), &snooze)
 		require.Equal(t, charges.RefundUnknown, b.refund(ctx, t, r.ID).Status)
 		b.gateway.RefundFunc = gatewaytest.Answer(refunded("re_2"), nil)
 		require.NoError(t, b.lookUp(ctx, r))

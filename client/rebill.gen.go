@@ -1206,6 +1206,30 @@ func (e WebhookEndpointStatus) Valid() bool {
 	}
 }
 
+// Defines values for ZhkhLedgerEntryStatus.
+const (
+	ZhkhLedgerEntryStatusAccepted   ZhkhLedgerEntryStatus = "accepted"
+	ZhkhLedgerEntryStatusCancelled  ZhkhLedgerEntryStatus = "cancelled"
+	ZhkhLedgerEntryStatusProcessing ZhkhLedgerEntryStatus = "processing"
+	ZhkhLedgerEntryStatusRefused    ZhkhLedgerEntryStatus = "refused"
+)
+
+// Valid indicates whether the value is a known member of the ZhkhLedgerEntryStatus enum.
+func (e ZhkhLedgerEntryStatus) Valid() bool {
+	switch e {
+	case ZhkhLedgerEntryStatusAccepted:
+		return true
+	case ZhkhLedgerEntryStatusCancelled:
+		return true
+	case ZhkhLedgerEntryStatusProcessing:
+		return true
+	case ZhkhLedgerEntryStatusRefused:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ZhkhReportStatus.
 const (
 	ZhkhReportStatusAccepted      ZhkhReportStatus = "accepted"
@@ -2938,6 +2962,93 @@ type WebhookEndpointList struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
+// ZhkhFaults defines model for ZhkhFaults.
+type ZhkhFaults struct {
+	Down bool `json:"down"`
+
+	// ErrorRate The share of reports, annulments and look-ups that fail before they reach the ledger, as if the party were out of reach.
+	ErrorRate float32 `json:"error_rate"`
+
+	// LoseResponse Every report and annulment is carried out, but its answer is lost; look-ups answer normally.
+	LoseResponse bool `json:"lose_response"`
+
+	// Processing How many looks (the report itself, its replays and look-ups) a report made meanwhile answers "still processing" to before GIS ZhKH answers. A report still processing cannot be annulled yet: an annulment of it answers "still processing" and does nothing.
+	Processing int `json:"processing"`
+
+	// Refuse When not empty, GIS ZhKH refuses every report made meanwhile with this reason.
+	Refuse string `json:"refuse"`
+}
+
+// ZhkhFaultsUpdate Partial update: omitted fields keep their current value.
+type ZhkhFaultsUpdate struct {
+	Down         *bool    `json:"down,omitempty"`
+	ErrorRate    *float32 `json:"error_rate,omitempty"`
+	LoseResponse *bool    `json:"lose_response,omitempty"`
+	Processing   *int     `json:"processing,omitempty"`
+
+	// Refuse `""` stops refusing.
+	Refuse *string `json:"refuse,omitempty"`
+}
+
+// ZhkhLedger defines model for ZhkhLedger.
+type ZhkhLedger struct {
+	Data []ZhkhLedgerEntry `json:"data"`
+}
+
+// ZhkhLedgerEntry defines model for ZhkhLedgerEntry.
+type ZhkhLedgerEntry struct {
+	// Account The payer's single personal account number (ЕЛС).
+	Account string `json:"account"`
+
+	// Amount Minor units: what was captured.
+	Amount int `json:"amount"`
+
+	// At When the party first held it, on the service clock (the dev clock).
+	At     time.Time `json:"at"`
+	BillId string    `json:"bill_id"`
+
+	// CancelledAt When it was annulled.
+	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
+
+	// ChargeId The charge whose capture it reports; absent when rebill has no report of that id.
+	ChargeId *openapi_types.UUID `json:"charge_id,omitempty"`
+
+	// Currency Examples: RUB
+	Currency string `json:"currency"`
+
+	// PaidAt The payment's time as reported: the capture's.
+	PaidAt time.Time `json:"paid_at"`
+
+	// Party The simulated party that first held the report.
+	//
+	// Examples: zhkh1
+	Party string `json:"party"`
+
+	// PaymentDocumentId The payment document's identifier (ИПД), when the bill carried it.
+	PaymentDocumentId *string `json:"payment_document_id,omitempty"`
+
+	// Period The billing period (YYYY-MM), when the bill carried it.
+	Period *string `json:"period,omitempty"`
+
+	// Reason Why GIS ZhKH refused it.
+	Reason *string `json:"reason,omitempty"`
+
+	// ReportId Rebill's: derived from the charge (32 hexadecimal digits), the same on every node and retry.
+	ReportId string `json:"report_id"`
+
+	// ServiceId The housing-and-utility-service identifier (ИЖКУ), when the bill carried it.
+	ServiceId *string `json:"service_id,omitempty"`
+
+	// Status `processing` until GIS ZhKH answers (fault `processing`); `refused` with `reason` (fault `refuse`); `cancelled` once annulled after a full refund.
+	Status ZhkhLedgerEntryStatus `json:"status"`
+
+	// SupplierInn The supplier's INN, when known.
+	SupplierInn *string `json:"supplier_inn,omitempty"`
+}
+
+// ZhkhLedgerEntryStatus `processing` until GIS ZhKH answers (fault `processing`); `refused` with `reason` (fault `refuse`); `cancelled` once annulled after a full refund.
+type ZhkhLedgerEntryStatus string
+
 // ZhkhReport The report of a captured housing payment to GIS ZhKH through a reporting party (docs/registry.md, "A housing payment reported to GIS ZhKH").
 type ZhkhReport struct {
 	// Account The payer's single personal account number (ЕЛС).
@@ -3050,6 +3161,9 @@ type SubscriptionId = string
 // WebhookEndpointId defines model for WebhookEndpointId.
 type WebhookEndpointId = string
 
+// ZhkhParty defines model for ZhkhParty.
+type ZhkhParty = string
+
 // BadQuery RFC 9457 problem details, served as `application/problem+json`. `type` is `https://rebill.dev/problems/<slug>` (see the table in the API description); `errors` is present, non-empty, for `validation-error`.
 type BadQuery = Problem
 
@@ -3157,6 +3271,12 @@ type RecordRegistryPaymentOutsideParams struct {
 
 // SetRegistryFaultsParams defines parameters for SetRegistryFaults.
 type SetRegistryFaultsParams struct {
+	// IdempotencyKey Required on every POST. 1..255 printable ASCII characters, not only spaces, case-sensitive; a quoted structured-field string (`"abc"`) and the bare token (`abc`) are the same key. Missing: 400 `idempotency-key-missing`; empty, only spaces, longer than 255, non-printable or sent twice: 400 `idempotency-key-invalid`; a key that looks like a card number: 400 `card-number-refused`. Scoped to the authenticated API key's principal. See the Idempotency section of the API description.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// SetZhkhFaultsParams defines parameters for SetZhkhFaults.
+type SetZhkhFaultsParams struct {
 	// IdempotencyKey Required on every POST. 1..255 printable ASCII characters, not only spaces, case-sensitive; a quoted structured-field string (`"abc"`) and the bare token (`abc`) are the same key. Missing: 400 `idempotency-key-missing`; empty, only spaces, longer than 255, non-printable or sent twice: 400 `idempotency-key-invalid`; a key that looks like a card number: 400 `card-number-refused`. Scoped to the authenticated API key's principal. See the Idempotency section of the API description.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
@@ -3460,6 +3580,9 @@ type RecordRegistryPaymentOutsideJSONRequestBody = RegistryPaidOutside
 
 // SetRegistryFaultsJSONRequestBody defines body for SetRegistryFaults for application/json ContentType.
 type SetRegistryFaultsJSONRequestBody = RegistryFaultsUpdate
+
+// SetZhkhFaultsJSONRequestBody defines body for SetZhkhFaults for application/json ContentType.
+type SetZhkhFaultsJSONRequestBody = ZhkhFaultsUpdate
 
 // CreateEnrollmentJSONRequestBody defines body for CreateEnrollment for application/json ContentType.
 type CreateEnrollmentJSONRequestBody = EnrollmentCreate
@@ -4156,6 +4279,31 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/dev/registry/{gateway}/faults (the `SetRegistryFaults` operationId).
 	SetRegistryFaults(ctx context.Context, gateway RegistryGateway, params *SetRegistryFaultsParams, body SetRegistryFaultsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ZhkhLedger The simulated GIS ZhKH party's ledger
+	//
+	// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Every report of a housing payment the simulated GIS ZhKH reporting party (`zhkh1`) holds, oldest first: one entry per `report_id` (a replay adds none), with the payment document's identifiers and the supplier when the bill carried them, its `status` turning `cancelled` when the payment is refunded in full and its information annulled. `charge_id` names the charge whose capture it reports (`GET /v1/charges/{id}/zhkh-report` is rebill's side of it).
+	//
+	// Corresponds with GET /v1/dev/zhkh/ledger (the `ZhkhLedger` operationId).
+	ZhkhLedger(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetZhkhFaultsWithBody Set a simulated GIS ZhKH party's fault switches
+	//
+	// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Every captured housing payment is reported to GIS ZhKH through a reporting party; dev mode's is simulated (`zhkh1`), its ledger shared by every node. Partial update: omitted fields keep their value. `down` and `error_rate`: the party does nothing (reports, annulments and look-ups fail; rebill waits and retries, never giving up); `lose_response`: it acts but its answer is lost (rebill looks the report up before sending it again); `processing`: reports made meanwhile answer "still processing" (like HTTP 202) for that many looks; `refuse`: GIS ZhKH refuses every report made meanwhile with that reason (the money stays captured, the report goes to review); `""` stops refusing.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/dev/zhkh/{party}/faults (the `SetZhkhFaults` operationId).
+	SetZhkhFaultsWithBody(ctx context.Context, party ZhkhParty, params *SetZhkhFaultsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetZhkhFaults Set a simulated GIS ZhKH party's fault switches
+	//
+	// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Every captured housing payment is reported to GIS ZhKH through a reporting party; dev mode's is simulated (`zhkh1`), its ledger shared by every node. Partial update: omitted fields keep their value. `down` and `error_rate`: the party does nothing (reports, annulments and look-ups fail; rebill waits and retries, never giving up); `lose_response`: it acts but its answer is lost (rebill looks the report up before sending it again); `processing`: reports made meanwhile answer "still processing" (like HTTP 202) for that many looks; `refuse`: GIS ZhKH refuses every report made meanwhile with that reason (the money stays captured, the report goes to review); `""` stops refusing.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/dev/zhkh/{party}/faults (the `SetZhkhFaults` operationId).
+	SetZhkhFaults(ctx context.Context, party ZhkhParty, params *SetZhkhFaultsParams, body SetZhkhFaultsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListEnrollments List enrollments
 	//
@@ -5205,6 +5353,61 @@ func (c *RawClient) SetRegistryFaultsWithBody(ctx context.Context, gateway Regis
 // Corresponds with POST /v1/dev/registry/{gateway}/faults (the `SetRegistryFaults` operationId).
 func (c *RawClient) SetRegistryFaults(ctx context.Context, gateway RegistryGateway, params *SetRegistryFaultsParams, body SetRegistryFaultsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSetRegistryFaultsRequest(c.Server, gateway, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ZhkhLedger The simulated GIS ZhKH party's ledger
+//
+// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Every report of a housing payment the simulated GIS ZhKH reporting party (`zhkh1`) holds, oldest first: one entry per `report_id` (a replay adds none), with the payment document's identifiers and the supplier when the bill carried them, its `status` turning `cancelled` when the payment is refunded in full and its information annulled. `charge_id` names the charge whose capture it reports (`GET /v1/charges/{id}/zhkh-report` is rebill's side of it).
+//
+// Corresponds with GET /v1/dev/zhkh/ledger (the `ZhkhLedger` operationId).
+func (c *RawClient) ZhkhLedger(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewZhkhLedgerRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetZhkhFaultsWithBody Set a simulated GIS ZhKH party's fault switches
+//
+// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Every captured housing payment is reported to GIS ZhKH through a reporting party; dev mode's is simulated (`zhkh1`), its ledger shared by every node. Partial update: omitted fields keep their value. `down` and `error_rate`: the party does nothing (reports, annulments and look-ups fail; rebill waits and retries, never giving up); `lose_response`: it acts but its answer is lost (rebill looks the report up before sending it again); `processing`: reports made meanwhile answer "still processing" (like HTTP 202) for that many looks; `refuse`: GIS ZhKH refuses every report made meanwhile with that reason (the money stays captured, the report goes to review); `""` stops refusing.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/dev/zhkh/{party}/faults (the `SetZhkhFaults` operationId).
+func (c *RawClient) SetZhkhFaultsWithBody(ctx context.Context, party ZhkhParty, params *SetZhkhFaultsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetZhkhFaultsRequestWithBody(c.Server, party, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetZhkhFaults Set a simulated GIS ZhKH party's fault switches
+//
+// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Every captured housing payment is reported to GIS ZhKH through a reporting party; dev mode's is simulated (`zhkh1`), its ledger shared by every node. Partial update: omitted fields keep their value. `down` and `error_rate`: the party does nothing (reports, annulments and look-ups fail; rebill waits and retries, never giving up); `lose_response`: it acts but its answer is lost (rebill looks the report up before sending it again); `processing`: reports made meanwhile answer "still processing" (like HTTP 202) for that many looks; `refuse`: GIS ZhKH refuses every report made meanwhile with that reason (the money stays captured, the report goes to review); `""` stops refusing.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/dev/zhkh/{party}/faults (the `SetZhkhFaults` operationId).
+func (c *RawClient) SetZhkhFaults(ctx context.Context, party ZhkhParty, params *SetZhkhFaultsParams, body SetZhkhFaultsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetZhkhFaultsRequest(c.Server, party, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -7216,6 +7419,93 @@ func NewSetRegistryFaultsRequestWithBody(server string, gateway RegistryGateway,
 	}
 
 	operationPath := fmt.Sprintf("/v1/dev/registry/%s/faults", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewZhkhLedgerRequest constructs an http.Request for the ZhkhLedger method
+func NewZhkhLedgerRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/dev/zhkh/ledger")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetZhkhFaultsRequest calls the generic SetZhkhFaults builder with application/json body
+func NewSetZhkhFaultsRequest(server string, party ZhkhParty, params *SetZhkhFaultsParams, body SetZhkhFaultsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetZhkhFaultsRequestWithBody(server, party, params, "application/json", bodyReader)
+}
+
+// NewSetZhkhFaultsRequestWithBody constructs an http.Request for the SetZhkhFaults method, with any body, and a specified content type
+func NewSetZhkhFaultsRequestWithBody(server string, party ZhkhParty, params *SetZhkhFaultsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "party", party, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/dev/zhkh/%s/faults", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -10006,6 +10296,33 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/dev/registry/{gateway}/faults (the `SetRegistryFaults` operationId).
 	SetRegistryFaultsWithResponse(ctx context.Context, gateway RegistryGateway, params *SetRegistryFaultsParams, body SetRegistryFaultsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetRegistryFaultsResponse, error)
 
+	// ZhkhLedgerWithResponse The simulated GIS ZhKH party's ledger
+	//
+	// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Every report of a housing payment the simulated GIS ZhKH reporting party (`zhkh1`) holds, oldest first: one entry per `report_id` (a replay adds none), with the payment document's identifiers and the supplier when the bill carried them, its `status` turning `cancelled` when the payment is refunded in full and its information annulled. `charge_id` names the charge whose capture it reports (`GET /v1/charges/{id}/zhkh-report` is rebill's side of it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/dev/zhkh/ledger (the `ZhkhLedger` operationId).
+	ZhkhLedgerWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ZhkhLedgerResponse, error)
+
+	// SetZhkhFaultsWithBodyWithResponse Set a simulated GIS ZhKH party's fault switches
+	//
+	// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Every captured housing payment is reported to GIS ZhKH through a reporting party; dev mode's is simulated (`zhkh1`), its ledger shared by every node. Partial update: omitted fields keep their value. `down` and `error_rate`: the party does nothing (reports, annulments and look-ups fail; rebill waits and retries, never giving up); `lose_response`: it acts but its answer is lost (rebill looks the report up before sending it again); `processing`: reports made meanwhile answer "still processing" (like HTTP 202) for that many looks; `refuse`: GIS ZhKH refuses every report made meanwhile with that reason (the money stays captured, the report goes to review); `""` stops refusing.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/dev/zhkh/{party}/faults (the `SetZhkhFaults` operationId).
+	SetZhkhFaultsWithBodyWithResponse(ctx context.Context, party ZhkhParty, params *SetZhkhFaultsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetZhkhFaultsResponse, error)
+
+	// SetZhkhFaultsWithResponse Set a simulated GIS ZhKH party's fault switches
+	//
+	// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Every captured housing payment is reported to GIS ZhKH through a reporting party; dev mode's is simulated (`zhkh1`), its ledger shared by every node. Partial update: omitted fields keep their value. `down` and `error_rate`: the party does nothing (reports, annulments and look-ups fail; rebill waits and retries, never giving up); `lose_response`: it acts but its answer is lost (rebill looks the report up before sending it again); `processing`: reports made meanwhile answer "still processing" (like HTTP 202) for that many looks; `refuse`: GIS ZhKH refuses every report made meanwhile with that reason (the money stays captured, the report goes to review); `""` stops refusing.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/dev/zhkh/{party}/faults (the `SetZhkhFaults` operationId).
+	SetZhkhFaultsWithResponse(ctx context.Context, party ZhkhParty, params *SetZhkhFaultsParams, body SetZhkhFaultsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetZhkhFaultsResponse, error)
+
 	// ListEnrollmentsWithResponse List enrollments
 	//
 	// Owner (own `customer_id` only: another is 403), support, admin. Newest first.
@@ -12488,6 +12805,221 @@ func (r SetRegistryFaultsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r SetRegistryFaultsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ZhkhLedgerResponse503Headers the declared response headers of an HTTP 503 response for ZhkhLedger
+type ZhkhLedgerResponse503Headers struct {
+	RetryAfter int
+}
+
+type ZhkhLedgerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ZhkhLedger
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadQuery
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *DevNotFound
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ZhkhLedgerResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ZhkhLedgerResponse) GetJSON200() *ZhkhLedger {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ZhkhLedgerResponse) GetApplicationproblemJSON400() *BadQuery {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ZhkhLedgerResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ZhkhLedgerResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ZhkhLedgerResponse) GetApplicationproblemJSON404() *DevNotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ZhkhLedgerResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ZhkhLedgerResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ZhkhLedgerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ZhkhLedgerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ZhkhLedgerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ZhkhLedgerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SetZhkhFaultsResponse200Headers the declared response headers of an HTTP 200 response for SetZhkhFaults
+type SetZhkhFaultsResponse200Headers struct {
+	IdempotentReplayed *string
+}
+
+// SetZhkhFaultsResponse409Headers the declared response headers of an HTTP 409 response for SetZhkhFaults
+type SetZhkhFaultsResponse409Headers struct {
+	RetryAfter int
+}
+
+// SetZhkhFaultsResponse503Headers the declared response headers of an HTTP 503 response for SetZhkhFaults
+type SetZhkhFaultsResponse503Headers struct {
+	RetryAfter int
+}
+
+type SetZhkhFaultsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ZhkhFaults
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *DevNotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *IdempotencyKeyInUse
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyMismatch
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *SetZhkhFaultsResponse200Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *SetZhkhFaultsResponse409Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *SetZhkhFaultsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetZhkhFaultsResponse) GetJSON200() *ZhkhFaults {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SetZhkhFaultsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SetZhkhFaultsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SetZhkhFaultsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SetZhkhFaultsResponse) GetApplicationproblemJSON404() *DevNotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SetZhkhFaultsResponse) GetApplicationproblemJSON409() *IdempotencyKeyInUse {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SetZhkhFaultsResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SetZhkhFaultsResponse) GetApplicationproblemJSON422() *IdempotencyKeyMismatch {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SetZhkhFaultsResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r SetZhkhFaultsResponse) GetApplicationproblemJSON503() *ServiceUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r SetZhkhFaultsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetZhkhFaultsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetZhkhFaultsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetZhkhFaultsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -17260,6 +17792,51 @@ func (c *ClientWithResponses) SetRegistryFaultsWithResponse(ctx context.Context,
 	return ParseSetRegistryFaultsResponse(rsp)
 }
 
+// ZhkhLedgerWithResponse The simulated GIS ZhKH party's ledger
+//
+// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Every report of a housing payment the simulated GIS ZhKH reporting party (`zhkh1`) holds, oldest first: one entry per `report_id` (a replay adds none), with the payment document's identifiers and the supplier when the bill carried them, its `status` turning `cancelled` when the payment is refunded in full and its information annulled. `charge_id` names the charge whose capture it reports (`GET /v1/charges/{id}/zhkh-report` is rebill's side of it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/dev/zhkh/ledger (the `ZhkhLedger` operationId).
+func (c *ClientWithResponses) ZhkhLedgerWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ZhkhLedgerResponse, error) {
+	rsp, err := c.ZhkhLedger(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseZhkhLedgerResponse(rsp)
+}
+
+// SetZhkhFaultsWithBodyWithResponse Set a simulated GIS ZhKH party's fault switches
+//
+// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Every captured housing payment is reported to GIS ZhKH through a reporting party; dev mode's is simulated (`zhkh1`), its ledger shared by every node. Partial update: omitted fields keep their value. `down` and `error_rate`: the party does nothing (reports, annulments and look-ups fail; rebill waits and retries, never giving up); `lose_response`: it acts but its answer is lost (rebill looks the report up before sending it again); `processing`: reports made meanwhile answer "still processing" (like HTTP 202) for that many looks; `refuse`: GIS ZhKH refuses every report made meanwhile with that reason (the money stays captured, the report goes to review); `""` stops refusing.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/dev/zhkh/{party}/faults (the `SetZhkhFaults` operationId).
+func (c *ClientWithResponses) SetZhkhFaultsWithBodyWithResponse(ctx context.Context, party ZhkhParty, params *SetZhkhFaultsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetZhkhFaultsResponse, error) {
+	rsp, err := c.SetZhkhFaultsWithBody(ctx, party, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetZhkhFaultsResponse(rsp)
+}
+
+// SetZhkhFaultsWithResponse Set a simulated GIS ZhKH party's fault switches
+//
+// Dev mode only (otherwise 404). Admin and support keys (a customer key: 403). Every captured housing payment is reported to GIS ZhKH through a reporting party; dev mode's is simulated (`zhkh1`), its ledger shared by every node. Partial update: omitted fields keep their value. `down` and `error_rate`: the party does nothing (reports, annulments and look-ups fail; rebill waits and retries, never giving up); `lose_response`: it acts but its answer is lost (rebill looks the report up before sending it again); `processing`: reports made meanwhile answer "still processing" (like HTTP 202) for that many looks; `refuse`: GIS ZhKH refuses every report made meanwhile with that reason (the money stays captured, the report goes to review); `""` stops refusing.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/dev/zhkh/{party}/faults (the `SetZhkhFaults` operationId).
+func (c *ClientWithResponses) SetZhkhFaultsWithResponse(ctx context.Context, party ZhkhParty, params *SetZhkhFaultsParams, body SetZhkhFaultsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetZhkhFaultsResponse, error) {
+	rsp, err := c.SetZhkhFaults(ctx, party, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetZhkhFaultsResponse(rsp)
+}
+
 // ListEnrollmentsWithResponse List enrollments
 //
 // Owner (own `customer_id` only: another is 403), support, admin. Newest first.
@@ -19992,6 +20569,209 @@ func ParseSetRegistryFaultsResponse(rsp *http.Response) (*SetRegistryFaultsRespo
 		response.Headers409 = &headers
 	case rsp.StatusCode == 503:
 		var headers SetRegistryFaultsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseZhkhLedgerResponse parses an HTTP response from a ZhkhLedgerWithResponse call
+func ParseZhkhLedgerResponse(rsp *http.Response) (*ZhkhLedgerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ZhkhLedgerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ZhkhLedger
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadQuery
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest DevNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ZhkhLedgerResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseSetZhkhFaultsResponse parses an HTTP response from a SetZhkhFaultsWithResponse call
+func ParseSetZhkhFaultsResponse(rsp *http.Response) (*SetZhkhFaultsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetZhkhFaultsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ZhkhFaults
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest DevNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest IdempotencyKeyInUse
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers SetZhkhFaultsResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 409:
+		var headers SetZhkhFaultsResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 503:
+		var headers SetZhkhFaultsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

@@ -151,7 +151,7 @@ func TestDevZhkhLedgerAndFaultsOverTheAPI(t *testing.T) {
 		r, err := zhkh.OfCharge(context.Background(), b.pool, uuid.MustParse(id))
 		return err == nil && r.Status == zhkh.Pending && strings.Contains(r.LastError, "down")
 	}, 20*time.Second, 50*time.Millisecond, "the report waits for the party")
-	require.Empty(t, b.zhkhLedger(t, id), "a party that is down holds nothing")
+	require.Empty(t, b.zhkhLedger(t, housing, "Z-7"), "a party that is down holds nothing")
 
 	b.call(t, http.MethodPost, "/v1/dev/zhkh/zhkh1/faults", map[string]any{"down": false})
 	b.waitReport(t, id, zhkh.Accepted)
@@ -163,7 +163,7 @@ func TestDevZhkhLedgerAndFaultsOverTheAPI(t *testing.T) {
 	}
 	require.Len(t, mine, 1, "reported once")
 	e := mine[0]
-	require.Equal(t, party.ReportID(id), e["report_id"])
+	require.Equal(t, party.ReportID(housing + ":Z-7"), e["report_id"])
 	require.Equal(t, "accepted", e["status"])
 	require.Equal(t, "76ДЕ234577-01-6011", e["payment_document_id"])
 	require.Equal(t, "76ДЕ234577-01", e["service_id"])

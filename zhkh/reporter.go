@@ -174,7 +174,7 @@ func (w *CancelWorker) Work(ctx context.Context, job *river.Job[CancelArgs]) err
 func (r *Reporter) payment(rep Report) party.Payment {
 	c := rep.Capture
 	return party.Payment{ReportID: rep.ReportID, Account: c.Account, BillID: c.BillID, Amount: c.Amount, Currency: c.Currency,
-		PaidAt: c.CapturedAt, PaymentRef: c.ChargeID.String(), PaymentDocumentID: c.PaymentDocumentID, ServiceID: c.ServiceID,
+		PaidAt: c.CapturedAt, PaymentRef: c.EnrollmentID.String() + ":" + c.BillID, PaymentDocumentID: c.PaymentDocumentID, ServiceID: c.ServiceID,
 		Period: c.Period, SupplierINN: c.SupplierINN, SupplierKPP: c.SupplierKPP, SupplierName: c.SupplierName}
 }
 

@@ -164,7 +164,7 @@ func TestLostAnswerIsLookedUpNotResent(t *testing.T) {
 	require.Len(t, b.fake.CallsOf("lookup"), 1)
 	p := b.fake.CallsOf("report")[0].Payment
 	require.Equal(t, party.Payment{ReportID: id, Account: c.Account, BillID: c.BillID, Amount: c.Amount, Currency: "RUB",
-		PaidAt: c.CapturedAt, PaymentRef: c.ChargeID.String()}, p)
+		PaidAt: c.CapturedAt, PaymentRef: c.EnrollmentID.String() + ":" + c.BillID}, p)
 
 	work(ctx, t, b, rw, zhkh.ReportArgs{ReportID: id})
 	require.Len(t, b.fake.Calls(), 2, "a rerun of a settled report calls nobody")

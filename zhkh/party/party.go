@@ -85,8 +85,9 @@ type Payment struct {
 	Currency string
 	// PaidAt is when the money was captured: the date of the payment.
 	PaidAt time.Time
-	// PaymentRef is rebill's own reference of the payment (the charge's
-	// id), for the party's statement.
+	// PaymentRef is rebill's own reference of the payment, for the party's
+	// statement: the bill's charge key, which a charge re-created after a
+	// database restore keeps (its row id it does not).
 	PaymentRef        string
 	PaymentDocumentID string // ИПД
 	ServiceID         string // ИЖКУ
