@@ -107,6 +107,21 @@ var (
 	}, []string{"step", "outcome"})
 )
 
+// Every step and outcome of the GIS ZhKH jobs is exported from the start,
+// at 0: a node that has reported nothing yet still shows the families its
+// alerts and dashboards read, and a rate over a series that appears only
+// with its first run would miss that run.
+func init() {
+	for step, outcomes := range map[string][]string{
+		"report": {"accepted", "refused", "cancelled_there", "stale", "answer_lost", "pending", "unavailable", "error"},
+		"cancel": {"cancelled", "never_sent", "stale", "wait"},
+	} {
+		for _, o := range outcomes {
+			ZhkhReportRuns.WithLabelValues(step, o)
+		}
+	}
+}
+
 // RetryReason is why a job retries or waits instead of finishing: the
 // closed set of rebill_charge_retries_total's reason label. Its HELP lists
 // RetryReasons, so the two cannot disagree.
