@@ -325,3 +325,28 @@ func TestContinuedPauseKeepsItsTimeThroughAnIntervalChange(t *testing.T) {
 	r.obs.Resumes[0].BillingAnchor = resume
 	expect(t, OwedPeriodsSettled(r.d), "owed-periods-settled")
 }
+
+// Two immediate changes in one instant of the clock, collected in an order
+// their ids give (derived from Idempotency-Keys, in no order): the first
+// period keeps the price asked at creation, each change starting from the
+// terms the other left.
+func TestChangesOfOneInstantAreChained(t *testing.T) {
+	r := newRecord(day(40))
+	r.paid(t0, 100, "0001")
+	at := day(3)
+	second := Change{ID: "0000000000000000000000000000000a", Effective: "now", Proration: "none", AmountBefore: 700, AmountAfter: 900,
+		IntervalBefore: "month", IntervalAfter: "month", CountBefore: 1, CountAfter: 1, CreatedAt: at, AppliedAt: &at}
+	first := Change{ID: "0000000000000000000000000000000b", Effective: "now", Proration: "none", AmountBefore: 500, AmountAfter: 700,
+		IntervalBefore: "month", IntervalAfter: "month", CountBefore: 1, CountAfter: 1, CreatedAt: at, AppliedAt: &at}
+	r.sub.Changes = append(r.sub.Changes, second, first)
+	r.event("updated", "active", "active", at, false)
+	r.event("updated", "active", "active", at, false)
+	next := r.paid(t0.AddDate(0, 1, 0), 300, "0001")
+	next.Amount = 900
+	r.d.Ledger[len(r.d.Ledger)-1].Amount, r.d.Ledger[len(r.d.Ledger)-2].Amount = 900, 900
+	r.sub.Amount = 900
+	expect(t, CheckAll(r.d))
+	if got := appliedChanges(r.sub.Changes); got[0].ID != first.ID {
+		t.Fatalf("changes of one instant not chained: %s first", got[0].ID)
+	}
+}

@@ -346,7 +346,61 @@ func appliedChanges(changes []Change) []Change {
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].AppliedAt.Before(*out[j].AppliedAt) })
+	// Changes applied in one instant of the clock (the dev clock stands
+	// still between requests) cannot be ordered by time, nor by id (ids
+	// derived from Idempotency-Keys are in no order): each took the terms
+	// the one before it left, so they are chained.
+	var running *terms
+	for i := 0; i < len(out); {
+		j := i + 1
+		for j < len(out) && out[j].AppliedAt.Equal(*out[i].AppliedAt) {
+			j++
+		}
+		chainTies(out[i:j], running)
+		t := out[j-1].after()
+		running = &t
+		i = j
+	}
 	return out
+}
+
+// terms are what a change of the amount and the interval moves between.
+type terms struct {
+	amount   int64
+	interval string
+	count    int
+}
+
+func (c Change) before() terms { return terms{c.AmountBefore, c.IntervalBefore, c.CountBefore} }
+func (c Change) after() terms  { return terms{c.AmountAfter, c.IntervalAfter, c.CountAfter} }
+
+// chainTies orders changes of one instant so that each begins from the
+// terms the one before it ended with, the first from running (nil: from
+// terms no other change of the instant ended with).
+func chainTies(group []Change, running *terms) {
+	for k := range group {
+		pick := -1
+		for m := k; m < len(group) && pick < 0; m++ {
+			if running != nil && group[m].before() == *running {
+				pick = m
+			}
+		}
+		for m := k; m < len(group) && pick < 0; m++ {
+			ended := false
+			for n := k; n < len(group); n++ {
+				ended = ended || (n != m && group[n].after() == group[m].before() && group[n].before() != group[n].after())
+			}
+			if !ended {
+				pick = m
+			}
+		}
+		if pick < 0 {
+			pick = k
+		}
+		group[k], group[pick] = group[pick], group[k]
+		t := group[k].after()
+		running = &t
+	}
 }
 
 // pausedOnResume is what the pause that began at service time at said
