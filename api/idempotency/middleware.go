@@ -215,6 +215,15 @@ func execute(r *http.Request, next http.Handler, store *Store, claim *Claim, sco
 
 	if !stored(rec.status) || exec.unstored {
 		claim.Rollback(ctx)
+		// A refusal that is not stored may be the trace of a duplicate
+		// that committed between this claim's look and its lock (an
+		// enrollment found to exist, a creation id taken): when the key
+		// is completed by now, that is the answer, not the refusal.
+		if rec.status >= 400 {
+			if outcome, _, err := store.Lookup(ctx, scope, key, claim.fingerprint); err == nil && outcome != InFlight {
+				return nil
+			}
+		}
 		return rec
 	}
 	record := Record{Status: rec.status, Headers: map[string]string{}, Body: rec.body.Bytes()}

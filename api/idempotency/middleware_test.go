@@ -130,3 +130,43 @@ func TestCreationIDIsTheRequestsOwn(t *testing.T) {
 	require.NotEqual(t, got[0], got[6], "another client")
 	require.Equal(t, uuid.Nil, idempotency.CreationID(ctx, "subscription"), "no key, no derived id")
 }
+
+// A duplicate that commits between a request's look at the key and its
+// lock leaves the request executing with its effect already made: it
+// refuses (the enrollment exists, the creation id is taken) without
+// storing the refusal. The key is completed by then, so the request
+// answers with the duplicate's stored response, as its duplicate did.
+func TestRefusalAfterADuplicateCommittedIsTheDuplicatesAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.Pool(t)
+	body := `{"kind":"fines"}`
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The duplicate commits its record meanwhile, on its own connection.
+		_, err := pool.Exec(ctx, `INSERT INTO idempotency_keys (principal, key, fingerprint, status, locked_until,
+				response_status, response_headers, response_body) VALUES ('client', 'k', $1, 'completed', now(), 201, '{}', $2)`,
+			idempotency.Fingerprint(http.MethodPost, "/things", []byte(body)), []byte(`{"id":"e1"}`))
+		require.NoError(t, err)
+		idempotency.Unstored(r.Context())
+		w.WriteHeader(http.StatusConflict)
+		_, _ = w.Write([]byte(`enrollment-exists`))
+	})
+	problems := idempotency.Problems{
+		Write: func(w http.ResponseWriter, status int, slug, _, _ string) {
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(slug))
+		},
+		BodyTooLarge:   func(w http.ResponseWriter) { w.WriteHeader(http.StatusRequestEntityTooLarge) },
+		Unavailable:    func(w http.ResponseWriter) { w.WriteHeader(http.StatusServiceUnavailable) },
+		InternalFailed: func(w http.ResponseWriter) { w.WriteHeader(http.StatusInternalServerError) },
+	}
+	mw := idempotency.Middleware(idempotency.NewStore(pool, time.Minute),
+		func(*http.Request) string { return "client" }, problems, zerolog.Nop())(handler)
+	req := httptest.NewRequest(http.MethodPost, "/things", bytes.NewBufferString(body))
+	req.Header.Set("Idempotency-Key", "k")
+	rec := httptest.NewRecorder()
+	mw.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	require.Equal(t, `{"id":"e1"}`, rec.Body.String())
+	require.Equal(t, "true", rec.Header().Get(idempotency.ReplayedHeader))
+}
