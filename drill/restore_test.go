@@ -106,7 +106,7 @@ func runRestoreDrill(t *testing.T, plan restorePlan) {
 	d.restore(backup)
 	phase("restored, nodes started")
 	d.auditAfterRestore(lostAt)
-	d.recreate(late, anchor.Add(24*time.Hour))
+	late = d.recreate(late, anchor.Add(24*time.Hour))
 	// The operator moves the dev clock back to where time is: the restore
 	// took it back to the backup's moment.
 	d.moveClock(lostAt)
@@ -266,8 +266,9 @@ func (d *restoreDrill) auditAfterRestore(lostAt time.Time) {
 // recreate is each client whose subscription was created in the lost
 // window creating it again with the same Idempotency-Key and body: the
 // creation's id derives from the key, so the subscription gets the id it
-// had, and its charges the gateway keys they had.
-func (d *restoreDrill) recreate(late []sub, anchor time.Time) {
+// had, and its charges the gateway keys they had. It returns the
+// subscriptions as the clients now hold them.
+func (d *restoreDrill) recreate(late []sub, anchor time.Time) []sub {
 	again := d.createSubscriptions(anchor, d.rplan.subs, d.rplan.subs+d.rplan.late)
 	for i, s := range again {
 		if s.id == late[i].id {
@@ -277,6 +278,7 @@ func (d *restoreDrill) recreate(late []sub, anchor time.Time) {
 		d.rfig.RecreatedOtherID++
 		d.failures = append(d.failures, fmt.Sprintf("subscription %s created again under the same Idempotency-Key as %s", late[i].id, s.id))
 	}
+	return again
 }
 
 // settleFrom bills and settles the day that began first days after
