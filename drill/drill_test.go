@@ -35,7 +35,7 @@ import (
 )
 
 var (
-	longFlag   = flag.Bool("drill.long", false, "run the long failover drill: more subscriptions, three seeds per replication mode")
+	longFlag   = flag.Bool("drill.long", false, "run the long drills: more subscriptions, three seeds (per replication mode for the failover drill)")
 	reportFlag = flag.String("drill.report", "", "append each run's figures (one JSON line) to this file")
 )
 
