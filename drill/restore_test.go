@@ -166,10 +166,10 @@ func (d *restoreDrill) takeBackup() string {
 }
 
 // loseWindow is the billing the restore will forget: subscriptions
-// created with Idempotency-Keys, the clock moved a day so the next period
-// falls due for every subscription, captures, refunds asked through the
-// API; then the nodes and the cluster are stopped while some charges may
-// still be in flight. It returns the late subscriptions and the clock at
+// created with Idempotency-Keys, refunds asked through the API, the clock
+// moved a day so the next period falls due for every subscription; once
+// the first captures are in, the nodes and the cluster are stopped, the
+// day's burst in flight. It returns the late subscriptions and the clock at
 // the stop.
 func (d *restoreDrill) loseWindow(anchor time.Time) ([]sub, time.Time) {
 	var startLSN string
@@ -177,10 +177,12 @@ func (d *restoreDrill) loseWindow(anchor time.Time) ([]sub, time.Time) {
 	next := anchor.Add(24 * time.Hour)
 	late := d.createSubscriptions(next, d.rplan.subs, d.rplan.subs+d.rplan.late)
 	d.rfig.SubsInWindow = len(late)
+	// Refunds of the first period's captures are asked before the clock
+	// moves, so that the stop comes while the day's burst is in flight.
+	d.refundSome()
 	d.moveClock(next)
 	threshold := d.rfig.CapturesAtBackup + d.rplan.subs/3 + d.rplan.seed%5
 	d.waitFor("captures in the window", 60*time.Second, func() bool { return d.bookCaptures() >= threshold })
-	d.refundSome()
 	lostAt := d.devNow()
 
 	conn, err := pgx.Connect(d.ctx, d.primary.TCPURL("rebill"))
