@@ -35,7 +35,7 @@ import (
 )
 
 var (
-	longFlag   = flag.Bool("drill.long", false, "run the long failover drill: more subscriptions, three seeds per replication mode")
+	longFlag   = flag.Bool("drill.long", false, "run the long drills: more subscriptions, three seeds (per replication mode for the failover drill)")
 	reportFlag = flag.String("drill.report", "", "append each run's figures (one JSON line) to this file")
 )
 
@@ -223,14 +223,14 @@ func runDrill(t *testing.T, plan drillPlan) {
 	began := time.Now()
 	phase := func(name string) { t.Logf("%6.1fs %s", time.Since(began).Seconds(), name) }
 	d.startDatabases()
-	d.startGateway()
+	d.startGateway(pgembed.MultiHostURL("rebill", d.primary, d.replica))
 	d.startNodes()
 	phase("primary, replica, gateway and nodes started")
 
 	now := d.devNow()
 	d.clk.set(now)
 	anchor := now.Add(time.Hour)
-	subs := d.createSubscriptions(anchor)
+	subs := d.createSubscriptions(anchor, 0, d.plan.subs)
 	phase("subscriptions created")
 	// Three daily periods of every subscription fall due at once.
 	d.failover(anchor.Add(48 * time.Hour))
@@ -238,7 +238,7 @@ func runDrill(t *testing.T, plan drillPlan) {
 	d.settle(subs, anchor)
 	d.resendRefunds()
 	phase("settled")
-	d.judge(subs, anchor)
+	d.judge(subs)
 	phase("judged")
 	d.report()
 }
@@ -291,8 +291,8 @@ func (d *drill) startDatabases() {
 
 // startGateway runs the simulated gateway with its book in a database of
 // the shared test server, outside the pair that fails, behind the
-// counting proxy.
-func (d *drill) startGateway() {
+// counting proxy; the nodes reach their database at dbURL.
+func (d *drill) startGateway(dbURL string) {
 	d.book = dbtest.Pool(d.t)
 	base, stop, err := sim.StartOnClock(d.ctx, d.book, d.clk, []string{"sim1"}, zerolog.Nop())
 	if err != nil {
@@ -306,7 +306,7 @@ func (d *drill) startGateway() {
 	proxy := httptest.NewServer(d.calls.wrap(target))
 	d.t.Cleanup(proxy.Close)
 	d.env = map[string]string{
-		"DATABASE_URL":            pgembed.MultiHostURL("rebill", d.primary, d.replica),
+		"DATABASE_URL":            dbURL,
 		"REBILL_DEV":              "1",
 		"REBILL_ADMIN_KEY":        adminKey,
 		"REBILL_ENCRYPTION_KEY":   encryptionKey,
@@ -420,11 +420,15 @@ func (d *drill) cardOf(i int) card {
 type sub struct {
 	id   uuid.UUID
 	card card
+	// anchor is the start of the subscription's first period.
+	anchor time.Time
 }
 
-func (d *drill) createSubscriptions(anchor time.Time) []sub {
-	subs := make([]sub, d.plan.subs)
-	for i := range subs {
+// createSubscriptions creates subscriptions from..to-1, each under its own
+// Idempotency-Key, so that creating them again asks the same question.
+func (d *drill) createSubscriptions(anchor time.Time, from, to int) []sub {
+	subs := make([]sub, 0, to-from)
+	for i := from; i < to; i++ {
 		c := d.cardOf(i)
 		body := map[string]any{
 			"customer_id": fmt.Sprintf("drill-%d", i), "amount": 1000 + i, "currency": "USD", "interval": "day", "timezone": "UTC",
@@ -435,7 +439,7 @@ func (d *drill) createSubscriptions(anchor time.Time) []sub {
 			ID uuid.UUID `json:"id"`
 		}
 		d.call(i, http.MethodPost, "/v1/subscriptions", fmt.Sprintf("drill-sub-%d-%d", d.plan.seed, i), body, &out)
-		subs[i] = sub{id: out.ID, card: c}
+		subs = append(subs, sub{id: out.ID, card: c, anchor: anchor})
 	}
 	return subs
 }
@@ -522,7 +526,11 @@ func (d *drill) failover(to time.Time) {
 
 // forgotten counts the charges the gateway captured that the promoted
 // database does not hold as succeeded: the commits the failover lost.
-func (d *drill) forgotten() int {
+func (d *drill) forgotten() int { return len(d.forgottenKeys()) }
+
+// forgottenKeys are the keys of the charges the gateway captured that the
+// database does not hold as succeeded.
+func (d *drill) forgottenKeys() []string {
 	captured := d.capturedKeys()
 	held := map[string]bool{}
 	for _, c := range d.chargeRows() {
@@ -530,13 +538,13 @@ func (d *drill) forgotten() int {
 			held[c.key] = true
 		}
 	}
-	n := 0
+	var out []string
 	for key := range captured {
 		if !held[key] {
-			n++
+			out = append(out, key)
 		}
 	}
-	return n
+	return out
 }
 
 // capturedKeys maps each charge key to the gateway's successful captures
@@ -729,7 +737,7 @@ func (d *drill) waitForOr(what string, limit time.Duration, ok func() bool, desc
 // recovering card has every period that began captured exactly once, a
 // declining one none; nothing is in flight; every review has a reason;
 // rebill audit agrees.
-func (d *drill) judge(subs []sub, anchor time.Time) {
+func (d *drill) judge(subs []sub) {
 	now := d.devNow()
 	captured := d.capturedKeys()
 	rows := d.chargeRows()
@@ -750,15 +758,22 @@ func (d *drill) judge(subs []sub, anchor time.Time) {
 			d.failures = append(d.failures, fmt.Sprintf("charge %s of %s succeeded with no capture at the gateway", c.period, c.sub))
 		}
 	}
+	known := map[string]bool{}
+	for _, c := range rows {
+		known[c.key] = true
+	}
 	for key, n := range captured {
+		if !known[key] {
+			d.failures = append(d.failures, fmt.Sprintf("charge %s captured at the gateway and unknown to rebill after settling", key))
+		}
 		d.fig.GatewayCaptures += n
 		if n > 1 {
 			d.fig.DoubleCaptures++
 			d.failures = append(d.failures, fmt.Sprintf("charge %s captured %d times at the gateway", key, n))
 		}
 	}
-	periods := int(now.Sub(anchor)/(24*time.Hour)) + 1
 	for _, s := range subs {
+		periods := int(now.Sub(s.anchor)/(24*time.Hour)) + 1
 		got := 0
 		for _, c := range bySub[s.id] {
 			if captured[c.key] > 0 {
@@ -970,20 +985,21 @@ func (d *drill) audit() {
 }
 
 type discrepancy struct {
-	Kind string `json:"kind"`
-	raw  json.RawMessage
+	Kind      string `json:"kind"`
+	ChargeKey string `json:"charge_key"`
+	raw       json.RawMessage
 }
 
 // runAudit runs `rebill audit --json` on the promoted database and
 // returns its discrepancies; ok is false (a failure noted) when it gave
-// no report.
-func (d *drill) runAudit() ([]discrepancy, bool) {
+// no report. args are more of the command's flags.
+func (d *drill) runAudit(args ...string) ([]discrepancy, bool) {
 	env := os.Environ()
 	for k, v := range d.env {
 		env = append(env, k+"="+v)
 	}
 	env = append(env, "DATABASE_URL="+d.replica.TCPURL("rebill"))
-	cmd := exec.CommandContext(d.ctx, proctest.Binary(d.t), "audit", "--json")
+	cmd := exec.CommandContext(d.ctx, proctest.Binary(d.t), append([]string{"audit", "--json"}, args...)...)
 	cmd.Env = env
 	cmd.Dir = d.t.TempDir()
 	var stdout, stderr bytes.Buffer

@@ -121,14 +121,7 @@ func (m *Member) StartReplica(ctx context.Context, opts ReplicationOptions, sync
 	if err := r.ownedDir(r.dataDir); err != nil {
 		return nil, fmt.Errorf("prepare replica data folder: %w", err)
 	}
-	// The one beside the real pg_ctl (PATH may hold only links to it) is
-	// of the server's own version.
-	serverDir := filepath.Dir(r.bin.pgCtl)
-	if real, err := filepath.EvalSymlinks(r.bin.pgCtl); err == nil {
-		serverDir = filepath.Dir(real)
-	}
-	basebackup := filepath.Join(serverDir, "pg_basebackup")
-	out, err := r.run(ctx, basebackup, "-h", "127.0.0.1", "-p", strconv.Itoa(m.port), "-U", "postgres",
+	out, err := r.run(ctx, r.basebackupProgram(), "-h", "127.0.0.1", "-p", strconv.Itoa(m.port), "-U", "postgres",
 		"-D", r.dataDir, "-R", "-X", "stream", "-S", slotName, "--checkpoint=fast")
 	if err != nil {
 		return nil, fmt.Errorf("pg_basebackup from port %d: %w\n%s", m.port, err, out)
@@ -257,4 +250,70 @@ func (m *Member) await(ctx context.Context, what, sql string, args ...any) error
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// basebackupProgram is the pg_basebackup beside the real pg_ctl (PATH may
+// hold only links to it), so of the server's own version.
+func (c *Cluster) basebackupProgram() string {
+	serverDir := filepath.Dir(c.bin.pgCtl)
+	if real, err := filepath.EvalSymlinks(c.bin.pgCtl); err == nil {
+		serverDir = filepath.Dir(real)
+	}
+	return filepath.Join(serverDir, "pg_basebackup")
+}
+
+// BaseBackup copies the running member into dir, which must not exist yet
+// or be empty, with `pg_basebackup -X stream`: a plain-format backup that
+// carries the WAL written while it was taken, so it starts as a cluster of
+// its own and recovers to the moment the backup ended
+// (https://www.postgresql.org/docs/15/app-pgbasebackup.html). dir must be
+// reachable by the server account, as DataDir is.
+func (m *Member) BaseBackup(ctx context.Context, dir string) error {
+	if err := m.ownedDir(dir); err != nil {
+		return fmt.Errorf("prepare backup folder: %w", err)
+	}
+	out, err := m.run(ctx, m.basebackupProgram(), "-h", "127.0.0.1", "-p", strconv.Itoa(m.port), "-U", "postgres",
+		"-D", dir, "-X", "stream", "--checkpoint=fast")
+	if err != nil {
+		return fmt.Errorf("pg_basebackup from port %d: %w\n%s", m.port, err, out)
+	}
+	return nil
+}
+
+// Restore makes a new cluster in opts.DataDir from a base backup taken by
+// [Member.BaseBackup] (a copy, so the backup stays usable for another
+// restore) and starts it as a primary: the server replays the WAL the
+// backup carries and opens at the point the backup ended; everything
+// committed after it is gone. The replication slots of the backed-up
+// server are not in the backup (pg_basebackup leaves pg_replslot out).
+func Restore(ctx context.Context, backup string, opts ReplicationOptions) (*Member, error) {
+	r, err := locate(ctx, Options{DataDir: opts.DataDir}, func(string, ...any) {})
+	if err != nil {
+		return nil, err
+	}
+	r.port, r.tcp = opts.Port, true
+	r.settings = append(append([]string(nil), replicationSettings...), opts.Settings...)
+	if err := r.ownedDir(r.sockDir); err != nil {
+		return nil, fmt.Errorf("prepare restored socket folder: %w", err)
+	}
+	if err := r.ownedDir(r.dataDir); err != nil {
+		return nil, fmt.Errorf("prepare restored data folder: %w", err)
+	}
+	if entries, err := os.ReadDir(r.dataDir); err != nil || len(entries) > 0 {
+		return nil, fmt.Errorf("restore into %s: the folder must be empty (%v)", r.dataDir, err)
+	}
+	// cp -a as the server account keeps the modes PostgreSQL checks.
+	if out, err := r.run(ctx, "cp", "-a", backup+string(filepath.Separator)+".", r.dataDir); err != nil {
+		return nil, fmt.Errorf("copy backup %s into %s: %w\n%s", backup, r.dataDir, err, out)
+	}
+	if err := r.start(ctx); err != nil {
+		return nil, err
+	}
+	r.started = true
+	m := &Member{r}
+	if err := r.waitReady(ctx); err != nil {
+		_ = m.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return m, nil
 }
