@@ -350,3 +350,30 @@ func TestChangesOfOneInstantAreChained(t *testing.T) {
 		t.Fatalf("changes of one instant not chained: %s first", got[0].ID)
 	}
 }
+
+// Dunning ended as of an earlier due time (the sample shows it) for a
+// charge a card change then paid, and a person resolved another charge as
+// failed in the instant the end was processed: the periods between are
+// unsure, not owed, though no charge is failed by its dunning any more.
+func TestUnpaidByAnEarlierDunningEndOfAChargePaidSince(t *testing.T) {
+	r := newRecord(day(45))
+	r.sub.Interval = "week"
+	r.d.Subscriptions[0].Interval = "week"
+	first := r.paid(t0, 100, "0001")
+	first.AttemptCount = 5
+	for n := 1; n < 6; n++ {
+		r.charge(t0.AddDate(0, 0, 7*n), "failed", 1)
+		r.sub.Charges[len(r.sub.Charges)-1].Resolution = "failed"
+	}
+	r.sub.Charges[4].Status, r.sub.Charges[4].FailureCode, r.sub.Charges[4].Resolution = "voided", "subscription_unpaid", ""
+	r.event("past_due", "active", "past_due", day(0.1), true)
+	at := day(40)
+	r.event("unpaid", "past_due", "unpaid", at, true)
+	r.obs.UnpaidSince = []time.Time{day(27)}
+	r.obs.Resolves = []ObservedResolve{{ChargeID: "x", Outcome: "failed", Clock: at}}
+	for _, v := range OwedPeriodsSettled(r.d) {
+		if strings.Contains(v.Detail, "voided") {
+			t.Errorf("the period between the dunning end and the resolution was judged owed: %s", v)
+		}
+	}
+}

@@ -304,7 +304,7 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 				// of the service clock, as of an earlier due time (the
 				// sample shows it): the record cannot tell which came first.
 				c.lo, c.hi = e.At, e.At
-				if sampled && s.Before(e.At) && dunningFailedAny(sub) {
+				if sampled && s.Before(e.At) && dunningFailedAny(sub, s) {
 					c.lo = s
 				}
 			}
@@ -325,11 +325,17 @@ func BuildTimeline(sub Subscription, obs *ObservedSubscription, moves []ClockMov
 	return tl
 }
 
-// dunningFailedAny reports whether a charge of sub failed by the end of
-// its own dunning (failed, and no person resolved it).
-func dunningFailedAny(sub Subscription) bool {
+// dunningFailedAny reports whether a charge of sub may have reached the
+// end of its own dunning before since: failed, and no person resolved it;
+// or retried (more than one attempt, no person's verdict) for a period
+// that began before since, which a card change may have paid since its
+// dunning ended.
+func dunningFailedAny(sub Subscription, since time.Time) bool {
 	for _, c := range sub.Charges {
-		if c.Status == "failed" && c.Resolution == "" {
+		if c.Resolution != "" {
+			continue
+		}
+		if c.Status == "failed" || (c.AttemptCount > 1 && c.PeriodStart.Before(since)) {
 			return true
 		}
 	}
