@@ -163,7 +163,7 @@ func TestDevZhkhLedgerAndFaultsOverTheAPI(t *testing.T) {
 	}
 	require.Len(t, mine, 1, "reported once")
 	e := mine[0]
-	require.Equal(t, party.ReportID(housing + ":Z-7"), e["report_id"])
+	require.Equal(t, party.ReportID(housing+":Z-7"), e["report_id"])
 	require.Equal(t, "accepted", e["status"])
 	require.Equal(t, "76ДЕ234577-01-6011", e["payment_document_id"])
 	require.Equal(t, "76ДЕ234577-01", e["service_id"])
