@@ -491,10 +491,24 @@ func (d *drill) failover(to time.Time) {
 	d.replicaQuery(`SELECT pg_last_wal_replay_lsn()::text`, &replayed)
 	d.replicaQuery(fmt.Sprintf(`SELECT greatest(0, pg_wal_lsn_diff('%s', '%s'))::bigint`, lsn, replayed), &d.fig.WALBytesLost)
 	// The replica still answers reads: once it has replayed all it
-	// received, it shows what a promotion keeps.
+	// received, it shows what a promotion keeps. What it received may end
+	// in a record the primary died writing (the WAL writer flushes whole
+	// pages, a record may span them), which it never replays: a replay
+	// position that stands still for two seconds is all there is.
+	var last string
+	steady := time.Now()
 	d.waitFor("the replica to replay what it received", 30*time.Second, func() bool {
 		var caught bool
+		var at string
+		d.replicaQuery(`SELECT pg_last_wal_replay_lsn()::text`, &at)
 		d.replicaQuery(`SELECT pg_last_wal_replay_lsn() >= coalesce(pg_last_wal_receive_lsn(), '0/0')`, &caught)
+		if at != last {
+			last, steady = at, time.Now()
+		}
+		if !caught && time.Since(steady) > 2*time.Second {
+			d.t.Logf("the replica stands at %s, short of what it received: the primary died writing a record", at)
+			return true
+		}
 		return caught
 	})
 	var chargesKept int
