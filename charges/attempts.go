@@ -147,6 +147,12 @@ func (s *Store) RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gatewa
 	if err := c.sameCardRetryAllowed(token, now); err != nil {
 		return Charge{}, err
 	}
+	// A subscription's charge flagged void is of a cancelled subscription
+	// or of a period not owed (it began after the dunning ended): no new
+	// attempt starts for it.
+	if c.VoidRequested && c.EnrollmentID == uuid.Nil {
+		return Charge{}, Machine.Refuse(c.Status, Scheduled, "its subscription was cancelled or its period is not owed")
+	}
 	// An attempt started past a bill's last moment would only be voided
 	// before its call: refuse it here, where a person can be told why.
 	if c.PayUntil != nil && !now.Before(*c.PayUntil) {
@@ -157,7 +163,7 @@ func (s *Store) RetryFromReview(ctx context.Context, tx pgx.Tx, c Charge, gatewa
 	// or the later of two copies) is never charged again: another copy
 	// pays the bill.
 	next, err := oneMoved(s.move(ctx, tx, transition{from: []Status{RequiresReview, Failed}, to: Scheduled,
-		where: "(bill_identity IS NULL OR identity_held)",
+		where: "(bill_identity IS NULL OR identity_held) AND (enrollment_id IS NOT NULL OR NOT void_requested)",
 		set: newAttempt + `, gateway = $3, pm_token = $4, failure_code = NULL, first_declined_at = NULL, review_reason = NULL, review_code = NULL,
 			hold_released_at = NULL, void_requested = false`}, now, byID(c.ID, c.AttemptCount, ""), now, now, gateway, token))
 	if errors.Is(err, ErrStale) {

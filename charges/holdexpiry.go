@@ -99,7 +99,8 @@ func (p *Pipeline) reauthorize(ctx context.Context, s stageRun, c Charge, from [
 			return err
 		}
 		p.transitioned(next, code+": "+reason)
-		if sub.Cancelled || next.VoidRequested {
+		notOwed := sub.UnpaidSince != nil && !next.PeriodStart.Before(*sub.UnpaidSince)
+		if sub.Cancelled || next.VoidRequested || notOwed {
 			return p.voidedNotWanted(ctx, tx, next, []Status{Scheduled}, now)
 		}
 		p.Logger.Warn().Str("charge_id", c.ID.String()).Str("gateway", c.Gateway).Int("attempt", c.AttemptCount).

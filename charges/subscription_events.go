@@ -36,11 +36,12 @@ func (s *Store) voidWaiting(ctx context.Context, tx pgx.Tx, subscriptionID uuid.
 
 // dunningEnded applies the end of a subscription's dunning (it became
 // unpaid at dunningEnd) to its other charges: those of periods that began
-// at or after that moment are not owed and are voided; declined ones of
-// earlier periods stop retrying (failed: a payment-method change retries
-// them). Attempts in flight finish.
+// at or after that moment are not owed (NotOwedSince: an attempt in flight
+// is not interrupted at the gateway, but a hold it gets is released and it
+// is never tried again); declined ones of earlier periods stop retrying
+// (failed: a payment-method change retries them).
 func (s *Store) dunningEnded(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, dunningEnd, now time.Time) error {
-	if _, err := s.voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", dunningEnd); err != nil {
+	if err := s.NotOwedSince(ctx, tx, subscriptionID, dunningEnd, now); err != nil {
 		return err
 	}
 	if _, err := s.move(ctx, tx, transition{from: []Status{Declined}, to: Failed}, now,
@@ -78,10 +79,11 @@ func HasOpen(ctx context.Context, db DBTX, subscriptionID uuid.UUID) (bool, erro
 
 // NotOwedSince makes sure that no charge of a period that began at or
 // after since (the end of the subscription's dunning: such periods are not
-// owed) moves money once the subscription leaves unpaid: waiting ones are
-// voided, and ones in flight are flagged so that a hold they get is voided
-// and a decline is not retried with a new card. Found by the chaos soak
-// (unpaid-as-of-capture).
+// owed) moves money, when the dunning ends and again when the subscription
+// leaves unpaid: waiting ones are voided, and ones in flight are flagged so
+// that a hold they get is voided, a decline voids them, and no new attempt
+// starts (a new card, a retry, a support retry). A capture already sent is
+// not flagged: it stands.
 func (s *Store) NotOwedSince(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, since, now time.Time) error {
 	if _, err := s.voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", since); err != nil {
 		return err
