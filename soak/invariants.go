@@ -12,20 +12,6 @@ type Violation struct {
 	Subscription string
 	Charge       string // charge key or id, when the violation is about one
 	Detail       string
-	// Known names the known, not yet fixed defect this violation is an
-	// instance of (see KnownDefects); empty for anything else.
-	Known string
-}
-
-// KnownDefects are defects the soak found that are written up (SOAK.md)
-// but not fixed, because the fix is a decision or larger than a soak
-// should make. Their violations are recognised precisely, reported and
-// counted, and do not fail a run unless it is strict.
-var KnownDefects = map[string]string{
-	"unpaid-as-of-capture": "a period that began after dunning ended (unpaid_since) but before the end was " +
-		"processed (a clock jump, a slow gateway) is not owed, and its waiting charge is voided; but a charge of it " +
-		"that was in flight then is not, and when a card change made the subscription past due before that attempt " +
-		"declined, the next attempt with the new card captured it (decision 7: \"never charged\")",
 }
 
 func viol(invariant, sub, charge, detail string) Violation {
@@ -34,9 +20,6 @@ func viol(invariant, sub, charge, detail string) Violation {
 
 func (v Violation) String() string {
 	var b strings.Builder
-	if v.Known != "" {
-		b.WriteString("[known: " + v.Known + "] ")
-	}
 	b.WriteString(v.Invariant)
 	if v.Subscription != "" {
 		b.WriteString(" sub=" + v.Subscription)

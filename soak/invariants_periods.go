@@ -93,8 +93,10 @@ func NoCaptureWithoutAuthorization(d *Data) []Violation {
 // ends with exactly one capture, or failed for good, or in review with a
 // reason, or voided because the subscription was cancelled later; one that
 // began while it was paused, unpaid or cancelled (or after a scheduled
-// cancel took effect) is never captured; where the record cannot tell, at
-// most one capture. A failed charge must also have been retried by any
+// cancel took effect) is never captured, except that one that began after
+// the dunning ended but before the end was processed may keep a capture
+// already sent (at most one); where the record cannot tell, at most one
+// capture. A failed charge must also have been retried by any
 // later change to a card that authorizes, made while the subscription was
 // past due or unpaid (decision 7).
 func OwedPeriodsSettled(d *Data) []Violation {
@@ -126,7 +128,6 @@ func OwedPeriodsSettled(d *Data) []Violation {
 		for _, p := range tl.Periods(d.Now, moves) {
 			onGrid[p.Start] = true
 			c := byStart[p.Start]
-			known := ""
 			v := func(format string, args ...any) {
 				key := ""
 				if c != nil {
@@ -134,7 +135,7 @@ func OwedPeriodsSettled(d *Data) []Violation {
 				}
 				out = append(out, Violation{Invariant: "owed-periods-settled", Subscription: s.ID, Charge: key,
 					Detail: fmt.Sprintf("period %s (%s, grid %d, began while %s, %s): ", p.Key, fmtT(p.Start), p.Segment,
-						joinStatuses(p.Statuses), p.Owed) + fmt.Sprintf(format, args...), Known: known})
+						joinStatuses(p.Statuses), p.Owed) + fmt.Sprintf(format, args...)})
 			}
 			caps := 0
 			if c != nil {
@@ -142,10 +143,10 @@ func OwedPeriodsSettled(d *Data) []Violation {
 			}
 			switch p.Owed {
 			case NotOwed:
-				if caps > 0 {
-					if p.UnpaidAsOf {
-						known = "unpaid-as-of-capture"
-					}
+				// Began after the dunning ended but before the end was
+				// processed: an attempt whose capture was already sent
+				// then stands (decision 7), so at most one capture.
+				if caps > 1 || (caps > 0 && !p.UnpaidAsOf) {
 					v("captured %d times", caps)
 				}
 			case Unsure:

@@ -284,19 +284,44 @@ func TestFailedChargeNotRetriedByANewGoodCard(t *testing.T) {
 	expect(t, OwedPeriodsSettled(r.d), "did not retry it")
 }
 
-func TestCaptureOfAPeriodThatBeganAfterDunningEndedIsKnown(t *testing.T) {
+// unpaidAsOf is a subscription whose dunning ended as of day 38 (the due
+// time of its last attempt) and that the log shows unpaid only on day 69:
+// the period of Mar 10 began in between.
+func unpaidAsOf() *record {
 	r := newRecord(day(70))
 	r.paid(t0, 20, "0001")
 	c := r.charge(t0.AddDate(0, 1, 0), "failed", 5)
 	r.op(c, 5, "authorize", "declined", 900, "0001")
 	r.event("past_due", "active", "past_due", t0.AddDate(0, 1, 0), true)
 	r.event("unpaid", "past_due", "unpaid", day(69), true)
-	r.obs.UnpaidSince = []time.Time{day(38)} // dunning ended as of its last attempt's due time
-	r.paid(t0.AddDate(0, 2, 0), 990, "0001") // Mar 10: after that, before the unpaid was logged
-	vs := OwedPeriodsSettled(r.d)
-	if len(vs) != 1 || vs[0].Known != "unpaid-as-of-capture" {
-		t.Errorf("want one known unpaid-as-of-capture, got %v", vs)
-	}
+	r.obs.UnpaidSince = []time.Time{day(38)}
+	return r
+}
+
+// Decision 7: an attempt of a period that began after the dunning ended
+// whose capture was sent before the end was processed stands: one capture
+// is no violation.
+func TestUnpaidAsOfPeriodCapturedOnce(t *testing.T) {
+	r := unpaidAsOf()
+	r.paid(t0.AddDate(0, 2, 0), 990, "0001")
+	expect(t, OwedPeriodsSettled(r.d))
+}
+
+// ... but the period is paid once at most.
+func TestUnpaidAsOfPeriodCapturedTwice(t *testing.T) {
+	r := unpaidAsOf()
+	c := r.paid(t0.AddDate(0, 2, 0), 990, "0001")
+	r.op(c, 2, "authorize", "succeeded", 1000, "0002")
+	r.op(c, 2, "capture", "succeeded", 1005, "0002")
+	expect(t, OwedPeriodsSettled(r.d), "period 2027-03-10", "captured 2 times")
+}
+
+// A period that began after the log shows unpaid is not owed at all.
+func TestUnpaidPeriodCaptured(t *testing.T) {
+	r := unpaidAsOf()
+	r.d.Now = day(100)
+	r.paid(t0.AddDate(0, 3, 0), 1200, "0001")
+	expect(t, OwedPeriodsSettled(r.d), "period 2027-04-10", "captured 1 times")
 }
 
 func TestResolvedFailedMakesUnpaidFromThen(t *testing.T) {

@@ -52,7 +52,8 @@ type Period struct {
 	DueFrom time.Time
 	// UnpaidAsOf: the period began after the subscription's dunning ended
 	// (unpaid_since) but before the log showed it unpaid: not owed only
-	// because the end of dunning counts as of its due time.
+	// because the end of dunning counts as of its due time; a capture sent
+	// before the end was processed stands, so it is captured at most once.
 	UnpaidAsOf bool
 }
 
