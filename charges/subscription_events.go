@@ -80,17 +80,17 @@ func HasOpen(ctx context.Context, db DBTX, subscriptionID uuid.UUID) (bool, erro
 // NotOwedSince makes sure that no charge of a period that began at or
 // after since (the end of the subscription's dunning: such periods are not
 // owed) moves money, when the dunning ends and again when the subscription
-// leaves unpaid: waiting ones are voided, and ones in flight are flagged so
-// that a hold they get is voided, a decline voids them, and no new attempt
-// starts (a new card, a retry, a support retry). A capture already sent is
-// not flagged: it stands.
+// leaves unpaid: waiting ones are voided, and ones in flight or in review
+// are flagged so that a hold they get is voided, a decline voids them, and
+// no new attempt starts (a new card, a retry, a support retry). A capture
+// already sent is not flagged: it stands.
 func (s *Store) NotOwedSince(ctx context.Context, tx pgx.Tx, subscriptionID uuid.UUID, since, now time.Time) error {
 	if _, err := s.voidWaiting(ctx, tx, subscriptionID, now, "subscription_unpaid", since); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE charges SET void_requested = true, updated_at = $2
 		WHERE subscription_id = $1 AND status = ANY($3) AND period_start >= $4 AND NOT void_requested`,
-		subscriptionID, now, texts([]Status{Authorizing, Authorized, Unknown}), since); err != nil {
+		subscriptionID, now, texts([]Status{Authorizing, Authorized, Unknown, RequiresReview}), since); err != nil {
 		return fmt.Errorf("flag charges of periods not owed: %w", err)
 	}
 	return nil

@@ -182,3 +182,24 @@ func (b *testBundle) authorizeJobs(ctx context.Context, t *testing.T, c charges.
 		charges.AuthorizeArgs{}.Kind(), c.ID.String()).Scan(&n))
 	return n
 }
+
+// A charge in review when the dunning ends gets no support retry either.
+func TestDunningEndedWhileInReviewNoRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	c := b.newCharge(ctx, t, fixture{status: charges.RequiresReview, reviewCode: charges.ReviewGatewayError,
+		reviewReason: charges.ReviewGatewayError.Sentence()})
+	dunningEndsMeanwhile(ctx, t, b)(ctx, t, b)
+	inReview := b.get(ctx, t, c.ID)
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := b.pipeline.Store.RetryFromReview(ctx, tx, inReview, b.gateway.Name(), newCard, b.clock.Now())
+		return err
+	})
+	var refused *fsm.TransitionError
+	require.ErrorAs(t, err, &refused)
+	got := b.get(ctx, t, c.ID)
+	require.Equal(t, charges.RequiresReview, got.Status)
+	require.Equal(t, 1, got.AttemptCount, "no new attempt")
+	require.Zero(t, b.authorizeJobs(ctx, t, c), "no authorize job")
+}

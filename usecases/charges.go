@@ -79,7 +79,7 @@ func (s *Service) ResolveCharge(ctx context.Context, tx pgx.Tx, caller Caller, i
 // the last attempt up at the gateway: a retry must never be a second
 // payment, so a capture or a live hold there refuses it. Returns a
 // *fsm.TransitionError (another status, money found at the gateway, a
-// cancelled subscription, a charge settled by a person or changed
+// cancelled subscription, a period not owed, a charge settled by a person or changed
 // meanwhile), an error wrapping charges.ErrRetryRefused (card-network
 // rules) or charges.ErrGatewayUnreachable (nothing was done; try later).
 func (s *Service) RetryCharge(ctx context.Context, tx pgx.Tx, caller Caller, id uuid.UUID) (charges.Charge, error) {
