@@ -98,6 +98,14 @@ func (p *Poster) paidOutside(ctx context.Context, c Charge, fresh bool) (Outside
 	if err != nil {
 		return OutsidePaid{}, err
 	}
+	// The identifiers this attempt posts under (Held) are rebill's own
+	// even when no posting names them: a restore, or a failover's lost
+	// commits, may forget a posting the registry kept. Counted as paid
+	// elsewhere, that payment would stand accepted with no capture behind
+	// it; the attempt posted again replays it instead.
+	for try := range maxPaymentIDTries {
+		own[p.PaymentIDs.ID(c.Key(), c.AttemptCount, c.Amount, c.PeriodStart, try)] = true
+	}
 	// The registry's settled verdict counts every payment it holds: while
 	// one of rebill's own stands there (an attempt whose answer was lost,
 	// not yet annulled), the verdict may be rebill's own doing and says

@@ -216,3 +216,35 @@ func TestOwnPaymentMayStand(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, stands, "another UIN")
 }
+
+// A payment the registry holds under the identifier the charge's attempt
+// posts under is rebill's own although no posting names it: a restore
+// (or a failover's lost commits) forgot the posting the registry kept.
+// It is not paid elsewhere, nor does it settle the fine: the attempt held
+// again posts under that identifier, the registry replays it, and the
+// fine is captured, not left paid_elsewhere with the payment accepted and
+// no money behind it.
+func TestPaidOutsideKnowsTheAttemptsOwnPaymentAPostingRowForgot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupTooLate(ctx, t)
+	_, err := b.pool.Exec(ctx, `DELETE FROM registry_postings WHERE payment_id = $1`, b.id)
+	require.NoError(t, err)
+	poster := &charges.Poster{Pool: b.pool, Gateways: registry.NewBalancer([]registry.Gateway{b.gw}, time.Second), Clock: b.clk,
+		Logger: zerolog.Nop()}
+	b.gw.QuittanceFunc = func(context.Context, string) (registry.Quittance, error) {
+		return registry.Quittance{Settled: true, Payments: []registry.QuittancePayment{{PaymentID: b.id, Amount: 500}}}, nil
+	}
+	paid, err := poster.PaidOutside(ctx, b.charge)
+	require.NoError(t, err)
+	require.Equal(t, charges.OutsidePaid{}, paid, "the attempt's own payment, forgotten by the database: nothing paid elsewhere")
+
+	b.gw.QuittanceFunc = func(context.Context, string) (registry.Quittance, error) {
+		return registry.Quittance{Settled: true, Payments: []registry.QuittancePayment{{PaymentID: b.id, Amount: 500},
+			{PaymentID: "bank-1", Amount: 200}}}, nil
+	}
+	b.clk.Advance(charges.QuittanceMaxAge)
+	paid, err = poster.PaidOutside(ctx, b.charge)
+	require.NoError(t, err)
+	require.Equal(t, charges.OutsidePaid{Amount: 200}, paid, "a bank's payment still counts")
+}

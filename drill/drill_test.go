@@ -29,6 +29,7 @@ import (
 
 	"github.com/rebill/rebill/charges"
 	"github.com/rebill/rebill/charges/gateway/sim"
+	"github.com/rebill/rebill/charges/registry/testkit/agentfake"
 	"github.com/rebill/rebill/platform/pgembed"
 	"github.com/rebill/rebill/testkit/dbtest"
 	"github.com/rebill/rebill/testkit/proctest"
@@ -125,6 +126,7 @@ type figures struct {
 	ChargeIDsChanged   int `json:"charge_ids_changed"`
 	AuditDiscrepancies int `json:"audit_discrepancies"`
 	Violations         int `json:"violations"`
+	autopayFigures
 }
 
 // mirrorClock stamps the gateway's operations: the test sets it to the
@@ -202,6 +204,11 @@ type drill struct {
 	fig      figures
 	failures []string
 	refunds  []refundAsked
+	// registry is the registry party fines are posted through, its book
+	// outside the databases that fail.
+	registry *agentfake.Fake
+	enrs     []enrolment
+	updates  []update
 	// idsAtKill are the primary's charge ids by charge key just before
 	// the kill, to count those a lost commit made rebill create anew.
 	idsAtKill map[string]uuid.UUID
@@ -231,12 +238,15 @@ func runDrill(t *testing.T, plan drillPlan) {
 	d.clk.set(now)
 	anchor := now.Add(time.Hour)
 	subs := d.createSubscriptions(anchor, 0, d.plan.subs)
-	phase("subscriptions created")
+	d.createEnrollments(autopayLoad(d.plan.subs))
+	phase("subscriptions and enrollments created")
 	// Three daily periods of every subscription fall due at once.
-	d.failover(anchor.Add(48 * time.Hour))
+	d.failover(subs, anchor.Add(48*time.Hour))
 	phase("failed over")
+	d.repushBills()
 	d.settle(subs, anchor)
 	d.resendRefunds()
+	d.waitAutopay()
 	phase("settled")
 	d.judge(subs)
 	phase("judged")
@@ -324,6 +334,7 @@ func (d *drill) startGateway(dbURL string) {
 		"REBILL_DB_MAX_CONNS":     "8",
 		"REBILL_INSPECT_INTERVAL": "1s",
 	}
+	d.startRegistry()
 }
 
 func (d *drill) startNodes() {
@@ -418,8 +429,9 @@ func (d *drill) cardOf(i int) card {
 }
 
 type sub struct {
-	id   uuid.UUID
-	card card
+	id     uuid.UUID
+	amount int64
+	card   card
 	// anchor is the start of the subscription's first period.
 	anchor time.Time
 }
@@ -439,7 +451,7 @@ func (d *drill) createSubscriptions(anchor time.Time, from, to int) []sub {
 			ID uuid.UUID `json:"id"`
 		}
 		d.call(i, http.MethodPost, "/v1/subscriptions", fmt.Sprintf("drill-sub-%d-%d", d.plan.seed, i), body, &out)
-		subs = append(subs, sub{id: out.ID, card: c, anchor: anchor})
+		subs = append(subs, sub{id: out.ID, amount: int64(1000 + i), card: c, anchor: anchor})
 	}
 	return subs
 }
@@ -455,10 +467,11 @@ func (d *drill) bookCaptures() int {
 
 // failover, in asynchronous mode, first cuts the replica off, so that
 // nothing the primary commits from then on reaches it (a replica lagging
-// behind the whole burst); moves the clock so billing starts; kills the
-// primary once the first captures are in (and some refunded); and
-// promotes the replica.
-func (d *drill) failover(to time.Time) {
+// behind the whole burst); moves the clock so billing starts; once the
+// first captures are in, refunds some, changes some prices and has the
+// issuers push their bills; kills the primary once half the fines are
+// accepted at the registry; and promotes the replica.
+func (d *drill) failover(subs []sub, to time.Time) {
 	if !d.plan.sync {
 		d.replicaExec(`ALTER SYSTEM SET primary_conninfo = ''`)
 		d.replicaExec(`SELECT pg_reload_conf()`)
@@ -468,6 +481,9 @@ func (d *drill) failover(to time.Time) {
 	threshold := d.plan.subs/6 + d.plan.seed%5
 	d.waitFor("the first captures", 60*time.Second, func() bool { return d.bookCaptures() >= threshold })
 	d.refundSome()
+	d.updateSome(subs, to)
+	d.pushBills(to)
+	d.waitFinesPosted()
 	var lsn string
 	conn, err := pgx.Connect(d.ctx, d.primary.TCPURL("rebill"))
 	if err != nil {
@@ -485,6 +501,7 @@ func (d *drill) failover(to time.Time) {
 		d.fatalf("%v", err)
 	}
 	d.fig.CapturesAtKill = d.bookCaptures()
+	d.autopayAtKill()
 	d.t.Logf("primary killed with %d charges in flight, %d captured at the gateway", d.fig.InFlightAtKill, d.fig.CapturesAtKill)
 
 	var replayed string
@@ -585,7 +602,8 @@ func (d *drill) capturedKeys() map[string]int {
 }
 
 type chargeRow struct {
-	id     uuid.UUID
+	id uuid.UUID
+	// sub is the subscription or the enrollment the charge bills.
 	sub    uuid.UUID
 	period string
 	key    string
@@ -599,7 +617,7 @@ func (d *drill) chargeRows() []chargeRow {
 		d.fatalf("connect to the promoted replica: %v", err)
 	}
 	defer conn.Close(d.ctx)
-	rows, err := conn.Query(d.ctx, `SELECT id, subscription_id, period_key, status, coalesce(review_reason, '') FROM charges WHERE subscription_id IS NOT NULL`)
+	rows, err := conn.Query(d.ctx, `SELECT id, coalesce(subscription_id, enrollment_id), period_key, status, coalesce(review_reason, '') FROM charges`)
 	if err != nil {
 		d.fatalf("read charges: %v", err)
 	}
@@ -647,6 +665,7 @@ func (d *drill) replicaQuery2(sql string, dest any, args ...any) {
 // (retries at 24 h and 48 h), each day billed and settled before the next.
 func (d *drill) settle(subs []sub, anchor time.Time) {
 	d.waitBilled(subs, anchor.Add(48*time.Hour))
+	d.resendUpdates(anchor.Add(48 * time.Hour).UTC().Format(time.DateOnly))
 	d.waitQuiet()
 	d.fig.SettledAfter = time.Since(d.promoted).Round(100 * time.Millisecond).String()
 	for day := 3; day <= 5; day++ {
@@ -790,7 +809,7 @@ func (d *drill) judge(subs []sub) {
 		periods := int(now.Sub(s.anchor)/(24*time.Hour)) + 1
 		got := 0
 		for _, c := range bySub[s.id] {
-			if captured[c.key] > 0 {
+			if captured[c.key] > 0 && !strings.Contains(c.period, ":adj:") {
 				got++
 			}
 		}
@@ -802,7 +821,7 @@ func (d *drill) judge(subs []sub) {
 		default:
 			reviewed := 0
 			for _, c := range bySub[s.id] {
-				if c.status == "requires_review" {
+				if c.status == "requires_review" && !strings.Contains(c.period, ":adj:") {
 					reviewed++
 				}
 			}
@@ -812,6 +831,8 @@ func (d *drill) judge(subs []sub) {
 		}
 	}
 	d.judgeRefunds()
+	d.judgeAutopay(captured)
+	d.judgeUpdates(captured)
 	d.audit()
 	d.fig.Lookups, d.fig.Replays = d.calls.lookups.Load(), d.calls.replays.Load()
 	d.fig.Violations = len(d.failures)

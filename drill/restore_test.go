@@ -93,6 +93,7 @@ func runRestoreDrill(t *testing.T, plan restorePlan) {
 	d.clk.set(now)
 	anchor := now.Add(time.Hour)
 	early := d.createSubscriptions(anchor, 0, plan.subs)
+	d.createEnrollments(autopayLoad(plan.subs))
 	// The first period is billed and settled before the backup.
 	d.moveClock(anchor)
 	d.waitBilled(early, anchor)
@@ -101,7 +102,7 @@ func runRestoreDrill(t *testing.T, plan restorePlan) {
 	backup := d.takeBackup()
 	phase("base backup taken")
 
-	late, lostAt := d.loseWindow(anchor)
+	late, lostAt := d.loseWindow(early, anchor)
 	phase("billed in the window the restore loses; nodes and cluster stopped")
 	d.restore(backup)
 	phase("restored, nodes started")
@@ -110,9 +111,11 @@ func runRestoreDrill(t *testing.T, plan restorePlan) {
 	// The operator moves the dev clock back to where time is: the restore
 	// took it back to the backup's moment.
 	d.moveClock(lostAt)
+	d.repushBills()
 	subs := append(append([]sub(nil), early...), late...)
 	d.settleFrom(subs, anchor, 1)
 	d.resendRefunds()
+	d.waitAutopay()
 	phase("settled")
 	d.judge(subs)
 	phase("judged")
@@ -168,10 +171,11 @@ func (d *restoreDrill) takeBackup() string {
 // loseWindow is the billing the restore will forget: subscriptions
 // created with Idempotency-Keys, refunds asked through the API, the clock
 // moved a day so the next period falls due for every subscription; once
-// the first captures are in, the nodes and the cluster are stopped, the
-// day's burst in flight. It returns the late subscriptions and the clock at
-// the stop.
-func (d *restoreDrill) loseWindow(anchor time.Time) ([]sub, time.Time) {
+// the first captures are in, prices of early subscriptions changed and
+// the issuers' bills pushed; once half the fines are accepted at the
+// registry, the nodes and the cluster are stopped, the day's burst in
+// flight. It returns the late subscriptions and the clock at the stop.
+func (d *restoreDrill) loseWindow(early []sub, anchor time.Time) ([]sub, time.Time) {
 	var startLSN string
 	d.replicaQuery(`SELECT pg_current_wal_lsn()::text`, &startLSN)
 	next := anchor.Add(24 * time.Hour)
@@ -183,6 +187,9 @@ func (d *restoreDrill) loseWindow(anchor time.Time) ([]sub, time.Time) {
 	d.moveClock(next)
 	threshold := d.rfig.CapturesAtBackup + d.rplan.subs/3 + d.rplan.seed%5
 	d.waitFor("captures in the window", 60*time.Second, func() bool { return d.bookCaptures() >= threshold })
+	d.updateSome(early, next)
+	d.pushBills(next)
+	d.waitFinesPosted()
 	lostAt := d.devNow()
 
 	conn, err := pgx.Connect(d.ctx, d.primary.TCPURL("rebill"))
@@ -206,6 +213,7 @@ func (d *restoreDrill) loseWindow(anchor time.Time) ([]sub, time.Time) {
 		d.fatalf("stop the primary: %v", err)
 	}
 	d.fig.CapturesAtKill = d.bookCaptures()
+	d.autopayAtKill()
 	d.rfig.CapturesInWindow = d.fig.CapturesAtKill - d.rfig.CapturesAtBackup
 	if err := d.book.QueryRow(d.ctx, `SELECT count(*) FROM gatewaysim.operations WHERE op = 'refund' AND status = 'succeeded'`).
 		Scan(&d.rfig.RefundsInWindow); err != nil {
@@ -303,6 +311,9 @@ func (d *restoreDrill) settleFrom(subs []sub, anchor time.Time, first int) {
 			}
 		}
 		d.waitBilled(due, start)
+		if day == first {
+			d.resendUpdates(start.UTC().Format(time.DateOnly))
+		}
 		d.waitQuiet()
 		if day == first {
 			d.fig.SettledAfter = time.Since(d.promoted).Round(100 * time.Millisecond).String()
