@@ -42,7 +42,11 @@ import (
 // not captured (the hold was voided, the capture failed for good, the
 // attempt was superseded) is annulled, an idempotent operation of its
 // own: by the sweep, and before a newer attempt of the same charge is
-// posted. A payment the registry holds annulled is never captured: its
+// posted. A payment the registry holds under the identifier of an
+// earlier attempt of the charge while no posting names it (a restore
+// forgot the posting) is recorded again, accepted, when the registry's
+// quittance shows it (recoverForgotten), and annulled the same way. A
+// payment the registry holds annulled is never captured: its
 // hold is released, and a new payment comes only with a new attempt,
 // under a new payment_id.
 //
@@ -281,9 +285,16 @@ func (p *Poster) post(ctx context.Context, job *river.Job[PostArgs]) error {
 	}
 	// Asked again, afresh, just before the registry hears of this hold: a
 	// fine paid at a bank since the attempt was priced is not posted.
-	paid, err := p.paidOutside(ctx, c, true)
+	paid, recovered, err := p.paidOutside(ctx, c, true)
 	if err != nil {
 		return p.waitToAskAgain(job, c, err)
+	}
+	if recovered {
+		// An older attempt's payment the database forgot was just recorded
+		// again: annulled first, as above.
+		if err := p.annulOlder(ctx, ps); err != nil {
+			return p.retryOrGiveUp(ctx, job, ps, c, err)
+		}
 	}
 	if paid.Settled || paid.Amount > c.PaidOutside {
 		return p.outpaid(ctx, job, ps, c, paid.Amount)
