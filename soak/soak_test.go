@@ -326,6 +326,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		"charges_in_treatment_arms": treated,
 		"database":                  r.database(),
 		"failovers":                 r.failovers(),
+		"setup_seconds":             r.start.Sub(began).Seconds(),
 	}
 	line, _ := json.Marshal(summary)
 	t.Logf("summary: %s", line)
