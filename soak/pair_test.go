@@ -96,6 +96,9 @@ func (p *dbPair) failover(ctx context.Context) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	dead, next := p.primary, 1-p.primary
+	if p.members[next] == nil {
+		return 0, fmt.Errorf("no replica to promote on port %d: the last failover could not start one", p.ports[next])
+	}
 	if err := p.members[dead].Kill(ctx); err != nil {
 		return 0, err
 	}
