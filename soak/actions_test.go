@@ -37,7 +37,11 @@ func (r *runner) execute(next func() (soak.Step, bool), sched *soak.Schedule) {
 		}
 		var prev chan struct{}
 		done := make(chan struct{})
-		if lane := step.Sub + 100000*step.Enr; lane > 0 {
+		lane := step.Sub + 100000*step.Enr
+		if step.Kind == soak.KindFailover {
+			lane = -1 // one failover at a time
+		}
+		if lane != 0 {
 			prev = last[lane]
 			last[lane] = done
 		}
@@ -144,6 +148,19 @@ func (r *runner) run(step soak.Step) {
 		if err != nil {
 			r.note("step %d: terminate: %v", step.N, err)
 		}
+	case soak.KindPoolCut:
+		// Every other backend by pid order: half the pools' connections,
+		// whatever their pids' parity.
+		var n int
+		err := r.db.QueryRow(r.ctx, `SELECT count(pg_terminate_backend(pid)) FROM (
+				SELECT pid, row_number() OVER (ORDER BY pid) AS k FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name <> 'rebill-soak'
+			) AS service WHERE k % 2 = 1`).Scan(&n)
+		if err != nil {
+			r.note("step %d: pool cut: %v", step.N, err)
+		}
+	case soak.KindFailover:
+		r.failover(step)
 	case soak.KindSupport:
 		r.support(step)
 	case soak.KindRefund:

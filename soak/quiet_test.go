@@ -48,14 +48,16 @@ func (r *runner) drain() {
 	}
 	r.t.Logf("drain: quiet after %s", strings.Join(took, ", "))
 	if !r.waitQuiet(60 * time.Second) {
-		r.note("not quiet 60s after the last drain move: %s; %s", r.openWork(), r.openCharges())
+		r.note("not quiet 60s after the last drain move: %s; %s; %s", r.openWork(), r.openCharges(), r.dueSubscriptions())
 	}
 }
 
 // openWorkSQL counts what is in flight or due. A bill's charge waiting
 // for the customer's confirmation (scheduled, confirmation_required) or
 // for a dunning attempt ahead of the clock, or in review, is settled for
-// now; everything else about bills is counted until it is done: a
+// now, and so is a cancel at period end of a subscription whose pause
+// continues its period (the period ends only after a resume); everything
+// else about bills is counted until it is done: a
 // scheduled bill due and not yet charged, a paying bill whose charge
 // moves or has settled without its bill following, a copy waiting for
 // the identity its paying charge may release, a bill past its expires_at
@@ -70,7 +72,7 @@ const openWorkSQL = `SELECT
 		AND NOT (status = 'scheduled' AND confirmation_required)),
 	(SELECT count(*) FROM charges WHERE status = 'declined' AND next_attempt_at <= (SELECT now FROM dev_clock)),
 	(SELECT count(*) FROM subscriptions WHERE next_charge_at <= (SELECT now FROM dev_clock)
-		AND (status IN ('active', 'past_due') OR (status = 'paused' AND cancel_at_period_end))),
+		AND (status IN ('active', 'past_due') OR (status = 'paused' AND cancel_at_period_end AND paused_time_left_us IS NULL))),
 	(SELECT count(*) FROM subscriptions WHERE status = 'paused' AND resume_at <= (SELECT now FROM dev_clock)),
 	(SELECT count(*) FROM river_job WHERE (kind LIKE 'charge%' OR kind IN ('registry_post', 'registry_annul', 'refund_send', 'refund_lookup',
 			'zhkh_report', 'zhkh_cancel'))
@@ -160,4 +162,31 @@ func (r *runner) waitQuiet(limit time.Duration) bool {
 	}
 	r.t.Logf("not quiet after %s: %s; %s", limit, open, r.openCharges())
 	return false
+}
+
+// dueSubscriptions describes subscriptions due and not charged, with
+// their last charge.
+func (r *runner) dueSubscriptions() string {
+	rows, err := r.db.Query(r.ctx, `SELECT s.id::text, s.status, s.next_charge_at, s.cancel_at_period_end,
+			coalesce((SELECT c.period_key || ' ' || c.status || ' a' || c.attempt_count FROM charges c
+				WHERE c.subscription_id = s.id ORDER BY c.period_start DESC LIMIT 1), '')
+		FROM subscriptions s WHERE s.next_charge_at <= (SELECT now FROM dev_clock)
+			AND (s.status IN ('active', 'past_due') OR (s.status = 'paused' AND s.cancel_at_period_end AND s.paused_time_left_us IS NULL))
+		ORDER BY s.id LIMIT 20`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var parts []string
+	for rows.Next() {
+		var id, status, last string
+		var next time.Time
+		var atEnd bool
+		if err := rows.Scan(&id, &status, &next, &atEnd, &last); err != nil {
+			return err.Error()
+		}
+		parts = append(parts, fmt.Sprintf("subscription %s %s next_charge_at=%s cancel_at_period_end=%t last charge %q", id, status,
+			next.Format(time.RFC3339), atEnd, last))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -22,9 +22,15 @@ const (
 	KindKill      = "kill"      // SIGKILL node Node (never the last one alive)
 	KindRestart   = "restart"   // start node Node again
 	KindTerminate = "terminate" // pg_terminate_backend every database connection of the service
-	KindSupport   = "support"   // a person acts on a charge in review: Action resolve or retry, on the Pick-th
-	KindWait      = "wait"      // let time pass (Wait) before launching the next step
-	KindSettle    = "settle"    // wait until charging is quiet (a barrier; for hand-written schedules)
+	KindPoolCut   = "pool_cut"  // pg_terminate_backend every other database connection of the service
+	// KindFailover: the database's primary dies (immediate stop), its
+	// synchronous replica is promoted, and a new synchronous replica is
+	// started from it in the dead one's place. One at a time: failovers
+	// wait for each other, the other steps go on meanwhile.
+	KindFailover = "failover"
+	KindSupport  = "support" // a person acts on a charge in review: Action resolve or retry, on the Pick-th
+	KindWait     = "wait"    // let time pass (Wait) before launching the next step
+	KindSettle   = "settle"  // wait until charging is quiet (a barrier; for hand-written schedules)
 	// KindRefund: a person refunds the Pick-th succeeded charge (a fine's
 	// when Action is "fine", which must be refused), Amount of it (0: all
 	// that is left) for Reason; Twice: two people ask at once, one on
@@ -196,6 +202,10 @@ func (s Step) String() string {
 		return "restart node " + nodeName(s.Node)
 	case KindTerminate:
 		return "pg_terminate_backend every connection of rebill"
+	case KindPoolCut:
+		return "pg_terminate_backend every other connection of rebill"
+	case KindFailover:
+		return "database failover: kill the primary, promote the replica, start a new replica"
 	case KindSupport:
 		return fmt.Sprintf("support %s review-queue charge #%d%s", s.Action, s.Pick, via)
 	case KindRefund:
@@ -293,7 +303,14 @@ type Generator struct {
 	docs []genDoc
 	// queue holds the rest of a sequence of steps chosen together.
 	queue []Step
+	// lastFailover is the number of the last failover step (0: none yet).
+	lastFailover int
 }
+
+// FailoverGap is the fewest steps between two failovers: one failover
+// takes seconds (a base backup for the new replica), and a schedule
+// should spend most of its time with both members up.
+const FailoverGap = 300
 
 // GeneratorConfig bounds what a schedule does.
 type GeneratorConfig struct {
@@ -302,6 +319,9 @@ type GeneratorConfig struct {
 	MaxSubscriptions, LiveSubscriptions int
 	// Chaos enables node kills and connection terminations.
 	Chaos bool
+	// Failover enables database failovers (with Chaos; the database must
+	// run on a replication pair).
+	Failover bool
 	// Autopay is the share (0..1) of steps about autopay enrollments,
 	// bills and the registry; MaxEnrollments caps the enrollments.
 	Autopay        float64
@@ -546,6 +566,19 @@ func (g *Generator) choose(s Step) Step {
 	case r < 77.7:
 		s.Kind, s.Sub = KindEndTrial, g.pickSub(func(x genSub) bool { return x.trialing && !x.cancelled })
 		g.subs[s.Sub-1].trialing = false
+		return s
+	case r < 78.7:
+		if !g.cfg.Chaos {
+			return Step{}
+		}
+		s.Kind = KindPoolCut
+		return s
+	case r < 78.9:
+		if !g.cfg.Chaos || !g.cfg.Failover || (g.lastFailover > 0 && g.n-g.lastFailover < FailoverGap) {
+			return Step{}
+		}
+		s.Kind = KindFailover
+		g.lastFailover = g.n
 		return s
 	default:
 		if (g.down[0] || g.down[1]) && g.chance(0.1) {

@@ -13,6 +13,7 @@ package soak_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/rebill/rebill/platform/pgembed"
 	"github.com/rebill/rebill/soak"
 	"github.com/rebill/rebill/testkit/dbtest"
 	"github.com/rebill/rebill/testkit/proctest"
@@ -109,19 +111,26 @@ func generatorConfig(length time.Duration) *soak.GeneratorConfig {
 		maxSubs = min(150, 10+int(length/(3*time.Second)))
 	}
 	return &soak.GeneratorConfig{MaxSubscriptions: maxSubs, LiveSubscriptions: min(40, maxSubs), Chaos: true,
-		Autopay: 0.2, MaxEnrollments: min(60, 6+int(length/(5*time.Second)))}
+		Autopay: 0.2, MaxEnrollments: min(60, 6+int(length/(5*time.Second))), Failover: true}
 }
 
 // runner runs one schedule against two nodes on a fresh database.
 type runner struct {
-	t     *testing.T
-	seed  uint64
-	ctx   context.Context
-	db    *pgxpool.Pool
-	bin   string
-	dir   string
-	env   map[string]string
-	start time.Time
+	t    *testing.T
+	seed uint64
+	ctx  context.Context
+	db   *pgxpool.Pool
+	// pair is the replication pair the database runs on (nil on the
+	// shared server, for pairMissing's reason); failoverTook how long
+	// each failover took, failoverOpen the work open when it began.
+	pair         *dbPair
+	pairMissing  string
+	failoverTook []time.Duration
+	failoverOpen []string
+	bin          string
+	dir          string
+	env          map[string]string
+	start        time.Time
 
 	nodesMu sync.Mutex
 	nodes   [2]*proc
@@ -166,8 +175,26 @@ const soakExperiments = `
     - {name: patient, weight: 1, timeout: 600ms, retry_base: 100ms, retry_max: 500ms}
 `
 
-func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) {
-	dbURL := dbtest.URL(t)
+func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) *runner {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	began := time.Now()
+	var dbURL, pairMissing string
+	pair, err := startPair(t, ctx)
+	switch {
+	case errors.Is(err, pgembed.ErrNoBinaries):
+		pairMissing = err.Error()
+		t.Logf("the database runs on the shared server, without failovers: %v", err)
+		dbURL = dbtest.URL(t)
+		if gen != nil {
+			gen.Failover = false
+		}
+	case err != nil:
+		t.Fatalf("start the replication pair: %v", err)
+	default:
+		dbURL = pair.url
+		t.Logf("the database runs on a synchronous replication pair (%s), started in %s", dbURL, time.Since(began).Round(10*time.Millisecond))
+	}
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -179,10 +206,8 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	r := &runner{
-		t: t, seed: sched.Seed, ctx: ctx, db: db, bin: proctest.Binary(t), dir: t.TempDir(),
+		t: t, seed: sched.Seed, ctx: ctx, db: db, bin: proctest.Binary(t), dir: t.TempDir(), pair: pair, pairMissing: pairMissing,
 		env: map[string]string{
 			"DATABASE_URL":             dbURL,
 			"REBILL_DEV":               "1",
@@ -288,6 +313,9 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		"zhkh":                      r.zhkhCounts(),
 		"change_answers":            r.changeAnswers,
 		"charges_in_treatment_arms": treated,
+		"database":                  r.database(),
+		"failovers":                 r.failovers(),
+		"setup_seconds":             r.start.Sub(began).Seconds(),
 	}
 	line, _ := json.Marshal(summary)
 	t.Logf("summary: %s", line)
@@ -298,7 +326,13 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 		}
 	}
 	if len(violations) == 0 {
-		return
+		for _, n := range r.notes {
+			if strings.HasPrefix(n, "not quiet") {
+				t.Logf("the drain was not quiet; schedule and logs written to %s", r.saveFailure(sched, nil, d))
+				break
+			}
+		}
+		return r
 	}
 	path := r.saveFailure(sched, violations, d)
 	var b strings.Builder
@@ -314,6 +348,7 @@ func runSchedule(t *testing.T, sched *soak.Schedule, gen *soak.GeneratorConfig) 
 	}
 	t.Errorf("seed %d: %d invariant violations:\n%s\n%s\nschedule written to %s; replay with\n  go test ./soak -run TestSoak -soak.replay=%s",
 		sched.Seed, len(violations), b.String(), sched.List(), path, path)
+	return r
 }
 
 // saveFailure writes the schedule, the violations and the nodes' logs.

@@ -55,8 +55,8 @@ var replicationSettings = []string{
 }
 
 // StartPrimary initialises and starts a primary ready for a streaming
-// replica: WAL for replication, a replication slot, and replication
-// connections from loopback trusted.
+// replica: WAL for replication and replication connections from loopback
+// trusted ([Member.StartReplica] makes the replication slot).
 func StartPrimary(ctx context.Context, opts ReplicationOptions) (*Member, error) {
 	c, err := locate(ctx, Options{DataDir: opts.DataDir}, func(string, ...any) {})
 	if err != nil {
@@ -78,10 +78,6 @@ func StartPrimary(ctx context.Context, opts ReplicationOptions) (*Member, error)
 	if err := c.waitReady(ctx); err != nil {
 		_ = m.Stop(context.WithoutCancel(ctx))
 		return nil, err
-	}
-	if err := m.exec(ctx, `SELECT pg_create_physical_replication_slot($1)`, slotName); err != nil {
-		_ = m.Stop(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("create replication slot: %w", err)
 	}
 	return m, nil
 }
@@ -120,6 +116,13 @@ func (m *Member) StartReplica(ctx context.Context, opts ReplicationOptions, sync
 	}
 	if err := r.ownedDir(r.dataDir); err != nil {
 		return nil, fmt.Errorf("prepare replica data folder: %w", err)
+	}
+	// A promoted replica has no slot of its own (pg_basebackup leaves
+	// pg_replslot out), so the slot is made wherever it is missing: the
+	// member promoted in a failover then feeds a new replica the same way.
+	if err := m.exec(ctx, `SELECT pg_create_physical_replication_slot($1)
+		WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slotName); err != nil {
+		return nil, fmt.Errorf("create replication slot on port %d: %w", m.port, err)
 	}
 	out, err := r.run(ctx, r.basebackupProgram(), "-h", "127.0.0.1", "-p", strconv.Itoa(m.port), "-U", "postgres",
 		"-D", r.dataDir, "-R", "-X", "stream", "-S", slotName, "--checkpoint=fast")

@@ -56,3 +56,54 @@ func TestReplicaPromotedAfterPrimaryKilledKeepsSyncCommits(t *testing.T) {
 	require.Equal(t, 100, n, "every synchronously committed row survived the promotion")
 	require.Equal(t, uint16(ports[1]), conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr).AddrPort().Port())
 }
+
+// A promoted replica feeds a new synchronous replica started on the dead
+// primary's port, so the same multi-host URL survives a second failover
+// with every synchronous commit.
+func TestPromotedReplicaFeedsNewReplicaOnDeadPrimarysPort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	ports := make([]int, 2)
+	for i := range ports {
+		p, err := proctest.FreePort()
+		require.NoError(t, err)
+		ports[i] = p
+	}
+	primary, err := StartPrimary(ctx, ReplicationOptions{DataDir: dataDir(t), Port: ports[0]})
+	if errors.Is(err, ErrNoBinaries) {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = primary.Stop(context.Background()) })
+	replica, err := primary.StartReplica(ctx, ReplicationOptions{DataDir: dataDir(t), Port: ports[1]}, true)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = replica.Stop(context.Background()) })
+	url := MultiHostURL("postgres", primary, replica)
+	exec := func(sql string) {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, url)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	exec(`CREATE TABLE facts (n int); INSERT INTO facts VALUES (1)`)
+
+	require.NoError(t, primary.Kill(ctx))
+	require.NoError(t, replica.Promote(ctx))
+	exec(`INSERT INTO facts VALUES (2)`)
+	second, err := replica.StartReplica(ctx, ReplicationOptions{DataDir: dataDir(t), Port: ports[0]}, true)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = second.Stop(context.Background()) })
+	exec(`INSERT INTO facts VALUES (3)`)
+
+	require.NoError(t, replica.Kill(ctx))
+	require.NoError(t, second.Promote(ctx))
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM facts`).Scan(&n))
+	require.Equal(t, 3, n, "every commit survived both failovers")
+	require.Equal(t, uint16(ports[0]), conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr).AddrPort().Port())
+}
