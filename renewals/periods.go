@@ -154,13 +154,14 @@ func (r *Renewals) firstPeriodsPaid(ctx context.Context, tx pgx.Tx, subs []subsc
 
 // periodsDue appends to due the charges of sub's periods from..last that
 // catch-up charges (older ones are skipped and logged), and returns the
-// advance of sub past last. A period keyed paidKey is paid already: it is
-// passed, with no charge and no credit used. The charges take sub's experiment arms, and
+// advance of sub past last. The charges take sub's experiment arms, and
 // an arm of every running experiment of policies that admits sub and has
 // none recorded yet: a charge's arm is fixed before its first decision
 // (its first gateway call, or its first decline's dunning). Each period
 // uses what it can of credit, which it reduces: a period it covers whole
-// has no charge (a charge is never of 0) but is passed all the same.
+// has no charge (a charge is never of 0) but is passed all the same. The
+// period keyed paidKey is paid already (firstPeriodsPaid): it is passed
+// with no charge and no credit used.
 func (r *Renewals) periodsDue(ctx context.Context, due *dueCharges, sub subscriptions.Subscription, sched period.Schedule, from, last int,
 	now time.Time, credit *int64, paidKey string, policies ...experiments.Policy) (subscriptions.Advance, error) {
 	if first := r.firstCaughtUp(sched, from, last, now); first > from {
