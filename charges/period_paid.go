@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/platform/fsm"
 )
@@ -44,4 +45,24 @@ func PaidForPeriod(ctx context.Context, db DBTX, subscriptionID uuid.UUID, perio
 		return PeriodPaid{}, fmt.Errorf("read what period %s of subscription %s paid: %w", periodKey, subscriptionID, err)
 	}
 	return p, nil
+}
+
+// Charged tells, for each of the subscriptions' periods (ids[i], keys[i]),
+// whether it has a charge of its own, in any status: a period is charged
+// once, so one that has is not charged again.
+func Charged(ctx context.Context, db DBTX, ids []uuid.UUID, keys []string) ([]bool, error) {
+	out := make([]bool, len(ids))
+	rows, err := db.Query(ctx, `SELECT k.i FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS k(sub, key, i)
+		WHERE EXISTS (SELECT 1 FROM charges c WHERE c.subscription_id = k.sub AND c.period_key = k.key)`, ids, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read which periods are charged: %w", err)
+	}
+	var i int64
+	if _, err := pgx.ForEachRow(rows, []any{&i}, func() error {
+		out[i-1] = true
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read which periods are charged: %w", err)
+	}
+	return out, nil
 }

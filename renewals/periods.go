@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rebill/rebill/charges"
@@ -28,6 +29,10 @@ func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptio
 		advanced []subscriptions.Advance
 		applied  []subscriptions.Subscription // whose pending update applied: its event shows the row before the advance
 	)
+	paid, err := r.firstPeriodsPaid(ctx, tx, subs, upTo)
+	if err != nil {
+		return 0, nil, err
+	}
 	for _, sub := range subs {
 		sched := sub.Schedule()
 		last := sched.IndexAt(upTo)
@@ -49,7 +54,7 @@ func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptio
 			// force at their start, then the pending update applies, before
 			// the boundary's period is charged.
 			if first := r.firstCaughtUp(sched, from, last, now); first < k {
-				if _, err := r.periodsDue(ctx, &due, sub, sched, first, k-1, now, &credit, renewalPolicies...); err != nil {
+				if _, err := r.periodsDue(ctx, &due, sub, sched, first, k-1, now, &credit, paid[sub.ID], renewalPolicies...); err != nil {
 					return 0, nil, err
 				}
 			}
@@ -61,7 +66,7 @@ func (r *Renewals) chargeUpTo(ctx context.Context, tx pgx.Tx, subs []subscriptio
 			last = sched.IndexAt(upTo)
 			applied = append(applied, sub)
 		}
-		adv, err := r.periodsDue(ctx, &due, sub, sched, from, last, now, &credit, renewalPolicies...)
+		adv, err := r.periodsDue(ctx, &due, sub, sched, from, last, now, &credit, paid[sub.ID], renewalPolicies...)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -107,6 +112,46 @@ type dueCharges struct {
 	uses []subscriptions.CreditUse
 }
 
+// firstPeriodsPaid are the keys of the first periods of the subscriptions'
+// schedules that are due by upTo and already paid, by subscription: a
+// resume begins a new schedule whose first period takes the key of its
+// start date, which is the key of a period already charged (or paid by
+// credit) when that period began the same day. It is that period, paid
+// once: it is not charged again, and uses no credit, which would be
+// taken for nothing. Only a first period can have a paid key: every
+// later one begins at least a day after the schedule's start, which is
+// not earlier than any period paid before, and a schedule a pending
+// interval change restarts begins at a period no charge reached.
+func (r *Renewals) firstPeriodsPaid(ctx context.Context, tx pgx.Tx, subs []subscriptions.Subscription, upTo time.Time) (map[uuid.UUID]string, error) {
+	var (
+		ids  []uuid.UUID
+		keys []string
+	)
+	for _, sub := range subs {
+		if sched := sub.Schedule(); sub.NextPeriodIndex == 0 && !sched.Start(0).After(upTo) {
+			ids, keys = append(ids, sub.ID), append(keys, sched.Period(0).Key)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	charged, err := charges.Charged(ctx, tx, ids, keys)
+	if err != nil {
+		return nil, err
+	}
+	used, err := r.Subscriptions.CreditUsed(ctx, tx, ids, keys)
+	if err != nil {
+		return nil, err
+	}
+	paid := map[uuid.UUID]string{}
+	for i, id := range ids {
+		if charged[i] || used[i] {
+			paid[id] = keys[i]
+		}
+	}
+	return paid, nil
+}
+
 // periodsDue appends to due the charges of sub's periods from..last that
 // catch-up charges (older ones are skipped and logged), and returns the
 // advance of sub past last. The charges take sub's experiment arms, and
@@ -114,9 +159,11 @@ type dueCharges struct {
 // none recorded yet: a charge's arm is fixed before its first decision
 // (its first gateway call, or its first decline's dunning). Each period
 // uses what it can of credit, which it reduces: a period it covers whole
-// has no charge (a charge is never of 0) but is passed all the same.
+// has no charge (a charge is never of 0) but is passed all the same. The
+// period keyed paidKey is paid already (firstPeriodsPaid): it is passed
+// with no charge and no credit used.
 func (r *Renewals) periodsDue(ctx context.Context, due *dueCharges, sub subscriptions.Subscription, sched period.Schedule, from, last int,
-	now time.Time, credit *int64, policies ...experiments.Policy) (subscriptions.Advance, error) {
+	now time.Time, credit *int64, paidKey string, policies ...experiments.Policy) (subscriptions.Advance, error) {
 	if first := r.firstCaughtUp(sched, from, last, now); first > from {
 		skipped := first - from
 		metrics.PeriodsSkipped.Add(float64(skipped))
@@ -135,6 +182,9 @@ func (r *Renewals) periodsDue(ctx context.Context, due *dueCharges, sub subscrip
 	rec, _ := r.Experiments.Assign(ctx, Subject(sub), sub.Experiments, now, policies...)
 	for i := from; i <= last; i++ {
 		p := sched.Period(i)
+		if p.Key == paidKey {
+			continue
+		}
 		amount, periodReceipt := sub.Amount, receipt
 		if *credit > 0 {
 			use := min(*credit, amount)

@@ -79,8 +79,8 @@ func (r *Renewals) Create(ctx context.Context, tx pgx.Tx, n subscriptions.New, a
 				return nil, nil, nil
 			}
 			var due dueCharges
-			var credit int64 // a new subscription has none
-			adv, err := r.periodsDue(ctx, &due, sub, sched, sub.NextPeriodIndex, last, now, &credit,
+			var credit int64 // a new subscription has none, nor a period paid
+			adv, err := r.periodsDue(ctx, &due, sub, sched, sub.NextPeriodIndex, last, now, &credit, "",
 				append(renewalPolicies, experiments.PolicyRouting)...)
 			if err != nil {
 				return nil, nil, err

@@ -230,15 +230,21 @@ func sortViolations(vs []Violation) {
 	})
 }
 
-// sameDayPeriod reports whether a charge of an earlier period holds p's
-// key: p began on the calendar day (in the subscription's zone) another
-// period began, which happens when a resume starts a period on such a day.
-// A period's key is its start's date, so p is that period (decision 5),
-// and the earlier one's charge is judged for both.
-func sameDayPeriod(cs []Charge, p Period) bool {
-	for _, c := range cs {
+// sameDayPeriod reports whether an earlier period holds p's key, paid by
+// a charge or by credit alone: p began on the calendar day (in the
+// subscription's zone) another period began, which happens when a resume
+// starts a period on such a day. A period's key is its start's date, so p
+// is that period (decision 5), and the earlier one's payment is judged
+// for both.
+func sameDayPeriod(s Subscription, p Period) bool {
+	for _, c := range s.Charges {
 		// A key after an interval change ends in that change's suffix.
 		if !c.Adjustment() && strings.HasPrefix(c.PeriodKey, p.Key) && c.PeriodStart.Before(p.Start) {
+			return true
+		}
+	}
+	for _, cr := range s.Credits {
+		if cr.Amount < 0 && cr.PeriodStart != nil && strings.HasPrefix(cr.PeriodKey, p.Key) && cr.PeriodStart.Before(p.Start) {
 			return true
 		}
 	}

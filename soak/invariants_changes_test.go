@@ -377,3 +377,50 @@ func TestUnpaidByAnEarlierDunningEndOfAChargePaidSince(t *testing.T) {
 		}
 	}
 }
+
+// A resume on the day of a period credit paid whole begins that period
+// again (decision 5: its key, paid once): it has no charge and uses no
+// more credit, and is not owed a charge.
+func TestResumeOnTheDayOfAPeriodPaidByCreditIsThatPeriod(t *testing.T) {
+	r := newRecord(day(40))
+	r.paid(t0, 100, "0001")
+	ch := Change{ID: "chg7", Effective: "now", Proration: "credit_next", AmountBefore: 500, AmountAfter: 200,
+		IntervalBefore: "month", IntervalAfter: "month", CountBefore: 1, CountAfter: 1, PeriodKey: t0.Format("2006-01-02"),
+		Adjustment: -300, CreatedAt: t0, AppliedAt: &t0}
+	r.sub.Changes = append(r.sub.Changes, ch)
+	r.event("updated", "active", "active", t0, false)
+	r.sub.Amount = 200
+	next := t0.AddDate(0, 1, 0)
+	pause, resume := next.Add(time.Hour), next.Add(2*time.Hour)
+	r.sub.Credits = append(r.sub.Credits, Credit{ChangeID: "chg7", PeriodKey: t0.Format("2006-01-02"), Amount: 300, At: t0},
+		Credit{PeriodKey: next.Format("2006-01-02"), PeriodStart: &next, Amount: -200, At: next})
+	r.event("paused", "active", "paused", pause, false)
+	r.obs.Pauses = append(r.obs.Pauses, ObservedPause{When: Interval{rt(200), rt(210)}, At: pause, OnResume: "start_new_period"})
+	r.event("resumed", "paused", "active", resume, false)
+	r.obs.Resumes = append(r.obs.Resumes, ObservedResume{When: Interval{rt(300), rt(310)}, BillingAnchor: resume})
+	r.sub.BillingAnchor = resume
+	expect(t, CheckAll(r.d))
+}
+
+// The credit a downgrade earned from a resumed period charged in full,
+// spent on that same period (the seed 913302 shape), adds up to no price.
+func TestCreditUsedOnThePeriodThatEarnedItIsCaught(t *testing.T) {
+	r := newRecord(day(3))
+	r.paid(t0, 100, "0001")
+	pause, resume := t0.Add(time.Hour), t0.Add(2*time.Hour)
+	r.event("paused", "active", "paused", pause, false)
+	r.obs.Pauses = append(r.obs.Pauses, ObservedPause{When: Interval{rt(200), rt(210)}, At: pause, OnResume: "start_new_period"})
+	r.event("resumed", "paused", "active", resume, false)
+	r.obs.Resumes = append(r.obs.Resumes, ObservedResume{When: Interval{rt(300), rt(310)}, BillingAnchor: resume})
+	r.sub.BillingAnchor = resume
+	ch := Change{ID: "chg8", Effective: "now", Proration: "charge_now", AmountBefore: 500, AmountAfter: 400,
+		IntervalBefore: "month", IntervalAfter: "month", CountBefore: 1, CountAfter: 1, PeriodKey: t0.Format("2006-01-02"),
+		Adjustment: -100, CreatedAt: resume, AppliedAt: &resume}
+	r.sub.Changes = append(r.sub.Changes, ch)
+	r.event("updated", "active", "active", resume, false)
+	r.sub.Amount = 400
+	r.sub.Credits = append(r.sub.Credits, Credit{ChangeID: "chg8", PeriodKey: t0.Format("2006-01-02"), Amount: 100, At: resume})
+	expect(t, PeriodsChargedAtThePriceInForce(r.d))
+	r.sub.Credits = append(r.sub.Credits, Credit{PeriodKey: t0.Format("2006-01-02"), PeriodStart: &resume, Amount: -100, At: resume})
+	expect(t, PeriodsChargedAtThePriceInForce(r.d), "charged 500 with 100 of credit (600)")
+}

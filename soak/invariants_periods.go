@@ -161,7 +161,7 @@ func OwedPeriodsSettled(d *Data) []Violation {
 					if tl.CancelledAfter(p.Start) && tl.cancelledSoonAfter(p.DueFrom) {
 						continue // cancelled before its charge was created: nothing to collect
 					}
-					if sameDayPeriod(s.Charges, p) {
+					if sameDayPeriod(s, p) {
 						continue // decision 5: a resume on the day a charged period began starts that period again
 					}
 					v("never charged (no charge for this period start)")

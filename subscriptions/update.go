@@ -505,6 +505,26 @@ func (st *Store) granted(ctx context.Context, tx pgx.Tx, id uuid.UUID, periodKey
 	return n, nil
 }
 
+// CreditUsed tells, for each of the subscriptions' periods (ids[i],
+// keys[i]), whether it used credit: a period uses credit once.
+func (st *Store) CreditUsed(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, keys []string) ([]bool, error) {
+	out := make([]bool, len(ids))
+	rows, err := tx.Query(ctx, `SELECT k.i FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS k(sub, key, i)
+		WHERE EXISTS (SELECT 1 FROM subscription_credits u WHERE u.subscription_id = k.sub AND u.period_key = k.key AND u.amount < 0)`,
+		ids, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read which periods used credit: %w", err)
+	}
+	var i int64
+	if _, err := pgx.ForEachRow(rows, []any{&i}, func() error {
+		out[i-1] = true
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read which periods used credit: %w", err)
+	}
+	return out, nil
+}
+
 // CreditUse is credit a period's charge used.
 type CreditUse struct {
 	SubscriptionID uuid.UUID
