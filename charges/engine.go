@@ -111,9 +111,13 @@ func (s *Store) HoldPosted(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, a
 }
 
 // HoldUnpostable enqueues, in tx, the void of a fine's hold (attempt) that
-// can no longer be posted in time; the void job checks the same bound.
+// will not be posted to the registry: past its last moment to be posted
+// (PostBy), or paid outside rebill since it was priced (HoldOutpaid). The
+// job carries the decision and releases the hold as long as the charge
+// stands authorized at that attempt: the poster settles the posting as
+// never made right after, and neither posts it later nor captures it.
 func (s *Store) HoldUnpostable(ctx context.Context, tx pgx.Tx, chargeID uuid.UUID, attempt int) error {
-	return s.enqueue(ctx, tx, []river.InsertManyParams{{Args: VoidArgs{ChargeID: chargeID, Attempt: attempt}}})
+	return s.enqueue(ctx, tx, []river.InsertManyParams{{Args: VoidArgs{ChargeID: chargeID, Attempt: attempt, Unpostable: true}}})
 }
 
 // HoldRefused sends an authorized charge whose hold may not be captured

@@ -37,10 +37,17 @@ func (b *testBundle) jobsOf(ctx context.Context, t *testing.T, id uuid.UUID) []s
 // arguments are the JSON jobs of earlier releases carry.
 func (b *testBundle) requireJob(ctx context.Context, t *testing.T, c charges.Charge, kind string, attempt int) {
 	t.Helper()
+	b.requireJobArgs(ctx, t, c, kind, fmt.Sprintf(`{"charge_id": %q, "attempt": %d}`, c.ID, attempt))
+}
+
+// requireJobArgs requires that charge c has exactly one job, of kind,
+// whose arguments are the JSON args.
+func (b *testBundle) requireJobArgs(ctx context.Context, t *testing.T, c charges.Charge, kind, args string) {
+	t.Helper()
 	jobs := b.jobsOf(ctx, t, c.ID)
 	require.Len(t, jobs, 1, "jobs of %s: %v", c.ID, jobs)
 	require.Equal(t, kind, jobs[0].kind)
-	require.JSONEq(t, fmt.Sprintf(`{"charge_id": %q, "attempt": %d}`, c.ID, attempt), jobs[0].args)
+	require.JSONEq(t, args, jobs[0].args)
 }
 
 func (b *testBundle) inStoreTx(ctx context.Context, t *testing.T, fn func(tx pgx.Tx) error) error {
@@ -106,8 +113,9 @@ func TestStopSubscription(t *testing.T) {
 }
 
 // The registry's verbs enqueue the capture of a posted hold and the void
-// of one too late to post; a refused one goes to review with its hold
-// checked, and only from that attempt's hold.
+// of one too late to post, which carries that decision; a refused one
+// goes to review with its hold checked, and only from that attempt's
+// hold.
 func TestHoldVerbs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -123,7 +131,7 @@ func TestHoldVerbs(t *testing.T) {
 		b := setup(t)
 		c := b.newCharge(ctx, t, fixture{status: charges.Authorized, authorizationRef: "auth_1"})
 		require.NoError(t, b.inStoreTx(ctx, t, func(tx pgx.Tx) error { return b.pipeline.Store.HoldUnpostable(ctx, tx, c.ID, 1) }))
-		b.requireJob(ctx, t, c, "charge_void", 1)
+		b.requireJobArgs(ctx, t, c, "charge_void", fmt.Sprintf(`{"charge_id": %q, "attempt": 1, "unpostable": true}`, c.ID))
 	})
 	t.Run("refused", func(t *testing.T) {
 		t.Parallel()

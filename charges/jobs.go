@@ -43,6 +43,13 @@ func (CaptureArgs) InsertOpts() river.InsertOpts {
 type VoidArgs struct {
 	ChargeID uuid.UUID `json:"charge_id" river:"unique"`
 	Attempt  int       `json:"attempt" river:"unique"`
+	// Unpostable carries the poster's decision that the hold will never
+	// be posted to the registry (Store.HoldUnpostable), made with the
+	// transaction that enqueued the job: the void job releases the hold
+	// on it rather than deciding again, since its own reading of the
+	// clock or of the posting can disagree, and a hold neither posted nor
+	// voided has nothing left to move it.
+	Unpostable bool `json:"unpostable,omitempty"`
 }
 
 // Kind names the job in River.

@@ -37,8 +37,11 @@ func (p *Poster) stillProcessing(ctx context.Context, job *river.Job[PostArgs], 
 }
 
 // tooLate enqueues the void of c's hold, past by, the last moment it
-// could be posted (charges' void job checks the same bound), and settles
-// the posting as never made: the charge then goes on as if the hold had
+// could be posted (the void job carries this decision out rather than
+// judging the bound again on its own reading of the clock and of the
+// posting), and settles the posting as never made; one an earlier run
+// made after all, recorded accepted, is annulled by the sweep once the
+// hold is released. The charge then goes on as if the hold had
 // not been captured in time, a discounted one to its full price. The void
 // does not wait for the registry: when it cannot be asked, the posting
 // stays open for this job's next run, which settles it once it can; while

@@ -18,7 +18,8 @@ import (
 // discount of the held price ended before its capture, a fine's hold
 // could no longer be posted to the registry in time (PostBy), or more of
 // the fine was paid outside rebill before its hold was posted
-// (HoldOutpaid).
+// (HoldOutpaid). The last two are the poster's decisions, which the job
+// carries out as made (VoidArgs.Unpostable).
 func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 	s := newStep("void", job, job.Args.ChargeID, job.Args.Attempt)
 	defer metrics.TimeStage(s.stage)()
@@ -26,8 +27,10 @@ func (p *Pipeline) Void(ctx context.Context, job *river.Job[VoidArgs]) error {
 	if err != nil {
 		return err
 	}
-	wanted := c.VoidRequested || c.outsideRecheck || c.discountMissed(p.Clock.Now())
+	wanted := c.VoidRequested || c.outsideRecheck || job.Args.Unpostable || c.discountMissed(p.Clock.Now())
 	if !wanted && c.Status == Authorized && c.AttemptCount == s.attempt {
+		// A void enqueued without the poster's decision (an older job) works
+		// the bound out itself.
 		if wanted, err = p.unpostable(ctx, c, p.Clock.Now()); err != nil {
 			return err
 		}
