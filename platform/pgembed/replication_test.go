@@ -13,13 +13,11 @@ import (
 	"github.com/rebill/rebill/testkit/proctest"
 )
 
-// A synchronous pair keeps every acknowledged commit through a crash of the
-// primary, and a multi-host URL with target_session_attrs=read-write finds
-// the promoted replica with no change of configuration.
-func TestReplicaPromotedAfterPrimaryKilledKeepsSyncCommits(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	ports := make([]int, 2)
+// startSyncPair starts a primary and its synchronous replica on two free
+// ports, stopped at the test's end; the test is skipped without the
+// server programs.
+func startSyncPair(ctx context.Context, t *testing.T) (primary, replica *Member, ports [2]int) {
+	t.Helper()
 	for i := range ports {
 		p, err := proctest.FreePort()
 		require.NoError(t, err)
@@ -31,9 +29,19 @@ func TestReplicaPromotedAfterPrimaryKilledKeepsSyncCommits(t *testing.T) {
 	}
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = primary.Stop(context.Background()) })
-	replica, err := primary.StartReplica(ctx, ReplicationOptions{DataDir: dataDir(t), Port: ports[1]}, true)
+	replica, err = primary.StartReplica(ctx, ReplicationOptions{DataDir: dataDir(t), Port: ports[1]}, true)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = replica.Stop(context.Background()) })
+	return primary, replica, ports
+}
+
+// A synchronous pair keeps every acknowledged commit through a crash of the
+// primary, and a multi-host URL with target_session_attrs=read-write finds
+// the promoted replica with no change of configuration.
+func TestReplicaPromotedAfterPrimaryKilledKeepsSyncCommits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	primary, replica, ports := startSyncPair(ctx, t)
 
 	url := MultiHostURL("postgres", primary, replica)
 	conn, err := pgx.Connect(ctx, url)
@@ -63,21 +71,7 @@ func TestReplicaPromotedAfterPrimaryKilledKeepsSyncCommits(t *testing.T) {
 func TestPromotedReplicaFeedsNewReplicaOnDeadPrimarysPort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	ports := make([]int, 2)
-	for i := range ports {
-		p, err := proctest.FreePort()
-		require.NoError(t, err)
-		ports[i] = p
-	}
-	primary, err := StartPrimary(ctx, ReplicationOptions{DataDir: dataDir(t), Port: ports[0]})
-	if errors.Is(err, ErrNoBinaries) {
-		t.Skip(err)
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = primary.Stop(context.Background()) })
-	replica, err := primary.StartReplica(ctx, ReplicationOptions{DataDir: dataDir(t), Port: ports[1]}, true)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = replica.Stop(context.Background()) })
+	primary, replica, ports := startSyncPair(ctx, t)
 	url := MultiHostURL("postgres", primary, replica)
 	exec := func(sql string) {
 		t.Helper()
