@@ -19,6 +19,7 @@ import (
 	"github.com/rebill/rebill/api/openapitest"
 	"github.com/rebill/rebill/app"
 	"github.com/rebill/rebill/app/config"
+	"github.com/rebill/rebill/renewals"
 	"github.com/rebill/rebill/testkit/dbtest"
 )
 
@@ -219,9 +220,14 @@ func (b testBundle) clockNow(t *testing.T) time.Time {
 
 // scanNow runs a whole billing scan at the service clock and returns when
 // it is done: whatever is due has its charge by then, so a test can assert
-// that nothing was created without sleeping.
+// that nothing was created without sleeping. The nodes' own periodic scans
+// run beside it and a scan skips the rows another has locked, so it first
+// waits out any scan begun at an earlier clock, and afterwards any begun
+// with it, which handled what it skipped.
 func (b testBundle) scanNow(t *testing.T) {
 	t.Helper()
+	b.waitJobsIdle(t, renewals.ScanArgs{}.Kind())
 	_, err := b.nodes[0].svc.Renewals.Scan(context.Background(), b.clockNow(t))
 	require.NoError(t, err)
+	b.waitJobsIdle(t, renewals.ScanArgs{}.Kind())
 }

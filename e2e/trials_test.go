@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rebill/rebill/renewals"
 	"github.com/rebill/rebill/subscriptions"
 	"github.com/rebill/rebill/usecases"
 )
@@ -73,6 +74,8 @@ func TestTrialEndsWithOneNoticeAndOneCapture(t *testing.T) {
 		return len(b.call(t, http.MethodGet, "/v1/events?type="+typ+"&object_id="+id, nil)["data"].([]any))
 	}
 	scanBoth := func() {
+		b.waitJobsIdle(t, renewals.ScanArgs{}.Kind())
+		defer b.waitJobsIdle(t, renewals.ScanArgs{}.Kind())
 		var wg sync.WaitGroup
 		for _, nd := range b.nodes {
 			wg.Add(1)
