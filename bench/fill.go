@@ -70,7 +70,9 @@ func uuidV7SQL(t string) string {
 }
 
 // noticesSentSQL records the charge.upcoming notice of every history
-// subscription's next renewal (notify.Notices keys them so), a day ago.
+// subscription's next renewal (notify.UpcomingKey), a day ago; the
+// subscriptions are written marked noticed (upcoming_noticed_for), as the
+// notice scan leaves them.
 const noticesSentSQL = `INSERT INTO events (id, type, object_id, customer_id, created_at, data, notice_key)
 	SELECT ` + "(lpad(to_hex((extract(epoch FROM now() - interval '1 day') * 1000)::bigint), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid" + `,
 		'charge.upcoming', id, customer_id, now() - interval '1 day',
@@ -113,12 +115,13 @@ func Fill(ctx context.Context, pool *pgxpool.Pool, h History, now time.Time, out
 		size := min(fillChunk, h.Subscriptions-done)
 		_, err := pool.Exec(ctx, `INSERT INTO subscriptions (id, customer_id, status, amount, currency, interval,
 				interval_count, timezone, billing_anchor, next_period_index, next_charge_at, pm_gateway, pm_token,
-				pm_exp_month, pm_exp_year, created_at, updated_at, cancelled_at, paused_at)
+				pm_exp_month, pm_exp_year, created_at, updated_at, cancelled_at, paused_at, upcoming_noticed_for)
 			SELECT `+uuidV7SQL("created")+`, 'hist-' || (i % 200000), st, 1990, 'RUB', 'month', 1, 'Europe/Moscow',
-				created, 36, $3::timestamptz + interval '1 day' + (i % 720) * interval '1 hour', 'sim1',
+				created, 36, next_charge_at, 'sim1',
 				'ptok_' || gen_random_uuid(), 1 + i % 12, 2030, created, created,
-				CASE WHEN st = $5 THEN $3 END, CASE WHEN st = $6 THEN $3 END
+				CASE WHEN st = $5 THEN $3 END, CASE WHEN st = $6 THEN $3 END, next_charge_at
 			FROM (SELECT i, $2::timestamptz + (i::float8 / $7) * interval '1 year' AS created,
+					$3::timestamptz + interval '1 day' + (i % 720) * interval '1 hour' AS next_charge_at,
 					CASE WHEN i % 20 = 0 THEN $6 WHEN i % 10 = 1 THEN $5 ELSE $4 END AS st
 				FROM generate_series($1::bigint, $1::bigint + $8 - 1) AS i) AS g`,
 			done, past, now, subscriptions.Active, subscriptions.Cancelled, subscriptions.Paused,

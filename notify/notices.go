@@ -11,7 +11,6 @@ import (
 
 	"github.com/rebill/rebill/apiobjects"
 	"github.com/rebill/rebill/experiments"
-	"github.com/rebill/rebill/platform/fsm"
 	"github.com/rebill/rebill/subscriptions"
 )
 
@@ -37,11 +36,10 @@ type Notices struct {
 	Experiments *experiments.Set
 }
 
-// leads are the treatment arms of the notice_lead_time experiments running
-// at now, as parallel lists (key, arm, lead in seconds), and the longest
-// lead of all.
-func (n *Notices) leads(now time.Time) (keys, arms []string, secs []float64, longest time.Duration) {
-	longest = n.Upcoming
+// leads are the charge.upcoming leads of the treatment arms of the
+// notice_lead_time experiments running at now.
+func (n *Notices) leads(now time.Time) []subscriptions.NoticeLead {
+	var leads []subscriptions.NoticeLead
 	for _, e := range n.Experiments.List() {
 		if e.Policy != experiments.PolicyNoticeLead || !e.Running(now) {
 			continue
@@ -50,97 +48,131 @@ func (n *Notices) leads(now time.Time) (keys, arms []string, secs []float64, lon
 			if a.Name == experiments.Control || a.Params.Upcoming == 0 {
 				continue
 			}
-			keys, arms, secs = append(keys, e.Key), append(arms, a.Name), append(secs, a.Params.Upcoming.Seconds())
-			longest = max(longest, a.Params.Upcoming)
+			leads = append(leads, subscriptions.NoticeLead{Key: e.Key, Arm: a.Name, Lead: a.Params.Upcoming})
 		}
 	}
-	return keys, arms, secs, longest
+	return leads
 }
 
 // SendNotices publishes what is due at now and returns how many.
 func (n *Notices) SendNotices(ctx context.Context, now time.Time) (int, error) {
-	keys, arms, leads, longest := n.leads(now)
 	// The lead is the subscription's notice arm's while its experiment
-	// runs, the default's otherwise; the longest lead bounds the range the
-	// next_charge_at index is read over. The statuses are parameters: the
-	// planner's plan for their values matches them against the predicate
-	// of the partial index (subscriptions.Billing).
-	up, err := n.each(ctx, now, TypeChargeUpcoming, `SELECT id, 'charge.upcoming:' || id || ':' || extract(epoch FROM next_charge_at)::bigint
-		FROM subscriptions s
-		WHERE status = ANY($7) AND NOT cancel_at_period_end AND next_period_index >= 1
-		  AND next_charge_at > $1 AND next_charge_at <= $1 + make_interval(secs => $6)
-		  AND next_charge_at <= $1 + make_interval(secs => coalesce(
-			(SELECT a.secs FROM unnest($3::text[], $4::text[], $5::float8[]) AS a(k, arm, secs)
-			 WHERE s.experiments->>a.k = a.arm LIMIT 1), $2))
-		  AND NOT EXISTS (SELECT 1 FROM events e
-			WHERE e.notice_key = 'charge.upcoming:' || s.id || ':' || extract(epoch FROM s.next_charge_at)::bigint)
-		ORDER BY next_charge_at, id LIMIT $8`, n.Upcoming.Seconds(), keys, arms, leads, longest.Seconds(), fsm.Texts(subscriptions.Billing))
+	// runs, the default's otherwise. A renewal's notice is marked in the
+	// transaction that publishes it, so a scan reads the notices due, not
+	// every renewal within the lead; the notice key still records a notice
+	// published twice (a row of before the mark existed, a concurrent
+	// scan) once.
+	leads := n.leads(now)
+	up, err := n.each(ctx, now, TypeChargeUpcoming, func(tx pgx.Tx, limit int) ([]due, error) {
+		renewals, err := n.Subscriptions.RenewalsToNotice(ctx, tx, now, n.Upcoming, leads, limit)
+		dues := make([]due, len(renewals))
+		for i, r := range renewals {
+			dues[i] = due{id: r.ID, key: UpcomingKey(r.ID, r.Charge), renewal: &renewals[i].Charge}
+		}
+		return dues, err
+	}, n.Subscriptions.MarkUpcomingNoticed)
 	if err != nil {
 		return up, err
 	}
 	// Once per subscription: a trial ends once. A trial that ended early
 	// or was cancelled is no longer trialing, and one with a cancel
 	// scheduled at its end will charge nothing, so none is told.
-	trial, err := n.each(ctx, now, TypeTrialWillEnd, `SELECT id, 'subscription.trial_will_end:' || id
+	trial, err := n.each(ctx, now, TypeTrialWillEnd, n.queried(ctx, now, `SELECT id, 'subscription.trial_will_end:' || id
 		FROM subscriptions s
 		WHERE status = $3 AND NOT cancel_at_period_end
 		  AND trial_end > $1 AND trial_end <= $1 + make_interval(secs => $2)
 		  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.notice_key = 'subscription.trial_will_end:' || s.id)
-		ORDER BY trial_end, id LIMIT $4`, n.TrialWillEnd.Seconds(), string(subscriptions.Trialing))
+		ORDER BY trial_end, id LIMIT $4`, n.TrialWillEnd.Seconds(), string(subscriptions.Trialing)), nil)
 	if err != nil {
 		return up + trial, err
 	}
 	utc := now.UTC()
-	exp, err := n.each(ctx, now, TypePaymentMethodExpiring, `SELECT id, k FROM (
+	exp, err := n.each(ctx, now, TypePaymentMethodExpiring, n.queried(ctx, now, `SELECT id, k FROM (
 			SELECT id, 'payment_method.expiring:' || id || ':' || encode(sha256(convert_to(pm_gateway || ':' || pm_token, 'UTF8')), 'hex')
 				|| ':' || pm_exp_year || '-' || pm_exp_month AS k
 			FROM subscriptions
 			WHERE status <> $4 AND pm_exp_year = $2 AND pm_exp_month = $3 AND $1::timestamptz IS NOT NULL) c
 		WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.notice_key = c.k)
-		ORDER BY id LIMIT $5`, utc.Year(), int(utc.Month()), string(subscriptions.Cancelled))
+		ORDER BY id LIMIT $5`, utc.Year(), int(utc.Month()), string(subscriptions.Cancelled)), nil)
 	return up + trial + exp, err
 }
 
-// each runs query ($1 now, then args, then the batch size) for (id,
-// notice key) rows in batches, publishing typ for each in the batch's
-// transaction.
-func (n *Notices) each(ctx context.Context, now time.Time, typ, query string, args ...any) (int, error) {
+// due is a notice due: its subscription, its notice key and, for a
+// renewal's, the next charge it announces.
+type due struct {
+	id      uuid.UUID
+	key     string
+	renewal *time.Time
+}
+
+// UpcomingKey is the notice key of the charge.upcoming of subscription
+// id's renewal at charge: one notice per renewal. The seconds are
+// rounded half up, as PostgreSQL's extract(epoch ...)::bigint rounds, so
+// the keys of notices published before the renewals were marked match.
+func UpcomingKey(id uuid.UUID, charge time.Time) string {
+	secs := charge.Unix()
+	if charge.Nanosecond() >= int(time.Second/2) {
+		secs++
+	}
+	return fmt.Sprintf("charge.upcoming:%s:%d", id, secs)
+}
+
+// queried finds the notices due by query ($1 now, then args, then the
+// batch size), whose rows are (subscription id, notice key).
+func (n *Notices) queried(ctx context.Context, now time.Time, query string, args ...any) func(pgx.Tx, int) ([]due, error) {
+	return func(tx pgx.Tx, limit int) ([]due, error) {
+		rows, err := tx.Query(ctx, query, append(append([]any{now}, args...), limit)...)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(row pgx.CollectableRow) (due, error) {
+			var d due
+			return d, row.Scan(&d.id, &d.key)
+		})
+	}
+}
+
+// each publishes typ for the notices find returns, in batches of one
+// transaction each, and, with mark, marks the batch's renewals noticed in
+// it too.
+func (n *Notices) each(ctx context.Context, now time.Time, typ string, find func(pgx.Tx, int) ([]due, error),
+	mark func(context.Context, pgx.Tx, []subscriptions.Noticed) error) (int, error) {
 	limit := max(n.BatchSize, 1)
 	total := 0
 	for {
-		found := 0
+		found, published := 0, 0
 		err := pgx.BeginFunc(ctx, n.Pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, query, append(append([]any{now}, args...), limit)...)
-			if err != nil {
-				return err
-			}
-			type due struct {
-				id  uuid.UUID
-				key string
-			}
-			dues, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (due, error) {
-				var d due
-				return d, row.Scan(&d.id, &d.key)
-			})
+			dues, err := find(tx, limit)
 			if err != nil {
 				return err
 			}
 			found = len(dues)
+			var noticed []subscriptions.Noticed
 			for _, d := range dues {
 				sub, err := n.Subscriptions.Get(ctx, tx, d.id)
 				if err != nil {
 					return err
 				}
-				if _, err := n.Recorder.Record(ctx, tx, typ, sub.ID, nil, sub.CustomerID, apiobjects.FromSubscription(sub), now, d.key); err != nil {
+				recorded, err := n.Recorder.Record(ctx, tx, typ, sub.ID, nil, sub.CustomerID, apiobjects.FromSubscription(sub), now, d.key)
+				if err != nil {
 					return err
 				}
+				if recorded {
+					published++
+				}
+				if d.renewal != nil {
+					noticed = append(noticed, subscriptions.Noticed{ID: d.id, Charge: *d.renewal})
+				}
 			}
-			return nil
+			if mark == nil {
+				return nil
+			}
+			return mark(ctx, tx, noticed)
 		})
 		if err != nil {
 			return total, fmt.Errorf("%s notices: %w", typ, err)
 		}
-		total += found
+		total += published
 		if found < limit {
 			return total, nil
 		}

@@ -380,6 +380,79 @@ var Billing = []Status{Active, PastDue}
 // that the planner matches it against the index's predicate.
 var billingSQL = "status IN (" + fsm.Quoted(Billing...) + ")"
 
+// Noticed is a renewal whose charge.upcoming notice was published: the
+// subscription and the next_charge_at the notice announced.
+type Noticed struct {
+	ID     uuid.UUID
+	Charge time.Time
+}
+
+// NoticeLead is the charge.upcoming lead of the subscriptions recorded in
+// arm Arm of the running experiment Key.
+type NoticeLead struct {
+	Key, Arm string
+	Lead     time.Duration
+}
+
+// RenewalsToNotice returns up to limit renewals, soonest first, whose
+// charge.upcoming notice is due at now and not yet marked: the next charge
+// is ahead and within its lead (the lead of the subscription's arm among
+// arms, lead otherwise). The partial index subscriptions_upcoming_idx
+// holds only the renewals not yet marked, so the read costs the notices
+// due, not every renewal within the lead.
+func (st *Store) RenewalsToNotice(ctx context.Context, tx pgx.Tx, now time.Time, lead time.Duration, arms []NoticeLead, limit int) ([]Noticed, error) {
+	longest := lead
+	keys, names, secs := make([]string, len(arms)), make([]string, len(arms)), make([]float64, len(arms))
+	for i, a := range arms {
+		keys[i], names[i], secs[i] = a.Key, a.Arm, a.Lead.Seconds()
+		longest = max(longest, a.Lead)
+	}
+	rows, err := tx.Query(ctx, `SELECT id, next_charge_at FROM subscriptions s
+		WHERE `+billingSQL+` AND NOT cancel_at_period_end AND next_period_index >= 1
+		  AND upcoming_noticed_for IS DISTINCT FROM next_charge_at
+		  AND next_charge_at > $1 AND next_charge_at <= $1 + make_interval(secs => $6)
+		  AND next_charge_at <= $1 + make_interval(secs => coalesce(
+			(SELECT a.secs FROM unnest($3::text[], $4::text[], $5::float8[]) AS a(k, arm, secs)
+			 WHERE s.experiments->>a.k = a.arm LIMIT 1), $2))
+		ORDER BY next_charge_at, id LIMIT $7`, now, lead.Seconds(), keys, names, secs, longest.Seconds(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("renewals to notice: %w", err)
+	}
+	due, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Noticed, error) {
+		var n Noticed
+		return n, row.Scan(&n.ID, &n.Charge)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("renewals to notice: %w", err)
+	}
+	return due, nil
+}
+
+// MarkUpcomingNoticed records, in tx, that the renewals' notices are
+// published, so that the notice scan no longer reads them. A subscription
+// whose next charge moved since (charged, updated, resumed) is left
+// alone: its new renewal is still owed its notice. Rows are locked in id
+// order, the order every batch that locks several subscriptions takes.
+func (st *Store) MarkUpcomingNoticed(ctx context.Context, tx pgx.Tx, noticed []Noticed) error {
+	if len(noticed) == 0 {
+		return nil
+	}
+	ids, at := make([]uuid.UUID, len(noticed)), make([]time.Time, len(noticed))
+	for i, n := range noticed {
+		ids[i], at[i] = n.ID, n.Charge
+	}
+	_, err := tx.Exec(ctx, `WITH locked AS (
+			SELECT s.id FROM subscriptions s JOIN unnest($1::uuid[], $2::timestamptz[]) AS n(id, at)
+				ON s.id = n.id AND s.next_charge_at = n.at
+			ORDER BY s.id FOR NO KEY UPDATE OF s
+		)
+		UPDATE subscriptions s SET upcoming_noticed_for = s.next_charge_at FROM locked WHERE s.id = locked.id`, ids, at)
+	if err != nil {
+		return fmt.Errorf("mark %d renewals noticed: %w", len(noticed), err)
+	}
+	return nil
+}
+
 // LockDue claims up to limit subscriptions whose next charge is due at now,
 // in keyset order after (afterAt, afterID), skipping rows that another
 // scan or request holds: each is billed by whoever holds it.
