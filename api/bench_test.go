@@ -184,7 +184,23 @@ func benchCopy(b *testing.B, template string) string {
 // and refuses none.
 func benchSetup(b *testing.B) benchBundle {
 	b.Helper()
-	pool := benchPool(b)
+	return productionWiring(b, benchPool(b), wiring{customers: benchCustomers, creations: 1 << 30})
+}
+
+// wiring varies productionWiring for the tests that count what a create
+// sends.
+type wiring struct {
+	// customers have keys: cust-0 to cust-<customers-1>.
+	customers int
+	// creations is the creation limit per hour of customer keys.
+	creations int
+	// noVault stores tokens as they are given.
+	noVault bool
+}
+
+// productionWiring is benchSetup's server on pool.
+func productionWiring(b testing.TB, pool *pgxpool.Pool, w wiring) benchBundle {
+	b.Helper()
 	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	subs := subscriptions.NewStore(clk)
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
@@ -201,7 +217,10 @@ func benchSetup(b *testing.B) benchBundle {
 	uses := &usecases.Service{Pool: pool, Subscriptions: subs, Renewals: renewer, KnownGateway: known, Clock: clk,
 		Owners:   charges.Owners{Subscriptions: renewals.Outcomes{Subscriptions: subs, Renewals: renewer}},
 		Tokens:   &vault.Vault{Pool: pool, Keys: keys},
-		Velocity: &velocity.Limiter{Clock: clk, Max: map[velocity.Limit]int{velocity.Creations: 1 << 30, velocity.PaymentMethodChanges: 1 << 30}},
+		Velocity: &velocity.Limiter{Clock: clk, Max: map[velocity.Limit]int{velocity.Creations: w.creations, velocity.PaymentMethodChanges: 1 << 30}},
+	}
+	if w.noVault {
+		uses.Tokens = nil
 	}
 	apiKeys := apikeys.NewStore(pool, adminKey)
 	srv := api.NewServer(api.Deps{
@@ -212,7 +231,7 @@ func benchSetup(b *testing.B) benchBundle {
 	})
 	ts := httptest.NewServer(srv)
 	b.Cleanup(ts.Close)
-	customerKeys := make([]string, benchCustomers)
+	customerKeys := make([]string, w.customers)
 	for i := range customerKeys {
 		created, err := apiKeys.CreateWithPool(context.Background(), "customer", "cust-"+strconv.Itoa(i))
 		if err != nil {
@@ -321,7 +340,7 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func benchCount(b *testing.B, pool *pgxpool.Pool, query string) int {
+func benchCount(b testing.TB, pool *pgxpool.Pool, query string) int {
 	b.Helper()
 	var n int
 	if err := pool.QueryRow(context.Background(), query).Scan(&n); err != nil {

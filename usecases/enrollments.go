@@ -32,11 +32,8 @@ func (s *Service) CreateEnrollment(ctx context.Context, tx pgx.Tx, caller Caller
 	if err := s.Enrollments.Existing(ctx, tx, n); err != nil {
 		return enrollments.Enrollment{}, err
 	}
-	if err := s.limit(ctx, tx, caller, velocity.Creations); err != nil {
-		return enrollments.Enrollment{}, err
-	}
 	var err error
-	if n.PaymentMethod, err = s.seal(ctx, tx, n.PaymentMethod); err != nil {
+	if n.PaymentMethod, err = s.limitAndSeal(ctx, tx, caller, velocity.Creations, n.PaymentMethod); err != nil {
 		return enrollments.Enrollment{}, err
 	}
 	return s.Enrollments.Create(ctx, tx, n)

@@ -24,11 +24,8 @@ func (s *Service) CreateSubscription(ctx context.Context, tx pgx.Tx, caller Call
 	if !caller.canSee(n.CustomerID) {
 		return subscriptions.Subscription{}, ErrForbidden
 	}
-	if err := s.limit(ctx, tx, caller, velocity.Creations); err != nil {
-		return subscriptions.Subscription{}, err
-	}
 	var err error
-	if n.PaymentMethod, err = s.seal(ctx, tx, n.PaymentMethod); err != nil {
+	if n.PaymentMethod, err = s.limitAndSeal(ctx, tx, caller, velocity.Creations, n.PaymentMethod); err != nil {
 		return subscriptions.Subscription{}, err
 	}
 	return s.Renewals.Create(ctx, tx, n, caller.Actor)

@@ -17,3 +17,13 @@ func (s *Service) limit(ctx context.Context, tx pgx.Tx, caller Caller, l velocit
 	}
 	return s.Velocity.Take(ctx, tx, caller.CustomerID, l)
 }
+
+// queueLimit is limit queued on b (see velocity.Limiter.QueueTake): the
+// returned outcome's Err, once b is sent, is what limit returns. Nil, and
+// nothing queued, for staff keys and without limits.
+func (s *Service) queueLimit(b *pgx.Batch, caller Caller, l velocity.Limit) *velocity.Taken {
+	if s.Velocity == nil || caller.CustomerID == "" {
+		return nil
+	}
+	return s.Velocity.QueueTake(b, caller.CustomerID, l)
+}

@@ -71,36 +71,108 @@ func fingerprintInput(gateway, token string) []byte { return []byte(gateway + "\
 // sealing it is one statement, so a create pays one round trip for its
 // card, new or known.
 func (v *Vault) Seal(ctx context.Context, db pg.DBTX, gateway, token string) (string, error) {
+	s, args, err := v.sealing(gateway, token)
+	if err != nil {
+		return "", err
+	}
+	found, err := s.scan(db.QueryRow(ctx, sealSQL, args...))
+	if err != nil {
+		return "", err
+	}
+	s.read, s.found = true, found
+	return s.Ref(ctx, db)
+}
+
+// Sealing is a seal queued by [Vault.QueueSeal].
+type Sealing struct {
+	gateway     string
+	fingerprint []byte
+	ref         string
+	read, found bool
+}
+
+// QueueSeal queues Seal's statement on b, for a caller that sends b in its
+// transaction with statements of its own, so that sealing the card costs
+// no round trip of its own. The statement's error is the batch's (its
+// Close); the reference is read from the returned Sealing once b's
+// results are.
+func (v *Vault) QueueSeal(b *pgx.Batch, gateway, token string) (*Sealing, error) {
+	s, args, err := v.sealing(gateway, token)
+	if err != nil {
+		return nil, err
+	}
+	b.Queue(sealSQL, args...).QueryRow(func(row pgx.Row) error {
+		found, err := s.scan(row)
+		s.read, s.found = err == nil, found
+		return err
+	})
+	return s, nil
+}
+
+// Ref returns the reference of the sealed token, in db, the transaction
+// the batch of QueueSeal was sent in: read by the queued statement, or,
+// when a concurrent seal of the same token won, read by one more
+// statement.
+func (s *Sealing) Ref(ctx context.Context, db pg.DBTX) (string, error) {
+	if !s.read {
+		return "", fmt.Errorf("seal payment token: its batch was not sent")
+	}
+	if s.found {
+		return s.ref, nil
+	}
+	// A concurrent seal of the same token waited on the unique index, then
+	// inserted nothing and returned no row; this statement (a new snapshot:
+	// READ COMMITTED) sees the reference the other one committed.
+	var ref string
+	if err := db.QueryRow(ctx, `SELECT id FROM payment_tokens WHERE gateway = $1 AND fingerprint = $2`,
+		s.gateway, s.fingerprint).Scan(&ref); err != nil {
+		return "", fmt.Errorf("seal payment token: %w", err)
+	}
+	s.ref, s.found = ref, true
+	return ref, nil
+}
+
+// sealing returns the seal of token under a new reference and sealSQL's
+// arguments for it.
+func (v *Vault) sealing(gateway, token string) (*Sealing, []any, error) {
 	data := fingerprintInput(gateway, token)
 	id, err := uuid.NewRandom()
 	if err != nil {
-		return "", fmt.Errorf("new payment token id: %w", err)
+		return nil, nil, fmt.Errorf("new payment token id: %w", err)
 	}
 	ref := refPrefix + id.String()
 	current := v.Keys.Current()
 	fingerprint := v.Keys.Fingerprint(current, data)
-	// A concurrent Seal of the same token waits on the unique index, then
-	// inserts nothing and returns no row; the next statement (a new
-	// snapshot: READ COMMITTED) sees the reference the other one committed.
-	err = db.QueryRow(ctx, `WITH found AS (
-			SELECT id FROM payment_tokens WHERE gateway = $2 AND fingerprint = ANY($6) LIMIT 1
-		), sealed AS (
-			INSERT INTO payment_tokens (id, gateway, fingerprint, key_id, ciphertext)
-			SELECT $1::text, $2, $3::bytea, $4::text, $5::text WHERE NOT EXISTS (SELECT FROM found)
-			ON CONFLICT (gateway, fingerprint) DO NOTHING RETURNING id
-		)
-		SELECT id FROM found UNION ALL SELECT id FROM sealed`,
-		ref, gateway, fingerprint, current, v.Keys.Encrypt([]byte(token), aad(ref, gateway)),
-		v.Keys.Fingerprints(data)).Scan(&ref)
+	s := &Sealing{gateway: gateway, fingerprint: fingerprint, ref: ref}
+	return s, []any{ref, gateway, fingerprint, current, v.Keys.Encrypt([]byte(token), aad(ref, gateway)),
+		v.Keys.Fingerprints(data)}, nil
+}
+
+// scan reads sealSQL's row into s.ref; false when there is none (a
+// concurrent seal of the same token won, see Ref).
+func (s *Sealing) scan(row pgx.Row) (bool, error) {
+	err := row.Scan(&s.ref)
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = db.QueryRow(ctx, `SELECT id FROM payment_tokens WHERE gateway = $1 AND fingerprint = $2`,
-			gateway, fingerprint).Scan(&ref)
+		return false, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("seal payment token: %w", err)
+		return false, fmt.Errorf("seal payment token: %w", err)
 	}
-	return ref, nil
+	return true, nil
 }
+
+// sealSQL returns the reference the token has already, under any key of
+// the ring ($6 its fingerprints), or seals it under $1. A concurrent seal
+// of the same token waits on the unique index, then inserts nothing and
+// returns no row.
+const sealSQL = `WITH found AS (
+		SELECT id FROM payment_tokens WHERE gateway = $2 AND fingerprint = ANY($6) LIMIT 1
+	), sealed AS (
+		INSERT INTO payment_tokens (id, gateway, fingerprint, key_id, ciphertext)
+		SELECT $1::text, $2, $3::bytea, $4::text, $5::text WHERE NOT EXISTS (SELECT FROM found)
+		ON CONFLICT (gateway, fingerprint) DO NOTHING RETURNING id
+	)
+	SELECT id FROM found UNION ALL SELECT id FROM sealed`
 
 // SealedSQL is an SQL expression that yields the sealed form of the token
 // whose reference is in ref (a column or expression of the caller's

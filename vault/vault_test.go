@@ -474,3 +474,74 @@ func TestGatewayOpensASealedTokenWithoutARead(t *testing.T) {
 		}
 	})
 }
+
+// A seal queued on a caller's batch keeps one reference per card as Seal
+// does. One that waited on a concurrent seal of the same card finds no
+// row in its batch and reads the reference the other committed, with one
+// more statement.
+func TestQueuedSealKeepsOneReferencePerCard(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	reads := &statementCounter{}
+	v := newVault(t, counted(t, pool, reads), newKey(t))
+	queued := func(ctx context.Context, tx pgx.Tx, token string) (string, error) {
+		b := &pgx.Batch{}
+		s, err := v.QueueSeal(b, "sim1", token)
+		if err != nil {
+			return "", err
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return "", err
+		}
+		return s.Ref(ctx, tx)
+	}
+	var first string
+	require.NoError(t, pgx.BeginFunc(t.Context(), v.Pool, func(tx pgx.Tx) (err error) {
+		first, err = queued(t.Context(), tx, "tok_queued")
+		return err
+	}))
+	require.True(t, vault.IsRef(first), first)
+	require.Equal(t, first, seal(t, v, "sim1", "tok_queued"))
+	require.Equal(t, "tok_queued", open(t, v, first))
+
+	t.Run("a reference read before the batch was sent is an error", func(t *testing.T) {
+		s, err := v.QueueSeal(&pgx.Batch{}, "sim1", "tok_unsent")
+		require.NoError(t, err)
+		_, err = s.Ref(t.Context(), pool)
+		require.Error(t, err)
+	})
+
+	t.Run("after a concurrent seal of the same card", func(t *testing.T) {
+		winner, err := v.Pool.Begin(t.Context())
+		require.NoError(t, err)
+		defer func() { _ = winner.Rollback(context.Background()) }()
+		won, err := v.Seal(t.Context(), winner, "sim1", "tok_raced")
+		require.NoError(t, err)
+
+		reads.n.Store(0)
+		done := make(chan struct{})
+		var lost string
+		var lostErr error
+		go func() {
+			defer close(done)
+			lostErr = pgx.BeginFunc(context.Background(), v.Pool, func(tx pgx.Tx) (err error) {
+				lost, err = queued(context.Background(), tx, "tok_raced")
+				return err
+			})
+		}()
+		require.Eventually(t, func() bool { // the queued seal waits on the winner's row
+			var waiting bool
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting))
+			return waiting
+		}, 10*time.Second, 10*time.Millisecond)
+		require.NoError(t, winner.Commit(t.Context()))
+		<-done
+		require.NoError(t, lostErr)
+		require.Equal(t, won, lost, "the winner's reference")
+		require.EqualValues(t, 1, reads.n.Load(), "read by one more statement")
+		var n int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM payment_tokens WHERE id = $1`, won).Scan(&n))
+		require.Equal(t, 1, n)
+	})
+}

@@ -40,6 +40,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/rebill/rebill/fault"
 	"github.com/rebill/rebill/platform/clock"
 	"github.com/rebill/rebill/platform/metrics"
@@ -113,11 +115,63 @@ func (lim *Limiter) Take(ctx context.Context, tx pg.DBTX, customerID string, l L
 	if err != nil {
 		return err
 	}
+	return lim.judge(l, maximum, count, now, end)
+}
+
+// judge refuses the count-th action of a window ending at end.
+func (lim *Limiter) judge(l Limit, maximum, count int, now, end time.Time) error {
 	if count > maximum {
 		metrics.VelocityLimited.WithLabelValues(l.Name).Inc()
 		return &ExceededError{Limit: l, Max: maximum, RetryAfter: end.Sub(now)}
 	}
 	return nil
+}
+
+// Taken is the outcome of a count queued by [Limiter.QueueTake].
+type Taken struct {
+	read bool
+	err  error
+}
+
+// Err is what Take would have returned once the batch's results are
+// read: nil, or an *ExceededError after which the transaction must roll
+// back. A statement error is not here: the batch's Close returns it. Read
+// before the batch was, it is an error, so that a batch never sent does
+// not pass as counted. A nil Taken (no limit to count) is nil.
+func (t *Taken) Err() error {
+	if t == nil {
+		return nil
+	}
+	if !t.read {
+		return fmt.Errorf("velocity count not read: its batch was not sent")
+	}
+	return t.err
+}
+
+// QueueTake queues Take's count on b, for a caller that sends b in its
+// transaction with statements of its own, so that the count costs no
+// round trip of its own. The refusal is read from the returned Taken,
+// not from the batch: the statements after the count run and are read
+// whatever it says (the caller rolls back), and a batch whose Close
+// failed drops its statements from pgx's cache. Returns nil when l has
+// no maximum (nothing queued).
+func (lim *Limiter) QueueTake(b *pgx.Batch, customerID string, l Limit) *Taken {
+	maximum := lim.Max[l]
+	if maximum <= 0 {
+		return nil
+	}
+	now := lim.Clock.Now()
+	start, end := window(l, now)
+	taken := &Taken{}
+	b.Queue(countSQL, countArgs(customerID, l, start, "", "")...).QueryRow(func(row pgx.Row) error {
+		var n int
+		if err := row.Scan(&n); err != nil {
+			return fmt.Errorf("count velocity %s: %w", l.Name, err)
+		}
+		taken.read, taken.err = true, lim.judge(l, maximum, n, now, end)
+		return nil
+	})
+	return taken
 }
 
 // count adds one to the counter of the window opening at start, drops
@@ -126,7 +180,13 @@ func (lim *Limiter) Take(ctx context.Context, tx pg.DBTX, customerID string, l L
 // of a later window (a node whose clock ran ahead) keeps counting there.
 func count(ctx context.Context, db pg.DBTX, customerID string, l Limit, start time.Time, holder, card string) (int, error) {
 	var n int
-	err := db.QueryRow(ctx, `INSERT INTO velocity_counters AS v (customer_id, name, window_start, count)
+	if err := db.QueryRow(ctx, countSQL, countArgs(customerID, l, start, holder, card)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count velocity %s: %w", l.Name, err)
+	}
+	return n, nil
+}
+
+const countSQL = `INSERT INTO velocity_counters AS v (customer_id, name, window_start, count)
 		VALUES ($1, $2, $3, 1)
 		ON CONFLICT (customer_id, name) DO UPDATE
 		SET count = CASE WHEN v.window_start >= excluded.window_start THEN v.count + 1 ELSE 1 END,
@@ -134,9 +194,8 @@ func count(ctx context.Context, db pg.DBTX, customerID string, l Limit, start ti
 			approved_slots = CASE WHEN v.window_start >= excluded.window_start THEN array_remove(v.approved_slots, $4) ELSE '{}' END,
 			approved = v.approved - $5::text,
 			window_start = greatest(v.window_start, excluded.window_start)
-		RETURNING count`, customerID, l.Name, start, holder, card).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("count velocity %s: %w", l.Name, err)
-	}
-	return n, nil
+		RETURNING count`
+
+func countArgs(customerID string, l Limit, start time.Time, holder, card string) []any {
+	return []any{customerID, l.Name, start, holder, card}
 }

@@ -62,6 +62,61 @@ func TestTakeCountsCommittedActionsPerWindow(t *testing.T) {
 	})
 }
 
+// A count queued on a caller's batch counts as Take does, with the
+// caller's statements after it in the same round trip: over the limit the
+// batch still succeeds and the outcome carries the refusal.
+func TestQueueTakeCountsAsTake(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t)
+	clk := testsupport.NewClock(time.Date(2026, 12, 1, 9, 45, 0, 0, time.UTC))
+	lim := &velocity.Limiter{Clock: clk, Max: map[velocity.Limit]int{velocity.Creations: 2}}
+	take := func(customer string) error {
+		return pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			taken := lim.QueueTake(b, customer, velocity.Creations)
+			var after int
+			b.Queue(`SELECT 7`).QueryRow(func(row pgx.Row) error { return row.Scan(&after) })
+			if err := tx.SendBatch(t.Context(), b).Close(); err != nil {
+				return err
+			}
+			require.Equal(t, 7, after, "the statement after the count ran")
+			return taken.Err()
+		})
+	}
+	require.NoError(t, take("c1"))
+	require.NoError(t, take("c1"))
+	err := take("c1")
+	var exceeded *velocity.ExceededError
+	require.True(t, errors.As(err, &exceeded), "%v", err)
+	require.Equal(t, 15*time.Minute, exceeded.RetryAfter)
+	n, _ := slotsOf(t, pool, "c1", velocity.Creations)
+	require.Equal(t, 2, n, "the refused count rolled back")
+
+	t.Run("an outcome read before its batch was sent is an error", func(t *testing.T) {
+		taken := lim.QueueTake(&pgx.Batch{}, "c3", velocity.Creations)
+		require.Error(t, taken.Err())
+	})
+	t.Run("an unlimited limit queues nothing", func(t *testing.T) {
+		b := &pgx.Batch{}
+		taken := lim.QueueTake(b, "c1", velocity.PaymentMethodChanges)
+		require.Zero(t, b.Len())
+		require.NoError(t, taken.Err())
+	})
+	t.Run("a failed count is the batch's error", func(t *testing.T) {
+		err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(t.Context(), `ALTER TABLE velocity_counters ADD CONSTRAINT refuse_all CHECK (count < 0) NOT VALID`); err != nil {
+				return err
+			}
+			b := &pgx.Batch{}
+			taken := lim.QueueTake(b, "c4", velocity.Creations)
+			err := tx.SendBatch(t.Context(), b).Close()
+			require.Error(t, taken.Err(), "not counted")
+			return err
+		})
+		require.ErrorContains(t, err, "count velocity creations")
+	})
+}
+
 // slotsOf reads customer's counter of l: the recorded count and the slots
 // held.
 func slotsOf(t *testing.T, pool *pgxpool.Pool, customer string, l velocity.Limit) (int, []string) {
