@@ -52,8 +52,11 @@ type Options struct {
 	// that an earlier run filled with history: a run leaves its database
 	// in place, and drops it when it starts again).
 	Template string
-	Out      io.Writer
-	Log      zerolog.Logger
+	// Top prints the statements of the run that took the most time,
+	// this many (pg_stat_statements: a -private server).
+	Top int
+	Out io.Writer
+	Log zerolog.Logger
 	// Billing runs the billing part against the migrated bench database and
 	// returns its figures (a zero EndToEnd: the scan alone was measured);
 	// the caller wires the real service into it.
@@ -179,6 +182,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	counted := statementStatsOn(ctx, pool)
+	if counted && o.Top > 0 {
+		if _, err := pool.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+			return fmt.Errorf("reset pg_stat_statements: %w", err)
+		}
+	}
 	before, err := readStats(ctx, pool, o.Database, counted)
 	if err != nil {
 		return err
@@ -193,6 +201,11 @@ func Run(ctx context.Context, o Options) error {
 	after, err := readStats(ctx, pool, o.Database, counted)
 	if err != nil {
 		return err
+	}
+	if counted && o.Top > 0 {
+		if err := printTop(ctx, pool, o.Database, o.Top, o.Out); err != nil {
+			return err
+		}
 	}
 	how := ""
 	if res.ScanLoop {

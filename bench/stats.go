@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rebill/rebill/platform/pgembed"
@@ -159,4 +161,34 @@ func readStats(ctx context.Context, pool *pgxpool.Pool, db string, statements bo
 		return s, fmt.Errorf("read statements of %s: %w", db, err)
 	}
 	return s, nil
+}
+
+// printTop prints the n statements of db that took the most execution
+// time since the counters were reset: where the database's share of the
+// run went, statement by statement.
+func printTop(ctx context.Context, pool *pgxpool.Pool, db string, n int, out io.Writer) error {
+	rows, err := pool.Query(ctx, `SELECT calls, total_exec_time, rows, shared_blks_hit + shared_blks_read,
+			left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+		FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+		WHERE d.datname = $1 ORDER BY total_exec_time DESC LIMIT $2`, db, n)
+	if err != nil {
+		return fmt.Errorf("read the top statements of %s: %w", db, err)
+	}
+	type top struct {
+		calls, rows, buffers int64
+		ms                   float64
+		query                string
+	}
+	tops, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (top, error) {
+		var t top
+		return t, row.Scan(&t.calls, &t.ms, &t.rows, &t.buffers, &t.query)
+	})
+	if err != nil {
+		return fmt.Errorf("read the top statements of %s: %w", db, err)
+	}
+	fmt.Fprintf(out, "top statements by execution time (calls, ms, rows, buffers):\n")
+	for _, t := range tops {
+		fmt.Fprintf(out, "  %8d %10.0f %9d %10d  %s\n", t.calls, t.ms, t.rows, t.buffers, t.query)
+	}
+	return nil
 }

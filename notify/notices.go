@@ -147,8 +147,18 @@ func (n *Notices) each(ctx context.Context, now time.Time, typ string, find func
 				return err
 			}
 			found = len(dues)
+			sent, err := sentBefore(ctx, tx, dues)
+			if err != nil {
+				return err
+			}
 			var noticed []subscriptions.Noticed
 			for _, d := range dues {
+				if d.renewal != nil {
+					noticed = append(noticed, subscriptions.Noticed{ID: d.id, Charge: *d.renewal})
+				}
+				if sent[d.key] {
+					continue
+				}
 				sub, err := n.Subscriptions.Get(ctx, tx, d.id)
 				if err != nil {
 					return err
@@ -159,9 +169,6 @@ func (n *Notices) each(ctx context.Context, now time.Time, typ string, find func
 				}
 				if recorded {
 					published++
-				}
-				if d.renewal != nil {
-					noticed = append(noticed, subscriptions.Noticed{ID: d.id, Charge: *d.renewal})
 				}
 			}
 			if mark == nil {
@@ -177,4 +184,31 @@ func (n *Notices) each(ctx context.Context, now time.Time, typ string, find func
 			return total, nil
 		}
 	}
+}
+
+// sentBefore returns which of the dues' notice keys an event holds
+// already: the renewals of before the mark existed, whose notices went out
+// then. The first scan after an upgrade marks them with this one look-up
+// a batch, instead of reading each subscription to record nothing.
+func sentBefore(ctx context.Context, tx pgx.Tx, dues []due) (map[string]bool, error) {
+	if len(dues) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, len(dues))
+	for i, d := range dues {
+		keys[i] = d.key
+	}
+	rows, err := tx.Query(ctx, `SELECT notice_key FROM events WHERE notice_key = ANY($1)`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("notices sent before: %w", err)
+	}
+	sent, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("notices sent before: %w", err)
+	}
+	found := make(map[string]bool, len(sent))
+	for _, k := range sent {
+		found[k] = true
+	}
+	return found, nil
 }

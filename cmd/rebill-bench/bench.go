@@ -55,6 +55,7 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	history := fs.String("history", "", "rows written before measuring, as years of use would leave them: big (2,000,000 subscriptions, 10,000,000 charges, 20,000,000 events: about 15 GB) or SUBSCRIPTIONS,CHARGES,EVENTS")
 	template := fs.String("template", "", "start from a copy of this database (say one filled by -history big -n 0 -db rebill_history) instead of an empty one")
 	webhook := fs.Bool("webhook", false, "one webhook endpoint subscribed to every event, on a local receiver")
+	top := fs.Int("top", 0, "print this many statements that took the most of the database's time (with -private)")
 	nodes := fs.Int("nodes", 1, "production-mode nodes billing the same subscriptions, each with its River client, workers, scan loop and pool of -conns; with more than one, the nodes' own scan loop scans (one billing_scan job, while the workers bill)")
 	if done, err := app.ParseFlags(fs, args, stdout, stderr); done || err != nil {
 		return err
@@ -110,6 +111,7 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	return bench.Run(ctx, bench.Options{
 		ServerURL: server, Database: *database, Subscriptions: *n, NoopJobs: *noop, Workers: cfg.Workers, Conns: *conns,
 		Baseline: *baseline, History: past, Template: *template, Out: stdout, Log: log, Nodes: *nodes, Payers: *payers,
+		Top: *top,
 		Billing: func(ctx context.Context, pool *pgxpool.Pool, n int) (bench.BillingResult, error) {
 			cfg.ScanBatch = *scanBatch
 			return benchBilling(ctx, cfg, server, *database, pool, n, billingOptions{latency: *latency,
