@@ -19,9 +19,9 @@ func TestWorkersFollowLittlesLaw(t *testing.T) {
 		env  map[string]string
 		want int
 	}{
-		{"Defaults", nil, 750}, // 1,000/s × 2 calls × 300 ms, plus a quarter
-		{"SlowGateways", map[string]string{"REBILL_GATEWAY_LATENCY": "800ms"}, 2000},
-		{"LowerRate", map[string]string{"REBILL_TARGET_CHARGE_RATE": "100", "REBILL_GATEWAY_LATENCY": "250ms"}, 63},
+		{"Defaults", nil, 1200}, // 1,000/s × 2 calls × 300 ms, doubled
+		{"SlowGateways", map[string]string{"REBILL_GATEWAY_LATENCY": "800ms"}, 3200},
+		{"LowerRate", map[string]string{"REBILL_TARGET_CHARGE_RATE": "100", "REBILL_GATEWAY_LATENCY": "250ms"}, 100},
 		{"FastGateways", map[string]string{"REBILL_TARGET_CHARGE_RATE": "1", "REBILL_GATEWAY_LATENCY": "1ms"}, 1},
 		{"SetByHand", map[string]string{"REBILL_WORKERS": "40", "REBILL_GATEWAY_LATENCY": "800ms"}, 40},
 	} {
@@ -32,5 +32,5 @@ func TestWorkersFollowLittlesLaw(t *testing.T) {
 			require.Equal(t, tc.want, cfg.Workers)
 		})
 	}
-	require.Equal(t, 625, config.LittlesLawWorkers(1000, 250*time.Millisecond))
+	require.Equal(t, 1000, config.LittlesLawWorkers(1000, 250*time.Millisecond))
 }
