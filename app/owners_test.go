@@ -98,11 +98,11 @@ var crossings = []crossing{
 	{in: "testkit/opstest", table: "refunds", write: true, why: "ops tests write refunds the books must match (one the gateway never made) without driving the refund jobs"},
 	{in: "testkit/opstest", table: "gatewaysim.operations", write: true, why: "ops tests write a simulated gateway's ledger entries (a capture nobody asked for)"},
 
-	// The notice scan picks the subscriptions still owed a notice in one
-	// statement with the events already sent, so that a batch's LIMIT
-	// counts only notices due and the partial index on next_charge_at
-	// bounds the read.
-	{in: "notify/notices.go", table: "subscriptions", why: "the notice scan reads subscriptions beside the events already sent"},
+	// The trial and card-expiry notice scans pick the subscriptions still
+	// owed a notice in one statement with the events already sent, so
+	// that a batch's LIMIT counts only notices due. A renewal's notice
+	// goes through the owner (RenewalsToNotice, MarkUpcomingNoticed).
+	{in: "notify/notices.go", table: "subscriptions", why: "the trial and card-expiry notice scans read subscriptions beside the events already sent"},
 }
 
 // exportedFragments are the exported pieces of SQL over a table that

@@ -88,7 +88,14 @@ type BillingResult struct {
 	// SlotWaits are the snoozes of the authorize jobs: the times charges
 	// waited for a declines-limit slot (or for a gateway that did nothing).
 	SlotWaits int
+	// BillingRSSMiB is the process's peak RSS when the last charge
+	// settled: the nodes' (and the in-process simulator's), before the
+	// exactly-once check reads every charge and ledger entry.
+	BillingRSSMiB float64
 }
+
+// PeakRSSMiB is this process's peak resident set so far, in MiB.
+func PeakRSSMiB() float64 { return peakRSSMiB() }
 
 // Exactness counts, once no charge is in flight, what must hold for
 // every due period to have been charged exactly once.
@@ -266,7 +273,8 @@ func Run(ctx context.Context, o Options) error {
 		fmt.Fprintf(o.Out, "webhook deliveries:      %8.0f deliveries/s (%d received in %s from the scan's start)\n",
 			float64(res.Deliveries)/res.DeliveredIn.Seconds(), res.Deliveries, res.DeliveredIn.Round(time.Millisecond))
 	}
-	fmt.Fprintf(o.Out, "peak RSS:                %8.1f MiB\n", peakRSSMiB())
+	fmt.Fprintf(o.Out, "peak RSS:                %8.1f MiB (%.1f MiB when the last charge settled, before the exactly-once check)\n",
+		peakRSSMiB(), res.BillingRSSMiB)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync/atomic"
@@ -49,6 +50,7 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	baseline := fs.Duration("baseline", 5*time.Second, "single-row INSERT baselines from 32 clients, pgbench's (the ratios use it) and Go's, each for this long (0: skip)")
 	private := fs.Bool("private", false, "run on a private PostgreSQL (this machine's binaries, a temporary folder) that preloads pg_stat_statements, to count statements per charge")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile to this file once every charge has settled, the nodes still up")
 	scanOnly := fs.Bool("scan-only", false, "measure the scan and stop (for very large -n)")
 	scanBatch := fs.Int("scan-batch", 1000, "subscriptions per scan transaction")
 	database := fs.String("db", "rebill_bench", "database to create (dropped first) on the server")
@@ -115,7 +117,7 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		Billing: func(ctx context.Context, pool *pgxpool.Pool, n int) (bench.BillingResult, error) {
 			cfg.ScanBatch = *scanBatch
 			return benchBilling(ctx, cfg, server, *database, pool, n, billingOptions{latency: *latency,
-				memoryLedger: *simLedger == "memory", scanOnly: *scanOnly, webhook: *webhook, nodes: *nodes, payers: *payers}, log)
+				memoryLedger: *simLedger == "memory", scanOnly: *scanOnly, memProfile: *memProfile, webhook: *webhook, nodes: *nodes, payers: *payers}, log)
 		},
 	})
 }
@@ -259,6 +261,12 @@ func benchBilling(ctx context.Context, cfg config.Config, server, database strin
 			return bench.BillingResult{}, ctx.Err()
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	res.BillingRSSMiB = bench.PeakRSSMiB()
+	if o.memProfile != "" {
+		if err := writeHeapProfile(o.memProfile); err != nil {
+			return bench.BillingResult{}, err
+		}
 	}
 	end, err := charges.LastSettled(ctx, pool)
 	if err != nil {
@@ -452,6 +460,7 @@ type billingOptions struct {
 	latency      time.Duration // added by the simulated gateway to every call
 	memoryLedger bool          // the simulator keeps its ledger in memory
 	scanOnly     bool
+	memProfile   string // heap profile once every charge has settled
 	webhook      bool
 	nodes        int
 	payers       int // 0: one payer per subscription
@@ -478,4 +487,19 @@ func benchSim(ctx context.Context, server, database string, memory bool, log zer
 		return "", nil, nil, err
 	}
 	return baseURL, sim.NewStore(simPool), func() { stopSim(); closeSimPool() }, nil
+}
+
+// writeHeapProfile writes what the heap holds after a collection: what
+// the nodes keep once their work is done.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return nil
 }
