@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // drain ends the chaos and lets everything settle: faults off, every node
@@ -138,6 +140,35 @@ func (r *runner) openCharges() string {
 	return strings.Join(parts, "; ")
 }
 
+// openPostings describes the registry postings, refunds and GIS ZhKH
+// reports still unanswered, with every River job of each: one with no job
+// left waits for nothing.
+func (r *runner) openPostings() string {
+	rows, err := r.db.Query(r.ctx, `SELECT what, coalesce((SELECT string_agg(j.kind || ':' || j.state || '#' || j.attempt
+			|| coalesce(' ' || left(j.errors[array_length(j.errors, 1)]->>'error', 120), ''), ' ')
+			FROM river_job j WHERE j.args->>o.arg = o.open_id), '')
+		FROM (SELECT 'posting ' || payment_id || ' ' || status || ' charge ' || charge_id || ' a' || attempt || ' ' || left(coalesce(last_error, ''), 120) AS what,
+				'payment_id'::text AS arg, payment_id AS open_id
+			FROM registry_postings WHERE status IN ('posting', 'abandoned')
+			UNION ALL SELECT 'refund ' || id || ' ' || status || ' charge ' || charge_id, 'refund_id', id::text
+			FROM refunds WHERE status IN ('pending', 'unknown')
+			UNION ALL SELECT 'zhkh report ' || report_id || ' ' || status || ' charge ' || charge_id, 'report_id', report_id
+			FROM zhkh_reports WHERE status IN ('pending', 'cancel_pending')) o
+		ORDER BY what LIMIT 20`)
+	if err != nil {
+		return err.Error()
+	}
+	open, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
+		var what, jobs string
+		err := row.Scan(&what, &jobs)
+		return what + " jobs=[" + jobs + "]", err
+	})
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(open, "; ")
+}
+
 // waitQuiet waits until nothing is in flight or due (twice in a row).
 func (r *runner) waitQuiet(limit time.Duration) bool {
 	start := time.Now()
@@ -160,7 +191,7 @@ func (r *runner) waitQuiet(limit time.Duration) bool {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	r.t.Logf("not quiet after %s: %s; %s", limit, open, r.openCharges())
+	r.t.Logf("not quiet after %s: %s; %s; %s", limit, open, r.openCharges(), r.openPostings())
 	return false
 }
 
