@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
@@ -23,17 +24,36 @@ import (
 // look-up send it again, under the same key. Nothing sends a refund under
 // another key: a new key is a new refund, requested by a person.
 
-// SendRefund runs a refund_send job.
+// SendRefund runs a refund_send job. Its last try hands a refund with no
+// verdict to a look-up; a last try that could not even do that (the
+// database failing over) waits and runs again, under the same key, rather
+// than be discarded with the refund pending and no job.
 func (p *Pipeline) SendRefund(ctx context.Context, job *river.Job[RefundSendArgs]) error {
-	r, err := GetRefund(ctx, p.Pool, job.Args.RefundID)
+	lastTry := job.MaxAttempts > 0 && job.Attempt >= job.MaxAttempts
+	err := p.sendPending(ctx, job.Args.RefundID, lastTry)
+	if err != nil && lastTry && ctx.Err() == nil && !isSnooze(err) && !errors.Is(err, pgx.ErrNoRows) {
+		p.Logger.Error().Err(err).Str("refund_id", job.Args.RefundID.String()).
+			Msg("refund send failed on its last attempt: it waits and runs again rather than be given up")
+		return river.JobSnooze(p.holdCheckWait(stageRun{run: job.Attempt + snoozes(job.Metadata)}, err))
+	}
+	return err
+}
+
+func (p *Pipeline) sendPending(ctx context.Context, id uuid.UUID, lastTry bool) error {
+	r, err := GetRefund(ctx, p.Pool, id)
 	if err != nil {
 		return err
 	}
 	if r.Status != RefundPending {
 		return nil // settled, or in a look-up's hands
 	}
-	lastTry := job.MaxAttempts > 0 && job.Attempt >= job.MaxAttempts
 	return p.sendRefund(ctx, r, false, lastTry)
+}
+
+// isSnooze reports whether err is River's snooze: a wait already chosen.
+func isSnooze(err error) bool {
+	var snooze *river.JobSnoozeError
+	return errors.As(err, &snooze)
 }
 
 // LookUpRefund runs a refund_lookup job. It is a refund's last job, and
@@ -46,6 +66,14 @@ func (p *Pipeline) LookUpRefund(ctx context.Context, job *river.Job[RefundLookup
 	if ctx.Err() == nil && (errors.Is(err, gateway.ErrUnavailable) || errors.Is(err, gateway.ErrUnknownOutcome) ||
 		errors.Is(err, context.DeadlineExceeded)) {
 		p.Logger.Warn().Err(err).Str("refund_id", job.Args.RefundID.String()).Msg("refund look-up waits for its gateway")
+		return river.JobSnooze(p.holdCheckWait(stageRun{run: job.Attempt + snoozes(job.Metadata)}, err))
+	}
+	if err != nil && ctx.Err() == nil && job.Attempt >= job.MaxAttempts && !isSnooze(err) && !errors.Is(err, pgx.ErrNoRows) {
+		// Any other failure (the database failing over, a pool cut) spends
+		// River's attempts; on the last one the look-up waits instead of
+		// being discarded.
+		p.Logger.Error().Err(err).Str("refund_id", job.Args.RefundID.String()).
+			Msg("refund look-up failed on its last attempt: it waits and runs again rather than be given up")
 		return river.JobSnooze(p.holdCheckWait(stageRun{run: job.Attempt + snoozes(job.Metadata)}, err))
 	}
 	return err

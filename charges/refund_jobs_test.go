@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -177,6 +178,67 @@ func TestRefundLookUpWaitsOutItsGateway(t *testing.T) {
 	for _, k := range keys {
 		require.Equal(t, r.GatewayKey, k, "only ever under its own key")
 	}
+}
+
+// Errors other than the gateway's (the database failing over, a pool
+// cut) spend River's attempts, but the last one is not spent: the look-up
+// is snoozed rather than discarded, which would leave the refund unknown
+// with no job.
+func TestRefundLookUpIsNeverGivenUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, r := b.pendingRefund(ctx, t)
+	b.gateway.RefundFunc = gatewaytest.Answer(gateway.Result{}, gateway.ErrUnknownOutcome)
+	require.NoError(t, b.send(ctx, r))
+	require.Equal(t, charges.RefundUnknown, b.refund(ctx, t, r.ID).Status)
+	b.gateway.LookupFunc = gatewaytest.LookupAnswer(gateway.Result{}, errors.New("connection reset by the database proxy"))
+	job := func(attempt int) *river.Job[charges.RefundLookupArgs] {
+		return &river.Job[charges.RefundLookupArgs]{Args: charges.RefundLookupArgs{RefundID: r.ID},
+			JobRow: &rivertype.JobRow{Attempt: attempt, MaxAttempts: 5}}
+	}
+	err := b.pipeline.LookUpRefund(ctx, job(4))
+	require.Error(t, err)
+	var snooze *rivertype.JobSnoozeError
+	require.False(t, errors.As(err, &snooze), "not the last attempt: River retries it")
+	require.ErrorAs(t, b.pipeline.LookUpRefund(ctx, job(5)), &snooze, "the last attempt waits")
+	require.Positive(t, snooze.Duration)
+	require.Equal(t, charges.RefundUnknown, b.refund(ctx, t, r.ID).Status)
+
+	b.gateway.LookupFunc = gatewaytest.LookupAnswer(refunded("re_9"), nil)
+	require.NoError(t, b.pipeline.LookUpRefund(ctx, job(5)))
+	require.Equal(t, charges.RefundSucceeded, b.refund(ctx, t, r.ID).Status)
+}
+
+// A send's last try that cannot reach the database (failing over) waits
+// and runs again rather than be discarded with the refund pending and no
+// job; before its last try River retries it as any job.
+func TestRefundSendIsNeverGivenUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, r := b.pendingRefund(ctx, t)
+	down, err := pgxpool.New(ctx, b.pool.Config().ConnString())
+	require.NoError(t, err)
+	down.Close()
+	pool := b.pipeline.Pool
+	b.pipeline.Pool = down
+	job := func(attempt int) *river.Job[charges.RefundSendArgs] {
+		return &river.Job[charges.RefundSendArgs]{Args: charges.RefundSendArgs{RefundID: r.ID},
+			JobRow: &rivertype.JobRow{Attempt: attempt, MaxAttempts: 5}}
+	}
+	err = b.pipeline.SendRefund(ctx, job(4))
+	var snooze *rivertype.JobSnoozeError
+	require.Error(t, err)
+	require.False(t, errors.As(err, &snooze), "not the last attempt: River retries it")
+	require.ErrorAs(t, b.pipeline.SendRefund(ctx, job(5)), &snooze, "the last attempt waits")
+	b.pipeline.Pool = pool
+	require.Equal(t, charges.RefundPending, b.refund(ctx, t, r.ID).Status)
+	require.Empty(t, b.gateway.Keys(gateway.OpRefund), "nothing sent while the database was away")
+
+	b.gateway.RefundFunc = gatewaytest.Answer(refunded("re_5"), nil)
+	require.NoError(t, b.pipeline.SendRefund(ctx, job(5)))
+	require.Equal(t, charges.RefundSucceeded, b.refund(ctx, t, r.ID).Status)
 }
 
 func TestLostRefundAnswer(t *testing.T) {
