@@ -147,9 +147,12 @@ func (n *Notices) each(ctx context.Context, now time.Time, typ string, find func
 				return err
 			}
 			found = len(dues)
-			sent, err := sentBefore(ctx, tx, dues)
-			if err != nil {
-				return err
+			var sent map[string]bool
+			if mark != nil {
+				// Queries that skip the notices already sent need no look-up.
+				if sent, err = sentBefore(ctx, tx, dues); err != nil {
+					return err
+				}
 			}
 			var noticed []subscriptions.Noticed
 			for _, d := range dues {
