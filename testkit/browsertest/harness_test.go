@@ -442,10 +442,20 @@ func run[T any](b *tab, a chromedp.Action[T]) T {
 }
 
 // open loads path and returns the HTTP status of the page it ends on
-// (after redirects).
+// (after redirects). A navigation the tab aborts because a form's answer
+// was still arriving (a double click's second page) is made again.
 func (b *tab) open(path string) int64 {
 	b.t.Helper()
-	return run(b, chromedp.NavigateResponse(b.base+path)).Status
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+		resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(b.base+path))
+		cancel()
+		if err != nil && try < 3 && strings.Contains(err.Error(), "net::ERR_ABORTED") {
+			continue
+		}
+		b.check(err, "browser action")
+		return resp.Status
+	}
 }
 
 // submit clicks the element sel (a form's button) and returns the status
