@@ -391,13 +391,20 @@ func testReviewEventObjects(t *testing.T, o eventObjects) {
 		})
 	}
 	inReview(1)
-	// A retry publishes nothing of its own (the new attempt's outcome is
-	// the next event); the charge is on its way at once.
-	o.request(t, http.MethodPost, "/v1/charges/"+c+"/retry", map[string]any{}, nil)
+	// A retry publishes nothing of its own: the charge is on its way at
+	// once, and the new attempt's outcome, which may commit before the
+	// events are read, is the only event after it.
+	mark := o.newest(t)
+	b.call(t, http.MethodPost, "/v1/charges/"+c+"/retry", map[string]any{})
 	require.Eventually(t, func() bool {
 		got := o.charge(t)(c)
 		return got["status"] == "requires_review" && got["attempt_count"] == float64(2)
 	}, 30*time.Second, 20*time.Millisecond, "the retry in review again")
+	for _, e := range o.eventsOf(t, c, mark) {
+		object := e["data"].(map[string]any)["object"].(map[string]any)
+		require.Equal(t, "charge.requires_review", e["type"], "an event after the retry")
+		require.Equal(t, float64(2), object["attempt_count"], "the retry's event is the new attempt's outcome")
+	}
 	inReview(2)
 	o.request(t, http.MethodPost, "/v1/charges/"+c+"/resolve",
 		map[string]any{"outcome": "failed", "evidence": "sim1 ledger shows no operation for this key"}, o.charge(t), "charge.resolved")
