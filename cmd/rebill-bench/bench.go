@@ -57,6 +57,15 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	history := fs.String("history", "", "rows written before measuring, as years of use would leave them: big (2,000,000 subscriptions, 10,000,000 charges, 20,000,000 events: about 15 GB) or SUBSCRIPTIONS,CHARGES,EVENTS")
 	template := fs.String("template", "", "start from a copy of this database (say one filled by -history big -n 0 -db rebill_history) instead of an empty one")
 	webhook := fs.Bool("webhook", false, "one webhook endpoint subscribed to every event, on a local receiver")
+	var pgSettings []string
+	fs.Func("pg", "a server setting NAME=VALUE for the private PostgreSQL (with -private; repeatable), e.g. -pg shared_buffers=4GB to size its buffer pool to the run's tables",
+		func(v string) error {
+			if name, _, ok := strings.Cut(v, "="); !ok || name == "" {
+				return fmt.Errorf("%q: want NAME=VALUE", v)
+			}
+			pgSettings = append(pgSettings, v)
+			return nil
+		})
 	top := fs.Int("top", 0, "print this many statements that took the most of the database's time (with -private)")
 	nodes := fs.Int("nodes", 1, "production-mode nodes billing the same subscriptions, each with its River client, workers, scan loop and pool of -conns; with more than one, the nodes' own scan loop scans (one billing_scan job, while the workers bill)")
 	if done, err := app.ParseFlags(fs, args, stdout, stderr); done || err != nil {
@@ -77,6 +86,9 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 	if server == "" {
 		server = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	}
+	if len(pgSettings) > 0 && !*private {
+		return errors.New("-pg sets the private PostgreSQL's settings: add -private")
+	}
 	if *private {
 		dir, err := os.MkdirTemp("", "rebill-bench-pg-")
 		if err != nil {
@@ -84,7 +96,7 @@ func benchCommand(ctx context.Context, cfg config.Config, log zerolog.Logger, ar
 		}
 		defer os.RemoveAll(dir)
 		cluster, err := pgembed.Start(ctx, pgembed.Options{DataDir: filepath.Join(dir, "pg"), Log: stderr,
-			Settings: []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track_utility=off"}})
+			Settings: append([]string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track_utility=off"}, pgSettings...)})
 		if err != nil {
 			return err
 		}
