@@ -154,6 +154,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(o.Out, "rebill-bench: %d subscriptions%s, %d no-op jobs, %s%d workers, %d connections, GOMAXPROCS %d\n",
 		o.Subscriptions, payers, o.NoopJobs, nodes, o.Workers, o.Conns, runtime.GOMAXPROCS(0))
+	server, err := serverSettings(ctx, pool)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "server:                  %s\n", server)
 	if o.History != (History{}) {
 		if err := Fill(ctx, pool, o.History, time.Now(), o.Out); err != nil {
 			return err
@@ -442,4 +447,16 @@ func peakRSSMiB() float64 {
 		}
 	}
 	return 0
+}
+
+// serverSettings names the server's settings that change what a run
+// measures: without autovacuum the dead rows a million charges leave stay
+// in the tables and their indexes, and a run measures that, not rebill.
+func serverSettings(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var out string
+	if err := pool.QueryRow(ctx, `SELECT string_agg(name || ' ' || current_setting(name), ', ' ORDER BY name)
+		FROM unnest(ARRAY['autovacuum', 'shared_buffers', 'max_wal_size', 'synchronous_commit']) AS name`).Scan(&out); err != nil {
+		return "", fmt.Errorf("read the server's settings: %w", err)
+	}
+	return out, nil
 }

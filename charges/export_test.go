@@ -22,3 +22,7 @@ func (s *Store) SettleRefund(ctx context.Context, tx pgx.Tx, id uuid.UUID, to Re
 // SnoozeJob is snoozeJob, for the test of the snooze a waiting step makes
 // in its transaction.
 var SnoozeJob = snoozeJob
+
+// AnyInFlightSQL is the statement AnyInFlight sends, for the test of its
+// plan.
+const AnyInFlightSQL = anyInFlightSQL
