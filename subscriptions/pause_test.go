@@ -314,3 +314,34 @@ func TestCancelDropsTheTimeKept(t *testing.T) {
 	require.Nil(t, got.PausedTimeLeft)
 	require.Nil(t, got.PausedAt)
 }
+
+// A change of interval while paused restarts the grid and moves the next
+// charge; a later switch of the pause to continue_period still keeps the
+// time that was left in the period the pause interrupted, not the time
+// from the pause to the restarted grid's anchor (days nobody paid for).
+func TestContinuePeriodChosenAfterAnIntervalChangeWhilePaused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sub := b.charged(t, period.Week, "UTC", b.clock.Now())
+	b.clock.Advance(3 * 24 * time.Hour)
+	paused, changed := b.pause(t, sub, nil, subscriptions.StartNewPeriod)
+	require.True(t, changed)
+	left := sub.NextChargeAt.Sub(*paused.PausedAt)
+	require.Equal(t, 4*24*time.Hour, left)
+
+	b.clock.Advance(10 * 24 * time.Hour) // past the interrupted period's end
+	month := period.Month
+	updated, _, err := b.update(t, sub.ID, subscriptions.Update{Interval: &month}, subscriptions.ProrationNone)
+	require.NoError(t, err)
+	require.Equal(t, subscriptions.Paused, updated.Status)
+	require.NotEqual(t, sub.NextChargeAt, updated.NextChargeAt, "the change restarted the grid")
+
+	b.clock.Advance(24 * time.Hour)
+	switched, changed := b.pause(t, sub, nil, subscriptions.ContinuePeriod)
+	require.True(t, changed)
+	require.Equal(t, left, *switched.PausedTimeLeft, "the time left when the pause began")
+
+	b.clock.Advance(30 * 24 * time.Hour)
+	resumed := b.resume(t, switched)
+	require.Equal(t, b.clock.Now().Add(left), resumed.NextChargeAt)
+}

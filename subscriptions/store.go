@@ -123,7 +123,7 @@ const columns = `id, customer_id, status, amount, currency, interval, interval_c
 	billing_anchor, next_period_index, next_charge_at, cancel_at_period_end, paused_at, resume_at,
 	pm_gateway, pm_token, coalesce(pm_brand, ''), coalesce(pm_last4, ''), pm_exp_month, pm_exp_year,
 	coalesce(description, ''), metadata, created_at, updated_at, cancelled_at, unpaid_since, receipt, experiments,
-	trial_end, pending_update, credit_balance, period_key_suffix, on_resume, paused_time_left_us`
+	trial_end, pending_update, credit_balance, period_key_suffix, on_resume, paused_time_left_us, paused_period_end`
 
 func scan(row pgx.Row) (Subscription, error) {
 	var s Subscription
@@ -134,7 +134,7 @@ func scan(row pgx.Row) (Subscription, error) {
 		&s.PaymentMethod.Gateway, &s.PaymentMethod.Token, &s.PaymentMethod.Brand, &s.PaymentMethod.Last4,
 		&s.PaymentMethod.ExpMonth, &s.PaymentMethod.ExpYear,
 		&s.Description, &meta, &s.CreatedAt, &s.UpdatedAt, &s.CancelledAt, &s.UnpaidSince, &receipt, &s.Experiments,
-		&s.TrialEnd, &pending, &s.CreditBalance, &s.PeriodKeySuffix, &s.OnResume, &leftUS)
+		&s.TrialEnd, &pending, &s.CreditBalance, &s.PeriodKeySuffix, &s.OnResume, &leftUS, &s.pausedPeriodEnd)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Subscription{}, ErrNotFound
 	}

@@ -152,6 +152,10 @@ type Subscription struct {
 	// PausedTimeLeft is the paid time left in the current period when a
 	// pause that continues the period began; nil otherwise.
 	PausedTimeLeft *time.Duration
+	// pausedPeriodEnd is the end of the period the pause interrupted, as
+	// next_charge_at stood when it began; nil for a pause begun before it
+	// was recorded.
+	pausedPeriodEnd *time.Time
 }
 
 // OnResume is what a resume does with the period the pause interrupted.

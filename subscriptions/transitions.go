@@ -60,8 +60,8 @@ func (st *Store) Pause(ctx context.Context, tx pgx.Tx, id uuid.UUID, resumeAt *t
 				AnchorHorizonYears, now.Format(time.RFC3339))}}
 		}
 		return nil
-	}, `paused_at = $3, resume_at = $4, on_resume = $5, paused_time_left_us = $6`,
-		pausedAt, resumeAt, onResume, sub.keptMicroseconds(onResume, pausedAt))
+	}, `paused_at = $3, resume_at = $4, on_resume = $5, paused_time_left_us = $6, paused_period_end = next_charge_at`,
+		pausedAt, resumeAt, onResume, sub.keptMicroseconds(onResume, sub.NextChargeAt, pausedAt))
 }
 
 // repause is a pause of a paused subscription. Nothing changes unless
@@ -82,7 +82,7 @@ func (st *Store) repause(ctx context.Context, tx pgx.Tx, sub Subscription, onRes
 			"the cancel scheduled at period end took effect at "+sub.NextChargeAt.Format(time.RFC3339)+" while paused")
 	}
 	updated, err := scan(tx.QueryRow(ctx, `UPDATE subscriptions SET on_resume = $2, paused_time_left_us = $3, updated_at = $4
-		WHERE id = $1 RETURNING `+columns, sub.ID, onResume, sub.keptMicroseconds(onResume, *sub.PausedAt), now))
+		WHERE id = $1 RETURNING `+columns, sub.ID, onResume, sub.keptMicroseconds(onResume, sub.interruptedPeriodEnd(), *sub.PausedAt), now))
 	if err != nil {
 		return Subscription{}, false, fmt.Errorf("change the pause's on_resume: %w", err)
 	}
@@ -102,14 +102,24 @@ func (o OnResume) validate() error {
 }
 
 // keptMicroseconds is what a pause at pausedAt keeps for its resume: with
-// ContinuePeriod the time until next_charge_at, never negative; nil with
+// ContinuePeriod the time until periodEnd, never negative; nil with
 // StartNewPeriod.
-func (s Subscription) keptMicroseconds(onResume OnResume, pausedAt time.Time) *int64 {
+func (s Subscription) keptMicroseconds(onResume OnResume, periodEnd, pausedAt time.Time) *int64 {
 	if onResume != ContinuePeriod {
 		return nil
 	}
-	left := max(s.NextChargeAt.Sub(pausedAt), 0).Microseconds()
+	left := max(periodEnd.Sub(pausedAt), 0).Microseconds()
 	return &left
+}
+
+// interruptedPeriodEnd is the end of the period a paused subscription's
+// pause interrupted: next_charge_at as it stood at the pause, which a
+// change of interval while paused has moved since.
+func (s Subscription) interruptedPeriodEnd() time.Time {
+	if s.pausedPeriodEnd != nil {
+		return *s.pausedPeriodEnd
+	}
+	return s.NextChargeAt
 }
 
 // kept is the time a pause that continues its period keeps for the resume.
