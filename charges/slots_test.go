@@ -266,17 +266,18 @@ func TestWaitingStepSnoozesItsJobInItsTransaction(t *testing.T) {
 
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return charges.SnoozeJob(ctx, tx, id, time.Minute) }))
 	var state string
-	var attempt, snoozes int
+	var attempt, snoozes, slotWaits int
 	var ahead time.Duration
 	read := func() {
-		require.NoError(t, pool.QueryRow(ctx, `SELECT state, attempt, (metadata ->> 'snoozes')::int,
+		require.NoError(t, pool.QueryRow(ctx, `SELECT state, attempt, (metadata ->> 'snoozes')::int, (metadata ->> 'slot_waits')::int,
 			extract(epoch FROM scheduled_at - now())::float8 * interval '1 second' FROM river_job WHERE id = $1`, id).
-			Scan(&state, &attempt, &snoozes, &ahead))
+			Scan(&state, &attempt, &snoozes, &slotWaits, &ahead))
 	}
 	read()
 	require.Equal(t, "available", state)
 	require.Zero(t, attempt, "a snooze gives its attempt back")
 	require.Equal(t, 1, snoozes)
+	require.Equal(t, 1, slotWaits, "a wait for a slot, told apart from a wait for the gateway")
 	require.InDelta(t, time.Minute.Seconds(), ahead.Seconds(), 10)
 
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return charges.SnoozeJob(ctx, tx, id, time.Hour) }))

@@ -256,7 +256,8 @@ func (p *Pipeline) waitForSlot(ctx context.Context, s stageRun, c Charge) (bool,
 // snoozeJob snoozes the running job id for delay in tx, as River snoozes
 // a job whose Work returns river.JobSnooze (the attempt given back, one
 // snooze more in its metadata), but in the transaction that makes it a
-// waiter. It is made available at once with its time ahead, which River
+// waiter; its metadata also counts the waits for a slot (slot_waits)
+// apart from the waits for a gateway that did nothing. It is made available at once with its time ahead, which River
 // fetches once the time comes, so that no scheduler run stands between.
 // The step then returns river.JobSnooze(delay) all the same: River's own
 // snooze finds the job no longer running and only writes the same count
@@ -267,7 +268,8 @@ func snoozeJob(ctx context.Context, tx pgx.Tx, id int64, delay time.Duration) er
 		return nil
 	}
 	_, err := tx.Exec(ctx, `UPDATE river_job SET state = $3::text::river_job_state, scheduled_at = now() + $2::interval, attempt = attempt - 1,
-			metadata = metadata || jsonb_build_object('snoozes', coalesce((metadata ->> 'snoozes')::int, 0) + 1)
+			metadata = metadata || jsonb_build_object('snoozes', coalesce((metadata ->> 'snoozes')::int, 0) + 1,
+				'slot_waits', coalesce((metadata ->> 'slot_waits')::int, 0) + 1)
 		WHERE id = $1 AND state::text = $4`, id, delay, string(rivertype.JobStateAvailable), string(rivertype.JobStateRunning))
 	if err != nil {
 		return fmt.Errorf("snooze job %d: %w", id, err)

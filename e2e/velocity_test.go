@@ -360,12 +360,13 @@ func TestVelocitySlotIsGivenBackAfterReviewAndRetry(t *testing.T) {
 	require.Empty(t, slots)
 }
 
-// authorizeSnoozes sums the snoozes of the authorize jobs of the charges
-// of subs: how many times their first attempts waited.
-func (b testBundle) authorizeSnoozes(t *testing.T, subs []string) int {
+// slotWaits sums the waits for a declines slot of the authorize jobs of
+// the charges of subs (a wait for a gateway that did nothing, which a
+// loaded machine can cause, is not one).
+func (b testBundle) slotWaits(t *testing.T, subs []string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT coalesce(sum(coalesce((j.metadata ->> 'snoozes')::int, 0)), 0)
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT coalesce(sum(coalesce((j.metadata ->> 'slot_waits')::int, 0)), 0)
 		FROM river_job j JOIN charges c ON c.id = (j.args ->> 'charge_id')::uuid
 		WHERE j.kind = 'charge_authorize' AND c.subscription_id = ANY($1::uuid[])`, subs).Scan(&n))
 	return n
@@ -385,7 +386,7 @@ func TestVelocityApprovedCardIsNotHeldBySlots(t *testing.T) {
 	for _, sub := range subs {
 		b.waitCharges(t, sub, 1, "succeeded")
 	}
-	require.Zero(t, b.authorizeSnoozes(t, subs), "no first charge waited for a slot")
+	require.Zero(t, b.slotWaits(t, subs), "no first charge waited for a slot")
 	require.Equal(t, 201, authorizesSent(b.ledger(t, "sim1")))
 	var slots []string
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT slots FROM velocity_counters
