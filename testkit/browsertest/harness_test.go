@@ -443,17 +443,23 @@ func run[T any](b *tab, a chromedp.Action[T]) T {
 
 // open loads path and returns the HTTP status of the page it ends on
 // (after redirects). A navigation the tab aborts because a form's answer
-// was still arriving (a double click's second page) is made again.
+// was still arriving (a double click's second page) is made again, and so
+// is one that ends with no response of its own: the second page's arrival
+// took its place.
 func (b *tab) open(path string) int64 {
 	b.t.Helper()
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
 		resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(b.base+path))
 		cancel()
-		if err != nil && try < 3 && strings.Contains(err.Error(), "net::ERR_ABORTED") {
+		replaced := (err != nil && strings.Contains(err.Error(), "net::ERR_ABORTED")) || (err == nil && resp == nil)
+		if replaced && try < 3 {
 			continue
 		}
-		b.check(err, "browser action")
+		if err == nil && resp == nil {
+			err = errors.New("the navigation ended with no response, three times")
+		}
+		b.check(err, "open "+path)
 		return resp.Status
 	}
 }
